@@ -1,0 +1,62 @@
+"""onnx-nb: PyTorch and Hugging Face models to fast, verified ONNX, inline in Jupyter.
+
+``import onnx_nb`` is light: torch, transformers, onnxruntime, IPython and plotly are imported
+only by the functions that need them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    ExportError,
+    HubUnavailableError,
+    InvalidArgumentError,
+    InvalidModelError,
+    ModelLoadError,
+    ModelNotFoundError,
+    OnnxNbError,
+    OutputExistsError,
+    OutputNotWritableError,
+    SampleError,
+    UnsupportedOperatorError,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "export": ("onnx_nb.exporting", "export"),
+    "ExportResult": ("onnx_nb.results.export", "ExportResult"),
+    "ModelSource": ("onnx_nb.results.export", "ModelSource"),
+    "default_model_path": ("onnx_nb.demo", "default_model_path"),
+}
+
+__all__ = [
+    "ExportError", "ExportResult", "HubUnavailableError", "InvalidArgumentError",
+    "InvalidModelError", "ModelLoadError", "ModelNotFoundError", "ModelSource", "OnnxNbError",
+    "OutputExistsError", "OutputNotWritableError", "SampleError", "UnsupportedOperatorError",
+    "__version__", "default_model_path", "export", "load_ipython_extension",
+]
+
+if TYPE_CHECKING:
+    from .demo import default_model_path
+    from .exporting import export
+    from .results.export import ExportResult, ModelSource
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'onnx_nb' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext onnx_nb``: register the ``%onnx_*`` magics."""
+    from .magics import OnnxMagics
+
+    ipython.register_magics(OnnxMagics)

@@ -1,0 +1,48 @@
+"""``onnx-nb``: the command line, with subcommands mirroring the magics."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from . import __version__, specs
+from .errors import OnnxNbError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="onnx-nb", description="PyTorch / Hugging Face to verified ONNX.")
+    p.add_argument("--version", action="version", version=f"onnx-nb {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    export = sub.add_parser("export", help="export a Hugging Face folder or hub id to ONNX")
+    specs.add_arguments(export, specs.EXPORT, "cli")
+    demo = sub.add_parser("demo", help="export and check all-MiniLM-L6-v2; write an HTML report")
+    specs.add_arguments(demo, specs.DEMO, "cli")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "export":
+            from .exporting import export
+
+            result = export(args.model, **specs.export_kwargs(args))
+            print(result)
+            return 0 if result else 1
+        from .demo import run
+
+        result = run(args.out)
+        print(result)
+        print(f"\nreport: {result.path.parent / 'report.html'}")
+        return 0 if result else 1
+    except OnnxNbError as exc:
+        print(f"onnx-nb: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("onnx-nb: interrupted; no partial files were left.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

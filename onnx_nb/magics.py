@@ -1,0 +1,52 @@
+"""IPython magics: thin adapters that parse arguments and call one core function."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import specs
+from .errors import OnnxNbError
+
+
+def _apply(specs_list: list[specs.Spec]) -> Any:
+    def decorate(func: Any) -> Any:
+        for flags, options, where in reversed(specs_list):
+            if where in ("both", "magic"):
+                func = argument(*flags, **options)(func)
+        return magic_arguments()(func)
+
+    return decorate
+
+
+@magics_class
+class OnnxMagics(Magics):
+    """``%onnx_export`` and friends."""
+
+    def _lookup(self, name: str, what: str) -> Any:
+        ns = self.shell.user_ns if self.shell is not None else {}
+        if name not in ns:
+            raise UsageError(f"{what} {name!r} is not a variable in this notebook.")
+        return ns[name]
+
+    @line_magic
+    @_apply(specs.EXPORT)
+    def onnx_export(self, line: str) -> Any:
+        """Export a model to ONNX: ``%onnx_export model [--sample x] [--out path] ...``.
+
+        ``model`` is a variable holding a torch or Hugging Face model, a local Hugging Face
+        folder, or a hub id. The result is displayed and returned.
+        """
+        args = parse_argstring(self.onnx_export, line)
+        ns = self.shell.user_ns if self.shell is not None else {}
+        model = ns[args.model] if args.model in ns else args.model.strip("'\"")
+        sample = self._lookup(args.sample, "--sample") if args.sample else None
+        from .exporting import export
+
+        try:
+            return export(model, sample, **specs.export_kwargs(args))
+        except OnnxNbError as exc:
+            raise UsageError(f"{type(exc).__name__}: {exc}") from None

@@ -1,0 +1,35 @@
+"""Standalone HTML files, written atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from .render import esc
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_html(path: Path, title: str, sections: Sequence[str]) -> Path:
+    """One self-contained page from already-escaped HTML sections."""
+    body = "\n".join(f"<section>{s}</section>" for s in sections)
+    page = (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{esc(title)}</title></head>'
+            f'<body style="margin:24px"><h2 style="font-family:system-ui">{esc(title)}</h2>{body}'
+            "</body></html>")
+    atomic_write_text(path, page)
+    return path

@@ -1,0 +1,1 @@
+"""Result objects returned by the core steps."""

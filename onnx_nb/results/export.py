@@ -1,0 +1,131 @@
+"""``ExportResult``: what an export produced, in every form a user may want to see it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..onnxfile import TensorInfo
+from ..render import CSS, esc, html_table, human_bytes, human_count, shape_text, text_table
+
+
+@dataclass
+class ModelSource:
+    """What is needed to re-create the PyTorch reference of an export."""
+
+    kind: str  # "module", "hf-object", "hf-dir" or "hub-id"
+    name: str
+    location: str | None = None
+    task: str | None = None
+    model_type: str | None = None
+    model: Any = field(default=None, repr=False, compare=False)
+    preprocessor: Any = field(default=None, repr=False, compare=False)
+    sample: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    input_axes: dict[str, dict[int, str]] = field(default_factory=dict)
+    as_kwargs: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "location": self.location,
+                "task": self.task, "model_type": self.model_type,
+                "sample_shapes": {k: list(v.shape) for k, v in self.sample.items()},
+                "input_axes": {k: {str(a): n for a, n in v.items()} for k, v in self.input_axes.items()}}
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    exporter: str
+    fallback_reason: dict[str, str]
+    opset: int
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    op_histogram: dict[str, int]
+    parameters: int
+    file_size: int
+    files: list[Path]
+    export_seconds: float
+    warnings: list[str]
+    source: ModelSource
+    check: dict[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.check.get("passed", True))
+
+    @property
+    def external_data(self) -> bool:
+        return len(self.files) > 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path), "exporter": self.exporter,
+            "fallback_reason": dict(self.fallback_reason), "opset": self.opset,
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+            "op_histogram": dict(self.op_histogram), "parameters": self.parameters,
+            "file_size": self.file_size, "files": [str(f) for f in self.files],
+            "export_seconds": round(self.export_seconds, 3), "warnings": list(self.warnings),
+            "source": self.source.to_dict(), "check": dict(self.check),
+        }
+
+    def to_pandas(self) -> Any:
+        """One row per graph input and output: name, dtype, shape, dynamic axes."""
+        import pandas as pd
+
+        rows = [{"io": io, "name": t.name, "dtype": t.dtype, "shape": shape_text(t.shape),
+                 "dynamic": ", ".join(f"{a}:{n}" for a, n in t.dynamic_dims.items())}
+                for io, group in (("input", self.inputs), ("output", self.outputs)) for t in group]
+        return pd.DataFrame(rows, columns=["io", "name", "dtype", "shape", "dynamic"])
+
+    def _summary(self) -> list[tuple[str, str]]:
+        used = self.exporter + (f" (after {', '.join(self.fallback_reason)} failed)"
+                                if self.fallback_reason else "")
+        rows = [("model", f"{self.source.name} [{self.source.kind}]"),
+                ("task", self.source.task or "-"), ("file", str(self.path)),
+                ("exporter", used), ("opset", str(self.opset)),
+                ("parameters", human_count(self.parameters)),
+                ("size", human_bytes(self.file_size) + (" (external data)" if self.external_data else "")),
+                ("nodes", str(sum(self.op_histogram.values()))),
+                ("export time", f"{self.export_seconds:.1f} s")]
+        if self.check:
+            rows.append(("check", self._check_text()))
+        return rows
+
+    def _check_text(self) -> str:
+        c = self.check
+        if "error" in c:
+            return f"FAILED: {c['error']}"
+        status = "passed" if c.get("passed") else "FAILED"
+        shapes = ", ".join(f"{k} {shape_text(v)}" for k, v in c.get("shapes", {}).items())
+        return f"{status}: ORT vs PyTorch max abs diff {c.get('max_abs_diff', 0):.2e} at {shapes}"
+
+    def _io_rows(self) -> list[tuple[str, str, str, str]]:
+        return [(io, t.name, t.dtype, shape_text(t.shape))
+                for io, group in (("input", self.inputs), ("output", self.outputs)) for t in group]
+
+    def __repr__(self) -> str:
+        parts = [f"ExportResult: {self.path}",
+                 text_table(["", ""], self._summary()).split("\n", 2)[2],
+                 "", text_table(["io", "name", "dtype", "shape"], self._io_rows())]
+        top = ", ".join(f"{k} {v}" for k, v in list(self.op_histogram.items())[:8])
+        parts.append(f"\nops: {top}{' ...' if len(self.op_histogram) > 8 else ''}")
+        for exporter, reason in self.fallback_reason.items():
+            parts.append(f"not used: {exporter}: {reason}")
+        for w in self.warnings[:5]:
+            parts.append(f"warning: {w}")
+        return "\n".join(parts)
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        ok = bool(self)
+        badge = (f'<span class="{"ok" if ok else "bad"}">{"✓" if ok else "✗"}</span>')
+        summary = html_table(["", ""], self._summary())
+        io = html_table(["io", "name", "dtype", "shape"], self._io_rows())
+        ops = html_table(["operator", "count"], list(self.op_histogram.items())[:15])
+        extra = "".join(f'<div class="warn">not used: {esc(k)}: {esc(v)}</div>'
+                        for k, v in self.fallback_reason.items())
+        extra += "".join(f'<div class="warn">warning: {esc(w)}</div>' for w in self.warnings[:10])
+        return (f'{CSS}<div class="onnxnb"><h4>{badge} Exported {esc(self.source.name)} to ONNX</h4>'
+                f'<div style="display:flex;gap:24px;flex-wrap:wrap"><div>{summary}</div>'
+                f"<div>{io}</div><div>{ops}</div></div>{extra}</div>")

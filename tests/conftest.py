@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import tiny_models  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every tiny architecture saved once to a local Hugging Face folder."""
+    root = tmp_path_factory.mktemp("tiny")
+    return {name: tiny_models.save(name, root / name) for name in tiny_models.CONFIGS}
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    from onnx_nb.demo import default_model_path
+
+    return default_model_path()

@@ -1,0 +1,55 @@
+"""Independent checks used by the tests: run an ONNX file in ORT and compare with PyTorch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+
+def graph_inputs(path: Any) -> list[Any]:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_inputs()
+
+
+def hf_inputs(path: Any, model: Any, batch: int, seq: int, dec: int = 6, audio: int = 6000) -> dict[str, torch.Tensor]:
+    """Inputs for every graph input, at a batch and lengths the export never saw."""
+    g = torch.Generator().manual_seed(1)
+    config = model.config
+    vocab = getattr(getattr(config, "text_config", None) or config, "vocab_size", 100)
+    feed: dict[str, torch.Tensor] = {}
+    for i in graph_inputs(path):
+        static = [d if isinstance(d, int) else None for d in i.shape]
+        if i.name == "input_ids":
+            feed[i.name] = torch.randint(3, vocab, (batch, seq), generator=g)
+        elif i.name == "attention_mask":
+            feed[i.name] = torch.ones(batch, seq, dtype=torch.long)
+        elif i.name == "token_type_ids":
+            feed[i.name] = torch.zeros(batch, seq, dtype=torch.long)
+        elif i.name == "decoder_input_ids":
+            feed[i.name] = torch.randint(3, vocab, (batch, dec), generator=g)
+        elif i.name == "input_values":
+            feed[i.name] = torch.randn(batch, audio, generator=g)
+        else:  # pixel_values, input_features: static except batch
+            feed[i.name] = torch.randn(batch, *static[1:], generator=g)
+    return feed
+
+
+def compare(path: Any, reference: dict[str, np.ndarray], feed: dict[str, torch.Tensor]) -> dict[str, float]:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    got = session.run(None, {k: v.numpy() for k, v in feed.items()})
+    diffs = {}
+    for name, value in zip(names, got):
+        ref = reference[name]
+        assert value.shape == ref.shape, (name, value.shape, ref.shape)
+        diffs[name] = float(np.abs(value - ref).max())
+    return diffs
+
+
+def torch_outputs(model: Any, feed: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    kwargs = {"use_cache": False} if "use_cache" in model.forward.__code__.co_varnames else {}
+    with torch.no_grad():
+        out = model(**feed, **kwargs)
+    return {k: v.numpy() for k, v in out.items() if isinstance(v, torch.Tensor)}

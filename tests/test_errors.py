@@ -1,0 +1,97 @@
+"""Bad input to export: a clear OnnxNbError subclass naming the problem and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import onnx_nb
+
+
+class Block(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cummax(x, dim=-1).values
+
+
+class WithBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+        self.blocks = torch.nn.ModuleList([torch.nn.Identity(), Block()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks[1](self.blocks[0](self.proj(x)))
+
+
+def test_missing_sample_for_bare_module() -> None:
+    with pytest.raises(onnx_nb.SampleError, match=r"pass a sample, e\.g\. export\(model, torch\.randn"):
+        onnx_nb.export(torch.nn.Linear(2, 2), progress=False)
+
+
+def test_sample_the_model_rejects() -> None:
+    with pytest.raises(onnx_nb.SampleError, match="fails on the sample inputs"):
+        onnx_nb.export(torch.nn.Linear(2, 2), torch.randn(3, 5), progress=False)
+
+
+def test_sample_not_a_tensor_and_too_many() -> None:
+    with pytest.raises(onnx_nb.SampleError, match="is a str, not a tensor"):
+        onnx_nb.export(torch.nn.Linear(2, 2), "hello", progress=False)
+    with pytest.raises(onnx_nb.SampleError, match="takes 1"):
+        onnx_nb.export(torch.nn.Linear(2, 2), (torch.randn(1, 2), torch.randn(1, 2)), progress=False)
+
+
+def test_unknown_path(tmp_path: Path) -> None:
+    with pytest.raises(onnx_nb.ModelNotFoundError, match="No such folder"):
+        onnx_nb.export(str(tmp_path / "nope"), progress=False)
+
+
+def test_folder_without_model(tmp_path: Path) -> None:
+    with pytest.raises(onnx_nb.ModelNotFoundError, match="has no config.json"):
+        onnx_nb.export(str(tmp_path), progress=False)
+
+
+def test_hub_id_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    with pytest.raises(onnx_nb.HubUnavailableError, match="local folder"):
+        onnx_nb.export("some-org/some-model", out=tmp_path / "x.onnx", progress=False)
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_unsupported_operator_names_op_and_module(tmp_path: Path) -> None:
+    with pytest.raises(onnx_nb.UnsupportedOperatorError) as info:
+        onnx_nb.export(WithBlock(), torch.randn(2, 4), out=tmp_path / "u.onnx", progress=False)
+    err = info.value
+    assert err.operator == "aten::cummax"
+    assert err.module_path == "blocks.1"
+    assert set(err.attempts) == {"dynamo", "torchscript"}
+    assert "aten::cummax" in str(err) and "'blocks.1'" in str(err)
+    assert list(tmp_path.iterdir()) == [], "no partial or temp files"
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="exporter='onnxscript'"):
+        onnx_nb.export(torch.nn.Linear(2, 2), torch.randn(1, 2), exporter="onnxscript")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="opset"):
+        onnx_nb.export(torch.nn.Linear(2, 2), torch.randn(1, 2), opset=99)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="Pass a torch.nn.Module"):
+        onnx_nb.export(42)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="Unknown task"):
+        import tiny_models
+
+        onnx_nb.export(tiny_models.build("bert"), task="translate-klingon", progress=False)
+    with pytest.raises(onnx_nb.SampleError, match="names axis 3"):
+        onnx_nb.export(torch.nn.Linear(2, 2), torch.randn(1, 2), dynamic={"input": {3: "x"}}, progress=False)
+
+
+def test_output_is_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(onnx_nb.OutputExistsError, match="is a folder"):
+        onnx_nb.export(torch.nn.Linear(2, 2), torch.randn(1, 2), out=tmp_path, progress=False)
+
+
+def test_errors_are_onnx_nb_errors() -> None:
+    for cls in (onnx_nb.SampleError, onnx_nb.ExportError, onnx_nb.UnsupportedOperatorError,
+                onnx_nb.ModelNotFoundError, onnx_nb.HubUnavailableError, onnx_nb.OutputExistsError):
+        assert issubclass(cls, onnx_nb.OnnxNbError)

@@ -1,0 +1,135 @@
+"""Exporting plain ``torch.nn.Module``s, checked in ONNX Runtime at other shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import onnx_nb
+
+
+class TwoHead(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Dropout(0.5))
+        self.a = torch.nn.Linear(16, 3)
+        self.b = torch.nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = self.body(x) * scale
+        return {"first": self.a(h), "second": torch.softmax(self.b(h), -1)}
+
+
+def run(path: Path, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_module_tuple_sample(tmp_path: Path, exporter: str) -> None:
+    torch.manual_seed(0)
+    model = TwoHead().train()  # dropout on: the export must still use eval mode
+    x, scale = torch.randn(2, 6), torch.rand(2, 1)
+    result = onnx_nb.export(model, (x, scale), out=tmp_path / "m.onnx", exporter=exporter, progress=False)
+    assert model.training and model.body[2].training, "the user's training flags come back"
+    assert result.exporter == exporter and result.fallback_reason == {}
+    assert [i.name for i in result.inputs] == ["x", "scale"]
+    assert [o.name for o in result.outputs] == ["first", "second"]
+    assert result.inputs[0].shape == ["batch", 6] and result.outputs[0].shape == ["batch", 3]
+    assert result.check["passed"] and result.check["shapes"]["x"] == [3, 6]
+    x5, s5 = torch.randn(5, 6), torch.rand(5, 1)
+    model.eval()
+    with torch.no_grad():
+        ref = model(x5, s5)
+    got = run(result.path, {"x": x5.numpy(), "scale": s5.numpy()})
+    np.testing.assert_allclose(got[0], ref["first"].numpy(), atol=1e-5)
+    np.testing.assert_allclose(got[1], ref["second"].numpy(), atol=1e-5)
+
+
+def test_module_dict_sample_and_result_forms(tmp_path: Path) -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU())
+    result = onnx_nb.export(model, {"input": torch.randn(1, 3, 8, 8)}, out=tmp_path / "c.onnx", progress=False)
+    assert bool(result)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["inputs"][0]["name"] == "input" and data["opset"] == 18
+    assert data["op_histogram"]["Conv"] == 1 and data["parameters"] == 3 * 4 * 9 + 4
+    assert data["file_size"] == result.path.stat().st_size > 0
+    frame = result.to_pandas()
+    assert list(frame["io"]) == ["input", "output"] and frame.loc[0, "dynamic"] == "0:batch"
+    text = repr(result)
+    assert "Conv 1" in text and "batch" in text
+    html = result._repr_html_()
+    assert "Exported" in html and "<table>" in html
+    got = run(result.path, {"input": np.random.rand(4, 3, 8, 8).astype("float32")})[0]
+    assert got.shape == (4, 4, 8, 8)
+
+
+def test_module_custom_dynamic_axes_and_static(tmp_path: Path) -> None:
+    class Pool(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.mean(dim=1)
+
+    dyn = onnx_nb.export(Pool(), torch.randn(2, 5, 4), dynamic={"x": {0: "batch", 1: "tokens"}},
+                         out=tmp_path / "d.onnx", progress=False)
+    assert dyn.inputs[0].shape == ["batch", "tokens", 4]
+    assert run(dyn.path, {"x": np.ones((3, 9, 4), "float32")})[0].shape == (3, 4)
+    static = onnx_nb.export(Pool(), torch.randn(2, 5, 4), dynamic=False, out=tmp_path / "s.onnx", progress=False)
+    assert static.inputs[0].shape == [2, 5, 4]
+
+
+def test_default_output_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = onnx_nb.export(torch.nn.Linear(3, 2), torch.randn(2, 3), progress=False)
+    assert result.path == tmp_path / "onnx_nb_out" / "Linear" / "model.onnx"
+    assert sorted(p.name for p in result.path.parent.iterdir()) == ["model.onnx"], "no temp files left"
+
+
+def test_overwrite(tmp_path: Path) -> None:
+    out = tmp_path / "m.onnx"
+    onnx_nb.export(torch.nn.Linear(3, 2), torch.randn(2, 3), out=out, progress=False)
+    before = out.read_bytes()
+    with pytest.raises(onnx_nb.OutputExistsError, match="overwrite=True"):
+        onnx_nb.export(torch.nn.Linear(3, 4), torch.randn(2, 3), out=out, progress=False)
+    assert out.read_bytes() == before
+    again = onnx_nb.export(torch.nn.Linear(3, 4), torch.randn(2, 3), out=out, overwrite=True, progress=False)
+    assert again.outputs[0].shape == ["batch", 4]
+
+
+def test_html_escapes_model_text(tmp_path: Path) -> None:
+    class Kw(torch.nn.Module):
+        def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
+            return next(iter(inputs.values())) * 2
+
+    evil = "<script>alert(1)</script>"
+    result = onnx_nb.export(Kw(), {evil: torch.randn(2, 3)}, out=tmp_path / "e.onnx",
+                            exporter="torchscript", progress=False, name=evil)
+    assert result.inputs[0].name == evil
+    html = result._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_progress_line_on_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    onnx_nb.export(torch.nn.Linear(3, 2), torch.randn(2, 3), out=tmp_path / "p.onnx")
+    err = capsys.readouterr().err
+    assert "onnx-nb export [1/5] loading the model" in err and "[5/5] saving" in err
+
+
+def test_external_data_above_threshold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The >2 GB path, exercised by lowering the threshold: weights go beside the .onnx."""
+    import onnx_nb.exporting as export_module
+
+    monkeypatch.setattr(export_module, "EXTERNAL_DATA_BYTES", 1024)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    result = onnx_nb.export(model, torch.randn(2, 64), out=tmp_path / "big.onnx", progress=False)
+    assert result.exporter == "dynamo" and result.external_data
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["big.onnx", "big.onnx.data"], names
+    assert result.path.stat().st_size * 2 < result.file_size, "the weights live in the .data file"
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    np.testing.assert_allclose(run(result.path, {"input": x.numpy()})[0], ref, atol=1e-5)

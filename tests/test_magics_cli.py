@@ -1,0 +1,95 @@
+"""The ``%onnx_export`` magic in a real IPython shell, and the ``onnx-nb`` command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from IPython.core.error import UsageError
+from IPython.testing.globalipapp import start_ipython
+
+import onnx_nb
+
+
+@pytest.fixture(scope="module")
+def ip() -> Iterator[object]:
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "onnx_nb")
+    yield shell
+
+
+def test_magic_exports_a_variable(ip: object, tmp_path: Path) -> None:
+    ip.user_ns["net"] = torch.nn.Sequential(torch.nn.Linear(4, 2))  # type: ignore[attr-defined]
+    ip.user_ns["x"] = torch.randn(2, 4)  # type: ignore[attr-defined]
+    out = tmp_path / "net.onnx"
+    result = ip.run_line_magic("onnx_export", f"net --sample x --out {out} --exporter torchscript")  # type: ignore[attr-defined]
+    assert isinstance(result, onnx_nb.ExportResult) and result.path == out and result.exporter == "torchscript"
+    static = ip.run_line_magic("onnx_export", f"net --sample x --out {tmp_path / 's.onnx'} --static")  # type: ignore[attr-defined]
+    assert static.inputs[0].shape == [2, 4]
+
+
+def test_magic_exports_a_folder(ip: object, tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
+    result = ip.run_line_magic("onnx_export", f"{tiny_dirs['vit']} --out {tmp_path / 'v.onnx'}")  # type: ignore[attr-defined]
+    assert result.source.task == "image-classification"
+
+
+def test_magic_errors_are_short(ip: object, tmp_path: Path) -> None:
+    ip.user_ns["net"] = torch.nn.Linear(4, 2)  # type: ignore[attr-defined]
+    with pytest.raises(UsageError, match="^SampleError: Linear is a plain"):
+        ip.run_line_magic("onnx_export", "net")  # type: ignore[attr-defined]
+    with pytest.raises(UsageError, match="--sample 'nothing' is not a variable"):
+        ip.run_line_magic("onnx_export", "net --sample nothing")  # type: ignore[attr-defined]
+    (tmp_path / "m.onnx").write_bytes(b"mine")
+    ip.user_ns["x"] = torch.randn(1, 4)  # type: ignore[attr-defined]
+    with pytest.raises(UsageError, match="already exists"):
+        ip.run_line_magic("onnx_export", f"net --sample x --out {tmp_path / 'm.onnx'}")  # type: ignore[attr-defined]
+    assert (tmp_path / "m.onnx").read_bytes() == b"mine"
+
+
+def test_magic_help_lists_options() -> None:
+    from onnx_nb.magics import OnnxMagics
+
+    doc = OnnxMagics.onnx_export.__doc__ or ""
+    for flag in ("--sample", "--task", "--out", "--opset", "--exporter", "--static", "--overwrite"):
+        assert flag in doc
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "onnx_nb.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_export(tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "bert.onnx"
+    done = cli("export", str(tiny_dirs["bert"]), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "exporter" in done.stdout and "[batch, sequence]" in done.stdout
+    assert "onnx-nb export [3/5] exporting with dynamo" in done.stderr
+    again = cli("export", str(tiny_dirs["bert"]), "--out", str(out))
+    assert again.returncode == 2 and "OutputExistsError" in again.stderr and "--overwrite" in again.stderr
+    assert "Traceback" not in again.stderr
+
+
+def test_cli_bad_path(tmp_path: Path) -> None:
+    done = cli("export", str(tmp_path / "missing"))
+    assert done.returncode == 2 and "No such folder" in done.stderr
+
+
+def test_cli_demo(tmp_path: Path) -> None:
+    folder = tmp_path / "demo"
+    done = cli("demo", "--out", str(folder))
+    assert done.returncode == 0, done.stderr
+    assert (folder / "model.onnx").exists() and (folder / "report.html").exists()
+    assert "all-MiniLM-L6-v2" in (folder / "report.html").read_text()
+    assert "passed" in done.stdout
+    rerun = cli("demo", "--out", str(folder))
+    assert rerun.returncode == 0, "the demo may replace its own files"
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep")
+    refused = cli("demo", "--out", str(other))
+    assert refused.returncode == 2 and (other / "notes.txt").read_text() == "keep"

@@ -1,0 +1,56 @@
+"""Tiny random Hugging Face models built from configs, saved to local folders (no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
+
+CONFIGS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    # name: (model_type, class name, config kwargs)
+    "bert": ("bert", "BertForSequenceClassification", {**SMALL, "vocab_size": 100, "num_labels": 3}),
+    "gpt2": ("gpt2", "GPT2LMHeadModel", {"n_embd": 32, "n_layer": 2, "n_head": 2, "vocab_size": 100,
+                                          "n_positions": 64, "bos_token_id": 1, "eos_token_id": 2,
+                                          "pad_token_id": 0}),
+    "llama": ("llama", "LlamaForCausalLM", {**SMALL, "vocab_size": 100, "num_key_value_heads": 1,
+                                             "max_position_embeddings": 64, "bos_token_id": 1,
+                                             "eos_token_id": 2, "pad_token_id": 0}),
+    "t5": ("t5", "T5ForConditionalGeneration", {"d_model": 32, "d_ff": 37, "num_layers": 2,
+                                                 "num_heads": 2, "d_kv": 16, "vocab_size": 100,
+                                                 "decoder_start_token_id": 0}),
+    "vit": ("vit", "ViTForImageClassification", {**SMALL, "image_size": 30, "patch_size": 10,
+                                                  "num_labels": 4}),
+    "whisper": ("whisper", "WhisperForConditionalGeneration", {
+        "d_model": 32, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2, "encoder_ffn_dim": 37, "decoder_ffn_dim": 37,
+        "vocab_size": 100, "num_mel_bins": 16, "max_source_positions": 30,
+        "max_target_positions": 40, "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 2,
+        "decoder_start_token_id": 3}),
+    "wav2vec2": ("wav2vec2", "Wav2Vec2ForCTC", {**SMALL, "vocab_size": 20, "conv_dim": (8, 8),
+                                                "conv_kernel": (10, 3), "conv_stride": (5, 2),
+                                                "num_conv_pos_embeddings": 4,
+                                                "num_conv_pos_embedding_groups": 2,
+                                                "pad_token_id": 0}),
+    "clip": ("clip", "CLIPModel", {
+        "text_config": {**SMALL, "vocab_size": 100, "max_position_embeddings": 32},
+        "vision_config": {**SMALL, "image_size": 30, "patch_size": 10}, "projection_dim": 16}),
+}
+
+
+def build(name: str, seed: int = 0) -> Any:
+    """The tiny model object for ``name``, in eval mode."""
+    import torch
+    import transformers
+
+    model_type, cls_name, kwargs = CONFIGS[name]
+    config = transformers.AutoConfig.for_model(model_type, **kwargs)
+    torch.manual_seed(seed)
+    model = getattr(transformers, cls_name)(config)
+    return model.eval()
+
+
+def save(name: str, folder: Path) -> Path:
+    model = build(name)
+    model.save_pretrained(folder)
+    return folder
