@@ -19,6 +19,8 @@ from .errors import (
     OutputExistsError,
     OutputNotWritableError,
     SampleError,
+    ShapeMismatch,
+    ToleranceExceeded,
     UnsupportedOperatorError,
 )
 
@@ -29,19 +31,43 @@ _LAZY = {
     "ExportResult": ("onnx_nb.results.export", "ExportResult"),
     "ModelSource": ("onnx_nb.results.export", "ModelSource"),
     "default_model_path": ("onnx_nb.demo", "default_model_path"),
+    "check_parity": ("onnx_nb.parity.check", "check_parity"),
+    "ParityReport": ("onnx_nb.results.parity", "ParityReport"),
+    "Tolerance": ("onnx_nb.parity.tolerance", "Tolerance"),
 }
 
 __all__ = [
-    "ExportError", "ExportResult", "HubUnavailableError", "InvalidArgumentError",
-    "InvalidModelError", "ModelLoadError", "ModelNotFoundError", "ModelSource", "OnnxNbError",
-    "OutputExistsError", "OutputNotWritableError", "SampleError", "UnsupportedOperatorError",
-    "__version__", "default_model_path", "export", "load_ipython_extension",
+    "ExportError",
+    "ExportResult",
+    "HubUnavailableError",
+    "InvalidArgumentError",
+    "InvalidModelError",
+    "ModelLoadError",
+    "ModelNotFoundError",
+    "ModelSource",
+    "OnnxNbError",
+    "OutputExistsError",
+    "OutputNotWritableError",
+    "ParityReport",
+    "SampleError",
+    "ShapeMismatch",
+    "Tolerance",
+    "ToleranceExceeded",
+    "UnsupportedOperatorError",
+    "__version__",
+    "check_parity",
+    "default_model_path",
+    "export",
+    "load_ipython_extension",
 ]
 
 if TYPE_CHECKING:
     from .demo import default_model_path
     from .exporting import export
+    from .parity.check import check_parity
+    from .parity.tolerance import Tolerance
     from .results.export import ExportResult, ModelSource
+    from .results.parity import ParityReport
 
 
 def __getattr__(name: str) -> Any:

@@ -16,6 +16,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     export = sub.add_parser("export", help="export a Hugging Face folder or hub id to ONNX")
     specs.add_arguments(export, specs.EXPORT, "cli")
+    check = sub.add_parser("check", help="check an ONNX file against its reference (exit 1 on failure)")
+    specs.add_arguments(check, specs.PARITY, "cli")
     demo = sub.add_parser("demo", help="export and check all-MiniLM-L6-v2; write an HTML report")
     specs.add_arguments(demo, specs.DEMO, "cli")
     return p
@@ -30,12 +32,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = export(args.model, **specs.export_kwargs(args))
             print(result)
             return 0 if result else 1
+        if args.command == "check":
+            from .parity.check import check_parity
+
+            report = check_parity(args.model, args.onnx, **specs.parity_kwargs(args))
+            if args.json:
+                import json
+
+                print(json.dumps(report.to_dict(), indent=2))
+            else:
+                print(report)
+            return 0 if report else 1
         from .demo import run
 
-        result = run(args.out)
-        print(result)
-        print(f"\nreport: {result.path.parent / 'report.html'}")
-        return 0 if result else 1
+        result, parity = run(args.out)
+        print(result, parity, f"report: {result.path.parent / 'report.html'}", sep="\n\n")
+        return 0 if result and parity else 1
     except OnnxNbError as exc:
         print(f"onnx-nb: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -35,14 +35,16 @@ def demo_folder(out: str | os.PathLike[str]) -> Path:
     return folder
 
 
-def run(out: str | os.PathLike[str] = "onnx_nb_out/demo", progress: bool = True) -> Any:
-    """Export all-MiniLM-L6-v2, check it in ONNX Runtime, and write ``report.html``."""
+def run(out: str | os.PathLike[str] = "onnx_nb_out/demo", progress: bool = True) -> tuple[Any, Any]:
+    """Export all-MiniLM-L6-v2, check its parity with PyTorch on three shapes, write ``report.html``."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from .exporting import export
+    from .parity.check import check_parity
     from .report_file import write_html
 
     folder = demo_folder(out)
     result = export(str(default_model_path()), out=folder / "model.onnx", overwrite=True,
                     progress=progress, name="all-MiniLM-L6-v2")
-    write_html(folder / "report.html", "onnx-nb demo: all-MiniLM-L6-v2", [result._repr_html_()])
-    return result
+    parity = check_parity(result, progress=progress)
+    write_html(folder / "report.html", "onnx-nb demo: all-MiniLM-L6-v2", [result._repr_html_(), parity._repr_html_()])
+    return result, parity

@@ -70,3 +70,11 @@ class InvalidModelError(OnnxNbError, ValueError):
 
 class OnnxNbWarning(UserWarning):
     """Warnings onnx-nb itself emits (the test suite turns them into errors)."""
+
+
+class ToleranceExceeded(OnnxNbError, AssertionError):
+    """A parity check found outputs outside their tolerance (``ParityReport.raise_for_failure``)."""
+
+
+class ShapeMismatch(OnnxNbError, AssertionError):
+    """The ONNX model's outputs have other shapes than the reference's, or it rejects a shape."""

@@ -12,6 +12,7 @@ from .errors import ExportError, InvalidArgumentError, OnnxNbError, UnsupportedO
 from .files import check_target, default_output, publish, staging_dir, total_size
 from .progress import Steps
 from .results.export import ExportResult, ModelSource
+from .sources import build_sample, hf_call_kwargs
 
 EXPORTER_CHOICES = ("auto", "dynamo", "torchscript")
 DEFAULT_OPSET = 18
@@ -69,36 +70,16 @@ def export(
         return _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)
 
 
-def _sample(source: ModelSource, sample: Any, dynamic: Any) -> Any:
-    from . import inputs
-
-    if source.kind == "module":
-        s = inputs.normalise(source.model, sample)
-        s.axes = inputs.default_axes(s)
-    else:
-        from .hf import samples
-
-        s = samples.build(source.model, source.preprocessor) if sample is None \
-            else samples.from_user(source.model, sample)
-    if isinstance(dynamic, Mapping):
-        s.axes = inputs.check_axes(s, dynamic)
-    elif not dynamic:
-        s.axes = {}
-    return s
-
-
 def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic: Any,
             exporter: str, steps: Steps) -> ExportResult:
     import torch
 
     from . import inputs
-    from .wrap import FlatModule, eval_mode, forward_parameters, signature_module
+    from .wrap import FlatModule, eval_mode, signature_module
 
     model = source.model
-    s = _sample(source, sample, dynamic)
-    params = forward_parameters(model)
-    call_kwargs = {k: v for k, v in (("use_cache", False), ("return_dict", True)) if k in params} \
-        if source.kind != "module" else {}
+    s = build_sample(source, sample, dynamic)
+    call_kwargs = hf_call_kwargs(source)
     warnings_seen: list[str] = []
     with eval_mode(model):
         flat = FlatModule(model, s.names, s.as_kwargs, call_kwargs)
@@ -138,7 +119,7 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
                 staged = tmp / target.name
                 native: list[str] = []
                 try:
-                    _run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset,
+                    run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset,
                                   param_bytes > EXTERNAL_DATA_BYTES, warnings_seen, native)
                 except (KeyboardInterrupt, MemoryError):
                     raise
@@ -161,7 +142,7 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
     raise _all_failed(model, flat, s, attempts, errors, logs)
 
 
-def _run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
+def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
                   axes: dict[str, dict[int, str]], opset: int, external: bool,
                   warnings_seen: list[str], native: list[str]) -> None:
     from . import onnxfile
@@ -176,6 +157,7 @@ def _run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     import onnx
 
     proto = onnxfile.load_proto(staged)
+    onnxfile.strip_prefix(proto, "inner.model.")
     known = {n for spec in s.axes.values() for n in spec.values()}
     # dynamo names derived lengths itself ("((audio_length//10)) - 1"); keep those.
     onnxfile.name_dims(proto, axes if name == "torchscript" else

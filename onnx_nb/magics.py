@@ -50,3 +50,24 @@ class OnnxMagics(Magics):
             return export(model, sample, **specs.export_kwargs(args))
         except OnnxNbError as exc:
             raise UsageError(f"{type(exc).__name__}: {exc}") from None
+
+    @line_magic
+    @_apply(specs.PARITY)
+    def onnx_parity(self, line: str) -> Any:
+        """Check an ONNX model against its reference: ``%onnx_parity model [model.onnx] [--atol 1e-4] ...``.
+
+        ``model`` is a variable (a torch or Hugging Face model, or an ExportResult), a Hugging Face
+        folder, or a parent .onnx file. In a notebook the report has tolerance sliders that re-judge
+        pass/fail from the stored errors without running the models again.
+        """
+        args = parse_argstring(self.onnx_parity, line)
+        ns = self.shell.user_ns if self.shell is not None else {}
+        reference = ns[args.model] if args.model in ns else args.model.strip("'\"")
+        onnx_model = (ns[args.onnx] if args.onnx in ns else args.onnx.strip("'\"")) if args.onnx else None
+        sample = self._lookup(args.sample, "--sample") if args.sample else None
+        from .parity.check import check_parity
+
+        try:
+            return check_parity(reference, onnx_model, sample, **specs.parity_kwargs(args))
+        except OnnxNbError as exc:
+            raise UsageError(f"{type(exc).__name__}: {exc}") from None

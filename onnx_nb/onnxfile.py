@@ -129,3 +129,22 @@ def name_dims(proto: Any, axes: dict[str, dict[int, str]]) -> None:
         for axis, name in spec.items():
             if axis < len(dims) and not dims[axis].HasField("dim_value"):
                 dims[axis].dim_param = name
+
+
+def strip_prefix(proto: Any, prefix: str) -> None:
+    """Rename initializers ``<prefix>encoder.weight`` -> ``encoder.weight`` (onnx-nb's wrapper
+    modules add the prefix; users know their parameters by their own names)."""
+    renames = {i.name: i.name[len(prefix):] for i in proto.graph.initializer if i.name.startswith(prefix)}
+    taken = {v.name for v in [*proto.graph.input, *proto.graph.output]} | {
+        o for n in proto.graph.node for o in n.output}
+    renames = {k: v for k, v in renames.items() if v and v not in taken}
+    if not renames:
+        return
+    for init in proto.graph.initializer:
+        init.name = renames.get(init.name, init.name)
+    for value in [*proto.graph.input, *proto.graph.value_info]:
+        value.name = renames.get(value.name, value.name)
+    for node in proto.graph.node:
+        for i, name in enumerate(node.input):
+            if name in renames:
+                node.input[i] = renames[name]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +57,46 @@ def resolve(model: Any, task: str | None) -> ModelSource:
             "task only applies to Hugging Face models; for a plain torch.nn.Module pass a sample."
         )
     return ModelSource(kind="module", name=source_name(model), model=model)
+
+
+def build_sample(source: ModelSource, sample: Any, dynamic: Any = True) -> Any:
+    """Named sample tensors with dynamic axes for a resolved model (an ``inputs.Sample``)."""
+    from . import inputs
+
+    if source.kind == "module":
+        s = inputs.normalise(source.model, sample)
+        s.axes = inputs.default_axes(s)
+    else:
+        from .hf import samples
+
+        s = samples.build(source.model, source.preprocessor) if sample is None \
+            else samples.from_user(source.model, sample)
+    if isinstance(dynamic, Mapping):
+        s.axes = inputs.check_axes(s, dynamic)
+    elif not dynamic:
+        s.axes = {}
+    return s
+
+
+def hf_call_kwargs(source: ModelSource) -> dict[str, Any]:
+    """Keyword arguments every Hugging Face call gets: no cache, ModelOutput results."""
+    if source.kind == "module":
+        return {}
+    from .wrap import forward_parameters
+
+    params = forward_parameters(source.model)
+    return {k: v for k, v in (("use_cache", False), ("return_dict", True)) if k in params}
+
+
+def natural_axes(source: ModelSource, sample: Any) -> dict[str, dict[int, str]]:
+    """The axes a model's inputs naturally vary along, even when an export fixed them
+    (so parity can show that a static export fails at other shapes)."""
+    from . import inputs
+
+    if source.kind == "module":
+        return inputs.default_axes(sample)
+    from .hf.samples import AXES, QUIRKS, Quirk
+
+    quirk = QUIRKS.get(source.model_type or "", Quirk())
+    return {n: ({0: "batch"} if n in quirk.static_axes else dict(AXES.get(n, {0: "batch"})))
+            for n, t in zip(sample.names, sample.tensors) if t.dim() >= 1}

@@ -24,6 +24,23 @@ EXPORT: list[Spec] = [
     (("--overwrite",), {"action": "store_true", "help": "replace an existing output file"}, "both"),
 ]
 
+PARITY: list[Spec] = [
+    (("model",), {"help": "the reference: a variable (magic only: a model, an ExportResult), a Hugging Face "
+                          "folder or hub id, or a parent .onnx file"}, "both"),
+    (("onnx",), {"nargs": "?", "default": None,
+                 "help": "the .onnx file to check (default: the ExportResult's own file)"}, "both"),
+    (("--sample",), {"help": "a variable holding the sample inputs"}, "magic"),
+    (("--atol",), {"type": float, "help": "absolute tolerance (default by precision: fp32 1e-4)"}, "both"),
+    (("--rtol",), {"type": float, "help": "relative tolerance (default by precision: fp32 1e-3)"}, "both"),
+    (("--providers",), {"default": "cpu", "help": "comma-separated: cpu,cuda,trt,openvino,... or 'available'"},
+     "both"),
+    (("--shapes",), {"default": "auto",
+                     "help": "'auto', 'sample', or axis sizes like 'batch=4,sequence=32;batch=1'"}, "both"),
+    (("--no-localize",), {"action": "store_true", "help": "skip the search for the first diverging node"},
+     "both"),
+    (("--json",), {"action": "store_true", "help": "print the report as JSON"}, "cli"),
+]
+
 DEMO: list[Spec] = [
     (("--out",), {"default": "onnx_nb_out/demo",
                   "help": "folder for the demo's files (default ./onnx_nb_out/demo)"}, "cli"),
@@ -40,3 +57,32 @@ def export_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments for :func:`onnx_nb.export` from parsed ``EXPORT`` arguments."""
     return {"task": ns.task, "out": ns.out, "opset": ns.opset, "exporter": ns.exporter,
             "dynamic": not ns.static, "overwrite": ns.overwrite}
+
+
+def parse_shapes(text: str) -> Any:
+    """``"batch=4,sequence=32;batch=1"`` -> ``[{"batch": 4, "sequence": 32}, {"batch": 1}]``."""
+    from .errors import InvalidArgumentError
+
+    text = text.strip().strip("'\"")
+    if text in ("auto", "sample"):
+        return text
+    specs: list[Any] = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        if part == "sample":
+            specs.append("sample")
+            continue
+        spec = {}
+        for item in filter(None, (i.strip() for i in part.split(","))):
+            key, sep, value = item.partition("=")
+            if not sep or not value.strip().isdigit():
+                raise InvalidArgumentError(
+                    f"--shapes: {item!r} is not axis=size; write e.g. 'batch=4,sequence=32;batch=1'."
+                )
+            spec[key.strip()] = int(value)
+        specs.append(spec)
+    return specs
+
+
+def parity_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    return {"atol": ns.atol, "rtol": ns.rtol, "providers": ns.providers, "shapes": parse_shapes(ns.shapes),
+            "localize": not ns.no_localize}

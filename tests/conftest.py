@@ -10,7 +10,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
-import tiny_models  # noqa: E402
+import tiny_models
 
 
 @pytest.fixture(scope="session")

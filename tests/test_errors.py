@@ -48,7 +48,7 @@ def test_unknown_path(tmp_path: Path) -> None:
 
 
 def test_folder_without_model(tmp_path: Path) -> None:
-    with pytest.raises(onnx_nb.ModelNotFoundError, match="has no config.json"):
+    with pytest.raises(onnx_nb.ModelNotFoundError, match=r"has no config\.json"):
         onnx_nb.export(str(tmp_path), progress=False)
 
 
@@ -76,7 +76,7 @@ def test_bad_arguments() -> None:
         onnx_nb.export(torch.nn.Linear(2, 2), torch.randn(1, 2), exporter="onnxscript")
     with pytest.raises(onnx_nb.InvalidArgumentError, match="opset"):
         onnx_nb.export(torch.nn.Linear(2, 2), torch.randn(1, 2), opset=99)
-    with pytest.raises(onnx_nb.InvalidArgumentError, match="Pass a torch.nn.Module"):
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"Pass a torch\.nn\.Module"):
         onnx_nb.export(42)
     with pytest.raises(onnx_nb.InvalidArgumentError, match="Unknown task"):
         import tiny_models

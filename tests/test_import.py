@@ -10,8 +10,8 @@ HEAVY = ["torch", "transformers", "onnxruntime", "IPython", "plotly", "onnx", "p
 
 
 def test_import_pulls_in_no_heavy_module() -> None:
-    code = ("import sys, onnx_nb; heavy = %r; print([m for m in heavy if m in sys.modules]); "
-            "print(onnx_nb.__version__)") % HEAVY
+    code = (f"import sys, onnx_nb; heavy = {HEAVY!r}; print([m for m in heavy if m in sys.modules]); "
+            "print(onnx_nb.__version__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines()[0] == "[]", out.stdout
 
@@ -36,8 +36,8 @@ def test_lazy_names_resolve() -> None:
 
 def test_function_names_survive_submodule_imports() -> None:
     """Importing the CLI or magics first must not shadow onnx_nb.export with a module."""
-    import onnx_nb.cli  # noqa: F401
-    import onnx_nb.exporting  # noqa: F401
     import onnx_nb
+    import onnx_nb.cli
+    import onnx_nb.exporting
 
     assert callable(onnx_nb.export) and onnx_nb.export.__module__ == "onnx_nb.exporting"

@@ -39,7 +39,7 @@ def test_magic_exports_a_folder(ip: object, tiny_dirs: dict[str, Path], tmp_path
 
 def test_magic_errors_are_short(ip: object, tmp_path: Path) -> None:
     ip.user_ns["net"] = torch.nn.Linear(4, 2)  # type: ignore[attr-defined]
-    with pytest.raises(UsageError, match="^SampleError: Linear is a plain"):
+    with pytest.raises(UsageError, match=r"^SampleError: Linear is a plain"):
         ip.run_line_magic("onnx_export", "net")  # type: ignore[attr-defined]
     with pytest.raises(UsageError, match="--sample 'nothing' is not a variable"):
         ip.run_line_magic("onnx_export", "net --sample nothing")  # type: ignore[attr-defined]

@@ -1,0 +1,1 @@
+"""Numeric parity between an ONNX model and its PyTorch (or ONNX) reference."""

@@ -1,0 +1,232 @@
+"""``check_parity()``: ONNX vs its reference on several shapes and providers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..progress import Steps
+from ..results.parity import DivergingNode, ParityReport, Row
+from .references import Reference
+from .tolerance import measure, precision_of, resolve
+
+ShapeSpec = dict[str, int]
+_ORT_NODE = re.compile(r"running (?P<op>\w+) node\. Name:'(?P<name>[^']+)'")
+
+
+def resize(array: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """Lengthen (repeating values, so ids stay valid) or shorten ``array`` along ``axis``."""
+    return np.take(array, np.arange(size) % max(array.shape[axis], 1), axis=axis)
+
+
+def axis_sizes(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for name, spec in axes.items():
+        for axis, axis_name in spec.items():
+            if name in sample:
+                sizes.setdefault(axis_name, int(sample[name].shape[axis]))
+    return sizes
+
+
+def auto_shapes(sizes: dict[str, int]) -> list[ShapeSpec]:
+    """The sample's shape, a larger batch, and batch 1 with other lengths."""
+    specs: list[ShapeSpec] = [{}]
+    if "batch" in sizes:
+        specs.append({"batch": sizes["batch"] + 3})
+    longer = {n: 2 * s + 1 for n, s in sizes.items() if n != "batch"}
+    if longer or "batch" in sizes:
+        specs.append({**({"batch": 1} if "batch" in sizes else {}), **longer})
+    return specs
+
+
+def parse_shapes(shapes: Any, sizes: dict[str, int], inputs: Sequence[str]) -> list[ShapeSpec]:
+    if shapes == "auto":
+        return auto_shapes(sizes)
+    if shapes in (None, "sample"):
+        return [{}]
+    if isinstance(shapes, Mapping):
+        shapes = [shapes]
+    specs: list[ShapeSpec] = []
+    for spec in shapes:
+        if spec == "sample":
+            specs.append({})
+            continue
+        if not isinstance(spec, Mapping):
+            raise InvalidArgumentError(
+                f"shapes entries are dicts like {{'batch': 4, 'sequence': 32}} or 'sample', not {spec!r}."
+            )
+        unknown = [k for k in spec if k not in sizes and k not in inputs]
+        if unknown:
+            raise InvalidArgumentError(
+                f"shapes names {unknown}, which are neither dynamic axes ({', '.join(sizes) or 'none'}) "
+                f"nor inputs ({', '.join(inputs)})."
+            )
+        specs.append(dict(spec))
+    return specs
+
+
+def make_feed(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]], spec: ShapeSpec) -> dict[str, np.ndarray]:
+    feed = {}
+    for name, array in sample.items():
+        value = spec.get(name)
+        if isinstance(value, (list, tuple)):
+            for axis, size in enumerate(value):
+                array = resize(array, axis, int(size))
+        else:
+            for axis, axis_name in axes.get(name, {}).items():
+                if axis_name in spec:
+                    array = resize(array, axis, int(spec[axis_name]))
+        feed[name] = np.ascontiguousarray(array)
+    return feed
+
+
+def label(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]], spec: ShapeSpec) -> str:
+    sizes = axis_sizes(feed, axes)
+    text = ", ".join(f"{k}={v}" for k, v in sizes.items()) or ", ".join(
+        f"{k}{list(v.shape)}" for k, v in feed.items())
+    return ("sample " if not spec else "") + text
+
+
+def static_conflict(session: Any, feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> str | None:
+    """Which input axis the ONNX graph fixed to another size than this check uses."""
+    for info in session.get_inputs():
+        if info.name not in feed:
+            continue
+        for axis, dim in enumerate(info.shape):
+            size = feed[info.name].shape[axis] if axis < feed[info.name].ndim else None
+            if isinstance(dim, int) and size is not None and dim != size:
+                axis_name = axes.get(info.name, {}).get(axis, f"axis {axis}")
+                return (f"input {info.name} axis {axis} ({axis_name}) is fixed to {dim} in the ONNX graph, "
+                        f"but this check uses {size}; re-export with dynamic axes (dynamic=True)")
+    return None
+
+
+def cast_feed(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+    out = {}
+    for info in session.get_inputs():
+        if info.name in feed:
+            dtype = types.get(info.type)
+            out[info.name] = feed[info.name].astype(dtype) if dtype else feed[info.name]
+    return out
+
+
+def padding_mask(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> np.ndarray | None:
+    """Real (unpadded) token positions, when the inputs carry an attention mask over batch × sequence."""
+    mask = feed.get("attention_mask")
+    if mask is None or mask.ndim != 2 or mask.all():
+        return None
+    return mask.astype(bool)
+
+
+def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, shapes: Any = "auto",
+                 providers: Any = ("cpu",), atol: float | None = None, rtol: float | None = None,
+                 tolerances: Mapping[str, Any] | None = None, localize: bool = True, seed: int = 0,
+                 progress: bool = True) -> ParityReport:
+    """Compare ``onnx_model`` with ``reference`` output by output, on several shapes and providers.
+
+    Returns a :class:`ParityReport` (truthy when everything passed); raises only for bad input.
+    """
+    from .. import sessions
+    from .references import resolve as resolve_reference
+
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise InvalidArgumentError(f"{name} must be a number >= 0, got {value!r}.")
+    wanted = sessions.resolve(providers)
+    ref, path = resolve_reference(reference, onnx_model, sample, seed)
+    from ..onnxfile import load_proto
+
+    precision = precision_of(load_proto(path))
+    sizes = axis_sizes(ref.sample, ref.axes)
+    specs = parse_shapes(shapes, sizes, list(ref.sample))
+    rows: list[Row] = []
+    notes: list[str] = []
+    shape_feeds: dict[str, dict[str, list[int]]] = {}
+    first_failure: tuple[dict[str, np.ndarray], str] | None = None
+    divergence: DivergingNode | None = None
+    live = [p for p in wanted if p.available]
+    with Steps(len(specs) * max(len(live), 1) + int(localize), "parity", progress) as steps:
+        for p in wanted:
+            if not p.available:
+                rows.append(Row("*", "*", p.short, "unavailable", note=p.reason))
+        sessions_by_provider = {p.short: sessions.session(path, p.name) for p in live}
+        for spec in specs:
+            feed = make_feed(ref.sample, ref.axes, spec)
+            tag = label(feed, ref.axes, spec)
+            shape_feeds[tag] = {k: list(v.shape) for k, v in feed.items()}
+            try:
+                expected = ref.run(feed)
+            except Exception as exc:  # noqa: BLE001 - the reference's own failure is reported, not raised
+                rows.append(Row("*", tag, "reference", "skipped",
+                                note=f"the reference itself fails here: {type(exc).__name__}: {str(exc)[:150]}"))
+                continue
+            mask = padding_mask(feed, ref.axes)
+            if mask is not None and tag.startswith("sample"):
+                notes.append("Padded token positions (attention_mask == 0) are excluded from the statistics.")
+            for p in live:
+                steps.step(f"{tag} on {p.short}")
+                sess = sessions_by_provider[p.short]
+                conflict = static_conflict(sess, feed, ref.axes)
+                if conflict:
+                    rows.append(Row("*", tag, p.short, "shape-mismatch", note=conflict))
+                    continue
+                try:
+                    got = sess.run(None, cast_feed(sess, feed))
+                except Exception as exc:  # noqa: BLE001 - ORT errors become rows
+                    text = str(exc).splitlines()[0][:300]
+                    rows.append(Row("*", tag, p.short, "shape-mismatch" if spec else "error",
+                                    note=_changed(ref, feed) + text))
+                    match = _ORT_NODE.search(str(exc))
+                    if match and divergence is None:
+                        divergence = DivergingNode(match["name"], match["op"], "", None, float("nan"),
+                                                   float("nan"), "named in ONNX Runtime's error")
+                    continue
+                names = [o.name for o in sess.get_outputs()]
+                if not set(names) & set(expected):
+                    notes.append("Output names differ from the reference's; outputs were matched by position.")
+                    expected = dict(zip(names, expected.values()))
+                for name, value in zip(names, got):
+                    row = _row(name, tag, p.short, value, expected.get(name), mask, precision, atol, rtol,
+                               tolerances, seed)
+                    rows.append(row)
+                    if row.failed and first_failure is None and row.status == "fail":
+                        first_failure = (feed, p.name)
+        if localize and first_failure is not None and divergence is None:
+            steps.step("finding the first diverging node")
+            from .localize import first_divergence
+
+            try:
+                divergence = first_divergence(path, ref, first_failure[0], precision, atol, rtol)
+            except Exception as exc:  # noqa: BLE001 - localisation is a diagnosis; the report stands
+                notes.append(f"Could not localise the failure: {type(exc).__name__}: {str(exc)[:200]}")
+    return ParityReport(model=path.name, reference=ref.label, precision=precision, rows=rows,
+                        shapes=shape_feeds, divergence=divergence, notes=list(dict.fromkeys(notes)))
+
+
+def _changed(ref: Reference, feed: dict[str, np.ndarray]) -> str:
+    sizes, base = axis_sizes(feed, ref.axes), axis_sizes(ref.sample, ref.axes)
+    moved = [f"{k} {base[k]}→{v}" for k, v in sizes.items() if base.get(k) != v]
+    return f"fails when {', '.join(moved)}: " if moved else ""
+
+
+def _row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.ndarray | None,
+         mask: np.ndarray | None, precision: str, atol: float | None, rtol: float | None,
+         tolerances: Mapping[str, Any] | None, seed: int) -> Row:
+    if expected is None:
+        return Row(name, tag, provider, "skipped", note="the reference has no output of this name")
+    if value.shape != expected.shape:
+        return Row(name, tag, provider, "shape-mismatch",
+                   note=f"ONNX gives shape {list(value.shape)}, the reference {list(expected.shape)}")
+    tol = resolve(precision, name, atol, rtol, tolerances)
+    stats, errors = measure(value, expected, name, mask, seed)
+    verdict = errors.judge(tol)
+    return Row(name, tag, provider, "pass" if verdict["passed"] else "fail", tolerance=tol,
+               max_abs=stats["max_abs"], max_rel=stats["max_rel"], mean_abs=stats["mean_abs"],
+               frac_out=verdict["frac_out"], cosine=stats["cosine"], argmax_agreement=stats["argmax_agreement"],
+               needed_atol=verdict["needed_atol"], errors=errors)

@@ -1,0 +1,171 @@
+"""What an ONNX model is compared against: a PyTorch model or another ONNX model."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, SampleError
+
+
+@dataclass
+class Reference:
+    """Runs the reference on named numpy inputs; ``kind`` is ``"torch"`` or ``"onnx"``."""
+
+    kind: str
+    label: str
+    sample: dict[str, np.ndarray]
+    axes: dict[str, dict[int, str]]
+    output_names: list[str]
+    model: Any = None  # torch module, for kind == "torch"
+    flat: Any = None  # onnx_nb.wrap.FlatModule
+    path: Path | None = None  # for kind == "onnx"
+    exporter: str | None = None  # how the ONNX model under test was exported, when known
+    session: Any = field(default=None, repr=False)
+
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.kind == "onnx":
+            if self.session is None:
+                from ..sessions import session
+
+                self.session = session(self.path or "", "CPUExecutionProvider")
+            wanted = {i.name for i in self.session.get_inputs()}
+            out = self.session.run(None, {k: v for k, v in feed.items() if k in wanted})
+            return dict(zip([o.name for o in self.session.get_outputs()], out))
+        import torch
+
+        from ..wrap import eval_mode
+
+        tensors = [torch.from_numpy(np.ascontiguousarray(feed[n])) for n in self.flat.input_names]
+        with eval_mode(self.model), torch.no_grad():
+            out = self.flat.flat(*tensors)
+        return {n: t.detach().float().numpy() if t.is_floating_point() else t.numpy()
+                for n, t in zip(self.output_names, out)}
+
+
+def _numpy(sample: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {k: (v.detach().numpy() if hasattr(v, "detach") else np.asarray(v)) for k, v in sample.items()}
+
+
+def torch_reference(source: Any, sample: Any, label: str, exporter: str | None = None) -> Reference:
+    """From a resolved :class:`ModelSource` (model loaded) and an optional user sample."""
+    from ..sources import build_sample, hf_call_kwargs
+    from ..wrap import FlatModule, eval_mode
+
+    if sample is None and source.sample:
+        tensors = dict(source.sample)
+        from ..inputs import Sample
+
+        s = Sample(list(tensors), list(tensors.values()), source.as_kwargs, dict(source.input_axes))
+    else:
+        s = build_sample(source, sample)
+    if not s.axes:
+        from ..sources import natural_axes
+
+        s.axes = natural_axes(source, s)
+    flat = FlatModule(source.model, s.names, s.as_kwargs, hf_call_kwargs(source))
+    with eval_mode(source.model):
+        try:
+            flat.discover(s.tensors)
+        except Exception as exc:
+            raise SampleError(
+                f"The reference model fails on the sample {s.shapes()}: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            ) from exc
+    return Reference("torch", label, _numpy(s.as_dict()), dict(s.axes), list(flat.output_names),
+                     model=source.model, flat=flat, exporter=exporter)
+
+
+def onnx_reference(path: Path, sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> Reference:
+    from ..sessions import session
+
+    sess = session(path, "CPUExecutionProvider")
+    return Reference("onnx", f"ONNX {path.name}", sample, axes, [o.name for o in sess.get_outputs()],
+                     path=path, session=sess)
+
+
+def graph_sample(path: Path, seed: int) -> tuple[dict[str, np.ndarray], dict[str, dict[int, str]]]:
+    """Inputs for an ONNX model with no other source of samples: ids within the embedding's
+    vocabulary, masks of ones, floats from a normal distribution; dynamic dims batch 2, others 8."""
+    import onnx
+
+    from ..onnxfile import load_proto, signature
+
+    proto = load_proto(path)
+    inits = {i.name: list(i.dims) for i in proto.graph.initializer}
+    vocab: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in inits:
+            vocab.setdefault(node.input[1], inits[node.input[0]][0])
+    rng = np.random.default_rng(seed)
+    sample, axes = {}, {}
+    for info in signature(proto)[0]:
+        shape = [d if isinstance(d, int) else (2 if i == 0 else 8) for i, d in enumerate(info.shape)]
+        axes[info.name] = {i: (d if isinstance(d, str) else f"{info.name}_{i}")
+                           for i, d in enumerate(info.shape) if not isinstance(d, int)}
+        dtype = np.dtype(info.dtype) if info.dtype in np.sctypeDict else np.float32
+        if np.issubdtype(dtype, np.floating):
+            sample[info.name] = rng.standard_normal(shape).astype(dtype)
+        elif "mask" in info.name:
+            sample[info.name] = np.ones(shape, dtype)
+        elif "type" in info.name or dtype == np.bool_:
+            sample[info.name] = np.zeros(shape, dtype)
+        else:
+            sample[info.name] = rng.integers(0, vocab.get(info.name, 2), shape).astype(dtype)
+    del onnx
+    return sample, axes
+
+
+def resolve(reference: Any, onnx_model: Any, sample: Any, seed: int) -> tuple[Reference, Path]:
+    """The reference to compare against and the path of the ONNX model under test."""
+    from ..results.export import ExportResult
+
+    if onnx_model is None and not hasattr(reference, "path"):
+        raise InvalidArgumentError(
+            "Which ONNX model should be checked? Pass it as onnx_model (a .onnx path or an ExportResult); "
+            "it can only be left out when the reference is an ExportResult or a variant."
+        )
+    candidate = _path_of(onnx_model if onnx_model is not None else reference, "onnx_model")
+    exporter = onnx_model.exporter if isinstance(onnx_model, ExportResult) else None
+    if isinstance(reference, ExportResult):
+        source = reference.source
+        if source.model is None:
+            from ..sources import resolve as resolve_source
+
+            source = resolve_source(source.location or "", source.task)
+        return torch_reference(source, sample, f"PyTorch {reference.source.name}",
+                               exporter or reference.exporter), candidate
+    parent = getattr(reference, "path", None) if not isinstance(reference, (str, os.PathLike)) else None
+    if parent is not None or (isinstance(reference, (str, os.PathLike)) and str(reference).endswith(".onnx")):
+        path = _path_of(reference, "reference")
+        if sample is not None:
+            feed = _numpy(dict(sample)) if hasattr(sample, "keys") else None
+            if feed is None:
+                raise SampleError("To compare two ONNX models, pass the sample as a dict of input name -> array.")
+            axes = {k: {0: "batch"} for k, v in feed.items() if np.ndim(v) >= 1}
+        else:
+            inherited = getattr(getattr(onnx_model, "source", None), "sample", None)
+            if inherited:
+                feed = _numpy(inherited)
+                axes = dict(onnx_model.source.input_axes)
+            else:
+                feed, axes = graph_sample(path, seed)
+        return onnx_reference(path, feed, axes), candidate
+    from ..sources import resolve as resolve_source
+
+    source = resolve_source(reference, None)
+    return torch_reference(source, sample, f"PyTorch {source.name}", exporter), candidate
+
+
+def _path_of(model: Any, what: str) -> Path:
+    path = getattr(model, "path", model)
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"{what} is a {type(model).__name__}; pass the path of an .onnx file, an ExportResult "
+            "or a variant."
+        )
+    return Path(path)

@@ -1,0 +1,235 @@
+"""``ParityReport``: one row per output × shape × provider, and where a failure starts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ..errors import ShapeMismatch, ToleranceExceeded
+from ..parity.tolerance import Errors, Tolerance
+from ..render import CSS, esc, html_table, text_table
+
+COLUMNS = ["output", "shape", "provider", "status", "max_abs", "max_rel", "mean_abs", "frac_out",
+           "cosine", "argmax_agreement", "tolerance", "needed_atol", "note"]
+
+
+@dataclass
+class Row:
+    output: str
+    shape: str
+    provider: str
+    status: str  # "pass", "fail", "shape-mismatch", "error", "unavailable", "skipped"
+    tolerance: Tolerance | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    mean_abs: float | None = None
+    frac_out: float | None = None
+    cosine: float | None = None
+    argmax_agreement: float | None = None
+    needed_atol: float | None = None
+    note: str = ""
+    errors: Errors | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("fail", "shape-mismatch", "error")
+
+    def rejudged(self, tol: Tolerance) -> Row:
+        if self.errors is None or self.status not in ("pass", "fail"):
+            return self
+        verdict = self.errors.judge(tol)
+        return replace(self, tolerance=tol, frac_out=verdict["frac_out"], needed_atol=verdict["needed_atol"],
+                       status="pass" if verdict["passed"] else "fail")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in asdict(self).items() if k not in ("errors", "tolerance")}
+        data["tolerance"] = self.tolerance.to_dict() if self.tolerance else None
+        return data
+
+    def cells(self) -> list[str]:
+        def f(v: float | None, spec: str = ".2e") -> str:
+            return "-" if v is None else format(v, spec)
+
+        return [self.output, self.shape, self.provider, self.status, f(self.max_abs), f(self.max_rel),
+                f(self.mean_abs), f(self.frac_out, ".2%"), f(self.cosine, ".6f"),
+                f(self.argmax_agreement, ".3f"), self.tolerance.describe() if self.tolerance else "-",
+                f(self.needed_atol), self.note]
+
+
+@dataclass
+class DivergingNode:
+    """The first node whose output departs from the reference."""
+
+    node: str
+    op_type: str
+    output: str
+    module_path: str | None
+    max_abs: float
+    cosine: float
+    method: str  # how it was found
+    inputs: list[str] = field(default_factory=list)
+    block: list[str] = field(default_factory=list)  # variant-only nodes feeding it (e.g. a quantized MatMul)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        where = f" (module {self.module_path})" if self.module_path else ""
+        return (f"first diverging node: {self.node} [{self.op_type}]{where}, output {self.output}: "
+                f"max abs {self.max_abs:.3g}, cosine {self.cosine:.6f} ({self.method})")
+
+
+@dataclass
+class ParityReport:
+    model: str
+    reference: str
+    precision: str
+    rows: list[Row]
+    shapes: dict[str, dict[str, list[int]]]
+    divergence: DivergingNode | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return not any(r.failed for r in self.rows) and any(r.passed for r in self.rows)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self)
+
+    @property
+    def failures(self) -> list[Row]:
+        return [r for r in self.rows if r.failed]
+
+    @property
+    def unavailable(self) -> list[Row]:
+        return [r for r in self.rows if r.status == "unavailable"]
+
+    def rejudge(self, atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
+                tolerances: dict[str, Tolerance] | None = None) -> ParityReport:
+        """The same stored errors judged with other tolerances; no model is run again.
+
+        ``atol``/``rtol`` change element-wise rows, ``min_cosine`` task-level rows (fp16, INT8).
+        """
+        rows = []
+        for row in self.rows:
+            tol = (tolerances or {}).get(row.output) or row.tolerance
+            if tol is not None and tol.mode == "elementwise" and (atol is not None or rtol is not None):
+                tol = replace(tol, atol=tol.atol if atol is None else atol, rtol=tol.rtol if rtol is None else rtol)
+            if tol is not None and tol.mode == "task" and min_cosine is not None:
+                tol = replace(tol, min_cosine=min_cosine)
+            rows.append(row.rejudged(tol) if tol else row)
+        return replace(self, rows=rows)
+
+    def raise_for_failure(self) -> None:
+        mismatch = [r for r in self.rows if r.status == "shape-mismatch"]
+        if mismatch:
+            raise ShapeMismatch("; ".join(f"{r.shape}: {r.note}" for r in mismatch[:3]))
+        failed = self.failures
+        if failed:
+            worst = max(failed, key=lambda r: r.max_abs or 0.0)
+            where = f" {self.divergence.text()}." if self.divergence else ""
+            limit = worst.tolerance.describe() if worst.tolerance else "?"
+            raise ToleranceExceeded(
+                f"{len(failed)} of {len(self.rows)} checks failed; worst: {worst.output} at {worst.shape} "
+                f"on {worst.provider}: max abs {worst.max_abs or 0:.3g} outside {limit}"
+                f" (would pass with atol={worst.needed_atol or 0:.3g}).{where}"
+            )
+        if not any(r.passed for r in self.rows):
+            raise ToleranceExceeded("No check ran: every provider asked for is unavailable here.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "reference": self.reference, "precision": self.precision,
+                "passed": bool(self), "rows": [r.to_dict() for r in self.rows], "shapes": self.shapes,
+                "divergence": self.divergence.to_dict() if self.divergence else None, "notes": list(self.notes)}
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        rows = [r.to_dict() | {"tolerance": r.tolerance.describe() if r.tolerance else None} for r in self.rows]
+        return pd.DataFrame(rows, columns=[c for c in COLUMNS])
+
+    def figure(self) -> Any:
+        """Distribution of absolute errors per output (log scale), tolerance marked."""
+        import numpy as np
+        import plotly.graph_objects as go
+
+        fig = go.Figure()
+        atols = set()
+        for row in self.rows:
+            if row.errors is None:
+                continue
+            d = np.maximum(row.errors.diff, 1e-12)
+            fig.add_trace(go.Histogram(x=np.log10(d), name=f"{row.output} · {row.shape} · {row.provider}",
+                                       opacity=0.6, nbinsx=60))
+            if row.tolerance and row.tolerance.mode == "elementwise":
+                atols.add(row.tolerance.atol)
+        for atol in atols:
+            fig.add_vline(x=float(np.log10(atol)), line_dash="dash", line_color="#b3261e",
+                          annotation_text=f"atol {atol:g}")
+        fig.update_layout(barmode="overlay", title=f"Parity errors: {self.model} vs {self.reference}",
+                          xaxis_title="log10 |onnx - reference|", yaxis_title="elements", template="plotly_white",
+                          height=380)
+        return fig
+
+    def _headline(self) -> str:
+        n_fail, n_pass = len(self.failures), sum(r.passed for r in self.rows)
+        verdict = "PASSED" if self else "FAILED"
+        extra = f", {len(self.unavailable)} unavailable" if self.unavailable else ""
+        return f"Parity {verdict}: {n_pass} passed, {n_fail} failed{extra} ({self.precision} model vs {self.reference})"
+
+    def __repr__(self) -> str:
+        cols = ["output", "shape", "provider", "status", "max_abs", "cosine", "tolerance", "needed_atol"]
+        idx = [COLUMNS.index(c) for c in cols]
+        lines = [self._headline(), text_table(cols, [[r.cells()[i] for i in idx] for r in self.rows])]
+        if self.divergence:
+            lines.append(self.divergence.text())
+        lines += [f"note: {n}" for n in self.notes]
+        lines += list(dict.fromkeys(f"{r.shape} on {r.provider}: {r.note}" for r in self.rows
+                                    if r.note and not r.passed))[:6]
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """In a live notebook: the interactive view (tolerance sliders); elsewhere plain HTML."""
+        from ..progress import in_notebook
+
+        bundle: dict[str, Any] = {"text/plain": repr(self), "text/html": self._repr_html_()}
+        if in_notebook():
+            try:
+                from .parity_view import view
+            except ImportError:  # ipywidgets missing: static HTML it is
+                return bundle
+            widget_bundle = view(self)._repr_mimebundle_(include=include, exclude=exclude)
+            if widget_bundle:
+                bundle.update(widget_bundle if isinstance(widget_bundle, dict) else widget_bundle[0])
+        return bundle
+
+    __str__ = __repr__
+
+    def html_body(self) -> str:
+        marks = {"pass": '<span class="ok">✓ pass</span>', "fail": '<span class="bad">✗ fail</span>',
+                 "shape-mismatch": '<span class="bad">✗ shape</span>', "error": '<span class="bad">✗ error</span>'}
+        rows = []
+        for r in self.rows:
+            cells = r.cells()
+            cells = [esc(c) for c in cells]
+            cells[3] = marks.get(r.status, esc(r.status))
+            rows.append(cells)
+        table = html_table(COLUMNS, rows, raw_cols=range(len(COLUMNS)))
+        div = ""
+        if self.divergence:
+            d = self.divergence
+            div = (f'<div class="bad">First diverging node: <code>{esc(d.node)}</code> [{esc(d.op_type)}]'
+                   + (f" in module <code>{esc(d.module_path)}</code>" if d.module_path else "")
+                   + f", output <code>{esc(d.output)}</code>: max abs {d.max_abs:.3g}, cosine {d.cosine:.6f}"
+                   f" <span style='color:#666'>({esc(d.method)})</span></div>")
+        notes = "".join(f'<div class="warn">{esc(n)}</div>' for n in self.notes)
+        cls = "ok" if self else "bad"
+        return (f'<div class="onnxnb"><h4><span class="{cls}">{"✓" if self else "✗"}</span> '
+                f"{esc(self._headline())}</h4>{div}{table}{notes}</div>")
+
+    def _repr_html_(self) -> str:
+        return CSS + self.html_body()

@@ -1,0 +1,98 @@
+"""ONNX Runtime sessions: forgiving provider names, availability, and checked model loading."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidArgumentError
+
+ALIASES: dict[str, str] = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider", "gpu": "CUDAExecutionProvider",
+    "trt": "TensorrtExecutionProvider", "tensorrt": "TensorrtExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider", "ov": "OpenVINOExecutionProvider",
+    "dml": "DmlExecutionProvider", "directml": "DmlExecutionProvider",
+    "coreml": "CoreMLExecutionProvider", "rocm": "ROCMExecutionProvider",
+    "migraphx": "MIGraphXExecutionProvider", "qnn": "QNNExecutionProvider",
+    "xnnpack": "XnnpackExecutionProvider", "dnnl": "DnnlExecutionProvider",
+    "webgpu": "WebGpuExecutionProvider", "cann": "CANNExecutionProvider",
+    "nnapi": "NnapiExecutionProvider", "acl": "ACLExecutionProvider",
+    "vitisai": "VitisAIExecutionProvider", "azure": "AzureExecutionProvider",
+}
+SHORT = {v: k for k, v in reversed(ALIASES.items())}
+
+
+@dataclass(frozen=True)
+class Provider:
+    requested: str
+    name: str  # full ORT name
+    available: bool
+    reason: str = ""
+
+    @property
+    def short(self) -> str:
+        return SHORT.get(self.name, self.name)
+
+
+def available() -> list[str]:
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
+def resolve(names: str | Any) -> list[Provider]:
+    """``"cpu"``, ``"CUDA"``, ``"trt"`` or full ORT names -> providers, available or not.
+
+    ``"available"`` means every provider ONNX Runtime offers here. An unknown name raises
+    :class:`InvalidArgumentError` listing the known and available ones.
+    """
+    have = available()
+    if isinstance(names, str):
+        names = have if names == "available" else [n.strip() for n in names.split(",") if n.strip()]
+    known = {v.lower(): v for v in ALIASES.values()} | {h.lower(): h for h in have}
+    result: list[Provider] = []
+    for raw in names:
+        if not isinstance(raw, str):
+            raise InvalidArgumentError(f"Provider names are strings, got {type(raw).__name__}.")
+        key = raw.strip().lower()
+        full = ALIASES.get(key) or known.get(key) or known.get(key + "executionprovider")
+        if full is None:
+            raise InvalidArgumentError(
+                f"Unknown execution provider {raw!r}. Short names: {', '.join(sorted(set(ALIASES)))}; "
+                f"available here: {', '.join(SHORT.get(h, h) for h in have)}."
+            )
+        if full in have:
+            result.append(Provider(raw, full, True))
+        else:
+            result.append(Provider(raw, full, False,
+                                   f"{full} is not in this onnxruntime build; available: "
+                                   f"{', '.join(SHORT.get(h, h) for h in have)}"))
+    if not result:
+        raise InvalidArgumentError("No execution provider given; use e.g. providers=('cpu',).")
+    return result
+
+
+def session(path: str | Path, provider: str = "CPUExecutionProvider", *, threads: int | None = None,
+            level: str | None = None, extra_outputs: bool = False, quiet: bool = True) -> Any:
+    """A session on one provider (CPU as fallback only for nodes it cannot place)."""
+    import onnxruntime as ort
+
+    from .onnxfile import load_proto
+
+    load_proto(path)  # clear errors for missing, empty or corrupt files before ORT sees them
+    opts = ort.SessionOptions()
+    if quiet:
+        opts.log_severity_level = 3
+    if threads:
+        opts.intra_op_num_threads = threads
+    if level is not None:
+        opts.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[level]
+    providers = [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
+    return ort.InferenceSession(str(path), opts, providers=providers)

@@ -1,0 +1,231 @@
+"""check_parity on real exports, perturbed files, static shapes, variants and providers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import onnx_nb
+import tiny_models
+from onnx_nb.parity.localize import module_of
+
+VALUE = "bert.encoder.layer.1.attention.self.value"
+
+
+@pytest.fixture(scope="module")
+def bert_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, onnx_nb.ExportResult]:
+    folder = tmp_path_factory.mktemp("parity")
+    model = tiny_models.build("bert")
+    return {ex: onnx_nb.export(model, out=folder / f"{ex}.onnx", exporter=ex, progress=False)
+            for ex in ("dynamo", "torchscript")}
+
+
+def perturb(path: Path, out: Path, module: str) -> str:
+    """Add noise to the weight consumed by ``module``'s MatMul/Gemm; returns that node's name."""
+    proto = onnx.load(str(path))
+    inits = {i.name: i for i in proto.graph.initializer}
+    node = next(n for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and module_of(n) == module
+                and any(i in inits for i in n.input))
+    name = next(i for i in node.input if i in inits)
+    weight = onnx.numpy_helper.to_array(inits[name]).copy()
+    weight += np.random.default_rng(0).normal(0, 1.0, weight.shape).astype(weight.dtype)
+    inits[name].CopyFrom(onnx.numpy_helper.from_array(weight, name))
+    onnx.save(proto, str(out))
+    return node.name
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_export_passes_on_three_shapes(bert_exports: dict[str, onnx_nb.ExportResult], exporter: str) -> None:
+    report = onnx_nb.check_parity(bert_exports[exporter], progress=False)
+    assert report, repr(report)
+    assert [r.shape for r in report.rows] == ["sample batch=2, sequence=7", "batch=5, sequence=7",
+                                              "batch=1, sequence=15"]
+    row = report.rows[0]
+    assert row.output == "logits" and row.provider == "cpu" and row.max_abs is not None and row.max_abs < 1e-5
+    assert row.cosine is not None and row.cosine > 0.99999 and row.tolerance is not None
+    assert row.tolerance.atol == 1e-4 and row.needed_atol is not None and row.needed_atol <= row.max_abs
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["passed"] and data["precision"] == "fp32" and len(data["rows"]) == 3
+    frame = report.to_pandas()
+    assert list(frame["status"]) == ["pass"] * 3 and "needed_atol" in frame.columns
+    fig = report.figure()
+    assert len(fig.data) == 3 and "Parity errors" in fig.layout.title.text
+    report.raise_for_failure()
+
+
+@pytest.mark.parametrize("name", ["t5", "vit", "wav2vec2", "whisper", "clip"])
+def test_other_architectures_pass(name: str, tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
+    result = onnx_nb.export(str(tiny_dirs[name]), out=tmp_path / "m.onnx", progress=False)
+    report = onnx_nb.check_parity(result, progress=False)
+    assert report, repr(report)
+    assert len({r.shape for r in report.rows}) == 3
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_perturbed_weight_names_its_consumer(bert_exports: dict[str, onnx_nb.ExportResult], exporter: str,
+                                             tmp_path: Path) -> None:
+    result = bert_exports[exporter]
+    consumer = perturb(result.path, tmp_path / "bad.onnx", VALUE)
+    report = onnx_nb.check_parity(result, tmp_path / "bad.onnx", progress=False)
+    assert not report and all(r.status == "fail" for r in report.rows)
+    assert report.divergence is not None
+    assert report.divergence.node == consumer and report.divergence.module_path == VALUE
+    assert report.divergence.op_type in ("MatMul", "Gemm")
+    with pytest.raises(onnx_nb.ToleranceExceeded, match=consumer.replace(".", r"\.")):
+        report.raise_for_failure()
+    assert report.rejudge(atol=1.0)  # the stored errors, judged looser, pass without re-running
+    assert not report.rejudge(atol=1e-9)
+    assert "First diverging node" in report._repr_html_()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.onnx"], "no debug copies left behind"
+
+
+def test_static_export_fails_at_other_shapes(tmp_path: Path) -> None:
+    result = onnx_nb.export(tiny_models.build("bert"), out=tmp_path / "s.onnx", dynamic=False, progress=False)
+    report = onnx_nb.check_parity(result, progress=False)
+    assert not report
+    statuses = [r.status for r in report.rows]
+    assert statuses == ["pass", "shape-mismatch", "shape-mismatch"]
+    assert "axis 0 (batch) is fixed to 2" in report.rows[1].note
+    with pytest.raises(onnx_nb.ShapeMismatch, match="batch"):
+        report.raise_for_failure()
+
+
+def test_variant_against_parent(bert_exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    parent = bert_exports["dynamo"].path
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    opts.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    ort.InferenceSession(str(parent), opts, providers=["CPUExecutionProvider"])
+    optimized = onnx_nb.check_parity(parent, tmp_path / "opt.onnx", progress=False)
+    assert optimized and optimized.reference == "ONNX dynamo.onnx" and optimized.precision == "fp32"
+
+    plain = onnx.load(str(parent))
+    del plain.graph.value_info[:]
+    onnx.save(plain, str(tmp_path / "plain.onnx"))
+    quantize_dynamic(str(tmp_path / "plain.onnx"), str(tmp_path / "int8.onnx"), weight_type=QuantType.QInt8,
+                     per_channel=True)
+    int8 = onnx_nb.check_parity(parent, tmp_path / "int8.onnx", progress=False)
+    assert int8.precision == "int8" and int8.rows[0].tolerance is not None
+    assert int8.rows[0].tolerance.mode == "task" and int8, repr(int8)
+
+    consumer = perturb(parent, tmp_path / "bad.onnx", VALUE)
+    bad = onnx_nb.check_parity(parent, tmp_path / "bad.onnx", progress=False)
+    assert not bad and bad.divergence is not None and bad.divergence.node == consumer
+    assert "reference ONNX" in bad.divergence.method
+
+    # Damaged variants: the optimized graph (fused, renamed nodes) and the INT8 one.
+    for name, ops in (("opt.onnx", ("MatMul", "FusedMatMul", "Gemm")), ("int8.onnx", ("MatMulInteger",))):
+        consumer = damage_middle_weight(tmp_path / name, tmp_path / f"bad_{name}", ops)
+        report = onnx_nb.check_parity(parent, tmp_path / f"bad_{name}", progress=False)
+        assert not report and report.divergence is not None, (name, repr(report))
+        assert report.divergence.node == consumer, (name, report.divergence)
+
+
+def damage_middle_weight(path: Path, out: Path, ops: tuple[str, ...]) -> str:
+    """Replace with noise the weight of the last node among ``ops`` that reads an initializer."""
+    proto = onnx.load(str(path))
+    inits = {i.name: i for i in proto.graph.initializer}
+    nodes = [n for n in proto.graph.node if n.op_type in ops and any(i in inits and len(inits[i].dims) == 2
+                                                                      for i in n.input)]
+    node = nodes[-1]
+    name = next(i for i in node.input if i in inits and len(inits[i].dims) == 2)
+    weight = onnx.numpy_helper.to_array(inits[name])
+    rng = np.random.default_rng(0)
+    if np.issubdtype(weight.dtype, np.integer):
+        noise = rng.integers(-127, 128, weight.shape)
+    else:
+        noise = rng.normal(0, 10 * float(weight.std()), weight.shape)
+    inits[name].CopyFrom(onnx.numpy_helper.from_array(noise.astype(weight.dtype), name))
+    onnx.save(proto, str(out))
+    return node.name
+
+
+def test_unavailable_and_unknown_providers(bert_exports: dict[str, onnx_nb.ExportResult]) -> None:
+    report = onnx_nb.check_parity(bert_exports["dynamo"], providers=("cpu", "cuda"), progress=False)
+    unavailable = report.unavailable
+    assert len(unavailable) == 1 and unavailable[0].provider == "cuda"
+    assert "available: " in unavailable[0].note and "cpu" in unavailable[0].note
+    assert report, "CPU rows still pass; the missing provider is shown, not dropped"
+    assert "unavailable" in repr(report)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="Unknown execution provider 'tpu9'"):
+        onnx_nb.check_parity(bert_exports["dynamo"], providers=("tpu9",), progress=False)
+    only_missing = onnx_nb.check_parity(bert_exports["dynamo"], providers="CUDAExecutionProvider", progress=False)
+    assert not only_missing
+    with pytest.raises(onnx_nb.ToleranceExceeded, match="unavailable"):
+        only_missing.raise_for_failure()
+
+
+def test_explicit_shapes_and_per_output_tolerance(bert_exports: dict[str, onnx_nb.ExportResult],
+                                                   tmp_path: Path) -> None:
+    result = bert_exports["dynamo"]
+    report = onnx_nb.check_parity(result, shapes=[{"batch": 3, "sequence": 20}], progress=False)
+    assert [r.shape for r in report.rows] == ["batch=3, sequence=20"]
+    perturb(result.path, tmp_path / "bad.onnx", VALUE)
+    loose = onnx_nb.check_parity(result, tmp_path / "bad.onnx", tolerances={"logits": {"atol": 1.0}},
+                                 localize=False, progress=False)
+    assert loose and loose.divergence is None
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="neither dynamic axes"):
+        onnx_nb.check_parity(result, shapes=[{"height": 3}], progress=False)
+
+
+def test_html_escapes_markup_in_names(tmp_path: Path) -> None:
+    class Evil(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"<img src=x onerror=alert(1)>": x * 2}
+
+    result = onnx_nb.export(Evil(), torch.randn(2, 3), out=tmp_path / "e.onnx", progress=False)
+    html = onnx_nb.check_parity(result, progress=False)._repr_html_()
+    assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_interactive_view_rejudges(bert_exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
+    from onnx_nb.results.parity_view import view
+
+    perturb(bert_exports["dynamo"].path, tmp_path / "bad.onnx", VALUE)
+    report = onnx_nb.check_parity(bert_exports["dynamo"], tmp_path / "bad.onnx", localize=False, progress=False)
+    widget = view(report)
+    table = widget.children[1]
+    assert "✗ fail" in table.value and "✓ pass" not in table.value
+    atol = widget.children[0].children[0]
+    atol.value = 1.0
+    assert "✓ pass" in table.value and "✗ fail" not in table.value
+    assert widget.state["report"]
+
+
+def test_magic_and_cli(bert_exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "onnx_nb")
+    ip.user_ns["res"] = bert_exports["dynamo"]
+    report = ip.run_line_magic("onnx_parity", "res --shapes 'batch=3,sequence=9;sample' --atol 1e-3")
+    assert report and [r.shape for r in report.rows] == ["batch=3, sequence=9", "sample batch=2, sequence=7"]
+    assert report.rows[0].tolerance.atol == 1e-3
+
+    parent = str(bert_exports["dynamo"].path)
+    perturb(bert_exports["dynamo"].path, tmp_path / "bad.onnx", VALUE)
+    ok = subprocess.run([sys.executable, "-m", "onnx_nb.cli", "check", parent, parent, "--json"],
+                        capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["passed"] is True
+    bad = subprocess.run([sys.executable, "-m", "onnx_nb.cli", "check", parent, str(tmp_path / "bad.onnx")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "first diverging node" in bad.stdout
+
+
+def test_real_minilm_parity(minilm_dir: Path, tmp_path: Path) -> None:
+    result = onnx_nb.export(str(minilm_dir), out=tmp_path / "m.onnx", progress=False)
+    report = onnx_nb.check_parity(result, progress=False)
+    assert report, repr(report)
+    assert max(r.max_abs or 0 for r in report.rows) < 1e-4
+    assert any("Padded token positions" in n for n in report.notes)
