@@ -34,6 +34,9 @@ _LAZY = {
     "check_parity": ("onnx_nb.parity.check", "check_parity"),
     "ParityReport": ("onnx_nb.results.parity", "ParityReport"),
     "Tolerance": ("onnx_nb.parity.tolerance", "Tolerance"),
+    "benchmark": ("onnx_nb.benchmarking", "benchmark"),
+    "LatencyTable": ("onnx_nb.results.latency", "LatencyTable"),
+    "parse_profile": ("onnx_nb.profiling", "parse_profile"),
 }
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "HubUnavailableError",
     "InvalidArgumentError",
     "InvalidModelError",
+    "LatencyTable",
     "ModelLoadError",
     "ModelNotFoundError",
     "ModelSource",
@@ -55,18 +59,23 @@ __all__ = [
     "ToleranceExceeded",
     "UnsupportedOperatorError",
     "__version__",
+    "benchmark",
     "check_parity",
     "default_model_path",
     "export",
     "load_ipython_extension",
+    "parse_profile",
 ]
 
 if TYPE_CHECKING:
+    from .benchmarking import benchmark
     from .demo import default_model_path
     from .exporting import export
     from .parity.check import check_parity
     from .parity.tolerance import Tolerance
+    from .profiling import parse_profile
     from .results.export import ExportResult, ModelSource
+    from .results.latency import LatencyTable
     from .results.parity import ParityReport
 
 

@@ -18,6 +18,8 @@ def parser() -> argparse.ArgumentParser:
     specs.add_arguments(export, specs.EXPORT, "cli")
     check = sub.add_parser("check", help="check an ONNX file against its reference (exit 1 on failure)")
     specs.add_arguments(check, specs.PARITY, "cli")
+    bench = sub.add_parser("bench", help="latency per model, backend and shape (PyTorch eager as baseline)")
+    specs.add_arguments(bench, specs.BENCH, "cli")
     demo = sub.add_parser("demo", help="export and check all-MiniLM-L6-v2; write an HTML report")
     specs.add_arguments(demo, specs.DEMO, "cli")
     return p
@@ -36,13 +38,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .parity.check import check_parity
 
             report = check_parity(args.model, args.onnx, **specs.parity_kwargs(args))
-            if args.json:
-                import json
-
-                print(json.dumps(report.to_dict(), indent=2))
-            else:
-                print(report)
+            _emit(report, args.json)
             return 0 if report else 1
+        if args.command == "bench":
+            from .benchmarking import benchmark
+
+            table = benchmark(args.models, reference=args.reference, **specs.bench_kwargs(args))
+            _emit(table, args.json)
+            return 0 if table else 1
         from .demo import run
 
         result, parity = run(args.out)
@@ -54,6 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("onnx-nb: interrupted; no partial files were left.", file=sys.stderr)
         return 130
+
+
+def _emit(result: object, as_json: bool) -> None:
+    if as_json:
+        import json
+
+        print(json.dumps(result.to_dict(), indent=2, default=str))  # type: ignore[attr-defined]
+    else:
+        print(result)
 
 
 if __name__ == "__main__":  # pragma: no cover

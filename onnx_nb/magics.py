@@ -71,3 +71,22 @@ class OnnxMagics(Magics):
             return check_parity(reference, onnx_model, sample, **specs.parity_kwargs(args))
         except OnnxNbError as exc:
             raise UsageError(f"{type(exc).__name__}: {exc}") from None
+
+    @line_magic
+    @_apply(specs.BENCH)
+    def onnx_bench(self, line: str) -> Any:
+        """Latency table: ``%onnx_bench model.onnx [variant.onnx ...] [--providers cpu,cuda] [--shapes ...]``.
+
+        Each model is an .onnx path or a variable (ExportResult, variant); ``--reference`` adds the
+        PyTorch eager row. A progress bar runs across the rows.
+        """
+        args = parse_argstring(self.onnx_bench, line)
+        ns = self.shell.user_ns if self.shell is not None else {}
+        models = [ns[m] if m in ns else m.strip("'\"") for m in args.models]
+        reference = (ns[args.reference] if args.reference in ns else args.reference) if args.reference else None
+        from .benchmarking import benchmark
+
+        try:
+            return benchmark(models, reference=reference, **specs.bench_kwargs(args))
+        except OnnxNbError as exc:
+            raise UsageError(f"{type(exc).__name__}: {exc}") from None

@@ -41,6 +41,24 @@ PARITY: list[Spec] = [
     (("--json",), {"action": "store_true", "help": "print the report as JSON"}, "cli"),
 ]
 
+BENCH: list[Spec] = [
+    (("models",), {"nargs": "+", "help": ".onnx files (or variables holding ExportResults / variants) to time"},
+     "both"),
+    (("--providers",), {"default": "available",
+                        "help": "'available' (every ORT provider here, plus the OpenVINO runtime when installed) "
+                                "or a comma-separated list: cpu,cuda,trt,openvino,openvino-runtime,..."}, "both"),
+    (("--shapes",), {"default": "sample", "help": "'sample', 'auto', or 'batch=1;batch=8,sequence=128'"}, "both"),
+    (("--reference",), {"help": "the PyTorch model for the eager baseline row (a variable, a Hugging Face folder, "
+                                "or an ExportResult)"}, "both"),
+    (("--runs",), {"type": int, "help": "timed runs per row (default: as many as fit in --min-seconds)"}, "both"),
+    (("--min-seconds",), {"type": float, "default": 1.0, "help": "time budget per row when --runs is not given"},
+     "both"),
+    (("--warmup",), {"type": int, "default": 5, "help": "untimed runs before timing"}, "both"),
+    (("--threads",), {"type": int, "help": "intra-op threads for ORT and torch (default: their own)"}, "both"),
+    (("--profile",), {"action": "store_true", "help": "add ORT's per-operator profile"}, "both"),
+    (("--json",), {"action": "store_true", "help": "print the table as JSON"}, "cli"),
+]
+
 DEMO: list[Spec] = [
     (("--out",), {"default": "onnx_nb_out/demo",
                   "help": "folder for the demo's files (default ./onnx_nb_out/demo)"}, "cli"),
@@ -86,3 +104,9 @@ def parse_shapes(text: str) -> Any:
 def parity_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"atol": ns.atol, "rtol": ns.rtol, "providers": ns.providers, "shapes": parse_shapes(ns.shapes),
             "localize": not ns.no_localize}
+
+
+def bench_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    providers = ns.providers if ns.providers == "available" else [p for p in ns.providers.split(",") if p]
+    return {"providers": providers, "shapes": parse_shapes(ns.shapes), "runs": ns.runs,
+            "min_seconds": ns.min_seconds, "warmup": ns.warmup, "threads": ns.threads, "profile": ns.profile}

@@ -83,7 +83,7 @@ def _all_outputs(path: Path) -> Iterator[Path]:
 
 def run_all(path: Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     from ..sessions import session
-    from .check import cast_feed
+    from ..shapes import cast_feed
 
     with _all_outputs(path) as debug:
         sess = session(debug, "CPUExecutionProvider", level="disable")

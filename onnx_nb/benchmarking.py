@@ -1,0 +1,295 @@
+"""``benchmark()``: latency per variant × backend × shape, measured the same way for every row."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+from .progress import Steps
+from .results.latency import LatencyRow, LatencyTable, summarize
+
+Clock = Callable[[], float]
+MIN_RUNS = 10
+MAX_RUNS = 10_000
+
+
+def time_runs(fn: Callable[[], Any], *, warmup: int, runs: int | None, min_seconds: float,
+              clock: Clock = time.perf_counter) -> list[float]:
+    """Seconds per call of ``fn``: ``warmup`` calls first (not kept), then ``runs`` calls, or as many
+    as fit in ``min_seconds`` (at least 10)."""
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = clock()
+    while True:
+        t0 = clock()
+        fn()
+        times.append(clock() - t0)
+        if runs is not None:
+            if len(times) >= runs:
+                break
+        elif (len(times) >= MIN_RUNS and clock() - start >= min_seconds) or len(times) >= MAX_RUNS:
+            break
+    return times
+
+
+class OrtRunner:
+    """An ONNX Runtime session on one provider; GPU providers bind inputs and outputs on the device."""
+
+    def __init__(self, path: Path, provider: str, feed: dict[str, np.ndarray], threads: int | None,
+                 level: str, profile_dir: str | None = None) -> None:
+        import onnxruntime as ort
+
+        from .shapes import cast_feed
+
+        self.path, self.provider, self.level, self.threads = path, provider, level, threads
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        opts.graph_optimization_level = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                                         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                                         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+        if threads:
+            opts.intra_op_num_threads = threads
+        if profile_dir:
+            opts.enable_profiling = True
+            opts.profile_file_prefix = os.path.join(profile_dir, "ort_profile")
+        self.options = {"graph_level": level, "intra_op_threads": threads or "default",
+                        "execution_mode": "sequential", "profiling": bool(profile_dir)}
+        providers = [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
+        self.session = ort.InferenceSession(str(path), opts, providers=providers)
+        self.feed = cast_feed(self.session, feed)
+        self.device = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda",
+                       "ROCMExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}.get(provider)
+        self.binding = None
+        if self.device:
+            self.binding = self.session.io_binding()
+            for name, value in self.feed.items():
+                self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, self.device, 0))
+            for out in self.session.get_outputs():
+                self.binding.bind_output(out.name, self.device, 0)
+
+    def __call__(self) -> None:
+        if self.binding is not None:
+            self.session.run_with_iobinding(self.binding)
+            self.binding.synchronize_outputs()
+        else:
+            self.session.run(None, self.feed)
+
+    def end_profiling(self) -> str:
+        return str(self.session.end_profiling())
+
+
+class OpenVinoRunner:
+    """The OpenVINO runtime itself (``pip install openvino``), compiled for its CPU device."""
+
+    def __init__(self, path: Path, feed: dict[str, np.ndarray], threads: int | None) -> None:
+        import openvino as ov
+
+        core = ov.Core()
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = threads
+        model = core.read_model(str(path))
+        self.compiled = core.compile_model(model, "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        names = {p.get_any_name() for p in self.compiled.inputs}
+        self.feed = {k: v for k, v in feed.items() if k in names}
+        self.options = {"runtime": f"openvino {ov.__version__}", "device": "CPU", "hint": "LATENCY",
+                        "threads": threads or "default"}
+
+    def __call__(self) -> None:
+        self.request.infer(self.feed)
+
+
+class TorchRunner:
+    """PyTorch eager on the same inputs, in inference mode, with the same thread count."""
+
+    def __init__(self, reference: Any, feed: dict[str, np.ndarray], threads: int | None) -> None:
+        import torch
+
+        self.torch = torch
+        self.flat = reference.flat
+        self.model = reference.model
+        self.tensors = [torch.from_numpy(np.ascontiguousarray(feed[n])) for n in self.flat.input_names]
+        self.threads = threads
+        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+                        "attention": str(getattr(getattr(self.model, "config", None), "_attn_implementation", "-"))}
+
+    def __call__(self) -> None:
+        with self.torch.inference_mode():
+            self.flat.flat(*self.tensors)
+
+
+def _models(models: Any) -> list[tuple[str, Any, Path]]:
+    """(name, object, path) for each model; names from dict keys, variants, or file names."""
+    if isinstance(models, Mapping):
+        items = list(models.items())
+    else:
+        seq = models if isinstance(models, (list, tuple)) else [models]
+        items = [(None, m) for m in seq]
+    if not items:
+        raise InvalidArgumentError("benchmark() needs at least one model.")
+    out = []
+    for name, model in items:
+        path = getattr(model, "path", model)
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidArgumentError(
+                f"Cannot benchmark a {type(model).__name__}: pass .onnx paths, ExportResults or variants "
+                "(and the PyTorch model as reference=...)."
+            )
+        label = name or getattr(model, "name", None) or ("fp32" if hasattr(model, "exporter") else Path(path).stem)
+        out.append((str(label), model, Path(path)))
+    return out
+
+
+def _backends(providers: Any) -> list[tuple[str, str | None, str]]:
+    """(label, ORT provider or None for the OpenVINO runtime, unavailable reason or '')."""
+    from . import sessions
+
+    want_openvino = providers == "available" or (
+        isinstance(providers, (list, tuple)) and any(str(p).lower() in ("openvino-runtime", "ov-runtime")
+                                                     for p in providers))
+    if isinstance(providers, (list, tuple)):
+        providers = [p for p in providers if str(p).lower() not in ("openvino-runtime", "ov-runtime")]
+    result: list[tuple[str, str | None, str]] = []
+    if providers:
+        for p in sessions.resolve(providers):
+            result.append((f"ort:{p.short}", p.name, "" if p.available else p.reason))
+    if want_openvino:
+        try:
+            import openvino  # noqa: F401
+
+            reason = ""
+        except ImportError:
+            reason = "the openvino package is not installed (pip install 'onnx-nb[openvino]')"
+        result.append(("openvino-runtime:cpu", None, reason))
+    return result
+
+
+def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, shapes: Any = None,
+              reference: Any = None, warmup: int = 5, runs: int | None = None, min_seconds: float = 1.0,
+              threads: int | None = None, level: str = "all", profile: bool = False, progress: bool = True,
+              clock: Clock = time.perf_counter) -> LatencyTable:
+    """Latency of each model on each backend and shape, with PyTorch eager as the baseline.
+
+    ``providers="available"`` runs every ONNX Runtime provider here plus the OpenVINO runtime when
+    installed; missing ones asked for by name appear as unavailable rows. ``runs=None`` repeats
+    until ``min_seconds`` (at least 10 runs). Warm-up and the first run are kept out of the statistics.
+    """
+    import tempfile
+
+    from .parity.references import graph_sample, torch_reference
+    from .shapes import axis_sizes, label, make_feed, parse_shapes
+
+    if warmup < 0 or (runs is not None and runs < 1) or min_seconds < 0:
+        raise InvalidArgumentError("warmup must be >= 0, runs >= 1 (or None) and min_seconds >= 0.")
+    if level not in ("disable", "basic", "extended", "all"):
+        raise InvalidArgumentError(f"level={level!r}: use 'disable', 'basic', 'extended' or 'all'.")
+    entries = _models(models)
+    backends = _backends(providers)
+    ref = None
+    if reference is not None:
+        from .sources import resolve as resolve_source
+
+        source = reference.source if hasattr(reference, "source") else resolve_source(reference, None)
+        if source.model is None:
+            source = resolve_source(source.location or "", source.task)
+        ref = torch_reference(source, sample, "PyTorch eager")
+    base = entries[0][1]
+    if sample is not None and hasattr(sample, "keys"):
+        feed0 = {k: (v.detach().numpy() if hasattr(v, "detach") else np.asarray(v)) for k, v in sample.items()}
+        axes = ref.axes if ref else {k: {0: "batch"} for k in feed0}
+    elif ref is not None:
+        feed0, axes = ref.sample, ref.axes
+    elif getattr(getattr(base, "source", None), "sample", None):
+        feed0 = {k: v.numpy() for k, v in base.source.sample.items()}
+        axes = dict(base.source.input_axes)
+    else:
+        feed0, axes = graph_sample(entries[0][2], 0)
+    specs = parse_shapes(shapes if shapes is not None else "sample", axis_sizes(feed0, axes), list(feed0))
+    rows: list[LatencyRow] = []
+    profiles: dict[str, Any] = {}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0))
+    with Steps(total, "benchmark", progress) as steps, tempfile.TemporaryDirectory(prefix="onnx-nb-prof-") as tmp:
+        for spec in specs:
+            feed = make_feed(feed0, axes, spec)
+            tag = label(feed, axes, spec)
+            batch = int(next(iter(feed.values())).shape[0]) if feed else 1
+            if ref is not None:
+                steps.step(f"PyTorch eager at {tag}")
+                rows.append(_measure("PyTorch eager", "torch:cpu", tag, batch,
+                                     partial(TorchRunner, ref, feed, threads), warmup, runs, min_seconds,
+                                     clock, threads))
+            for name, _obj, path in entries:
+                for backend, provider, reason in backends:
+                    steps.step(f"{name} on {backend} at {tag}")
+                    if reason:
+                        rows.append(LatencyRow(name, backend, tag, status="unavailable", note=reason))
+                        continue
+                    make: Callable[[], Any] = (partial(OrtRunner, path, provider, feed, threads, level)
+                                               if provider else partial(OpenVinoRunner, path, feed, threads))
+                    row = _measure(name, backend, tag, batch, make, warmup, runs, min_seconds, clock, threads)
+                    rows.append(row)
+                    if profile and provider and row.status == "ok":
+                        # A separate, profiled session: profiling slows every run, so it never
+                        # touches the timed one.
+                        folder = os.path.join(tmp, str(len(rows)))
+                        os.makedirs(folder)
+                        profiles[f"{name} · {backend} · {tag}"] = _profile(path, provider, feed, threads, level,
+                                                                          folder)
+    notes = []
+    if load is not None:
+        notes.append(f"1-minute load average at start: {load:.2f} on {os.cpu_count()} cores")
+    return summarize(rows, profiles, notes)
+
+
+def _measure(variant: str, backend: str, tag: str, batch: int, make: Callable[[], Any], warmup: int,
+             runs: int | None, min_seconds: float, clock: Clock, threads: int | None) -> LatencyRow:
+    torch_threads = _torch_threads(threads) if backend.startswith("torch") else contextlib.nullcontext()
+    with torch_threads:
+        try:
+            t0 = clock()
+            runner = make()
+            runner()
+            first = clock() - t0
+            times = time_runs(runner, warmup=warmup, runs=runs, min_seconds=min_seconds, clock=clock)
+        except Exception as exc:  # noqa: BLE001 - a backend that fails is a row, not a crash
+            return LatencyRow(variant, backend, tag, status="error",
+                              note=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+    return LatencyRow.from_times(variant, backend, tag, batch, times, first, runner.options)
+
+
+PROFILE_RUNS = 10
+
+
+def _profile(path: Path, provider: str, feed: dict[str, np.ndarray], threads: int | None, level: str,
+             folder: str) -> Any:
+    from .profiling import parse_profile
+
+    runner = OrtRunner(path, provider, feed, threads, level, folder)
+    for _ in range(PROFILE_RUNS):
+        runner()
+    return parse_profile(runner.end_profiling())
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,148 @@
+"""``LatencyTable``: latency rows per variant × backend × shape, with the PyTorch baseline."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..render import CSS, esc, html_table, text_table
+
+NOISY_SPREAD = 0.25  # (p90 - p50) / p50 above this flags a row as noisy
+COLUMNS = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms",
+           "throughput", "speedup", "first_run_ms", "runs", "noisy", "options", "note"]
+
+
+@dataclass
+class LatencyRow:
+    variant: str
+    backend: str
+    shape: str
+    status: str = "ok"  # ok, unavailable, error
+    batch: int = 1
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p99_ms: float | None = None
+    mean_ms: float | None = None
+    std_ms: float | None = None
+    min_ms: float | None = None
+    throughput: float | None = None  # items (batch rows) per second, at p50
+    speedup: float | None = None  # PyTorch eager p50 / this p50, same shape
+    first_run_ms: float | None = None  # session creation + first inference; not in the statistics
+    runs: int = 0
+    noisy: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    @classmethod
+    def from_times(cls, variant: str, backend: str, shape: str, batch: int, times: list[float], first: float,
+                   options: dict[str, Any]) -> LatencyRow:
+        ms = np.asarray(times, dtype=np.float64) * 1e3
+        p50, p90, p99 = (float(x) for x in np.percentile(ms, [50, 90, 99]))
+        return cls(variant, backend, shape, "ok", batch, p50, p90, p99, float(ms.mean()),
+                   float(ms.std(ddof=1)) if ms.size > 1 else 0.0, float(ms.min()),
+                   batch / (p50 / 1e3) if p50 > 0 else None, None, first * 1e3, int(ms.size),
+                   bool(p50 > 0 and (p90 - p50) / p50 > NOISY_SPREAD), dict(options))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def cells(self) -> list[str]:
+        def f(v: float | None, spec: str = ".2f") -> str:
+            return "-" if v is None else format(v, spec)
+
+        return [self.variant, self.backend, self.shape, self.status, f(self.p50_ms), f(self.p90_ms),
+                f(self.p99_ms), f(self.mean_ms), f(self.std_ms), f(self.min_ms), f(self.throughput, ".1f"),
+                "-" if self.speedup is None else f"{self.speedup:.2f}x", f(self.first_run_ms, ".0f"),
+                str(self.runs), "yes" if self.noisy else "", ", ".join(f"{k}={v}" for k, v in self.options.items()),
+                self.note]
+
+
+def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]) -> LatencyTable:
+    """Fill in speed-ups against the PyTorch row of the same shape, and flag noise."""
+    base = {r.shape: r.p50_ms for r in rows if r.backend.startswith("torch") and r.p50_ms}
+    for r in rows:
+        if r.p50_ms and r.shape in base:
+            r.speedup = base[r.shape] / r.p50_ms
+    if any(r.noisy for r in rows):
+        notes.append(f"Some rows are noisy (p90 more than {NOISY_SPREAD:.0%} above p50): the machine was busy; "
+                     "re-run on a quiet machine before trusting small differences.")
+    return LatencyTable(rows, profiles, notes)
+
+
+@dataclass
+class LatencyTable:
+    rows: list[LatencyRow]
+    profiles: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return any(r.status == "ok" for r in self.rows) and not any(r.status == "error" for r in self.rows)
+
+    def best(self, exclude_torch: bool = True) -> LatencyRow | None:
+        ok = [r for r in self.rows
+              if r.status == "ok" and r.p50_ms and not (exclude_torch and r.backend.startswith("torch"))]
+        return min(ok, key=lambda r: r.p50_ms or 0.0) if ok else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": [r.to_dict() for r in self.rows], "notes": list(self.notes),
+                "profiles": {k: v.to_dict() for k, v in self.profiles.items()}}
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame([r.to_dict() for r in self.rows], columns=[*COLUMNS[:3], *COLUMNS[3:], "batch"])
+
+    def figure(self) -> Any:
+        """p50 bars with whiskers to p90 and p99 per variant and backend; with several shapes, latency
+        against batch size."""
+        import plotly.graph_objects as go
+
+        ok = [r for r in self.rows if r.status == "ok" and r.p50_ms is not None]
+        shapes = list(dict.fromkeys(r.shape for r in ok))
+        fig = go.Figure()
+        if len(shapes) > 1 and len({r.batch for r in ok}) > 1:
+            for key in dict.fromkeys((r.variant, r.backend) for r in ok):
+                pts = sorted((r for r in ok if (r.variant, r.backend) == key), key=lambda r: r.batch)
+                fig.add_trace(go.Scatter(x=[r.batch for r in pts], y=[r.p50_ms for r in pts], mode="lines+markers",
+                                         name=f"{key[0]} · {key[1]}",
+                                         error_y={"type": "data", "symmetric": False,
+                                                  "array": [(r.p90_ms or 0) - (r.p50_ms or 0) for r in pts],
+                                                  "arrayminus": [0] * len(pts)}))
+            fig.update_layout(xaxis_title="batch size", yaxis_title="p50 latency (ms), whisker to p90")
+        else:
+            labels = [f"{r.variant} · {r.backend}" + (f" · {r.shape}" if len(shapes) > 1 else "") for r in ok]
+            fig.add_trace(go.Bar(x=labels, y=[r.p50_ms for r in ok], name="p50",
+                                 error_y={"type": "data", "symmetric": False,
+                                          "array": [(r.p90_ms or 0) - (r.p50_ms or 0) for r in ok],
+                                          "arrayminus": [0] * len(ok)},
+                                 text=[f"{r.speedup:.2f}x" if r.speedup else "" for r in ok],
+                                 textposition="outside"))
+            fig.add_trace(go.Scatter(x=labels, y=[r.p99_ms for r in ok], mode="markers", name="p99",
+                                     marker={"symbol": "line-ew-open", "size": 18, "color": "#b3261e"}))
+            fig.update_layout(yaxis_title="latency (ms): bar p50, whisker p90, mark p99")
+        fig.update_layout(title="Latency per variant and backend", template="plotly_white", height=420)
+        return fig
+
+    def __repr__(self) -> str:
+        cols = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "std_ms", "throughput",
+                "speedup", "first_run_ms", "runs", "noisy"]
+        idx = [COLUMNS.index(c) for c in cols]
+        lines = ["LatencyTable", text_table(cols, [[r.cells()[i] for i in idx] for r in self.rows])]
+        lines += [f"{r.variant} on {r.backend}: {r.note}" for r in self.rows if r.note]
+        lines += [f"note: {n}" for n in self.notes]
+        for key, prof in self.profiles.items():
+            lines += ["", f"profile {key}", repr(prof)]
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def html_body(self) -> str:
+        rows = [r.cells() for r in self.rows]
+        notes = "".join(f'<div class="warn">{esc(n)}</div>' for n in self.notes)
+        profiles = "".join(f"<h4>Profile: {esc(k)}</h4>{p.html_body()}" for k, p in self.profiles.items())
+        return f'<div class="onnxnb"><h4>Latency</h4>{html_table(COLUMNS, rows)}{notes}{profiles}</div>'
+
+    def _repr_html_(self) -> str:
+        return CSS + self.html_body()

@@ -1,0 +1,113 @@
+"""Shapes to run a model at: named-axis sizes, feeds built from a sample, labels, dtype casts.
+
+Shared by parity and benchmarking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+ShapeSpec = dict[str, Any]
+
+
+def resize(array: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """Lengthen (repeating values, so ids stay valid) or shorten ``array`` along ``axis``."""
+    return np.take(array, np.arange(size) % max(array.shape[axis], 1), axis=axis)
+
+
+def axis_sizes(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for name, spec in axes.items():
+        for axis, axis_name in spec.items():
+            if name in sample:
+                sizes.setdefault(axis_name, int(sample[name].shape[axis]))
+    return sizes
+
+
+def auto_shapes(sizes: dict[str, int]) -> list[ShapeSpec]:
+    """The sample's shape, a larger batch, and batch 1 with other lengths."""
+    specs: list[ShapeSpec] = [{}]
+    if "batch" in sizes:
+        specs.append({"batch": sizes["batch"] + 3})
+    longer = {n: 2 * s + 1 for n, s in sizes.items() if n != "batch"}
+    if longer or "batch" in sizes:
+        specs.append({**({"batch": 1} if "batch" in sizes else {}), **longer})
+    return specs
+
+
+def parse_shapes(shapes: Any, sizes: dict[str, int], inputs: Sequence[str]) -> list[ShapeSpec]:
+    if shapes == "auto":
+        return auto_shapes(sizes)
+    if shapes in (None, "sample"):
+        return [{}]
+    if isinstance(shapes, Mapping):
+        shapes = [shapes]
+    specs: list[ShapeSpec] = []
+    for spec in shapes:
+        if spec == "sample":
+            specs.append({})
+            continue
+        if not isinstance(spec, Mapping):
+            raise InvalidArgumentError(
+                f"shapes entries are dicts like {{'batch': 4, 'sequence': 32}} or 'sample', not {spec!r}."
+            )
+        unknown = [k for k in spec if k not in sizes and k not in inputs]
+        if unknown:
+            raise InvalidArgumentError(
+                f"shapes names {unknown}, which are neither dynamic axes ({', '.join(sizes) or 'none'}) "
+                f"nor inputs ({', '.join(inputs)})."
+            )
+        specs.append(dict(spec))
+    return specs
+
+
+def make_feed(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]], spec: ShapeSpec) -> dict[str, np.ndarray]:
+    feed = {}
+    for name, array in sample.items():
+        value = spec.get(name)
+        if isinstance(value, (list, tuple)):
+            for axis, size in enumerate(value):
+                array = resize(array, axis, int(size))
+        else:
+            for axis, axis_name in axes.get(name, {}).items():
+                if axis_name in spec:
+                    array = resize(array, axis, int(spec[axis_name]))
+        feed[name] = np.ascontiguousarray(array)
+    return feed
+
+
+def label(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]], spec: ShapeSpec) -> str:
+    sizes = axis_sizes(feed, axes)
+    text = ", ".join(f"{k}={v}" for k, v in sizes.items()) or ", ".join(
+        f"{k}{list(v.shape)}" for k, v in feed.items())
+    return ("sample " if not spec else "") + text
+
+
+def static_conflict(session: Any, feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> str | None:
+    """Which input axis the ONNX graph fixed to another size than this check uses."""
+    for info in session.get_inputs():
+        if info.name not in feed:
+            continue
+        for axis, dim in enumerate(info.shape):
+            size = feed[info.name].shape[axis] if axis < feed[info.name].ndim else None
+            if isinstance(dim, int) and size is not None and dim != size:
+                axis_name = axes.get(info.name, {}).get(axis, f"axis {axis}")
+                return (f"input {info.name} axis {axis} ({axis_name}) is fixed to {dim} in the ONNX graph, "
+                        f"but this check uses {size}; re-export with dynamic axes (dynamic=True)")
+    return None
+
+
+def cast_feed(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+    out = {}
+    for info in session.get_inputs():
+        if info.name in feed:
+            dtype = types.get(info.type)
+            out[info.name] = feed[info.name].astype(dtype) if dtype else feed[info.name]
+    return out

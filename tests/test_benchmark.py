@@ -1,0 +1,170 @@
+"""benchmark(): statistics from known timings, backends, the PyTorch row, profiles."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import onnx_nb
+from onnx_nb.benchmarking import time_runs
+from onnx_nb.results.latency import LatencyRow
+
+
+class FakeClock:
+    """Each call advances by the next step; timings are then exactly known."""
+
+    def __init__(self, step: float = 0.001) -> None:
+        self.t = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+class Recorder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+        self.seen: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(x.clone())
+        return self.lin(x).relu()
+
+
+@pytest.fixture(scope="module")
+def linear(tmp_path_factory: pytest.TempPathFactory) -> onnx_nb.ExportResult:
+    torch.manual_seed(0)
+    return onnx_nb.export(Recorder(), torch.randn(2, 8), out=tmp_path_factory.mktemp("b") / "lin.onnx",
+                          exporter="torchscript", progress=False)
+
+
+def test_statistics_from_known_timings() -> None:
+    durations = iter([float(i) for i in range(1, 101)])  # 1..100 ms of fake work
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def work() -> None:
+        now[0] += next(durations) / 1e3
+
+    times = time_runs(work, warmup=0, runs=100, min_seconds=0, clock=clock)
+    row = LatencyRow.from_times("v", "ort:cpu", "s", 4, times, 0.5, {})
+    ms = np.arange(1, 101, dtype=float)
+    assert row.runs == 100 and row.p50_ms == pytest.approx(np.percentile(ms, 50))
+    assert row.p90_ms == pytest.approx(np.percentile(ms, 90)) and row.p99_ms == pytest.approx(np.percentile(ms, 99))
+    assert row.mean_ms == pytest.approx(50.5) and row.min_ms == pytest.approx(1.0)
+    assert row.std_ms == pytest.approx(float(ms.std(ddof=1)))
+    assert row.throughput == pytest.approx(4 / (row.p50_ms / 1e3)) and row.first_run_ms == pytest.approx(500)
+    assert row.noisy, "p90 is far above p50 here"
+
+
+def test_warmup_excluded_and_min_seconds() -> None:
+    calls = []
+    clock = FakeClock(0.01)
+    times = time_runs(lambda: calls.append(1), warmup=3, runs=None, min_seconds=0.5, clock=clock)
+    assert len(calls) == 3 + len(times)
+    assert len(times) >= 10 and all(t == pytest.approx(0.01) for t in times)
+
+
+def test_benchmark_rows_with_injected_clock(linear: onnx_nb.ExportResult) -> None:
+    table = onnx_nb.benchmark(linear, providers=("cpu", "cuda", "trt"), reference=linear, runs=7, warmup=2,
+                              clock=FakeClock(0.002), progress=False)
+    rows = {r.backend: r for r in table.rows}
+    assert set(rows) == {"torch:cpu", "ort:cpu", "ort:cuda", "ort:trt"}
+    cpu = rows["ort:cpu"]
+    assert cpu.status == "ok" and cpu.runs == 7 and cpu.p50_ms == pytest.approx(2.0) and cpu.std_ms == pytest.approx(0)
+    assert cpu.speedup == pytest.approx(1.0) and cpu.options["graph_level"] == "all"
+    for name in ("ort:cuda", "ort:trt"):
+        assert rows[name].status == "unavailable" and "available: " in rows[name].note
+    assert table, "unavailable rows do not make the table fail"
+    frame = table.to_pandas()
+    assert {"p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms", "throughput", "speedup",
+            "first_run_ms", "runs"} <= set(frame.columns)
+    data = json.loads(json.dumps(table.to_dict(), default=str))
+    assert len(data["rows"]) == 4
+    assert "ort:cuda" in repr(table) and "<table>" in table._repr_html_()
+
+
+def test_pytorch_row_uses_the_same_inputs(linear: onnx_nb.ExportResult) -> None:
+    model = linear.source.model
+    model.seen.clear()
+    onnx_nb.benchmark(linear, providers="cpu", reference=linear, runs=3, warmup=1,
+                      shapes=[{"batch": 5}], progress=False)
+    sample = linear.source.sample["x"].numpy()
+    expected = np.take(sample, np.arange(5) % 2, axis=0)
+    timed = [t for t in model.seen if t.shape[0] == 5]  # the others: one call at the sample to name outputs
+    assert len(timed) == 1 + 1 + 3, "first run + warm-up + timed runs"
+    assert all(np.array_equal(t.numpy(), expected) for t in timed)
+
+
+def test_real_timings_and_several_shapes(linear: onnx_nb.ExportResult) -> None:
+    table = onnx_nb.benchmark(linear, providers="cpu", reference=linear, shapes=[{"batch": 1}, {"batch": 16}],
+                              runs=20, warmup=3, threads=1, progress=False)
+    ok = [r for r in table.rows if r.status == "ok"]
+    assert len(ok) == 4 and all(r.p50_ms and 0 < r.min_ms <= r.p50_ms <= r.p90_ms <= r.p99_ms for r in ok)
+    assert [r.batch for r in ok] == [1, 1, 16, 16]
+    fig = table.figure()
+    assert fig.layout.xaxis.title.text == "batch size" and len(fig.data) == 2
+    assert table.best() is not None and table.best().backend == "ort:cpu"  # type: ignore[union-attr]
+
+
+def test_openvino_runtime_row(linear: onnx_nb.ExportResult) -> None:
+    pytest.importorskip("openvino")
+    table = onnx_nb.benchmark(linear, providers=["cpu", "openvino-runtime"], runs=5, warmup=1, progress=False)
+    ov = [r for r in table.rows if r.backend == "openvino-runtime:cpu"]
+    assert ov and ov[0].status == "ok" and ov[0].p50_ms and "openvino" in ov[0].options["runtime"]
+    available = onnx_nb.benchmark(linear, runs=3, warmup=0, progress=False)
+    assert {"ort:cpu", "openvino-runtime:cpu"} <= {r.backend for r in available.rows}
+
+
+def test_profile_parsing_on_real_file(tmp_path: Path, linear: onnx_nb.ExportResult) -> None:
+    opts = ort.SessionOptions()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(tmp_path / "p")
+    sess = ort.InferenceSession(str(linear.path), opts, providers=["CPUExecutionProvider"])
+    for _ in range(4):
+        sess.run(None, {"x": np.ones((3, 8), np.float32)})
+    prof = onnx_nb.parse_profile(sess.end_profiling())
+    ops = {o["op_type"] for o in prof.by_op}
+    assert ops == {"FusedGemm"}, ops  # ORT fuses Gemm + Relu
+    assert prof.runs == 4 and sum(o["share"] for o in prof.by_op) == pytest.approx(1.0)
+    assert prof.by_node[0]["total_ms"] >= prof.by_node[-1]["total_ms"]
+    assert prof.figure().data and "ms/run" in repr(prof)
+    table = onnx_nb.benchmark(linear, providers="cpu", runs=3, profile=True, progress=False)
+    assert len(table.profiles) == 1 and "profile" in repr(table)
+    with pytest.raises(onnx_nb.InvalidModelError):
+        onnx_nb.parse_profile(tmp_path / "missing.json")
+
+
+def test_magic_and_cli(linear: onnx_nb.ExportResult) -> None:
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "onnx_nb")
+    ip.user_ns["lin"] = linear
+    table = ip.run_line_magic("onnx_bench", "lin --providers cpu,cuda --runs 5 --reference lin --shapes batch=3")
+    assert {r.backend for r in table.rows} == {"torch:cpu", "ort:cpu", "ort:cuda"}
+    done = subprocess.run([sys.executable, "-m", "onnx_nb.cli", "bench", str(linear.path), "--providers", "cpu",
+                           "--runs", "5", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"][0]["runs"] == 5
+    assert "onnx-nb benchmark [1/1]" in done.stderr
+
+
+def test_bad_arguments(linear: onnx_nb.ExportResult) -> None:
+    with pytest.raises(onnx_nb.InvalidArgumentError):
+        onnx_nb.benchmark(linear, runs=0)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="Cannot benchmark"):
+        onnx_nb.benchmark(42)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="Unknown execution provider"):
+        onnx_nb.benchmark(linear, providers=["warp-drive"])
