@@ -148,3 +148,7 @@ def strip_prefix(proto: Any, prefix: str) -> None:
         for i, name in enumerate(node.input):
             if name in renames:
                 node.input[i] = renames[name]
+
+
+def total_file_size(path: Path, proto: Any) -> int:
+    return sum(p.stat().st_size for p in files_of(Path(path), proto) if p.exists())

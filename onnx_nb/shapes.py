@@ -83,6 +83,7 @@ def make_feed(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]], sp
 
 def label(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]], spec: ShapeSpec) -> str:
     sizes = axis_sizes(feed, axes)
+    spec = {k: v for k, v in spec.items() if k != "padded"}
     text = ", ".join(f"{k}={v}" for k, v in sizes.items()) or ", ".join(
         f"{k}{list(v.shape)}" for k, v in feed.items())
     return ("sample " if not spec else "") + text
@@ -110,4 +111,20 @@ def cast_feed(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray
         if info.name in feed:
             dtype = types.get(info.type)
             out[info.name] = feed[info.name].astype(dtype) if dtype else feed[info.name]
+    return out
+
+
+def right_padded(feed: dict[str, np.ndarray], mask_input: str = "attention_mask") -> dict[str, np.ndarray]:
+    """The same inputs with a right-padded mask of varied lengths (the full length down to a quarter),
+    as real batches of sentences have; padded ids become 0."""
+    mask = feed.get(mask_input)
+    if mask is None or mask.ndim != 2:
+        return feed
+    rows, seq = mask.shape
+    lengths = np.maximum(1, seq - (np.arange(rows) * (3 * seq // 4)) // max(rows - 1, 1))
+    new_mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(mask.dtype)
+    out = dict(feed)
+    out[mask_input] = new_mask
+    if "input_ids" in out and out["input_ids"].shape == mask.shape:
+        out["input_ids"] = np.where(new_mask.astype(bool), out["input_ids"], 0).astype(out["input_ids"].dtype)
     return out

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..progress import Steps
 from ..results.parity import DivergingNode, ParityReport, Row
-from ..shapes import axis_sizes, cast_feed, label, make_feed, parse_shapes, static_conflict
+from ..shapes import axis_sizes, cast_feed, label, make_feed, parse_shapes, right_padded, static_conflict
 from .references import Reference
 from .tolerance import measure, precision_of, resolve
 
@@ -47,6 +47,11 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     precision = precision_of(load_proto(path))
     sizes = axis_sizes(ref.sample, ref.axes)
     specs = parse_shapes(shapes, sizes, list(ref.sample))
+    candidate_obj = onnx_model if onnx_model is not None else reference
+    if (getattr(candidate_obj, "runtime", None) or {}).get("unpad") and "attention_mask" in ref.sample \
+            and shapes == "auto":
+        longest = {n: max(s, 16) for n, s in sizes.items() if n != "batch"}
+        specs.append({"batch": max(sizes.get("batch", 2), 4), **longest, "padded": True})
     rows: list[Row] = []
     notes: list[str] = []
     shape_feeds: dict[str, dict[str, list[int]]] = {}
@@ -57,10 +62,16 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
         for p in wanted:
             if not p.available:
                 rows.append(Row("*", "*", p.short, "unavailable", note=p.reason))
-        sessions_by_provider = {p.short: sessions.session(path, p.name) for p in live}
+        from ..runtime import open_session
+
+        sessions_by_provider = {p.short: open_session(candidate_obj if hasattr(candidate_obj, "path") else path,
+                                                      p.name) for p in live}
         for spec in specs:
-            feed = make_feed(ref.sample, ref.axes, spec)
+            feed = make_feed(ref.sample, ref.axes, {k: v for k, v in spec.items() if k != "padded"})
             tag = label(feed, ref.axes, spec)
+            if spec.get("padded"):
+                feed = right_padded(feed)
+                tag += ", right-padded"
             shape_feeds[tag] = {k: list(v.shape) for k, v in feed.items()}
             try:
                 expected = ref.run(feed)
@@ -69,7 +80,7 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
                                 note=f"the reference itself fails here: {type(exc).__name__}: {str(exc)[:150]}"))
                 continue
             mask = padding_mask(feed, ref.axes)
-            if mask is not None and tag.startswith("sample"):
+            if mask is not None:
                 notes.append("Padded token positions (attention_mask == 0) are excluded from the statistics.")
             for p in live:
                 steps.step(f"{tag} on {p.short}")

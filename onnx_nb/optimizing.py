@@ -1,0 +1,195 @@
+"""``optimize()``: ONNX Runtime graph levels and transformer fusion, verified every time.
+
+``level="auto"`` on a transformer: fuse attention whatever attention implementation the export
+used (onnxscript's ORT fusions handle the dynamo exporter's sdpa graphs; otherwise, when the
+PyTorch source is known, it is re-exported with eager attention, which ORT's fusion recognises),
+then ORT's transformer optimizer (model type, heads and hidden size from the Hugging Face config),
+and mark the variant to skip padding at run time when its inputs carry an attention mask.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidArgumentError, OnnxNbError
+from .results.variant import Variant
+from .variants import make, parent_of
+
+LEVELS = ("auto", "basic", "extended", "all", "transformer")
+# Hugging Face model_type -> ORT transformer optimizer model_type.
+ORT_MODEL_TYPES = {"bert": "bert", "roberta": "bert", "distilbert": "bert", "xlm-roberta": "bert",
+                   "camembert": "bert", "electra": "bert", "mpnet": "bert", "albert": "bert",
+                   "deberta": "bert", "deberta-v2": "bert", "gpt2": "gpt2", "bart": "bart", "t5": "t5",
+                   "vit": "vit", "clip": "clip", "swin": "swin", "whisper": "bert", "llama": "gpt2",
+                   "mistral": "gpt2", "phi": "phi", "unet": "unet", "vae": "vae"}
+
+
+class OptimizationError(OnnxNbError):
+    """An optimization step failed."""
+
+
+def _config(source: Any) -> Any:
+    model = getattr(source, "model", None)
+    return getattr(model, "config", None)
+
+
+def transformer_params(source: Any, model_type: str | None, num_heads: int | None,
+                       hidden_size: int | None) -> tuple[str | None, int, int]:
+    config = _config(source)
+    text = getattr(config, "text_config", None) or config
+    hf_type = getattr(config, "model_type", None)
+    ort_type = model_type or ORT_MODEL_TYPES.get(hf_type or "")
+    heads = num_heads or int(getattr(text, "num_attention_heads", 0) or getattr(text, "n_head", 0) or 0)
+    hidden = hidden_size or int(getattr(text, "hidden_size", 0) or getattr(text, "n_embd", 0) or 0)
+    return ort_type, heads, hidden
+
+
+def _count(path: Path, ops: tuple[str, ...]) -> int:
+    from .onnxfile import load_proto
+
+    return sum(1 for n in load_proto(path).graph.node if n.op_type in ops)
+
+
+def _onnxscript_fusions(src: Path, dst: Path) -> dict[str, int]:
+    import onnx_ir as ir
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    model = ir.load(str(src))
+    result = optimize_for_ort(model)
+    fused_model, counts = result if isinstance(result, tuple) else (model, {})
+    ir.save(fused_model, str(dst))
+    return {k: int(v) for k, v in dict(counts).items() if v}
+
+
+def _eager_reexport(source: Any, dst: Path) -> None:
+    """Export the PyTorch source again with eager attention (TorchScript), which ORT fuses."""
+    from .exporting import export
+
+    model = source.model
+    setter = getattr(model, "set_attn_implementation", None)
+    before = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if setter is None:
+        raise OptimizationError("the model cannot switch to eager attention")
+    setter("eager")
+    try:
+        sample = {k: v for k, v in source.sample.items()} if source.sample else None
+        export(model, sample, out=dst, exporter="torchscript", overwrite=True, progress=False,
+               dynamic=source.input_axes or True)
+    finally:
+        if before:
+            setter(before)
+
+
+def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: int) -> None:
+    import logging
+
+    from onnxruntime.transformers import optimizer
+
+    from .exporters import quiet
+
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    with quiet([], []):  # the optimizer prints its own progress to stdout
+        optimized = optimizer.optimize_model(str(src), model_type=model_type, num_heads=heads,
+                                             hidden_size=hidden, opt_level=0)
+        optimized.save_model_to_file(str(dst))
+
+
+def _ort_level(src: Path, dst: Path, level: str) -> None:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                                     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    opts.optimized_model_filepath = str(dst)
+    opts.log_severity_level = 3
+    ort.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"])
+
+
+def has_mask_input(path: Path) -> bool:
+    from .onnxfile import load_proto, signature
+
+    inputs = {i.name: i for i in signature(load_proto(path))[0]}
+    mask = inputs.get("attention_mask")
+    return mask is not None and len(mask.shape) == 2 and isinstance(mask.shape[1], str)
+
+
+def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, model_type: str | None = None,
+             num_heads: int | None = None, hidden_size: int | None = None, unpad: bool | str = "auto",
+             simplify: bool = False, out: str | os.PathLike[str] | None = None, overwrite: bool = False,
+             validate: bool = True, providers: Any = ("cpu",), sample: Any = None) -> Variant:
+    """An optimized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated.
+
+    ``level``: ``"basic"``/``"extended"``/``"all"`` (ONNX Runtime's graph levels, saved offline),
+    ``"transformer"`` (attention fusion + ORT's transformer optimizer), or ``"auto"`` (transformer
+    fusion for transformer models, else ``"extended"``). ``unpad``: skip padding at run time
+    (``"auto"``: when the inputs carry an attention mask). ``simplify``: onnxscript's graph optimizer
+    (constant folding, dead-code removal) first.
+    """
+    if level not in LEVELS:
+        raise InvalidArgumentError(f"level={level!r}: choose one of {', '.join(LEVELS)}.")
+    parent, _ref, source = parent_of(onnx_model)
+    ort_type, heads, hidden = transformer_params(source, model_type, num_heads, hidden_size)
+    chosen = level
+    if level == "auto":
+        chosen = "transformer" if ort_type and heads and hidden else "extended"
+    if chosen == "transformer" and not (ort_type and heads and hidden):
+        raise InvalidArgumentError(
+            "Transformer fusion needs the model type, number of heads and hidden size; they come from the "
+            "Hugging Face config when optimizing an ExportResult, or pass model_type=, num_heads=, hidden_size=."
+        )
+    skip_padding = has_mask_input(parent) if unpad == "auto" else bool(unpad)
+    recipe: dict[str, Any] = {"level": chosen, "simplify": simplify, "unpad": skip_padding}
+    if chosen == "transformer":
+        recipe.update(model_type=ort_type, num_heads=heads, hidden_size=hidden)
+
+    def write(src: Path, staged: Path) -> list[str]:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="onnx-nb-opt-") as scratch:
+            return _write(src, staged, Path(scratch))
+
+    def _write(src: Path, staged: Path, scratch: Path) -> list[str]:
+        warnings: list[str] = []
+        work = src
+        if simplify:
+            import onnx
+            import onnxscript
+
+            model = onnxscript.optimizer.optimize(onnx.load(str(work)))
+            work = scratch / "simplified.onnx"
+            onnx.save(model, str(work))
+        if chosen != "transformer":
+            _ort_level(work, staged, chosen)
+            return warnings
+        attention = ("Attention", "MultiHeadAttention")
+        route = "as exported"
+        if _count(work, attention) == 0:
+            fused = scratch / "fused.onnx"
+            try:
+                counts = _onnxscript_fusions(work, fused)
+                if _count(fused, attention):
+                    work, route = fused, f"onnxscript ORT fusions ({counts.get('attention', 0)} attention)"
+            except Exception as exc:  # noqa: BLE001 - fall through to the next route
+                warnings.append(f"onnxscript fusions failed: {type(exc).__name__}: {str(exc)[:150]}")
+        if _count(work, attention) == 0 and source is not None and source.model is not None:
+            eager = scratch / "eager.onnx"
+            try:
+                _eager_reexport(source, eager)
+                work, route = eager, "re-exported with eager attention"
+            except Exception as exc:  # noqa: BLE001
+                warnings.append(f"eager re-export failed: {type(exc).__name__}: {str(exc)[:150]}")
+        assert ort_type is not None
+        _ort_transformer(work, staged, ort_type, heads, hidden)
+        recipe["attention_route"] = route
+        if _count(staged, attention) == 0:
+            warnings.append("Attention could not be fused; the variant keeps unfused attention.")
+        return warnings
+
+    name = f"optimized({chosen})" + ("+unpad" if skip_padding else "")
+    tag = "optimized" if chosen in ("transformer", "auto") else f"optimized-{chosen}"
+    return make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite, validate=validate,
+                runtime={"unpad": True} if skip_padding else {}, providers=providers, sample=sample,
+                reference=reference)

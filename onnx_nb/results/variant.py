@@ -1,0 +1,101 @@
+"""``Variant``: one optimized or quantized model file, how it was made, and its own parity report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..render import CSS, esc, html_table, human_bytes, text_table
+
+FUSED_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "SkipLayerNormalization",
+             "EmbedLayerNormalization", "BiasGelu", "FastGelu", "FusedMatMul", "FusedConv", "FusedGemm",
+             "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "RotaryEmbedding",
+             "MatMulNBits", "MatMulInteger", "DynamicQuantizeLinear", "QuantizeLinear", "DequantizeLinear",
+             "QLinearMatMul", "BiasSplitGelu", "GemmFastGelu")
+
+
+@dataclass
+class Variant:
+    name: str  # e.g. "optimized(transformer)+unpad", "int8-dynamic(per-channel)"
+    path: Path
+    parent: Path
+    recipe: dict[str, Any]
+    nodes_before: int
+    nodes_after: int
+    op_diff: dict[str, tuple[int, int]]  # op -> (before, after), only the ops that changed
+    fused: dict[str, int]
+    size_before: int
+    size_after: int
+    seconds: float
+    parity: Any = None  # ParityReport against the fp32 reference
+    reference: Any = field(default=None, repr=False, compare=False)  # the fp32 reference (ExportResult or path)
+    source: Any = field(default=None, repr=False, compare=False)  # ModelSource of the export, when known
+    runtime: dict[str, Any] = field(default_factory=dict)  # e.g. {"unpad": True}
+    warnings: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.parity is None or bool(self.parity)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self)
+
+    def session(self, provider: str = "cpu", **options: Any) -> Any:
+        """An ONNX Runtime session as this variant is meant to run (skipping padding if its recipe says so)."""
+        from ..runtime import open_session
+        from ..sessions import resolve
+
+        return open_session(self, resolve([provider])[0].name, **options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "path": str(self.path), "parent": str(self.parent), "recipe": self.recipe,
+                "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+                "op_diff": {k: list(v) for k, v in self.op_diff.items()}, "fused": self.fused,
+                "size_before": self.size_before, "size_after": self.size_after, "seconds": round(self.seconds, 3),
+                "runtime": self.runtime, "warnings": self.warnings,
+                "parity": self.parity.to_dict() if self.parity is not None else None}
+
+    def to_pandas(self) -> Any:
+        """The operator histogram diff: op, before, after, change."""
+        import pandas as pd
+
+        rows = [{"op": k, "before": b, "after": a, "change": a - b} for k, (b, a) in self.op_diff.items()]
+        return pd.DataFrame(rows, columns=["op", "before", "after", "change"])
+
+    def _summary(self) -> list[tuple[str, str]]:
+        verdict = "not checked" if self.parity is None else ("passed" if self.parity else "FAILED")
+        rows = [("variant", self.name), ("file", str(self.path)),
+                ("recipe", ", ".join(f"{k}={v}" for k, v in self.recipe.items())),
+                ("nodes", f"{self.nodes_before} → {self.nodes_after}"),
+                ("size", f"{human_bytes(self.size_before)} → {human_bytes(self.size_after)}"),
+                ("fused / quantized ops", ", ".join(f"{k} {v}" for k, v in self.fused.items()) or "-"),
+                ("made in", f"{self.seconds:.1f} s"), ("parity", verdict)]
+        if self.runtime.get("unpad"):
+            rows.append(("runtime", "skips padding (length buckets)"))
+        return rows
+
+    def __repr__(self) -> str:
+        diff = [(k, b, a) for k, (b, a) in list(self.op_diff.items())[:12]]
+        parts = [f"Variant {self.name}: {self.path}", text_table(["", ""], self._summary()).split("\n", 2)[2]]
+        if diff:
+            parts += ["", text_table(["op", "before", "after"], diff)]
+        parts += [f"warning: {w}" for w in self.warnings]
+        if self.parity is not None:
+            parts += ["", repr(self.parity)]
+        return "\n".join(parts)
+
+    __str__ = __repr__
+
+    def html_body(self) -> str:
+        ok = bool(self)
+        badge = f'<span class="{"ok" if ok else "bad"}">{"✓" if ok else "✗"}</span>'
+        diff = html_table(["op", "before", "after"], [(k, b, a) for k, (b, a) in self.op_diff.items()][:15])
+        warn = "".join(f'<div class="warn">{esc(w)}</div>' for w in self.warnings)
+        parity = self.parity.html_body() if self.parity is not None else ""
+        return (f'<div class="onnxnb"><h4>{badge} Variant {esc(self.name)}</h4>'
+                f'<div style="display:flex;gap:24px;flex-wrap:wrap"><div>{html_table(["", ""], self._summary())}'
+                f"</div><div>{diff}</div></div>{warn}{parity}</div>")
+
+    def _repr_html_(self) -> str:
+        return CSS + self.html_body()
