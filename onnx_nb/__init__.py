@@ -35,6 +35,12 @@ _LAZY = {
     "ParityReport": ("onnx_nb.results.parity", "ParityReport"),
     "Tolerance": ("onnx_nb.parity.tolerance", "Tolerance"),
     "benchmark": ("onnx_nb.benchmarking", "benchmark"),
+    "optimize": ("onnx_nb.optimizing", "optimize"),
+    "quantize": ("onnx_nb.quantizing", "quantize"),
+    "quant_debug": ("onnx_nb.quant_debug", "quant_debug"),
+    "autotune": ("onnx_nb.autotuning", "autotune"),
+    "Variant": ("onnx_nb.results.variant", "Variant"),
+    "UnpaddedSession": ("onnx_nb.runtime", "UnpaddedSession"),
     "LatencyTable": ("onnx_nb.results.latency", "LatencyTable"),
     "parse_profile": ("onnx_nb.profiling", "parse_profile"),
 }
@@ -57,26 +63,38 @@ __all__ = [
     "ShapeMismatch",
     "Tolerance",
     "ToleranceExceeded",
+    "UnpaddedSession",
     "UnsupportedOperatorError",
+    "Variant",
     "__version__",
+    "autotune",
     "benchmark",
     "check_parity",
     "default_model_path",
     "export",
     "load_ipython_extension",
+    "optimize",
     "parse_profile",
+    "quant_debug",
+    "quantize",
 ]
 
 if TYPE_CHECKING:
+    from .autotuning import autotune
     from .benchmarking import benchmark
     from .demo import default_model_path
     from .exporting import export
+    from .optimizing import optimize
     from .parity.check import check_parity
     from .parity.tolerance import Tolerance
     from .profiling import parse_profile
+    from .quant_debug import quant_debug
+    from .quantizing import quantize
     from .results.export import ExportResult, ModelSource
     from .results.latency import LatencyTable
     from .results.parity import ParityReport
+    from .results.variant import Variant
+    from .runtime import UnpaddedSession
 
 
 def __getattr__(name: str) -> Any:

@@ -45,7 +45,7 @@ class OrtRunner:
     """An ONNX Runtime session on one provider; GPU providers bind inputs and outputs on the device."""
 
     def __init__(self, path: Path, provider: str, feed: dict[str, np.ndarray], threads: int | None,
-                 level: str, profile_dir: str | None = None) -> None:
+                 level: str, profile_dir: str | None = None, runtime: dict[str, Any] | None = None) -> None:
         import onnxruntime as ort
 
         from .shapes import cast_feed
@@ -70,6 +70,12 @@ class OrtRunner:
         self.device = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda",
                        "ROCMExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}.get(provider)
         self.binding = None
+        if (runtime or {}).get("unpad"):
+            from .runtime import UnpaddedSession
+
+            self.session = UnpaddedSession(self.session)
+            self.options["runtime"] = "skips padding"
+            self.device = None  # buckets are fed from host memory
         if self.device:
             self.binding = self.session.io_binding()
             for name, value in self.feed.items():
@@ -236,7 +242,8 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                     if reason:
                         rows.append(LatencyRow(name, backend, tag, status="unavailable", note=reason))
                         continue
-                    make: Callable[[], Any] = (partial(OrtRunner, path, provider, feed, threads, level)
+                    runtime = getattr(_obj, "runtime", None)
+                    make: Callable[[], Any] = (partial(OrtRunner, path, provider, feed, threads, level, None, runtime)
                                                if provider else partial(OpenVinoRunner, path, feed, threads))
                     row = _measure(name, backend, tag, batch, make, warmup, runs, min_seconds, clock, threads)
                     rows.append(row)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__, specs
 from .errors import OnnxNbError
@@ -20,6 +21,10 @@ def parser() -> argparse.ArgumentParser:
     specs.add_arguments(check, specs.PARITY, "cli")
     bench = sub.add_parser("bench", help="latency per model, backend and shape (PyTorch eager as baseline)")
     specs.add_arguments(bench, specs.BENCH, "cli")
+    for name, spec, text in (("optimize", specs.OPTIMIZE, "optimize an .onnx file and re-validate it"),
+                             ("quantize", specs.QUANTIZE, "quantize an .onnx file and re-validate it"),
+                             ("autotune", specs.AUTOTUNE, "fastest variant within an accuracy budget")):
+        specs.add_arguments(sub.add_parser(name, help=text), spec, "cli")
     demo = sub.add_parser("demo", help="export and check all-MiniLM-L6-v2; write an HTML report")
     specs.add_arguments(demo, specs.DEMO, "cli")
     return p
@@ -46,6 +51,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             table = benchmark(args.models, reference=args.reference, **specs.bench_kwargs(args))
             _emit(table, args.json)
             return 0 if table else 1
+        if args.command in ("optimize", "quantize", "autotune"):
+            from .autotuning import autotune
+            from .optimizing import optimize
+            from .quantizing import quantize
+
+            made: Any
+            if args.command == "optimize":
+                made = optimize(args.model, **specs.optimize_kwargs(args))
+            elif args.command == "quantize":
+                made = quantize(args.model, **specs.quantize_kwargs(args))
+            else:
+                made = autotune(args.model, **specs.autotune_kwargs(args))
+            _emit(made, args.json)
+            return 0 if args.command == "autotune" or made else 1
         from .demo import run
 
         result, parity = run(args.out)

@@ -90,3 +90,47 @@ class OnnxMagics(Magics):
             return benchmark(models, reference=reference, **specs.bench_kwargs(args))
         except OnnxNbError as exc:
             raise UsageError(f"{type(exc).__name__}: {exc}") from None
+
+    def _model(self, name: str) -> Any:
+        ns = self.shell.user_ns if self.shell is not None else {}
+        return ns[name] if name in ns else name.strip("'\"")
+
+    @line_magic
+    @_apply(specs.OPTIMIZE)
+    def onnx_optimize(self, line: str) -> Any:
+        """Optimize and re-validate: ``%onnx_optimize result [--level auto|extended|transformer] [--no-unpad]``."""
+        args = parse_argstring(self.onnx_optimize, line)
+        from .optimizing import optimize
+
+        try:
+            return optimize(self._model(args.model), **specs.optimize_kwargs(args))
+        except OnnxNbError as exc:
+            raise UsageError(f"{type(exc).__name__}: {exc}") from None
+
+    @line_magic
+    @_apply(specs.QUANTIZE)
+    def onnx_quantize(self, line: str) -> Any:
+        """Quantize and re-validate: ``%onnx_quantize variant [--method dynamic|static|fp16|int4] ...``."""
+        args = parse_argstring(self.onnx_quantize, line)
+        from .quantizing import quantize
+
+        kwargs = specs.quantize_kwargs(args)
+        if args.calibration:
+            kwargs["calibration"] = args.calibration if args.calibration == "generated" else \
+                self._lookup(args.calibration, "--calibration")
+        try:
+            return quantize(self._model(args.model), **kwargs)
+        except OnnxNbError as exc:
+            raise UsageError(f"{type(exc).__name__}: {exc}") from None
+
+    @line_magic
+    @_apply(specs.AUTOTUNE)
+    def onnx_autotune(self, line: str) -> Any:
+        """Fastest variant within an accuracy budget: ``%onnx_autotune result [--metric cosine] [--budget 0.99]``."""
+        args = parse_argstring(self.onnx_autotune, line)
+        from .autotuning import autotune
+
+        try:
+            return autotune(self._model(args.model), **specs.autotune_kwargs(args))
+        except OnnxNbError as exc:
+            raise UsageError(f"{type(exc).__name__}: {exc}") from None

@@ -59,6 +59,46 @@ BENCH: list[Spec] = [
     (("--json",), {"action": "store_true", "help": "print the table as JSON"}, "cli"),
 ]
 
+OPTIMIZE: list[Spec] = [
+    (("model",), {"help": "an .onnx file, or a variable holding an ExportResult / variant"}, "both"),
+    (("--level",), {"default": "auto", "choices": ["auto", "basic", "extended", "all", "transformer"],
+                    "help": "ORT graph level, or transformer fusion; auto picks"}, "both"),
+    (("--model-type",), {"help": "ORT transformer model type (bert, gpt2, ...); read from the config if known"},
+     "both"),
+    (("--num-heads",), {"type": int, "help": "attention heads (from the config if known)"}, "both"),
+    (("--hidden-size",), {"type": int, "help": "hidden size (from the config if known)"}, "both"),
+    (("--no-unpad",), {"action": "store_true", "help": "do not skip padding at run time"}, "both"),
+    (("--simplify",), {"action": "store_true", "help": "run onnxscript's graph optimizer first"}, "both"),
+    (("--out",), {"help": "output .onnx path (default <model>.optimized.onnx)"}, "both"),
+    (("--overwrite",), {"action": "store_true", "help": "replace an existing output"}, "both"),
+    (("--json",), {"action": "store_true", "help": "print the variant as JSON"}, "cli"),
+]
+
+QUANTIZE: list[Spec] = [
+    (("model",), {"help": "an .onnx file, or a variable holding an ExportResult / variant"}, "both"),
+    (("--method",), {"default": "dynamic", "choices": ["dynamic", "static", "fp16", "int4"]}, "both"),
+    (("--per-tensor",), {"action": "store_true", "help": "one scale per weight tensor (default: per channel)"},
+     "both"),
+    (("--calibration",), {"help": "static: a variable holding a list of input dicts, or 'generated'"}, "both"),
+    (("--exclude",), {"default": "", "help": "comma-separated node names to keep in float"}, "both"),
+    (("--block-size",), {"type": int, "default": 32, "help": "int4: weights per scale"}, "both"),
+    (("--out",), {"help": "output .onnx path"}, "both"),
+    (("--overwrite",), {"action": "store_true", "help": "replace an existing output"}, "both"),
+    (("--json",), {"action": "store_true", "help": "print the variant as JSON"}, "cli"),
+]
+
+AUTOTUNE: list[Spec] = [
+    (("model",), {"help": "an .onnx file, or a variable holding an ExportResult"}, "both"),
+    (("--metric",), {"default": "cosine", "choices": ["cosine", "max_abs"]}, "both"),
+    (("--budget",), {"type": float, "help": "lowest cosine (default 0.99) or largest abs error (default 1e-4)"},
+     "both"),
+    (("--providers",), {"default": "cpu", "help": "comma-separated providers to time on"}, "both"),
+    (("--min-seconds",), {"type": float, "default": 0.5, "help": "time budget per timed row"}, "both"),
+    (("--out",), {"help": "folder for the candidates (default <model folder>/autotune)"}, "both"),
+    (("--overwrite",), {"action": "store_true", "help": "replace earlier autotune results"}, "both"),
+    (("--json",), {"action": "store_true", "help": "print the result as JSON"}, "cli"),
+]
+
 DEMO: list[Spec] = [
     (("--out",), {"default": "onnx_nb_out/demo",
                   "help": "folder for the demo's files (default ./onnx_nb_out/demo)"}, "cli"),
@@ -110,3 +150,19 @@ def bench_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     providers = ns.providers if ns.providers == "available" else [p for p in ns.providers.split(",") if p]
     return {"providers": providers, "shapes": parse_shapes(ns.shapes), "runs": ns.runs,
             "min_seconds": ns.min_seconds, "warmup": ns.warmup, "threads": ns.threads, "profile": ns.profile}
+
+
+def optimize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    return {"level": ns.level, "model_type": ns.model_type, "num_heads": ns.num_heads,
+            "hidden_size": ns.hidden_size, "unpad": False if ns.no_unpad else "auto", "simplify": ns.simplify,
+            "out": ns.out, "overwrite": ns.overwrite}
+
+
+def quantize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    return {"method": ns.method, "per_channel": not ns.per_tensor, "block_size": ns.block_size,
+            "exclude": [e for e in ns.exclude.split(",") if e], "out": ns.out, "overwrite": ns.overwrite}
+
+
+def autotune_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    return {"metric": ns.metric, "budget": ns.budget, "providers": [p for p in ns.providers.split(",") if p],
+            "min_seconds": ns.min_seconds, "out": ns.out, "overwrite": ns.overwrite}

@@ -58,7 +58,7 @@ def make(parent_model: Any, tag: str, name: str, recipe: dict[str, Any], write: 
     size_before = onnxfile.total_file_size(parent, before)
     variant = Variant(name, target, parent, dict(recipe), sum(h0.values()), sum(h1.values()), diff, fused,
                       size_before, sum(f.stat().st_size for f in files), seconds, reference=ref, source=source,
-                      runtime=dict(runtime or {}), warnings=warnings)
+                      runtime=dict(runtime or {}), warnings=warnings, origin=parent_model)
     if validate:
         from .parity.check import check_parity
 

@@ -32,6 +32,7 @@ class Variant:
     reference: Any = field(default=None, repr=False, compare=False)  # the fp32 reference (ExportResult or path)
     source: Any = field(default=None, repr=False, compare=False)  # ModelSource of the export, when known
     runtime: dict[str, Any] = field(default_factory=dict)  # e.g. {"unpad": True}
+    origin: Any = field(default=None, repr=False, compare=False)  # what was optimized or quantized
     warnings: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
