@@ -14,6 +14,7 @@ from .results.variant import Variant
 from .variants import make, parent_of
 
 METHODS = ("dynamic", "static", "fp16", "int4")
+AUTO_EXCLUDE_GAP_DB = 5.0
 
 
 class CalibrationError(OnnxNbError, ValueError):
@@ -99,7 +100,7 @@ def generated_calibration(model: Any, count: int = 16, seed: int = 0) -> list[di
 
 
 def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | None = None,
-             calibration: Iterable[dict[str, Any]] | str | None = None, exclude: Sequence[str] | None = None,
+             calibration: Iterable[dict[str, Any]] | str | None = None, exclude: Sequence[str] | str | None = "auto",
              reference: Any = None, op_types: Sequence[str] | None = None, block_size: int = 32,
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, validate: bool = True,
              providers: Any = ("cpu",), sample: Any = None) -> Variant:
@@ -110,7 +111,9 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     default, which keeps transformer embeddings at cosine ≥ 0.99 where per-tensor drops), ``"static"``
     INT8 in QDQ format (needs ``calibration``: a list of input dicts, or ``"generated"`` for synthetic
     inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only MatMulNBits (``block_size``).
-    ``exclude`` names nodes to keep in float (``quant_debug`` suggests them).
+    ``exclude`` names nodes to keep in float; ``"auto"`` (INT8 default) quantizes once, measures every
+    layer alone with :func:`quant_debug`, and keeps in float the few layers (at most 5%) that fall more
+    than 5 dB below the median layer's SQNR; the recipe records which.
     """
     if method not in METHODS:
         raise InvalidArgumentError(f"method={method!r}: choose one of {', '.join(METHODS)}.")
@@ -121,7 +124,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             "generated from the sample (less accurate)."
         )
     per_channel = True if per_channel is None else per_channel
-    excluded = list(exclude or [])
+    auto_exclude = exclude == "auto" and method in ("dynamic", "static")
+    excluded = [] if isinstance(exclude, str) else list(exclude or [])
     recipe: dict[str, Any] = {"method": method}
     if method in ("dynamic", "static"):
         recipe.update(per_channel=per_channel, weight_type="int8", exclude=excluded)
@@ -164,8 +168,26 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             "static": "int8-static(QDQ)", "fp16": "fp16", "int4": f"int4-weight(block {block_size})"}[method]
     if runtime.get("unpad"):
         name += "+unpad"
-    return make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite, validate=validate,
-                runtime=runtime, providers=providers, sample=sample, reference=reference)
+    variant = make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite,
+                   validate=validate and not auto_exclude, runtime=runtime, providers=providers, sample=sample,
+                   reference=reference)
+    if not auto_exclude:
+        return variant
+    from .quant_debug import quant_debug
+
+    report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
+    picks = report.suggested[: max(1, len(report.layers) // 20)]
+    recipe["exclude"] = picks
+    recipe["exclude_rule"] = f"auto: layers more than {AUTO_EXCLUDE_GAP_DB:g} dB below the median SQNR (at most 5%)"
+    if picks:  # the file is ours: made a moment ago
+        excluded[:] = picks
+        variant = make(onnx_model, tag, name, recipe, write, out=variant.path, overwrite=True, validate=False,
+                       runtime=runtime, providers=providers, sample=sample, reference=reference)
+    if validate:
+        from .parity.check import check_parity
+
+        variant.parity = check_parity(variant.reference, variant, sample, providers=providers, progress=False)
+    return variant
 
 
 def _quantize(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],

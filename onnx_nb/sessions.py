@@ -22,6 +22,7 @@ ALIASES: dict[str, str] = {
     "vitisai": "VitisAIExecutionProvider", "azure": "AzureExecutionProvider",
 }
 SHORT = {v: k for k, v in reversed(ALIASES.items())}
+NOT_COMPUTE = {"AzureExecutionProvider"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,9 @@ def resolve(names: str | Any) -> list[Provider]:
     """
     have = available()
     if isinstance(names, str):
-        names = have if names == "available" else [n.strip() for n in names.split(",") if n.strip()]
+        # "available": every provider that computes here (Azure's only sends requests to a remote endpoint)
+        names = [h for h in have if h not in NOT_COMPUTE] if names == "available" else \
+            [n.strip() for n in names.split(",") if n.strip()]
     known = {v.lower(): v for v in ALIASES.values()} | {h.lower(): h for h in have}
     result: list[Provider] = []
     for raw in names:
