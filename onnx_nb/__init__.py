@@ -37,7 +37,7 @@ _LAZY = {
     "benchmark": ("onnx_nb.benchmarking", "benchmark"),
     "optimize": ("onnx_nb.optimizing", "optimize"),
     "quantize": ("onnx_nb.quantizing", "quantize"),
-    "quant_debug": ("onnx_nb.quant_debug", "quant_debug"),
+    "quant_debug": ("onnx_nb.debugging", "quant_debug"),
     "autotune": ("onnx_nb.autotuning", "autotune"),
     "Variant": ("onnx_nb.results.variant", "Variant"),
     "UnpaddedSession": ("onnx_nb.runtime", "UnpaddedSession"),
@@ -82,13 +82,13 @@ __all__ = [
 if TYPE_CHECKING:
     from .autotuning import autotune
     from .benchmarking import benchmark
+    from .debugging import quant_debug
     from .demo import default_model_path
     from .exporting import export
     from .optimizing import optimize
     from .parity.check import check_parity
     from .parity.tolerance import Tolerance
     from .profiling import parse_profile
-    from .quant_debug import quant_debug
     from .quantizing import quantize
     from .results.export import ExportResult, ModelSource
     from .results.latency import LatencyTable

@@ -14,7 +14,8 @@ from .results.variant import Variant
 from .variants import make, parent_of
 
 METHODS = ("dynamic", "static", "fp16", "int4")
-AUTO_EXCLUDE_GAP_DB = 5.0
+AUTO_EXCLUDE_GAP_DB = 3.0
+AUTO_EXCLUDE_SHARE = 10  # at most 1 in 10 quantized layers stays float
 
 
 class CalibrationError(OnnxNbError, ValueError):
@@ -112,8 +113,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     INT8 in QDQ format (needs ``calibration``: a list of input dicts, or ``"generated"`` for synthetic
     inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only MatMulNBits (``block_size``).
     ``exclude`` names nodes to keep in float; ``"auto"`` (INT8 default) quantizes once, measures every
-    layer alone with :func:`quant_debug`, and keeps in float the few layers (at most 5%) that fall more
-    than 5 dB below the median layer's SQNR; the recipe records which.
+    layer alone with :func:`quant_debug`, and keeps in float the few layers (at most 1 in 10) that fall
+    more than 3 dB below the median layer's SQNR; the recipe records which.
     """
     if method not in METHODS:
         raise InvalidArgumentError(f"method={method!r}: choose one of {', '.join(METHODS)}.")
@@ -168,25 +169,42 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             "static": "int8-static(QDQ)", "fp16": "fp16", "int4": f"int4-weight(block {block_size})"}[method]
     if runtime.get("unpad"):
         name += "+unpad"
-    variant = make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite,
-                   validate=validate and not auto_exclude, runtime=runtime, providers=providers, sample=sample,
-                   reference=reference)
+    variant = make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite, validate=validate,
+                   runtime=runtime, providers=providers, sample=sample, reference=reference)
     if not auto_exclude:
         return variant
-    from .quant_debug import quant_debug
+    return _auto_exclude(variant, excluded, recipe, validate, sample,
+                         lambda: make(onnx_model, tag, name, recipe, write, out=variant.path, overwrite=True,
+                                      validate=validate, runtime=runtime, providers=providers, sample=sample,
+                                      reference=reference))
+
+
+def _auto_exclude(variant: Variant, excluded: list[str], recipe: dict[str, Any], validate: bool, sample: Any,
+                  remake: Any) -> Variant:
+    """Keep in float, one at a time, the layer that loses the most accuracy on its own, until the variant
+    passes its parity policy (or, without validation, every layer far below the median), at most 1 in 10."""
+    from .debugging import quant_debug
 
     report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
-    picks = report.suggested[: max(1, len(report.layers) // 20)]
-    recipe["exclude"] = picks
-    recipe["exclude_rule"] = f"auto: layers more than {AUTO_EXCLUDE_GAP_DB:g} dB below the median SQNR (at most 5%)"
-    if picks:  # the file is ours: made a moment ago
-        excluded[:] = picks
-        variant = make(onnx_model, tag, name, recipe, write, out=variant.path, overwrite=True, validate=False,
-                       runtime=runtime, providers=providers, sample=sample, reference=reference)
-    if validate:
-        from .parity.check import check_parity
-
-        variant.parity = check_parity(variant.reference, variant, sample, providers=providers, progress=False)
+    cap = max(1, len(report.layers) // AUTO_EXCLUDE_SHARE)
+    recipe["exclude_rule"] = (f"auto: the worst layers alone (quant_debug) until parity passes, at most 1 in "
+                              f"{AUTO_EXCLUDE_SHARE}" if validate else
+                              f"auto: layers more than {AUTO_EXCLUDE_GAP_DB:g} dB below the median SQNR, "
+                              f"at most 1 in {AUTO_EXCLUDE_SHARE}")
+    if not validate:
+        excluded[:] = report.suggested[:cap]
+        recipe["exclude"] = list(excluded)
+        return remake() if excluded else variant  # the file is ours: made a moment ago
+    while not variant and len(excluded) < cap:
+        worst = next((layer.parent_node for layer in report.layers if layer.parent_node not in excluded), None)
+        if worst is None:
+            break
+        excluded.append(worst)
+        recipe["exclude"] = list(excluded)
+        variant = remake()
+        report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
+    recipe["exclude"] = list(excluded)
+    variant.recipe = dict(recipe)
     return variant
 
 

@@ -25,3 +25,13 @@ def minilm_dir() -> Path:
     from onnx_nb.demo import default_model_path
 
     return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def ip() -> object:
+    """One IPython shell for the whole run (IPython's test app can only be started once)."""
+    from IPython.testing.globalipapp import get_ipython, start_ipython
+
+    shell = start_ipython() or get_ipython()
+    shell.run_line_magic("load_ext", "onnx_nb")
+    return shell

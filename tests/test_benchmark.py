@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -146,11 +147,7 @@ def test_profile_parsing_on_real_file(tmp_path: Path, linear: onnx_nb.ExportResu
         onnx_nb.parse_profile(tmp_path / "missing.json")
 
 
-def test_magic_and_cli(linear: onnx_nb.ExportResult) -> None:
-    from IPython.testing.globalipapp import start_ipython
-
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "onnx_nb")
+def test_magic_and_cli(ip: Any, linear: onnx_nb.ExportResult) -> None:
     ip.user_ns["lin"] = linear
     table = ip.run_line_magic("onnx_bench", "lin --providers cpu,cuda --runs 5 --reference lin --shapes batch=3")
     assert {r.backend for r in table.rows} == {"torch:cpu", "ort:cpu", "ort:cuda"}

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import start_ipython
 
 import onnx_nb
-
-
-@pytest.fixture(scope="module")
-def ip() -> Iterator[object]:
-    shell = start_ipython()
-    shell.run_line_magic("load_ext", "onnx_nb")
-    yield shell
 
 
 def test_magic_exports_a_variable(ip: object, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -202,11 +203,7 @@ def test_interactive_view_rejudges(bert_exports: dict[str, onnx_nb.ExportResult]
     assert widget.state["report"]
 
 
-def test_magic_and_cli(bert_exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
-    from IPython.testing.globalipapp import start_ipython
-
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "onnx_nb")
+def test_magic_and_cli(ip: Any, bert_exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
     ip.user_ns["res"] = bert_exports["dynamo"]
     report = ip.run_line_magic("onnx_parity", "res --shapes 'batch=3,sequence=9;sample' --atol 1e-3")
     assert report and [r.shape for r in report.rows] == ["batch=3, sequence=9", "sample batch=2, sequence=7"]

@@ -44,8 +44,8 @@ class Tolerance:
 POLICY: dict[str, Tolerance] = {
     "fp32": Tolerance(1e-4, 1e-3),
     "fp16": Tolerance(1e-2, 1e-2, "task", min_cosine=0.999, min_argmax=0.99),
-    "int8": Tolerance(1e-1, 1e-1, "task", min_cosine=0.99, min_argmax=0.95),
-    "int4": Tolerance(1e-1, 1e-1, "task", min_cosine=0.98, min_argmax=0.9),
+    "int8": Tolerance(1e-1, 1e-1, "task", min_cosine=0.98, min_argmax=0.95),
+    "int4": Tolerance(1e-1, 1e-1, "task", min_cosine=0.97, min_argmax=0.9),
 }
 
 

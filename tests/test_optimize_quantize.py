@@ -1,0 +1,180 @@
+"""optimize(), quantize(), quant_debug(), autotune() and the padding-free runtime, on real models."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import onnx_nb
+import tiny_models
+from onnx_nb.quantizing import CalibrationError
+from onnx_nb.runtime import UnpaddedSession, plan_buckets
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> onnx_nb.ExportResult:
+    return onnx_nb.export(tiny_models.build("bert"), out=tmp_path_factory.mktemp("oq") / "bert.onnx",
+                          progress=False)
+
+
+@pytest.fixture(scope="module")
+def bert_opt(bert: onnx_nb.ExportResult) -> onnx_nb.Variant:
+    return onnx_nb.optimize(bert)
+
+
+class OutlierMLP(torch.nn.Module):
+    """Layer 1 makes one activation channel ~300x the rest; layer 2 reads them all with one scale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(64, 64) for _ in range(4)])
+        with torch.no_grad():
+            self.layers[1].bias[0] = 300.0
+            self.layers[2].weight[:, 0] = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+def test_optimize_fuses_attention_and_validates(bert: onnx_nb.ExportResult, bert_opt: onnx_nb.Variant) -> None:
+    v = bert_opt
+    assert v.recipe["level"] == "transformer" and v.recipe["model_type"] == "bert"
+    assert v.recipe["num_heads"] == 2 and v.recipe["hidden_size"] == 32
+    assert v.fused.get("com.microsoft.Attention", 0) == 2, v.fused
+    assert v.nodes_after < v.nodes_before and v.op_diff and v.runtime == {"unpad": True}
+    assert v.path == bert.path.with_name("bert.optimized.onnx") and v.path.exists()
+    assert v and v.parity is not None and v.parity.reference.startswith("PyTorch")
+    assert any("right-padded" in r.shape for r in v.parity.rows), "an unpad variant is checked on padded input"
+    data = json.loads(json.dumps(v.to_dict()))
+    assert data["parity"]["passed"] and data["fused"]
+    assert "Variant optimized(transformer)+unpad" in repr(v) and "<table>" in v._repr_html_()
+    assert list(v.to_pandas().columns) == ["op", "before", "after", "change"]
+    with pytest.raises(onnx_nb.OutputExistsError):
+        onnx_nb.optimize(bert)
+
+
+def test_optimize_sdpa_torchscript_export_reexports_eager(tmp_path: Path) -> None:
+    result = onnx_nb.export(tiny_models.build("bert"), out=tmp_path / "ts.onnx", exporter="torchscript",
+                            progress=False)
+    v = onnx_nb.optimize(result)
+    assert v.fused.get("com.microsoft.Attention", 0) == 2, (v.recipe, v.warnings)
+    assert v.recipe["attention_route"] in ("re-exported with eager attention",) or "onnxscript" in \
+        v.recipe["attention_route"]
+    assert v
+
+
+@pytest.mark.parametrize("level", ["basic", "extended", "all"])
+def test_graph_levels_on_a_path(bert: onnx_nb.ExportResult, level: str, tmp_path: Path) -> None:
+    v = onnx_nb.optimize(bert.path, level=level, unpad=False, out=tmp_path / f"{level}.onnx")
+    assert v.recipe["level"] == level and v.parity is not None and v.parity.reference == "ONNX bert.onnx"
+    assert v
+    if level != "basic":  # basic only folds constants; it may even add a node
+        assert v.nodes_after < v.nodes_before
+
+
+def test_bucket_plan_and_unpadded_session(bert_opt: onnx_nb.Variant) -> None:
+    groups = plan_buckets(np.array([17, 120, 18, 19, 110, 17]))
+    assert sorted(map(sorted, (g.tolist() for g in groups))) == [[0, 2, 3, 5], [1, 4]]
+    sess = bert_opt.session()
+    assert isinstance(sess, UnpaddedSession)
+    plain = ort.InferenceSession(str(bert_opt.path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    lengths = np.array([30, 5, 6, 28, 4])
+    mask = (np.arange(32)[None, :] < lengths[:, None]).astype(np.int64)
+    feed = {"input_ids": rng.integers(3, 100, (5, 32)) * mask, "attention_mask": mask,
+            "token_type_ids": np.zeros((5, 32), np.int64)}
+    got, want = sess.run(None, feed)[0], plain.run(None, feed)[0]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert len(sess.last_plan) == 2
+    left = feed | {"attention_mask": mask[:, ::-1].copy()}  # left padding: run as one batch
+    np.testing.assert_allclose(sess.run(None, left)[0], plain.run(None, left)[0], atol=1e-6)
+
+
+def test_quantize_methods(bert_opt: onnx_nb.Variant, tmp_path: Path) -> None:
+    dyn = onnx_nb.quantize(bert_opt, out=tmp_path / "d.onnx")
+    assert dyn.recipe["per_channel"] is True and dyn.recipe["method"] == "dynamic"
+    assert "MatMulInteger" in dyn.fused and dyn.parity.precision == "int8" and dyn, repr(dyn.parity)
+    assert dyn.runtime == {"unpad": True} and dyn.name.endswith("+unpad")
+    per_tensor = onnx_nb.quantize(bert_opt, per_channel=False, exclude=[], out=tmp_path / "t.onnx")
+    assert per_tensor.recipe["per_channel"] is False
+    static = onnx_nb.quantize(bert_opt, method="static", calibration="generated", out=tmp_path / "s.onnx")
+    assert static.fused.get("QuantizeLinear", 0) > 0 and static.recipe["format"] == "QDQ"
+    int4 = onnx_nb.quantize(bert_opt, method="int4", out=tmp_path / "4.onnx")
+    assert int4.fused.get("com.microsoft.MatMulNBits", 0) > 0 and int4.parity.precision == "int4" and int4
+    fp16 = onnx_nb.quantize(bert_opt, method="fp16", out=tmp_path / "h.onnx")
+    assert fp16.parity.precision == "fp16" and fp16.size_after < fp16.size_before
+
+
+def test_static_quantization_needs_fitting_calibration(bert_opt: onnx_nb.Variant, tmp_path: Path) -> None:
+    with pytest.raises(CalibrationError, match="needs calibration data"):
+        onnx_nb.quantize(bert_opt, method="static", out=tmp_path / "s.onnx")
+    bad = [{"input_ids": np.zeros((2, 7, 3), np.int64), "attention_mask": np.ones((2, 7), np.int64),
+            "token_type_ids": np.zeros((2, 7), np.int64)}]
+    with pytest.raises(CalibrationError, match=r"calibration\[0\]\['input_ids'\] has shape \[2, 7, 3\]"):
+        onnx_nb.quantize(bert_opt, method="static", calibration=bad, out=tmp_path / "s.onnx")
+    with pytest.raises(CalibrationError, match="has no input 'attention_mask'"):
+        onnx_nb.quantize(bert_opt, method="static", calibration=[{"input_ids": np.zeros((1, 4), np.int64)}],
+                         out=tmp_path / "s.onnx")
+    assert not (tmp_path / "s.onnx").exists()
+
+
+def test_failed_variant_is_reported_and_quant_debug_names_the_layer(tmp_path: Path) -> None:
+    result = onnx_nb.export(OutlierMLP(), torch.randn(8, 64), out=tmp_path / "mlp.onnx", progress=False)
+    plain = onnx_nb.quantize(result, exclude=[], out=tmp_path / "plain.onnx")
+    assert not plain and plain.parity is not None and not plain.parity, "failure shown, not hidden"
+    assert "FAILED" in repr(plain) and "✗" in plain._repr_html_()
+    report = onnx_nb.quant_debug(None, plain)
+    assert report.layers[0].module_path == "layers.2"
+    assert report.suggested and report.suggested[0] == report.layers[0].parent_node
+    fixed = report.requantize(out=tmp_path / "fixed.onnx")
+    assert report.suggested[0] in fixed.recipe["exclude"] and fixed, repr(fixed.parity)
+    assert "layers.2" in repr(report) and report.figure().data
+    auto = onnx_nb.quantize(result, out=tmp_path / "auto.onnx")  # exclude="auto" finds it too
+    assert report.suggested[0] in auto.recipe["exclude"] and auto
+
+
+def test_autotune(bert: onnx_nb.ExportResult, tmp_path: Path) -> None:
+    result = onnx_nb.autotune(bert, out=tmp_path / "tune", min_seconds=0.05, progress=False)
+    names = [c.name for c in result.candidates]
+    assert names[0] == "export (fp32)" and "int8 per-channel" in names and "optimized(auto)+unpad" in names
+    assert all(c.p50_ms for c in result.candidates if not c.error)
+    assert result.best is not None and result.best_candidate is not None and result.best_candidate.within_budget
+    assert result.pareto and result.best_candidate.name in result.pareto
+    fig = result.figure()
+    assert len(fig.data) == 2 and fig.layout.xaxis.title.text == "p50 latency (ms)"
+    assert json.loads(json.dumps(result.to_dict()))["best"] == result.best_candidate.name
+    with pytest.raises(onnx_nb.OutputExistsError):
+        onnx_nb.autotune(bert, out=tmp_path / "tune", progress=False)
+
+
+def test_minilm_optimize_and_quantize(minilm_dir: Path, tmp_path: Path) -> None:
+    export = onnx_nb.export(str(minilm_dir), out=tmp_path / "m.onnx", progress=False)
+    fp32 = onnx_nb.optimize(export)
+    assert fp32.fused.get("com.microsoft.Attention") == 6 and fp32, repr(fp32.parity)
+    assert max(r.max_abs or 0 for r in fp32.parity.rows) < 1e-4
+    int8 = onnx_nb.quantize(fp32)
+    assert int8.parity.precision == "int8" and int8, repr(int8.parity)
+
+
+def test_magics_and_cli(ip: Any, bert: onnx_nb.ExportResult, tmp_path: Path) -> None:
+    ip.user_ns["res"] = bert
+    v = ip.run_line_magic("onnx_optimize", f"res --level extended --no-unpad --out {tmp_path / 'e.onnx'}")
+    assert v.recipe["level"] == "extended" and v.runtime == {}
+    ip.user_ns["var"] = v
+    q = ip.run_line_magic("onnx_quantize", f"var --method int4 --out {tmp_path / 'q.onnx'}")
+    assert q.recipe["method"] == "int4"
+    done = subprocess.run([sys.executable, "-m", "onnx_nb.cli", "quantize", str(bert.path), "--out",
+                           str(tmp_path / "cli.onnx"), "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["recipe"]["method"] == "dynamic"
