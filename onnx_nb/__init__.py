@@ -35,6 +35,10 @@ _LAZY = {
     "ParityReport": ("onnx_nb.results.parity", "ParityReport"),
     "Tolerance": ("onnx_nb.parity.tolerance", "Tolerance"),
     "benchmark": ("onnx_nb.benchmarking", "benchmark"),
+    "pipeline": ("onnx_nb.pipelines", "pipeline"),
+    "GraphView": ("onnx_nb.widgets", "GraphView"),
+    "Studio": ("onnx_nb.widgets", "Studio"),
+    "Report": ("onnx_nb.results.report", "Report"),
     "optimize": ("onnx_nb.optimizing", "optimize"),
     "quantize": ("onnx_nb.quantizing", "quantize"),
     "quant_debug": ("onnx_nb.debugging", "quant_debug"),
@@ -48,6 +52,7 @@ _LAZY = {
 __all__ = [
     "ExportError",
     "ExportResult",
+    "GraphView",
     "HubUnavailableError",
     "InvalidArgumentError",
     "InvalidModelError",
@@ -59,8 +64,10 @@ __all__ = [
     "OutputExistsError",
     "OutputNotWritableError",
     "ParityReport",
+    "Report",
     "SampleError",
     "ShapeMismatch",
+    "Studio",
     "Tolerance",
     "ToleranceExceeded",
     "UnpaddedSession",
@@ -75,6 +82,7 @@ __all__ = [
     "load_ipython_extension",
     "optimize",
     "parse_profile",
+    "pipeline",
     "quant_debug",
     "quantize",
 ]
@@ -88,13 +96,16 @@ if TYPE_CHECKING:
     from .optimizing import optimize
     from .parity.check import check_parity
     from .parity.tolerance import Tolerance
+    from .pipelines import pipeline
     from .profiling import parse_profile
     from .quantizing import quantize
     from .results.export import ExportResult, ModelSource
     from .results.latency import LatencyTable
     from .results.parity import ParityReport
+    from .results.report import Report
     from .results.variant import Variant
     from .runtime import UnpaddedSession
+    from .widgets import GraphView, Studio
 
 
 def __getattr__(name: str) -> Any:

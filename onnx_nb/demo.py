@@ -35,16 +35,15 @@ def demo_folder(out: str | os.PathLike[str]) -> Path:
     return folder
 
 
-def run(out: str | os.PathLike[str] = "onnx_nb_out/demo", progress: bool = True) -> tuple[Any, Any]:
-    """Export all-MiniLM-L6-v2, check its parity with PyTorch on three shapes, write ``report.html``."""
+def run(out: str | os.PathLike[str] = "onnx_nb_out/demo", progress: bool = True) -> Any:
+    """The whole pipeline on all-MiniLM-L6-v2: export, parity, optimize, INT8, latency against PyTorch
+    eager; writes ``report.html`` (self-contained) and ``report.json`` into ``out``."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from .exporting import export
-    from .parity.check import check_parity
-    from .report_file import write_html
+    from .pipelines import pipeline
 
     folder = demo_folder(out)
-    result = export(str(default_model_path()), out=folder / "model.onnx", overwrite=True,
-                    progress=progress, name="all-MiniLM-L6-v2")
-    parity = check_parity(result, progress=progress)
-    write_html(folder / "report.html", "onnx-nb demo: all-MiniLM-L6-v2", [result._repr_html_(), parity._repr_html_()])
-    return result, parity
+    report = pipeline(str(default_model_path()), out=folder, overwrite=True, name="all-MiniLM-L6-v2",
+                      progress=progress)
+    report.save_html(folder / "report.html")
+    report.to_json(folder / "report.json")
+    return report

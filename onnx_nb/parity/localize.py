@@ -120,29 +120,35 @@ def compare_graphs(ref_path: Path, cand_path: Path, feed: dict[str, np.ndarray],
     nodes = list(load_proto(cand_path).graph.node)
     producer = {o: n for n in nodes for o in n.output}
     loss: dict[str, float] = {}
+    errors: dict[str, float] = {}
     budget = 1.0 - tol.min_cosine
     worst: tuple[float, DivergingNode] | None = None
+    first: DivergingNode | None = None
     for node in nodes:
         for out in node.output:
             if out not in ref_vals or out not in cand_vals:
                 continue
             bad, max_abs, cosine = _diverges(cand_vals[out], ref_vals[out], tol)
             loss[out] = 1.0 - cosine
+            errors[node.name] = max(errors.get(node.name, 0.0), max_abs)
+            if first is not None:
+                continue  # keep measuring: every node's error feeds the graph view's overlay
             found = _blame(node, out, max_abs, cosine, method, producer, ref_vals)
             if tol.mode != "task":
                 if bad:
-                    return found
+                    first = found
                 continue
             added = loss[out] - max((loss.get(i, 0.0) for i in node.input), default=0.0)
             if bad and added > budget:
-                return found
-            if bad and (worst is None or added > worst[0]):
+                first = found
+            elif bad and (worst is None or added > worst[0]):
                 worst = (added, found)
-    if worst is not None:
-        node = worst[1]
-        node.method += "; error accumulated, this node added the most"
-        return node
-    return None
+    if first is None and worst is not None:
+        first = worst[1]
+        first.method += "; error accumulated, this node added the most"
+    if first is not None:
+        first.node_errors = errors
+    return first
 
 
 _COMPUTE = {"MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv", "MatMulNBits", "QGemm",

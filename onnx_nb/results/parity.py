@@ -73,9 +73,13 @@ class DivergingNode:
     method: str  # how it was found
     inputs: list[str] = field(default_factory=list)
     block: list[str] = field(default_factory=list)  # variant-only nodes feeding it (e.g. a quantized MatMul)
+    node_errors: dict[str, float] = field(default_factory=dict, repr=False)  # max abs error per compared node
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        worst = sorted(self.node_errors.items(), key=lambda kv: -kv[1])[:50]
+        data["node_errors"] = dict(worst)
+        return data
 
     def text(self) -> str:
         where = f" (module {self.module_path})" if self.module_path else ""

@@ -1,0 +1,244 @@
+// onnx-nb graph view: an ONNX graph drawn in the notebook, no server needed.
+// Layout by dagre; pan (drag) and zoom (wheel); nodes grouped by PyTorch module scope (click a group to
+// expand it); overlays colour nodes by a per-node value (parity error, profile time, quantization error);
+// clicking a node asks Python for its details (attributes, shapes, values summary).
+import dagre from "@dagrejs/dagre";
+
+const SVGNS = "http://www.w3.org/2000/svg";
+const MAX_LABEL = 28;
+
+function svg(tag, attrs, parent) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+function el(tag, cls, parent, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+function short(s) {
+  return s.length > MAX_LABEL ? s.slice(0, MAX_LABEL - 1) + "…" : s;
+}
+
+// The visible unit a node belongs to: a collapsed module group, or the node itself.
+function unitOf(node, depth, expanded) {
+  const mod = node.module;
+  if (!mod || depth <= 0) return null;
+  const parts = mod.split(".");
+  for (let d = depth; d <= parts.length; d++) {
+    const prefix = parts.slice(0, d).join(".");
+    if (!expanded.has(prefix)) return prefix;
+  }
+  return null;
+}
+
+function colour(value, lo, hi) {
+  if (value === undefined || value === null || !isFinite(value)) return null;
+  const v = Math.max(value, lo);
+  const t = hi > lo ? (Math.log10(v) - Math.log10(lo)) / (Math.log10(hi) - Math.log10(lo)) : 1;
+  const c = Math.min(Math.max(t, 0), 1);
+  const r = 255, g = Math.round(245 - 180 * c), b = Math.round(230 - 210 * c);
+  return `rgb(${r},${g},${b})`;
+}
+
+function buildVisible(graph, depth, expanded, overlay) {
+  const units = new Map();
+  const unitOfNode = new Map();
+  for (const n of graph.nodes) {
+    const g = unitOf(n, depth, expanded);
+    const id = g === null ? "n:" + n.name : "g:" + g;
+    unitOfNode.set(n.name, id);
+    if (!units.has(id)) {
+      units.set(id, g === null
+        ? { id, kind: "node", label: n.op, sub: short(n.name), node: n, members: [n.name] }
+        : { id, kind: "group", label: short(g), sub: "", prefix: g, members: [], ops: {} });
+    }
+    const u = units.get(id);
+    if (u.kind === "group") {
+      u.members.push(n.name);
+      u.ops[n.op] = (u.ops[n.op] || 0) + 1;
+    }
+  }
+  for (const u of units.values()) {
+    if (u.kind === "group") u.sub = `${u.members.length} ops`;
+    const vals = u.members.map((m) => overlay[m]).filter((v) => typeof v === "number" && isFinite(v));
+    u.value = vals.length ? Math.max(...vals) : undefined;
+  }
+  const edges = new Map();
+  for (const e of graph.edges) {
+    const a = unitOfNode.get(e.source), b = unitOfNode.get(e.target);
+    if (!a || !b || a === b) continue;
+    edges.set(a + "->" + b, { source: a, target: b });
+  }
+  return { units: [...units.values()], edges: [...edges.values()] };
+}
+
+function render({ model, el: root }) {
+  root.classList.add("onnxnb-graph");
+  const toolbar = el("div", "onnxnb-graph-toolbar", root);
+  const title = el("span", "onnxnb-graph-title", toolbar);
+  const less = el("button", "onnxnb-graph-btn onnxnb-graph-collapse", toolbar, "− scope");
+  const more = el("button", "onnxnb-graph-btn onnxnb-graph-expand", toolbar, "+ scope");
+  const fit = el("button", "onnxnb-graph-btn onnxnb-graph-fit", toolbar, "fit");
+  const legend = el("span", "onnxnb-graph-legend", toolbar);
+  const body = el("div", "onnxnb-graph-body", root);
+  const canvas = svg("svg", { class: "onnxnb-graph-svg", width: "100%", height: "100%" }, body);
+  const view = svg("g", { class: "onnxnb-graph-viewport" }, canvas);
+  const details = el("div", "onnxnb-graph-details", body);
+  details.textContent = "Click a node for its details; click a module group to expand it.";
+  let expanded = new Set(model.get("expanded") || []);
+  let t = { x: 20, y: 20, k: 1 };
+  let bbox = { width: 1, height: 1 };
+
+  const apply = () => view.setAttribute("transform", `translate(${t.x},${t.y}) scale(${t.k})`);
+  const fitView = () => {
+    const w = body.clientWidth - details.offsetWidth || 800, h = body.clientHeight || 560;
+    t.k = Math.min(w / (bbox.width + 40), h / (bbox.height + 40), 1.5);
+    t.x = (w - bbox.width * t.k) / 2;
+    t.y = 20;
+    apply();
+  };
+
+  function draw() {
+    const graph = model.get("graph") || { nodes: [], edges: [] };
+    const overlay = model.get("overlay") || {};
+    const highlight = model.get("highlight") || "";
+    const depth = model.get("depth");
+    const vis = buildVisible(graph, depth, expanded, overlay);
+    title.textContent = `${graph.name || "graph"}: ${graph.nodes.length} nodes, ${vis.units.length} shown`;
+    const vals = Object.values(overlay).filter((v) => typeof v === "number" && v > 0 && isFinite(v));
+    const lo = vals.length ? Math.max(Math.min(...vals), 1e-12) : 1, hi = vals.length ? Math.max(...vals) : 1;
+    legend.textContent = vals.length ? `${model.get("overlay_label") || "overlay"}: ${lo.toExponential(1)} … ${hi.toExponential(1)}` : "";
+
+    const g = new dagre.graphlib.Graph();
+    g.setGraph({ rankdir: "TB", nodesep: 18, ranksep: 28, marginx: 10, marginy: 10 });
+    g.setDefaultEdgeLabel(() => ({}));
+    for (const u of vis.units) {
+      const w = Math.max(70, 7 * Math.max(u.label.length, u.sub.length) + 18);
+      g.setNode(u.id, { width: w, height: u.kind === "group" ? 40 : 34 });
+    }
+    for (const e of vis.edges) g.setEdge(e.source, e.target);
+    dagre.layout(g);
+    bbox = { width: g.graph().width || 1, height: g.graph().height || 1 };
+
+    view.replaceChildren();
+    const edgeLayer = svg("g", { class: "onnxnb-graph-edges" }, view);
+    for (const e of g.edges()) {
+      const pts = g.edge(e).points || [];
+      if (!pts.length) continue;
+      const d = "M" + pts.map((p) => `${p.x},${p.y}`).join("L");
+      svg("path", { d, fill: "none", stroke: "#9aa0a6", "stroke-width": 1.2 }, edgeLayer);
+    }
+    for (const u of vis.units) {
+      const p = g.node(u.id);
+      const hit = highlight && u.members.includes(highlight);
+      const grp = svg("g", {
+        class: `onnxnb-graph-node onnxnb-graph-${u.kind}` + (hit ? " onnxnb-highlight" : ""),
+        transform: `translate(${p.x - p.width / 2},${p.y - p.height / 2})`, "data-id": u.id,
+      }, view);
+      const fill = colour(u.value, lo, hi) || (u.kind === "group" ? "#e8f0fe" : "#ffffff");
+      svg("rect", {
+        width: p.width, height: p.height, rx: u.kind === "group" ? 8 : 4, fill,
+        stroke: hit ? "#b3261e" : u.kind === "group" ? "#4285f4" : "#5f6368", "stroke-width": hit ? 3 : 1,
+        "stroke-dasharray": u.kind === "group" ? "4 2" : "",
+      }, grp);
+      const t1 = svg("text", { x: 8, y: 14, "font-size": 12, "font-weight": 600, fill: "#202124" }, grp);
+      t1.textContent = u.label;
+      const t2 = svg("text", { x: 8, y: 27, "font-size": 10, fill: "#5f6368" }, grp);
+      t2.textContent = u.sub;
+      const tip = svg("title", {}, grp);
+      tip.textContent = u.kind === "group" ? `${u.prefix}: ${u.members.length} ops (click to expand)` :
+        `${u.node.name} [${u.node.op}]` + (u.value !== undefined ? ` ${model.get("overlay_label")}=${u.value}` : "");
+      grp.addEventListener("click", (ev) => {
+        ev.stopPropagation();
+        if (u.kind === "group") {
+          expanded.add(u.prefix);
+          model.set("expanded", [...expanded]);
+          model.save_changes();
+          draw();
+        } else {
+          model.set("selected", u.node.name);
+          model.save_changes();
+          showDetails(u.node);
+        }
+      });
+    }
+    apply();
+  }
+
+  function showDetails(node) {
+    details.replaceChildren();
+    el("div", "onnxnb-graph-details-title", details, `${node.op}: ${node.name}`);
+    if (node.module) el("div", "onnxnb-graph-details-module", details, `module ${node.module}`);
+    const info = model.get("details") || {};
+    const rows = [];
+    for (const i of node.inputs) rows.push(["in", i, (node.shapes || {})[i] || ""]);
+    for (const o of node.outputs) rows.push(["out", o, (node.shapes || {})[o] || ""]);
+    const table = el("table", "onnxnb-graph-io", details);
+    for (const r of rows) {
+      const tr = el("tr", "", table);
+      for (const c of r) el("td", "", tr, String(c));
+    }
+    const attrs = Object.entries(node.attrs || {});
+    if (attrs.length) {
+      const at = el("table", "onnxnb-graph-attrs", details);
+      for (const [k, v] of attrs) {
+        const tr = el("tr", "", at);
+        el("td", "", tr, k);
+        el("td", "", tr, String(v));
+      }
+    }
+    const box = el("div", "onnxnb-graph-values", details);
+    box.textContent = info.node === node.name && info.values ? "" : "values: loading…";
+    if (info.node === node.name) fillValues(box, info);
+  }
+
+  function fillValues(box, info) {
+    box.replaceChildren();
+    for (const v of info.values || []) el("div", "onnxnb-graph-value", box, v);
+    if (info.overlay !== undefined && info.overlay !== null) el("div", "onnxnb-graph-value", box, `${model.get("overlay_label")}: ${info.overlay}`);
+  }
+
+  // pan and zoom
+  let drag = null;
+  canvas.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX - t.x, y: ev.clientY - t.y }; });
+  window.addEventListener("mouseup", () => { drag = null; });
+  canvas.addEventListener("mousemove", (ev) => {
+    if (!drag) return;
+    t.x = ev.clientX - drag.x;
+    t.y = ev.clientY - drag.y;
+    apply();
+  });
+  canvas.addEventListener("wheel", (ev) => {
+    ev.preventDefault();
+    const r = canvas.getBoundingClientRect();
+    const mx = ev.clientX - r.left, my = ev.clientY - r.top;
+    const f = Math.exp(-ev.deltaY * 0.0015);
+    t.x = mx - (mx - t.x) * f;
+    t.y = my - (my - t.y) * f;
+    t.k *= f;
+    apply();
+  }, { passive: false });
+  less.addEventListener("click", () => { model.set("depth", Math.max(0, model.get("depth") - 1)); expanded = new Set(); model.save_changes(); });
+  more.addEventListener("click", () => { model.set("depth", model.get("depth") + 1); model.save_changes(); });
+  fit.addEventListener("click", fitView);
+  model.on("change:graph", () => { draw(); fitView(); });
+  model.on("change:overlay", draw);
+  model.on("change:highlight", draw);
+  model.on("change:depth", () => { draw(); fitView(); });
+  model.on("change:details", () => {
+    const info = model.get("details") || {};
+    const box = details.querySelector(".onnxnb-graph-values");
+    if (box && info.node === model.get("selected")) fillValues(box, info);
+  });
+  draw();
+  requestAnimationFrame(fitView);
+}
+
+export default { render };

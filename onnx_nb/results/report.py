@@ -1,0 +1,140 @@
+"""``Report``: every step of a pipeline run, inline, as one self-contained HTML file, and as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..render import CSS, esc, html_table, text_table
+
+
+@dataclass
+class StepResult:
+    step: str
+    status: str  # ok, failed-check (ran, but its check failed), failed (raised), skipped
+    result: Any
+    error: str
+    seconds: float
+    trace: str = field(default="", repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        res = self.result.to_dict() if self.result is not None and hasattr(self.result, "to_dict") else None
+        return {"step": self.step, "status": self.status, "error": self.error, "seconds": round(self.seconds, 2),
+                "result": res}
+
+
+@dataclass
+class Report:
+    model: str
+    steps: list[StepResult]
+
+    def __bool__(self) -> bool:
+        return all(s.status == "ok" for s in self.steps)
+
+    def __getitem__(self, step: str) -> Any:
+        for s in self.steps:
+            if s.step == step:
+                return s.result
+        raise KeyError(step)
+
+    @property
+    def failed(self) -> list[StepResult]:
+        return [s for s in self.steps if s.status != "ok"]
+
+    def summary_rows(self) -> list[list[str]]:
+        rows = []
+        for s in self.steps:
+            detail = s.error or _headline(s.result)
+            rows.append([s.step, s.status, f"{s.seconds:.1f} s", detail])
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "passed": bool(self), "steps": [s.to_dict() for s in self.steps]}
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, default=str)
+        if path is not None:
+            from ..report_file import atomic_write_text
+
+            atomic_write_text(Path(path), text)
+        return text
+
+    def figures(self) -> list[Any]:
+        figs = []
+        for s in self.steps:
+            r = s.result
+            if r is None:
+                continue
+            for obj in (r, getattr(r, "parity", None)):
+                if obj is not None and hasattr(obj, "figure"):
+                    try:
+                        figs.append(obj.figure())
+                    except Exception:  # noqa: BLE001 - a figure that cannot be drawn is left out
+                        continue
+        return figs
+
+    def __repr__(self) -> str:
+        head = f"Report for {self.model}: {'all steps passed' if self else f'{len(self.failed)} step(s) not ok'}"
+        return head + "\n" + text_table(["step", "status", "time", "detail"], self.summary_rows())
+
+    __str__ = __repr__
+
+    def html_body(self, figures_html: list[str] | None = None) -> str:
+        marks = {"ok": '<span class="ok">✓ ok</span>', "failed": '<span class="bad">✗ failed</span>',
+                 "failed-check": '<span class="bad">✗ check failed</span>',
+                 "skipped": '<span class="warn">skipped</span>'}
+        rows = [[esc(r[0]), marks.get(r[1], esc(r[1])), esc(r[2]), esc(r[3])] for r in self.summary_rows()]
+        parts = [f'<div class="onnxnb"><h3>onnx-nb report: {esc(self.model)}</h3>',
+                 html_table(["step", "status", "time", "detail"], rows, raw_cols=range(4))]
+        for s in self.steps:
+            body = ""
+            if s.result is not None:
+                body = s.result.html_body() if hasattr(s.result, "html_body") else s.result._repr_html_()
+            elif s.error:
+                body = f'<pre class="bad">{esc(s.error)}</pre>'
+            parts.append(f"<details open><summary><b>{esc(s.step)}</b></summary>{body}</details>")
+        parts += figures_html or []
+        parts.append("</div>")
+        return "".join(parts)
+
+    def _repr_html_(self) -> str:
+        return CSS + self.html_body()
+
+    def save_html(self, path: str | os.PathLike[str], overwrite: bool = True) -> Path:
+        """One self-contained HTML file (plotly included inline) that works offline."""
+        from ..files import check_target
+        from ..report_file import atomic_write_text
+
+        target = check_target(path, overwrite)
+        figs = self.figures()
+        script = ""
+        figures_html = []
+        if figs:
+            import plotly.offline
+
+            script = f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>'
+            figures_html = [f.to_html(full_html=False, include_plotlyjs=False) for f in figs]
+        page = (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>onnx-nb report: {esc(self.model)}'
+                f"</title>{script}{CSS}</head><body style=\"margin:24px\">{self.html_body(figures_html)}</body></html>")
+        atomic_write_text(target, page)
+        return target
+
+
+def _headline(result: Any) -> str:
+    if result is None:
+        return ""
+    name = type(result).__name__
+    if name == "ExportResult":
+        return f"{result.exporter}, opset {result.opset}, {len(result.op_histogram)} op types"
+    if name == "ParityReport":
+        return result._headline()
+    if name == "Variant":
+        return f"{result.name}: {result.nodes_before}→{result.nodes_after} nodes"
+    if name == "LatencyTable":
+        best = result.best()
+        return f"best: {best.variant} on {best.backend}, {best.p50_ms:.1f} ms" + \
+            (f" ({best.speedup:.2f}x eager)" if best and best.speedup else "") if best else ""
+    return name
