@@ -56,19 +56,15 @@ def graph_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"name": p.name, "nodes": nodes, "edges": edges}
 
 
-def default_depth(graph: dict[str, Any], budget: int = 250) -> int:
-    """The deepest module-scope grouping that keeps the number of drawn boxes within ``budget``."""
-    best = 0
-    for depth in range(1, 12):
-        units = set()
-        for n in graph["nodes"]:
-            mod = n.get("module")
-            units.add(".".join(mod.split(".")[:depth]) if mod else n["name"])
-        if len(units) > budget:
+def default_depth(graph: dict[str, Any], budget: int = 24) -> int:
+    """The deepest module-scope grouping that draws at most ``budget`` module boxes (at least 1 level;
+    operators outside any module are drawn on their own at every level)."""
+    best = 1
+    modules = [n["module"].split(".") for n in graph["nodes"] if n.get("module")]
+    for depth in range(1, 1 + max((len(m) for m in modules), default=1)):
+        if len({".".join(m[:depth]) for m in modules}) > budget:
             break
         best = depth
-        if all(not n.get("module") or len(n["module"].split(".")) <= depth for n in graph["nodes"]):
-            break
     return best
 
 

@@ -97,8 +97,11 @@ class Studio:
         self.sample = sample
         self.results: dict[str, Any] = {}
         self.threaded = threaded
-        name = getattr(model, "name_or_path", None) or str(getattr(getattr(model, "config", None),
-                                                                   "_name_or_path", "") or model)
+        from .sources import source_name
+
+        name = source_name(model)
+        if name == "model" and isinstance(model, (str, Path)):  # the folder of a package, e.g. .../minilm/model
+            name = Path(model).parent.name
         short = [SHORT.get(p, p) for p in available() if p != "AzureExecutionProvider"]
         self.panel = StudioPanel(model_name=str(name)[-60:], available_providers=short, providers=["cpu"])
         self.figures = ipywidgets.Output()

@@ -31,7 +31,7 @@ function unitOf(node, depth, expanded) {
   const mod = node.module;
   if (!mod || depth <= 0) return null;
   const parts = mod.split(".");
-  for (let d = depth; d <= parts.length; d++) {
+  for (let d = Math.min(depth, parts.length); d <= parts.length; d++) {
     const prefix = parts.slice(0, d).join(".");
     if (!expanded.has(prefix)) return prefix;
   }
@@ -139,7 +139,7 @@ function render({ model, el: root }) {
       const p = g.node(u.id);
       const hit = highlight && u.members.includes(highlight);
       const grp = svg("g", {
-        class: `onnxnb-graph-node onnxnb-graph-${u.kind}` + (hit ? " onnxnb-highlight" : ""),
+        class: `onnxnb-graph-node onnxnb-graph-${u.kind === "group" ? "group" : "op"}` + (hit ? " onnxnb-highlight" : ""),
         transform: `translate(${p.x - p.width / 2},${p.y - p.height / 2})`, "data-id": u.id,
       }, view);
       const fill = colour(u.value, lo, hi) || (u.kind === "group" ? "#e8f0fe" : "#ffffff");

@@ -38,8 +38,9 @@ def module_of(node: Any) -> str | None:
                 return None
             # The last entry is the FX node's own name; module scopes come before it.
             ours = [str(x) for x in scopes if str(x).startswith(WRAPPER_PREFIXES[1])]
-            if not ours:
-                return str(scopes[-2]) if len(scopes) > 1 else None
+            if not ours:  # a graph exported without onnx-nb's wrapper
+                other = str(scopes[-2]) if len(scopes) > 1 else ""
+                return None if not other or other.startswith("_") else other
             path = ours[-1]
             return path[len(WRAPPER_PREFIXES[0]):] if path.startswith(WRAPPER_PREFIXES[0]) else ""
     if node.name.startswith("/"):  # TorchScript: /model/encoder/layer.0/attention/MatMul

@@ -1,0 +1,125 @@
+"""A real JupyterLab on 127.0.0.1 driven by Debian's Chromium through Playwright (../shared/browser-testing.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def jupyterlab(root: Path) -> Iterator[str]:
+    """Start Lab serving ``root``; yields the base URL with the token."""
+    port, token = free_port(), "onnxnbtest"
+    env = dict(os.environ)
+    for var, sub in (("JUPYTER_CONFIG_DIR", "cfg"), ("JUPYTER_RUNTIME_DIR", "rt"),
+                     ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "ws"),
+                     ("IPYTHONDIR", "ipython")):
+        env[var] = str(root / ".lab" / sub)
+        Path(env[var]).mkdir(parents=True, exist_ok=True)
+    settings = Path(env["JUPYTERLAB_SETTINGS_DIR"])
+    for rel, data in (("@jupyterlab/notebook-extension/tracker.jupyterlab-settings",
+                       {"autoStartDefaultKernel": True, "windowingMode": "none"}),
+                      ("@jupyterlab/apputils-extension/notification.jupyterlab-settings",
+                       {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True})):
+        (settings / rel).parent.mkdir(parents=True, exist_ok=True)
+        (settings / rel).write_text(json.dumps(data))
+    log = open(root / ".lab" / "lab.log", "w")  # closed in the finally below
+    proc = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
+                             f"--port={port}", "--allow-root", f"--IdentityProvider.token={token}",
+                             f"--ServerApp.root_dir={root}", "--ServerApp.port_retries=0"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("JupyterLab exited:\n" + (root / ".lab" / "lab.log").read_text()[-3000:])
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError as exc:
+                if time.time() > deadline:
+                    tail = (root / ".lab" / "lab.log").read_text()[-3000:]
+                    raise RuntimeError("JupyterLab did not answer:\n" + tail) from exc
+                time.sleep(0.5)
+        yield f"{base}|{token}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@contextmanager
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            yield b.new_page(viewport={"width": 1400, "height": 1800})
+        finally:
+            b.close()
+
+
+def open_notebook(page: Any, base_token: str, name: str) -> None:
+    base, token = base_token.split("|")
+    page.goto(f"{base}/lab/tree/{name}?token={token}")
+    page.get_by_text("Python 3 (ipykernel) | Idle").first.wait_for(timeout=120_000)
+
+
+def run_all(page: Any) -> None:
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_text("Run All Cells", exact=True).click()
+
+
+def wait_idle(page: Any, timeout_s: float) -> None:
+    """Until every cell has run: no cell shows [*] and the kernel is idle."""
+    deadline = time.time() + timeout_s
+    time.sleep(2)
+    while time.time() < deadline:
+        busy = page.locator(".jp-InputPrompt:has-text('[*]')").count()
+        if busy == 0 and page.get_by_text("Python 3 (ipykernel) | Idle").count():
+            return
+        time.sleep(1)
+    raise TimeoutError("cells still running")
+
+
+def copy_clean(src: Path, dst_dir: Path) -> Path:
+    """A copy of a notebook without outputs, so what shows comes from this run."""
+    import nbformat
+
+    nb = nbformat.read(src, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.metadata.pop("widgets", None)
+    dst = dst_dir / src.name
+    nbformat.write(nb, dst)
+    return dst
+
+
+def available() -> bool:
+    return Path(CHROMIUM).exists()

@@ -1,0 +1,103 @@
+"""Every tutorial runs headlessly (nbclient) with assertions on what it shows."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+WIDGET = "application/vnd.jupyter.widget-view+json"
+PLOTLY = "application/vnd.plotly.v1+json"
+
+
+def execute(name: str, tmp_path: Path) -> list[Any]:
+    src = tmp_path / name
+    shutil.copy(NOTEBOOKS / name, src)
+    nb = nbformat.read(src, as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def outputs(cell: Any, mime: str) -> list[Any]:
+    return [o["data"][mime] for o in cell.outputs if "data" in o and mime in o["data"]]
+
+
+def text(cell: Any) -> str:
+    parts = []
+    for o in cell.outputs:
+        parts.append(o.get("text", ""))
+        data = o.get("data", {})
+        parts += [data.get("text/plain", ""), data.get("text/html", "")]
+    return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
+
+
+def plotly_titles(cells: list[Any]) -> list[str]:
+    return [json.loads(json.dumps(f))["layout"]["title"]["text"] for c in cells for f in outputs(c, PLOTLY)]
+
+
+def by_source(cells: list[Any], start: str) -> Any:
+    return next(c for c in cells if c.source.startswith(start))
+
+
+def test_all_tutorials_are_tested() -> None:
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
+        ["01_quickstart.ipynb", "02_huggingface_tasks.ipynb", "03_debugging_parity.ipynb",
+         "04_quantization_autotune.ipynb", "05_providers_latency.ipynb"])
+
+
+def test_quickstart(tmp_path: Path) -> None:
+    cells = execute("01_quickstart.ipynb", tmp_path)
+    assert "Exported all-MiniLM-L6-v2 to ONNX" in text(by_source(cells, "result = onnx_nb.export"))
+    parity = by_source(cells, "report = onnx_nb.check_parity")
+    assert outputs(parity, WIDGET) and "Parity PASSED" in text(parity)
+    assert "optimized(transformer)+unpad" in text(by_source(cells, "fast = onnx_nb.optimize"))
+    assert "int8-dynamic(per-channel)" in text(by_source(cells, "int8 = onnx_nb.quantize"))
+    assert "PyTorch eager" in text(by_source(cells, "import numpy as np"))
+    titles = plotly_titles(cells)
+    assert any(t.startswith("Parity errors") for t in titles) and "Latency per variant and backend" in titles
+    assert outputs(by_source(cells, "graph = onnx_nb.GraphView"), WIDGET)
+    assert "all steps passed" in text(by_source(cells, "full = onnx_nb.pipeline"))
+    report = tmp_path / "onnx_nb_out" / "quickstart" / "report.html"
+    html = report.read_text()
+    assert "onnx-nb report: all-MiniLM-L6-v2" in html and "Plotly" in html and "<script src=" not in html
+    assert outputs(by_source(cells, "studio = onnx_nb.Studio"), WIDGET)
+
+
+def test_huggingface_tasks(tmp_path: Path) -> None:
+    cells = execute("02_huggingface_tasks.ipynb", tmp_path)
+    assert "POSITIVE" in text(cells[2]) or "NEGATIVE" in text(cells[2])
+    table = text(cells[-1])
+    for name in ("gpt2", "vit", "wav2vec2", "clip"):
+        assert name in table
+    assert "FAILED" not in table and table.count("passed") >= 4
+
+
+def test_debugging_parity(tmp_path: Path) -> None:
+    cells = execute("03_debugging_parity.ipynb", tmp_path)
+    assert "first diverging node" in text(by_source(cells, "assert not report")).lower()
+    assert outputs(by_source(cells, "onnx_nb.GraphView"), WIDGET)
+    assert "ToleranceExceeded" in text(cells[-1])
+
+
+def test_quantization_autotune(tmp_path: Path) -> None:
+    cells = execute("04_quantization_autotune.ipynb", tmp_path)
+    assert "FAILED" in text(cells[0]) and "layers.2" in text(by_source(cells, "debug = onnx_nb.quant_debug"))
+    assert "TuneResult" in text(by_source(cells, "import transformers"))
+    assert "Autotune: latency against accuracy" in plotly_titles(cells)
+
+
+@pytest.mark.parametrize("name", ["05_providers_latency.ipynb"])
+def test_providers_latency(name: str, tmp_path: Path) -> None:
+    cells = execute(name, tmp_path)
+    table = text(by_source(cells, "result = onnx_nb.export"))
+    assert "unavailable" in table and "openvino-runtime:cpu" in table and "PyTorch eager" in table
+    titles = plotly_titles(cells)
+    assert "Latency per variant and backend" in titles and "Time per operator type (per run)" in titles
+    assert outputs(cells[-1], WIDGET)
