@@ -26,6 +26,7 @@ def parser() -> argparse.ArgumentParser:
                              ("quantize", specs.QUANTIZE, "quantize an .onnx file and re-validate it"),
                              ("autotune", specs.AUTOTUNE, "fastest variant within an accuracy budget")):
         specs.add_arguments(sub.add_parser(name, help=text), spec, "cli")
+    specs.add_arguments(sub.add_parser("pipeline", help="every step with a report"), specs.PIPELINE, "cli")
     demo = sub.add_parser("demo", help="export and check all-MiniLM-L6-v2; write an HTML report")
     specs.add_arguments(demo, specs.DEMO, "cli")
     return p
@@ -66,6 +67,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 made = autotune(args.model, **specs.autotune_kwargs(args))
             _emit(made, args.json)
             return 0 if args.command == "autotune" or made else 1
+        if args.command == "pipeline":
+            from .pipelines import pipeline
+
+            full = pipeline(args.model, **specs.pipeline_kwargs(args))
+            if args.html:
+                full.save_html(args.html)
+            _emit(full, args.json)
+            return 0 if full else 1
         from .demo import run
 
         report = run(args.out)

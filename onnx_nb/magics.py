@@ -134,3 +134,19 @@ class OnnxMagics(Magics):
             return autotune(self._model(args.model), **specs.autotune_kwargs(args))
         except OnnxNbError as exc:
             raise UsageError(f"{type(exc).__name__}: {exc}") from None
+
+    @line_magic
+    @_apply(specs.PIPELINE)
+    def onnx_pipeline(self, line: str) -> Any:
+        """The whole pipeline with a report: ``%onnx_pipeline model [--quantize dynamic] [--html report.html]``."""
+        args = parse_argstring(self.onnx_pipeline, line)
+        sample = self._lookup(args.sample, "--sample") if args.sample else None
+        from .pipelines import pipeline
+
+        try:
+            report = pipeline(self._model(args.model), sample, **specs.pipeline_kwargs(args))
+            if args.html:
+                report.save_html(args.html)
+            return report
+        except OnnxNbError as exc:
+            raise UsageError(f"{type(exc).__name__}: {exc}") from None

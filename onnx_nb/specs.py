@@ -99,6 +99,20 @@ AUTOTUNE: list[Spec] = [
     (("--json",), {"action": "store_true", "help": "print the result as JSON"}, "cli"),
 ]
 
+PIPELINE: list[Spec] = [
+    (("model",), {"help": "a variable holding a model (magic only), a Hugging Face folder, or a hub id"}, "both"),
+    (("--sample",), {"help": "a variable holding the sample inputs"}, "magic"),
+    (("--task",), {"help": "Hugging Face task (inferred by default)"}, "both"),
+    (("--no-optimize",), {"action": "store_true", "help": "skip the optimization step"}, "both"),
+    (("--quantize",), {"default": "dynamic", "choices": ["dynamic", "static", "fp16", "int4", "none"]}, "both"),
+    (("--providers",), {"default": "cpu", "help": "comma-separated providers for parity and latency"}, "both"),
+    (("--shapes",), {"default": "sample", "help": "latency shapes, e.g. 'batch=1;batch=8,sequence=128'"}, "both"),
+    (("--out",), {"help": "folder for the files (default ./onnx_nb_out/<model>/)"}, "both"),
+    (("--overwrite",), {"action": "store_true", "help": "replace earlier files"}, "both"),
+    (("--html",), {"help": "also write the self-contained HTML report here"}, "both"),
+    (("--json",), {"action": "store_true", "help": "print the report as JSON"}, "cli"),
+]
+
 DEMO: list[Spec] = [
     (("--out",), {"default": "onnx_nb_out/demo",
                   "help": "folder for the demo's files (default ./onnx_nb_out/demo)"}, "cli"),
@@ -166,3 +180,10 @@ def quantize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
 def autotune_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"metric": ns.metric, "budget": ns.budget, "providers": [p for p in ns.providers.split(",") if p],
             "min_seconds": ns.min_seconds, "out": ns.out, "overwrite": ns.overwrite}
+
+
+def pipeline_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    return {"task": ns.task, "optimize": not ns.no_optimize,
+            "quantize": None if ns.quantize == "none" else ns.quantize,
+            "providers": [p for p in ns.providers.split(",") if p], "shapes": parse_shapes(ns.shapes),
+            "out": ns.out, "overwrite": ns.overwrite}

@@ -84,3 +84,39 @@ def test_cli_demo(tmp_path: Path) -> None:
     (other / "notes.txt").write_text("keep")
     refused = cli("demo", "--out", str(other))
     assert refused.returncode == 2 and (other / "notes.txt").read_text() == "keep"
+
+
+def test_pipeline_magic_and_cli(ip: object, tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
+    report = ip.run_line_magic(  # type: ignore[attr-defined]
+        "onnx_pipeline", f"{tiny_dirs['bert']} --out {tmp_path / 'm'} --html {tmp_path / 'r.html'}")
+    assert [s.step for s in report.steps] == ["export", "parity", "optimize", "quantize", "latency"]
+    assert report and (tmp_path / "r.html").read_text().count("<details") == 5
+    done = cli("pipeline", str(tiny_dirs["vit"]), "--out", str(tmp_path / "v"), "--quantize", "none", "--json")
+    assert done.returncode == 0, done.stderr
+    import json
+
+    assert [s["step"] for s in json.loads(done.stdout)["steps"]] == ["export", "parity", "optimize", "latency"]
+
+
+def test_pipeline_keeps_going_past_a_failed_step(tmp_path: Path) -> None:
+    import onnx_nb
+
+    class Noisy(torch.nn.Module):  # random at inference: no export can match it; the rest still runs
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.rand_like(x)
+
+    report = onnx_nb.pipeline(Noisy(), torch.randn(2, 4), out=tmp_path / "a", progress=False)
+    statuses = {s.step: s.status for s in report.steps}
+    assert statuses["export"] == "failed-check" and statuses["parity"] == "failed-check", statuses
+    assert statuses["latency"] == "ok", statuses
+    assert not report and "✗" in report._repr_html_()
+    assert "onnx-nb report" in report.save_html(tmp_path / "report.html").read_text()
+
+    class Empty(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> None:
+            return None
+
+    broken = onnx_nb.pipeline(Empty(), torch.randn(2, 4), out=tmp_path / "b", progress=False)
+    statuses = {s.step: s.status for s in broken.steps}
+    assert statuses["export"] == "failed" and statuses["parity"] == "skipped" and statuses["latency"] == "skipped"
+    assert "SampleError" in broken.steps[0].error and "failed" in repr(broken)
