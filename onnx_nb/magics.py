@@ -12,6 +12,14 @@ from . import specs
 from .errors import OnnxNbError
 
 
+def _short(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call a core function; onnx-nb's own errors become one short line, not a traceback."""
+    try:
+        return fn(*args, **kwargs)
+    except OnnxNbError as exc:
+        raise UsageError(f"{type(exc).__name__}: {exc}") from None
+
+
 def _apply(specs_list: list[specs.Spec]) -> Any:
     def decorate(func: Any) -> Any:
         for flags, options, where in reversed(specs_list):
@@ -46,10 +54,7 @@ class OnnxMagics(Magics):
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from .exporting import export
 
-        try:
-            return export(model, sample, **specs.export_kwargs(args))
-        except OnnxNbError as exc:
-            raise UsageError(f"{type(exc).__name__}: {exc}") from None
+        return _short(export, model, sample, **specs.export_kwargs(args))
 
     @line_magic
     @_apply(specs.PARITY)
@@ -67,10 +72,7 @@ class OnnxMagics(Magics):
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from .parity.check import check_parity
 
-        try:
-            return check_parity(reference, onnx_model, sample, **specs.parity_kwargs(args))
-        except OnnxNbError as exc:
-            raise UsageError(f"{type(exc).__name__}: {exc}") from None
+        return _short(check_parity, reference, onnx_model, sample, **specs.parity_kwargs(args))
 
     @line_magic
     @_apply(specs.BENCH)
@@ -86,10 +88,7 @@ class OnnxMagics(Magics):
         reference = (ns[args.reference] if args.reference in ns else args.reference) if args.reference else None
         from .benchmarking import benchmark
 
-        try:
-            return benchmark(models, reference=reference, **specs.bench_kwargs(args))
-        except OnnxNbError as exc:
-            raise UsageError(f"{type(exc).__name__}: {exc}") from None
+        return _short(benchmark, models, reference=reference, **specs.bench_kwargs(args))
 
     def _model(self, name: str) -> Any:
         ns = self.shell.user_ns if self.shell is not None else {}
@@ -102,10 +101,7 @@ class OnnxMagics(Magics):
         args = parse_argstring(self.onnx_optimize, line)
         from .optimizing import optimize
 
-        try:
-            return optimize(self._model(args.model), **specs.optimize_kwargs(args))
-        except OnnxNbError as exc:
-            raise UsageError(f"{type(exc).__name__}: {exc}") from None
+        return _short(optimize, self._model(args.model), **specs.optimize_kwargs(args))
 
     @line_magic
     @_apply(specs.QUANTIZE)
@@ -118,10 +114,7 @@ class OnnxMagics(Magics):
         if args.calibration:
             kwargs["calibration"] = args.calibration if args.calibration == "generated" else \
                 self._lookup(args.calibration, "--calibration")
-        try:
-            return quantize(self._model(args.model), **kwargs)
-        except OnnxNbError as exc:
-            raise UsageError(f"{type(exc).__name__}: {exc}") from None
+        return _short(quantize, self._model(args.model), **kwargs)
 
     @line_magic
     @_apply(specs.AUTOTUNE)
@@ -130,10 +123,7 @@ class OnnxMagics(Magics):
         args = parse_argstring(self.onnx_autotune, line)
         from .autotuning import autotune
 
-        try:
-            return autotune(self._model(args.model), **specs.autotune_kwargs(args))
-        except OnnxNbError as exc:
-            raise UsageError(f"{type(exc).__name__}: {exc}") from None
+        return _short(autotune, self._model(args.model), **specs.autotune_kwargs(args))
 
     @line_magic
     @_apply(specs.PIPELINE)
@@ -143,10 +133,7 @@ class OnnxMagics(Magics):
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from .pipelines import pipeline
 
-        try:
-            report = pipeline(self._model(args.model), sample, **specs.pipeline_kwargs(args))
-            if args.html:
-                report.save_html(args.html)
-            return report
-        except OnnxNbError as exc:
-            raise UsageError(f"{type(exc).__name__}: {exc}") from None
+        report = _short(pipeline, self._model(args.model), sample, **specs.pipeline_kwargs(args))
+        if args.html:
+            _short(report.save_html, args.html)
+        return report

@@ -4,6 +4,8 @@
 // clicking a node asks Python for its details (attributes, shapes, values summary).
 import dagre from "@dagrejs/dagre";
 
+import { el } from "./dom.js";
+
 const SVGNS = "http://www.w3.org/2000/svg";
 const MAX_LABEL = 28;
 
@@ -14,13 +16,6 @@ function svg(tag, attrs, parent) {
   return e;
 }
 
-function el(tag, cls, parent, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  if (parent) parent.appendChild(e);
-  return e;
-}
 
 function short(s) {
   return s.length > MAX_LABEL ? s.slice(0, MAX_LABEL - 1) + "…" : s;

@@ -1,19 +1,13 @@
 // onnx-nb studio: the pipeline's steps as tabs, with run buttons, live progress, provider and shape
 // choices, tolerance sliders that re-judge parity at once, and each step's results inline.
 // Every button calls the same Python core functions as the magics (through a message to the kernel).
+import { el } from "./dom.js";
 
 const STEPS = [
   ["export", "Export"], ["parity", "Parity"], ["optimize", "Optimize"],
   ["quantize", "Quantize"], ["latency", "Latency"], ["report", "Report"],
 ];
 
-function el(tag, cls, parent, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  if (parent) parent.appendChild(e);
-  return e;
-}
 
 function slider(parent, label, cls, min, max, step, value, fmt, onInput) {
   const wrap = el("label", "onnxnb-studio-slider " + cls, parent);
