@@ -21,10 +21,15 @@ function short(s) {
   return s.length > MAX_LABEL ? s.slice(0, MAX_LABEL - 1) + "…" : s;
 }
 
-// The visible unit a node belongs to: a collapsed module group, or the node itself.
-function unitOf(node, depth, expanded) {
+const TOP = "(top level)";
+const MAX_LOOSE = 20;
+
+// The visible unit a node belongs to: a collapsed module group, or the node itself. Operators outside
+// any module (shape arithmetic, weight copies) are gathered in one group when there are many.
+function unitOf(node, depth, expanded, manyLoose) {
   const mod = node.module;
-  if (!mod || depth <= 0) return null;
+  if (!mod) return manyLoose && depth > 0 && !expanded.has(TOP) ? TOP : null;
+  if (depth <= 0) return null;
   const parts = mod.split(".");
   for (let d = Math.min(depth, parts.length); d <= parts.length; d++) {
     const prefix = parts.slice(0, d).join(".");
@@ -45,8 +50,9 @@ function colour(value, lo, hi) {
 function buildVisible(graph, depth, expanded, overlay) {
   const units = new Map();
   const unitOfNode = new Map();
+  const manyLoose = graph.nodes.filter((n) => !n.module).length > MAX_LOOSE;
   for (const n of graph.nodes) {
-    const g = unitOf(n, depth, expanded);
+    const g = unitOf(n, depth, expanded, manyLoose);
     const id = g === null ? "n:" + n.name : "g:" + g;
     unitOfNode.set(n.name, id);
     if (!units.has(id)) {
