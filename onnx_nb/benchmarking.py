@@ -48,24 +48,15 @@ class OrtRunner:
                  level: str, profile_dir: str | None = None, runtime: dict[str, Any] | None = None) -> None:
         import onnxruntime as ort
 
+        from . import sessions
         from .shapes import cast_feed
 
         self.path, self.provider, self.level, self.threads = path, provider, level, threads
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        opts.graph_optimization_level = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-                                         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-                                         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-                                         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
-        if threads:
-            opts.intra_op_num_threads = threads
-        if profile_dir:
-            opts.enable_profiling = True
-            opts.profile_file_prefix = os.path.join(profile_dir, "ort_profile")
+        opts = sessions.options(threads=threads, level=level,
+                                profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
         self.options = {"graph_level": level, "intra_op_threads": threads or "default",
                         "execution_mode": "sequential", "profiling": bool(profile_dir)}
-        providers = [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
-        self.session = ort.InferenceSession(str(path), opts, providers=providers)
+        self.session = ort.InferenceSession(str(path), opts, providers=sessions.chain(provider))
         self.feed = cast_feed(self.session, feed)
         self.device = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda",
                        "ROCMExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}.get(provider)
@@ -193,7 +184,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     """
     import tempfile
 
-    from .parity.references import graph_sample, torch_reference
+    from .parity.references import graph_sample, to_numpy, torch_reference
     from .shapes import axis_sizes, label, make_feed, parse_shapes
 
     if warmup < 0 or (runs is not None and runs < 1) or min_seconds < 0:
@@ -212,7 +203,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
         ref = torch_reference(source, sample, "PyTorch eager")
     base = entries[0][1]
     if sample is not None and hasattr(sample, "keys"):
-        feed0 = {k: (v.detach().numpy() if hasattr(v, "detach") else np.asarray(v)) for k, v in sample.items()}
+        feed0 = to_numpy(sample)
         axes = ref.axes if ref else {k: {0: "batch"} for k in feed0}
     elif ref is not None:
         feed0, axes = ref.sample, ref.axes

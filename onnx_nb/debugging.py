@@ -117,7 +117,7 @@ def quant_debug(reference: Any, variant: Any, sample: Any = None, *, max_suggest
     (``gap_db``) are suggested for ``exclude``; ``report.requantize()`` quantizes again without them."""
     from .onnxfile import load_proto
     from .parity.localize import module_of, run_all
-    from .parity.references import graph_sample
+    from .parity.references import graph_sample, to_numpy
 
     cand_path = Path(getattr(variant, "path", variant))
     ref_path = Path(getattr(reference, "path", reference)) if reference is not None else None
@@ -126,7 +126,7 @@ def quant_debug(reference: Any, variant: Any, sample: Any = None, *, max_suggest
     if ref_path.suffix != ".onnx":
         raise InvalidArgumentError("quant_debug compares two ONNX files: pass the fp32 parent (.onnx) as reference.")
     if sample is not None:
-        feed = {k: (v.detach().numpy() if hasattr(v, "detach") else np.asarray(v)) for k, v in sample.items()}
+        feed = to_numpy(sample)
     elif getattr(getattr(variant, "source", None), "sample", None):
         feed = {k: v.numpy() for k, v in variant.source.sample.items()}
     else:

@@ -99,13 +99,9 @@ def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: 
 def _ort_level(src: Path, dst: Path, level: str) -> None:
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-                                     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-                                     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
-    opts.optimized_model_filepath = str(dst)
-    opts.log_severity_level = 3
-    ort.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"])
+    from .sessions import options
+
+    ort.InferenceSession(str(src), options(level=level, save_to=dst), providers=["CPUExecutionProvider"])
 
 
 def has_mask_input(path: Path) -> bool:

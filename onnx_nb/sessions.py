@@ -77,14 +77,12 @@ def resolve(names: str | Any) -> list[Provider]:
     return result
 
 
-def session(path: str | Path, provider: str = "CPUExecutionProvider", *, threads: int | None = None,
-            level: str | None = None, extra_outputs: bool = False, quiet: bool = True) -> Any:
-    """A session on one provider (CPU as fallback only for nodes it cannot place)."""
+def options(*, threads: int | None = None, level: str | None = None, quiet: bool = True,
+            profile_prefix: str | None = None, save_to: str | Path | None = None) -> Any:
+    """ORT session options: intra-op threads, graph level (disable/basic/extended/all), profiling, and
+    where to save the optimized graph."""
     import onnxruntime as ort
 
-    from .onnxfile import load_proto
-
-    load_proto(path)  # clear errors for missing, empty or corrupt files before ORT sees them
     opts = ort.SessionOptions()
     if quiet:
         opts.log_severity_level = 3
@@ -97,5 +95,27 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, threads
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[level]
-    providers = [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
-    return ort.InferenceSession(str(path), opts, providers=providers)
+    if profile_prefix:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
+    if save_to is not None:
+        opts.optimized_model_filepath = str(save_to)
+    return opts
+
+
+def chain(provider: str) -> list[str]:
+    """The provider, with CPU as fallback only for the nodes it cannot place."""
+    return [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
+
+
+def session(path: str | Path, provider: str = "CPUExecutionProvider", *, threads: int | None = None,
+            level: str | None = None, quiet: bool = True) -> Any:
+    """A session on one provider, after checking the file (clear errors for missing, empty or corrupt
+    files before ORT sees them)."""
+    import onnxruntime as ort
+
+    from .onnxfile import load_proto
+
+    load_proto(path)
+    return ort.InferenceSession(str(path), options(threads=threads, level=level, quiet=quiet),
+                                providers=chain(provider))

@@ -91,7 +91,7 @@ class Studio:
     def __init__(self, model: Any, sample: Any = None, *, threaded: bool = True) -> None:
         import ipywidgets
 
-        from .sessions import SHORT, available
+        from .sessions import resolve
 
         self.model = model
         self.sample = sample
@@ -102,7 +102,7 @@ class Studio:
         name = source_name(model)
         if name == "model" and isinstance(model, (str, Path)):  # the folder of a package, e.g. .../minilm/model
             name = Path(model).parent.name
-        short = [SHORT.get(p, p) for p in available() if p != "AzureExecutionProvider"]
+        short = [p.short for p in resolve("available")]
         self.panel = StudioPanel(model_name=str(name)[-60:], available_providers=short, providers=["cpu"])
         self.figures = ipywidgets.Output()
         self.panel.on_msg(self._on_msg)

@@ -47,7 +47,8 @@ class Reference:
                 for n, t in zip(self.output_names, out)}
 
 
-def _numpy(sample: dict[str, Any]) -> dict[str, np.ndarray]:
+def to_numpy(sample: Any) -> dict[str, np.ndarray]:
+    """A dict of tensors or arrays (or a tokenizer's output) as numpy arrays."""
     return {k: (v.detach().numpy() if hasattr(v, "detach") else np.asarray(v)) for k, v in sample.items()}
 
 
@@ -76,7 +77,7 @@ def torch_reference(source: Any, sample: Any, label: str, exporter: str | None =
                 f"The reference model fails on the sample {s.shapes()}: {type(exc).__name__}: "
                 f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"
             ) from exc
-    return Reference("torch", label, _numpy(s.as_dict()), dict(s.axes), list(flat.output_names),
+    return Reference("torch", label, to_numpy(s.as_dict()), dict(s.axes), list(flat.output_names),
                      model=source.model, flat=flat, exporter=exporter)
 
 
@@ -143,14 +144,14 @@ def resolve(reference: Any, onnx_model: Any, sample: Any, seed: int) -> tuple[Re
     if parent is not None or (isinstance(reference, (str, os.PathLike)) and str(reference).endswith(".onnx")):
         path = _path_of(reference, "reference")
         if sample is not None:
-            feed = _numpy(dict(sample)) if hasattr(sample, "keys") else None
+            feed = to_numpy(dict(sample)) if hasattr(sample, "keys") else None
             if feed is None:
                 raise SampleError("To compare two ONNX models, pass the sample as a dict of input name -> array.")
             axes = {k: {0: "batch"} for k, v in feed.items() if np.ndim(v) >= 1}
         else:
             inherited = getattr(getattr(onnx_model, "source", None), "sample", None)
             if inherited:
-                feed = _numpy(inherited)
+                feed = to_numpy(inherited)
                 axes = dict(onnx_model.source.input_axes)
             else:
                 feed, axes = graph_sample(path, seed)
