@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    DiskFullError,
     ExportError,
     HubUnavailableError,
     InvalidArgumentError,
@@ -18,9 +19,12 @@ from .errors import (
     OnnxNbError,
     OutputExistsError,
     OutputNotWritableError,
+    RuntimeCrashError,
     SampleError,
     ShapeMismatch,
     ToleranceExceeded,
+    UnsafeCheckpointError,
+    UnsafeModelError,
     UnsupportedOperatorError,
 )
 
@@ -47,15 +51,20 @@ _LAZY = {
     "UnpaddedSession": ("onnx_nb.runtime", "UnpaddedSession"),
     "LatencyTable": ("onnx_nb.results.latency", "LatencyTable"),
     "parse_profile": ("onnx_nb.profiling", "parse_profile"),
+    "isolated": ("onnx_nb.isolation", "isolated"),
+    "IsolatedSession": ("onnx_nb.isolation", "IsolatedSession"),
+    "check_model": ("onnx_nb.onnxfile", "check_model"),
 }
 
 __all__ = [
+    "DiskFullError",
     "ExportError",
     "ExportResult",
     "GraphView",
     "HubUnavailableError",
     "InvalidArgumentError",
     "InvalidModelError",
+    "IsolatedSession",
     "LatencyTable",
     "ModelLoadError",
     "ModelNotFoundError",
@@ -65,20 +74,25 @@ __all__ = [
     "OutputNotWritableError",
     "ParityReport",
     "Report",
+    "RuntimeCrashError",
     "SampleError",
     "ShapeMismatch",
     "Studio",
     "Tolerance",
     "ToleranceExceeded",
     "UnpaddedSession",
+    "UnsafeCheckpointError",
+    "UnsafeModelError",
     "UnsupportedOperatorError",
     "Variant",
     "__version__",
     "autotune",
     "benchmark",
+    "check_model",
     "check_parity",
     "default_model_path",
     "export",
+    "isolated",
     "load_ipython_extension",
     "optimize",
     "parse_profile",
@@ -93,6 +107,8 @@ if TYPE_CHECKING:
     from .debugging import quant_debug
     from .demo import default_model_path
     from .exporting import export
+    from .isolation import IsolatedSession, isolated
+    from .onnxfile import check_model
     from .optimizing import optimize
     from .parity.check import check_parity
     from .parity.tolerance import Tolerance

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidArgumentError
+from .isolation import honours_isolate
 from .progress import Steps
 from .results.latency import LatencyRow, LatencyTable, summarize
 
@@ -52,11 +53,13 @@ class OrtRunner:
         from .shapes import cast_feed
 
         self.path, self.provider, self.level, self.threads = path, provider, level, threads
-        opts = sessions.options(threads=threads, level=level,
-                                profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
         self.options = {"graph_level": level, "intra_op_threads": threads or "default",
                         "execution_mode": "sequential", "profiling": bool(profile_dir)}
-        self.session = ort.InferenceSession(str(path), opts, providers=sessions.chain(provider))
+        self.session = sessions.session(
+            path, provider, threads=threads, level=level,
+            profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
+        if hasattr(self.session, "time"):
+            self.options["process"] = "isolated worker"
         self.feed = cast_feed(self.session, feed)
         self.device = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda",
                        "ROCMExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}.get(provider)
@@ -67,7 +70,9 @@ class OrtRunner:
             self.session = UnpaddedSession(self.session)
             self.options["runtime"] = "skips padding"
             self.device = None  # buckets are fed from host memory
-        if self.device:
+        # timed inside the worker when isolated (an unpadded session is timed here, copies included)
+        self.isolated = hasattr(self.session, "time")
+        if self.device and not self.isolated and "process" not in self.options:
             self.binding = self.session.io_binding()
             for name, value in self.feed.items():
                 self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, self.device, 0))
@@ -172,10 +177,11 @@ def _backends(providers: Any) -> list[tuple[str, str | None, str]]:
     return result
 
 
+@honours_isolate
 def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, shapes: Any = None,
               reference: Any = None, warmup: int = 5, runs: int | None = None, min_seconds: float = 1.0,
               threads: int | None = None, level: str = "all", profile: bool = False, progress: bool = True,
-              clock: Clock = time.perf_counter) -> LatencyTable:
+              clock: Clock = time.perf_counter, isolate: bool | None = None) -> LatencyTable:
     """Latency of each model on each backend and shape, with PyTorch eager as the baseline.
 
     ``providers="available"`` runs every ONNX Runtime provider here plus the OpenVINO runtime when
@@ -260,7 +266,10 @@ def _measure(variant: str, backend: str, tag: str, batch: int, make: Callable[[]
             runner = make()
             runner()
             first = clock() - t0
-            times = time_runs(runner, warmup=warmup, runs=runs, min_seconds=min_seconds, clock=clock)
+            if getattr(runner, "isolated", False):  # timed inside the worker: no copying between processes
+                times = runner.session.time(runner.feed, warmup=warmup, runs=runs, min_seconds=min_seconds)
+            else:
+                times = time_runs(runner, warmup=warmup, runs=runs, min_seconds=min_seconds, clock=clock)
         except Exception as exc:  # noqa: BLE001 - a backend that fails is a row, not a crash
             return LatencyRow(variant, backend, tag, status="error",
                               note=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")

@@ -38,6 +38,18 @@ class OutputNotWritableError(OnnxNbError, PermissionError):
     """The output folder cannot be written."""
 
 
+class DiskFullError(OutputNotWritableError):
+    """The disk filled up while writing (nothing partial is left behind)."""
+
+
+class UnsafeCheckpointError(ModelLoadError):
+    """A PyTorch checkpoint needs arbitrary-code unpickling and the user did not opt in."""
+
+
+class RuntimeCrashError(OnnxNbError, RuntimeError):
+    """ONNX Runtime died (e.g. a segmentation fault) in the isolated worker process."""
+
+
 class ExportError(OnnxNbError):
     """Every exporter that was tried failed.
 
@@ -66,6 +78,10 @@ class UnsupportedOperatorError(ExportError):
 
 class InvalidModelError(OnnxNbError, ValueError):
     """An ONNX file is missing, empty, corrupt or not an ONNX model."""
+
+
+class UnsafeModelError(InvalidModelError):
+    """An ONNX file points outside its folder (external data by absolute path, ``..`` or a link)."""
 
 
 class OnnxNbWarning(UserWarning):

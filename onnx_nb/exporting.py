@@ -176,13 +176,12 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
 def _check(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) -> dict[str, Any]:
     """Run the staged file in ONNX Runtime on ``probe`` and compare with PyTorch's outputs."""
     import numpy as np
-    import onnxruntime as ort
+
+    from .sessions import session as open_session
 
     shapes = probe.shapes()
     try:
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        session = open_session(path)
         feed_names = [i.name for i in session.get_inputs()]
         feed = {n: t.numpy() for n, t in zip(probe.names, probe.tensors) if n in feed_names}
         got = session.run(None, feed)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-from .errors import InvalidModelError
+from .errors import InvalidModelError, UnsafeModelError
 
 TWO_GB = 2**31
 
@@ -50,7 +51,95 @@ def load_proto(path: str | Path, external: bool = False) -> Any:
     if external:
         from onnx.external_data_helper import load_external_data_for_model
 
+        check_external_data(p, proto)
         load_external_data_for_model(proto, str(p.parent))
+    return proto
+
+
+def _tensors(graph: Any) -> Iterator[Any]:
+    """Every tensor stored in a graph: initializers, sparse ones, and constants in node attributes,
+    subgraphs included."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _tensors(attr.g)
+            for g in attr.graphs:
+                yield from _tensors(g)
+
+
+def check_external_data(path: Path, proto: Any) -> None:
+    """Refuse external data that leaves the model's folder, and data files too short for their tensors.
+
+    A model from a stranger can name ``/etc/passwd`` or ``../../secret`` as a tensor's data file, or a
+    link pointing anywhere; ONNX Runtime would read it. Only plain relative paths to regular files
+    inside the folder are accepted.
+    """
+    import onnx
+
+    folder = path.parent
+    root = folder.resolve()
+    for tensor in _tensors(proto.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        where = info.get("location", "")
+        what = f"{path.name}: tensor {tensor.name!r} keeps its data in {where!r}"
+        parts = PurePosixPath(where.replace("\\", "/")).parts
+        if not where or PurePosixPath(where).is_absolute() or PureWindowsPath(where).is_absolute() \
+                or PureWindowsPath(where).drive or ".." in parts:
+            raise UnsafeModelError(
+                f"{what}, which is outside the model's folder. onnx-nb only reads data files beside the "
+                "model; this file is malformed or hostile. Do not load it; ask its author for one saved "
+                "with relative external data.")
+        current = folder
+        for part in parts:
+            current = current / part
+            if current.is_symlink():
+                raise UnsafeModelError(
+                    f"{what}, and {current} is a link. onnx-nb does not follow links out of a model's "
+                    "folder; copy the real data file next to the model instead.")
+        data = folder.joinpath(*parts)
+        if not data.resolve().is_relative_to(root):
+            raise UnsafeModelError(f"{what}, which resolves outside {root}. Do not load this model.")
+        if not data.is_file():
+            raise InvalidModelError(
+                f"{what}, but {data} is missing. Copy the data file next to the .onnx (they travel together).")
+        try:
+            offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
+        except ValueError as exc:
+            raise InvalidModelError(f"{what} with a non-numeric offset or length; the file is corrupt.") from exc
+        size = data.stat().st_size
+        if offset < 0 or offset > size or (length >= 0 and offset + length > size):
+            raise InvalidModelError(
+                f"{what} at bytes {offset}..{offset + max(length, 0)}, but that file has {size} bytes; it is "
+                "truncated or belongs to another model. Re-export or re-copy it.")
+
+
+def check_model(path: str | Path, graph: bool = True) -> Any:
+    """Everything onnx-nb checks before ONNX Runtime sees a file: it exists, parses, its external data
+    stays in its folder, and (``graph=True``) it is a valid ONNX graph (``onnx.checker``). Returns the
+    proto (without external data)."""
+    import onnx
+
+    p = Path(path)
+    proto = load_proto(p)
+    check_external_data(p, proto)
+    if not graph:
+        return proto
+    try:
+        # by path, so models over 2 GB are checked too; contrib-domain ops (com.microsoft) are skipped
+        onnx.checker.check_model(str(p))
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:300].rstrip(".") if str(exc).strip() else type(exc).__name__
+        raise InvalidModelError(f"{p.name} is not a valid ONNX model: {first}. Re-export it, or fix the "
+                                "graph that produced it.") from exc
     return proto
 
 
@@ -113,7 +202,7 @@ def files_of(path: Path, proto: Any) -> list[Path]:
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
     found = {path}
-    for init in proto.graph.initializer:
+    for init in _tensors(proto.graph):
         if uses_external_data(init):
             found.add(path.parent / ExternalDataInfo(init).location)
     return sorted(found)

@@ -97,11 +97,9 @@ def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: 
 
 
 def _ort_level(src: Path, dst: Path, level: str) -> None:
-    import onnxruntime as ort
+    from .sessions import session
 
-    from .sessions import options
-
-    ort.InferenceSession(str(src), options(level=level, save_to=dst), providers=["CPUExecutionProvider"])
+    session(src, level=level, save_to=dst)
 
 
 def has_mask_input(path: Path) -> bool:

@@ -11,15 +11,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from .isolation import honours_isolate
 from .progress import Steps
 from .results.report import Report, StepResult
 
 
+@honours_isolate
 def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimize: bool = True,
              quantize: str | None = "dynamic", providers: Any = ("cpu",), shapes: Any = None,
              benchmark: bool = True, threads: int | None = None, min_seconds: float = 1.0,
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, name: str | None = None,
-             progress: bool = True) -> Report:
+             progress: bool = True, isolate: bool | None = None) -> Report:
     """Run every step on ``model`` and gather the results.
 
     ``quantize``: a :func:`onnx_nb.quantize` method (``"dynamic"``, ``"static"`` with generated

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, InvalidModelError
 
 ALIASES: dict[str, str] = {
     "cpu": "CPUExecutionProvider",
@@ -108,14 +108,26 @@ def chain(provider: str) -> list[str]:
     return [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
 
 
-def session(path: str | Path, provider: str = "CPUExecutionProvider", *, threads: int | None = None,
-            level: str | None = None, quiet: bool = True) -> Any:
-    """A session on one provider, after checking the file (clear errors for missing, empty or corrupt
-    files before ORT sees them)."""
+def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate: bool | None = None,
+            check_graph: bool = True, **settings: Any) -> Any:
+    """A session on one provider, opened only after :func:`onnxfile.check_model` passed (clear errors for
+    missing, empty, corrupt or escaping files before ONNX Runtime sees them).
+
+    ``check_graph=False`` skips ``onnx.checker`` (for onnx-nb's own derived files, such as the
+    every-tensor-an-output copy the divergence search builds); the file and data checks always run.
+    ``settings`` go to :func:`options`. With isolation on (``isolate=True``, an ``isolated()`` block or
+    ``ONNX_NB_ISOLATE=1``) the session lives in a worker process: :class:`isolation.IsolatedSession`.
+    """
+    from .isolation import IsolatedSession, wanted
+    from .onnxfile import check_model
+
+    check_model(path, graph=check_graph)
+    if wanted(isolate):
+        return IsolatedSession(path, provider, **settings)
     import onnxruntime as ort
 
-    from .onnxfile import load_proto
-
-    load_proto(path)
-    return ort.InferenceSession(str(path), options(threads=threads, level=level, quiet=quiet),
-                                providers=chain(provider))
+    try:
+        return ort.InferenceSession(str(path), options(**settings), providers=chain(provider))
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise InvalidModelError(f"ONNX Runtime cannot load {Path(path).name}: {first}") from exc

@@ -38,6 +38,8 @@ PARITY: list[Spec] = [
                      "help": "'auto', 'sample', or axis sizes like 'batch=4,sequence=32;batch=1'"}, "both"),
     (("--no-localize",), {"action": "store_true", "help": "skip the search for the first diverging node"},
      "both"),
+    (("--isolate",), {"action": "store_true",
+                      "help": "run ONNX Runtime in a worker process (for files you did not make)"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the report as JSON"}, "cli"),
 ]
 
@@ -56,6 +58,8 @@ BENCH: list[Spec] = [
     (("--warmup",), {"type": int, "default": 5, "help": "untimed runs before timing"}, "both"),
     (("--threads",), {"type": int, "help": "intra-op threads for ORT and torch (default: their own)"}, "both"),
     (("--profile",), {"action": "store_true", "help": "add ORT's per-operator profile"}, "both"),
+    (("--isolate",), {"action": "store_true",
+                      "help": "run ONNX Runtime in a worker process (for files you did not make)"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the table as JSON"}, "cli"),
 ]
 
@@ -110,6 +114,8 @@ PIPELINE: list[Spec] = [
     (("--out",), {"help": "folder for the files (default ./onnx_nb_out/<model>/)"}, "both"),
     (("--overwrite",), {"action": "store_true", "help": "replace earlier files"}, "both"),
     (("--html",), {"help": "also write the self-contained HTML report here"}, "both"),
+    (("--isolate",), {"action": "store_true",
+                      "help": "run ONNX Runtime in a worker process (for files you did not make)"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the report as JSON"}, "cli"),
 ]
 
@@ -157,13 +163,14 @@ def parse_shapes(text: str) -> Any:
 
 def parity_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"atol": ns.atol, "rtol": ns.rtol, "providers": ns.providers, "shapes": parse_shapes(ns.shapes),
-            "localize": not ns.no_localize}
+            "localize": not ns.no_localize, "isolate": ns.isolate or None}
 
 
 def bench_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     providers = ns.providers if ns.providers == "available" else [p for p in ns.providers.split(",") if p]
     return {"providers": providers, "shapes": parse_shapes(ns.shapes), "runs": ns.runs,
-            "min_seconds": ns.min_seconds, "warmup": ns.warmup, "threads": ns.threads, "profile": ns.profile}
+            "min_seconds": ns.min_seconds, "warmup": ns.warmup, "threads": ns.threads, "profile": ns.profile,
+            "isolate": ns.isolate or None}
 
 
 def optimize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
@@ -186,4 +193,4 @@ def pipeline_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"task": ns.task, "optimize": not ns.no_optimize,
             "quantize": None if ns.quantize == "none" else ns.quantize,
             "providers": [p for p in ns.providers.split(",") if p], "shapes": parse_shapes(ns.shapes),
-            "out": ns.out, "overwrite": ns.overwrite}
+            "out": ns.out, "overwrite": ns.overwrite, "isolate": ns.isolate or None}

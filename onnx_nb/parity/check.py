@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..isolation import honours_isolate
 from ..progress import Steps
 from ..results.parity import DivergingNode, ParityReport, Row
 from ..shapes import axis_sizes, cast_feed, label, make_feed, parse_shapes, right_padded, static_conflict
@@ -26,10 +27,11 @@ def padding_mask(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -
     return mask.astype(bool)
 
 
+@honours_isolate
 def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, shapes: Any = "auto",
                  providers: Any = ("cpu",), atol: float | None = None, rtol: float | None = None,
                  tolerances: Mapping[str, Any] | None = None, localize: bool = True, seed: int = 0,
-                 progress: bool = True) -> ParityReport:
+                 progress: bool = True, isolate: bool | None = None) -> ParityReport:
     """Compare ``onnx_model`` with ``reference`` output by output, on several shapes and providers.
 
     Returns a :class:`ParityReport` (truthy when everything passed); raises only for bad input.

@@ -87,7 +87,7 @@ def run_all(path: Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     from ..shapes import cast_feed
 
     with _all_outputs(path) as debug:
-        sess = session(debug, "CPUExecutionProvider", level="disable")
+        sess = session(debug, "CPUExecutionProvider", level="disable", check_graph=False)
         names = [o.name for o in sess.get_outputs()]
         return dict(zip(names, sess.run(None, cast_feed(sess, feed))))
 
