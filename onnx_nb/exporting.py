@@ -47,13 +47,16 @@ def export(
     overwrite: bool = False,
     progress: bool = True,
     name: str | None = None,
+    allow_pickle: bool = False,
 ) -> ExportResult:
     """Export ``model`` to ONNX and check the file in ONNX Runtime at a shape other than the sample's.
 
     ``model``: a ``torch.nn.Module`` (then ``sample`` is needed: a tensor, tuple or dict), a Hugging
     Face model object, a local Hugging Face folder, or a hub id. ``exporter="auto"`` tries the
     dynamo exporter, then TorchScript; the result says which was used and why the other was not.
-    ``name`` names the model in results and in the default output folder.
+    ``name`` names the model in results and in the default output folder. A PyTorch checkpoint file
+    (``.pt``, ``.pth``, ``.ckpt``) is loaded with ``weights_only=True``; one that pickles a whole model
+    needs ``allow_pickle=True``, for files you trust (unpickling can run arbitrary code).
     """
     _check_args(exporter, opset, dynamic)
     from .sources import source_name
@@ -64,7 +67,7 @@ def export(
         steps.step("loading the model")
         from .sources import resolve
 
-        source = resolve(model, task)
+        source = resolve(model, task, allow_pickle)
         source.name = label
         steps.step("preparing sample inputs")
         return _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)

@@ -27,11 +27,11 @@ def _attr_text(attr: Any) -> str:
 
 def graph_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Nodes (name, op, module scope, inputs, outputs, attributes, shapes) and data edges."""
-    from .onnxfile import load_proto
+    from .onnxfile import check_model
     from .parity.localize import module_of
 
     p = Path(path)
-    proto = load_proto(p)
+    proto = check_model(p, graph=False)  # external data that leaves the folder is refused before anything is shown
     shapes: dict[str, str] = {}
     for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
         dims = v.type.tensor_type.shape.dim
@@ -73,12 +73,12 @@ def node_details(path: str | os.PathLike[str], name: str, graph: dict[str, Any])
     import onnx
     from onnx import numpy_helper
 
-    from .onnxfile import load_proto
+    from .onnxfile import check_model
 
     node = next((n for n in graph["nodes"] if n["name"] == name), None)
     if node is None:
         return {"node": name, "values": ["not in this graph"]}
-    proto = load_proto(Path(path))
+    proto = check_model(Path(path), graph=False)
     inits = {i.name: i for i in proto.graph.initializer if i.name in node["inputs"]}
     values = []
     for input_name in node["inputs"]:

@@ -23,9 +23,20 @@ def source_name(model: Any) -> str:
     return type(model).__name__
 
 
-def resolve(model: Any, task: str | None) -> ModelSource:
-    """Load or wrap the model; returns a :class:`ModelSource` with ``model`` set."""
+def resolve(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSource:
+    """Load or wrap the model; returns a :class:`ModelSource` with ``model`` set.
+
+    A checkpoint file (``.pt``, ``.pth``, ...) is loaded with :func:`checkpoints.load`: weights only,
+    unless ``allow_pickle``.
+    """
     if isinstance(model, (str, os.PathLike)):
+        from . import checkpoints
+
+        path = Path(str(model)).expanduser()
+        if checkpoints.is_checkpoint(path):
+            source = resolve(checkpoints.load(path, allow_pickle), task)
+            source.location = str(path)
+            return source
         from .hf.loading import load_model
 
         loaded = load_model(str(model), task)

@@ -22,6 +22,9 @@ EXPORT: list[Spec] = [
                        "help": "auto tries dynamo, then TorchScript"}, "both"),
     (("--static",), {"action": "store_true", "help": "export fixed shapes (no dynamic axes)"}, "both"),
     (("--overwrite",), {"action": "store_true", "help": "replace an existing output file"}, "both"),
+    (("--allow-pickle",), {"action": "store_true",
+                           "help": "load a checkpoint that pickles a whole model (only for files you trust)"},
+     "both"),
 ]
 
 PARITY: list[Spec] = [
@@ -134,7 +137,8 @@ def add_arguments(parser: argparse.ArgumentParser, specs: list[Spec], where: str
 def export_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments for :func:`onnx_nb.export` from parsed ``EXPORT`` arguments."""
     return {"task": ns.task, "out": ns.out, "opset": ns.opset, "exporter": ns.exporter,
-            "dynamic": not ns.static, "overwrite": ns.overwrite}
+            "dynamic": not ns.static, "overwrite": ns.overwrite,
+            "allow_pickle": ns.allow_pickle}
 
 
 def parse_shapes(text: str) -> Any:

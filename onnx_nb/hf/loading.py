@@ -87,7 +87,8 @@ def load_config(name: str) -> tuple[Any, str]:
             f"{name!r} is neither an existing folder nor a valid Hugging Face hub id."
         )
     try:
-        config = transformers.AutoConfig.from_pretrained(str(Path(name).expanduser()) if kind == "hf-dir" else name)
+        config = transformers.AutoConfig.from_pretrained(str(Path(name).expanduser()) if kind == "hf-dir" else name,
+                                                         trust_remote_code=False)
     except (OSError, ValueError) as exc:
         if kind == "hub-id":
             raise _hub_error(name, exc) from exc
@@ -123,7 +124,7 @@ def load_model(name: str, task: str | None = None) -> LoadedModel:
     if cls is None:
         cls = getattr(transformers, TASK_AUTO_CLASS[task])
     try:
-        model = cls.from_pretrained(location)
+        model = cls.from_pretrained(location, trust_remote_code=False)  # never run code shipped with a model
     except (OSError, ValueError) as exc:
         if kind == "hub-id":
             raise _hub_error(name, exc) from exc
