@@ -56,7 +56,7 @@ class OrtRunner:
         self.options = {"graph_level": level, "intra_op_threads": threads or "default",
                         "execution_mode": "sequential", "profiling": bool(profile_dir)}
         self.session = sessions.session(
-            path, provider, threads=threads, level=level,
+            path, provider, threads=threads, level=level, map_weights=False,
             profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
         if hasattr(self.session, "time"):
             self.options["process"] = "isolated worker"
@@ -139,7 +139,8 @@ def _models(models: Any) -> list[tuple[str, Any, Path]]:
         seq = models if isinstance(models, (list, tuple)) else [models]
         items = [(None, m) for m in seq]
     if not items:
-        raise InvalidArgumentError("benchmark() needs at least one model.")
+        raise InvalidArgumentError("benchmark() needs at least one model: pass an .onnx path, an ExportResult, a "
+                                   "variant, or a list or dict of them.")
     out = []
     for name, model in items:
         path = getattr(model, "path", model)
@@ -190,7 +191,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     """
     import tempfile
 
-    from .parity.references import graph_sample, to_numpy, torch_reference
+    from .parity.references import export_sample, graph_sample, to_numpy, torch_reference
     from .shapes import axis_sizes, label, make_feed, parse_shapes
 
     if warmup < 0 or (runs is not None and runs < 1) or min_seconds < 0:
@@ -206,6 +207,8 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
         source = reference.source if hasattr(reference, "source") else resolve_source(reference, None)
         if source.model is None:
             source = resolve_source(source.location or "", source.task)
+        if sample is None and source.kind == "module":
+            sample = export_sample(entries[0][1])
         ref = torch_reference(source, sample, "PyTorch eager")
     base = entries[0][1]
     if sample is not None and hasattr(sample, "keys"):

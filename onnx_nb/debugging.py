@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,11 @@ def quant_debug(reference: Any, variant: Any, sample: Any = None, *, max_suggest
     from .parity.localize import module_of, run_all
     from .parity.references import graph_sample, to_numpy
 
+    for what, value in (("variant", variant), ("reference", reference)):
+        if value is not None and not isinstance(getattr(value, "path", value), (str, os.PathLike)):
+            raise InvalidArgumentError(
+                f"quant_debug compares two ONNX files, and {what} is a {type(value).__name__}: pass the quantized "
+                "variant (or its .onnx path) and the fp32 parent (.onnx) as reference.")
     cand_path = Path(getattr(variant, "path", variant))
     ref_path = Path(getattr(reference, "path", reference)) if reference is not None else None
     if ref_path is None or ref_path.suffix != ".onnx":

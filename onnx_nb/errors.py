@@ -14,6 +14,10 @@ class InvalidArgumentError(OnnxNbError, ValueError):
     """An argument has the wrong type or value."""
 
 
+class ProviderUnavailableError(InvalidArgumentError):
+    """None of the execution providers asked for is in this onnxruntime build."""
+
+
 class ModelNotFoundError(OnnxNbError, FileNotFoundError):
     """A model path or hub id does not point at a model."""
 

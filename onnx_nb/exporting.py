@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ExportError, InvalidArgumentError, OnnxNbError, UnsupportedOperatorError
-from .files import check_target, default_output, publish, staging_dir, total_size
+from .files import check_space, check_target, default_output, disk_error, publish, staging_dir, total_size
 from .progress import Steps
 from .results.export import ExportResult, ModelSource
 from .sources import build_sample, hf_call_kwargs
@@ -111,6 +111,7 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
         module = signature_module(flat)
         param_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) + \
             sum(b.numel() * b.element_size() for b in model.buffers())
+        check_space(target.parent, param_bytes)
         order = ["dynamo", "torchscript"] if exporter == "auto" else [exporter]
         attempts: dict[str, str] = {}
         errors: dict[str, BaseException] = {}
@@ -126,9 +127,12 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
                                   param_bytes > EXTERNAL_DATA_BYTES, warnings_seen, native)
                 except (KeyboardInterrupt, MemoryError):
                     raise
-                except Exception as exc:  # noqa: BLE001 - every exporter failure is reported
+                except Exception as exc:
                     from .exporters import first_line
 
+                    full = disk_error(exc, target.parent)
+                    if full is not None:  # no other exporter would fare better
+                        raise full from exc
                     attempts[name] = first_line(exc)
                     errors[name] = exc
                     logs[name] = "".join(native)

@@ -8,6 +8,7 @@ the user had is replaced unless ``overwrite=True`` was given.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -15,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import OutputExistsError, OutputNotWritableError
+from .errors import DiskFullError, OnnxNbError, OutputExistsError, OutputNotWritableError
 
 DEFAULT_ROOT = "onnx_nb_out"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -59,15 +60,69 @@ def check_target(path: str | os.PathLike[str], overwrite: bool) -> Path:
     return target.resolve()
 
 
+def human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_DENIED = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def disk_error(exc: BaseException, folder: Path) -> OnnxNbError | None:
+    """The onnx-nb error for a write that failed because the disk is full or read-only, looking
+    through the exception's causes (exporters wrap the OSError) and their messages; else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        code = getattr(current, "errno", None)
+        text = str(current)
+        if code in _FULL or "No space left on device" in text or "Disk quota exceeded" in text:
+            free = human(shutil.disk_usage(folder).free) if folder.exists() else "?"
+            return DiskFullError(
+                f"The disk holding {folder} filled up while writing ({free} free now). Nothing partial was left "
+                "behind. Free some space, or pass out= on another disk.")
+        if code in _DENIED or "Read-only file system" in text:
+            return OutputNotWritableError(
+                f"Cannot write in {folder}: {os.strerror(code) if code else text[:100]}. Choose a folder you "
+                "can write to.")
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def check_space(folder: Path, needed: int) -> None:
+    """Fail before any work when ``folder``'s disk cannot hold ``needed`` bytes (plus 5%)."""
+    free = shutil.disk_usage(folder).free
+    if needed * 1.05 > free:
+        raise DiskFullError(
+            f"Writing this model needs about {human(needed)} in {folder}, but that disk has {human(free)} free. "
+            "Free some space, or pass out= on another disk.")
+
+
 @contextlib.contextmanager
 def staging_dir(target: Path) -> Iterator[Path]:
     """A temporary folder beside ``target`` (same file system, so renames are atomic).
 
-    It is removed on exit, whether the step succeeded or was interrupted.
+    It is removed on exit, whether the step succeeded, failed or was interrupted; a full or
+    read-only disk becomes :class:`DiskFullError` / :class:`OutputNotWritableError`.
     """
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.stem}.", suffix=".tmp", dir=target.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.stem}.", suffix=".tmp", dir=target.parent))
+    except OSError as exc:
+        raise (disk_error(exc, target.parent) or exc) from exc
     try:
         yield tmp
+    except OnnxNbError:
+        raise
+    except Exception as exc:
+        mapped = disk_error(exc, target.parent)
+        if mapped is None:
+            raise
+        raise mapped from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

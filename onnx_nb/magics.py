@@ -13,7 +13,8 @@ from .errors import OnnxNbError
 
 
 def _short(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call a core function; onnx-nb's own errors become one short line, not a traceback."""
+    """Call a core function (argument parsing included, when ``fn`` is a lambda); onnx-nb's own errors
+    become one short line, not a traceback."""
     try:
         return fn(*args, **kwargs)
     except OnnxNbError as exc:
@@ -72,7 +73,7 @@ class OnnxMagics(Magics):
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from .parity.check import check_parity
 
-        return _short(check_parity, reference, onnx_model, sample, **specs.parity_kwargs(args))
+        return _short(lambda: check_parity(reference, onnx_model, sample, **specs.parity_kwargs(args)))
 
     @line_magic
     @_apply(specs.BENCH)
@@ -88,7 +89,7 @@ class OnnxMagics(Magics):
         reference = (ns[args.reference] if args.reference in ns else args.reference) if args.reference else None
         from .benchmarking import benchmark
 
-        return _short(benchmark, models, reference=reference, **specs.bench_kwargs(args))
+        return _short(lambda: benchmark(models, reference=reference, **specs.bench_kwargs(args)))
 
     def _model(self, name: str) -> Any:
         ns = self.shell.user_ns if self.shell is not None else {}
@@ -133,7 +134,7 @@ class OnnxMagics(Magics):
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from .pipelines import pipeline
 
-        report = _short(pipeline, self._model(args.model), sample, **specs.pipeline_kwargs(args))
+        report = _short(lambda: pipeline(self._model(args.model), sample, **specs.pipeline_kwargs(args)))
         if args.html:
             _short(report.save_html, args.html)
         return report

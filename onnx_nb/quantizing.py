@@ -56,8 +56,9 @@ class CalibrationReader:
             feed = {}
             for name, info in inputs.items():
                 if name not in sample:
-                    raise CalibrationError(f"calibration[{n}] has no input {name!r}; the model takes "
-                                           f"{', '.join(inputs)}.")
+                    raise CalibrationError(
+                        f"calibration[{n}] has no input {name!r} (it has {', '.join(map(repr, sample)) or 'none'}); "
+                        f"each item must map every model input ({', '.join(inputs)}) to an array.")
                 value = np.asarray(sample[name].detach().numpy() if hasattr(sample[name], "detach") else sample[name])
                 if value.ndim != len(info.shape) or any(isinstance(d, int) and d != s
                                                         for d, s in zip(info.shape, value.shape)):

@@ -78,9 +78,10 @@ def resolve(names: str | Any) -> list[Provider]:
 
 
 def options(*, threads: int | None = None, level: str | None = None, quiet: bool = True,
-            profile_prefix: str | None = None, save_to: str | Path | None = None) -> Any:
-    """ORT session options: intra-op threads, graph level (disable/basic/extended/all), profiling, and
-    where to save the optimized graph."""
+            profile_prefix: str | None = None, save_to: str | Path | None = None, prepack: bool = True) -> Any:
+    """ORT session options: intra-op threads, graph level (disable/basic/extended/all), profiling,
+    where to save the optimized graph, and weight prepacking (``prepack=False`` lets ONNX Runtime use
+    memory-mapped external data as it is, with no second copy of the weights in memory)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -100,7 +101,20 @@ def options(*, threads: int | None = None, level: str | None = None, quiet: bool
         opts.profile_file_prefix = profile_prefix
     if save_to is not None:
         opts.optimized_model_filepath = str(save_to)
+    if not prepack:
+        opts.add_session_config_entry("session.disable_prepacking", "1")
     return opts
+
+
+MAP_WEIGHTS_ABOVE = 2**30
+
+
+def external_bytes(path: str | Path, proto: Any) -> int:
+    """Bytes of external data a model refers to."""
+    from .onnxfile import files_of
+
+    p = Path(path)
+    return sum(f.stat().st_size for f in files_of(p, proto) if f != p and f.exists())
 
 
 def chain(provider: str) -> list[str]:
@@ -109,19 +123,26 @@ def chain(provider: str) -> list[str]:
 
 
 def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate: bool | None = None,
-            check_graph: bool = True, **settings: Any) -> Any:
+            check_graph: bool = True, map_weights: bool | None = None, **settings: Any) -> Any:
     """A session on one provider, opened only after :func:`onnxfile.check_model` passed (clear errors for
     missing, empty, corrupt or escaping files before ONNX Runtime sees them).
 
     ``check_graph=False`` skips ``onnx.checker`` (for onnx-nb's own derived files, such as the
     every-tensor-an-output copy the divergence search builds); the file and data checks always run.
+    ``map_weights`` (default: when the external data exceeds 1 GiB) turns weight prepacking off so
+    that ONNX Runtime reads the weights straight from the memory-mapped data file: checking a 2 GB
+    model then costs no second 2 GB copy (runs are slower, so :func:`benchmark` keeps prepacking on).
     ``settings`` go to :func:`options`. With isolation on (``isolate=True``, an ``isolated()`` block or
     ``ONNX_NB_ISOLATE=1``) the session lives in a worker process: :class:`isolation.IsolatedSession`.
     """
     from .isolation import IsolatedSession, wanted
     from .onnxfile import check_model
 
-    check_model(path, graph=check_graph)
+    proto = check_model(path, graph=check_graph)
+    if map_weights is None:
+        map_weights = external_bytes(path, proto) > MAP_WEIGHTS_ABOVE
+    if map_weights:
+        settings["prepack"] = False
     if wanted(isolate):
         return IsolatedSession(path, provider, **settings)
     import onnxruntime as ort

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, SampleError
 
 ShapeSpec = dict[str, Any]
 
@@ -128,3 +128,24 @@ def right_padded(feed: dict[str, np.ndarray], mask_input: str = "attention_mask"
     if "input_ids" in out and out["input_ids"].shape == mask.shape:
         out["input_ids"] = np.where(new_mask.astype(bool), out["input_ids"], 0).astype(out["input_ids"].dtype)
     return out
+
+
+def check_sample(feed: Mapping[str, Any], path: Any) -> None:
+    """A user's sample against an ONNX model's inputs: every input present, nothing extra, the right
+    rank and fixed sizes. Raises :class:`SampleError` naming the difference."""
+    from .onnxfile import load_proto, signature
+
+    inputs = {i.name: i for i in signature(load_proto(path))[0]}
+    missing = [n for n in inputs if n not in feed]
+    extra = [n for n in feed if n not in inputs]
+    want = ", ".join(f"{n}: {i.dtype}{i.shape}" for n, i in inputs.items())
+    if missing or extra:
+        raise SampleError(
+            f"The sample does not fit the model: {'missing ' + ', '.join(map(repr, missing)) if missing else ''}"
+            f"{'; ' if missing and extra else ''}{'extra ' + ', '.join(map(repr, extra)) if extra else ''}. "
+            f"The model takes {want}; pass a dict with exactly those names.")
+    for name, info in inputs.items():
+        shape = np.shape(feed[name])
+        if len(shape) != len(info.shape) or any(isinstance(d, int) and d != n for d, n in zip(info.shape, shape)):
+            raise SampleError(f"The sample's {name!r} has shape {list(shape)}, but the model takes {info.shape} "
+                              "(strings are dynamic axes). Pass an array of that rank.")

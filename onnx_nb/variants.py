@@ -41,6 +41,7 @@ def make(parent_model: Any, tag: str, name: str, recipe: dict[str, Any], write: 
     from . import onnxfile
 
     parent, ref, source = parent_of(parent_model)
+    onnxfile.check_model(parent)  # a corrupt or escaping file fails here, clearly, before any tool reads it
     if reference is not None:
         ref = reference
     target = target_for(parent, tag, out, overwrite)

@@ -41,8 +41,17 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
 
     for name, value in (("atol", atol), ("rtol", rtol)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise InvalidArgumentError(f"{name} must be a number >= 0, got {value!r}.")
+            raise InvalidArgumentError(f"{name} must be a number >= 0 (e.g. {name}=1e-4), got {value!r}; leave it "
+                                       "out for the default of the model's precision.")
     wanted = sessions.resolve(providers)
+    if not any(p.available for p in wanted):
+        from ..errors import ProviderUnavailableError
+
+        raise ProviderUnavailableError(
+            f"None of the requested execution providers ({', '.join(p.short for p in wanted)}) is in this "
+            f"onnxruntime build; available here: "
+            f"{', '.join(p.short for p in sessions.resolve('available'))}. "
+            "Install the matching onnxruntime package (e.g. onnxruntime-gpu for cuda), or use providers=('cpu',).")
     ref, path = resolve_reference(reference, onnx_model, sample, seed)
     from ..onnxfile import load_proto
 

@@ -147,6 +147,9 @@ def resolve(reference: Any, onnx_model: Any, sample: Any, seed: int) -> tuple[Re
             feed = to_numpy(dict(sample)) if hasattr(sample, "keys") else None
             if feed is None:
                 raise SampleError("To compare two ONNX models, pass the sample as a dict of input name -> array.")
+            from ..shapes import check_sample
+
+            check_sample(feed, path)
             axes = {k: {0: "batch"} for k, v in feed.items() if np.ndim(v) >= 1}
         else:
             inherited = getattr(getattr(onnx_model, "source", None), "sample", None)
@@ -159,7 +162,19 @@ def resolve(reference: Any, onnx_model: Any, sample: Any, seed: int) -> tuple[Re
     from ..sources import resolve as resolve_source
 
     source = resolve_source(reference, None)
+    if sample is None and source.kind == "module":
+        sample = export_sample(onnx_model)
     return torch_reference(source, sample, f"PyTorch {source.name}", exporter), candidate
+
+
+def export_sample(model: Any) -> dict[str, Any] | None:
+    """The sample an ExportResult (or a variant of one) was exported with, when it carries one: the
+    natural inputs for a plain module that cannot describe its own."""
+    for candidate in (model, getattr(model, "origin", None)):
+        sample = getattr(getattr(candidate, "source", None), "sample", None)
+        if sample:
+            return dict(sample)
+    return None
 
 
 def _path_of(model: Any, what: str) -> Path:
