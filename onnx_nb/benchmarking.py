@@ -189,8 +189,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     installed; missing ones asked for by name appear as unavailable rows. ``runs=None`` repeats
     until ``min_seconds`` (at least 10 runs). Warm-up and the first run are kept out of the statistics.
     """
-    import tempfile
-
+    from .files import scratch_dir
     from .parity.references import export_sample, graph_sample, to_numpy, torch_reference
     from .shapes import axis_sizes, label, make_feed, parse_shapes
 
@@ -226,7 +225,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     profiles: dict[str, Any] = {}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0))
-    with Steps(total, "benchmark", progress) as steps, tempfile.TemporaryDirectory(prefix="onnx-nb-prof-") as tmp:
+    with Steps(total, "benchmark", progress) as steps, scratch_dir("onnx-nb-prof-") as tmp:
         for spec in specs:
             feed = make_feed(feed0, axes, spec)
             tag = label(feed, axes, spec)

@@ -12,7 +12,9 @@ import errno
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,6 +70,7 @@ def human(n: float) -> str:
     return f"{n:.1f} TB"  # pragma: no cover
 
 
+NEARLY_FULL = 1 << 20
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _DENIED = {errno.EROFS, errno.EACCES, errno.EPERM}
 
@@ -91,6 +94,13 @@ def disk_error(exc: BaseException, folder: Path) -> OnnxNbError | None:
                 f"Cannot write in {folder}: {os.strerror(code) if code else text[:100]}. Choose a folder you "
                 "can write to.")
         current = current.__cause__ or current.__context__
+    # Some writers lose the errno (ONNX Runtime says "Protobuf serialization failed"): a disk with
+    # almost nothing left while a write was under way is the cause.
+    if folder.exists() and shutil.disk_usage(folder).free < NEARLY_FULL:
+        return DiskFullError(
+            f"The disk holding {folder} filled up while writing ({human(shutil.disk_usage(folder).free)} free; "
+            f"the writer said: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}). Nothing "
+            "partial was left behind. Free some space, or pass out= on another disk.")
     return None
 
 
@@ -104,6 +114,59 @@ def check_space(folder: Path, needed: int) -> None:
 
 
 @contextlib.contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """Ctrl-C waits until the block is done, then arrives as usual: cleanups and the renames that
+    publish a model must not stop half way. (Signals can only be caught in the main thread; elsewhere
+    the block runs as is.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, None)
+            else:
+                raise KeyboardInterrupt
+
+
+def _remove(path: Path) -> None:
+    with deferred_interrupt():
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str, where: Path | None = None) -> Iterator[Path]:
+    """A temporary folder (in the system's temp folder unless ``where``), removed on exit even when
+    Ctrl-C arrives during the removal."""
+    with deferred_interrupt():
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
+    try:
+        yield tmp
+    finally:
+        _remove(tmp)
+
+
+@contextlib.contextmanager
+def scratch_file(beside: Path, tag: str) -> Iterator[Path]:
+    """A hidden temporary file beside ``beside`` (so relative external data still resolves)."""
+    with deferred_interrupt():
+        fd, name = tempfile.mkstemp(prefix=f".{beside.stem}.{tag}.", suffix=".onnx", dir=beside.parent)
+        os.close(fd)
+    try:
+        yield Path(name)
+    finally:
+        _remove(Path(name))
+
+
+@contextlib.contextmanager
 def staging_dir(target: Path) -> Iterator[Path]:
     """A temporary folder beside ``target`` (same file system, so renames are atomic).
 
@@ -111,7 +174,8 @@ def staging_dir(target: Path) -> Iterator[Path]:
     read-only disk becomes :class:`DiskFullError` / :class:`OutputNotWritableError`.
     """
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.stem}.", suffix=".tmp", dir=target.parent))
+        with deferred_interrupt():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.stem}.", suffix=".tmp", dir=target.parent))
     except OSError as exc:
         raise (disk_error(exc, target.parent) or exc) from exc
     try:
@@ -124,7 +188,7 @@ def staging_dir(target: Path) -> Iterator[Path]:
             raise
         raise mapped from exc
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
 
 
 def publish(staged_model: Path, target: Path) -> list[Path]:
@@ -134,14 +198,15 @@ def publish(staged_model: Path, target: Path) -> list[Path]:
     everything it refers to is there. Returns the final paths.
     """
     moved: list[Path] = []
-    for item in sorted(staged_model.parent.iterdir()):
-        if item == staged_model or not item.is_file():
-            continue
-        dest = target.parent / item.name
-        os.replace(item, dest)
-        moved.append(dest)
-    os.replace(staged_model, target)
-    moved.append(target)
+    with deferred_interrupt():  # all the files or none: Ctrl-C waits for the last rename
+        for item in sorted(staged_model.parent.iterdir()):
+            if item == staged_model or not item.is_file():
+                continue
+            dest = target.parent / item.name
+            os.replace(item, dest)
+            moved.append(dest)
+        os.replace(staged_model, target)
+        moved.append(target)
     return moved
 
 

@@ -140,9 +140,9 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
         recipe.update(model_type=ort_type, num_heads=heads, hidden_size=hidden)
 
     def write(src: Path, staged: Path) -> list[str]:
-        import tempfile
+        from .files import scratch_dir
 
-        with tempfile.TemporaryDirectory(prefix="onnx-nb-opt-") as scratch:
+        with scratch_dir("onnx-nb-opt-") as scratch:
             return _write(src, staged, Path(scratch))
 
     def _write(src: Path, staged: Path, scratch: Path) -> list[str]:

@@ -149,12 +149,11 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         recipe.update(block_size=block_size, symmetric=True)
 
     def write(src: Path, staged: Path) -> list[str]:
-        import tempfile
-
         from .exporters import quiet
+        from .files import scratch_dir
 
         warnings: list[str] = []
-        with tempfile.TemporaryDirectory(prefix="onnx-nb-quant-") as scratch, quiet(warnings, []):
+        with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []):
             prepared = Path(scratch) / "prepared.onnx"
             try:
                 _quantize(method, src, prepared, staged, per_channel, excluded, op_types, calib_items, block_size)

@@ -11,11 +11,12 @@ from .render import esc
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    from .files import disk_error
+    from .files import deferred_interrupt, disk_error
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with deferred_interrupt():
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise (disk_error(exc, path.parent) or exc) from exc
     try:
@@ -26,7 +27,8 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
+        with deferred_interrupt():
+            Path(tmp).unlink(missing_ok=True)
         mapped = disk_error(exc, path.parent) if isinstance(exc, Exception) else None
         if mapped is not None:
             raise mapped from exc

@@ -150,5 +150,11 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
     try:
         return ort.InferenceSession(str(path), options(**settings), providers=chain(provider))
     except Exception as exc:
+        if settings.get("save_to") is not None:  # it was writing the optimized graph: a full disk?
+            from .files import disk_error
+
+            full = disk_error(exc, Path(settings["save_to"]).parent)
+            if full is not None:
+                raise full from exc
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise InvalidModelError(f"ONNX Runtime cannot load {Path(path).name}: {first}") from exc

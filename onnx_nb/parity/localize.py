@@ -12,8 +12,6 @@ the same module scope instead.
 from __future__ import annotations
 
 import ast
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..files import scratch_dir
 from ..results.parity import DivergingNode
 from .references import Reference
 from .tolerance import Tolerance, measure, resolve
@@ -73,13 +72,11 @@ def _all_outputs(path: Path) -> Iterator[Path]:
             if out and out not in have:
                 proto.graph.output.append(onnx.ValueInfoProto(name=out))
                 have.add(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.debug.", suffix=".onnx", dir=path.parent)
-    os.close(fd)
-    try:
-        onnx.save(proto, tmp)
-        yield Path(tmp)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    from ..files import scratch_file
+
+    with scratch_file(path, "debug") as tmp:
+        onnx.save(proto, str(tmp))
+        yield tmp
 
 
 def run_all(path: Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -243,7 +240,7 @@ def first_divergence(path: Path, ref: Reference, feed: dict[str, np.ndarray], pr
     strategies: list[Callable[[], DivergingNode | None]] = []
     if exporter in ("dynamo", "torchscript"):
         def fresh() -> DivergingNode | None:
-            with tempfile.TemporaryDirectory(prefix="onnx-nb-localize-") as tmp:
+            with scratch_dir("onnx-nb-localize-") as tmp:
                 fresh_path = _fresh_export(ref, exporter, opset(proto), Path(tmp))
                 return compare_graphs(fresh_path, path, feed, tol,
                                       f"tensor by tensor against a fresh {exporter} export of the PyTorch model")
