@@ -122,7 +122,7 @@ CASES: list[Case] = [
      lambda w: onnx_nb.check_parity(w.model, w.empty, w.feed(), progress=False)),
     ("file-truncated", "check_parity()", onnx_nb.InvalidModelError, r"truncated|not a valid ONNX model",
      lambda w: onnx_nb.check_parity(w.model, w.truncated, w.feed(), progress=False)),
-    ("file-corrupt", "benchmark()", onnx_nb.InvalidModelError, r"not a readable ONNX model|not a valid ONNX",
+    ("file-corrupt", "check_model()", onnx_nb.InvalidModelError, r"not a readable ONNX model|not a valid ONNX",
      lambda w: onnx_nb.check_model(w.corrupt)),
     ("file-not-onnx-png", "optimize()", onnx_nb.InvalidModelError, r"not a readable ONNX model|holds no ONNX graph",
      lambda w: onnx_nb.optimize(w.png)),

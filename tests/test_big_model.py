@@ -1,0 +1,36 @@
+"""A model with more than 2 GB of weights (a wide MLP built in code) exports with external data,
+validates and benchmarks. Peak memory against the weights is measured by benchmarks/big_model.py,
+not here (targets live in benchmarks/)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import onnx_nb
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+
+@pytest.mark.skipif(shutil.disk_usage("/tmp").free < 6 * 2**30, reason="needs 6 GB of free disk")
+def test_model_over_2gb(tmp_path: Path) -> None:
+    from big_model import build
+
+    model = build(layers=9, width=8192)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert weights > 2**31
+    result = onnx_nb.export(model, torch.randn(2, 8192), out=tmp_path / "mlp.onnx", progress=False)
+    assert result and result.check["passed"]
+    assert len(result.files) == 2 and result.path.stat().st_size < 2**20, "weights live in the external data file"
+    assert sum(f.stat().st_size for f in result.files) >= weights
+    onnx_nb.check_model(result.path)
+
+    parity = onnx_nb.check_parity(result, progress=False)
+    assert parity and len({r.shape for r in parity.rows}) == 3
+    table = onnx_nb.benchmark(result, reference=model, providers="cpu", runs=3, warmup=1, progress=False)
+    assert [r.status for r in table.rows] == ["ok", "ok"]
+    assert table.rows[1].speedup and table.rows[1].speedup > 0

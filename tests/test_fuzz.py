@@ -1,0 +1,88 @@
+"""Bounded fuzzing: mutated model bytes and random argument values into the loading, inspection and
+parity entry points. Whatever comes in, the only exceptions that come out are onnx-nb's own.
+
+Hypothesis runs a fixed number of derandomized examples, so the suite stays reproducible and quick.
+ONNX Runtime sessions are opened in the isolated worker: a mutated graph that crashed the runtime
+would surface as RuntimeCrashError (an onnx-nb error) instead of killing the test process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import onnx_nb
+
+FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.GELU(), torch.nn.LayerNorm(6)).eval()
+    result = onnx_nb.export(model, torch.randn(2, 4), out=tmp_path_factory.mktemp("fuzz") / "good.onnx",
+                            progress=False)
+    return result.path, result.path.read_bytes()
+
+
+def mutate(data: bytes, edits: list[tuple[int, int]], cut: int | None, junk: bytes) -> bytes:
+    buf = bytearray(data)
+    for where, value in edits:
+        buf[where % len(buf)] = value
+    if cut is not None:
+        buf = buf[: cut % (len(buf) + 1)]
+    return bytes(buf) + junk
+
+
+MUTATIONS = st.tuples(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=12),
+                      st.one_of(st.none(), st.integers(0, 10**6)), st.binary(max_size=16))
+
+
+def only_ours(call: Any) -> Any:
+    try:
+        return call()
+    except onnx_nb.OnnxNbError as exc:
+        return exc
+
+
+@FUZZ
+@given(mutation=MUTATIONS)
+def test_mutated_bytes_load_and_inspect(good: tuple[Path, bytes], tmp_path_factory: pytest.TempPathFactory,
+                                        mutation: tuple[Any, Any, bytes]) -> None:
+    path = tmp_path_factory.mktemp("m") / "model.onnx"
+    path.write_bytes(mutate(good[1], *mutation))
+    only_ours(lambda: onnx_nb.check_model(path))
+    from onnx_nb.graphdata import graph_json
+
+    only_ours(lambda: graph_json(path))
+    only_ours(lambda: onnx_nb.check_parity(path, path, {"input": np.ones((2, 4), np.float32)}, isolate=True,
+                                           localize=False, progress=False))
+
+
+ARGS = st.fixed_dictionaries({
+    "providers": st.one_of(st.sampled_from(["cpu", "CPU", "cuda", "trt", "available", "tpu", "", "cpu,,cpu"]),
+                           st.lists(st.one_of(st.text(max_size=8), st.integers()), max_size=3)),
+    "atol": st.one_of(st.none(), st.floats(allow_nan=True), st.integers(-5, 5), st.text(max_size=3)),
+    "rtol": st.one_of(st.none(), st.floats(min_value=0, max_value=1)),
+    "shapes": st.one_of(st.sampled_from(["auto", "sample", "nonsense", ""]),
+                        st.lists(st.dictionaries(st.sampled_from(["batch", "sequence", "x"]), st.integers(-2, 5),
+                                                 max_size=2), max_size=2)),
+    "sample": st.one_of(st.none(), st.just({"input": np.ones((2, 4), np.float32)}),
+                        st.dictionaries(st.text(max_size=5), st.just(np.zeros((1, 4), np.float32)), max_size=2),
+                        st.integers(), st.text(max_size=4)),
+})
+
+
+@FUZZ
+@given(args=ARGS)
+def test_random_arguments_to_parity(good: tuple[Path, bytes], args: dict[str, Any]) -> None:
+    path = good[0]
+    sample = args.pop("sample")
+    result = only_ours(lambda: onnx_nb.check_parity(path, path, sample, localize=False, progress=False, **args))
+    assert isinstance(result, (onnx_nb.OnnxNbError, onnx_nb.ParityReport))
