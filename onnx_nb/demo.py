@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelNotFoundError, OutputExistsError
+from .errors import ModelNotFoundError, OutputExistsError, OutputNotWritableError
 
 MARKER = ".onnx-nb-demo"
 
@@ -26,12 +26,21 @@ def default_model_path() -> Path:
 def demo_folder(out: str | os.PathLike[str]) -> Path:
     """The demo's folder: created with a marker, so later runs may replace only their own files."""
     folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise OutputExistsError(f"{folder} is a file, not a folder; pass --out with a new folder for the demo.")
     if folder.exists() and any(folder.iterdir()) and not (folder / MARKER).exists():
         raise OutputExistsError(
             f"{folder} exists and was not made by `onnx-nb demo`; pass --out with a new folder."
         )
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / MARKER).touch()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / MARKER).touch()
+    except OSError as exc:
+        from .files import disk_error
+
+        raise (disk_error(exc, folder.parent) or OutputNotWritableError(
+            f"Cannot create the demo folder {folder}: {exc.strerror or exc}. Choose a folder you can write to."
+        )) from exc
     return folder
 
 

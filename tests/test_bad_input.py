@@ -188,6 +188,10 @@ CASES: list[Case] = [
      magic("onnx_bench res --shapes batch")),
     ("magic-quantize-unknown-method", "%onnx_quantize", UsageError, r"invalid choice|method",
      magic("onnx_quantize res --method int3")),
+    ("magic-optimize-missing-file", "%onnx_optimize", UsageError, r"^InvalidModelError: No ONNX file at",
+     magic("onnx_optimize nowhere.onnx")),
+    ("magic-autotune-unknown-metric", "%onnx_autotune", UsageError, r"invalid choice: 'speed'",
+     magic("onnx_autotune res --metric speed")),
 ]
 
 CLI_CASES: list[tuple[str, list[str], str]] = [
@@ -196,6 +200,10 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     ("cli-bench-unknown-provider", ["bench", "{path}", "--providers", "tpu"], r"Unknown execution provider"),
     ("cli-optimize-existing", ["optimize", "{path}", "--out", "{kept}"], r"OutputExistsError: .*--overwrite"),
     ("cli-quantize-static-no-data", ["quantize", "{path}", "--method", "static"], r"CalibrationError|calibration"),
+    ("cli-autotune-not-onnx", ["autotune", "{text}"], r"InvalidModelError: .*notes\.onnx"),
+    ("cli-demo-out-is-a-file", ["demo", "--out", "{kept}"], r"OutputExistsError|is a file"),
+    # pipeline reports a failed step (exit 1) with the same error, rather than raising
+    ("cli-pipeline-missing", ["pipeline", "{root}/nowhere"], r"ModelNotFoundError: No such folder"),
 ]
 
 
@@ -230,11 +238,12 @@ def test_bad_input(world: World, case: Case, monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.parametrize("case", CLI_CASES, ids=[c[0] for c in CLI_CASES])
 def test_bad_input_on_the_command_line(world: World, case: tuple[str, list[str], str]) -> None:
     _ident, argv, pattern = case
-    names = {"root": world.root, "path": world.path, "corrupt": world.corrupt, "kept": world.kept}
+    names = {"root": world.root, "path": world.path, "corrupt": world.corrupt, "kept": world.kept,
+             "text": world.text}
     done = subprocess.run([sys.executable, "-m", "onnx_nb.cli", *[a.format(**names) for a in argv]],
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2, done.stderr
-    assert re.search(pattern, done.stderr, re.S), done.stderr
+    assert done.returncode == (1 if argv[0] == "pipeline" else 2), done.stdout + done.stderr
+    assert re.search(pattern, done.stdout + done.stderr, re.S), done.stdout + done.stderr
     assert "Traceback" not in done.stderr
 
 
