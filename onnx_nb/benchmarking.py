@@ -58,11 +58,12 @@ class OrtRunner:
         self.session = sessions.session(
             path, provider, threads=threads, level=level, map_weights=False,
             profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
-        if hasattr(self.session, "time"):
-            self.options["process"] = "isolated worker"
         self.feed = cast_feed(self.session, feed)
         self.device = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda",
                        "ROCMExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}.get(provider)
+        if hasattr(self.session, "time"):  # an IsolatedSession: io-binding needs an in-process session
+            self.options["process"] = "isolated worker"
+            self.device = None
         self.binding = None
         if (runtime or {}).get("unpad"):
             from .runtime import UnpaddedSession
@@ -72,7 +73,7 @@ class OrtRunner:
             self.device = None  # buckets are fed from host memory
         # timed inside the worker when isolated (an unpadded session is timed here, copies included)
         self.isolated = hasattr(self.session, "time")
-        if self.device and not self.isolated and "process" not in self.options:
+        if self.device:
             self.binding = self.session.io_binding()
             for name, value in self.feed.items():
                 self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, self.device, 0))

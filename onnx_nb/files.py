@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import DiskFullError, OnnxNbError, OutputExistsError, OutputNotWritableError
+from .render import human_bytes
 
 DEFAULT_ROOT = "onnx_nb_out"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -62,14 +63,6 @@ def check_target(path: str | os.PathLike[str], overwrite: bool) -> Path:
     return target.resolve()
 
 
-def human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"  # pragma: no cover
-
-
 NEARLY_FULL = 1 << 20
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _DENIED = {errno.EROFS, errno.EACCES, errno.EPERM}
@@ -85,7 +78,7 @@ def disk_error(exc: BaseException, folder: Path) -> OnnxNbError | None:
         code = getattr(current, "errno", None)
         text = str(current)
         if code in _FULL or "No space left on device" in text or "Disk quota exceeded" in text:
-            free = human(shutil.disk_usage(folder).free) if folder.exists() else "?"
+            free = human_bytes(shutil.disk_usage(folder).free) if folder.exists() else "?"
             return DiskFullError(
                 f"The disk holding {folder} filled up while writing ({free} free now). Nothing partial was left "
                 "behind. Free some space, or pass out= on another disk.")
@@ -96,9 +89,10 @@ def disk_error(exc: BaseException, folder: Path) -> OnnxNbError | None:
         current = current.__cause__ or current.__context__
     # Some writers lose the errno (ONNX Runtime says "Protobuf serialization failed"): a disk with
     # almost nothing left while a write was under way is the cause.
-    if folder.exists() and shutil.disk_usage(folder).free < NEARLY_FULL:
+    left = shutil.disk_usage(folder).free if folder.exists() else None
+    if left is not None and left < NEARLY_FULL:
         return DiskFullError(
-            f"The disk holding {folder} filled up while writing ({human(shutil.disk_usage(folder).free)} free; "
+            f"The disk holding {folder} filled up while writing ({human_bytes(left)} free; "
             f"the writer said: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}). Nothing "
             "partial was left behind. Free some space, or pass out= on another disk.")
     return None
@@ -109,8 +103,8 @@ def check_space(folder: Path, needed: int) -> None:
     free = shutil.disk_usage(folder).free
     if needed * 1.05 > free:
         raise DiskFullError(
-            f"Writing this model needs about {human(needed)} in {folder}, but that disk has {human(free)} free. "
-            "Free some space, or pass out= on another disk.")
+            f"Writing this model needs about {human_bytes(needed)} in {folder}, but that disk has "
+            f"{human_bytes(free)} free. Free some space, or pass out= on another disk.")
 
 
 @contextlib.contextmanager

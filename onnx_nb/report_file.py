@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,28 +9,18 @@ from .render import esc
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    from .files import deferred_interrupt, disk_error
+    """Write ``text`` through a staging folder beside ``path`` and rename it into place, like every
+    other file onnx-nb writes (:func:`files.staging_dir`, :func:`files.publish`)."""
+    from .files import disk_error, publish, staging_dir
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with deferred_interrupt():
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise (disk_error(exc, path.parent) or exc) from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with deferred_interrupt():
-            Path(tmp).unlink(missing_ok=True)
-        mapped = disk_error(exc, path.parent) if isinstance(exc, Exception) else None
-        if mapped is not None:
-            raise mapped from exc
-        raise
+    with staging_dir(path) as tmp:
+        staged = tmp / path.name
+        staged.write_text(text, encoding="utf-8")
+        publish(staged, path)
 
 
 def write_html(path: Path, title: str, sections: Sequence[str]) -> Path:

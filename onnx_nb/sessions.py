@@ -109,14 +109,6 @@ def options(*, threads: int | None = None, level: str | None = None, quiet: bool
 MAP_WEIGHTS_ABOVE = 2**30
 
 
-def external_bytes(path: str | Path, proto: Any) -> int:
-    """Bytes of external data a model refers to."""
-    from .onnxfile import files_of
-
-    p = Path(path)
-    return sum(f.stat().st_size for f in files_of(p, proto) if f != p and f.exists())
-
-
 def chain(provider: str) -> list[str]:
     """The provider, with CPU as fallback only for the nodes it cannot place."""
     return [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]
@@ -136,11 +128,11 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
     ``ONNX_NB_ISOLATE=1``) the session lives in a worker process: :class:`isolation.IsolatedSession`.
     """
     from .isolation import IsolatedSession, wanted
-    from .onnxfile import check_model
+    from .onnxfile import check_model, total_file_size
 
     proto = check_model(path, graph=check_graph)
-    if map_weights is None:
-        map_weights = external_bytes(path, proto) > MAP_WEIGHTS_ABOVE
+    if map_weights is None:  # bytes of external data: every file of the model but the .onnx itself
+        map_weights = total_file_size(Path(path), proto) - Path(path).stat().st_size > MAP_WEIGHTS_ABOVE
     if map_weights:
         settings["prepack"] = False
     if wanted(isolate):

@@ -160,9 +160,14 @@ def test_isolated_parity_and_benchmark_match_in_process(hostile: Path) -> None:
                               progress=False)
     row = table.rows[0]
     assert row.status == "ok" and row.options.get("process") == "isolated worker" and row.p50_ms > 0
+    from onnx_nb.sessions import session
+
     with onnx_nb.isolated():
-        assert type(onnx_nb.IsolatedSession).__name__ and onnx_nb.check_parity(hostile, hostile, sample(),
-                                                                                 progress=False)
+        opened = session(hostile)
+        assert isinstance(opened, onnx_nb.IsolatedSession), "every session in the block goes to a worker"
+        opened.close()
+        assert onnx_nb.check_parity(hostile, hostile, sample(), progress=False)
+    assert not isinstance(session(hostile), onnx_nb.IsolatedSession), "and only in the block"
 
 
 def test_a_runtime_crash_does_not_take_the_caller(hostile: Path) -> None:
