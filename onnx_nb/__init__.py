@@ -27,6 +27,7 @@ from .errors import (
     UnsafeCheckpointError,
     UnsafeModelError,
     UnsupportedOperatorError,
+    UnverifiedExport,
 )
 
 __version__ = "0.1.0"
@@ -86,6 +87,7 @@ __all__ = [
     "UnsafeCheckpointError",
     "UnsafeModelError",
     "UnsupportedOperatorError",
+    "UnverifiedExport",
     "Variant",
     "__version__",
     "autotune",

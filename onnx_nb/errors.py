@@ -10,6 +10,29 @@ class OnnxNbError(Exception):
     """Base class of onnx-nb's own errors."""
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of an exception's message (its type name when the message is empty),
+    cut to ``limit`` characters."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:limit]
+
+
+_CAUSE_MARKERS = ("no conversion rule", "not supported", "unsupported", "not implemented", "cannot", "could not",
+                  "failed to", "invalid", "error:")
+
+
+def telling_lines(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an error, plus the first later line that names a cause (runtimes such as
+    OpenVINO put the cause, e.g. ``No conversion rule found for operations: ...``, lines below a generic
+    first line)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    cause = next((ln for ln in lines[1:] if any(m in ln.lower() for m in _CAUSE_MARKERS)), None)
+    text = lines[0] if cause is None or cause == lines[0] else f"{lines[0]} … {cause}"
+    return text[:limit]
+
+
 class InvalidArgumentError(OnnxNbError, ValueError):
     """An argument has the wrong type or value."""
 
@@ -98,3 +121,7 @@ class ToleranceExceeded(OnnxNbError, AssertionError):
 
 class ShapeMismatch(OnnxNbError, AssertionError):
     """The ONNX model's outputs have other shapes than the reference's, or it rejects a shape."""
+
+
+class UnverifiedExport(OnnxNbError, AssertionError):
+    """The export recorded one path of data-dependent control flow (``ParityReport.raise_for_failure``)."""

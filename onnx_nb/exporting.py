@@ -19,6 +19,7 @@ DEFAULT_OPSET = 18
 EXTERNAL_DATA_BYTES = 2**31 - 2**27  # leave room for the graph itself under protobuf's 2 GB
 CHECK_ATOL = 1e-3
 CHECK_RTOL = 1e-3
+CHECK_MIN_COSINE = 0.999
 
 
 def _check_args(exporter: str, opset: int | None, dynamic: Any) -> None:
@@ -75,36 +76,21 @@ def export(
 
 def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic: Any,
             exporter: str, steps: Steps) -> ExportResult:
-    import torch
-
-    from . import inputs
     from .wrap import FlatModule, eval_mode, signature_module
 
     model = source.model
     s = build_sample(source, sample, dynamic)
-    call_kwargs = hf_call_kwargs(source)
     warnings_seen: list[str] = []
     with eval_mode(model):
-        flat = FlatModule(model, s.names, s.as_kwargs, call_kwargs)
+        flat = FlatModule(model, s.names, s.as_kwargs, hf_call_kwargs(source))
         try:
             before = flat.discover(s.tensors)
         except OnnxNbError:
             raise
         except Exception as exc:
             raise _sample_failed(model, s, exc) from exc
-        probe, after = s, before
-        if s.axes:
-            grown = inputs.grow(s)
-            try:
-                with torch.no_grad():
-                    after = flat.flat(*grown.tensors)
-                probe = grown
-            except Exception as exc:  # noqa: BLE001 - reported, export goes on statically checked
-                warnings_seen.append(
-                    f"The PyTorch model itself fails at shapes {grown.shapes()} "
-                    f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); checked at the sample's shape only."
-                )
-        out_axes = inputs.output_axes(s, probe, before, after, flat.output_names) if probe is not s else {}
+        fixed = _probe_axes(source, flat, s) if dynamic is True else []
+        probe, after, out_axes = _grown_check(s, flat, before, warnings_seen)
         source.sample = s.as_dict()
         source.input_axes = dict(s.axes)
         source.as_kwargs = s.as_kwargs
@@ -116,15 +102,18 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
         attempts: dict[str, str] = {}
         errors: dict[str, BaseException] = {}
         logs: dict[str, str] = {}
-        for name in order:
+        started = time.perf_counter()  # export time counts every attempt, failed ones included
+        for i, name in enumerate(order):
+            if i:
+                steps.add(2)  # another exporter: its export and its check
             steps.step(f"exporting with {name}")
-            start = time.perf_counter()
+            branches: list[Any] = []
             with staging_dir(target) as tmp:
                 staged = tmp / target.name
                 native: list[str] = []
                 try:
                     run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset,
-                                  param_bytes > EXTERNAL_DATA_BYTES, warnings_seen, native)
+                                 param_bytes > EXTERNAL_DATA_BYTES, warnings_seen, native, branches)
                 except (KeyboardInterrupt, MemoryError):
                     raise
                 except Exception as exc:
@@ -136,8 +125,8 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
                     attempts[name] = first_line(exc)
                     errors[name] = exc
                     logs[name] = "".join(native)
+                    steps.step(f"{name} failed")
                     continue
-                seconds = time.perf_counter() - start
                 steps.step("checking in ONNX Runtime")
                 check = _check(staged, probe, after, flat.output_names)
                 if not check["passed"] and exporter == "auto" and name != order[-1]:
@@ -145,22 +134,76 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
                     continue
                 steps.step("saving")
                 files = publish(staged, target)
-                return _result(target, files, name, attempts, seconds, warnings_seen, source, check, s)
+                seconds = time.perf_counter() - started
+                unverified = _unverified(branches, attempts)
+                return _result(target, files, name, attempts, seconds, warnings_seen, source, check, s,
+                               fixed, dynamic, unverified)
     raise _all_failed(model, flat, s, attempts, errors, logs)
+
+
+def _probe_axes(source: ModelSource, flat: Any, s: Any) -> list[Any]:
+    """Make every input axis that can vary dynamic (by running the model at a second size along it);
+    the ones that stay fixed come back with the reason."""
+    from .inputs import probe_axes
+
+    static: dict[str, str] = {}
+    if source.kind != "module":
+        from .hf.samples import QUIRKS, Quirk
+
+        quirk = QUIRKS.get(source.model_type or "", Quirk())
+        static = {n: quirk.static_reason or "fixed for this architecture" for n in quirk.static_axes}
+    return probe_axes(lambda tensors: flat.flat(*tensors), s, static)
+
+
+def _grown_check(s: Any, flat: Any, before: tuple[Any, ...], warnings_seen: list[str]) -> tuple[Any, Any, Any]:
+    """The sample with every dynamic axis longer, PyTorch's outputs there, and the output axes that follow
+    the input axes (found by comparing the two runs)."""
+    import torch
+
+    from . import inputs
+    from .errors import first_line
+
+    if not s.axes:
+        return s, before, {}
+    grown = inputs.grow(s)
+    try:
+        with torch.no_grad():
+            after = flat.flat(*grown.tensors)
+    except Exception as exc:  # noqa: BLE001 - reported, export goes on statically checked
+        warnings_seen.append(f"The PyTorch model itself fails at shapes {grown.shapes()} "
+                             f"({type(exc).__name__}: {first_line(exc, 200)}); checked at the sample's shape only.")
+        return s, before, {}
+    return grown, after, inputs.output_axes(s, grown, before, after, flat.output_names)
+
+
+def _unverified(branches: list[Any], attempts: dict[str, str]) -> list[str]:
+    """Why the file is not verified: the trace recorded one branch of data-dependent control flow."""
+    from .exporters import FIX_HINT, data_dependent_failure
+
+    found = [b.text() for b in branches]
+    if branches or not data_dependent_failure(attempts.get("dynamo", "")):
+        return found
+    return [f"dynamo failed on a branch that depends on the inputs' values ({attempts['dynamo'][:200]}) and the "
+            f"TorchScript fallback traced only the path this sample took. {FIX_HINT}"]
 
 
 def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
                   axes: dict[str, dict[int, str]], opset: int, external: bool,
-                  warnings_seen: list[str], native: list[str]) -> None:
+                  warnings_seen: list[str], native: list[str], branches: list[Any] | None = None) -> None:
+    """Run one exporter into ``staged``. TorchScript traces are watched for data-dependent branches
+    (appended to ``branches``): such a file only computes the path the sample took."""
     from . import onnxfile
-    from .exporters import export_dynamo, export_torchscript, quiet
+    from .exporters import BranchWatch, export_dynamo, export_torchscript, quiet
 
     args = tuple(s.tensors)
     with quiet(warnings_seen, native):
         if name == "dynamo":
             export_dynamo(module, args, staged, s.names, flat.output_names, s.axes, opset, external)
         else:
-            export_torchscript(module, args, staged, s.names, flat.output_names, axes, opset)
+            with BranchWatch(args, flat.model) as watch:
+                export_torchscript(module, args, staged, s.names, flat.output_names, axes, opset)
+            if branches is not None:
+                branches.extend(watch.found)
     import onnx
 
     proto = onnxfile.load_proto(staged)
@@ -169,21 +212,11 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     # dynamo names derived lengths itself ("((audio_length//10)) - 1"); keep those.
     onnxfile.name_dims(proto, axes if name == "torchscript" else
                        {k: {a: n for a, n in v.items() if n in known} for k, v in axes.items()})
-    inputs_info, _ = onnxfile.signature(proto)
-    for info in inputs_info:
-        for axis, axis_name in axes.get(info.name, {}).items():
-            if axis < len(info.shape) and isinstance(info.shape[axis], int):
-                warnings_seen.append(
-                    f"{name}: axis {axis} ({axis_name}) of input {info.name} was fixed to "
-                    f"{info.shape[axis]}: the model only runs at that size."
-                )
     onnx.save(proto, str(staged))
 
 
 def _check(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) -> dict[str, Any]:
     """Run the staged file in ONNX Runtime on ``probe`` and compare with PyTorch's outputs."""
-    import numpy as np
-
     from .sessions import session as open_session
 
     shapes = probe.shapes()
@@ -195,7 +228,11 @@ def _check(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) 
     except Exception as exc:  # noqa: BLE001 - ORT's own error types vary by version
         return {"passed": False, "shapes": shapes,
                 "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+    from .parity.tolerance import Tolerance, measure
+
+    tol = Tolerance(CHECK_ATOL, CHECK_RTOL, min_cosine=CHECK_MIN_COSINE)
     per_output: dict[str, float] = {}
+    notes: list[str] = []
     passed = True
     for name, ref, value in zip(names, expected, got):
         ref_np = ref.detach().float().numpy() if ref.is_floating_point() else ref.numpy()
@@ -203,29 +240,39 @@ def _check(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) 
             passed = False
             per_output[name] = float("inf")
             continue
-        diff = np.abs(value.astype(np.float64) - ref_np.astype(np.float64))
-        per_output[name] = float(diff.max()) if diff.size else 0.0
-        if not np.allclose(value, ref_np, atol=CHECK_ATOL, rtol=CHECK_RTOL):
-            passed = False
+        stats, errors = measure(value, ref_np, name)
+        per_output[name] = float(stats["max_abs"] or 0.0)
+        verdict = errors.judge(tol)  # element-wise and at the output's own scale, as check_parity judges
+        passed = passed and verdict["passed"]
+        if verdict["note"]:
+            notes.append(f"{name}: {verdict['note']}")
     worst = max(per_output.values(), default=0.0)
     return {"passed": passed, "shapes": shapes, "max_abs_diff": worst, "per_output": per_output,
-            "summary": f"max abs diff {worst:.3g} at {shapes}"}
+            "summary": f"max abs diff {worst:.3g} at {shapes}" + (f" ({'; '.join(notes)})" if notes else "")}
 
 
 def _result(target: Path, files: list[Path], exporter: str, attempts: dict[str, str],
             seconds: float, warnings_seen: list[str], source: ModelSource,
-            check: dict[str, Any], s: Any) -> ExportResult:
+            check: dict[str, Any], s: Any, fixed: list[Any], dynamic: Any, unverified: list[str]) -> ExportResult:
     from . import onnxfile
+    from .inputs import FixedAxis
 
     proto = onnxfile.load_proto(target)
     ins, outs = onnxfile.signature(proto)
     if not check["passed"]:
         warnings_seen.append(f"ONNX Runtime does not match PyTorch: {check.get('error') or check['summary']}")
+    fixed = list(fixed)
+    for info in ins:  # axes asked to be dynamic that the exporter fixed in the graph anyway
+        for axis, axis_name in s.axes.get(info.name, {}).items():
+            if axis < len(info.shape) and isinstance(info.shape[axis], int):
+                fixed.append(FixedAxis(info.name, axis, info.shape[axis],
+                                       f"the {exporter} exporter fixed it ({axis_name}) in the graph"))
     return ExportResult(
         path=target, exporter=exporter, fallback_reason=attempts, opset=onnxfile.opset(proto),
         inputs=ins, outputs=outs, op_histogram=onnxfile.op_histogram(proto),
         parameters=onnxfile.parameter_count(proto), file_size=total_size(files), files=files,
         export_seconds=seconds, warnings=warnings_seen, source=source, check=check,
+        fixed_axes=fixed, dynamic=dynamic if isinstance(dynamic, bool) else "custom", unverified=unverified,
     )
 
 

@@ -145,3 +145,108 @@ def output_axes(sample: Sample, probe: Sample, before: tuple[torch.Tensor, ...],
         if spec:
             result[name] = spec
     return result
+
+
+# -- which axes can vary -----------------------------------------------------------------------------
+
+@dataclass
+class FixedAxis:
+    """An input axis that stays fixed in the export, and why."""
+
+    input: str
+    axis: int
+    size: int
+    reason: str
+
+    def text(self) -> str:
+        return f"{self.input} axis {self.axis} stays {self.size}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"input": self.input, "axis": self.axis, "size": self.size, "reason": self.reason}
+
+
+def probe_size(size: int) -> int:
+    """A second size for an axis: about a third longer (at least 3 more), keeping the power-of-two factor
+    of ``size`` (up to 32), so strided and pooled models still divide evenly."""
+    step = 1
+    while step < 32 and size % (step * 2) == 0:
+        step *= 2
+    return size + step * max(1, -(-max(3, size // 3) // step))
+
+
+def _axis_name(name: str, tensor: torch.Tensor, axis: int) -> str:
+    rank = tensor.dim()
+    if not tensor.is_floating_point() and rank == 2 and axis == 1:
+        return "sequence"
+    if tensor.is_floating_point():
+        spatial = {4: {2: "height", 3: "width"}, 5: {2: "depth", 3: "height", 4: "width"},
+                   3: {1: "sequence", 2: "length"}, 2: {1: "length"}}
+        if axis in spatial.get(rank, {}):
+            return spatial[rank][axis]
+    return f"{name}_dim{axis}"
+
+
+def _grown(sample: Sample, members: list[tuple[str, int]]) -> list[torch.Tensor]:
+    tensors = []
+    for name, tensor in zip(sample.names, sample.tensors):
+        for n, axis in members:
+            if n == name:
+                size = tensor.shape[axis]
+                tensor = tensor.index_select(axis, torch.arange(probe_size(size)) % max(size, 1))
+        tensors.append(tensor)
+    return tensors
+
+
+def probe_axes(run: Any, sample: Sample, static: Mapping[str, str]) -> list[FixedAxis]:
+    """Make every input axis that can vary a dynamic axis of ``sample`` (in place), by running the model
+    (``run(tensors)``) at a second size along it; returns the axes that stay fixed, with the reason.
+
+    Axes of equal size that only run together (a sequence shared by ``input_ids`` and ``attention_mask``)
+    get one shared name. ``static`` names inputs whose non-batch axes must stay fixed, with the reason.
+    """
+    from .errors import first_line
+
+    fixed: list[FixedAxis] = []
+    candidates: dict[int, list[tuple[str, int]]] = {}
+    for name, tensor in zip(sample.names, sample.tensors):
+        known = sample.axes.get(name, {})
+        for axis in range(1, tensor.dim()):
+            if axis in known:
+                continue
+            if name in static:
+                fixed.append(FixedAxis(name, axis, int(tensor.shape[axis]), static[name]))
+            else:
+                candidates.setdefault(int(tensor.shape[axis]), []).append((name, axis))
+    used = {n for spec in sample.axes.values() for n in spec.values()}
+
+    def tries(members: list[tuple[str, int]]) -> str | None:
+        first, axis = members[0]
+        other = probe_size(int(sample.tensors[sample.names.index(first)].shape[axis]))
+        try:
+            with torch.no_grad():
+                run(_grown(sample, members))
+        except Exception as exc:  # noqa: BLE001 - the model's own error is the reason the axis stays fixed
+            return f"the model's code needs it (at size {other}: {type(exc).__name__}: {first_line(exc, 160)})"
+        return None
+
+    def name_for(members: list[tuple[str, int]]) -> str:
+        first, axis = members[0]
+        label = _axis_name(first, sample.tensors[sample.names.index(first)], axis)
+        if label in used:
+            label = f"{first}_dim{axis}" if f"{first}_dim{axis}" not in used else f"{label}_{len(used)}"
+        used.add(label)
+        return label
+
+    for size, members in candidates.items():
+        alone = {m: tries([m]) for m in members}
+        failed = [m for m in members if alone[m] is not None]
+        for m in members:
+            if alone[m] is None:
+                sample.axes.setdefault(m[0], {})[m[1]] = name_for([m])
+        if len(failed) > 1 and tries(failed) is None:  # they vary together (ids and their mask)
+            label = name_for(failed)
+            for n, axis in failed:
+                sample.axes.setdefault(n, {})[axis] = label
+            continue
+        fixed += [FixedAxis(n, axis, size, alone[(n, axis)] or "") for n, axis in failed]
+    return fixed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -35,6 +37,17 @@ def _apply(specs_list: list[specs.Spec]) -> Any:
 class OnnxMagics(Magics):
     """``%onnx_export`` and friends."""
 
+    def _shown(self, magic: str, result: Any) -> Any:
+        """Return ``result``; when the cell assigns it (``r = %onnx_export ...``), IPython shows nothing, so
+        display it here (a magic in a plain expression is shown by IPython itself, once)."""
+        cell = (self.shell.user_ns.get("_ih") or [""])[-1] if self.shell is not None else ""
+        pattern = rf"^[^#\n]*[\w\])]\s*=\s*get_ipython\(\)\.run_line_magic\(['\"]{magic}['\"]"
+        if result is not None and isinstance(cell, str) and re.search(pattern, cell, re.MULTILINE):
+            from IPython.display import display
+
+            display(result)
+        return result
+
     def _lookup(self, name: str, what: str) -> Any:
         ns = self.shell.user_ns if self.shell is not None else {}
         if name not in ns:
@@ -50,12 +63,11 @@ class OnnxMagics(Magics):
         folder, or a hub id. The result is displayed and returned.
         """
         args = parse_argstring(self.onnx_export, line)
-        ns = self.shell.user_ns if self.shell is not None else {}
-        model = ns[args.model] if args.model in ns else args.model.strip("'\"")
+        model = self._model(args.model, line)
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from .exporting import export
 
-        return _short(export, model, sample, **specs.export_kwargs(args))
+        return self._shown("onnx_export", _short(export, model, sample, **specs.export_kwargs(args)))
 
     @line_magic
     @_apply(specs.PARITY)
@@ -68,12 +80,13 @@ class OnnxMagics(Magics):
         """
         args = parse_argstring(self.onnx_parity, line)
         ns = self.shell.user_ns if self.shell is not None else {}
-        reference = ns[args.model] if args.model in ns else args.model.strip("'\"")
+        reference = self._model(args.model, line)
         onnx_model = (ns[args.onnx] if args.onnx in ns else args.onnx.strip("'\"")) if args.onnx else None
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from .parity.check import check_parity
 
-        return _short(lambda: check_parity(reference, onnx_model, sample, **specs.parity_kwargs(args)))
+        return self._shown("onnx_parity",
+                           _short(lambda: check_parity(reference, onnx_model, sample, **specs.parity_kwargs(args))))
 
     @line_magic
     @_apply(specs.BENCH)
@@ -89,11 +102,23 @@ class OnnxMagics(Magics):
         reference = (ns[args.reference] if args.reference in ns else args.reference) if args.reference else None
         from .benchmarking import benchmark
 
-        return _short(lambda: benchmark(models, reference=reference, **specs.bench_kwargs(args)))
+        return self._shown("onnx_bench", _short(lambda: benchmark(models, reference=reference,
+                                                                  **specs.bench_kwargs(args))))
 
-    def _model(self, name: str) -> Any:
+    def _model(self, name: str, line: str = "") -> Any:
+        """A variable of the notebook, else a folder, file or hub id. An unquoted name that looks like a Python
+        identifier, is no variable and no file is a typo, not a hub id to wait ~20 s for: said at once."""
         ns = self.shell.user_ns if self.shell is not None else {}
-        return ns[name] if name in ns else name.strip("'\"")
+        if name in ns:
+            return ns[name]
+        text = name.strip("'\"")
+        quoted = f"'{text}'" in line or f'"{text}"' in line
+        if text.isidentifier() and not quoted and not Path(text).expanduser().exists():
+            close = [n for n in ns if not n.startswith("_") and _similar(n, text)]
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise UsageError(f"No variable or folder named {text!r}.{hint} For a Hugging Face hub id that looks "
+                             f"like a name, quote it: '{text}'.")
+        return text
 
     @line_magic
     @_apply(specs.OPTIMIZE)
@@ -102,7 +127,8 @@ class OnnxMagics(Magics):
         args = parse_argstring(self.onnx_optimize, line)
         from .optimizing import optimize
 
-        return _short(optimize, self._model(args.model), **specs.optimize_kwargs(args))
+        return self._shown("onnx_optimize", _short(optimize, self._model(args.model, line),
+                                                   **specs.optimize_kwargs(args)))
 
     @line_magic
     @_apply(specs.QUANTIZE)
@@ -115,7 +141,7 @@ class OnnxMagics(Magics):
         if args.calibration:
             kwargs["calibration"] = args.calibration if args.calibration == "generated" else \
                 self._lookup(args.calibration, "--calibration")
-        return _short(quantize, self._model(args.model), **kwargs)
+        return self._shown("onnx_quantize", _short(quantize, self._model(args.model, line), **kwargs))
 
     @line_magic
     @_apply(specs.AUTOTUNE)
@@ -124,7 +150,8 @@ class OnnxMagics(Magics):
         args = parse_argstring(self.onnx_autotune, line)
         from .autotuning import autotune
 
-        return _short(autotune, self._model(args.model), **specs.autotune_kwargs(args))
+        return self._shown("onnx_autotune", _short(autotune, self._model(args.model, line),
+                                                   **specs.autotune_kwargs(args)))
 
     @line_magic
     @_apply(specs.PIPELINE)
@@ -134,7 +161,14 @@ class OnnxMagics(Magics):
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from .pipelines import pipeline
 
-        report = _short(lambda: pipeline(self._model(args.model), sample, **specs.pipeline_kwargs(args)))
+        report = _short(lambda: pipeline(self._model(args.model, line), sample, **specs.pipeline_kwargs(args)))
         if args.html:
             _short(report.save_html, args.html)
-        return report
+        return self._shown("onnx_pipeline", report)
+
+
+def _similar(a: str, b: str) -> bool:
+    """Names one typo apart (a letter changed, added, dropped or two swapped)."""
+    import difflib
+
+    return difflib.SequenceMatcher(None, a.lower(), b.lower()).ratio() >= 0.75

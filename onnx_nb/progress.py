@@ -36,6 +36,14 @@ class Steps:
                 self.bar = None
         return self
 
+    def add(self, more: int) -> None:
+        """More steps than planned (an exporter fell back to another): the total grows, so the counter never
+        runs past it."""
+        self.total += more
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
+
     def step(self, label: str) -> None:
         if not self.enabled:
             return

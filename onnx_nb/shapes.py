@@ -89,8 +89,10 @@ def label(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]], spec: Sh
     return ("sample " if not spec else "") + text
 
 
-def static_conflict(session: Any, feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> str | None:
-    """Which input axis the ONNX graph fixed to another size than this check uses."""
+def static_conflict(session: Any, feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]],
+                    export: Any = None) -> str | None:
+    """Which input axis the ONNX graph fixed to another size than this check uses, and why it is fixed when
+    the export (an ExportResult, if known) says."""
     for info in session.get_inputs():
         if info.name not in feed:
             continue
@@ -99,8 +101,20 @@ def static_conflict(session: Any, feed: dict[str, np.ndarray], axes: dict[str, d
             if isinstance(dim, int) and size is not None and dim != size:
                 axis_name = axes.get(info.name, {}).get(axis, f"axis {axis}")
                 return (f"input {info.name} axis {axis} ({axis_name}) is fixed to {dim} in the ONNX graph, "
-                        f"but this check uses {size}; re-export with dynamic axes (dynamic=True)")
+                        f"but this check uses {size}; {_why_fixed(export, info.name, axis)}")
     return None
+
+
+def _why_fixed(export: Any, name: str, axis: int) -> str:
+    dynamic = getattr(export, "dynamic", None)
+    reason = next((f.reason for f in getattr(export, "fixed_axes", None) or []
+                   if f.input == name and f.axis == axis), None)
+    if reason:
+        return f"it stayed fixed at export: {reason}"
+    if dynamic is False:
+        return "it was exported with dynamic=False: re-export with dynamic=True"
+    return (f"the graph fixes it: export with this axis dynamic, e.g. dynamic={{{name!r}: {{0: 'batch', "
+            f"{axis}: 'length'}}}}")
 
 
 def cast_feed(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

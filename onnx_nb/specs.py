@@ -41,6 +41,9 @@ PARITY: list[Spec] = [
                      "help": "'auto', 'sample', or axis sizes like 'batch=4,sequence=32;batch=1'"}, "both"),
     (("--no-localize",), {"action": "store_true", "help": "skip the search for the first diverging node"},
      "both"),
+    (("--no-probes",), {"action": "store_true",
+                        "help": "skip the probe inputs (other draws, negated and scaled floats, other ids, padding)"},
+     "both"),
     (("--isolate",), {"action": "store_true",
                       "help": "run ONNX Runtime in a worker process (for files you did not make)"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the report as JSON"}, "cli"),
@@ -167,7 +170,7 @@ def parse_shapes(text: str) -> Any:
 
 def parity_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"atol": ns.atol, "rtol": ns.rtol, "providers": ns.providers, "shapes": parse_shapes(ns.shapes),
-            "localize": not ns.no_localize, "isolate": ns.isolate or None}
+            "localize": not ns.no_localize, "isolate": ns.isolate or None, "probes": not ns.no_probes}
 
 
 def bench_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

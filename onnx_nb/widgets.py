@@ -168,6 +168,9 @@ class Studio:
         elif name == "parity":
             res = check_parity(self._need("export"), providers=self._providers(), shapes=self._shapes(),
                                progress=False)
+            bound = next((r.tolerance.min_cosine for r in res.rows if r.tolerance is not None), None)
+            if bound:  # the slider starts at the policy's cosine bound (fp32 0.999, INT8 0.98)
+                self.panel.min_cosine = bound
         elif name == "optimize":
             res = optimizing.optimize(self._need("export"), overwrite=True, providers=self._providers())
         elif name == "quantize":

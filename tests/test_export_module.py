@@ -59,7 +59,10 @@ def test_module_dict_sample_and_result_forms(tmp_path: Path) -> None:
     assert data["op_histogram"]["Conv"] == 1 and data["parameters"] == 3 * 4 * 9 + 4
     assert data["file_size"] == result.path.stat().st_size > 0
     frame = result.to_pandas()
-    assert list(frame["io"]) == ["input", "output"] and frame.loc[0, "dynamic"] == "0:batch"
+    # a CNN runs at any image size: height and width are dynamic (the channels stay fixed, and say why)
+    assert list(frame["io"]) == ["input", "output"] and frame.loc[0, "dynamic"] == "0:batch, 2:height, 3:width"
+    assert [(f.input, f.axis, f.size) for f in result.fixed_axes] == [("input", 1, 3)]
+    assert "the model's code needs it" in result.fixed_axes[0].reason and "fixed axes" in repr(result)
     text = repr(result)
     assert "Conv 1" in text and "batch" in text
     html = result._repr_html_()

@@ -46,18 +46,20 @@ def perturb(path: Path, out: Path, module: str) -> str:
 def test_export_passes_on_three_shapes(bert_exports: dict[str, onnx_nb.ExportResult], exporter: str) -> None:
     report = onnx_nb.check_parity(bert_exports[exporter], progress=False)
     assert report, repr(report)
-    assert [r.shape for r in report.rows] == ["sample batch=2, sequence=7", "batch=5, sequence=7",
-                                              "batch=1, sequence=15"]
+    sample = "sample batch=2, sequence=7"
+    assert [r.shape for r in report.rows] == [sample, "batch=5, sequence=7", "batch=1, sequence=15",
+                                              f"{sample} · ids", f"{sample} · right-padded"]
+    assert any("Probe inputs" in n and "token ids drawn again" in n for n in report.notes)
     row = report.rows[0]
     assert row.output == "logits" and row.provider == "cpu" and row.max_abs is not None and row.max_abs < 1e-5
     assert row.cosine is not None and row.cosine > 0.99999 and row.tolerance is not None
     assert row.tolerance.atol == 1e-4 and row.needed_atol is not None and row.needed_atol <= row.max_abs
     data = json.loads(json.dumps(report.to_dict()))
-    assert data["passed"] and data["precision"] == "fp32" and len(data["rows"]) == 3
+    assert data["passed"] and data["precision"] == "fp32" and len(data["rows"]) == 5
     frame = report.to_pandas()
-    assert list(frame["status"]) == ["pass"] * 3 and "needed_atol" in frame.columns
+    assert list(frame["status"]) == ["pass"] * 5 and "needed_atol" in frame.columns
     fig = report.figure()
-    assert len(fig.data) == 3 and "Parity errors" in fig.layout.title.text
+    assert len(fig.data) == 5 and "Parity errors" in fig.layout.title.text
     report.raise_for_failure()
 
 
@@ -66,7 +68,11 @@ def test_other_architectures_pass(name: str, tiny_dirs: dict[str, Path], tmp_pat
     result = onnx_nb.export(str(tiny_dirs[name]), out=tmp_path / "m.onnx", progress=False)
     report = onnx_nb.check_parity(result, progress=False)
     assert report, repr(report)
-    assert len({r.shape for r in report.rows}) == 3
+    shapes = {r.shape for r in report.rows}
+    assert len({s for s in shapes if " · " not in s}) == 3
+    floats, ids = {"random", "negated", "scaled"}, {"ids"}
+    want = {"t5": ids, "vit": floats, "wav2vec2": floats, "whisper": floats | ids, "clip": floats | ids}[name]
+    assert {s.split(" · ")[1] for s in shapes if " · " in s} >= want
 
 
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
@@ -81,7 +87,9 @@ def test_perturbed_weight_names_its_consumer(bert_exports: dict[str, onnx_nb.Exp
     assert report.divergence.op_type in ("MatMul", "Gemm")
     with pytest.raises(onnx_nb.ToleranceExceeded, match=consumer.replace(".", r"\.")):
         report.raise_for_failure()
-    assert report.rejudge(atol=1.0)  # the stored errors, judged looser, pass without re-running
+    # the stored errors, judged looser, pass without re-running; atol alone does not (the scale rule)
+    assert not report.rejudge(atol=1.0)
+    assert report.rejudge(atol=1.0, max_scaled=10.0, min_cosine=0.0)
     assert not report.rejudge(atol=1e-9)
     assert "First diverging node" in report._repr_html_()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.onnx"], "no debug copies left behind"
@@ -92,8 +100,9 @@ def test_static_export_fails_at_other_shapes(tmp_path: Path) -> None:
     report = onnx_nb.check_parity(result, progress=False)
     assert not report
     statuses = [r.status for r in report.rows]
-    assert statuses == ["pass", "shape-mismatch", "shape-mismatch"]
+    assert statuses == ["pass", "shape-mismatch", "shape-mismatch", "pass", "pass"]  # probes at the sample's shape
     assert "axis 0 (batch) is fixed to 2" in report.rows[1].note
+    assert "exported with dynamic=False: re-export with dynamic=True" in report.rows[1].note
     with pytest.raises(onnx_nb.ShapeMismatch, match="batch"):
         report.raise_for_failure()
 
@@ -167,10 +176,15 @@ def test_unavailable_and_unknown_providers(bert_exports: dict[str, onnx_nb.Expor
 def test_explicit_shapes_and_per_output_tolerance(bert_exports: dict[str, onnx_nb.ExportResult],
                                                    tmp_path: Path) -> None:
     result = bert_exports["dynamo"]
-    report = onnx_nb.check_parity(result, shapes=[{"batch": 3, "sequence": 20}], progress=False)
+    report = onnx_nb.check_parity(result, shapes=[{"batch": 3, "sequence": 20}], probes=False, progress=False)
     assert [r.shape for r in report.rows] == ["batch=3, sequence=20"]
+    probed = onnx_nb.check_parity(result, shapes=[{"batch": 3, "sequence": 20}], probes=["ids"], progress=False)
+    assert [r.shape for r in probed.rows] == ["batch=3, sequence=20", "batch=3, sequence=20 · ids"]
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="Unknown probe 'sideways'"):
+        onnx_nb.check_parity(result, probes=["sideways"], progress=False)
     perturb(result.path, tmp_path / "bad.onnx", VALUE)
-    loose = onnx_nb.check_parity(result, tmp_path / "bad.onnx", tolerances={"logits": {"atol": 1.0}},
+    loose = onnx_nb.check_parity(result, tmp_path / "bad.onnx",
+                                 tolerances={"logits": {"atol": 1.0, "max_scaled": 10.0, "min_cosine": 0.0}},
                                  localize=False, progress=False)
     assert loose and loose.divergence is None
     with pytest.raises(onnx_nb.InvalidArgumentError, match="neither dynamic axes"):
@@ -193,10 +207,13 @@ def test_interactive_view_rejudges(bert_exports: dict[str, onnx_nb.ExportResult]
     perturb(bert_exports["dynamo"].path, tmp_path / "bad.onnx", VALUE)
     report = onnx_nb.check_parity(bert_exports["dynamo"], tmp_path / "bad.onnx", localize=False, progress=False)
     widget = view(report)
-    table = widget.children[1]
+    table = widget.children[-1]
     assert "✗ fail" in table.value and "✓ pass" not in table.value
-    atol = widget.children[0].children[0]
+    atol, _rtol = widget.children[0].children
+    scaled, cosine = widget.children[1].children
     atol.value = 1.0
+    assert "✗ fail" in table.value, "atol alone does not pass errors this large against the output's scale"
+    scaled.value, cosine.value = 10.0, 0.9
     assert "✓ pass" in table.value and "✗ fail" not in table.value
     assert widget.state["report"]
 
@@ -204,7 +221,10 @@ def test_interactive_view_rejudges(bert_exports: dict[str, onnx_nb.ExportResult]
 def test_magic_and_cli(ip: Any, bert_exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
     ip.user_ns["res"] = bert_exports["dynamo"]
     report = ip.run_line_magic("onnx_parity", "res --shapes 'batch=3,sequence=9;sample' --atol 1e-3")
-    assert report and [r.shape for r in report.rows] == ["batch=3, sequence=9", "sample batch=2, sequence=7"]
+    assert report and [r.shape for r in report.rows][:2] == ["batch=3, sequence=9", "sample batch=2, sequence=7"]
+    assert report.rows[2].shape == "batch=3, sequence=9 · ids"
+    unprobed = ip.run_line_magic("onnx_parity", "res --shapes sample --no-probes")
+    assert [r.shape for r in unprobed.rows] == ["sample batch=2, sequence=7"]
     assert report.rows[0].tolerance.atol == 1e-3
 
     parent = str(bert_exports["dynamo"].path)

@@ -28,11 +28,14 @@ class Quirk:
 
     features_length: Any = None  # callable(config) -> frames for ``input_features``
     static_axes: tuple[str, ...] = ()  # inputs whose non-batch axes must stay static
+    static_reason: str = ""  # why, for the export result
 
 
 QUIRKS: dict[str, Quirk] = {
     "whisper": Quirk(features_length=lambda c: 2 * c.max_source_positions,
-                     static_axes=("input_features",)),
+                     static_axes=("input_features",),
+                     static_reason="Whisper's encoder takes exactly 2 x max_source_positions frames (30 s of "
+                                   "audio, padded); shorter audio is padded by the feature extractor"),
 }
 
 AXES: AxisSpec = {

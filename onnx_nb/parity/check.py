@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, first_line
 from ..isolation import honours_isolate
 from ..progress import Steps
 from ..results.parity import DivergingNode, ParityReport, Row
@@ -31,18 +31,24 @@ def padding_mask(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -
 def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, shapes: Any = "auto",
                  providers: Any = ("cpu",), atol: float | None = None, rtol: float | None = None,
                  tolerances: Mapping[str, Any] | None = None, localize: bool = True, seed: int = 0,
-                 progress: bool = True, isolate: bool | None = None) -> ParityReport:
+                 progress: bool = True, isolate: bool | None = None, probes: Any = "auto") -> ParityReport:
     """Compare ``onnx_model`` with ``reference`` output by output, on several shapes and providers.
 
-    Returns a :class:`ParityReport` (truthy when everything passed); raises only for bad input.
+    Besides the shapes, ``probes`` (default ``"auto"``: every one that applies) runs the first shape with
+    inputs drawn to move the model off the sample's path (see :mod:`onnx_nb.parity.probes`); ``False``
+    turns them off. Returns a :class:`ParityReport` (truthy when everything passed and the export did not
+    record a single branch); raises only for bad input.
     """
     from .. import sessions
+    from ..onnxfile import load_proto
+    from .probes import chosen
     from .references import resolve as resolve_reference
 
     for name, value in (("atol", atol), ("rtol", rtol)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise InvalidArgumentError(f"{name} must be a number >= 0 (e.g. {name}=1e-4), got {value!r}; leave it "
                                        "out for the default of the model's precision.")
+    probe_names = chosen(probes)
     wanted = sessions.resolve(providers)
     if not any(p.available for p in wanted):
         from ..errors import ProviderUnavailableError
@@ -53,75 +59,49 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
             f"{', '.join(p.short for p in sessions.resolve('available'))}. "
             "Install the matching onnxruntime package (e.g. onnxruntime-gpu for cuda), or use providers=('cpu',).")
     ref, path = resolve_reference(reference, onnx_model, sample, seed)
-    from ..onnxfile import load_proto
-
-    precision = precision_of(load_proto(path))
-    sizes = axis_sizes(ref.sample, ref.axes)
-    specs = parse_shapes(shapes, sizes, list(ref.sample))
+    proto = load_proto(path)
+    precision = precision_of(proto)
     candidate_obj = onnx_model if onnx_model is not None else reference
-    if (getattr(candidate_obj, "runtime", None) or {}).get("unpad") and "attention_mask" in ref.sample \
-            and shapes == "auto":
-        longest = {n: max(s, 16) for n, s in sizes.items() if n != "batch"}
-        specs.append({"batch": max(sizes.get("batch", 2), 4), **longest, "padded": True})
+    export = export_of(candidate_obj)
+    if probes == "auto" and not type(ref.model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
+        probe_names.remove("left-padded")  # left padding is how decoders batch prompts; encoders pad right
+    cases, notes = _cases(ref, shapes, candidate_obj, proto, probe_names, seed)
     rows: list[Row] = []
-    notes: list[str] = []
-    shape_feeds: dict[str, dict[str, list[int]]] = {}
     first_failure: tuple[dict[str, np.ndarray], str] | None = None
     divergence: DivergingNode | None = None
     live = [p for p in wanted if p.available]
-    with Steps(len(specs) * max(len(live), 1) + int(localize), "parity", progress) as steps:
-        for p in wanted:
-            if not p.available:
-                rows.append(Row("*", "*", p.short, "unavailable", note=p.reason))
+    judge = {"precision": precision, "atol": atol, "rtol": rtol, "tolerances": tolerances, "seed": seed}
+    with Steps(len(cases) * max(len(live), 1) + int(localize), "parity", progress) as steps:
+        rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
         from ..runtime import open_session
 
-        sessions_by_provider = {p.short: open_session(candidate_obj if hasattr(candidate_obj, "path") else path,
-                                                      p.name) for p in live}
-        for spec in specs:
-            feed = make_feed(ref.sample, ref.axes, {k: v for k, v in spec.items() if k != "padded"})
-            tag = label(feed, ref.axes, spec)
-            if spec.get("padded"):
-                feed = right_padded(feed)
-                tag += ", right-padded"
-            shape_feeds[tag] = {k: list(v.shape) for k, v in feed.items()}
+        opened = {p.short: open_session(candidate_obj if hasattr(candidate_obj, "path") else path, p.name)
+                  for p in live}
+        for tag, feed, moved in cases:
             try:
                 expected = ref.run(feed)
             except Exception as exc:  # noqa: BLE001 - the reference's own failure is reported, not raised
+                fixed = [(p.short, static_conflict(opened[p.short], feed, ref.axes, export)) for p in live]
+                rows += [Row("*", tag, short, "shape-mismatch", note=why) for short, why in fixed if why]
                 rows.append(Row("*", tag, "reference", "skipped",
-                                note=f"the reference itself fails here: {type(exc).__name__}: {str(exc)[:150]}"))
+                                note=f"the reference itself fails here: {type(exc).__name__}: {first_line(exc, 150)}"))
                 continue
-            mask = padding_mask(feed, ref.axes)
-            if mask is not None:
+            if padding_mask(feed, ref.axes) is not None:
                 notes.append("Padded token positions (attention_mask == 0) are excluded from the statistics.")
             for p in live:
                 steps.step(f"{tag} on {p.short}")
-                sess = sessions_by_provider[p.short]
-                conflict = static_conflict(sess, feed, ref.axes)
-                if conflict:
-                    rows.append(Row("*", tag, p.short, "shape-mismatch", note=conflict))
-                    continue
-                try:
-                    got = sess.run(None, cast_feed(sess, feed))
-                except Exception as exc:  # noqa: BLE001 - ORT errors become rows
-                    text = str(exc).splitlines()[0][:300]
-                    rows.append(Row("*", tag, p.short, "shape-mismatch" if spec else "error",
-                                    note=_changed(ref, feed) + text))
-                    match = _ORT_NODE.search(str(exc))
-                    if match and divergence is None:
-                        divergence = DivergingNode(match["name"], match["op"], "", None, float("nan"),
-                                                   float("nan"), "named in ONNX Runtime's error")
-                    continue
-                names = [o.name for o in sess.get_outputs()]
-                if not set(names) & set(expected):
-                    notes.append("Output names differ from the reference's; outputs were matched by position.")
-                    expected = dict(zip(names, expected.values()))
-                for name, value in zip(names, got):
-                    row = _row(name, tag, p.short, value, expected.get(name), mask, precision, atol, rtol,
-                               tolerances, seed)
-                    rows.append(row)
-                    if row.failed and first_failure is None and row.status == "fail":
-                        first_failure = (feed, p.name)
-        if localize and first_failure is not None and divergence is None:
+                new_rows, named, expected = _run_case(opened[p.short], p.short, tag, feed, moved, expected, ref,
+                                                      export, judge, notes)
+                rows += new_rows
+                if named is not None and divergence is None:
+                    divergence = named
+                if first_failure is None and any(r.status == "fail" for r in new_rows):
+                    first_failure = (feed, p.name)
+        unverified = list(getattr(export, "unverified", None) or [])
+        if unverified and first_failure is not None:
+            notes.append("The export traced one branch, so every node computes what the sample's path computes and "
+                         "no node is to blame: no diverging node is searched for. Fix the branch in the model's code.")
+        elif localize and first_failure is not None and divergence is None:
             steps.step("finding the first diverging node")
             from .localize import first_divergence
 
@@ -130,7 +110,78 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
             except Exception as exc:  # noqa: BLE001 - localisation is a diagnosis; the report stands
                 notes.append(f"Could not localise the failure: {type(exc).__name__}: {str(exc)[:200]}")
     return ParityReport(model=path.name, reference=ref.label, precision=precision, rows=rows,
-                        shapes=shape_feeds, divergence=divergence, notes=list(dict.fromkeys(notes)))
+                        shapes={tag: {k: list(v.shape) for k, v in feed.items()} for tag, feed, _ in cases},
+                        divergence=divergence, notes=list(dict.fromkeys(notes)), unverified=unverified)
+
+
+def export_of(model: Any) -> Any:
+    """The ExportResult behind an export, a variant (through its parents) or None."""
+    from ..results.export import ExportResult
+
+    seen = 0
+    while model is not None and seen < 50:
+        if isinstance(model, ExportResult):
+            return model
+        model = getattr(model, "origin", None) if not isinstance(getattr(model, "reference", None), ExportResult) \
+            else model.reference
+        seen += 1
+    return None
+
+
+def _cases(ref: Reference, shapes: Any, candidate: Any, proto: Any, probe_names: list[str],
+           seed: int) -> tuple[list[tuple[str, dict[str, np.ndarray], bool]], list[str]]:
+    """``(label, inputs, shape moved)`` for every check: the shapes, then the probes at the first shape."""
+    from .probes import PROBES, probe_feeds
+    from .references import vocab_sizes
+
+    sizes = axis_sizes(ref.sample, ref.axes)
+    specs = parse_shapes(shapes, sizes, list(ref.sample))
+    if (getattr(candidate, "runtime", None) or {}).get("unpad") and "attention_mask" in ref.sample \
+            and shapes == "auto":
+        longest = {n: max(s, 16) for n, s in sizes.items() if n != "batch"}
+        specs.append({"batch": max(sizes.get("batch", 2), 4), **longest, "padded": True})
+    cases: list[tuple[str, dict[str, np.ndarray], bool]] = []
+    for spec in specs:
+        feed = make_feed(ref.sample, ref.axes, {k: v for k, v in spec.items() if k != "padded"})
+        tag = label(feed, ref.axes, spec)
+        if spec.get("padded"):
+            feed, tag = right_padded(feed), tag + ", right-padded"
+        cases.append((tag, feed, bool(spec)))
+    notes: list[str] = []
+    if cases and probe_names:
+        tag, feed, moved = cases[0]
+        made = probe_feeds(feed, vocab_sizes(proto), probe_names, seed)
+        cases += [(f"{tag} · {name}", probe, moved) for name, probe in made]
+        if made:
+            notes.append("Probe inputs (the first shape, drawn to move the model off the sample's path): "
+                         + "; ".join(f"{name}: {PROBES[name]}" for name, _ in made) + ".")
+    return cases, notes
+
+
+def _run_case(sess: Any, provider: str, tag: str, feed: dict[str, np.ndarray], moved: bool,
+              expected: dict[str, np.ndarray], ref: Reference, export: Any, judge: dict[str, Any],
+              notes: list[str]) -> tuple[list[Row], DivergingNode | None, dict[str, np.ndarray]]:
+    """The rows of one input case on one provider (and a node ORT's own error names)."""
+    conflict = static_conflict(sess, feed, ref.axes, export)
+    if conflict:
+        return [Row("*", tag, provider, "shape-mismatch", note=conflict)], None, expected
+    try:
+        got = sess.run(None, cast_feed(sess, feed))
+    except Exception as exc:  # noqa: BLE001 - ORT errors become rows
+        row = Row("*", tag, provider, "shape-mismatch" if moved else "error",
+                  note=_changed(ref, feed) + first_line(exc))
+        match = _ORT_NODE.search(str(exc))
+        named = DivergingNode(match["name"], match["op"], "", None, float("nan"), float("nan"),
+                              "named in ONNX Runtime's error") if match else None
+        return [row], named, expected
+    names = [o.name for o in sess.get_outputs()]
+    if not set(names) & set(expected):
+        notes.append("Output names differ from the reference's; outputs were matched by position.")
+        expected = dict(zip(names, expected.values()))
+    mask = padding_mask(feed, ref.axes)
+    return [_row(name, tag, provider, value, expected.get(name), mask, judge["precision"], judge["atol"],
+                 judge["rtol"], judge["tolerances"], judge["seed"])
+            for name, value in zip(names, got)], None, expected
 
 
 def _changed(ref: Reference, feed: dict[str, np.ndarray]) -> str:
@@ -150,7 +201,7 @@ def _row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.nda
     tol = resolve(precision, name, atol, rtol, tolerances)
     stats, errors = measure(value, expected, name, mask, seed)
     verdict = errors.judge(tol)
-    return Row(name, tag, provider, "pass" if verdict["passed"] else "fail", tolerance=tol,
+    return Row(name, tag, provider, verdict["status"], tolerance=tol,
                max_abs=stats["max_abs"], max_rel=stats["max_rel"], mean_abs=stats["mean_abs"],
                frac_out=verdict["frac_out"], cosine=stats["cosine"], argmax_agreement=stats["argmax_agreement"],
-               needed_atol=verdict["needed_atol"], errors=errors)
+               needed_atol=verdict["needed_atol"], note=verdict["note"], errors=errors)

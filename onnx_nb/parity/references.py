@@ -89,6 +89,18 @@ def onnx_reference(path: Path, sample: dict[str, np.ndarray], axes: dict[str, di
                      path=path, session=sess)
 
 
+def vocab_sizes(proto: Any) -> dict[str, int]:
+    """Graph input -> rows of the embedding table it indexes (a Gather on an initializer), for token ids."""
+    inits = {i.name: list(i.dims) for i in proto.graph.initializer}
+    inputs = {i.name for i in proto.graph.input}
+    vocab: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in inits \
+                and node.input[1] in inputs and inits[node.input[0]]:
+            vocab.setdefault(node.input[1], inits[node.input[0]][0])
+    return vocab
+
+
 def graph_sample(path: Path, seed: int) -> tuple[dict[str, np.ndarray], dict[str, dict[int, str]]]:
     """Inputs for an ONNX model with no other source of samples: ids within the embedding's
     vocabulary, masks of ones, floats from a normal distribution; dynamic dims batch 2, others 8."""
@@ -97,11 +109,7 @@ def graph_sample(path: Path, seed: int) -> tuple[dict[str, np.ndarray], dict[str
     from ..onnxfile import load_proto, signature
 
     proto = load_proto(path)
-    inits = {i.name: list(i.dims) for i in proto.graph.initializer}
-    vocab: dict[str, int] = {}
-    for node in proto.graph.node:
-        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in inits:
-            vocab.setdefault(node.input[1], inits[node.input[0]][0])
+    vocab = vocab_sizes(proto)
     rng = np.random.default_rng(seed)
     sample, axes = {}, {}
     for info in signature(proto)[0]:

@@ -14,13 +14,19 @@ QUANT_OPS = {"QLinearMatMul", "MatMulInteger", "DynamicQuantizeLinear", "Quantiz
              "DequantizeLinear", "QLinearConv", "ConvInteger", "QGemm", "DynamicQuantizeMatMul",
              "QAttention", "QLinearAdd", "QLinearMul", "QOrderedMatMul"}
 MAX_STORED = 1_000_000  # elements kept per row for re-judging (subsampled beyond)
+# A reference whose RMS is below this cannot be told apart from zero in fp32 arithmetic (products of such
+# values underflow): parity on it is inconclusive, never a pass.
+UNDERFLOW_RMS = 1e-30
 
 
 @dataclass(frozen=True)
 class Tolerance:
     """How one output is judged.
 
-    ``mode="elementwise"``: every element within ``atol + rtol * |reference|`` (numpy's rule).
+    ``mode="elementwise"``: every element within ``atol + rtol * |reference|`` (numpy's rule) **and**
+    close relative to the reference's own scale: the largest error at most ``max_scaled`` times the
+    reference's RMS, and cosine similarity at least ``min_cosine``. The scale rule is what stops an
+    absolute ``atol`` from passing anything small (two different models whose outputs are ~1e-9).
     ``mode="task"``: cosine similarity at least ``min_cosine`` and, for logits, argmax
     agreement at least ``min_argmax`` (for fp16 and quantized variants).
     """
@@ -30,6 +36,7 @@ class Tolerance:
     mode: str = "elementwise"
     min_cosine: float = 0.0
     min_argmax: float = 0.0
+    max_scaled: float | None = 1e-3  # elementwise: max |error| / RMS(reference); None turns the scale rule off
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -37,12 +44,14 @@ class Tolerance:
     def describe(self) -> str:
         if self.mode == "task":
             return f"cosine≥{self.min_cosine:g}, argmax≥{self.min_argmax:g}"
-        return f"atol={self.atol:g}, rtol={self.rtol:g}"
+        scale = f", err/rms≤{self.max_scaled:g}" if self.max_scaled is not None else ""
+        cosine = f", cos≥{self.min_cosine:g}" if self.min_cosine else ""
+        return f"atol={self.atol:g}, rtol={self.rtol:g}{scale}{cosine}"
 
 
 # Stated defaults (design.md's parity policy).
 POLICY: dict[str, Tolerance] = {
-    "fp32": Tolerance(1e-4, 1e-3),
+    "fp32": Tolerance(1e-4, 1e-3, min_cosine=0.999),
     "fp16": Tolerance(1e-2, 1e-2, "task", min_cosine=0.999, min_argmax=0.99),
     "int8": Tolerance(1e-1, 1e-1, "task", min_cosine=0.98, min_argmax=0.95),
     "int4": Tolerance(1e-1, 1e-1, "task", min_cosine=0.97, min_argmax=0.9),
@@ -70,18 +79,19 @@ def resolve(precision: str, output: str, atol: float | None, rtol: float | None,
     """The tolerance for one output: per-output setting, else atol/rtol, else the policy."""
     tol = POLICY.get(precision, POLICY["fp32"])
     if atol is not None or rtol is not None:
-        tol = Tolerance(atol if atol is not None else tol.atol, rtol if rtol is not None else tol.rtol)
+        tol = Tolerance(atol if atol is not None else tol.atol, rtol if rtol is not None else tol.rtol,
+                        min_cosine=POLICY["fp32"].min_cosine)
     spec = (tolerances or {}).get(output)
     if isinstance(spec, Tolerance):
         return spec
     if isinstance(spec, (int, float)):
-        return Tolerance(float(spec), 0.0)
+        return Tolerance(float(spec), 0.0, min_cosine=POLICY["fp32"].min_cosine)
     if isinstance(spec, Mapping):
-        unknown = set(spec) - {"atol", "rtol", "mode", "min_cosine", "min_argmax"}
+        unknown = set(spec) - {"atol", "rtol", "mode", "min_cosine", "min_argmax", "max_scaled"}
         if unknown:
             raise InvalidArgumentError(
                 f"tolerances[{output!r}] has unknown keys {sorted(unknown)}; "
-                "use atol, rtol, mode, min_cosine, min_argmax."
+                "use atol, rtol, mode, min_cosine, min_argmax, max_scaled."
             )
         mode = spec.get("mode", "task" if ("min_cosine" in spec or "min_argmax" in spec) else "elementwise")
         return replace(tol, **{**spec, "mode": mode})
@@ -102,18 +112,63 @@ class Errors:
     cosine: float
     argmax: float | None  # agreement of argmax over the last axis, for logits
     integer: bool
+    ref_rms: float = 1.0  # RMS of the reference (compared elements), for the scale rule
+    ref_max: float = 1.0  # largest |reference|
+
+    @property
+    def scaled(self) -> float:
+        """The largest error as a fraction of the reference's RMS."""
+        top = float(self.diff.max()) if self.diff.size else 0.0
+        if top == 0.0:
+            return 0.0
+        return top / self.ref_rms if self.ref_rms > 0 else float("inf")
 
     def judge(self, tol: Tolerance) -> dict[str, Any]:
+        """``passed``, ``status`` (pass / fail / inconclusive), ``frac_out``, ``needed_atol`` and a ``note``
+        when the reference's scale decided (or could not decide) the verdict."""
         d, r = self.diff, self.ref
         atol, rtol = (0.0, 0.0) if self.integer else (tol.atol, tol.rtol)
         out = d > atol + rtol * r
         frac = float(out.mean()) if d.size else 0.0
         needed = float(np.max(d - rtol * r, initial=0.0)) if d.size else 0.0
+        note = ""
+        status = "pass"
         if tol.mode == "task" and not self.integer:
             passed = self.cosine >= tol.min_cosine and (self.argmax is None or self.argmax >= tol.min_argmax)
-        else:
+        elif self.integer:
             passed = frac == 0.0
-        return {"frac_out": frac, "needed_atol": max(needed, 0.0), "passed": bool(passed)}
+        else:
+            passed, status, note = self._judge_scale(tol, frac == 0.0)
+        if not passed and status == "pass":
+            status = "fail"
+        return {"frac_out": frac, "needed_atol": max(needed, 0.0), "passed": bool(passed), "status": status,
+                "note": note}
+
+    def _judge_scale(self, tol: Tolerance, elementwise_ok: bool) -> tuple[bool, str, str]:
+        """The element-wise verdict, tightened by the reference's own scale."""
+        if not self.diff.size:
+            return elementwise_ok, "pass", ""
+        if self.ref_rms < UNDERFLOW_RMS:
+            if self.scaled == 0.0:  # both all zero (or bit-identical): equal, but it proves little
+                return True, "pass", (f"reference output is ~{self.ref_rms:.0e} everywhere and the ONNX output "
+                                      "matches it exactly; this output cannot tell models apart")
+            return False, "inconclusive", (
+                f"reference output is ~{self.ref_max:.0e} everywhere: parity cannot tell models apart at this "
+                "scale (fp32 arithmetic underflows); check an output or input of a usable size")
+        tiny = self.ref_max < tol.atol
+        scale_ok = tol.max_scaled is None or self.scaled <= tol.max_scaled
+        cosine_ok = self.cosine >= tol.min_cosine
+        passed = elementwise_ok and scale_ok and cosine_ok
+        note = ""
+        if tiny:
+            note = (f"reference output is ~{self.ref_rms:.0e} everywhere, below atol={tol.atol:g}: atol alone "
+                    f"would pass anything here, so the error is judged against the output's own scale "
+                    f"(error/RMS {self.scaled:.2g}, cosine {self.cosine:.4f})")
+        elif not passed and elementwise_ok:
+            why = [f"error/RMS {self.scaled:.2g} > {tol.max_scaled:g}"] if not scale_ok else []
+            why += [f"cosine {self.cosine:.4f} < {tol.min_cosine:g}"] if not cosine_ok else []
+            note = "within atol/rtol element by element, but not at the output's own scale: " + ", ".join(why)
+        return passed, "pass" if passed else "fail", note
 
 
 def measure(candidate: np.ndarray, reference: np.ndarray, name: str, mask: np.ndarray | None = None,
@@ -140,6 +195,8 @@ def measure(candidate: np.ndarray, reference: np.ndarray, name: str, mask: np.nd
     cf, rf = c[finite], r[finite]
     norm = float(np.linalg.norm(cf) * np.linalg.norm(rf))
     cosine = float(np.dot(cf, rf) / norm) if norm > 0 else float(np.array_equal(cf, rf))
+    rms = float(np.sqrt(np.mean(rf * rf))) if rf.size else 0.0
+    top = float(np.abs(rf).max()) if rf.size else 0.0
     big = ref_abs > 1e-6
     stats: dict[str, float | None] = {
         "max_abs": float(diff.max()) if diff.size else 0.0,
@@ -152,4 +209,4 @@ def measure(candidate: np.ndarray, reference: np.ndarray, name: str, mask: np.nd
         keep = np.random.default_rng(seed).choice(diff.size, MAX_STORED, replace=False)
         keep[0] = int(np.argmax(diff))  # the worst element always stays
         diff, ref_abs = diff[keep], ref_abs[keep]
-    return stats, Errors(diff.astype(np.float32), ref_abs.astype(np.float32), cosine, argmax, integer)
+    return stats, Errors(diff.astype(np.float32), ref_abs.astype(np.float32), cosine, argmax, integer, rms, top)

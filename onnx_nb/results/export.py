@@ -48,9 +48,19 @@ class ExportResult:
     warnings: list[str]
     source: ModelSource
     check: dict[str, Any] = field(default_factory=dict)
+    fixed_axes: list[Any] = field(default_factory=list)  # inputs.FixedAxis: axes that stay fixed, and why
+    dynamic: bool | str = True  # what was asked: True, False or "custom" (a dict of axes)
+    unverified: list[str] = field(default_factory=list)  # why the file is not verified (one traced branch)
 
     def __bool__(self) -> bool:
-        return bool(self.check.get("passed", True))
+        return bool(self.check.get("passed", True)) and not self.unverified
+
+    @property
+    def status(self) -> str:
+        """``verified``, ``unverified`` (the trace recorded one branch) or ``failed`` (ORT disagrees)."""
+        if not self.check.get("passed", True):
+            return "failed"
+        return "unverified" if self.unverified else "verified"
 
     @property
     def external_data(self) -> bool:
@@ -65,7 +75,9 @@ class ExportResult:
             "op_histogram": dict(self.op_histogram), "parameters": self.parameters,
             "file_size": self.file_size, "files": [str(f) for f in self.files],
             "export_seconds": round(self.export_seconds, 3), "warnings": list(self.warnings),
-            "source": self.source.to_dict(), "check": dict(self.check),
+            "source": self.source.to_dict(), "check": dict(self.check), "status": self.status,
+            "fixed_axes": [f.to_dict() for f in self.fixed_axes], "dynamic": self.dynamic,
+            "unverified": list(self.unverified),
         }
 
     def to_pandas(self) -> Any:
@@ -89,6 +101,10 @@ class ExportResult:
                 ("export time", f"{self.export_seconds:.1f} s")]
         if self.check:
             rows.append(("check", self._check_text()))
+        rows.append(("status", self.status if not self.unverified else
+                     "UNVERIFIED: the trace recorded one branch (see below)"))
+        if self.fixed_axes:
+            rows.append(("fixed axes", "; ".join(f.text() for f in self.fixed_axes)))
         return rows
 
     def _check_text(self) -> str:
@@ -111,6 +127,7 @@ class ExportResult:
         parts.append(f"\nops: {top}{' ...' if len(self.op_histogram) > 8 else ''}")
         for exporter, reason in self.fallback_reason.items():
             parts.append(f"not used: {exporter}: {reason}")
+        parts += [f"UNVERIFIED: {u}" for u in self.unverified]
         for w in self.warnings[:5]:
             parts.append(f"warning: {w}")
         return "\n".join(parts)
@@ -120,12 +137,14 @@ class ExportResult:
     def _repr_html_(self) -> str:
         ok = bool(self)
         badge = (f'<span class="{"ok" if ok else "bad"}">{"✓" if ok else "✗"}</span>')
+        unverified = "".join(f'<div class="bad">unverified: {esc(u)}</div>' for u in self.unverified)
         summary = html_table(["", ""], self._summary())
         io = html_table(["io", "name", "dtype", "shape"], self._io_rows())
         ops = html_table(["operator", "count"], list(self.op_histogram.items())[:15])
         extra = "".join(f'<div class="warn">not used: {esc(k)}: {esc(v)}</div>'
                         for k, v in self.fallback_reason.items())
         extra += "".join(f'<div class="warn">warning: {esc(w)}</div>' for w in self.warnings[:10])
-        return (f'{CSS}<div class="onnxnb"><h4>{badge} Exported {esc(self.source.name)} to ONNX</h4>'
+        title = "Exported" if not self.unverified else "Exported (UNVERIFIED)"
+        return (f'{CSS}<div class="onnxnb"><h4>{badge} {title} {esc(self.source.name)} to ONNX</h4>{unverified}'
                 f'<div style="display:flex;gap:24px;flex-wrap:wrap"><div>{summary}</div>'
                 f"<div>{io}</div><div>{ops}</div></div>{extra}</div>")

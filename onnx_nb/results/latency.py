@@ -34,6 +34,7 @@ class LatencyRow:
     noisy: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    remeasure_ms: float | None = None  # a brief second timing once every row was done (see ``noisy``)
 
     @classmethod
     def from_times(cls, variant: str, backend: str, shape: str, batch: int, times: list[float], first: float,
@@ -66,8 +67,9 @@ def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]
         if r.p50_ms and r.shape in base:
             r.speedup = base[r.shape] / r.p50_ms
     if any(r.noisy for r in rows):
-        notes.append(f"Some rows are noisy (p90 more than {NOISY_SPREAD:.0%} above p50): the machine was busy; "
-                     "re-run on a quiet machine before trusting small differences.")
+        notes.append(f"Some rows are noisy (p90 more than {NOISY_SPREAD:.0%} above p50, or a brief re-measure after "
+                     "all rows more than 1.3x away from p50): the machine was busy; re-run on a quiet machine before "
+                     "trusting their ratios.")
     return LatencyTable(rows, profiles, notes)
 
 

@@ -18,7 +18,7 @@ class Row:
     output: str
     shape: str
     provider: str
-    status: str  # "pass", "fail", "shape-mismatch", "error", "unavailable", "skipped"
+    status: str  # "pass", "fail", "inconclusive", "shape-mismatch", "error", "unavailable", "skipped"
     tolerance: Tolerance | None = None
     max_abs: float | None = None
     max_rel: float | None = None
@@ -36,14 +36,14 @@ class Row:
 
     @property
     def failed(self) -> bool:
-        return self.status in ("fail", "shape-mismatch", "error")
+        return self.status in ("fail", "inconclusive", "shape-mismatch", "error")
 
     def rejudged(self, tol: Tolerance) -> Row:
-        if self.errors is None or self.status not in ("pass", "fail"):
+        if self.errors is None or self.status not in ("pass", "fail", "inconclusive"):
             return self
         verdict = self.errors.judge(tol)
         return replace(self, tolerance=tol, frac_out=verdict["frac_out"], needed_atol=verdict["needed_atol"],
-                       status="pass" if verdict["passed"] else "fail")
+                       status=verdict["status"], note=verdict["note"])
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k not in ("errors", "tolerance")}
@@ -96,9 +96,10 @@ class ParityReport:
     shapes: dict[str, dict[str, list[int]]]
     divergence: DivergingNode | None = None
     notes: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)  # the export traced one branch: never "passed"
 
     def __bool__(self) -> bool:
-        return not any(r.failed for r in self.rows) and any(r.passed for r in self.rows)
+        return not any(r.failed for r in self.rows) and any(r.passed for r in self.rows) and not self.unverified
 
     @property
     def passed(self) -> bool:
@@ -113,22 +114,29 @@ class ParityReport:
         return [r for r in self.rows if r.status == "unavailable"]
 
     def rejudge(self, atol: float | None = None, rtol: float | None = None, min_cosine: float | None = None,
-                tolerances: dict[str, Tolerance] | None = None) -> ParityReport:
-        """The same stored errors judged with other tolerances; no model is run again.
+                tolerances: dict[str, Tolerance] | None = None, max_scaled: float | None = None) -> ParityReport:
+        """The same stored errors judged with other tolerances, by the same rule; no model is run again.
 
-        ``atol``/``rtol`` change element-wise rows, ``min_cosine`` task-level rows (fp16, INT8).
+        ``atol``/``rtol``/``max_scaled`` change element-wise rows (``max_scaled``: the largest error as a
+        fraction of the reference's RMS), ``min_cosine`` every row (the cosine floor of element-wise rows, the
+        bound of task-level rows: fp16, INT8).
         """
         rows = []
         for row in self.rows:
             tol = (tolerances or {}).get(row.output) or row.tolerance
-            if tol is not None and tol.mode == "elementwise" and (atol is not None or rtol is not None):
-                tol = replace(tol, atol=tol.atol if atol is None else atol, rtol=tol.rtol if rtol is None else rtol)
-            if tol is not None and tol.mode == "task" and min_cosine is not None:
+            if tol is not None and tol.mode == "elementwise" and (atol, rtol, max_scaled) != (None, None, None):
+                tol = replace(tol, atol=tol.atol if atol is None else atol, rtol=tol.rtol if rtol is None else rtol,
+                              max_scaled=tol.max_scaled if max_scaled is None else max_scaled)
+            if tol is not None and min_cosine is not None:
                 tol = replace(tol, min_cosine=min_cosine)
             rows.append(row.rejudged(tol) if tol else row)
         return replace(self, rows=rows)
 
     def raise_for_failure(self) -> None:
+        if self.unverified:
+            from ..errors import UnverifiedExport
+
+            raise UnverifiedExport("The export is not verified: " + " ".join(self.unverified))
         mismatch = [r for r in self.rows if r.status == "shape-mismatch"]
         if mismatch:
             raise ShapeMismatch("; ".join(f"{r.shape}: {r.note}" for r in mismatch[:3]))
@@ -141,6 +149,7 @@ class ParityReport:
                 f"{len(failed)} of {len(self.rows)} checks failed; worst: {worst.output} at {worst.shape} "
                 f"on {worst.provider}: max abs {worst.max_abs or 0:.3g} outside {limit}"
                 f" (would pass with atol={worst.needed_atol or 0:.3g}).{where}"
+                + (f" Note: {worst.note}." if worst.note else "")
             )
         if not any(r.passed for r in self.rows):
             raise ToleranceExceeded("No check ran: every provider asked for is unavailable here.")
@@ -148,7 +157,8 @@ class ParityReport:
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "reference": self.reference, "precision": self.precision,
                 "passed": bool(self), "rows": [r.to_dict() for r in self.rows], "shapes": self.shapes,
-                "divergence": self.divergence.to_dict() if self.divergence else None, "notes": list(self.notes)}
+                "divergence": self.divergence.to_dict() if self.divergence else None, "notes": list(self.notes),
+                "unverified": list(self.unverified)}
 
     def to_pandas(self) -> Any:
         import pandas as pd
@@ -181,14 +191,15 @@ class ParityReport:
 
     def _headline(self) -> str:
         n_fail, n_pass = len(self.failures), sum(r.passed for r in self.rows)
-        verdict = "PASSED" if self else "FAILED"
+        verdict = "PASSED" if self else "UNVERIFIED" if self.unverified and not n_fail else "FAILED"
         extra = f", {len(self.unavailable)} unavailable" if self.unavailable else ""
         return f"Parity {verdict}: {n_pass} passed, {n_fail} failed{extra} ({self.precision} model vs {self.reference})"
 
     def __repr__(self) -> str:
         cols = ["output", "shape", "provider", "status", "max_abs", "cosine", "tolerance", "needed_atol"]
         idx = [COLUMNS.index(c) for c in cols]
-        lines = [self._headline(), text_table(cols, [[r.cells()[i] for i in idx] for r in self.rows])]
+        lines = [self._headline(), *(f"UNVERIFIED: {u}" for u in self.unverified),
+                 text_table(cols, [[r.cells()[i] for i in idx] for r in self.rows])]
         if self.divergence:
             lines.append(self.divergence.text())
         lines += [f"note: {n}" for n in self.notes]
@@ -215,6 +226,7 @@ class ParityReport:
 
     def html_body(self) -> str:
         marks = {"pass": '<span class="ok">✓ pass</span>', "fail": '<span class="bad">✗ fail</span>',
+                 "inconclusive": '<span class="bad">? inconclusive</span>',
                  "shape-mismatch": '<span class="bad">✗ shape</span>', "error": '<span class="bad">✗ error</span>'}
         rows = []
         for r in self.rows:
@@ -231,9 +243,10 @@ class ParityReport:
                    + f", output <code>{esc(d.output)}</code>: max abs {d.max_abs:.3g}, cosine {d.cosine:.6f}"
                    f" <span style='color:#666'>({esc(d.method)})</span></div>")
         notes = "".join(f'<div class="warn">{esc(n)}</div>' for n in self.notes)
+        unverified = "".join(f'<div class="bad">Unverified: {esc(u)}</div>' for u in self.unverified)
         cls = "ok" if self else "bad"
         return (f'<div class="onnxnb"><h4><span class="{cls}">{"✓" if self else "✗"}</span> '
-                f"{esc(self._headline())}</h4>{div}{table}{notes}</div>")
+                f"{esc(self._headline())}</h4>{unverified}{div}{table}{notes}</div>")
 
     def _repr_html_(self) -> str:
         return CSS + self.html_body()
