@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelLoadError, UnsafeCheckpointError
+from .errors import ModelLoadError, UnsafeCheckpointError, first_line
 
 SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".pkl", ".safetensors")
 _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
@@ -67,7 +67,7 @@ def load(path: Path, allow_pickle: bool = False) -> Any:
     except (RuntimeError, EOFError, OSError, ValueError, AttributeError, ModuleNotFoundError) as exc:
         raise ModelLoadError(
             f"{path.name} is not a readable PyTorch checkpoint ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}). It may be truncated; if it pickles a "
+            f"{first_line(exc, 200)}). It may be truncated; if it pickles a "
             "model class, that class must be importable here.") from exc
     if not isinstance(obj, torch.nn.Module):
         raise _not_a_module(path, obj)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import ExportError, InvalidArgumentError, OnnxNbError, UnsupportedOperatorError
+from .errors import ExportError, InvalidArgumentError, OnnxNbError, UnsupportedOperatorError, first_line
 from .files import check_space, check_target, default_output, disk_error, publish, staging_dir, total_size
 from .progress import Steps
 from .results.export import ExportResult, ModelSource
@@ -117,12 +117,12 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
                 except (KeyboardInterrupt, MemoryError):
                     raise
                 except Exception as exc:
-                    from .exporters import first_line
+                    from .exporters import first_line as exporter_error
 
                     full = disk_error(exc, target.parent)
                     if full is not None:  # no other exporter would fare better
                         raise full from exc
-                    attempts[name] = first_line(exc)
+                    attempts[name] = exporter_error(exc)
                     errors[name] = exc
                     logs[name] = "".join(native)
                     steps.step(f"{name} failed")
@@ -161,7 +161,6 @@ def _grown_check(s: Any, flat: Any, before: tuple[Any, ...], warnings_seen: list
     import torch
 
     from . import inputs
-    from .errors import first_line
 
     if not s.axes:
         return s, before, {}
@@ -227,7 +226,7 @@ def _check(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) 
         got = session.run(None, feed)
     except Exception as exc:  # noqa: BLE001 - ORT's own error types vary by version
         return {"passed": False, "shapes": shapes,
-                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+                "error": f"{type(exc).__name__}: {first_line(exc)}"}
     from .parity.tolerance import Tolerance, measure
 
     tol = Tolerance(CHECK_ATOL, CHECK_RTOL, min_cosine=CHECK_MIN_COSINE)
@@ -281,7 +280,7 @@ def _sample_failed(model: Any, s: Any, exc: Exception) -> Exception:
 
     return SampleError(
         f"{type(model).__name__} fails on the sample inputs {s.shapes()} "
-        f"({type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}). "
+        f"({type(exc).__name__}: {first_line(exc)}). "
         "Pass inputs the model accepts as sample=..."
     )
 

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import DiskFullError, OnnxNbError, OutputExistsError, OutputNotWritableError
+from .errors import DiskFullError, OnnxNbError, OutputExistsError, OutputNotWritableError, first_line
 from .render import human_bytes
 
 DEFAULT_ROOT = "onnx_nb_out"
@@ -93,7 +93,7 @@ def disk_error(exc: BaseException, folder: Path) -> OnnxNbError | None:
     if left is not None and left < NEARLY_FULL:
         return DiskFullError(
             f"The disk holding {folder} filled up while writing ({human_bytes(left)} free; "
-            f"the writer said: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}). Nothing "
+            f"the writer said: {first_line(exc, 120)}). Nothing "
             "partial was left behind. Free some space, or pass out= on another disk.")
     return None
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-from .errors import InvalidModelError, UnsafeModelError
+from .errors import InvalidModelError, UnsafeModelError, first_line
 
 TWO_GB = 2**31
 
@@ -137,7 +137,7 @@ def check_model(path: str | Path, graph: bool = True) -> Any:
         # by path, so models over 2 GB are checked too; contrib-domain ops (com.microsoft) are skipped
         onnx.checker.check_model(str(p))
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0][:300].rstrip(".") if str(exc).strip() else type(exc).__name__
+        first = first_line(exc).rstrip(".")
         raise InvalidModelError(f"{p.name} is not a valid ONNX model: {first}. Re-export it, or fix the "
                                 "graph that produced it.") from exc
     return proto

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError, OnnxNbError
+from .errors import InvalidArgumentError, OnnxNbError, first_line
 from .results.variant import Variant
 from .variants import make, parent_of
 
@@ -161,7 +161,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
                 raise
             except Exception as exc:
                 raise QuantizationError(f"{method} quantization failed: {type(exc).__name__}: "
-                                        f"{str(exc).splitlines()[0][:300] if str(exc) else ''}") from exc
+                                        f"{first_line(exc)}") from exc
         return [w for w in warnings if "pre-processing before quantization" not in w]
 
     tag = {"dynamic": "int8", "static": "int8-static", "fp16": "fp16", "int4": "int4"}[method]

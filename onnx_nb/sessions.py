@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidArgumentError, InvalidModelError
+from .errors import InvalidArgumentError, InvalidModelError, first_line
 
 ALIASES: dict[str, str] = {
     "cpu": "CPUExecutionProvider",
@@ -148,5 +148,4 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
             full = disk_error(exc, Path(settings["save_to"]).parent)
             if full is not None:
                 raise full from exc
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise InvalidModelError(f"ONNX Runtime cannot load {Path(path).name}: {first}") from exc
+        raise InvalidModelError(f"ONNX Runtime cannot load {Path(path).name}: {first_line(exc)}") from exc

@@ -128,6 +128,7 @@ class Studio:
         todo = order if step == "all" else [step]
         self.panel.busy = True
         result = None
+        name = todo[0]
         try:
             for i, name in enumerate(todo):
                 self.panel.status = f"running {name}…"
@@ -136,11 +137,13 @@ class Studio:
                 self.panel.tab = name
             self.panel.status = f"{step}: done"
             self.panel.progress = 1.0
-        except OnnxNbError as exc:
-            self.panel.status = f"{step} failed: {type(exc).__name__}: {exc}"
-            self._show(step, f'<pre class="bad">{type(exc).__name__}: {exc}</pre>', None)
-        except Exception as exc:  # noqa: BLE001 - shown in the panel; the kernel stays usable
-            self.panel.status = f"{step} failed: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - shown in the failing step's tab; the kernel stays usable
+            from .render import esc
+
+            self.panel.status = f"{name} failed: {type(exc).__name__}: {exc}"  # shown as text by the front end
+            # error text can quote a hostile model's names: escaped, never markup
+            self._show(name, f'<pre class="bad">{esc(type(exc).__name__)}: {esc(exc)}</pre>', None)
+            self.panel.tab = name
         finally:
             self.panel.busy = False
         return result

@@ -148,6 +148,8 @@ CASES: list[Case] = [
      lambda w: onnx_nb.check_parity(w.path, w.path, {"input": np.ones((4,), np.float32)}, progress=False)),
     ("parity-bad-shapes", "check_parity()", onnx_nb.InvalidArgumentError, r"shape",
      lambda w: onnx_nb.check_parity(w.result, shapes=[{"sequence": 8}], progress=False)),
+    ("parity-unknown-probe", "check_parity()", onnx_nb.InvalidArgumentError, r"Unknown probe 'sideways'; choose from",
+     lambda w: onnx_nb.check_parity(w.result, probes=["sideways"], progress=False)),
     # benchmark()
     ("bench-nothing", "benchmark()", onnx_nb.InvalidArgumentError, r"needs at least one model",
      lambda w: onnx_nb.benchmark([])),
@@ -182,6 +184,8 @@ CASES: list[Case] = [
          w.kept, overwrite=False)),
     ("magic-export-no-sample", "%onnx_export", UsageError, r"^SampleError: .*pass a sample",
      magic("onnx_export model")),
+    ("magic-export-unknown-name", "%onnx_export", UsageError,
+     r"^No variable or folder named 'modle'\. Did you mean 'model'\? .*quote it", magic("onnx_export modle")),
     ("magic-parity-unknown-provider", "%onnx_parity", UsageError, r"^InvalidArgumentError: Unknown execution",
      magic("onnx_parity res --providers tpu")),
     ("magic-bench-bad-shapes", "%onnx_bench", UsageError, r"^InvalidArgumentError: --shapes: 'batch' is not",

@@ -87,6 +87,38 @@ def test_no_payload_runs_in_a_browser(views: dict[str, Any], hostile: Path) -> N
         assert page.evaluate("window.__pwned") is None
         assert "MatMul" in page.inner_text("#root")
 
+        # The Studio (its real bundle and state) showing an error that quotes a hostile name.
+        studio_state = {k: v for k, v in failed_studio().panel.get_state().items() if not k.startswith("_")}
+        studio_bundle = (ROOT / "onnx_nb" / "static" / "studio.js").read_text()
+        page.set_content("<div id=root style='width:900px;height:600px'></div>")
+        page.evaluate("""async ([src, state]) => {
+            const mod = await import('data:text/javascript;base64,' + src);
+            const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, save_changes() {},
+                            on: () => {}, send() {} };
+            mod.default.render({ model, el: document.getElementById('root') });
+        }""", [base64.b64encode(studio_bundle.encode()).decode(), studio_state])
+        page.locator("pre.bad").first.wait_for(timeout=10_000)
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.__pwned") is None
+        assert STUDIO_PAYLOAD in page.inner_text("pre.bad"), "the error is shown as text"
+
+
+STUDIO_PAYLOAD = "<img src=x onerror=window.__pwned='studio'>"
+
+
+def failed_studio() -> Any:
+    """A Studio whose export failed with an error that quotes the (hostile) model name."""
+    studio = onnx_nb.Studio(STUDIO_PAYLOAD, threaded=False)
+    studio.run("export")
+    return studio
+
+
+def test_studio_escapes_error_text() -> None:
+    studio = failed_studio()
+    html = studio.panel.html["export"]
+    assert "ModelNotFoundError" in html and "<img" not in html and "&lt;img src=x onerror=" in html
+    assert studio.panel.tab == "export" and "failed" in studio.panel.status
+
 
 # -- external data --------------------------------------------------------------------------------
 

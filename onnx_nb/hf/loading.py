@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import HubUnavailableError, ModelLoadError, ModelNotFoundError
+from ..errors import HubUnavailableError, ModelLoadError, ModelNotFoundError, first_line
 from .tasks import TASK_AUTO_CLASS, check_task, infer_task
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -61,7 +61,7 @@ def _hub_error(name: str, exc: Exception) -> Exception:
             f"{name!r} is neither a local folder nor a model on the Hugging Face Hub. "
             "Check the spelling, or pass the path of a folder holding config.json."
         )
-    return ModelLoadError(f"Could not load {name!r}: {str(exc).splitlines()[0]}")
+    return ModelLoadError(f"Could not load {name!r}: {first_line(exc)}")
 
 
 def load_config(name: str) -> tuple[Any, str]:
@@ -92,7 +92,7 @@ def load_config(name: str) -> tuple[Any, str]:
     except (OSError, ValueError) as exc:
         if kind == "hub-id":
             raise _hub_error(name, exc) from exc
-        raise ModelLoadError(f"Could not read the config in {name}: {str(exc).splitlines()[0]}") from exc
+        raise ModelLoadError(f"Could not read the config in {name}: {first_line(exc)}") from exc
     return config, kind
 
 
@@ -130,7 +130,7 @@ def load_model(name: str, task: str | None = None) -> LoadedModel:
             raise _hub_error(name, exc) from exc
         raise ModelLoadError(
             f"Could not load the weights in {location} as {cls.__name__} for task {task!r}: "
-            f"{str(exc).splitlines()[0]}"
+            f"{first_line(exc)}"
         ) from exc
     model.eval()
     preprocessor = load_preprocessor(location)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, SampleError
+from ..errors import InvalidArgumentError, SampleError, first_line
 
 
 @dataclass
@@ -75,7 +75,7 @@ def torch_reference(source: Any, sample: Any, label: str, exporter: str | None =
         except Exception as exc:
             raise SampleError(
                 f"The reference model fails on the sample {s.shapes()}: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                f"{first_line(exc, 200)}"
             ) from exc
     return Reference("torch", label, to_numpy(s.as_dict()), dict(s.axes), list(flat.output_names),
                      model=source.model, flat=flat, exporter=exporter)
