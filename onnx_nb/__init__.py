@@ -56,12 +56,15 @@ _LAZY = {
     "isolated": ("onnx_nb.isolation", "isolated"),
     "IsolatedSession": ("onnx_nb.isolation", "IsolatedSession"),
     "check_model": ("onnx_nb.onnxfile", "check_model"),
+    "generate": ("onnx_nb.generation", "generate"),
+    "GenerationResult": ("onnx_nb.generation", "GenerationResult"),
 }
 
 __all__ = [
     "DiskFullError",
     "ExportError",
     "ExportResult",
+    "GenerationResult",
     "GraphView",
     "HubUnavailableError",
     "InvalidArgumentError",
@@ -96,6 +99,7 @@ __all__ = [
     "check_parity",
     "default_model_path",
     "export",
+    "generate",
     "isolated",
     "load_ipython_extension",
     "optimize",
@@ -111,6 +115,7 @@ if TYPE_CHECKING:
     from .debugging import quant_debug
     from .demo import default_model_path
     from .exporting import export
+    from .generation import GenerationResult, generate
     from .isolation import IsolatedSession, isolated
     from .onnxfile import check_model
     from .optimizing import optimize

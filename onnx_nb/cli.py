@@ -27,6 +27,8 @@ def parser() -> argparse.ArgumentParser:
                              ("autotune", specs.AUTOTUNE, "fastest variant within an accuracy budget")):
         specs.add_arguments(sub.add_parser(name, help=text), spec, "cli")
     specs.add_arguments(sub.add_parser("pipeline", help="every step with a report"), specs.PIPELINE, "cli")
+    specs.add_arguments(sub.add_parser("generate", help="generate with a decoder exported with its cache"),
+                        specs.GENERATE, "cli")
     demo = sub.add_parser("demo", help="export and check all-MiniLM-L6-v2; write an HTML report")
     specs.add_arguments(demo, specs.DEMO, "cli")
     return p
@@ -67,6 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 made = autotune(args.model, **specs.autotune_kwargs(args))
             _emit(made, args.json)
             return 0 if args.command == "autotune" or made else 1
+        if args.command == "generate":
+            from .generation import generate
+
+            generated = generate(args.model, specs.generate_prompt(args), **specs.generate_kwargs(args))
+            _emit(generated, args.json)
+            return 0
         if args.command == "pipeline":
             from .pipelines import pipeline
 

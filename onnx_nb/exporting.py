@@ -12,7 +12,7 @@ from .errors import ExportError, InvalidArgumentError, OnnxNbError, UnsupportedO
 from .files import check_space, check_target, default_output, disk_error, publish, staging_dir, total_size
 from .progress import Steps
 from .results.export import ExportResult, ModelSource
-from .sources import build_sample, hf_call_kwargs
+from .sources import build_sample
 
 EXPORTER_CHOICES = ("auto", "dynamo", "torchscript")
 DEFAULT_OPSET = 18
@@ -49,13 +49,16 @@ def export(
     progress: bool = True,
     name: str | None = None,
     allow_pickle: bool = False,
+    cache: bool | str = "auto",
 ) -> ExportResult:
     """Export ``model`` to ONNX and check the file in ONNX Runtime at a shape other than the sample's.
 
     ``model``: a ``torch.nn.Module`` (then ``sample`` is needed: a tensor, tuple or dict), a Hugging
     Face model object, a local Hugging Face folder, or a hub id. ``exporter="auto"`` tries the
     dynamo exporter, then TorchScript; the result says which was used and why the other was not.
-    ``name`` names the model in results and in the default output folder. A PyTorch checkpoint file
+    ``name`` names the model in results and in the default output folder. ``cache`` (``"auto"``: for causal
+    LMs) exports a decoder with its key/value cache, one graph for prefill and decode (see
+    :mod:`onnx_nb.generation`); ``cache=False`` exports logits for a whole sequence. A PyTorch checkpoint file
     (``.pt``, ``.pth``, ``.ckpt``) is loaded with ``weights_only=True``; one that pickles a whole model
     needs ``allow_pickle=True``, for files you trust (unpickling can run arbitrary code).
     """
@@ -70,27 +73,44 @@ def export(
 
         source = resolve(model, task, allow_pickle)
         source.name = label
+        if cache not in ("auto", True, False):
+            raise InvalidArgumentError(f"cache={cache!r}: use True, False or 'auto' (for causal language models).")
+        if cache is not False and source.kind != "module":
+            from .generation import is_causal_lm, layout_of
+
+            if is_causal_lm(source.model):
+                source.cache_layout = layout_of(source.model)
+            elif cache is True:
+                raise InvalidArgumentError(f"cache=True is for causal language models (*ForCausalLM); "
+                                           f"{type(source.model).__name__} is not one.")
         steps.step("preparing sample inputs")
         return _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)
 
 
 def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic: Any,
             exporter: str, steps: Steps) -> ExportResult:
-    from .wrap import FlatModule, eval_mode, signature_module
+    from .sources import flat_module
+    from .wrap import eval_mode, signature_module
 
     model = source.model
     s = build_sample(source, sample, dynamic)
     warnings_seen: list[str] = []
     with eval_mode(model):
-        flat = FlatModule(model, s.names, s.as_kwargs, hf_call_kwargs(source))
+        flat = flat_module(source, s.names, s.as_kwargs)
         try:
             before = flat.discover(s.tensors)
         except OnnxNbError:
             raise
         except Exception as exc:
             raise _sample_failed(model, s, exc) from exc
-        fixed = _probe_axes(source, flat, s) if dynamic is True else []
-        probe, after, out_axes = _grown_check(s, flat, before, warnings_seen)
+        if source.cache_layout is not None:
+            probe, after, out_axes = _cache_check(source, flat, s)
+            fixed: list[Any] = []
+            if exporter == "auto":
+                exporter = "torchscript"
+        else:
+            fixed = _probe_axes(source, flat, s) if dynamic is True else []
+            probe, after, out_axes = _grown_check(s, flat, before, warnings_seen)
         source.sample = s.as_dict()
         source.input_axes = dict(s.axes)
         source.as_kwargs = s.as_kwargs
@@ -99,7 +119,7 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
             sum(b.numel() * b.element_size() for b in model.buffers())
         check_space(target.parent, param_bytes)
         order = ["dynamo", "torchscript"] if exporter == "auto" else [exporter]
-        attempts: dict[str, str] = {}
+        attempts: dict[str, str] = {} if source.cache_layout is None else {"dynamo": CACHE_NOT_DYNAMO}
         errors: dict[str, BaseException] = {}
         logs: dict[str, str] = {}
         started = time.perf_counter()  # export time counts every attempt, failed ones included
@@ -139,6 +159,27 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
                 return _result(target, files, name, attempts, seconds, warnings_seen, source, check, s,
                                fixed, dynamic, unverified)
     raise _all_failed(model, flat, s, attempts, errors, logs)
+
+
+CACHE_NOT_DYNAMO = ("not tried for a decoder with its cache: the mask spans past_sequence + sequence, a sum of two "
+                    "dynamic axes that torch.export cannot declare; TorchScript traces it")
+
+
+def _cache_check(source: ModelSource, flat: Any, s: Any) -> tuple[Any, Any, Any]:
+    """A second decode-step sample (other batch, new and cached lengths) and PyTorch's outputs there, for the
+    export's check; the output axes of a cache graph are known."""
+    import torch
+
+    from . import generation
+    from .inputs import Sample
+
+    layout = source.cache_layout
+    other = generation.cache_sample(source.model, layout, seed=1, batch=3, sequence=2, past=6)
+    probe = Sample(list(s.names), [other[n] for n in s.names], False, dict(s.axes))
+    with torch.no_grad():
+        after = flat.flat(*probe.tensors)
+    axes = generation.cache_axes(layout)
+    return probe, after, {n: axes[n] for n in flat.output_names} if s.axes else {}
 
 
 def _probe_axes(source: ModelSource, flat: Any, s: Any) -> list[Any]:

@@ -154,6 +154,22 @@ class OnnxMagics(Magics):
                                                    **specs.autotune_kwargs(args)))
 
     @line_magic
+    @_apply(specs.GENERATE)
+    def onnx_generate(self, line: str) -> Any:
+        """Generate with a decoder exported with its cache: ``%onnx_generate result "Once upon a time"
+        [--max-new-tokens 20] [--sample --temperature 0.8 --top-k 50 --top-p 0.9]``. Tokens stream in as
+        they come."""
+        args = parse_argstring(self.onnx_generate, line)
+        from .generation import generate
+
+        model = self._model(args.model, line)
+        stream = _Stream()
+        result = _short(lambda: generate(model, specs.generate_prompt(args), **specs.generate_kwargs(args),
+                                         stream=stream))
+        stream.close()
+        return self._shown("onnx_generate", result)
+
+    @line_magic
     @_apply(specs.PIPELINE)
     def onnx_pipeline(self, line: str) -> Any:
         """The whole pipeline with a report: ``%onnx_pipeline model [--quantize dynamic] [--html report.html]``."""
@@ -172,3 +188,25 @@ def _similar(a: str, b: str) -> bool:
     import difflib
 
     return difflib.SequenceMatcher(None, a.lower(), b.lower()).ratio() >= 0.75
+
+
+class _Stream:
+    """Shows the tokens of a generation as they come (a line updated in place in a notebook)."""
+
+    def __init__(self) -> None:
+        self.steps: list[list[int]] = []
+        self.handle: Any = None
+
+    def __call__(self, tokens: list[int]) -> None:
+        from IPython.display import display
+
+        self.steps.append(tokens)
+        text = " | ".join(" ".join(str(step[i]) for step in self.steps) for i in range(len(tokens)))
+        if self.handle is None:
+            self.handle = display({"text/plain": f"generating: {text}"}, raw=True, display_id=True)
+        else:
+            self.handle.update({"text/plain": f"generating: {text}"}, raw=True)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.update({"text/plain": f"generated {len(self.steps)} step(s)"}, raw=True)

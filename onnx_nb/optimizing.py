@@ -107,6 +107,8 @@ def has_mask_input(path: Path) -> bool:
 
     inputs = {i.name: i for i in signature(load_proto(path))[0]}
     mask = inputs.get("attention_mask")
+    if any(n.startswith("past_key_values.") for n in inputs):  # a decoder with its cache: nothing to unpad
+        return False
     return mask is not None and len(mask.shape) == 2 and isinstance(mask.shape[1], str)
 
 

@@ -74,6 +74,22 @@ def build_sample(source: ModelSource, sample: Any, dynamic: Any = True) -> Any:
     """Named sample tensors with dynamic axes for a resolved model (an ``inputs.Sample``)."""
     from . import inputs
 
+    if source.cache_layout is not None:
+        from . import generation
+
+        layout = source.cache_layout
+        given = dict(sample) if sample is not None else generation.cache_sample(source.model, layout)
+        names = generation.input_names(layout)
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise inputs.SampleError(f"A decoder with its cache takes {', '.join(names[:4])}, ...; the sample lacks "
+                                     f"{', '.join(missing[:3])}. Leave sample=None for one built from the config.")
+        axes = generation.cache_axes(layout)
+        s = inputs.Sample(names, [inputs.to_tensor(given[n], n) for n in names], False,
+                          {n: axes[n] for n in names})
+        if not dynamic:
+            s.axes = {}
+        return s
     if source.kind == "module":
         s = inputs.normalise(source.model, sample)
         s.axes = inputs.default_axes(s)
@@ -87,6 +103,19 @@ def build_sample(source: ModelSource, sample: Any, dynamic: Any = True) -> Any:
     elif not dynamic:
         s.axes = {}
     return s
+
+
+def flat_module(source: ModelSource, names: list[str], as_kwargs: bool) -> Any:
+    """The model as one flat ``forward(*tensors)`` (a :class:`wrap.FlatModule`): a decoder exported with its
+    cache goes through :class:`generation.DecoderWithCache`, every other Hugging Face model gets its call
+    keywords (no cache, ModelOutput results)."""
+    from .wrap import FlatModule
+
+    if source.cache_layout is not None:
+        from .generation import DecoderWithCache
+
+        return FlatModule(DecoderWithCache(source.model, source.cache_layout), names, False, {})
+    return FlatModule(source.model, names, as_kwargs, hf_call_kwargs(source))
 
 
 def hf_call_kwargs(source: ModelSource) -> dict[str, Any]:

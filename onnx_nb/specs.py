@@ -125,6 +125,22 @@ PIPELINE: list[Spec] = [
     (("--json",), {"action": "store_true", "help": "print the report as JSON"}, "cli"),
 ]
 
+GENERATE: list[Spec] = [
+    (("model",), {"help": "a decoder exported with its cache: an .onnx file, or a variable holding an ExportResult"},
+     "both"),
+    (("prompt",), {"nargs": "*", "help": "prompt text (needs a tokenizer: the export's, or --tokenizer)"}, "both"),
+    (("--ids",), {"help": "the prompt as token ids instead, comma-separated; ';' between prompts"}, "both"),
+    (("--tokenizer",), {"help": "a folder with the tokenizer (default: the export's own)"}, "both"),
+    (("--max-new-tokens",), {"type": int, "default": 20, "help": "tokens to generate (default 20)"}, "both"),
+    (("--sample",), {"action": "store_true", "help": "sample instead of greedy decoding"}, "both"),
+    (("--temperature",), {"type": float, "default": 1.0}, "both"),
+    (("--top-k",), {"type": int, "default": 0}, "both"),
+    (("--top-p",), {"type": float, "default": 1.0}, "both"),
+    (("--seed",), {"type": int, "default": 0}, "both"),
+    (("--providers",), {"default": "cpu", "help": "the execution provider (cpu, cuda, ...)"}, "both"),
+    (("--json",), {"action": "store_true", "help": "print the result as JSON"}, "cli"),
+]
+
 DEMO: list[Spec] = [
     (("--out",), {"default": "onnx_nb_out/demo",
                   "help": "folder for the demo's files (default ./onnx_nb_out/demo)"}, "cli"),
@@ -201,3 +217,30 @@ def pipeline_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
             "quantize": None if ns.quantize == "none" else ns.quantize,
             "providers": [p for p in ns.providers.split(",") if p], "shapes": parse_shapes(ns.shapes),
             "out": ns.out, "overwrite": ns.overwrite, "isolate": ns.isolate or None}
+
+
+def generate_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments for :func:`onnx_nb.generate` from parsed ``GENERATE`` arguments (the prompt aside)."""
+    tokenizer = None
+    if ns.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(ns.tokenizer)
+    return {"max_new_tokens": ns.max_new_tokens, "do_sample": ns.sample, "temperature": ns.temperature,
+            "top_k": ns.top_k, "top_p": ns.top_p, "seed": ns.seed, "provider": ns.providers.split(",")[0],
+            "tokenizer": tokenizer}
+
+
+def generate_prompt(ns: argparse.Namespace) -> Any:
+    """The prompt(s): token ids from ``--ids`` (``1,2,3;4,5``), else the prompt text."""
+    from .errors import InvalidArgumentError
+
+    if ns.ids:
+        text = ns.ids.strip().strip("'\"")
+        try:
+            return [[int(t) for t in part.split(",") if t.strip()] for part in text.split(";") if part.strip()]
+        except ValueError:
+            raise InvalidArgumentError(f"--ids {ns.ids!r}: give token ids like 5,6,7 (';' between prompts).") from None
+    if not ns.prompt:
+        raise InvalidArgumentError("Give a prompt: text (with a tokenizer) or --ids 5,6,7.")
+    return " ".join(ns.prompt)

@@ -176,6 +176,8 @@ CASES: list[Case] = [
      lambda w: onnx_nb.quantize(w.path, method="static", calibration=[], out=w.root / "q3.onnx")),
     ("autotune-unknown-metric", "autotune()", onnx_nb.InvalidArgumentError, r"metric='speed'",
      lambda w: onnx_nb.autotune(w.result, metric="speed")),
+    ("generate-not-a-decoder", "generate()", onnx_nb.InvalidArgumentError,
+     r"not a decoder exported with its cache .*cache=True", lambda w: onnx_nb.generate(w.path, [[1, 2]])),
     ("quant-debug-no-reference", "quant_debug()", onnx_nb.InvalidArgumentError, r"fp32 parent",
      lambda w: onnx_nb.quant_debug(w.path, w.model)),
     # report, magics (short UsageError naming the onnx-nb error), command line (exit 2, no traceback)
@@ -196,6 +198,8 @@ CASES: list[Case] = [
      magic("onnx_optimize nowhere.onnx")),
     ("magic-autotune-unknown-metric", "%onnx_autotune", UsageError, r"invalid choice: 'speed'",
      magic("onnx_autotune res --metric speed")),
+    ("magic-generate-no-prompt", "%onnx_generate", UsageError, r"^InvalidArgumentError: Give a prompt",
+     magic("onnx_generate res")),
 ]
 
 CLI_CASES: list[tuple[str, list[str], str]] = [
@@ -206,6 +210,7 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     ("cli-quantize-static-no-data", ["quantize", "{path}", "--method", "static"], r"CalibrationError|calibration"),
     ("cli-autotune-not-onnx", ["autotune", "{text}"], r"InvalidModelError: .*notes\.onnx"),
     ("cli-demo-out-is-a-file", ["demo", "--out", "{kept}"], r"OutputExistsError|is a file"),
+    ("cli-generate-not-a-decoder", ["generate", "{path}", "--ids", "1,2"], r"not a decoder exported with its cache"),
     # pipeline reports a failed step (exit 1) with the same error, rather than raising
     ("cli-pipeline-missing", ["pipeline", "{root}/nowhere"], r"ModelNotFoundError: No such folder"),
 ]

@@ -105,8 +105,8 @@ def test_real_models_keep_passing(minilm_dir: Path, tmp_path: Path) -> None:
     assert report, repr(report)
     assert all((r.tolerance.max_scaled or 0) <= 1e-3 and r.tolerance.min_cosine >= 0.999
                for r in report.rows if r.tolerance)
-    gpt2 = onnx_nb.check_parity(onnx_nb.export(tiny_models.build("gpt2"), out=tmp_path / "g.onnx", progress=False),
-                                progress=False)
+    gpt2 = onnx_nb.check_parity(onnx_nb.export(tiny_models.build("gpt2"), out=tmp_path / "g.onnx", cache=False,
+                                                progress=False), progress=False)
     assert gpt2, repr(gpt2)
 
 
@@ -167,6 +167,23 @@ def test_cnn_runs_at_another_image_size(tmp_path: Path) -> None:
     got = ort.InferenceSession(str(result.path)).run(None, {"x": x.numpy()})[0]
     with torch.no_grad():
         np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-18)
+
+
+def test_hf_cnn_runs_at_another_image_size(tmp_path: Path) -> None:
+    import transformers
+
+    config = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=3,
+                                       image_size=32)
+    torch.manual_seed(0)
+    model = transformers.ResNetForImageClassification(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "r.onnx", progress=False)
+    assert result.inputs[0].shape == ["batch", 3, "height", "width"]
+    x = torch.randn(1, 3, 48, 64)
+    got = ort.InferenceSession(str(result.path)).run(None, {"pixel_values": x.numpy()})[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(pixel_values=x).logits.numpy(), atol=1e-5)
+    report = onnx_nb.check_parity(result, progress=False)
+    assert report and "batch=1, height=65, width=65" in [r.shape for r in report.rows]
 
 
 def test_vit_keeps_its_size_and_says_why(tiny_dirs: dict[str, Path], tmp_path: Path) -> None:

@@ -58,6 +58,11 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
             f"onnxruntime build; available here: "
             f"{', '.join(p.short for p in sessions.resolve('available'))}. "
             "Install the matching onnxruntime package (e.g. onnxruntime-gpu for cuda), or use providers=('cpu',).")
+    generative = _generative(reference, onnx_model)
+    if generative is not None:  # a decoder with its cache: parity is generation parity
+        from ..generation import generation_parity
+
+        return generation_parity(generative[0], generative[1], providers=providers, progress=progress)
     ref, path = resolve_reference(reference, onnx_model, sample, seed)
     proto = load_proto(path)
     precision = precision_of(proto)
@@ -112,6 +117,16 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     return ParityReport(model=path.name, reference=ref.label, precision=precision, rows=rows,
                         shapes={tag: {k: list(v.shape) for k, v in feed.items()} for tag, feed, _ in cases},
                         divergence=divergence, notes=list(dict.fromkeys(notes)), unverified=unverified)
+
+
+def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:
+    """(export, file) when the file under test belongs to a decoder exported with its cache (the export itself,
+    a variant of it, or any file checked against it): such files are checked by generating."""
+    candidate = onnx_model if onnx_model is not None else reference
+    for export in (export_of(reference), export_of(candidate)):
+        if export is not None and export.cache_layout is not None:
+            return export, getattr(candidate, "path", candidate)
+    return None
 
 
 def export_of(model: Any) -> Any:

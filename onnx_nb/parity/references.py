@@ -54,8 +54,8 @@ def to_numpy(sample: Any) -> dict[str, np.ndarray]:
 
 def torch_reference(source: Any, sample: Any, label: str, exporter: str | None = None) -> Reference:
     """From a resolved :class:`ModelSource` (model loaded) and an optional user sample."""
-    from ..sources import build_sample, hf_call_kwargs
-    from ..wrap import FlatModule, eval_mode
+    from ..sources import build_sample, flat_module
+    from ..wrap import eval_mode
 
     if sample is None and source.sample:
         tensors = dict(source.sample)
@@ -68,7 +68,7 @@ def torch_reference(source: Any, sample: Any, label: str, exporter: str | None =
         from ..sources import natural_axes
 
         s.axes = natural_axes(source, s)
-    flat = FlatModule(source.model, s.names, s.as_kwargs, hf_call_kwargs(source))
+    flat = flat_module(source, s.names, s.as_kwargs)
     with eval_mode(source.model):
         try:
             flat.discover(s.tensors)

@@ -24,12 +24,14 @@ class ModelSource:
     sample: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     input_axes: dict[str, dict[int, str]] = field(default_factory=dict)
     as_kwargs: bool = True
+    cache_layout: Any = None  # generation.CacheLayout when the export is a decoder with its key/value cache
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "location": self.location,
                 "task": self.task, "model_type": self.model_type,
                 "sample_shapes": {k: list(v.shape) for k, v in self.sample.items()},
-                "input_axes": {k: {str(a): n for a, n in v.items()} for k, v in self.input_axes.items()}}
+                "input_axes": {k: {str(a): n for a, n in v.items()} for k, v in self.input_axes.items()},
+                "cache_layout": self.cache_layout.to_dict() if self.cache_layout is not None else None}
 
 
 @dataclass
@@ -54,6 +56,12 @@ class ExportResult:
 
     def __bool__(self) -> bool:
         return bool(self.check.get("passed", True)) and not self.unverified
+
+    @property
+    def cache_layout(self) -> Any:
+        """The key/value cache layout (layers, kv heads, head size, dtype, bytes per token) of a decoder
+        exported with its cache; None otherwise."""
+        return self.source.cache_layout
 
     @property
     def status(self) -> str:
@@ -105,6 +113,8 @@ class ExportResult:
                      "UNVERIFIED: the trace recorded one branch (see below)"))
         if self.fixed_axes:
             rows.append(("fixed axes", "; ".join(f.text() for f in self.fixed_axes)))
+        if self.cache_layout is not None:
+            rows.append(("key/value cache", self.cache_layout.text()))
         return rows
 
     def _check_text(self) -> str:

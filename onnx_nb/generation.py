@@ -1,0 +1,482 @@
+"""Generative decoders with a key/value cache: the export layout, the generation loop in ONNX Runtime, and
+generation parity against PyTorch.
+
+One graph serves prefill and decode (as Optimum's merged decoder and onnxruntime-genai do): it takes
+``input_ids``, ``attention_mask`` (over past + new tokens), ``position_ids`` and, per layer,
+``past_key_values.{i}.key`` / ``.value`` of shape ``[batch, kv_heads, past_sequence, head_size]``
+(``past_sequence`` is 0 at the first step), and returns ``logits`` and ``present.{i}.key`` / ``.value``.
+Only imported by functions that already need torch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import InvalidArgumentError, SampleError
+from .render import CSS, esc, html_table, human_bytes, text_table
+
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+PAST = "past_key_values.{}.{}"
+PRESENT = "present.{}.{}"
+SAMPLE_BATCH, SAMPLE_SEQUENCE, SAMPLE_PAST = 2, 4, 3
+
+
+def is_causal_lm(model: Any) -> bool:
+    return type(model).__name__.endswith(CAUSAL_SUFFIXES) and not getattr(
+        getattr(model, "config", None), "is_encoder_decoder", False)
+
+
+@dataclass
+class CacheLayout:
+    """How the key/value cache of a decoder is laid out, and what it costs per token."""
+
+    layers: int
+    kv_heads: int
+    head_size: int
+    dtype: str = "float32"
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_size * int(np.dtype(self.dtype).itemsize)
+
+    def text(self) -> str:
+        return (f"{self.layers} layers x (key + value) x {self.kv_heads} kv heads x {self.head_size} head size, "
+                f"{self.dtype}: {human_bytes(self.bytes_per_token)} per token")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layers": self.layers, "kv_heads": self.kv_heads, "head_size": self.head_size, "dtype": self.dtype,
+                "bytes_per_token": self.bytes_per_token}
+
+
+def _layers_of(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return [(k, v) for k, v in cache]  # a legacy tuple of (key, value) pairs
+
+
+def layout_of(model: Any) -> CacheLayout:
+    """Run the model once on one token with its cache on, and read the cache it returns."""
+    with torch.no_grad():
+        out = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, return_dict=True)
+    layers = _layers_of(out.past_key_values)
+    if not layers:
+        raise SampleError(f"{type(model).__name__} returned no key/value cache; export it with cache=False.")
+    key = layers[0][0]
+    return CacheLayout(len(layers), int(key.shape[1]), int(key.shape[3]), str(key.dtype).replace("torch.", ""))
+
+
+class DecoderWithCache(torch.nn.Module):
+    """``forward(input_ids, attention_mask, position_ids, *past) -> {logits, present.{i}.key/value}`` around
+    a Hugging Face causal LM: the flat cache tensors become the model's cache object and back."""
+
+    def __init__(self, model: Any, layout: CacheLayout) -> None:
+        super().__init__()
+        self.model = model
+        self.layout = layout
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                *past: torch.Tensor) -> dict[str, torch.Tensor]:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        for i in range(self.layout.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True, return_dict=True)
+        present = [t for k, v in _layers_of(out.past_key_values) for t in (k, v)]
+        return dict(zip(output_names(self.layout), (out.logits, *present)))
+
+
+def input_names(layout: CacheLayout) -> list[str]:
+    return ["input_ids", "attention_mask", "position_ids"] + [
+        PAST.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
+
+
+def output_names(layout: CacheLayout) -> list[str]:
+    return ["logits"] + [PRESENT.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
+
+
+def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
+            "position_ids": {0: "batch", 1: "sequence"}, "logits": {0: "batch", 1: "sequence"}}
+    for i in range(layout.layers):
+        for kv in ("key", "value"):
+            axes[PAST.format(i, kv)] = {0: "batch", 2: "past_sequence"}
+            axes[PRESENT.format(i, kv)] = {0: "batch", 2: "total_sequence"}
+    return axes
+
+
+def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SAMPLE_BATCH,
+                 sequence: int = SAMPLE_SEQUENCE, past: int = SAMPLE_PAST) -> dict[str, torch.Tensor]:
+    """A decode-step sample (by default 4 new tokens after 3 cached ones, batch 2), ids inside the vocabulary:
+    never an empty sequence, whatever the config."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = int(getattr(model.config, "vocab_size", 100) or 100)
+    b, s, p = batch, max(sequence, 1), past
+    sample: dict[str, torch.Tensor] = {
+        "input_ids": torch.randint(min(3, vocab - 1), vocab, (b, s), generator=g),
+        "attention_mask": torch.ones(b, p + s, dtype=torch.long),
+        "position_ids": torch.arange(p, p + s).expand(b, s).contiguous(),
+    }
+    for i in range(layout.layers):
+        for kv in ("key", "value"):
+            sample[PAST.format(i, kv)] = torch.randn(b, layout.kv_heads, p, layout.head_size, generator=g)
+    return sample
+
+
+# -- running the file ------------------------------------------------------------------------------
+
+class OnnxDecoder:
+    """Prefill and decode steps over an exported decoder with a cache, in ONNX Runtime."""
+
+    def __init__(self, path: Any, provider: str = "CPUExecutionProvider", **options: Any) -> None:
+        from .sessions import session
+
+        self.session = session(path, provider, **options)
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        self.past_names = [n for n in inputs if n.startswith("past_key_values.")]
+        if "input_ids" not in inputs or not self.past_names:
+            raise InvalidArgumentError(
+                f"{path} is not a decoder exported with its cache (no past_key_values inputs); export it with "
+                "onnx_nb.export(model, cache=True).")
+        first = inputs[self.past_names[0]]
+        self.kv_heads, self.head_size = int(first.shape[1]), int(first.shape[3])
+        self.float_type = np.float16 if "float16" in first.type else np.float32
+        self.uses_positions = "position_ids" in inputs
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def empty_cache(self, batch: int) -> dict[str, np.ndarray]:
+        shape = (batch, self.kv_heads, 0, self.head_size)
+        return {n: np.zeros(shape, self.float_type) for n in self.past_names}
+
+    def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
+        """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens."""
+        positions = np.cumsum(mask, axis=1) - 1
+        feed = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64), **cache}
+        if self.uses_positions:
+            feed["position_ids"] = np.maximum(positions[:, -ids.shape[1]:], 0).astype(np.int64)
+        out = self.session.run(None, feed)
+        named = dict(zip(self.output_names, out))
+        grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
+        return named["logits"], grown
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token lists of different lengths as one left-padded batch (ids and mask)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise InvalidArgumentError("Every prompt needs at least one token.")
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), pad, np.int64)
+    mask = np.zeros((len(prompts), width), np.int64)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = p
+        mask[row, width - len(p):] = 1
+    return ids, mask
+
+
+def _pick(logits: np.ndarray, do_sample: bool, temperature: float, top_k: int, top_p: float,
+          rng: np.random.Generator) -> np.ndarray:
+    if not do_sample:
+        return np.argmax(logits, axis=-1)
+    scores = logits.astype(np.float64) / max(temperature, 1e-6)
+    if top_k:
+        kth = np.sort(scores, axis=-1)[:, -min(top_k, scores.shape[-1])][:, None]
+        scores = np.where(scores < kth, -np.inf, scores)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    if top_p < 1.0:
+        order = np.argsort(-probs, axis=-1)
+        sorted_p = np.take_along_axis(probs, order, -1)
+        keep = np.cumsum(sorted_p, -1) - sorted_p < top_p
+        mask = np.zeros_like(probs, dtype=bool)
+        np.put_along_axis(mask, order, keep, -1)
+        probs = np.where(mask, probs, 0.0)
+        probs /= probs.sum(-1, keepdims=True)
+    return np.array([rng.choice(probs.shape[-1], p=row) for row in probs])
+
+
+@dataclass
+class GenerationResult:
+    """Tokens (and text when a tokenizer is known) generated in ONNX Runtime, with timings."""
+
+    prompts: list[list[int]]
+    tokens: list[list[int]]  # the new tokens of each prompt (stopped at EOS, which is kept)
+    text: list[str] | None
+    prefill_ms: float  # time to first token
+    decode_ms: list[float] = field(default_factory=list)  # each later step
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens)
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Decode speed: new tokens after the first, per second of decode steps (batch rows counted)."""
+        steps = sum(self.decode_ms) / 1e3
+        return (self.new_tokens - len(self.tokens)) / steps if steps > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompts": self.prompts, "tokens": self.tokens, "text": self.text, "prefill_ms": self.prefill_ms,
+                "decode_ms": self.decode_ms, "tokens_per_second": self.tokens_per_second}
+
+    def __repr__(self) -> str:
+        speed = self.tokens_per_second
+        lines = [f"GenerationResult: {len(self.tokens)} prompt(s), {self.new_tokens} new tokens, first token "
+                 f"{self.prefill_ms:.1f} ms" + (f", {speed:.1f} tokens/s after it" if speed else "")]
+        for i, toks in enumerate(self.tokens):
+            lines.append(f"[{i}] " + (repr(self.text[i]) if self.text else " ".join(map(str, toks))))
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        rows = [(i, esc(self.text[i]) if self.text else esc(" ".join(map(str, t))), len(t))
+                for i, t in enumerate(self.tokens)]
+        head = esc(repr(self).splitlines()[0])
+        return f'{CSS}<div class="onnxnb"><h4>{head}</h4>{html_table(["#", "generated", "tokens"], rows)}</div>'
+
+
+def _prompts(inputs: Any, tokenizer: Any) -> list[list[int]]:
+    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
+        if tokenizer is None:
+            raise InvalidArgumentError("Text prompts need a tokenizer: pass tokenizer=..., or token ids.")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        return [list(tokenizer(t)["input_ids"]) for t in texts]
+    if hasattr(inputs, "keys"):
+        ids = np.asarray(inputs["input_ids"].numpy() if hasattr(inputs["input_ids"], "numpy") else inputs["input_ids"])
+        mask = inputs.get("attention_mask")
+        mask = np.ones_like(ids) if mask is None else np.asarray(mask.numpy() if hasattr(mask, "numpy") else mask)
+        return [[int(t) for t, m in zip(row, mrow) if m] for row, mrow in zip(ids, mask)]
+    if isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], (list, tuple)):
+        return [[int(t) for t in row] for row in inputs]  # token lists of any lengths
+    array = np.asarray(inputs.numpy() if hasattr(inputs, "numpy") else inputs)
+    rows = [array] if array.ndim == 1 else list(array)
+    return [[int(t) for t in row] for row in rows]
+
+
+def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bool = False,
+             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_token_id: int | None = None,
+             pad_token_id: int | None = None, seed: int = 0, provider: str = "cpu", tokenizer: Any = None,
+             stream: Any = None) -> GenerationResult:
+    """Generate tokens with an exported decoder (an ExportResult, a variant or an .onnx path) in ONNX
+    Runtime, keeping the key/value cache between steps.
+
+    ``inputs``: text (with a tokenizer: given, or the export's), token id lists of any lengths (batched
+    with left padding), a tokenizer's output, or an array. Greedy unless ``do_sample`` (temperature, top-k,
+    top-p). Stops at ``eos_token_id`` (the config's by default) or after ``max_new_tokens``. ``stream``:
+    called with each step's new tokens (a notebook display updates as they come).
+    """
+    from .sessions import resolve
+
+    if max_new_tokens < 1:
+        raise InvalidArgumentError("max_new_tokens must be at least 1.")
+    source = getattr(model, "source", None)
+    config = getattr(getattr(source, "model", None), "config", None)
+    tokenizer = tokenizer if tokenizer is not None else getattr(source, "preprocessor", None)
+    eos = eos_token_id if eos_token_id is not None else getattr(config, "eos_token_id", None)
+    eos_set = set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
+    pad = pad_token_id if pad_token_id is not None else (getattr(config, "pad_token_id", None) or 0)
+    decoder = OnnxDecoder(getattr(model, "path", model), resolve([provider])[0].name)
+    prompts = _prompts(inputs, tokenizer)
+    ids, mask = left_pad(prompts, pad)
+    rng = np.random.default_rng(seed)
+    cache = decoder.empty_cache(len(prompts))
+    done = np.zeros(len(prompts), bool)
+    new: list[list[int]] = [[] for _ in prompts]
+    times: list[float] = []
+    step_ids = ids
+    for _ in range(max_new_tokens):
+        start = time.perf_counter()
+        logits, cache = decoder.step(step_ids, mask, cache)
+        chosen = _pick(logits[:, -1, :], do_sample, temperature, top_k, top_p, rng)
+        times.append((time.perf_counter() - start) * 1e3)
+        for row, token in enumerate(chosen):
+            if not done[row]:
+                new[row].append(int(token))
+                done[row] = int(token) in eos_set
+        if stream is not None:
+            stream([int(t) for t in chosen])
+        if done.all():
+            break
+        step_ids = np.where(done, pad, chosen)[:, None].astype(np.int64)
+        mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)
+    text = [tokenizer.decode(t, skip_special_tokens=True) for t in new] if tokenizer is not None else None
+    return GenerationResult(prompts, new, text, times[0], times[1:])
+
+
+# -- generation parity -----------------------------------------------------------------------------
+
+NEAR_TIE = 1e-3  # PyTorch's logit margin between its pick and ONNX's (relative to the logits' scale): a tie below
+
+
+@dataclass
+class TokenCheck:
+    """Greedy tokens of ONNX against PyTorch ``generate(do_sample=False)`` for one prompt."""
+
+    prompt: int
+    onnx: list[int]
+    torch: list[int]
+    first_difference: int | None  # step where they differ, None if identical
+    near_tie: bool  # PyTorch's margin between the two picks was within tolerance: a tie, not a divergence
+    gap: float | None  # that margin (PyTorch's logit of its pick minus that of ONNX's pick)
+
+    @property
+    def verdict(self) -> str:
+        if self.first_difference is None:
+            return "identical"
+        return "near-tie" if self.near_tie else "DIVERGED"
+
+
+def default_prompts(model: Any, count: int = 3, seed: int = 0) -> list[list[int]]:
+    """Prompts of different lengths (3, 6, 9 tokens) with ids inside the vocabulary, clear of special ids."""
+    vocab = int(getattr(model.config, "vocab_size", 100) or 100)
+    rng = np.random.default_rng(seed)
+    low = min(3, vocab - 1)
+    return [list(map(int, rng.integers(low, vocab, 3 * (i + 1)))) for i in range(count)]
+
+
+def torch_greedy(model: Any, prompts: list[list[int]], max_new_tokens: int, pad: int) -> list[list[int]]:
+    out = []
+    for p in prompts:  # one prompt at a time: PyTorch's own reference, with no padding in play
+        with torch.no_grad():
+            ids = torch.tensor([p])
+            full = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                  min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
+                                  eos_token_id=None)
+        out.append([int(t) for t in full[0, len(p):]])
+    return out
+
+
+def teacher_forced(model: Any, decoder: OnnxDecoder, prompts: list[list[int]], continuations: list[list[int]],
+                   pad: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """``(step, onnx logits, torch logits)`` for the batch fed the same tokens step by step (left-padded,
+    cache kept on both sides): step 0 is the prefill, later steps decode one token each."""
+    ids, mask = left_pad(prompts, pad)
+    cache = decoder.empty_cache(len(prompts))
+    t_ids, t_mask = torch.from_numpy(ids), torch.from_numpy(mask)
+    past = None
+    out = []
+    steps = min(len(c) for c in continuations)
+    step_ids, step_mask = ids, mask
+    for step in range(steps + 1):
+        logits, cache = decoder.step(step_ids, step_mask, cache)
+        positions = (t_mask.cumsum(1) - 1).clamp(min=0)[:, -t_ids.shape[1]:]
+        with torch.no_grad():
+            ref = model(input_ids=t_ids, attention_mask=t_mask, position_ids=positions, past_key_values=past,
+                        use_cache=True, return_dict=True)
+        past = ref.past_key_values
+        out.append((step, logits[:, -1, :], ref.logits[:, -1, :].float().numpy()))
+        if step == steps:
+            break
+        nxt = np.array([[c[step]] for c in continuations], np.int64)
+        step_mask = np.concatenate([step_mask, np.ones((len(prompts), 1), np.int64)], axis=1)
+        step_ids = nxt
+        t_ids, t_mask = torch.from_numpy(nxt), torch.from_numpy(step_mask)
+    return out
+
+
+def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]] | None = None,
+                      max_new_tokens: int = 8, providers: Any = ("cpu",), progress: bool = True) -> Any:
+    """Generation parity of a decoder exported with its cache: per-step logits under teacher forcing
+    (batched, left-padded prompts of different lengths) and greedy tokens against PyTorch's ``generate``,
+    each first difference told apart as a near-tie or a real divergence. ``path``: the file to check (a
+    variant of the export; the export's own file by default). Returns a ParityReport whose rows are per step
+    (``logits``) and per prompt (``tokens``)."""
+    from pathlib import Path
+
+    from .parity.tolerance import measure, precision_of, resolve
+    from .progress import Steps
+    from .results.parity import ParityReport, Row
+    from .sessions import resolve as resolve_providers
+
+    source = export.source
+    model = source.model
+    if model is None:
+        from .sources import resolve as resolve_source
+
+        model = resolve_source(source.location or "", source.task).model
+    from .onnxfile import load_proto
+
+    path = Path(path if path is not None else export.path)
+    precision = precision_of(load_proto(path))
+    prompts = prompts or default_prompts(model)
+    pad = getattr(model.config, "pad_token_id", None) or 0
+    rows: list[Row] = []
+    checks: list[TokenCheck] = []
+    wanted = resolve_providers(providers)
+    live = [p for p in wanted if p.available]
+    rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
+    with Steps(1 + 2 * len(live), "generation parity", progress) as bar:
+        bar.step("PyTorch greedy generate()")
+        reference = torch_greedy(model, prompts, max_new_tokens, pad)
+        for p in live:
+            decoder = OnnxDecoder(path, p.name)
+            bar.step(f"teacher-forced logits on {p.short}")
+            try:
+                forced = teacher_forced(model, decoder, prompts, reference, pad)
+                generated = generate(path, prompts, max_new_tokens=max_new_tokens, eos_token_id=-1,
+                                     pad_token_id=pad, provider=p.short)
+            except Exception as exc:  # noqa: BLE001 - ONNX Runtime's failure is a row, not a crash
+                from .errors import first_line
+
+                rows.append(Row("*", "generation", p.short, "error", note=f"{type(exc).__name__}: {first_line(exc)}"))
+                continue
+            for step, got, ref in forced:
+                tol = resolve(precision, "logits", None, None, None)
+                stats, errors = measure(got, ref, "logits")
+                verdict = errors.judge(tol)
+                tag = "prefill (left-padded batch)" if step == 0 else f"decode step {step}"
+                rows.append(Row("logits", tag, p.short, verdict["status"], tolerance=tol, max_abs=stats["max_abs"],
+                                max_rel=stats["max_rel"], mean_abs=stats["mean_abs"], frac_out=verdict["frac_out"],
+                                cosine=stats["cosine"], argmax_agreement=stats["argmax_agreement"],
+                                needed_atol=verdict["needed_atol"], note=verdict["note"], errors=errors))
+            bar.step(f"greedy tokens on {p.short}")
+            for i, (mine, theirs) in enumerate(zip(generated.tokens, reference)):
+                check = _compare_tokens(model, prompts[i], mine, theirs, i)
+                checks.append(check)
+                status = "fail" if check.verdict == "DIVERGED" else "pass"
+                note = (f"{len(mine)} greedy tokens identical to PyTorch" if check.first_difference is None else
+                        f"first difference at step {check.first_difference}: ONNX {mine[check.first_difference]}, "
+                        f"PyTorch {theirs[check.first_difference]}; PyTorch's margin {check.gap:.3g} "
+                        f"({'a near-tie: both picks are right' if check.near_tie else 'a real divergence'})")
+                rows.append(Row("tokens", f"prompt {i} ({len(prompts[i])} tokens)", p.short, status, note=note))
+    identical = sum(c.first_difference is None for c in checks)
+    ties = sum(c.verdict == "near-tie" for c in checks)
+    notes = [f"Generation parity: {len(prompts)} prompts of {', '.join(str(len(p)) for p in prompts)} tokens, "
+             f"batched with left padding for the teacher-forced logits; {max_new_tokens} greedy tokens each against "
+             f"PyTorch generate(do_sample=False): {identical} identical, {ties} near-tie(s), "
+             f"{len(checks) - identical - ties} divergence(s). A near-tie is a first difference where PyTorch's "
+             f"logits for the two picks were within {NEAR_TIE:g} of the logits' scale (random weights make them "
+             "common)."]
+    report = ParityReport(model=path.name, reference=f"PyTorch {source.name} (generate, with cache)",
+                          precision=precision, rows=rows, shapes={}, notes=notes,
+                          unverified=list(getattr(export, "unverified", []) or []), generation=checks)
+    return report
+
+
+def _compare_tokens(model: Any, prompt: list[int], mine: list[int], theirs: list[int], index: int) -> TokenCheck:
+    diff = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+    if diff is None:
+        return TokenCheck(index, mine, theirs, None, False, None)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + theirs[:diff]])).logits[0, -1].float()
+    # PyTorch's own margin between its pick and the one ONNX made: tiny means both picks are right
+    gap = float(logits[theirs[diff]] - logits[mine[diff]])
+    scale = float(logits.abs().max()) or 1.0
+    return TokenCheck(index, mine, theirs, diff, gap <= NEAR_TIE * scale, gap)
+
+
+def layout_text(export: Any) -> str:
+    layout = getattr(export, "cache_layout", None)
+    return layout.text() if layout is not None else ""
+
+
+def layout_table(layout: CacheLayout) -> str:
+    return text_table(["layers", "kv heads", "head size", "dtype", "bytes/token"],
+                      [[layout.layers, layout.kv_heads, layout.head_size, layout.dtype, layout.bytes_per_token]])

@@ -1,0 +1,164 @@
+"""Causal language models exported with their key/value cache: one graph for prefill and decode, generation in
+ONNX Runtime, and generation parity against PyTorch (tiny GPT-2, Llama, Qwen2, Phi and GPT-NeoX configs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import onnx_nb
+import tiny_models
+from onnx_nb.generation import CacheLayout, _compare_tokens, default_prompts
+
+DECODERS = ["gpt2", "llama", "qwen2", "phi", "gpt_neox"]
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, onnx_nb.ExportResult]:
+    folder = tmp_path_factory.mktemp("decoders")
+    return {name: onnx_nb.export(tiny_models.build(name), out=folder / f"{name}.onnx", progress=False)
+            for name in DECODERS}
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_cache_graph_and_generation_parity(exports: dict[str, onnx_nb.ExportResult], name: str) -> None:
+    result = exports[name]
+    model = result.source.model
+    layers = model.config.num_hidden_layers
+    assert result, repr(result)
+    assert [i.name for i in result.inputs][:3] == ["input_ids", "attention_mask", "position_ids"]
+    assert [i.name for i in result.inputs][3:5] == ["past_key_values.0.key", "past_key_values.0.value"]
+    assert len(result.inputs) == 3 + 2 * layers and len(result.outputs) == 1 + 2 * layers
+    past = result.inputs[3]
+    assert past.shape[0] == "batch" and past.shape[2] == "past_sequence"
+    assert result.outputs[1].name == "present.0.key" and result.outputs[1].shape[2] == "total_sequence"
+    layout = result.cache_layout
+    assert isinstance(layout, CacheLayout) and layout.layers == layers and layout.kv_heads == past.shape[1]
+    assert layout.bytes_per_token == 2 * layers * layout.kv_heads * layout.head_size * 4
+    assert "key/value cache" in repr(result) and "per token" in result._repr_html_()
+
+    report = onnx_nb.check_parity(result, progress=False)
+    assert report, repr(report)
+    steps = [r for r in report.rows if r.output == "logits"]
+    assert steps[0].shape == "prefill (left-padded batch)" and len(steps) == 9  # prefill + 8 decode steps
+    assert all((r.cosine or 0) > 0.99999 for r in steps)
+    assert [r.output for r in report.rows].count("tokens") == 3
+    assert all(c.verdict in ("identical", "near-tie") for c in report.generation)
+    assert "Generation parity: 3 prompts of 3, 6, 9 tokens" in report.notes[0]
+
+
+def test_generate_matches_pytorch(exports: dict[str, onnx_nb.ExportResult]) -> None:
+    result = exports["llama"]
+    model = result.source.model
+    prompts = default_prompts(model)
+    batch = onnx_nb.generate(result, prompts, max_new_tokens=6, eos_token_id=-1)  # left-padded batch
+    for prompt, tokens in zip(prompts, batch.tokens):
+        with torch.no_grad():
+            ids = torch.tensor([prompt])
+            want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, min_new_tokens=6,
+                                  do_sample=False, pad_token_id=0)[0, len(prompt):].tolist()
+        assert tokens == want
+        alone = onnx_nb.generate(result, [prompt], max_new_tokens=6, eos_token_id=-1)
+        assert alone.tokens[0] == tokens, "batching with left padding changes nothing"
+    assert batch.prefill_ms > 0 and len(batch.decode_ms) == 5 and batch.tokens_per_second
+    assert "GenerationResult" in repr(batch)
+
+
+def test_sampling_eos_and_inputs(exports: dict[str, onnx_nb.ExportResult]) -> None:
+    result = exports["gpt2"]
+    prompt = [[5, 6, 7, 8]]
+    greedy = onnx_nb.generate(result, prompt, max_new_tokens=5, eos_token_id=-1)
+    top1 = onnx_nb.generate(result, prompt, max_new_tokens=5, do_sample=True, top_k=1, eos_token_id=-1)
+    assert top1.tokens == greedy.tokens, "top-k 1 sampling is greedy"
+    a = onnx_nb.generate(result, prompt, max_new_tokens=8, do_sample=True, temperature=5.0, seed=3, eos_token_id=-1)
+    b = onnx_nb.generate(result, prompt, max_new_tokens=8, do_sample=True, temperature=5.0, seed=3, eos_token_id=-1)
+    c = onnx_nb.generate(result, prompt, max_new_tokens=8, do_sample=True, temperature=5.0, seed=4, eos_token_id=-1)
+    assert a.tokens == b.tokens and a.tokens != c.tokens
+    nucleus = onnx_nb.generate(result, prompt, max_new_tokens=8, do_sample=True, top_p=1e-6, eos_token_id=-1)
+    assert nucleus.tokens == onnx_nb.generate(result, prompt, max_new_tokens=8, eos_token_id=-1).tokens
+    first = greedy.tokens[0][0]
+    stopped = onnx_nb.generate(result, prompt, max_new_tokens=5, eos_token_id=first)
+    assert stopped.tokens[0] == [first], "stops at EOS (kept)"
+    streamed: list[list[int]] = []
+    onnx_nb.generate(result, {"input_ids": np.array(prompt), "attention_mask": np.ones((1, 4))}, max_new_tokens=3,
+                     eos_token_id=-1, stream=streamed.append)
+    assert [s[0] for s in streamed] == greedy.tokens[0][:3]
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="need a tokenizer"):
+        onnx_nb.generate(result, "hello", max_new_tokens=2)
+
+
+def test_text_in_text_out(minilm_dir: Path, tmp_path: Path) -> None:
+    """With a tokenizer, prompts and results are text."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    config = transformers.AutoConfig.for_model("gpt2", n_embd=32, n_layer=1, n_head=2, vocab_size=tokenizer.vocab_size,
+                                               n_positions=64)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "g.onnx", progress=False)
+    out = onnx_nb.generate(result, ["the cat sat", "a much longer prompt about dogs"], tokenizer=tokenizer,
+                           max_new_tokens=4, eos_token_id=-1)
+    assert out.text is not None and len(out.text) == 2 and all(isinstance(t, str) and t for t in out.text)
+
+
+def test_exact_tie_is_a_near_tie() -> None:
+    model = tiny_models.build("gpt2")
+    prompt = [5, 6, 7]
+    with torch.no_grad():
+        top = int(torch.argmax(model(input_ids=torch.tensor([prompt])).logits[0, -1]))
+        other = (top + 1) % 100
+        model.lm_head.weight[other] = model.lm_head.weight[top]  # identical rows: identical logits
+    check = _compare_tokens(model, prompt, [other], [top], 0)
+    assert check.verdict == "near-tie" and check.gap == pytest.approx(0.0, abs=1e-6)
+    with torch.no_grad():
+        low = int(torch.argmin(model(input_ids=torch.tensor([prompt])).logits[0, -1]))
+    far = _compare_tokens(model, prompt, [low], [top], 0)
+    assert far.verdict == "DIVERGED" and far.gap is not None and far.gap > 0
+    assert _compare_tokens(model, prompt, [top], [top], 0).verdict == "identical"
+
+
+def test_a_damaged_decoder_diverges(exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
+    result = exports["gpt2"]
+    proto = onnx.load(str(result.path))
+    inits = {i.name: i for i in proto.graph.initializer}
+    matmul = [n for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and any(i in inits for i in n.input)]
+    biggest = inits[next(i for i in matmul[len(matmul) // 2].input if i in inits)]
+    weight = onnx.numpy_helper.to_array(biggest)
+    noise = np.random.default_rng(0).normal(0, 5 * float(weight.std()), weight.shape).astype(weight.dtype)
+    biggest.CopyFrom(onnx.numpy_helper.from_array(noise, biggest.name))
+    bad = tmp_path / "bad.onnx"
+    onnx.save(proto, str(bad))
+    report = onnx_nb.check_parity(result, bad, progress=False)
+    assert not report and any(r.status == "fail" and r.output == "logits" for r in report.rows)
+    assert any(c.verdict == "DIVERGED" for c in report.generation)
+
+
+def test_cache_false_keeps_whole_sequence_logits(tmp_path: Path) -> None:
+    result = onnx_nb.export(tiny_models.build("gpt2"), out=tmp_path / "g.onnx", cache=False, progress=False)
+    assert [i.name for i in result.inputs] == ["input_ids", "attention_mask"]
+    assert [o.name for o in result.outputs] == ["logits"] and result.cache_layout is None
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="not a decoder exported with its cache"):
+        onnx_nb.generate(result, [[1, 2]], max_new_tokens=2)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="cache=True is for causal language models"):
+        onnx_nb.export(tiny_models.build("bert"), out=tmp_path / "b.onnx", cache=True, progress=False)
+
+
+def test_magic_and_cli(ip: object, exports: dict[str, onnx_nb.ExportResult]) -> None:
+    import json
+    import subprocess
+    import sys
+
+    result = exports["gpt2"]
+    want = onnx_nb.generate(result, [[5, 6, 7], [8, 9]], max_new_tokens=3).tokens
+    ip.user_ns["dec"] = result  # type: ignore[attr-defined]
+    out = ip.run_line_magic("onnx_generate", "dec --ids '5,6,7;8,9' --max-new-tokens 3")  # type: ignore[attr-defined]
+    assert isinstance(out, onnx_nb.GenerationResult) and out.tokens == want
+    done = subprocess.run([sys.executable, "-m", "onnx_nb.cli", "generate", str(result.path), "--ids", "5,6,7",
+                           "--max-new-tokens", "3", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tokens"] == [want[0]]
