@@ -203,6 +203,14 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
         raise InvalidArgumentError(f"level={level!r}: use 'disable', 'basic', 'extended' or 'all'.")
     entries = _models(models)
     backends = _backends(providers)
+    if _has_cache(entries[0][2]):  # a decoder with its cache: prefill and decode steps, not one forward
+        from .generation import benchmark_generation
+
+        source = getattr(reference, "source", None) or getattr(entries[0][1], "source", None)
+        model = reference if reference is not None and not hasattr(reference, "source") else \
+            getattr(source, "model", None)
+        return benchmark_generation(entries, model, backends, shapes, warmup, runs, min_seconds, threads, clock,
+                                    progress)
     ref = None
     if reference is not None:
         from .sources import resolve as resolve_source
@@ -292,6 +300,15 @@ def remeasure(kept: list[tuple[LatencyRow, Any]], clock: Clock, threads: int | N
                     f"re-measured at {again:.3g} ms against p50 {row.p50_ms:.3g} ms ({ratio:.1f}x apart): the "
                     "machine was busy during one of them")
     kept.clear()
+
+
+def _has_cache(path: Path) -> bool:
+    from .onnxfile import load_proto
+
+    try:
+        return any(i.name.startswith("past_key_values.") for i in load_proto(path).graph.input)
+    except Exception:  # noqa: BLE001 - a bad file fails later, with its own clear error
+        return False
 
 
 def _total_bytes(path: Path) -> int:

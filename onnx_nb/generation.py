@@ -480,3 +480,117 @@ def layout_text(export: Any) -> str:
 def layout_table(layout: CacheLayout) -> str:
     return text_table(["layers", "kv heads", "head size", "dtype", "bytes/token"],
                       [[layout.layers, layout.kv_heads, layout.head_size, layout.dtype, layout.bytes_per_token]])
+
+
+# -- latency of generation -------------------------------------------------------------------------
+
+DEFAULT_GENERATION_SHAPES = ({"prompt": 32}, {"past": 32})
+
+
+class _OrtStep:
+    """One prefill (``past == 0``, ``length`` new tokens) or one decode step (1 token after ``past``) in ORT."""
+
+    def __init__(self, path: Any, provider: str, length: int, past: int, threads: int | None, vocab: int) -> None:
+        from .sessions import session
+
+        self.session = session(path, provider, threads=threads, level="all", map_weights=False)
+        decoder = OnnxDecoder.__new__(OnnxDecoder)
+        decoder.session = self.session
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        decoder.past_names = [n for n in inputs if n.startswith("past_key_values.")]
+        first = inputs[decoder.past_names[0]]
+        kv, head = int(first.shape[1]), int(first.shape[3])
+        rng = np.random.default_rng(0)
+        self.feed: dict[str, np.ndarray] = {
+            "input_ids": rng.integers(min(3, vocab - 1), vocab, (1, length)).astype(np.int64),
+            "attention_mask": np.ones((1, past + length), np.int64),
+            **{n: rng.standard_normal((1, kv, past, head)).astype(np.float32) for n in decoder.past_names}}
+        if "position_ids" in inputs:
+            self.feed["position_ids"] = np.arange(past, past + length)[None].astype(np.int64)
+        self.options = {"graph_level": "all", "intra_op_threads": threads or "default", "step": "prefill" if
+                        not past else "decode, cache kept"}
+
+    def __call__(self) -> None:
+        self.session.run(None, self.feed)
+
+
+class _TorchStep:
+    """PyTorch eager: a prefill with the cache on, a decode step on a cache of ``past`` tokens, or (``cache=False``)
+    the whole ``past + 1`` tokens again, which is what each new token costs without a cache."""
+
+    def __init__(self, model: Any, length: int, past: int, cache: bool, threads: int | None) -> None:
+        from transformers import DynamicCache
+
+        vocab = int(getattr(model.config, "vocab_size", 100) or 100)
+        g = torch.Generator().manual_seed(0)
+        self.model, self.cache_on, self.past = model, cache, past
+        total = past + length if not cache else length
+        self.ids = torch.randint(min(3, vocab - 1), vocab, (1, total), generator=g)
+        self.cache = None
+        if cache and past:
+            layout = layout_of(model)
+            self.cache = DynamicCache(config=model.config)
+            for i in range(layout.layers):
+                shape = (1, layout.kv_heads, past, layout.head_size)
+                self.cache.update(torch.randn(shape, generator=g), torch.randn(shape, generator=g), i)
+        self.mask = torch.ones(1, (past if cache else 0) + total, dtype=torch.long)
+        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+                        "cache": "on" if cache else "off (whole sequence each token)"}
+
+    def __call__(self) -> None:
+        with torch.inference_mode():
+            self.model(input_ids=self.ids, attention_mask=self.mask, past_key_values=self.cache,
+                       use_cache=self.cache_on, return_dict=True)
+        if self.cache is not None:
+            self.cache.crop(-self.ids.shape[1])  # the step appended its tokens: back to ``past`` for the next call
+
+
+def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backends: list[tuple[str, Any, str]],
+                         shapes: Any, warmup: int, runs: int | None, min_seconds: float, threads: int | None,
+                         clock: Any, progress: bool) -> Any:
+    """Latency of decoders exported with their cache: prefill (time to first token) at prompt lengths and one
+    decode step at past lengths (tokens/s), against PyTorch eager with its cache and without one."""
+    from functools import partial
+
+    from .benchmarking import _measure, remeasure
+    from .progress import Steps
+    from .results.latency import LatencyRow, summarize
+
+    specs = list(shapes) if shapes not in (None, "sample", "auto") else list(DEFAULT_GENERATION_SHAPES)
+    for spec in specs:
+        if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("prompt", "past"):
+            raise InvalidArgumentError(f"For a decoder with its cache, shapes are {{'prompt': N}} (prefill of N "
+                                       f"tokens) or {{'past': N}} (one token after N cached ones), not {spec!r}.")
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 100) or 100) if model is not None else 100
+    rows: list[Any] = []
+    kept: list[tuple[Any, Any]] = []
+    total = len(specs) * (len(entries) * len(backends) + (2 if model is not None else 0)) + 1
+    with Steps(total, "benchmark", progress) as steps:
+        for spec in specs:
+            length, past = (spec["prompt"], 0) if "prompt" in spec else (1, spec["past"])
+            tag = f"prefill {length} tokens" if not past else f"decode 1 token after {past}"
+            makers: list[tuple[str, str, Any]] = []
+            if model is not None:
+                makers.append(("PyTorch eager", "torch:cpu", partial(_TorchStep, model, length, past, True, threads)))
+                if past:
+                    makers.append(("PyTorch eager, no cache", "torch:cpu",
+                                   partial(_TorchStep, model, length, past, False, threads)))
+            for name, _obj, path in entries:
+                for backend, provider, reason in backends:
+                    if reason or provider is None:
+                        rows.append(LatencyRow(name, backend, tag, status="unavailable",
+                                               note=reason or "the OpenVINO runtime row is not timed for generation"))
+                        continue
+                    makers.append((name, backend, partial(_OrtStep, path, provider, length, past, threads, vocab)))
+            for name, backend, make in makers:
+                steps.step(f"{name} on {backend}: {tag}")
+                row, runner = _measure(name, backend, tag, 1, make, warmup, runs, min_seconds, clock, threads)
+                rows.append(row)
+                if runner is not None:
+                    kept.append((row, runner))
+        steps.step("re-measuring every row briefly")
+        remeasure(kept, clock, threads)
+    notes = ["Generation: a 'prefill' row is the time to first token for that prompt; a 'decode' row is one new "
+             "token after that many cached ones (throughput = tokens/s at batch 1). 'PyTorch eager, no cache' runs "
+             "the whole sequence again for each token: what the cache saves."]
+    return summarize(rows, {}, notes)

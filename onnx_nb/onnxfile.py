@@ -137,10 +137,27 @@ def check_model(path: str | Path, graph: bool = True) -> Any:
         # by path, so models over 2 GB are checked too; contrib-domain ops (com.microsoft) are skipped
         onnx.checker.check_model(str(p))
     except Exception as exc:
+        if _runtime_op(str(exc)):  # an ONNX Runtime operator in the default domain: ORT checks it on loading
+            return proto
         first = first_line(exc).rstrip(".")
         raise InvalidModelError(f"{p.name} is not a valid ONNX model: {first}. Re-export it, or fix the "
                                 "graph that produced it.") from exc
     return proto
+
+
+def _runtime_op(message: str) -> bool:
+    """Whether ``onnx.checker`` only failed on an operator that ONNX Runtime registers in the default domain
+    (its transformer optimizer writes ``SimplifiedLayerNormalization`` there for Llama-like models)."""
+    import re
+
+    match = re.search(r"No Op registered for (\w+) with domain_version", message)
+    if not match:
+        return False
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+    except ImportError:  # pragma: no cover - onnxruntime is a dependency
+        return False
+    return any(s.name == match.group(1) and s.domain in ("", "ai.onnx") for s in ort_state.get_all_operator_schema())
 
 
 def _dtype(elem_type: int) -> str:

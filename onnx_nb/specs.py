@@ -186,7 +186,7 @@ def parse_shapes(text: str) -> Any:
 
 def parity_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"atol": ns.atol, "rtol": ns.rtol, "providers": ns.providers, "shapes": parse_shapes(ns.shapes),
-            "localize": not ns.no_localize, "isolate": ns.isolate or None, "probes": not ns.no_probes}
+            "localize": not ns.no_localize, "isolate": ns.isolate or None, "probes": False if ns.no_probes else "auto"}
 
 
 def bench_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

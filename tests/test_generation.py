@@ -162,3 +162,20 @@ def test_magic_and_cli(ip: object, exports: dict[str, onnx_nb.ExportResult]) -> 
                            "--max-new-tokens", "3", "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tokens"] == [want[0]]
+
+
+def test_generation_latency(exports: dict[str, onnx_nb.ExportResult]) -> None:
+    result = exports["llama"]
+    table = onnx_nb.benchmark(result, reference=result, providers="cpu", shapes=[{"prompt": 16}, {"past": 24}],
+                              runs=5, warmup=1, progress=False)
+    got = [(r.variant, r.shape, r.status) for r in table.rows]
+    assert got == [("PyTorch eager", "prefill 16 tokens", "ok"), ("fp32", "prefill 16 tokens", "ok"),
+                   ("PyTorch eager", "decode 1 token after 24", "ok"),
+                   ("PyTorch eager, no cache", "decode 1 token after 24", "ok"),
+                   ("fp32", "decode 1 token after 24", "ok")], got
+    onnx_row = table.rows[-1]
+    assert onnx_row.speedup and onnx_row.throughput and onnx_row.batch == 1
+    assert table.rows[0].speedup == pytest.approx(1.0) and table.rows[3].speedup is not None
+    assert any("time to first token" in n for n in table.notes)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="'prompt': N"):
+        onnx_nb.benchmark(result, shapes=[{"batch": 2}], progress=False)

@@ -49,7 +49,7 @@ def by_source(cells: list[Any], start: str) -> Any:
 def test_all_tutorials_are_tested() -> None:
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
         ["01_quickstart.ipynb", "02_huggingface_tasks.ipynb", "03_debugging_parity.ipynb",
-         "04_quantization_autotune.ipynb", "05_providers_latency.ipynb"])
+         "04_quantization_autotune.ipynb", "05_providers_latency.ipynb", "06_generation.ipynb"])
 
 
 def test_quickstart(tmp_path: Path) -> None:
@@ -101,3 +101,16 @@ def test_providers_latency(name: str, tmp_path: Path) -> None:
     titles = plotly_titles(cells)
     assert "Latency per variant and backend" in titles and "Time per operator type (per run)" in titles
     assert outputs(cells[-1], WIDGET)
+
+
+def test_generation(tmp_path: Path) -> None:
+    cells = execute("06_generation.ipynb", tmp_path)
+    assert "a tiny GPT-2 from a config" in text(cells[0]), "offline, the local stand-in runs and says so"
+    assert "key/value cache" in text(by_source(cells, "result = onnx_nb.export"))
+    generated = text(by_source(cells, "out = onnx_nb.generate"))
+    assert "GenerationResult: 2 prompt(s)" in generated
+    parity = text(by_source(cells, "report = onnx_nb.check_parity"))
+    assert "Parity PASSED" in parity and "decode step 8" in parity and "greedy tokens identical" in parity
+    latency = text(by_source(cells, "table = onnx_nb.benchmark"))
+    assert "prefill 32 tokens" in latency and "PyTorch eager, no cache" in latency
+    assert "passed" in text(by_source(cells, "int8 = onnx_nb.quantize"))

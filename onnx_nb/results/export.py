@@ -98,8 +98,10 @@ class ExportResult:
         return pd.DataFrame(rows, columns=["io", "name", "dtype", "shape", "dynamic"])
 
     def _summary(self) -> list[tuple[str, str]]:
-        used = self.exporter + (f" (after {', '.join(self.fallback_reason)} failed)"
-                                if self.fallback_reason else "")
+        failed = [k for k, v in self.fallback_reason.items() if not v.startswith("not tried")]
+        skipped = [k for k, v in self.fallback_reason.items() if v.startswith("not tried")]
+        used = self.exporter + (f" (after {', '.join(failed)} failed)" if failed else "") + \
+            (f" ({', '.join(skipped)} not tried: see below)" if skipped else "")
         rows = [("model", f"{self.source.name} [{self.source.kind}]"),
                 ("task", self.source.task or "-"), ("file", str(self.path)),
                 ("exporter", used), ("opset", str(self.opset)),

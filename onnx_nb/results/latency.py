@@ -62,7 +62,10 @@ class LatencyRow:
 
 def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]) -> LatencyTable:
     """Fill in speed-ups against the PyTorch row of the same shape, and flag noise."""
-    base = {r.shape: r.p50_ms for r in rows if r.backend.startswith("torch") and r.p50_ms}
+    base: dict[str, float] = {}
+    for r in rows:  # the first PyTorch row of each shape is the baseline (others, e.g. "no cache", are compared)
+        if r.backend.startswith("torch") and r.p50_ms and r.shape not in base:
+            base[r.shape] = r.p50_ms
     for r in rows:
         if r.p50_ms and r.shape in base:
             r.speedup = base[r.shape] / r.p50_ms
