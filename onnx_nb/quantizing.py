@@ -104,6 +104,7 @@ def generated_calibration(model: Any, count: int = 16, seed: int = 0) -> list[di
 def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | None = None,
              calibration: Iterable[dict[str, Any]] | str | None = None, exclude: Sequence[str] | str | None = "auto",
              reference: Any = None, op_types: Sequence[str] | None = None, block_size: int = 32,
+             accuracy_level: int | str | None = "auto",
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, validate: bool = True,
              providers: Any = ("cpu",), sample: Any = None) -> Variant:
     """A quantized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated
@@ -112,7 +113,9 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     ``method``: ``"dynamic"`` INT8 (weights INT8, activations quantized on the fly; per-channel by
     default, which keeps transformer embeddings at cosine ≥ 0.99 where per-tensor drops), ``"static"``
     INT8 in QDQ format (needs ``calibration``: a list of input dicts, or ``"generated"`` for synthetic
-    inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only MatMulNBits (``block_size``).
+    inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only MatMulNBits (``block_size``;
+    ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
+    whose decoding is bound by reading weights, and in fp32 (None) for the rest, whose accuracy it keeps).
     ``exclude`` names nodes to keep in float; ``"auto"`` (INT8 default) quantizes once, measures every
     layer alone with :func:`quant_debug`, and keeps in float the few layers (at most 1 in 10) that fall
     more than 3 dB below the median layer's SQNR; the recipe records which.
@@ -146,7 +149,14 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
                       format="QDQ", activation_type="uint8")
         CalibrationReader(parent_of(onnx_model)[0], calib_items)  # checks shapes before any work
     if method == "int4":
-        recipe.update(block_size=block_size, symmetric=True)
+        from .onnxfile import load_proto
+
+        # a decoder with its cache: decoding reads every weight per token, so INT4 serves it with int8 compute
+        # (accuracy level 4) and its Gemm projections (GPT-2's) in INT4 too; elsewhere accuracy comes first
+        decoder = any(i.name.startswith("past_key_values.") for i in load_proto(parent_of(onnx_model)[0]).graph.input)
+        if accuracy_level == "auto":
+            accuracy_level = 4 if decoder else None
+        recipe.update(block_size=block_size, symmetric=True, accuracy_level=accuracy_level, gemm_as_matmul=decoder)
 
     def write(src: Path, staged: Path) -> list[str]:
         from .exporters import quiet
@@ -156,7 +166,9 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []):
             prepared = Path(scratch) / "prepared.onnx"
             try:
-                _quantize(method, src, prepared, staged, per_channel, excluded, op_types, calib_items, block_size)
+                _quantize(method, src, prepared, staged, per_channel, excluded, op_types, calib_items, block_size,
+                          accuracy_level if isinstance(accuracy_level, int) else None,
+                          bool(recipe.get("gemm_as_matmul")))
             except OnnxNbError:
                 raise
             except Exception as exc:
@@ -209,7 +221,8 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: dict[str, Any],
 
 
 def _quantize(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
-              op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int) -> None:
+              op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
+              accuracy_level: int | None = None, gemm_as_matmul: bool = False) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     if method == "dynamic":
@@ -234,7 +247,49 @@ def _quantize(method: str, src: Path, prepared: Path, staged: Path, per_channel:
         import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-        quantizer = MatMulNBitsQuantizer(onnx.load(str(src)), block_size=block_size, is_symmetric=True,
-                                         nodes_to_exclude=excluded)
+        model = onnx.load(str(src))
+        if gemm_as_matmul:
+            gemm_to_matmul(model)
+        # accuracy level 4: int8 compute on CPU, the fast path for decoding (as onnxruntime-genai uses)
+        quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=True,
+                                         accuracy_level=accuracy_level, nodes_to_exclude=excluded)
         quantizer.process()
         quantizer.model.save_model_to_file(str(staged), use_external_data_format=False)
+
+
+def gemm_to_matmul(model: Any) -> int:
+    """Rewrite ``Gemm(A, W, C)`` with a constant 2-D weight (alpha = beta = 1, A not transposed) as ``MatMul``
+    + ``Add``, in place: ORT's INT4 quantizer only turns ``MatMul`` into ``MatMulNBits``, and GPT-2-like
+    exports carry their projections as ``Gemm``. Returns how many were rewritten."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    nodes = []
+    done = 0
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        weight = inits.get(node.input[1]) if node.op_type == "Gemm" and len(node.input) >= 2 else None
+        if weight is None or len(weight.dims) != 2 or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 \
+                or attrs.get("beta", 1.0) != 1.0:
+            nodes.append(node)
+            continue
+        w_name = node.input[1]
+        if attrs.get("transB", 0):
+            array = numpy_helper.to_array(weight).T.copy()
+            w_name = f"{node.input[1]}_transposed"
+            model.graph.initializer.append(numpy_helper.from_array(array, w_name))
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        product = f"{node.output[0]}_matmul" if bias else node.output[0]
+        nodes.append(helper.make_node("MatMul", [node.input[0], w_name], [product], name=node.name or None))
+        if bias:
+            nodes.append(helper.make_node("Add", [product, bias], [node.output[0]], name=f"{node.name}_bias"))
+        done += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    used = {i for n in model.graph.node for i in n.input}
+    keep = [i for i in model.graph.initializer if i.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    del onnx
+    return done

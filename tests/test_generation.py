@@ -179,3 +179,25 @@ def test_generation_latency(exports: dict[str, onnx_nb.ExportResult]) -> None:
     assert any("time to first token" in n for n in table.notes)
     with pytest.raises(onnx_nb.InvalidArgumentError, match="'prompt': N"):
         onnx_nb.benchmark(result, shapes=[{"batch": 2}], progress=False)
+
+
+def test_int4_for_decoders(exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
+    """Decoders get every projection in INT4 (GPT-2's Gemm ones too) with int8 compute; the variant is checked by
+    generation parity (random tiny weights do not survive 4 bits: the report says how)."""
+    import onnxruntime as ort
+
+    from onnx_nb.quantizing import gemm_to_matmul
+
+    variant = onnx_nb.quantize(exports["gpt2"], method="int4", out=tmp_path / "g4.onnx")
+    assert variant.recipe["accuracy_level"] == 4 and variant.recipe["gemm_as_matmul"] is True
+    assert variant.fused["com.microsoft.MatMulNBits"] >= 2 * 4  # attention and MLP projections of both layers
+    assert variant.parity is not None and variant.parity.generation and variant.parity.precision == "int4"
+
+    proto = onnx.load(str(exports["gpt2"].path))
+    gemms = sum(n.op_type == "Gemm" for n in proto.graph.node)
+    assert gemm_to_matmul(proto) == gemms > 0 and not any(n.op_type == "Gemm" for n in proto.graph.node)
+    onnx.save(proto, str(tmp_path / "mm.onnx"))
+    feed = {i.name: v.numpy() for i, v in zip(exports["gpt2"].inputs, exports["gpt2"].source.sample.values())}
+    before = ort.InferenceSession(str(exports["gpt2"].path)).run(None, feed)[0]
+    after = ort.InferenceSession(str(tmp_path / "mm.onnx")).run(None, feed)[0]
+    np.testing.assert_allclose(after, before, atol=1e-5)
