@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    CalibrationError,
     DiskFullError,
     ExportError,
     HubUnavailableError,
@@ -17,9 +18,11 @@ from .errors import (
     ModelLoadError,
     ModelNotFoundError,
     OnnxNbError,
+    OptimizationError,
     OutputExistsError,
     OutputNotWritableError,
     ProviderUnavailableError,
+    QuantizationError,
     RuntimeCrashError,
     SampleError,
     ShapeMismatch,
@@ -28,6 +31,7 @@ from .errors import (
     UnsafeModelError,
     UnsupportedOperatorError,
     UnverifiedExport,
+    WorkerError,
 )
 
 __version__ = "0.1.0"
@@ -61,6 +65,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "CalibrationError",
     "DiskFullError",
     "ExportError",
     "ExportResult",
@@ -75,10 +80,12 @@ __all__ = [
     "ModelNotFoundError",
     "ModelSource",
     "OnnxNbError",
+    "OptimizationError",
     "OutputExistsError",
     "OutputNotWritableError",
     "ParityReport",
     "ProviderUnavailableError",
+    "QuantizationError",
     "Report",
     "RuntimeCrashError",
     "SampleError",
@@ -92,6 +99,7 @@ __all__ = [
     "UnsupportedOperatorError",
     "UnverifiedExport",
     "Variant",
+    "WorkerError",
     "__version__",
     "autotune",
     "benchmark",

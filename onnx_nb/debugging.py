@@ -48,21 +48,16 @@ class QuantDebugReport:
     notes: list[str] = field(default_factory=list)
 
     def requantize(self, exclude: list[str] | None = None, **overrides: Any) -> Any:
-        """Quantize the same parent again with the suggested nodes (or ``exclude``) kept in float."""
-        from .quantizing import quantize
-
+        """Quantize the same parent again, with the call that made the variant (method, calibration data,
+        block size, operator types: every setting kept), and the suggested nodes (or ``exclude``) kept in float."""
         variant = self.variant
-        if variant is None or variant.origin is None:
-            raise InvalidArgumentError("This report has no variant to re-quantize; call quantize() yourself.")
-        recipe = variant.recipe
-        kwargs: dict[str, Any] = {"method": recipe.get("method", "dynamic"),
-                                  "per_channel": recipe.get("per_channel"),
-                                  "exclude": sorted(set(recipe.get("exclude", [])) | set(exclude or self.suggested)),
-                                  "reference": variant.reference, "overwrite": True}
-        if kwargs["method"] == "static":
-            kwargs["calibration"] = "generated"
-        kwargs.update(overrides)
-        return quantize(variant.origin, **kwargs)
+        remake = getattr(variant, "remake", None)
+        if remake is None:
+            raise InvalidArgumentError("This report has no variant made by quantize() to re-quantize; call "
+                                       "quantize() yourself with exclude=[...].")
+        before = [] if isinstance(remake.keywords.get("exclude"), str) else list(remake.keywords.get("exclude") or [])
+        kept = sorted(set(before) | set(variant.recipe.get("exclude", [])) | set(exclude or self.suggested))
+        return remake(**{"exclude": kept, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         return {"layers": [asdict(layer) for layer in self.layers], "suggested": self.suggested,

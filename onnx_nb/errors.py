@@ -125,3 +125,23 @@ class ShapeMismatch(OnnxNbError, AssertionError):
 
 class UnverifiedExport(OnnxNbError, AssertionError):
     """The export recorded one path of data-dependent control flow (``ParityReport.raise_for_failure``)."""
+
+
+class CalibrationError(OnnxNbError, ValueError):
+    """Static quantization has no calibration data, or data that does not fit the model."""
+
+
+class QuantizationError(OnnxNbError):
+    """ONNX Runtime's quantizer failed on this model."""
+
+
+class OptimizationError(OnnxNbError):
+    """An optimization step failed."""
+
+
+class WorkerError(OnnxNbError, RuntimeError):
+    """ONNX Runtime raised an error in the isolated worker; the message is ONNX Runtime's."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"[{kind}] {message}")
+        self.kind = kind

@@ -35,7 +35,7 @@ from typing import IO, Any, TypeVar
 
 import numpy as np
 
-from .errors import InvalidModelError, OnnxNbError, RuntimeCrashError
+from .errors import InvalidModelError, RuntimeCrashError, WorkerError
 
 _ISOLATE: contextvars.ContextVar[bool | None] = contextvars.ContextVar("onnx_nb_isolate", default=None)
 
@@ -193,14 +193,6 @@ class NodeArg:
     name: str
     shape: list[Any]
     type: str
-
-
-class WorkerError(OnnxNbError, RuntimeError):
-    """ONNX Runtime raised an error in the worker; the message is ONNX Runtime's."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(f"[{kind}] {message}")
-        self.kind = kind
 
 
 class IsolatedSession:

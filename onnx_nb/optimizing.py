@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidArgumentError, OnnxNbError
+from .errors import InvalidArgumentError, OptimizationError
 from .results.variant import Variant
 from .variants import make, parent_of
 
@@ -24,10 +24,6 @@ ORT_MODEL_TYPES = {"bert": "bert", "roberta": "bert", "distilbert": "bert", "xlm
                    "deberta": "bert", "deberta-v2": "bert", "gpt2": "gpt2", "bart": "bart", "t5": "t5",
                    "vit": "vit", "clip": "clip", "swin": "swin", "whisper": "bert", "llama": "gpt2",
                    "mistral": "gpt2", "phi": "phi", "unet": "unet", "vae": "vae"}
-
-
-class OptimizationError(OnnxNbError):
-    """An optimization step failed."""
 
 
 def _config(source: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -9,21 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError, OnnxNbError, first_line
+from .errors import CalibrationError, InvalidArgumentError, OnnxNbError, QuantizationError, first_line
 from .results.variant import Variant
 from .variants import make, parent_of
 
 METHODS = ("dynamic", "static", "fp16", "int4")
 AUTO_EXCLUDE_GAP_DB = 3.0
 AUTO_EXCLUDE_SHARE = 10  # at most 1 in 10 quantized layers stays float
-
-
-class CalibrationError(OnnxNbError, ValueError):
-    """Static quantization has no calibration data, or data that does not fit the model."""
-
-
-class QuantizationError(OnnxNbError):
-    """ONNX Runtime's quantizer failed on this model."""
 
 
 def prepare_for_quantization(src: Path, dst: Path) -> None:
@@ -183,12 +176,17 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         name += "+unpad"
     variant = make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite, validate=validate,
                    runtime=runtime, providers=providers, sample=sample, reference=reference)
-    if not auto_exclude:
-        return variant
-    return _auto_exclude(variant, excluded, recipe, validate, sample,
-                         lambda: make(onnx_model, tag, name, recipe, write, out=variant.path, overwrite=True,
-                                      validate=validate, runtime=runtime, providers=providers, sample=sample,
-                                      reference=reference))
+    if auto_exclude:
+        variant = _auto_exclude(variant, excluded, recipe, validate, sample,
+                                lambda: make(onnx_model, tag, name, recipe, write, out=variant.path, overwrite=True,
+                                             validate=validate, runtime=runtime, providers=providers, sample=sample,
+                                             reference=reference))
+    # the call that made this variant, for quant_debug's requantize(): every setting and the calibration data kept
+    call = {"method": method, "per_channel": per_channel, "calibration": calibration if calib_items is None else
+            calib_items, "exclude": exclude, "reference": reference, "op_types": op_types, "block_size": block_size,
+            "accuracy_level": accuracy_level, "validate": validate, "providers": providers, "sample": sample}
+    variant.remake = functools.partial(quantize, onnx_model, **call, out=variant.path, overwrite=True)
+    return variant
 
 
 def _auto_exclude(variant: Variant, excluded: list[str], recipe: dict[str, Any], validate: bool, sample: Any,

@@ -144,6 +144,20 @@ def test_failed_variant_is_reported_and_quant_debug_names_the_layer(tmp_path: Pa
     assert report.suggested[0] in auto.recipe["exclude"] and auto
 
 
+def test_requantize_keeps_every_setting(tmp_path: Path) -> None:
+    """requantize() used to rebuild quantize()'s arguments from the recipe and lost block_size, op_types and the
+    user's calibration data (static fell back to generated inputs)."""
+    result = onnx_nb.export(OutlierMLP(), torch.randn(8, 64), out=tmp_path / "mlp.onnx", progress=False)
+    calibration = [{"x": np.random.default_rng(i).normal(size=(8, 64)).astype(np.float32)} for i in range(3)]
+    static = onnx_nb.quantize(result, method="static", calibration=calibration, op_types=["MatMul"], exclude=[],
+                              out=tmp_path / "s.onnx")
+    again = onnx_nb.quant_debug(None, static).requantize(exclude=["node_linear_2"])
+    assert again.recipe["calibration"] == "3 samples" and "node_linear_2" in again.recipe["exclude"]
+    assert again.path == static.path and again.remake.keywords["op_types"] == ["MatMul"]
+    int4 = onnx_nb.quantize(result, method="int4", block_size=16, out=tmp_path / "4.onnx")
+    assert onnx_nb.quant_debug(None, int4).requantize(exclude=[]).recipe["block_size"] == 16
+
+
 def test_autotune(bert: onnx_nb.ExportResult, tmp_path: Path) -> None:
     result = onnx_nb.autotune(bert, out=tmp_path / "tune", min_seconds=0.05, progress=False)
     names = [c.name for c in result.candidates]

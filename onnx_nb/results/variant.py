@@ -33,6 +33,7 @@ class Variant:
     source: Any = field(default=None, repr=False, compare=False)  # ModelSource of the export, when known
     runtime: dict[str, Any] = field(default_factory=dict)  # e.g. {"unpad": True}
     origin: Any = field(default=None, repr=False, compare=False)  # what was optimized or quantized
+    remake: Any = field(default=None, repr=False, compare=False)  # quantize(): the call that made it, to run again
     warnings: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
