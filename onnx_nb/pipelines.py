@@ -18,13 +18,14 @@ from .results.report import Report, StepResult
 
 @honours_isolate
 def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimize: bool = True,
-             quantize: str | None = "dynamic", providers: Any = ("cpu",), shapes: Any = None,
+             quantize: str | None = "auto", providers: Any = ("cpu",), shapes: Any = None,
              benchmark: bool = True, threads: int | None = None, min_seconds: float = 1.0,
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, name: str | None = None,
              progress: bool = True, isolate: bool | None = None) -> Report:
     """Run every step on ``model`` and gather the results.
 
-    ``quantize``: a :func:`onnx_nb.quantize` method (``"dynamic"``, ``"static"`` with generated
+    ``quantize``: a :func:`onnx_nb.quantize` method (``"auto"``: the INT8 method that serves the family,
+    static QDQ for CNNs and dynamic for transformers; ``"dynamic"``, ``"static"`` with generated
     calibration, ``"fp16"``, ``"int4"``) or None. ``benchmark``: time the export and each variant
     against PyTorch eager on ``shapes`` (default: the sample's shape).
     """

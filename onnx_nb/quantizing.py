@@ -14,7 +14,7 @@ from .errors import CalibrationError, InvalidArgumentError, OnnxNbError, Quantiz
 from .results.variant import Variant
 from .variants import make, parent_of
 
-METHODS = ("dynamic", "static", "fp16", "int4")
+METHODS = ("dynamic", "static", "fp16", "int4", "auto")
 AUTO_EXCLUDE_GAP_DB = 3.0
 AUTO_EXCLUDE_SHARE = 10  # at most 1 in 10 quantized layers stays float
 
@@ -94,6 +94,19 @@ def generated_calibration(model: Any, count: int = 16, seed: int = 0) -> list[di
     return out
 
 
+def int8_method(path: Path) -> tuple[str, str]:
+    """The INT8 method that serves this graph: static QDQ for convolutional networks (dynamic quantization
+    re-measures every activation at run time and leaves convolutions slower than fp32 on CPU), dynamic for
+    the rest (transformers keep their accuracy only with per-batch activation scales)."""
+    from .onnxfile import load_proto, op_histogram
+
+    ops = op_histogram(load_proto(path))
+    convs, matmuls = ops.get("Conv", 0), ops.get("MatMul", 0) + ops.get("Gemm", 0)
+    if convs and convs >= matmuls:
+        return "static", f"auto: {convs} Conv against {matmuls} MatMul/Gemm, a convolutional network: static QDQ"
+    return "dynamic", f"auto: {matmuls} MatMul/Gemm against {convs} Conv: dynamic (per-batch activation scales)"
+
+
 def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | None = None,
              calibration: Iterable[dict[str, Any]] | str | None = None, exclude: Sequence[str] | str | None = "auto",
              reference: Any = None, op_types: Sequence[str] | None = None, block_size: int = 32,
@@ -103,7 +116,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     """A quantized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated
     against the fp32 reference.
 
-    ``method``: ``"dynamic"`` INT8 (weights INT8, activations quantized on the fly; per-channel by
+    ``method``: ``"auto"`` picks the INT8 method for the family (static QDQ with generated calibration unless
+    given for convolutional networks, dynamic for transformers; the recipe says why), ``"dynamic"`` INT8 (weights INT8, activations quantized on the fly; per-channel by
     default, which keeps transformer embeddings at cosine ≥ 0.99 where per-tensor drops), ``"static"``
     INT8 in QDQ format (needs ``calibration``: a list of input dicts, or ``"generated"`` for synthetic
     inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only MatMulNBits (``block_size``;
@@ -115,6 +129,11 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     """
     if method not in METHODS:
         raise InvalidArgumentError(f"method={method!r}: choose one of {', '.join(METHODS)}.")
+    rule = ""
+    if method == "auto":
+        method, rule = int8_method(parent_of(onnx_model)[0])
+        if method == "static" and calibration is None:
+            calibration = "generated"
     if method == "static" and calibration is None:
         raise CalibrationError(
             "Static quantization needs calibration data: pass calibration=[{input: array, ...}, ...] with "
@@ -124,7 +143,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     per_channel = True if per_channel is None else per_channel
     auto_exclude = exclude == "auto" and method in ("dynamic", "static")
     excluded = [] if isinstance(exclude, str) else list(exclude or [])
-    recipe: dict[str, Any] = {"method": method}
+    recipe: dict[str, Any] = {"method": method, **({"method_rule": rule} if rule else {})}
     if method in ("dynamic", "static"):
         recipe.update(per_channel=per_channel, weight_type="int8", exclude=excluded)
     runtime = dict(getattr(onnx_model, "runtime", None) or {})

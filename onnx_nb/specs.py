@@ -86,7 +86,7 @@ OPTIMIZE: list[Spec] = [
 
 QUANTIZE: list[Spec] = [
     (("model",), {"help": "an .onnx file, or a variable holding an ExportResult / variant"}, "both"),
-    (("--method",), {"default": "dynamic", "choices": ["dynamic", "static", "fp16", "int4"]}, "both"),
+    (("--method",), {"default": "dynamic", "choices": ["dynamic", "static", "fp16", "int4", "auto"]}, "both"),
     (("--per-tensor",), {"action": "store_true", "help": "one scale per weight tensor (default: per channel)"},
      "both"),
     (("--calibration",), {"help": "static: a variable holding a list of input dicts, or 'generated'"}, "both"),
@@ -114,7 +114,7 @@ PIPELINE: list[Spec] = [
     (("--sample",), {"help": "a variable holding the sample inputs"}, "magic"),
     (("--task",), {"help": "Hugging Face task (inferred by default)"}, "both"),
     (("--no-optimize",), {"action": "store_true", "help": "skip the optimization step"}, "both"),
-    (("--quantize",), {"default": "dynamic", "choices": ["dynamic", "static", "fp16", "int4", "none"]}, "both"),
+    (("--quantize",), {"default": "auto", "choices": ["auto", "dynamic", "static", "fp16", "int4", "none"]}, "both"),
     (("--providers",), {"default": "cpu", "help": "comma-separated providers for parity and latency"}, "both"),
     (("--shapes",), {"default": "sample", "help": "latency shapes, e.g. 'batch=1;batch=8,sequence=128'"}, "both"),
     (("--out",), {"help": "folder for the files (default ./onnx_nb_out/<model>/)"}, "both"),

@@ -73,7 +73,7 @@ class StudioPanel(anywidget.AnyWidget):
     available_providers: traitlets.List[str] = traitlets.List().tag(sync=True)
     providers: traitlets.List[str] = traitlets.List().tag(sync=True)
     shapes = traitlets.Unicode("auto").tag(sync=True)
-    quantize_method = traitlets.Unicode("dynamic").tag(sync=True)
+    quantize_method = traitlets.Unicode("auto").tag(sync=True)
     atol = traitlets.Float(1e-4).tag(sync=True)
     rtol = traitlets.Float(1e-3).tag(sync=True)
     min_cosine = traitlets.Float(0.98).tag(sync=True)

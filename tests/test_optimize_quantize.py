@@ -202,3 +202,20 @@ def test_magics_and_cli(ip: Any, bert: onnx_nb.ExportResult, tmp_path: Path) -> 
                            str(tmp_path / "cli.onnx"), "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["recipe"]["method"] == "dynamic"
+
+
+def test_int8_method_follows_the_family(bert: onnx_nb.ExportResult, tmp_path: Path) -> None:
+    """method="auto" (the pipeline's default): static QDQ for a CNN, dynamic for a transformer."""
+    import transformers
+
+    config = transformers.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], num_labels=5)
+    torch.manual_seed(0)
+    cnn = onnx_nb.export(transformers.ResNetForImageClassification(config).eval(), out=tmp_path / "r.onnx",
+                         progress=False)
+    static = onnx_nb.quantize(cnn, method="auto", out=tmp_path / "r8.onnx")
+    assert static.recipe["method"] == "static" and "Conv" in static.recipe["method_rule"]
+    assert static.recipe["calibration"] == "generated" and static.fused.get("QuantizeLinear", 0) > 0
+    assert static, repr(static.parity)  # judged on in-distribution probes: no x10 inputs for a calibrated file
+    assert "redrawn" in " ".join(r.shape for r in static.parity.rows)
+    dynamic = onnx_nb.quantize(bert, method="auto", out=tmp_path / "b8.onnx")
+    assert dynamic.recipe["method"] == "dynamic" and "MatMul" in dynamic.recipe["method_rule"]

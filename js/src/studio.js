@@ -57,7 +57,7 @@ function render({ model, el: root }) {
   shapes.placeholder = "auto, or batch=4,sequence=32;batch=1";
   shapes.addEventListener("change", () => { model.set("shapes", shapes.value); model.save_changes(); });
   const method = el("select", "onnxnb-studio-method", controls);
-  for (const m of ["dynamic", "static", "int4", "fp16"]) {
+  for (const m of ["auto", "dynamic", "static", "int4", "fp16"]) {
     const o = el("option", "", method, m);
     o.value = m;
   }

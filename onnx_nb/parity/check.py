@@ -48,7 +48,6 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise InvalidArgumentError(f"{name} must be a number >= 0 (e.g. {name}=1e-4), got {value!r}; leave it "
                                        "out for the default of the model's precision.")
-    probe_names = chosen(probes)
     wanted = sessions.resolve(providers)
     if not any(p.available for p in wanted):
         from ..errors import ProviderUnavailableError
@@ -66,6 +65,7 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     ref, path = resolve_reference(reference, onnx_model, sample, seed)
     proto = load_proto(path)
     precision = precision_of(proto)
+    probe_names = chosen(probes, precision)
     candidate_obj = onnx_model if onnx_model is not None else reference
     export = export_of(candidate_obj)
     if probes == "auto" and not type(ref.model).__name__.endswith(("ForCausalLM", "LMHeadModel")):

@@ -17,6 +17,7 @@ from ..errors import InvalidArgumentError
 
 PROBES: dict[str, str] = {
     "random": "float inputs drawn again, with the mean moved by one standard deviation and 3x the spread",
+    "redrawn": "float inputs drawn again with the sample's own mean and spread",
     "negated": "float inputs x -1",
     "scaled": "float inputs x 10",
     "ids": "token ids drawn again across the whole vocabulary",
@@ -26,10 +27,16 @@ PROBES: dict[str, str] = {
 _NOT_IDS = ("position_ids", "token_type_ids")
 
 
-def chosen(probes: Any) -> list[str]:
-    """``"auto"``/True: every probe that applies; None/False: none; or a list of names from :data:`PROBES`."""
+# A quantized (or fp16) file is judged on inputs like the ones it was calibrated for: out-of-range floats
+# would only measure saturation, and its control flow is the graph's, already checked on the fp32 export.
+IN_DISTRIBUTION = ("redrawn", "ids", "right-padded", "left-padded")
+
+
+def chosen(probes: Any, precision: str = "fp32") -> list[str]:
+    """``"auto"``/True: every probe that applies (for a quantized or fp16 file, the in-distribution ones);
+    None/False: none; or a list of names from :data:`PROBES`."""
     if probes in ("auto", True):
-        return list(PROBES)
+        return [p for p in PROBES if p != "redrawn"] if precision == "fp32" else list(IN_DISTRIBUTION)
     if probes in (None, False):
         return []
     names = [probes] if isinstance(probes, str) else list(probes)
@@ -62,13 +69,15 @@ def probe_feeds(feed: dict[str, np.ndarray], vocab: dict[str, int], names: Seque
     out: list[tuple[str, dict[str, np.ndarray]]] = []
     for name in names:
         new = dict(feed)
-        if name in ("random", "negated", "scaled") and floats:
+        if name in ("random", "redrawn", "negated", "scaled") and floats:
             for k in floats:
                 v = feed[k].astype(np.float64)
+                std = float(v.std()) or float(np.abs(v).max()) or 1.0
                 if name == "random":
-                    std = float(v.std()) or float(np.abs(v).max()) or 1.0
                     drawn = v.mean() + std * (1.0 + 3.0 * rng.standard_normal(v.shape))
                     new[k] = drawn.astype(feed[k].dtype)
+                elif name == "redrawn":
+                    new[k] = (v.mean() + std * rng.standard_normal(v.shape)).astype(feed[k].dtype)
                 else:
                     new[k] = (v * (-1.0 if name == "negated" else 10.0)).astype(feed[k].dtype)
         elif name == "ids" and ids:
