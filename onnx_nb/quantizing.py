@@ -118,7 +118,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
 
     ``method``: ``"auto"`` picks the INT8 method for the family (static QDQ with generated calibration unless
     given for convolutional networks, dynamic for transformers; the recipe says why), ``"dynamic"`` INT8
-    (weights INT8, activations quantized on the fly; per-channel by default, which keeps transformer embeddings at cosine ≥ 0.99 where per-tensor drops), ``"static"``
+    (weights INT8, activations quantized on the fly; per-channel by default, which keeps transformer
+    embeddings at cosine ≥ 0.99 where per-tensor drops), ``"static"``
     INT8 in QDQ format (needs ``calibration``: a list of input dicts, or ``"generated"`` for synthetic
     inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only MatMulNBits (``block_size``;
     ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
