@@ -92,6 +92,7 @@ def test_perturbed_weight_names_its_consumer(bert_exports: dict[str, onnx_nb.Exp
     assert report.rejudge(atol=1.0, max_scaled=10.0, min_cosine=0.0)
     assert not report.rejudge(atol=1e-9)
     assert "First diverging node" in report._repr_html_()
+    assert "First diverging node" not in report.rejudge(atol=1.0, max_scaled=10.0, min_cosine=0.0)._repr_html_()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.onnx"], "no debug copies left behind"
 
 

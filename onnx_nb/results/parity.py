@@ -237,7 +237,7 @@ class ParityReport:
             rows.append(cells)
         table = html_table(COLUMNS, rows, raw_cols=range(len(COLUMNS)))
         div = ""
-        if self.divergence:
+        if self.divergence and not self:  # a report re-judged to pass no longer points at a failing node
             d = self.divergence
             div = (f'<div class="bad">First diverging node: <code>{esc(d.node)}</code> [{esc(d.op_type)}]'
                    + (f" in module <code>{esc(d.module_path)}</code>" if d.module_path else "")
