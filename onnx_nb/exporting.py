@@ -77,12 +77,16 @@ def export(
             raise InvalidArgumentError(f"cache={cache!r}: use True, False or 'auto' (for causal language models).")
         if cache is not False and source.kind != "module":
             from .generation import is_causal_lm, layout_of
+            from .seq2seq import is_seq2seq
 
+            if is_seq2seq(source.model):
+                steps.step("preparing sample inputs")
+                return _export_seq2seq(source, sample, target, opset or DEFAULT_OPSET, steps)
             if is_causal_lm(source.model):
                 source.cache_layout = layout_of(source.model)
             elif cache is True:
-                raise InvalidArgumentError(f"cache=True is for causal language models (*ForCausalLM); "
-                                           f"{type(source.model).__name__} is not one.")
+                raise InvalidArgumentError(f"cache=True is for generative models (*ForCausalLM, "
+                                           f"*ForConditionalGeneration); {type(source.model).__name__} is not one.")
         steps.step("preparing sample inputs")
         return _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)
 
@@ -180,6 +184,41 @@ def _cache_check(source: ModelSource, flat: Any, s: Any) -> tuple[Any, Any, Any]
         after = flat.flat(*probe.tensors)
     axes = generation.cache_axes(layout)
     return probe, after, {n: axes[n] for n in flat.output_names} if s.axes else {}
+
+
+def _export_seq2seq(source: ModelSource, sample: Any, target: Path, opset: int, steps: Steps) -> ExportResult:
+    """An encoder-decoder for generation: ``<name>.encoder.onnx`` (encoder states and the cross-attention
+    cache, computed once) beside the decoder file at ``target`` (self-attention cache in and out)."""
+    from . import seq2seq
+    from .wrap import eval_mode
+
+    s = build_sample(source, sample, True)
+    warnings_seen: list[str] = []
+    branches: list[Any] = []
+    steps.add(1)
+    with eval_mode(source.model):
+        check_space(target.parent, sum(p.numel() * p.element_size() for p in source.model.parameters()) * 2)
+        started = time.perf_counter()
+        steps.step("exporting the encoder and the decoder with torchscript")
+        with staging_dir(target) as tmp:
+            layout, checks, dec_sample = seq2seq.export_parts(source.model, s, target, opset, tmp, warnings_seen,
+                                                              branches)
+            steps.step("checking both in ONNX Runtime")
+            steps.step("saving")
+            files = publish(tmp / target.name, target)
+    source.cache_layout = layout
+    source.sample = dec_sample
+    source.input_axes = {n: a for n, a in seq2seq.axes(layout)[1].items() if n in dec_sample}
+    source.as_kwargs = False
+    passed = all(c["passed"] for c in checks.values())
+    check = {"passed": passed, "shapes": checks["decoder"].get("shapes", {}),
+             "max_abs_diff": max(c.get("max_abs_diff", float("inf")) for c in checks.values()),
+             "summary": "; ".join(f"{k}: {c.get('error') or c['summary']}" for k, c in checks.items()),
+             "parts": {k: dict(c) for k, c in checks.items()}}
+    attempts = {"dynamo": "not tried for an encoder-decoder with its caches: the decoder's cache grows by a sum of "
+                          "dynamic axes that torch.export cannot declare; TorchScript traces both files"}
+    return _result(target, files, "torchscript", attempts, time.perf_counter() - started, warnings_seen, source,
+                   check, s, [], True, _unverified(branches, {}))
 
 
 def _probe_axes(source: ModelSource, flat: Any, s: Any) -> list[Any]:

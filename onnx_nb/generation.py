@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -260,6 +261,12 @@ def _prompts(inputs: Any, tokenizer: Any) -> list[list[int]]:
     return [[int(t) for t in row] for row in rows]
 
 
+def _is_seq2seq_file(path: Path) -> bool:
+    from .onnxfile import load_proto
+
+    return any(i.name.startswith("past_key_values.") and ".encoder." in i.name for i in load_proto(path).graph.input)
+
+
 def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bool = False,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_token_id: int | None = None,
              pad_token_id: int | None = None, seed: int = 0, provider: str = "cpu", tokenizer: Any = None,
@@ -268,7 +275,8 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     Runtime, keeping the key/value cache between steps.
 
     ``inputs``: text (with a tokenizer: given, or the export's), token id lists of any lengths (batched
-    with left padding), a tokenizer's output, or an array. Greedy unless ``do_sample`` (temperature, top-k,
+    with left padding; for an encoder-decoder, the encoder's inputs right-padded), a tokenizer's output, an
+    array, or audio features (``input_features``) for Whisper. Greedy unless ``do_sample`` (temperature, top-k,
     top-p). Stops at ``eos_token_id`` (the config's by default) or after ``max_new_tokens``. ``stream``:
     called with each step's new tokens (a notebook display updates as they come).
     """
@@ -282,10 +290,22 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     eos = eos_token_id if eos_token_id is not None else getattr(config, "eos_token_id", None)
     eos_set = set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
     pad = pad_token_id if pad_token_id is not None else (getattr(config, "pad_token_id", None) or 0)
-    decoder = OnnxDecoder(getattr(model, "path", model), resolve([provider])[0].name)
+    rng = np.random.default_rng(seed)
+    path = Path(getattr(model, "path", model))
+    if _is_seq2seq_file(path):
+        from . import seq2seq
+
+        start_id = getattr(config, "decoder_start_token_id", None)
+        tokens, steps = seq2seq.generate(
+            path, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad,
+            start=int(start_id if start_id is not None else pad), provider=resolve([provider])[0].name,
+            tokenizer=tokenizer, stream=stream,
+            pick=lambda logits: _pick(logits, do_sample, temperature, top_k, top_p, rng))
+        text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
+        return GenerationResult([], tokens, text, steps[0], steps[1:])
+    decoder = OnnxDecoder(path, resolve([provider])[0].name)
     prompts = _prompts(inputs, tokenizer)
     ids, mask = left_pad(prompts, pad)
-    rng = np.random.default_rng(seed)
     cache = decoder.empty_cache(len(prompts))
     done = np.zeros(len(prompts), bool)
     new: list[list[int]] = [[] for _ in prompts]
@@ -381,15 +401,42 @@ def teacher_forced(model: Any, decoder: OnnxDecoder, prompts: list[list[int]], c
     return out
 
 
+class _DecoderOnly:
+    """Generation parity's inputs and runs for a decoder-only model (prompts batched with left padding)."""
+
+    def __init__(self, model: Any, path: Path, prompts: list[list[int]] | None, max_new_tokens: int) -> None:
+        self.model, self.path, self.new = model, path, max_new_tokens
+        self.prompts = prompts or default_prompts(model)
+        self.pad = getattr(model.config, "pad_token_id", None) or 0
+        self.labels = [f"prompt {i} ({len(p)} tokens)" for i, p in enumerate(self.prompts)]
+        self.first_step = "prefill (left-padded batch)"
+        self.describe = (f"{len(self.prompts)} prompts of {', '.join(str(len(p)) for p in self.prompts)} tokens, "
+                         "batched with left padding for the teacher-forced logits")
+
+    def reference(self) -> list[list[int]]:
+        return torch_greedy(self.model, self.prompts, self.new, self.pad)
+
+    def forced(self, provider: str, reference: list[list[int]]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        return teacher_forced(self.model, OnnxDecoder(self.path, provider), self.prompts, reference, self.pad)
+
+    def generated(self, provider: str) -> list[list[int]]:
+        return generate(self.path, self.prompts, max_new_tokens=self.new, eos_token_id=-1, pad_token_id=self.pad,
+                        provider=provider).tokens
+
+    def logits_at(self, index: int, prefix: list[int]) -> torch.Tensor:
+        with torch.no_grad():
+            return self.model(input_ids=torch.tensor([self.prompts[index] + prefix])).logits[0, -1].float()
+
+
 def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]] | None = None,
                       max_new_tokens: int = 8, providers: Any = ("cpu",), progress: bool = True) -> Any:
-    """Generation parity of a decoder exported with its cache: per-step logits under teacher forcing
-    (batched, left-padded prompts of different lengths) and greedy tokens against PyTorch's ``generate``,
-    each first difference told apart as a near-tie or a real divergence. ``path``: the file to check (a
-    variant of the export; the export's own file by default). Returns a ParityReport whose rows are per step
-    (``logits``) and per prompt (``tokens``)."""
-    from pathlib import Path
-
+    """Generation parity of a model exported with its cache (a decoder, or an encoder-decoder's two files):
+    per-step logits under teacher forcing (a batch of inputs of different lengths) and greedy tokens against
+    PyTorch's ``generate``, each first difference told apart as a near-tie or a real divergence. ``path``: the
+    file to check (a variant of the export; the export's own file by default). Returns a ParityReport whose rows
+    are per step (``logits``) and per prompt (``tokens``)."""
+    from .errors import first_line
+    from .onnxfile import load_proto
     from .parity.tolerance import measure, precision_of, resolve
     from .progress import Steps
     from .results.parity import ParityReport, Row
@@ -401,55 +448,52 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
         from .sources import resolve as resolve_source
 
         model = resolve_source(source.location or "", source.task).model
-    from .onnxfile import load_proto
-
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
-    prompts = prompts or default_prompts(model)
-    pad = getattr(model.config, "pad_token_id", None) or 0
+    if _is_seq2seq_file(path):
+        from .seq2seq import Seq2SeqParity
+
+        family: Any = Seq2SeqParity(model, path, max_new_tokens)
+    else:
+        family = _DecoderOnly(model, path, prompts, max_new_tokens)
     rows: list[Row] = []
     checks: list[TokenCheck] = []
     wanted = resolve_providers(providers)
     live = [p for p in wanted if p.available]
     rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
+    tol = resolve(precision, "logits", None, None, None)
     with Steps(1 + 2 * len(live), "generation parity", progress) as bar:
         bar.step("PyTorch greedy generate()")
-        reference = torch_greedy(model, prompts, max_new_tokens, pad)
+        reference = family.reference()
         for p in live:
-            decoder = OnnxDecoder(path, p.name)
             bar.step(f"teacher-forced logits on {p.short}")
             try:
-                forced = teacher_forced(model, decoder, prompts, reference, pad)
-                generated = generate(path, prompts, max_new_tokens=max_new_tokens, eos_token_id=-1,
-                                     pad_token_id=pad, provider=p.short)
+                forced = family.forced(p.name, reference)
+                generated = family.generated(p.short)
             except Exception as exc:  # noqa: BLE001 - ONNX Runtime's failure is a row, not a crash
-                from .errors import first_line
-
                 rows.append(Row("*", "generation", p.short, "error", note=f"{type(exc).__name__}: {first_line(exc)}"))
                 continue
             for step, got, ref in forced:
-                tol = resolve(precision, "logits", None, None, None)
                 stats, errors = measure(got, ref, "logits")
                 verdict = errors.judge(tol)
-                tag = "prefill (left-padded batch)" if step == 0 else f"decode step {step}"
+                tag = family.first_step if step == 0 else f"decode step {step}"
                 rows.append(Row("logits", tag, p.short, verdict["status"], tolerance=tol, max_abs=stats["max_abs"],
                                 max_rel=stats["max_rel"], mean_abs=stats["mean_abs"], frac_out=verdict["frac_out"],
                                 cosine=stats["cosine"], argmax_agreement=stats["argmax_agreement"],
                                 needed_atol=verdict["needed_atol"], note=verdict["note"], errors=errors))
             bar.step(f"greedy tokens on {p.short}")
-            for i, (mine, theirs) in enumerate(zip(generated.tokens, reference)):
-                check = _compare_tokens(model, prompts[i], mine, theirs, i)
+            for i, (mine, theirs) in enumerate(zip(generated, reference)):
+                check = _compare_tokens(lambda prefix, i=i: family.logits_at(i, prefix), mine, theirs, i)
                 checks.append(check)
                 status = "fail" if check.verdict == "DIVERGED" else "pass"
                 note = (f"{len(mine)} greedy tokens identical to PyTorch" if check.first_difference is None else
                         f"first difference at step {check.first_difference}: ONNX {mine[check.first_difference]}, "
                         f"PyTorch {theirs[check.first_difference]}; PyTorch's margin {check.gap:.3g} "
                         f"({'a near-tie: both picks are right' if check.near_tie else 'a real divergence'})")
-                rows.append(Row("tokens", f"prompt {i} ({len(prompts[i])} tokens)", p.short, status, note=note))
+                rows.append(Row("tokens", family.labels[i], p.short, status, note=note))
     identical = sum(c.first_difference is None for c in checks)
     ties = sum(c.verdict == "near-tie" for c in checks)
-    notes = [f"Generation parity: {len(prompts)} prompts of {', '.join(str(len(p)) for p in prompts)} tokens, "
-             f"batched with left padding for the teacher-forced logits; {max_new_tokens} greedy tokens each against "
+    notes = [f"Generation parity: {family.describe}; {max_new_tokens} greedy tokens each against "
              f"PyTorch generate(do_sample=False): {identical} identical, {ties} near-tie(s), "
              f"{len(checks) - identical - ties} divergence(s). A near-tie is a first difference where PyTorch's "
              f"logits for the two picks were within {NEAR_TIE:g} of the logits' scale (random weights make them "
@@ -460,12 +504,12 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     return report
 
 
-def _compare_tokens(model: Any, prompt: list[int], mine: list[int], theirs: list[int], index: int) -> TokenCheck:
+def _compare_tokens(logits_at: Any, mine: list[int], theirs: list[int], index: int) -> TokenCheck:
+    """``logits_at(prefix)``: PyTorch's next-token logits after the prompt and ``prefix`` of generated tokens."""
     diff = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
     if diff is None:
         return TokenCheck(index, mine, theirs, None, False, None)
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt + theirs[:diff]])).logits[0, -1].float()
+    logits = logits_at(theirs[:diff])
     # PyTorch's own margin between its pick and the one ONNX made: tiny means both picks are right
     gap = float(logits[theirs[diff]] - logits[mine[diff]])
     scale = float(logits.abs().max()) or 1.0
@@ -487,26 +531,42 @@ def layout_table(layout: CacheLayout) -> str:
 DEFAULT_GENERATION_SHAPES = ({"prompt": 32}, {"past": 32})
 
 
+ENCODER_SEQUENCE = 16  # encoder length of the timed decode steps of an encoder-decoder (when not fixed)
+
+
 class _OrtStep:
-    """One prefill (``past == 0``, ``length`` new tokens) or one decode step (1 token after ``past``) in ORT."""
+    """One prefill (``past == 0``, ``length`` new tokens) or one decode step (1 token after ``past``) in ORT,
+    its inputs built from the file's own signature (a decoder, or an encoder-decoder's decoder file)."""
 
     def __init__(self, path: Any, provider: str, length: int, past: int, threads: int | None, vocab: int) -> None:
         from .sessions import session
 
         self.session = session(path, provider, threads=threads, level="all", map_weights=False)
-        decoder = OnnxDecoder.__new__(OnnxDecoder)
-        decoder.session = self.session
-        inputs = {i.name: i for i in self.session.get_inputs()}
-        decoder.past_names = [n for n in inputs if n.startswith("past_key_values.")]
-        first = inputs[decoder.past_names[0]]
-        kv, head = int(first.shape[1]), int(first.shape[3])
         rng = np.random.default_rng(0)
-        self.feed: dict[str, np.ndarray] = {
-            "input_ids": rng.integers(min(3, vocab - 1), vocab, (1, length)).astype(np.int64),
-            "attention_mask": np.ones((1, past + length), np.int64),
-            **{n: rng.standard_normal((1, kv, past, head)).astype(np.float32) for n in decoder.past_names}}
-        if "position_ids" in inputs:
-            self.feed["position_ids"] = np.arange(past, past + length)[None].astype(np.int64)
+
+        def size(dim: Any, default: int) -> int:
+            return dim if isinstance(dim, int) else default
+
+        self.feed: dict[str, np.ndarray] = {}
+        for info in self.session.get_inputs():
+            name, shape = info.name, info.shape
+            value: np.ndarray
+            if name in ("input_ids", "decoder_input_ids"):
+                value = rng.integers(min(3, vocab - 1), vocab, (1, length))
+            elif name == "attention_mask":
+                value = np.ones((1, past + length))
+            elif name == "encoder_attention_mask":
+                value = np.ones((1, size(shape[1], ENCODER_SEQUENCE)))
+            elif name == "position_ids":
+                value = np.arange(past, past + length)[None]
+            elif name.startswith("past_key_values.") and ".encoder." in name:
+                value = rng.standard_normal((1, shape[1], size(shape[2], ENCODER_SEQUENCE), shape[3]))
+            elif name.startswith("past_key_values."):
+                value = rng.standard_normal((1, shape[1], past, shape[3]))
+            else:  # encoder_hidden_states
+                value = rng.standard_normal((1, size(shape[1], ENCODER_SEQUENCE), shape[2]))
+            floating = "float" in info.type
+            self.feed[name] = value.astype(np.float32 if floating else np.int64)
         self.options = {"graph_level": "all", "intra_op_threads": threads or "default", "step": "prefill" if
                         not past else "decode, cache kept"}
 
@@ -562,6 +622,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
             raise InvalidArgumentError(f"For a decoder with its cache, shapes are {{'prompt': N}} (prefill of N "
                                        f"tokens) or {{'past': N}} (one token after N cached ones), not {spec!r}.")
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 100) or 100) if model is not None else 100
+    seq2seq = _is_seq2seq_file(Path(entries[0][2]))
     rows: list[Any] = []
     kept: list[tuple[Any, Any]] = []
     total = len(specs) * (len(entries) * len(backends) + (2 if model is not None else 0)) + 1
@@ -570,7 +631,12 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
             length, past = (spec["prompt"], 0) if "prompt" in spec else (1, spec["past"])
             tag = f"prefill {length} tokens" if not past else f"decode 1 token after {past}"
             makers: list[tuple[str, str, Any]] = []
-            if model is not None:
+            if seq2seq and not past:
+                rows.append(LatencyRow("*", "*", tag, status="unavailable",
+                                       note="an encoder-decoder's first token comes after its encoder file: time "
+                                            "decode steps ({'past': N}) here"))
+                continue
+            if model is not None and not seq2seq:
                 makers.append(("PyTorch eager", "torch:cpu", partial(_TorchStep, model, length, past, True, threads)))
                 if past:
                     makers.append(("PyTorch eager, no cache", "torch:cpu",
@@ -593,4 +659,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
     notes = ["Generation: a 'prefill' row is the time to first token for that prompt; a 'decode' row is one new "
              "token after that many cached ones (throughput = tokens/s at batch 1). 'PyTorch eager, no cache' runs "
              "the whole sequence again for each token: what the cache saves."]
+    if seq2seq:
+        notes.append(f"An encoder-decoder's decode steps read an encoder output of {ENCODER_SEQUENCE} positions "
+                     "(or the length the file fixes); its PyTorch rows are not timed yet.")
     return summarize(rows, {}, notes)

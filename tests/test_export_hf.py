@@ -30,9 +30,8 @@ EXPECTED = {
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_tiny_architecture_from_folder(name: str, tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
     task, ins, outs = EXPECTED[name]
-    # decoders export with their cache by default (tests/test_generation.py); here: whole-sequence logits
-    result = onnx_nb.export(str(tiny_dirs[name]), out=tmp_path / "model.onnx", progress=False,
-                            cache=False if task == "text-generation" else "auto")
+    # generative models export with their caches by default (tests/test_generation.py); here: whole sequences
+    result = onnx_nb.export(str(tiny_dirs[name]), out=tmp_path / "model.onnx", progress=False, cache=False)
     assert result.source.kind == "hf-dir" and result.source.task == task
     assert [i.name for i in result.inputs] == ins
     assert [o.name for o in result.outputs] == outs

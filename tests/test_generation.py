@@ -113,13 +113,17 @@ def test_exact_tie_is_a_near_tie() -> None:
         top = int(torch.argmax(model(input_ids=torch.tensor([prompt])).logits[0, -1]))
         other = (top + 1) % 100
         model.lm_head.weight[other] = model.lm_head.weight[top]  # identical rows: identical logits
-    check = _compare_tokens(model, prompt, [other], [top], 0)
+    def logits_at(prefix: list[int]) -> torch.Tensor:
+        with torch.no_grad():
+            return model(input_ids=torch.tensor([prompt + prefix])).logits[0, -1]
+
+    check = _compare_tokens(logits_at, [other], [top], 0)
     assert check.verdict == "near-tie" and check.gap == pytest.approx(0.0, abs=1e-6)
     with torch.no_grad():
         low = int(torch.argmin(model(input_ids=torch.tensor([prompt])).logits[0, -1]))
-    far = _compare_tokens(model, prompt, [low], [top], 0)
+    far = _compare_tokens(logits_at, [low], [top], 0)
     assert far.verdict == "DIVERGED" and far.gap is not None and far.gap > 0
-    assert _compare_tokens(model, prompt, [top], [top], 0).verdict == "identical"
+    assert _compare_tokens(logits_at, [top], [top], 0).verdict == "identical"
 
 
 def test_a_damaged_decoder_diverges(exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
@@ -144,7 +148,7 @@ def test_cache_false_keeps_whole_sequence_logits(tmp_path: Path) -> None:
     assert [o.name for o in result.outputs] == ["logits"] and result.cache_layout is None
     with pytest.raises(onnx_nb.InvalidArgumentError, match="not a decoder exported with its cache"):
         onnx_nb.generate(result, [[1, 2]], max_new_tokens=2)
-    with pytest.raises(onnx_nb.InvalidArgumentError, match="cache=True is for causal language models"):
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="cache=True is for generative models"):
         onnx_nb.export(tiny_models.build("bert"), out=tmp_path / "b.onnx", cache=True, progress=False)
 
 
@@ -201,3 +205,54 @@ def test_int4_for_decoders(exports: dict[str, onnx_nb.ExportResult], tmp_path: P
     before = ort.InferenceSession(str(exports["gpt2"].path)).run(None, feed)[0]
     after = ort.InferenceSession(str(tmp_path / "mm.onnx")).run(None, feed)[0]
     np.testing.assert_allclose(after, before, atol=1e-5)
+
+
+
+def bart() -> object:
+    import transformers
+
+    config = transformers.AutoConfig.for_model(
+        "bart", d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+        encoder_ffn_dim=37, decoder_ffn_dim=37, vocab_size=100, max_position_embeddings=64)
+    torch.manual_seed(0)
+    return transformers.BartForConditionalGeneration(config).eval()
+
+
+@pytest.mark.parametrize("name", ["t5", "bart", "whisper"])
+def test_encoder_decoder_with_caches(name: str, tmp_path: Path) -> None:
+    model = bart() if name == "bart" else tiny_models.build(name)
+    result = onnx_nb.export(model, out=tmp_path / "m.onnx", progress=False)
+    assert result, repr(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.encoder.onnx", "m.onnx"]
+    assert len(result.files) == 2 and result.exporter == "torchscript"
+    names = [i.name for i in result.inputs]
+    assert names[0] == "decoder_input_ids" and "past_key_values.0.decoder.key" in names
+    assert "past_key_values.0.encoder.key" in names, "the cross-attention cache comes from the encoder file"
+    assert [o.name for o in result.outputs][:2] == ["logits", "present.0.decoder.key"]
+    assert "cross-attention cache computed once" in repr(result)
+    encoder = onnx.load(str(tmp_path / "m.encoder.onnx"))
+    assert {o.name for o in encoder.graph.output} >= {"encoder_hidden_states", "present.0.encoder.key"}
+
+    report = onnx_nb.check_parity(result, progress=False)
+    assert report, repr(report)
+    assert [r.shape for r in report.rows if r.output == "logits"][0] == "first decoder step (batch)"
+    assert all(c.verdict in ("identical", "near-tie") for c in report.generation) and len(report.generation) == 3
+
+    if name == "whisper":
+        features = torch.randn(1, model.config.num_mel_bins, 2 * model.config.max_source_positions)
+        got = onnx_nb.generate(result, {"input_features": features}, max_new_tokens=4, eos_token_id=-1)
+        assert len(got.tokens[0]) == 4
+    else:
+        got = onnx_nb.generate(result, [[5, 6, 7, 8]], max_new_tokens=4, eos_token_id=-1)
+        with torch.no_grad():
+            want = model.generate(torch.tensor([[5, 6, 7, 8]]), max_new_tokens=4, min_new_tokens=4, do_sample=False,
+                                  eos_token_id=None)[0, 1:].tolist()
+        assert got.tokens[0] == want
+    table = onnx_nb.benchmark(result, providers="cpu", shapes=[{"past": 8}], runs=3, warmup=1, progress=False)
+    assert [r.status for r in table.rows] == ["ok"] and table.rows[0].shape == "decode 1 token after 8"
+
+
+def test_encoder_decoder_whole_sequence_still_available(tmp_path: Path) -> None:
+    result = onnx_nb.export(tiny_models.build("t5"), out=tmp_path / "t.onnx", cache=False, progress=False)
+    assert [i.name for i in result.inputs] == ["input_ids", "attention_mask", "decoder_input_ids"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.onnx"]
