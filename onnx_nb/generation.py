@@ -297,7 +297,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
 
         start_id = getattr(config, "decoder_start_token_id", None)
         tokens, steps = seq2seq.generate(
-            path, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad,
+            model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad,
             start=int(start_id if start_id is not None else pad), provider=resolve([provider])[0].name,
             tokenizer=tokenizer, stream=stream,
             pick=lambda logits: _pick(logits, do_sample, temperature, top_k, top_p, rng))
@@ -451,9 +451,9 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
     if _is_seq2seq_file(path):
-        from .seq2seq import Seq2SeqParity
+        from .seq2seq import Seq2SeqParity, encoder_path
 
-        family: Any = Seq2SeqParity(model, path, max_new_tokens)
+        family: Any = Seq2SeqParity(model, path, max_new_tokens, encoder=encoder_path(Path(export.path)))
     else:
         family = _DecoderOnly(model, path, prompts, max_new_tokens)
     rows: list[Row] = []

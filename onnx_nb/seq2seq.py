@@ -206,10 +206,10 @@ def decoder_sample(model: Any, layout: Seq2SeqLayout, encoder_sample: dict[str, 
 class OnnxSeq2Seq:
     """The encoder file once, then decoder steps with the self-attention cache, in ONNX Runtime."""
 
-    def __init__(self, decoder: Path, provider: str = "CPUExecutionProvider") -> None:
+    def __init__(self, decoder: Path, provider: str = "CPUExecutionProvider", encoder: Path | None = None) -> None:
         from .sessions import session
 
-        encoder = encoder_path(decoder)
+        encoder = encoder or encoder_path(decoder)
         if not encoder.exists():
             raise InvalidArgumentError(f"{decoder} has no encoder file beside it ({encoder.name}); export the model "
                                        "again with onnx_nb.export(model).")
@@ -274,10 +274,24 @@ def encoder_feed(inputs: Any, tokenizer: Any, names: tuple[str, ...], pad: int) 
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def encoder_of(model: Any) -> Path | None:
+    """The encoder file of a decoder file, an export or a variant of the decoder (which keeps using the export's
+    encoder file)."""
+    from .parity.check import export_of
+
+    path = Path(getattr(model, "path", model))
+    if isinstance(model, _Beside):
+        return model.encoder
+    if encoder_path(path).exists():
+        return encoder_path(path)
+    export = export_of(model)
+    return encoder_path(export.path) if export is not None else None
+
+
 def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: set[int], pad: int, start: int,
              provider: str, tokenizer: Any, stream: Any) -> tuple[list[list[int]], list[float]]:
     """The generation loop of an encoder-decoder (called by :func:`onnx_nb.generate`)."""
-    runner = OnnxSeq2Seq(Path(getattr(model, "path", model)), provider)
+    runner = OnnxSeq2Seq(Path(getattr(model, "path", model)), provider, encoder_of(model))
     names = tuple(runner.encoder_names)
     feed = encoder_feed(inputs, tokenizer, names, pad)
     times: list[float] = []
@@ -350,10 +364,11 @@ class Seq2SeqParity:
     """Generation parity's inputs and runs for an encoder-decoder: three inputs of different lengths (token
     prompts right-padded for the encoder, or audio features), the decoder's steps under teacher forcing."""
 
-    def __init__(self, model: Any, path: Path, max_new_tokens: int, count: int = 3) -> None:
+    def __init__(self, model: Any, path: Path, max_new_tokens: int, count: int = 3,
+                 encoder: Path | None = None) -> None:
         from .generation import default_prompts
 
-        self.model, self.path, self.new = model, path, max_new_tokens
+        self.model, self.path, self.new, self.encoder = model, path, max_new_tokens, encoder
         self.names = encoder_inputs(model)
         config = model.config
         self.pad = int(getattr(config, "pad_token_id", None) or 0)
@@ -408,7 +423,7 @@ class Seq2SeqParity:
         return tokens
 
     def forced(self, provider: str, reference: list[list[int]]) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        runner = OnnxSeq2Seq(self.path, provider)
+        runner = OnnxSeq2Seq(self.path, provider, self.encoder)
         encoded = runner.encode(self.batch)
         state = runner.start(encoded, self.batch.get("attention_mask"))
         feed = self._torch(self.batch)
@@ -434,7 +449,8 @@ class Seq2SeqParity:
     def generated(self, provider: str) -> list[list[int]]:
         runner_tokens = []
         for item in self.items:  # one at a time, as the reference ran
-            tokens, _ = generate(self.path, item, max_new_tokens=self.new, pick=lambda logits: np.argmax(logits, -1),
+            tokens, _ = generate(self.path if self.encoder is None else _Beside(self.path, self.encoder), item,
+                                 max_new_tokens=self.new, pick=lambda logits: np.argmax(logits, -1),
                                  eos=set(), pad=self.pad, start=self.start, provider=_full(provider), tokenizer=None,
                                  stream=None)
             runner_tokens.append(tokens[0])
@@ -450,3 +466,11 @@ def _full(provider: str) -> str:
     from .sessions import resolve
 
     return resolve([provider])[0].name
+
+
+@dataclass
+class _Beside:
+    """A decoder file (a variant) and the export's encoder file it runs with."""
+
+    path: Path
+    encoder: Path

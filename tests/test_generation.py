@@ -256,3 +256,13 @@ def test_encoder_decoder_whole_sequence_still_available(tmp_path: Path) -> None:
     result = onnx_nb.export(tiny_models.build("t5"), out=tmp_path / "t.onnx", cache=False, progress=False)
     assert [i.name for i in result.inputs] == ["input_ids", "attention_mask", "decoder_input_ids"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.onnx"]
+
+
+def test_variants_of_an_encoder_decoder(tmp_path: Path) -> None:
+    """optimize() and quantize() work on the decoder file; the variant runs with the export's encoder file."""
+    result = onnx_nb.export(tiny_models.build("t5"), out=tmp_path / "t.onnx", progress=False)
+    variant = onnx_nb.quantize(result, out=tmp_path / "t.int8.onnx")
+    assert variant and variant.parity.generation, repr(variant.parity)
+    assert not (tmp_path / "t.int8.encoder.onnx").exists()
+    assert onnx_nb.generate(variant, [[5, 6, 7]], max_new_tokens=3, eos_token_id=-1).tokens == \
+        onnx_nb.generate(result, [[5, 6, 7]], max_new_tokens=3, eos_token_id=-1).tokens
