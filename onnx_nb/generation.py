@@ -261,6 +261,18 @@ def _prompts(inputs: Any, tokenizer: Any) -> list[list[int]]:
     return [[int(t) for t in row] for row in rows]
 
 
+def accept(chosen: np.ndarray, done: np.ndarray, new: list[list[int]], eos: set[int], stream: Any) -> bool:
+    """Append each unfinished row's token (rows stop at EOS, which is kept), stream the step; True when every
+    row is done."""
+    for row, token in enumerate(chosen):
+        if not done[row]:
+            new[row].append(int(token))
+            done[row] = int(token) in eos
+    if stream is not None:
+        stream([int(t) for t in chosen])
+    return bool(done.all())
+
+
 def _is_seq2seq_file(path: Path) -> bool:
     from .onnxfile import load_proto
 
@@ -316,13 +328,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         logits, cache = decoder.step(step_ids, mask, cache)
         chosen = _pick(logits[:, -1, :], do_sample, temperature, top_k, top_p, rng)
         times.append((time.perf_counter() - start) * 1e3)
-        for row, token in enumerate(chosen):
-            if not done[row]:
-                new[row].append(int(token))
-                done[row] = int(token) in eos_set
-        if stream is not None:
-            stream([int(t) for t in chosen])
-        if done.all():
+        if accept(chosen, done, new, eos_set, stream):
             break
         step_ids = np.where(done, pad, chosen)[:, None].astype(np.int64)
         mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)

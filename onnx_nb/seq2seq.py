@@ -291,6 +291,8 @@ def encoder_of(model: Any) -> Path | None:
 def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: set[int], pad: int, start: int,
              provider: str, tokenizer: Any, stream: Any) -> tuple[list[list[int]], list[float]]:
     """The generation loop of an encoder-decoder (called by :func:`onnx_nb.generate`)."""
+    from .generation import accept
+
     runner = OnnxSeq2Seq(Path(getattr(model, "path", model)), provider, encoder_of(model))
     names = tuple(runner.encoder_names)
     feed = encoder_feed(inputs, tokenizer, names, pad)
@@ -307,13 +309,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: se
         chosen = pick(logits[:, -1, :])
         times.append((time.perf_counter() - t0) * 1e3)
         t0 = time.perf_counter()
-        for row, token in enumerate(chosen):
-            if not done[row]:
-                new[row].append(int(token))
-                done[row] = int(token) in eos
-        if stream is not None:
-            stream([int(t) for t in chosen])
-        if done.all():
+        if accept(chosen, done, new, eos, stream):
             break
         ids = np.where(done, pad, chosen)[:, None].astype(np.int64)
     return new, times
