@@ -238,6 +238,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0)) + 1
     kept: list[tuple[LatencyRow, Any]] = []
+    small = {path: _total_bytes(path) < KEEP_SESSIONS_BELOW for _, _, path in entries}  # kept open to re-measure
     with Steps(total, "benchmark", progress) as steps, scratch_dir("onnx-nb-prof-") as tmp:
         for spec in specs:
             feed = make_feed(feed0, axes, spec)
@@ -262,7 +263,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                     row, runner = _measure(name, backend, tag, batch, make, warmup, runs, min_seconds, clock,
                                            threads)
                     rows.append(row)
-                    if runner is not None and _total_bytes(path) < KEEP_SESSIONS_BELOW:
+                    if runner is not None and small[path]:
                         kept.append((row, runner))
                     if profile and provider and row.status == "ok":
                         # A separate, profiled session: profiling slows every run, so it never
