@@ -58,10 +58,6 @@ class Seq2SeqLayout:
                 "cross_heads": self.cross_heads, "encoder_inputs": list(self.encoder_inputs),
                 "bytes_per_token": self.bytes_per_token}
 
-    @property
-    def kv_heads(self) -> int:
-        return self.heads
-
 
 def _caches(cache: Any) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[tuple[torch.Tensor, torch.Tensor]]]:
     return ([(layer.keys, layer.values) for layer in cache.self_attention_cache.layers],
@@ -362,7 +358,7 @@ class Seq2SeqParity:
 
     def __init__(self, model: Any, path: Path, max_new_tokens: int, count: int = 3,
                  encoder: Path | None = None) -> None:
-        from .generation import default_prompts
+        from .parity.generation import default_prompts
 
         self.model, self.path, self.new, self.encoder = model, path, max_new_tokens, encoder
         self.names = encoder_inputs(model)
@@ -407,7 +403,6 @@ class Seq2SeqParity:
         """PyTorch's own greedy loop with its cache (the encoder once, one decoder step per token)."""
         states = self.model.get_encoder()(**feed, return_dict=True).last_hidden_state
         cache = _new_cache(self.model, [], [])
-        cache.is_updated.clear()
         ids = torch.tensor([[self.start]])
         tokens: list[int] = []
         for _ in range(self.new):
@@ -427,7 +422,6 @@ class Seq2SeqParity:
         with torch.no_grad():
             states = self.model.get_encoder()(**feed, return_dict=True).last_hidden_state
         cache = _new_cache(self.model, [], [])
-        cache.is_updated.clear()
         steps = min(len(r) for r in reference)
         ids = np.full((len(reference), 1), self.start, np.int64)
         out = []

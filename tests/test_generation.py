@@ -12,7 +12,8 @@ import torch
 
 import onnx_nb
 import tiny_models
-from onnx_nb.generation import CacheLayout, _compare_tokens, default_prompts
+from onnx_nb.generation import CacheLayout
+from onnx_nb.parity.generation import _compare_tokens, default_prompts
 
 DECODERS = ["gpt2", "llama", "qwen2", "phi", "gpt_neox"]
 

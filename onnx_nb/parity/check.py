@@ -59,7 +59,7 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
             "Install the matching onnxruntime package (e.g. onnxruntime-gpu for cuda), or use providers=('cpu',).")
     generative = _generative(reference, onnx_model)
     if generative is not None:  # a decoder with its cache: parity is generation parity
-        from ..generation import generation_parity
+        from .generation import generation_parity
 
         return generation_parity(generative[0], generative[1], providers=providers, progress=progress)
     ref, path = resolve_reference(reference, onnx_model, sample, seed)

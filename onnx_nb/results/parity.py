@@ -97,7 +97,7 @@ class ParityReport:
     divergence: DivergingNode | None = None
     notes: list[str] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)  # the export traced one branch: never "passed"
-    generation: list[Any] = field(default_factory=list)  # generation.TokenCheck per prompt, for decoders with a cache
+    generation: list[Any] = field(default_factory=list)  # parity.generation.TokenCheck per prompt (cache exports)
 
     def __bool__(self) -> bool:
         return not any(r.failed for r in self.rows) and any(r.passed for r in self.rows) and not self.unverified
