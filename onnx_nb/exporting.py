@@ -63,6 +63,8 @@ def export(
     needs ``allow_pickle=True``, for files you trust (unpickling can run arbitrary code).
     """
     _check_args(exporter, opset, dynamic)
+    if cache not in ("auto", True, False):  # before the model is loaded
+        raise InvalidArgumentError(f"cache={cache!r}: use True, False or 'auto' (for generative models).")
     from .sources import source_name
 
     label = name or source_name(model)
@@ -73,8 +75,6 @@ def export(
 
         source = resolve(model, task, allow_pickle)
         source.name = label
-        if cache not in ("auto", True, False):
-            raise InvalidArgumentError(f"cache={cache!r}: use True, False or 'auto' (for causal language models).")
         if cache is not False and source.kind != "module":
             from .generation import is_causal_lm, layout_of
             from .seq2seq import is_seq2seq

@@ -149,6 +149,8 @@ def test_cache_false_keeps_whole_sequence_logits(tmp_path: Path) -> None:
     assert [o.name for o in result.outputs] == ["logits"] and result.cache_layout is None
     with pytest.raises(onnx_nb.InvalidArgumentError, match="not a decoder exported with its cache"):
         onnx_nb.generate(result, [[1, 2]], max_new_tokens=2)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="cache='yes': use True, False or 'auto'"):
+        onnx_nb.export(tmp_path / "nowhere", cache="yes")  # said before any model is looked for
     with pytest.raises(onnx_nb.InvalidArgumentError, match="cache=True is for generative models"):
         onnx_nb.export(tiny_models.build("bert"), out=tmp_path / "b.onnx", cache=True, progress=False)
 
