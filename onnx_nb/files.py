@@ -149,6 +149,18 @@ def scratch_dir(prefix: str, where: Path | None = None) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
+def temp_inside(folder: Path) -> Iterator[None]:
+    """Temporary files that libraries make for themselves (ONNX Runtime's quantizer makes ``ort.quant.*``
+    folders) go inside ``folder`` for the block, so removing ``folder`` (interrupt-safe) removes them too."""
+    before = tempfile.tempdir
+    tempfile.tempdir = str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
+
+
+@contextlib.contextmanager
 def scratch_file(beside: Path, tag: str) -> Iterator[Path]:
     """A hidden temporary file beside ``beside`` (so relative external data still resolves)."""
     with deferred_interrupt():

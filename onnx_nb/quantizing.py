@@ -173,10 +173,10 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
 
     def write(src: Path, staged: Path) -> list[str]:
         from .exporters import quiet
-        from .files import scratch_dir
+        from .files import scratch_dir, temp_inside
 
         warnings: list[str] = []
-        with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []):
+        with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
             prepared = Path(scratch) / "prepared.onnx"
             try:
                 _quantize(method, src, prepared, staged, per_channel, excluded, op_types, calib_items, block_size,
