@@ -1,7 +1,16 @@
-"""Generation speed of a ~124M-parameter decoder (GPT-2 small's shape, random weights, built from its config):
-ONNX files made by onnx-nb against PyTorch eager ``generate()`` with its cache, side by side in one run.
+"""Generation speed of a ~100M-parameter decoder (random weights, built from a config: a Llama of 8 layers by
+default, GPT-2 small with ``--family gpt2``): ONNX files made by onnx-nb against PyTorch eager ``generate()``
+with its cache and against the anchors, side by side in one run.
 
-    .venv/bin/python benchmarks/generation.py [--new-tokens 64] [--prompt 128] [--rounds 3]
+    .venv/bin/python benchmarks/generation.py [--family llama] [--new-tokens 64] [--prompt 128] [--rounds 3]
+        [--genai-python SIDE/bin/python] [--optimum-python SIDE/bin/python]
+
+Anchors run in side environments (their pins differ from onnx-nb's): ``--genai-python`` is a Python with
+``onnxruntime-genai onnx_ir torch transformers`` (its model builder makes fp32 and INT4 folders, timed by
+``anchors/genai_generate.py``); ``--optimum-python`` one with ``optimum-onnx onnxruntime torch`` (``optimum-cli
+export onnx --task text-generation-with-past``, timed by ``anchors/optimum_generate.py`` with
+``ORTModelForCausalLM.generate()``). Both get the same prompt, token count and threads; an anchor runs in its
+own process, created once, with its untimed generation before each timed one like every candidate here.
 
 Prompt of 128 tokens, 64 new tokens, batch 1, 2 threads everywhere, greedy. Each candidate generates the same
 tokens; decode tokens/s counts the tokens after the first (the first is the prefill, reported as time to first
@@ -24,13 +33,81 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def build(seed: int = 0) -> Any:
+ANCHORS = Path(__file__).parent / "anchors"
+
+
+def build(family: str, seed: int = 0) -> Any:
     import torch
     import transformers
 
-    config = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
     torch.manual_seed(seed)
-    return transformers.GPT2LMHeadModel(config).eval()
+    if family == "gpt2":
+        config = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
+        return transformers.GPT2LMHeadModel(config).eval()
+    config = transformers.LlamaConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
+                                      num_attention_heads=12, num_key_value_heads=4, vocab_size=32000,
+                                      max_position_embeddings=1024, tie_word_embeddings=False)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def save_folder(model: Any, folder: Path) -> Path:
+    """The model as a Hugging Face folder the anchors' exporters read (with a tokenizer: the builder wants one;
+    MiniLM's, from the bundled package: the anchors are fed token ids, never text)."""
+    import transformers
+
+    from onnx_nb.demo import default_model_path
+
+    model.save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(folder)
+    return folder
+
+
+class Anchor:
+    """A candidate in a side environment: one long-lived process per run call (created, warmed, then timed)."""
+
+    def __init__(self, python: str, script: str, folder: Path, prompt: list[int], new: int, threads: int) -> None:
+        self.command = [python, str(ANCHORS / script), str(folder), "--prompt", ",".join(map(str, prompt)),
+                        "--new-tokens", str(new), "--threads", str(threads), "--repeat", "2"]
+
+    def __call__(self) -> tuple[list[int], float, float]:
+        import json
+        import subprocess
+
+        done = subprocess.run(self.command, capture_output=True, text=True, timeout=1800)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode or len(lines) < 2:
+            raise RuntimeError(f"{self.command[1]} failed: {done.stderr[-800:]}")
+        timed = json.loads(lines[-1])  # the first generation was the untimed one
+        return timed["tokens"], timed["ttft"], timed["decode"]
+
+
+def make_anchors(args: Any, model: Any, work: Path, prompt: list[int]) -> dict[str, Any]:
+    import subprocess
+
+    found: dict[str, Any] = {}
+    if not (args.genai_python or args.optimum_python):
+        return found
+    folder = save_folder(model, work / "hf")
+    if args.genai_python:
+        for precision in ("fp32", "int4"):
+            out = work / f"genai-{precision}"
+            extra = ["--extra_options", "int4_accuracy_level=4"] if precision == "int4" else []
+            start = time.perf_counter()
+            subprocess.run([args.genai_python, "-m", "onnxruntime_genai.models.builder", "-i", str(folder), "-o",
+                            str(out), "-p", precision, "-e", "cpu", *extra], check=True, capture_output=True)
+            print(f"onnxruntime-genai builder {precision}: {time.perf_counter() - start:.1f} s", flush=True)
+            label = "onnxruntime-genai builder " + ("fp32" if precision == "fp32" else "INT4 (accuracy level 4)")
+            found[label] = Anchor(args.genai_python, "genai_generate.py", out, prompt, args.new_tokens, args.threads)
+    if args.optimum_python:
+        out = work / "optimum"
+        cli = str(Path(args.optimum_python).parent / "optimum-cli")
+        start = time.perf_counter()
+        subprocess.run([cli, "export", "onnx", "--model", str(folder), "--task", "text-generation-with-past",
+                        str(out)], check=True, capture_output=True)
+        print(f"optimum-cli export: {time.perf_counter() - start:.1f} s", flush=True)
+        found["Optimum ORTModelForCausalLM fp32"] = Anchor(args.optimum_python, "optimum_generate.py", out, prompt,
+                                                           args.new_tokens, args.threads)
+    return found
 
 
 def torch_run(model: Any, prompt: list[int], new: int, cache: bool) -> tuple[list[int], float, float]:
@@ -63,6 +140,9 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--family", choices=("llama", "gpt2"), default="llama")
+    parser.add_argument("--genai-python", help="a Python with onnxruntime-genai (side environment)")
+    parser.add_argument("--optimum-python", help="a Python with optimum-onnx (side environment)")
     args = parser.parse_args()
 
     import numpy as np
@@ -73,27 +153,34 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    model = build()
+    model = build(args.family)
     params = sum(p.numel() for p in model.parameters())
     work = Path(tempfile.mkdtemp(prefix="onnx-nb-gen-"))
     start = time.perf_counter()
-    export = onnx_nb.export(model, out=work / "gpt2.onnx", progress=False)
+    export = onnx_nb.export(model, out=work / "model.onnx", progress=False)
     print(f"export {time.perf_counter() - start:.1f} s, {params / 1e6:.0f}M parameters, "
           f"cache {export.cache_layout.text()}", flush=True)
-    variants = {"onnx-nb fp32 (cache)": export.path}
     start = time.perf_counter()
-    int8 = onnx_nb.quantize(export, exclude=None, validate=False, out=work / "gpt2.int8.onnx")
-    int4 = onnx_nb.quantize(export, method="int4", validate=False, out=work / "gpt2.int4.onnx")
+    fast = onnx_nb.optimize(export, validate=False, out=work / "model.optimized.onnx")
+    import onnx
+
+    nodes = [len(onnx.load(str(p), load_external_data=False).graph.node) for p in (export.path, fast.path)]
+    print(f"optimize() {time.perf_counter() - start:.1f} s: {fast.recipe['attention_route']}; graph nodes "
+          f"{nodes[0]} exported, {nodes[1]} optimized", flush=True)
+    start = time.perf_counter()
+    int8 = onnx_nb.quantize(fast, exclude=None, validate=False, out=work / "model.int8.onnx")
+    int4 = onnx_nb.quantize(fast, method="int4", validate=False, out=work / "model.int4.onnx")
     print(f"quantized in {time.perf_counter() - start:.1f} s", flush=True)
-    variants["onnx-nb INT8 dynamic"] = int8.path
-    variants["onnx-nb INT4 weight-only"] = int4.path
+    variants = {"onnx-nb export() fp32": export.path, "onnx-nb optimize() fp32": fast.path,
+                "onnx-nb optimize() + INT8 dynamic": int8.path, "onnx-nb optimize() + INT4 weight-only": int4.path}
 
     rng = np.random.default_rng(0)
-    prompt = [int(t) for t in rng.integers(3, 50257, args.prompt)]
+    prompt = [int(t) for t in rng.integers(3, model.config.vocab_size, args.prompt)]
     candidates: dict[str, Any] = {
         "PyTorch eager generate() (cache)": lambda: torch_run(model, prompt, args.new_tokens, True),
         "PyTorch eager generate() (no cache)": lambda: torch_run(model, prompt, args.new_tokens, False),
         **{name: (lambda p=path: onnx_run(p, prompt, args.new_tokens)) for name, path in variants.items()},
+        **make_anchors(args, model, work, prompt),
     }
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; onnxruntime "
           f"{ort.__version__}, torch {torch.__version__}", flush=True)
@@ -112,12 +199,12 @@ def main() -> int:
     reference = tokens["PyTorch eager generate() (cache)"]
     print(f"\nprompt {args.prompt}, {args.new_tokens} new tokens, batch 1, {args.threads} threads, "
           f"median of {args.rounds} rounds")
-    print(f"{'candidate':40} {'TTFT ms':>9} {'decode tok/s':>13} {'vs eager':>9}  greedy tokens vs eager")
+    print(f"{'candidate':50} {'TTFT ms':>9} {'decode tok/s':>13} {'vs eager':>9}  greedy tokens vs eager")
     for name in candidates:
         ttft = statistics.median(f for f, _ in timings[name]) * 1e3
         speed = statistics.median(t for _, t in timings[name])
         same = sum(a == b for a, b in zip(tokens[name], reference))
-        print(f"{name:40} {ttft:9.1f} {speed:13.1f} {speed / base:8.2f}x  {same}/{len(reference)} identical")
+        print(f"{name:50} {ttft:9.1f} {speed:13.1f} {speed / base:8.2f}x  {same}/{len(reference)} identical")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -127,6 +127,7 @@ class TorchRunner:
         self.model = reference.model
         self.tensors = [torch.from_numpy(np.ascontiguousarray(feed[n])) for n in self.flat.input_names]
         self.threads = threads
+        self.held_bytes = weight_bytes(self.model)  # loaded before the row: counted into its peak memory
         self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
                         "attention": str(getattr(getattr(self.model, "config", None), "_attn_implementation", "-"))}
 
@@ -325,7 +326,9 @@ def _measure(variant: str, backend: str, tag: str, batch: int, make: Callable[[]
              runs: int | None, min_seconds: float, clock: Clock, threads: int | None) -> tuple[LatencyRow, Any]:
     """The row, and the runner (kept for the re-measure; None when the backend failed)."""
     torch_threads = _torch_threads(threads) if backend.startswith("torch") else contextlib.nullcontext()
-    with torch_threads:
+    from .memory import peak_memory
+
+    with torch_threads, peak_memory() as peak:
         try:
             t0 = clock()
             runner = make()
@@ -340,7 +343,16 @@ def _measure(variant: str, backend: str, tag: str, batch: int, make: Callable[[]
 
             return LatencyRow(variant, backend, tag, status="error",
                               note=f"{type(exc).__name__}: {telling_lines(exc, 400)}"), None
-    return LatencyRow.from_times(variant, backend, tag, batch, times, first, runner.options), runner
+    row = LatencyRow.from_times(variant, backend, tag, batch, times, first, runner.options)
+    if peak.added_bytes is not None and not getattr(runner, "isolated", False):  # a worker's memory is its own
+        row.peak_mb = (peak.added_bytes + getattr(runner, "held_bytes", 0)) / 2**20
+    return row, runner
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of a PyTorch model's parameters and buffers: memory it held before a row was measured."""
+    tensors = [*model.parameters(), *model.buffers()] if hasattr(model, "parameters") else []
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 PROFILE_RUNS = 10

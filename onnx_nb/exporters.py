@@ -115,13 +115,21 @@ def quiet(collected: list[str], native: list[str]) -> Iterator[None]:
 
 def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path: Path,
                   input_names: list[str], output_names: list[str], axes: AxisSpec,
-                  opset: int, external_data: bool) -> None:
+                  opset: int, external_data: bool, varargs_from: int | None = None) -> None:
+    """``torch.export`` then ONNX. ``varargs_from``: the module takes ``*tensors`` from that input on (a decoder's
+    cache); its axes are then declared ``Dim.AUTO`` (torch.export relates them itself, e.g. a mask as long as the
+    cache plus the new tokens, which named dims cannot say) and named after ``axes`` in the saved file."""
     dims: dict[str, Any] = {}
-    shapes: list[dict[int, Any] | None] = []
+    shapes: list[Any] = []
     for name in input_names:
         spec = axes.get(name)
-        shapes.append({a: dims.setdefault(n, torch.export.Dim(n)) for a, n in spec.items()}
-                      if spec else None)
+        if varargs_from is not None:
+            shapes.append({a: torch.export.Dim.AUTO for a in spec} if spec else None)
+        else:
+            shapes.append({a: dims.setdefault(n, torch.export.Dim(n)) for a, n in spec.items()}
+                          if spec else None)
+    if varargs_from is not None:
+        shapes = [*shapes[:varargs_from], tuple(shapes[varargs_from:])]
     program = torch.onnx.export(
         module, args, dynamo=True, input_names=input_names, output_names=output_names,
         dynamic_shapes=tuple(shapes) if axes else None, opset_version=opset,
@@ -130,6 +138,22 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     if program is None:  # pragma: no cover - torch always returns a program with dynamo=True
         raise RuntimeError("torch.onnx.export returned no program")
     program.save(str(path), external_data=external_data)
+    if varargs_from is not None:
+        name_axes(path, axes)
+
+
+def name_axes(path: Path, axes: AxisSpec) -> None:
+    """Give the graph's inputs and outputs the axis names in ``axes`` (in place of an exporter's symbols)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for value in [*model.graph.input, *model.graph.output]:
+        for axis, name in axes.get(value.name, {}).items():
+            dims = value.type.tensor_type.shape.dim
+            if axis < len(dims):
+                dims[axis].Clear()
+                dims[axis].dim_param = name
+    onnx.save(model, str(path))
 
 
 def export_torchscript(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path: Path,

@@ -131,15 +131,43 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
     return sample
 
 
+STANDARD_OPS_OPSET = 23  # ONNX's own Attention (with its cache), RMSNormalization and RotaryEmbedding
+
+
+def export_standard_ops(model: Any, path: Path) -> None:
+    """The decoder with its cache again, through ``torch.export`` at opset 23: each layer's attention becomes one
+    ONNX ``Attention`` op (past and present keys/values in and out), RMS norms ``RMSNormalization``, rotary
+    embeddings ``RotaryEmbedding``, and the shape arithmetic a trace records goes away (a 2,100-node TorchScript
+    graph of an 8-layer Llama becomes ~500 nodes). Same inputs, outputs and axis names as :func:`export`'s file."""
+    from .exporters import export_dynamo, quiet
+    from .exporting import EXTERNAL_DATA_BYTES
+
+    layout = layout_of(model)
+    wrapper = DecoderWithCache(model, layout).eval()
+    sample = cache_sample(model, layout)
+    names = input_names(layout)
+    big = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
+    with torch.no_grad(), quiet([], []):
+        export_dynamo(wrapper, tuple(sample[n] for n in names), path, names, output_names(layout),
+                      cache_axes(layout), STANDARD_OPS_OPSET, big, varargs_from=3)
+
+
 # -- running the file ------------------------------------------------------------------------------
 
 class OnnxDecoder:
     """Prefill and decode steps over an exported decoder with a cache, in ONNX Runtime."""
 
-    def __init__(self, path: Any, provider: str = "CPUExecutionProvider", **options: Any) -> None:
+    def __init__(self, path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
+                 **options: Any) -> None:
         from .sessions import session
 
         self.session = session(path, provider, **options)
+        # I/O binding: the cache stays where the provider computed it (GPU memory) between steps instead of a
+        # round trip through numpy; on by default for every provider but the CPU's, where numpy is already home
+        device = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda",
+                  "DmlExecutionProvider": "dml"}.get(provider, "cpu")
+        wanted = device != "cpu" if io_binding is None else io_binding
+        self.device = device if wanted and hasattr(self.session, "io_binding") else None
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.past_names = [n for n in inputs if n.startswith("past_key_values.")]
         if "input_ids" not in inputs or not self.past_names:
@@ -162,10 +190,33 @@ class OnnxDecoder:
         feed = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64), **cache}
         if self.uses_positions:
             feed["position_ids"] = np.maximum(positions[:, -ids.shape[1]:], 0).astype(np.int64)
+        if self.device is not None:
+            return self._bound_step(feed)
         out = self.session.run(None, feed)
         named = dict(zip(self.output_names, out))
         grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
         return named["logits"], grown
+
+    def _bound_step(self, feed: dict[str, Any]) -> tuple[np.ndarray, dict]:
+        """One step with I/O binding: cache values are ``OrtValue``s on the provider's device, in and out; only
+        the ids, mask and positions go in from the host and only the logits come back to it."""
+        import onnxruntime as ort
+
+        assert self.device is not None
+        binding = self.session.io_binding()
+        for name, value in feed.items():
+            if isinstance(value, np.ndarray) and name.startswith("past_key_values."):
+                value = ort.OrtValue.ortvalue_from_numpy(value, self.device, 0)  # the empty first cache
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for name in self.output_names:
+            binding.bind_output(name, "cpu" if name == "logits" else self.device, 0)
+        self.session.run_with_iobinding(binding)
+        named = dict(zip(self.output_names, binding.get_outputs()))
+        grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
+        return named["logits"].numpy(), grown
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
@@ -282,7 +333,7 @@ def _is_seq2seq_file(path: Path) -> bool:
 def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bool = False,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_token_id: int | None = None,
              pad_token_id: int | None = None, seed: int = 0, provider: str = "cpu", tokenizer: Any = None,
-             stream: Any = None) -> GenerationResult:
+             stream: Any = None, io_binding: bool | None = None) -> GenerationResult:
     """Generate tokens with an exported decoder (an ExportResult, a variant or an .onnx path) in ONNX
     Runtime, keeping the key/value cache between steps.
 
@@ -290,7 +341,8 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     with left padding; for an encoder-decoder, the encoder's inputs right-padded), a tokenizer's output, an
     array, or audio features (``input_features``) for Whisper. Greedy unless ``do_sample`` (temperature, top-k,
     top-p). Stops at ``eos_token_id`` (the config's by default) or after ``max_new_tokens``. ``stream``:
-    called with each step's new tokens (a notebook display updates as they come).
+    called with each step's new tokens (a notebook display updates as they come). ``io_binding`` (default: on
+    for GPU providers) keeps a decoder's cache on the provider's device between steps.
     """
     from .sessions import resolve
 
@@ -315,7 +367,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
             pick=lambda logits: _pick(logits, do_sample, temperature, top_k, top_p, rng))
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
         return GenerationResult([], tokens, text, steps[0], steps[1:])
-    decoder = OnnxDecoder(path, resolve([provider])[0].name)
+    decoder = OnnxDecoder(path, resolve([provider])[0].name, io_binding=io_binding)
     prompts = _prompts(inputs, tokenizer)
     ids, mask = left_pad(prompts, pad)
     cache = decoder.empty_cache(len(prompts))
@@ -391,6 +443,8 @@ class _TorchStep:
     def __init__(self, model: Any, length: int, past: int, cache: bool, threads: int | None) -> None:
         from transformers import DynamicCache
 
+        from .benchmarking import weight_bytes
+
         vocab = int(getattr(model.config, "vocab_size", 100) or 100)
         g = torch.Generator().manual_seed(0)
         self.model, self.cache_on, self.past = model, cache, past
@@ -406,6 +460,7 @@ class _TorchStep:
         self.mask = torch.ones(1, (past if cache else 0) + total, dtype=torch.long)
         self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
                         "cache": "on" if cache else "off (whole sequence each token)"}
+        self.held_bytes = weight_bytes(model)  # loaded before the row: counted into its peak memory
 
     def __call__(self) -> None:
         with torch.inference_mode():
@@ -446,11 +501,17 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
                                        note="an encoder-decoder's first token comes after its encoder file: time "
                                             "decode steps ({'past': N}) here"))
                 continue
-            if model is not None and not seq2seq:
-                makers.append(("PyTorch eager", "torch:cpu", partial(_TorchStep, model, length, past, True, threads)))
-                if past:
-                    makers.append(("PyTorch eager, no cache", "torch:cpu",
-                                   partial(_TorchStep, model, length, past, False, threads)))
+            if model is not None:
+                for label, cache in (("PyTorch eager", True), ("PyTorch eager, no cache", False)):
+                    if not past and not cache:
+                        continue  # a prefill is the same work with or without a cache
+                    if seq2seq:
+                        from .seq2seq import TorchDecodeStep
+
+                        make: Any = partial(TorchDecodeStep, model, past, cache, threads, ENCODER_SEQUENCE)
+                    else:
+                        make = partial(_TorchStep, model, length, past, cache, threads)
+                    makers.append((label, "torch:cpu", make))
             for name, _obj, path in entries:
                 for backend, provider, reason in backends:
                     if reason or provider is None:
@@ -468,8 +529,11 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
         remeasure(kept, clock, threads)
     notes = ["Generation: a 'prefill' row is the time to first token for that prompt; a 'decode' row is one new "
              "token after that many cached ones (throughput = tokens/s at batch 1). 'PyTorch eager, no cache' runs "
-             "the whole sequence again for each token: what the cache saves."]
+             "the whole sequence again for each token: what the cache saves. peak_mb: resident memory the row "
+             "needed at its peak (weights, session, activations and, for decode rows, the cache of that many "
+             "tokens)."]
     if seq2seq:
         notes.append(f"An encoder-decoder's decode steps read an encoder output of {ENCODER_SEQUENCE} positions "
-                     "(or the length the file fixes); its PyTorch rows are not timed yet.")
+                     "(or the length the file fixes, e.g. Whisper's), computed once before the timed steps, in "
+                     "PyTorch as in ONNX Runtime.")
     return summarize(rows, {}, notes)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidArgumentError, OptimizationError
+from .errors import InvalidArgumentError, OptimizationError, first_line
 from .results.variant import Variant
 from .variants import make, parent_of
 
@@ -98,6 +98,22 @@ def _ort_level(src: Path, dst: Path, level: str) -> None:
     session(src, level=level, save_to=dst)
 
 
+DECODER_ROUTE = "re-exported with torch.export at opset 23, standard ONNX ops: "
+
+
+def _decoder_export(onnx_model: Any) -> bool:
+    """A decoder-only model's export with its cache, its PyTorch model at hand."""
+    from .results.export import ExportResult
+
+    if not isinstance(onnx_model, ExportResult) or onnx_model.source.model is None:
+        return False
+    if onnx_model.cache_layout is None:
+        return False
+    from .generation import CacheLayout
+
+    return isinstance(onnx_model.cache_layout, CacheLayout)
+
+
 def has_mask_input(path: Path) -> bool:
     from .onnxfile import load_proto, signature
 
@@ -125,16 +141,19 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     parent, _ref, source = parent_of(onnx_model)
     ort_type, heads, hidden = transformer_params(source, model_type, num_heads, hidden_size)
     chosen = level
+    decoder = _decoder_export(onnx_model)
     if level == "auto":
-        chosen = "transformer" if ort_type and heads and hidden else "extended"
-    if chosen == "transformer" and not (ort_type and heads and hidden):
+        chosen = "transformer" if decoder or (ort_type and heads and hidden) else "extended"
+    if chosen == "transformer" and not decoder and not (ort_type and heads and hidden):
         raise InvalidArgumentError(
             "Transformer fusion needs the model type, number of heads and hidden size; they come from the "
             "Hugging Face config when optimizing an ExportResult, or pass model_type=, num_heads=, hidden_size=."
         )
     skip_padding = has_mask_input(parent) if unpad == "auto" else bool(unpad)
+    # a decoder's own export (a variant's changes would be lost): re-exported with standard attention ops
+    reexport_decoder = decoder and chosen == "transformer" and not simplify
     recipe: dict[str, Any] = {"level": chosen, "simplify": simplify, "unpad": skip_padding}
-    if chosen == "transformer":
+    if chosen == "transformer" and not reexport_decoder:
         recipe.update(model_type=ort_type, num_heads=heads, hidden_size=hidden)
 
     def write(src: Path, staged: Path) -> list[str]:
@@ -156,6 +175,23 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
         if chosen != "transformer":
             _ort_level(work, staged, chosen)
             return warnings
+        if reexport_decoder:
+            from .generation import export_standard_ops
+
+            try:
+                assert source is not None
+                export_standard_ops(source.model, staged)
+                ops = ("Attention", "RMSNormalization", "RotaryEmbedding")
+                recipe["attention_route"] = DECODER_ROUTE + ", ".join(
+                    f"{op} x{n}" for op in ops if (n := _count(staged, (op,))))
+                return warnings
+            except Exception as exc:  # noqa: BLE001 - the transformer optimizer's route follows
+                warnings.append(f"re-export at opset 23 failed: {type(exc).__name__}: {first_line(exc)[:150]}")
+                if not (ort_type and heads and hidden):
+                    _ort_level(work, staged, "extended")
+                    recipe["attention_route"] = "ONNX Runtime's extended graph level (the re-export failed)"
+                    return warnings
+                recipe.update(model_type=ort_type, num_heads=heads, hidden_size=hidden)
         attention = ("Attention", "MultiHeadAttention")
         route = "as exported"
         if _count(work, attention) == 0:

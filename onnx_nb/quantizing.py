@@ -238,11 +238,21 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: dict[str, Any],
     return variant
 
 
+def standard_attention(path: Path) -> list[str]:
+    """ONNX's own ``Attention`` nodes (opset 23): ORT's quantizer takes every ``Attention`` for its contrib op
+    and would write a ``QAttention`` the runtime rejects; they stay in float (their projections are MatMuls)."""
+    from .onnxfile import load_proto
+
+    return [n.name for n in load_proto(path).graph.node if n.op_type == "Attention" and n.domain in ("", "ai.onnx")]
+
+
 def _quantize(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
               op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
               accuracy_level: int | None = None, gemm_as_matmul: bool = False) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
+    if method in ("dynamic", "static"):
+        excluded = [*excluded, *standard_attention(src)]
     if method == "dynamic":
         prepare_for_quantization(src, prepared)
         quantize_dynamic(str(prepared), str(staged), weight_type=QuantType.QInt8, per_channel=per_channel,

@@ -464,3 +464,48 @@ class _Beside:
 
     path: Path
     encoder: Path
+
+
+class TorchDecodeStep:
+    """PyTorch eager, one decoder step of an encoder-decoder after ``past`` generated tokens, given the encoder's
+    output (computed once, as ``generate()`` does): with the cache (self-attention cache of ``past`` tokens, the
+    cross-attention cache filled once), or without (``cache=False``: the ``past + 1`` tokens again)."""
+
+    def __init__(self, model: Any, past: int, cache: bool, threads: int | None, encoder_length: int) -> None:
+        from .benchmarking import weight_bytes
+
+        config = model.config
+        g = torch.Generator().manual_seed(0)
+        names = encoder_inputs(model)
+        if names == ("input_features",):
+            feed = {"input_features": torch.randn(1, int(config.num_mel_bins), 2 * int(config.max_source_positions),
+                                                  generator=g)}
+        else:
+            ids = torch.randint(min(3, config.vocab_size - 1), config.vocab_size, (1, encoder_length), generator=g)
+            feed = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        with torch.inference_mode():
+            encoded = EncoderWithCross(model, names)(*[feed[n] for n in names])
+        self.model, self.cache_on, self.past = model, cache, past
+        self.states = encoded["encoder_hidden_states"]
+        self.mask = {"attention_mask": feed["attention_mask"]} if "attention_mask" in feed else {}
+        vocab = int(config.vocab_size)
+        self.ids = torch.randint(min(3, vocab - 1), vocab, (1, 1 if cache else past + 1), generator=g)
+        self.cache = None
+        if cache:
+            layout = layout_of(model, feed)
+            shape = (1, layout.heads, past, layout.head_size)
+            own = [(torch.randn(shape, generator=g), torch.randn(shape, generator=g)) for _ in range(layout.layers)]
+            cross = [(encoded[f"present.{i}.encoder.key"], encoded[f"present.{i}.encoder.value"])
+                     for i in range(layout.layers)]
+            self.cache = _new_cache(model, own, cross)
+        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+                        "cache": "on" if cache else "off (whole sequence each token)",
+                        "encoder": f"{self.states.shape[1]} positions, computed once"}
+        self.held_bytes = weight_bytes(model)  # loaded before the row: counted into its peak memory
+
+    def __call__(self) -> None:
+        with torch.inference_mode():
+            self.model(encoder_outputs=(self.states,), decoder_input_ids=self.ids, past_key_values=self.cache,
+                       use_cache=self.cache_on, return_dict=True, **self.mask)
+        if self.cache is not None:
+            self.cache.self_attention_cache.crop(-1)  # the step appended its token: back to ``past`` for the next

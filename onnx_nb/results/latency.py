@@ -11,7 +11,7 @@ from ..render import CSS, esc, html_table, text_table
 
 NOISY_SPREAD = 0.25  # (p90 - p50) / p50 above this flags a row as noisy
 COLUMNS = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms",
-           "throughput", "speedup", "first_run_ms", "runs", "noisy", "options", "note"]
+           "throughput", "speedup", "first_run_ms", "peak_mb", "runs", "noisy", "options", "note"]
 
 
 @dataclass
@@ -35,6 +35,7 @@ class LatencyRow:
     options: dict[str, Any] = field(default_factory=dict)
     note: str = ""
     remeasure_ms: float | None = None  # a brief second timing once every row was done (see ``noisy``)
+    peak_mb: float | None = None  # resident memory the row needed at its peak: weights, session, activations, cache
 
     @classmethod
     def from_times(cls, variant: str, backend: str, shape: str, batch: int, times: list[float], first: float,
@@ -56,7 +57,8 @@ class LatencyRow:
         return [self.variant, self.backend, self.shape, self.status, f(self.p50_ms), f(self.p90_ms),
                 f(self.p99_ms), f(self.mean_ms), f(self.std_ms), f(self.min_ms), f(self.throughput, ".1f"),
                 "-" if self.speedup is None else f"{self.speedup:.2f}x", f(self.first_run_ms, ".0f"),
-                str(self.runs), "yes" if self.noisy else "", ", ".join(f"{k}={v}" for k, v in self.options.items()),
+                f(self.peak_mb, ".0f"), str(self.runs), "yes" if self.noisy else "",
+                ", ".join(f"{k}={v}" for k, v in self.options.items()),
                 self.note]
 
 
@@ -132,7 +134,7 @@ class LatencyTable:
 
     def __repr__(self) -> str:
         cols = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "std_ms", "throughput",
-                "speedup", "first_run_ms", "runs", "noisy"]
+                "speedup", "first_run_ms", "peak_mb", "runs", "noisy"]
         idx = [COLUMNS.index(c) for c in cols]
         lines = ["LatencyTable", text_table(cols, [[r.cells()[i] for i in idx] for r in self.rows])]
         lines += [f"{r.variant} on {r.backend}: {r.note}" for r in self.rows if r.note]

@@ -1,0 +1,54 @@
+"""Anchor: greedy generation with onnxruntime-genai on a folder its model builder wrote. Runs in a side
+environment (``pip install onnxruntime-genai onnx_ir torch transformers``), called by ``benchmarks/generation.py``.
+
+    python genai_generate.py FOLDER --prompt 5,6,7 --new-tokens 64 --threads 2 [--repeat 2]
+
+Prints one JSON line per repeat: tokens, time to first token (s) and decode time (s). The first repeat is the
+caller's untimed warm-up; the session is created once, before any repeat, and not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--prompt", required=True)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+
+    config_path = args.folder / "genai_config.json"
+    config = json.loads(config_path.read_text())
+    config["model"]["decoder"]["session_options"]["intra_op_num_threads"] = args.threads
+    config_path.write_text(json.dumps(config, indent=2))
+
+    import onnxruntime_genai as og
+
+    model = og.Model(str(args.folder))
+    prompt = [int(t) for t in args.prompt.split(",")]
+    for _ in range(args.repeat):
+        params = og.GeneratorParams(model)
+        length = len(prompt) + args.new_tokens  # min_length too: exactly --new-tokens, as the other candidates
+        params.set_search_options(do_sample=False, max_length=length, min_length=length)
+        start = time.perf_counter()
+        generator = og.Generator(model, params)
+        generator.append_tokens(prompt)
+        generator.generate_next_token()
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        while not generator.is_done():
+            generator.generate_next_token()
+        decode = time.perf_counter() - start
+        tokens = [int(t) for t in generator.get_sequence(0)][len(prompt):]
+        print(json.dumps({"tokens": tokens, "ttft": first, "decode": decode}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Anchor: greedy generation with Optimum's ``ORTModelForCausalLM`` on a folder ``optimum-cli export onnx --task
+text-generation-with-past`` wrote. Runs in a side environment (optimum-onnx pins transformers<4.58:
+``pip install optimum-onnx onnxruntime torch``), called by ``benchmarks/generation.py``.
+
+    python optimum_generate.py FOLDER --prompt 5,6,7 --new-tokens 64 --threads 2 [--repeat 2]
+
+Prints one JSON line per repeat: tokens, time to first token (s; ``generate()`` of one token) and decode time
+(s; the rest). The first repeat is the caller's untimed warm-up; loading is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--prompt", required=True)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+
+    import onnxruntime as ort
+    import torch
+    from optimum.onnxruntime import ORTModelForCausalLM
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    model = ORTModelForCausalLM.from_pretrained(args.folder, session_options=options, use_cache=True)
+    ids = torch.tensor([[int(t) for t in args.prompt.split(",")]])
+    mask = torch.ones_like(ids)
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        model.generate(ids, attention_mask=mask, max_new_tokens=1, do_sample=False, pad_token_id=0)
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=args.new_tokens,
+                             min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
+        total = time.perf_counter() - start
+        tokens = [int(t) for t in out[0, ids.shape[1]:]]
+        print(json.dumps({"tokens": tokens, "ttft": first, "decode": max(total - first, 1e-9)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Peak resident memory of a piece of work, read from the kernel.
+
+On Linux, writing ``5`` to ``/proc/self/clear_refs`` resets the process's high-water mark (``VmHWM``) to its
+current resident size, so the peak reached while the work ran, minus the resident size before it, is what the
+work needed on top of what the process already held. Elsewhere the figure is unknown (``None``), never guessed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+_STATUS = Path("/proc/self/status")
+_CLEAR = Path("/proc/self/clear_refs")
+
+
+def _field(name: str) -> int | None:
+    try:
+        match = re.search(rf"^{name}:\s+(\d+) kB", _STATUS.read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) * 1024 if match else None
+
+
+def _reset_peak() -> bool:
+    try:
+        _CLEAR.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class Peak:
+    """``added_bytes``: how far the resident size rose above where it stood at the start (None if unknown)."""
+
+    added_bytes: int | None = None
+
+    @property
+    def mb(self) -> float | None:
+        return None if self.added_bytes is None else self.added_bytes / 2**20
+
+
+@contextlib.contextmanager
+def peak_memory() -> Iterator[Peak]:
+    """``with peak_memory() as peak: work()`` then ``peak.mb``: the resident memory the work added at its peak."""
+    peak = Peak()
+    start = _field("VmRSS")
+    measurable = start is not None and _reset_peak()
+    try:
+        yield peak
+    finally:
+        high = _field("VmHWM") if measurable else None
+        if high is not None and start is not None:
+            peak.added_bytes = max(high - start, 0)
