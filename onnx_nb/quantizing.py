@@ -257,7 +257,8 @@ def _quantize(method: str, src: Path, prepared: Path, staged: Path, per_channel:
         prepare_for_quantization(src, prepared)
         quantize_dynamic(str(prepared), str(staged), weight_type=QuantType.QInt8, per_channel=per_channel,
                          nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
-                         extra_options={"MatMulConstBOnly": True})
+                         # float for weights whose type shape inference cannot see (behind contrib ops)
+                         extra_options={"MatMulConstBOnly": True, "DefaultTensorType": 1})
     elif method == "static":
         prepare_for_quantization(src, prepared)
         assert calib is not None

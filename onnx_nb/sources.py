@@ -37,6 +37,12 @@ def resolve(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSo
             source = resolve(checkpoints.load(path, allow_pickle), task)
             source.location = str(path)
             return source
+        if task == "sentence-embedding":
+            from .hf import sentence
+
+            local = path.exists()
+            st = sentence.load(str(path.resolve()) if local else str(model))
+            return _sentence_source(st, source_name(model), str(path.resolve()) if local else str(model))
         from .hf.loading import load_model
 
         loaded = load_model(str(model), task)
@@ -50,8 +56,14 @@ def resolve(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSo
             f"model is a {type(model).__name__}. Pass a torch.nn.Module, a Hugging Face model "
             "object, the path of a local Hugging Face folder, or a hub id such as 'bert-base-uncased'."
         )
+    from .hf.sentence import is_sentence_transformer
     from .wrap import is_hf_model
 
+    if is_sentence_transformer(model):
+        if task not in (None, "sentence-embedding"):
+            raise InvalidArgumentError(f"A SentenceTransformer exports for task 'sentence-embedding', not {task!r}; "
+                                       "export model[0].auto_model for the bare transformer.")
+        return _sentence_source(model, _sentence_name(model), None)
     if is_hf_model(model):
         from .hf.loading import load_preprocessor
         from .hf.tasks import check_task, infer_task
@@ -68,6 +80,24 @@ def resolve(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSo
             "task only applies to Hugging Face models; for a plain torch.nn.Module pass a sample."
         )
     return ModelSource(kind="module", name=source_name(model), model=model)
+
+
+def _sentence_name(st: Any) -> str:
+    card = getattr(getattr(st, "model_card_data", None), "base_model", None)
+    config = getattr(getattr(st[0], "auto_model", None), "config", None)
+    where = getattr(config, "_name_or_path", "") or card or ""
+    return Path(str(where).rstrip("/")).name if where else type(st).__name__
+
+
+def _sentence_source(st: Any, name: str, location: str | None) -> ModelSource:
+    """A SentenceTransformer as a model with token inputs and ``token_embeddings`` + ``sentence_embedding``
+    outputs (its pooling and normalisation inside the graph), its tokenizer as the preprocessor."""
+    from .hf.sentence import TASK, wrap
+
+    wrapper = wrap(st)
+    return ModelSource(kind="sentence-transformers", name=name, location=location, task=TASK,
+                       model_type=getattr(wrapper.config, "model_type", None), model=wrapper,
+                       preprocessor=st.tokenizer)
 
 
 def build_sample(source: ModelSource, sample: Any, dynamic: Any = True) -> Any:

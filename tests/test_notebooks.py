@@ -114,3 +114,10 @@ def test_generation(tmp_path: Path) -> None:
     latency = text(by_source(cells, "table = onnx_nb.benchmark"))
     assert "prefill 32 tokens" in latency and "PyTorch eager, no cache" in latency
     assert "passed" in text(by_source(cells, "int8 = onnx_nb.quantize"))
+    fast = text(by_source(cells, "fast = onnx_nb.optimize"))
+    assert "opset 23" in fast and "Attention x2" in fast and "optimized" in fast and "peak_mb" in fast
+    t5 = text(by_source(cells, "try:"))
+    assert "a tiny T5 from a config" in t5 and "cross-attention cache computed once" in t5 and "GenerationResult" in t5
+    assert "Parity PASSED" in text(by_source(cells, "t5_report"))
+    t5_latency = text(by_source(cells, "onnx_nb.benchmark(t5_result"))
+    assert "decode 1 token after 16" in t5_latency and "PyTorch eager, no cache" in t5_latency

@@ -23,6 +23,7 @@ TASK_AUTO_CLASS: dict[str, str] = {
     "audio-classification": "AutoModelForAudioClassification",
     "zero-shot-image-classification": "AutoModelForZeroShotImageClassification",
     "image-to-text": "AutoModelForVision2Seq",
+    "sentence-embedding": "AutoModel",  # loaded with sentence-transformers: its pooling and normalisation too
 }
 
 _AUDIO_TYPES = ("wav2vec2", "hubert", "wavlm", "whisper", "unispeech", "sew", "data2vec-audio",
