@@ -148,7 +148,7 @@ def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None,
     plan: list[tuple[str, Any]] = [
         ("optimized(extended)", lambda: optimize(model, level="extended", unpad=False, **common("opt-ext"))),
         ("optimized(auto)", lambda: optimize(model, unpad=False, **common("opt"))),
-        ("optimized(auto)+unpad", lambda: optimize(model, unpad="auto", **common("opt-unpad"))),
+        ("optimized(auto)+unpad", lambda: optimize(model, unpad="auto", then="int8", **common("opt-unpad"))),
         ("int8 per-channel", lambda: quantize(built.get("optimized(auto)+unpad") or model, **common("int8-pc"))),
         ("int8 per-tensor", lambda: quantize(built.get("optimized(auto)+unpad") or model, per_channel=False,
                                              **common("int8-pt"))),

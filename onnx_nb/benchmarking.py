@@ -45,6 +45,36 @@ def time_runs(fn: Callable[[], Any], *, warmup: int, runs: int | None, min_secon
     return times
 
 
+def interleaved(runners: Mapping[str, Callable[[], Any]], *, rounds: int = 3, warmup: int = 2, runs: int = 5,
+                seed: int = 0, clock: Clock = time.perf_counter) -> dict[str, list[float]]:
+    """Seconds per call of each runner, visited in a new shuffled order every round, each visit starting with
+    ``warmup`` untimed calls: on a small machine a candidate's time depends on which one ran just before it
+    (the previous session's threads still spinning), and this spreads that bias over every candidate."""
+    import random
+
+    order = list(runners)
+    times: dict[str, list[float]] = {name: [] for name in order}
+    for round_ in range(rounds):
+        random.Random(seed + round_).shuffle(order)
+        for name in order:
+            times[name] += time_runs(runners[name], warmup=warmup, runs=runs, min_seconds=0.0, clock=clock)
+    return times
+
+
+def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, threads: int | None = None,
+               rounds: int = 3) -> dict[str, float]:
+    """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`interleaved`)."""
+    from .sessions import session
+
+    runners: dict[str, Callable[[], Any]] = {}
+    for name, path in paths.items():
+        s = session(path, "CPUExecutionProvider", threads=threads, level="all", check_graph=False)
+        own = {i.name: np.asarray(feed[i.name]) for i in s.get_inputs()}
+        runners[name] = partial(s.run, None, own)
+    times = interleaved(runners, rounds=rounds)
+    return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
+
+
 class OrtRunner:
     """An ONNX Runtime session on one provider; GPU providers bind inputs and outputs on the device."""
 

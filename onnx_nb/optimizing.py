@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import InvalidArgumentError, OptimizationError, first_line
 from .results.variant import Variant
 from .variants import make, parent_of
@@ -114,6 +116,54 @@ def _decoder_export(onnx_model: Any) -> bool:
     return isinstance(onnx_model.cache_layout, CacheLayout)
 
 
+EAGER_ROUTE = "re-exported with eager attention"
+
+
+def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, source: Any, recipe: dict[str, Any],
+                   params: tuple[str, int, int]) -> str:
+    """Finish each candidate with ORT's transformer optimizer, quantize each (dynamic INT8, per-channel) into the
+    scratch folder, time those INT8 files interleaved on the sample, and keep the fp32 file whose INT8 file ran
+    fastest: ORT's quantizer turns the eager route's attention (mask index) into QAttention, not the attention
+    with a bias input that onnxscript's fusions write. The timings and the rule go into the recipe."""
+    import shutil
+
+    from .benchmarking import time_files
+    from .quantizing import _quantize
+
+    finished: dict[str, Path] = {}
+    quantized: dict[str, Path] = {}
+    for i, (name, path) in enumerate(candidates.items()):
+        finished[name] = scratch / f"route{i}.onnx"
+        _ort_transformer(path, finished[name], *params)
+        quantized[name] = scratch / f"route{i}.int8.onnx"
+        _quantize("dynamic", finished[name], scratch / f"route{i}.prepared.onnx", quantized[name], True, [], None,
+                  None, 32)
+    ms = time_files(quantized, _timing_feed(source))
+    best = min(ms, key=lambda k: ms[k])
+    recipe["routes_int8_ms"] = {k: round(v, 3) for k, v in ms.items()}
+    recipe["route_rule"] = (f"the attention route whose dynamic INT8 file ran fastest on the sample tiled to "
+                            f"{ROUTE_BATCH} x {ROUTE_SEQUENCE} (then='int8')")
+    shutil.copyfile(finished[best], staged)
+    return best
+
+
+ROUTE_BATCH, ROUTE_SEQUENCE = 8, 128  # routes differ at serving sizes, not at the sample's few tokens
+
+
+def _timing_feed(source: Any) -> dict[str, np.ndarray]:
+    """The sample at a serving size: token inputs tiled to 8 x 128 (or the model's longest), a full mask."""
+    config = getattr(source.model, "config", None)
+    length = min(ROUTE_SEQUENCE, int(getattr(config, "max_position_embeddings", ROUTE_SEQUENCE) or ROUTE_SEQUENCE))
+    feed = {}
+    for name, value in (source.sample or {}).items():
+        array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+        if array.ndim == 2 and array.dtype.kind in "iu":
+            array = np.ones((ROUTE_BATCH, length), array.dtype) if name == "attention_mask" else \
+                np.resize(array, (ROUTE_BATCH, length))
+        feed[name] = array
+    return feed
+
+
 def has_mask_input(path: Path) -> bool:
     from .onnxfile import load_proto, signature
 
@@ -127,15 +177,20 @@ def has_mask_input(path: Path) -> bool:
 def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, model_type: str | None = None,
              num_heads: int | None = None, hidden_size: int | None = None, unpad: bool | str = "auto",
              simplify: bool = False, out: str | os.PathLike[str] | None = None, overwrite: bool = False,
-             validate: bool = True, providers: Any = ("cpu",), sample: Any = None) -> Variant:
+             validate: bool = True, providers: Any = ("cpu",), sample: Any = None, then: str | None = None) -> Variant:
     """An optimized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated.
 
     ``level``: ``"basic"``/``"extended"``/``"all"`` (ONNX Runtime's graph levels, saved offline),
     ``"transformer"`` (attention fusion + ORT's transformer optimizer), or ``"auto"`` (transformer
     fusion for transformer models, else ``"extended"``). ``unpad``: skip padding at run time
     (``"auto"``: when the inputs carry an attention mask). ``simplify``: onnxscript's graph optimizer
-    (constant folding, dead-code removal) first.
+    (constant folding, dead-code removal) first. ``then="int8"`` says a dynamic INT8 variant will be made from
+    this one: for a transformer with two attention routes (onnxscript's fusions, or a re-export with eager
+    attention that ORT's quantizer turns into QAttention) each route's INT8 file is timed on the sample and the
+    faster route kept (``recipe["routes_int8_ms"]``).
     """
+    if then not in (None, "fp32", "int8"):
+        raise InvalidArgumentError(f"then={then!r}: None (fp32) or 'int8'.")
     if level not in LEVELS:
         raise InvalidArgumentError(f"level={level!r}: choose one of {', '.join(LEVELS)}.")
     parent, _ref, source = parent_of(onnx_model)
@@ -152,7 +207,8 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     skip_padding = has_mask_input(parent) if unpad == "auto" else bool(unpad)
     # a decoder's own export (a variant's changes would be lost): re-exported with standard attention ops
     reexport_decoder = decoder and chosen == "transformer" and not simplify
-    recipe: dict[str, Any] = {"level": chosen, "simplify": simplify, "unpad": skip_padding}
+    recipe: dict[str, Any] = {"level": chosen, "simplify": simplify, "unpad": skip_padding,
+                              **({"then": then} if then else {})}
     if chosen == "transformer" and not reexport_decoder:
         recipe.update(model_type=ort_type, num_heads=heads, hidden_size=hidden)
 
@@ -210,6 +266,17 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
             except Exception as exc:  # noqa: BLE001
                 warnings.append(f"eager re-export failed: {type(exc).__name__}: {str(exc)[:150]}")
         assert ort_type is not None
+        if then == "int8" and route.startswith("onnxscript") and source is not None and source.model is not None:
+            eager = scratch / "eager.onnx"
+            try:
+                _eager_reexport(source, eager)
+            except Exception as exc:  # noqa: BLE001 - the one route stays
+                warnings.append(f"eager re-export failed: {type(exc).__name__}: {str(exc)[:150]}")
+            else:
+                route = _fastest_route({route: work, EAGER_ROUTE: eager}, staged, scratch, source, recipe,
+                                       (ort_type, heads, hidden))
+                recipe["attention_route"] = route
+                return warnings
         _ort_transformer(work, staged, ort_type, heads, hidden)
         recipe["attention_route"] = route
         if _count(staged, attention) == 0:

@@ -69,8 +69,9 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
         run("parity", lambda: check_parity(state["export"], providers=providers, progress=False), ("export",))
         if optimize:
             bar.step("optimize")
+            then = "int8" if quantize in ("auto", "dynamic") else None  # the attention route that serves INT8
             run("optimize", lambda: run_optimize(state["export"], overwrite=overwrite or out is None,
-                                                 providers=providers), ("export",))
+                                                 providers=providers, then=then), ("export",))
         if quantize:
             bar.step(f"quantize ({quantize})")
             base = "optimize" if optimize else "export"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -219,3 +220,46 @@ def test_int8_method_follows_the_family(bert: onnx_nb.ExportResult, tmp_path: Pa
     assert "redrawn" in " ".join(r.shape for r in static.parity.rows)
     dynamic = onnx_nb.quantize(bert, method="auto", out=tmp_path / "b8.onnx")
     assert dynamic.recipe["method"] == "dynamic" and "MatMul" in dynamic.recipe["method_rule"]
+
+
+def test_int8_attention_route_is_timed_and_chosen(bert: onnx_nb.ExportResult, tmp_path: Path) -> None:
+    """then='int8': both attention routes are finished, quantized and timed interleaved at 8 x 128; the faster
+    one is kept and the recipe says so; the eager route's INT8 file has ORT's QAttention."""
+    fast = onnx_nb.optimize(bert, then="int8", out=tmp_path / "route.onnx")
+    assert fast, repr(fast.parity)
+    routes = fast.recipe["routes_int8_ms"]
+    assert set(routes) == {"onnxscript ORT fusions (2 attention)", "re-exported with eager attention"}, routes
+    assert fast.recipe["attention_route"] == min(routes, key=routes.get) and "8 x 128" in fast.recipe["route_rule"]
+    int8 = onnx_nb.quantize(fast, out=tmp_path / "route.int8.onnx")
+    assert int8, repr(int8.parity)
+    attention = [n.op_type for n in onnx.load(str(int8.path)).graph.node if n.op_type.endswith("Attention")]
+    if fast.recipe["attention_route"].startswith("re-exported"):
+        assert "QAttention" in attention, attention
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="then="):
+        onnx_nb.optimize(bert, then="int4", out=tmp_path / "x.onnx")
+
+
+def test_interleaved_timing_absorbs_the_previous_candidates_threads() -> None:
+    """A fake clock where the first call after switching candidates costs 3x (the previous session's threads still
+    spinning): with untimed calls first, each candidate's times are its own, whatever the order; without them,
+    whichever runs second in a round carries the penalty."""
+    from onnx_nb.benchmarking import interleaved
+
+    now = [0.0]
+    last = [""]
+
+    def runner(name: str, cost: float) -> Any:
+        def call() -> None:
+            now[0] += cost * (3 if last[0] not in ("", name) else 1)
+            last[0] = name
+        return call
+
+    def clock() -> float:
+        return now[0]
+
+    for seed in range(4):
+        times = interleaved({"a": runner("a", 1.0), "b": runner("b", 2.0)}, rounds=3, warmup=1, runs=4, seed=seed,
+                            clock=clock)
+        assert set(times["a"]) == {1.0} and set(times["b"]) == {2.0}, (seed, times)
+    biased = interleaved({"a": runner("a", 1.0), "b": runner("b", 2.0)}, rounds=3, warmup=0, runs=4, clock=clock)
+    assert max(biased["a"]) == 3.0 or max(biased["b"]) == 6.0
