@@ -166,6 +166,31 @@ class TorchRunner:
             self.flat.flat(*self.tensors)
 
 
+class BucketedTorchRunner(TorchRunner):
+    """PyTorch eager given the padding skip a variant's runtime gets: the rows grouped by the same plan
+    (:func:`runtime.plan_buckets`), each group run trimmed to its longest row. The fair baseline for
+    padding-skip rows."""
+
+    def __init__(self, reference: Any, feed: dict[str, np.ndarray], threads: int | None) -> None:
+        from .runtime import plan_buckets
+
+        super().__init__(reference, feed, threads)
+        mask = feed["attention_mask"]
+        lengths = mask.sum(axis=1).astype(np.int64)
+        sequence = {n for n in self.flat.input_names if np.ndim(feed[n]) > 1 and feed[n].shape[1] == mask.shape[1]}
+        self.parts = []
+        for rows in plan_buckets(np.maximum(lengths, 1)):
+            keep = int(max(lengths[rows].max(), 1))
+            self.parts.append([self.torch.from_numpy(np.ascontiguousarray(
+                feed[n][rows][:, :keep] if n in sequence else feed[n][rows])) for n in self.flat.input_names])
+        self.options["runtime"] = "skips padding"
+
+    def __call__(self) -> None:
+        with self.torch.inference_mode():
+            for tensors in self.parts:
+                self.flat.flat(*tensors)
+
+
 def _models(models: Any) -> list[tuple[str, Any, Path]]:
     """(name, object, path) for each model; names from dict keys, variants, or file names."""
     if isinstance(models, Mapping):
@@ -267,7 +292,8 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     rows: list[LatencyRow] = []
     profiles: dict[str, Any] = {}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0)) + 1
+    skipping = ref is not None and any((getattr(obj, "runtime", None) or {}).get("unpad") for _, obj, _ in entries)
+    total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0) + (1 if skipping else 0)) + 1
     kept: list[tuple[LatencyRow, Any]] = []
     small = {path: _total_bytes(path) < KEEP_SESSIONS_BELOW for _, _, path in entries}  # kept open to re-measure
     with Steps(total, "benchmark", progress) as steps, scratch_dir("onnx-nb-prof-") as tmp:
@@ -282,6 +308,13 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                                        clock, threads)
                 rows.append(row)
                 kept.append((row, runner))
+                if skipping and "attention_mask" in feed:  # padding-skip rows get a baseline with the same skip
+                    steps.step(f"PyTorch eager, padding skipped, at {tag}")
+                    row, runner = _measure("PyTorch eager, padding skipped", "torch:cpu", tag, batch,
+                                           partial(BucketedTorchRunner, ref, feed, threads), warmup, runs,
+                                           min_seconds, clock, threads)
+                    rows.append(row)
+                    kept.append((row, runner))
             for name, _obj, path in entries:
                 for backend, provider, reason in backends:
                     steps.step(f"{name} on {backend} at {tag}")

@@ -263,3 +263,24 @@ def test_interleaved_timing_absorbs_the_previous_candidates_threads() -> None:
         assert set(times["a"]) == {1.0} and set(times["b"]) == {2.0}, (seed, times)
     biased = interleaved({"a": runner("a", 1.0), "b": runner("b", 2.0)}, rounds=3, warmup=0, runs=4, clock=clock)
     assert max(biased["a"]) == 3.0 or max(biased["b"]) == 6.0
+
+
+def test_padding_skip_rows_get_a_baseline_with_the_same_skip(bert: onnx_nb.ExportResult,
+                                                             bert_opt: onnx_nb.Variant) -> None:
+    """A variant that skips padding is compared with PyTorch eager given the same length buckets, never with
+    PyTorch on the padded batch; the plain export keeps the plain baseline."""
+    assert bert_opt.runtime.get("unpad")
+    ids = np.full((4, 24), 5, dtype=np.int64)
+    mask = np.zeros((4, 24), dtype=np.int64)
+    for row, length in enumerate((4, 5, 6, 24)):
+        mask[row, :length] = 1
+    table = onnx_nb.benchmark({"export": bert, "opt": bert_opt}, reference=bert, providers="cpu", runs=5, warmup=1,
+                              progress=False,
+                              sample={"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    rows = {r.variant: r for r in table.rows}
+    assert list(rows) == ["PyTorch eager", "PyTorch eager, padding skipped", "export", "opt"], list(rows)
+    skip_base, plain_base = rows["PyTorch eager, padding skipped"], rows["PyTorch eager"]
+    assert skip_base.options["runtime"] == "skips padding" and rows["opt"].options["runtime"] == "skips padding"
+    assert rows["opt"].speedup == pytest.approx(skip_base.p50_ms / rows["opt"].p50_ms)
+    assert rows["export"].speedup == pytest.approx(plain_base.p50_ms / rows["export"].p50_ms)
+    assert any("same length buckets" in n for n in table.notes)

@@ -62,15 +62,26 @@ class LatencyRow:
                 self.note]
 
 
+def skips_padding(row: LatencyRow) -> bool:
+    return row.options.get("runtime") == "skips padding"
+
+
 def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]) -> LatencyTable:
     """Fill in speed-ups against the PyTorch row of the same shape, and flag noise."""
-    base: dict[str, float] = {}
-    for r in rows:  # the first PyTorch row of each shape is the baseline (others, e.g. "no cache", are compared)
-        if r.backend.startswith("torch") and r.p50_ms and r.shape not in base:
-            base[r.shape] = r.p50_ms
+    base: dict[tuple[str, bool], float] = {}
+    for r in rows:  # the first PyTorch row of each shape is the baseline (others, e.g. "no cache", are compared);
+        # rows that skip padding are compared with the PyTorch row given the same skip, when there is one
+        key = (r.shape, skips_padding(r))
+        if r.backend.startswith("torch") and r.p50_ms and key not in base:
+            base[key] = r.p50_ms
     for r in rows:
-        if r.p50_ms and r.shape in base:
-            r.speedup = base[r.shape] / r.p50_ms
+        key = (r.shape, skips_padding(r))
+        if r.p50_ms and (key in base or (r.shape, False) in base):
+            r.speedup = base.get(key, base.get((r.shape, False), 0.0)) / r.p50_ms
+    if any(skips_padding(r) and r.backend.startswith("torch") for r in rows):
+        notes.append("Rows that skip padding (runtime=skips padding) are compared with 'PyTorch eager, padding "
+                     "skipped': the same length buckets, run trimmed in PyTorch. The other rows run the padded "
+                     "batch as a plain session would.")
     if any(r.noisy for r in rows):
         notes.append(f"Some rows are noisy (p90 more than {NOISY_SPREAD:.0%} above p50, or a brief re-measure after "
                      "all rows more than 1.3x away from p50): the machine was busy; re-run on a quiet machine before "
