@@ -1,0 +1,179 @@
+"""Vision: a ResNet-50 and a ViT-B/16 (Hugging Face, random weights from their configs; nothing to download),
+onnx-nb's files against PyTorch eager, ONNX Runtime's own tools and the OpenVINO runtime, side by side in one
+run, at batch 1 and batch 8 of 224x224 images.
+
+    .venv/bin/python benchmarks/vision.py [--threads 2] [--rounds 8] [--models resnet,vit]
+
+Per model, in plain sessions (the file alone), every candidate on the same images, visited in a new shuffled
+order each round with untimed runs first (``onnx_nb.benchmarking.interleaved``):
+
+- PyTorch eager;
+- the plain export in ONNX Runtime's default session (graph level "all"): ORT's own fp32 route;
+- ``onnx_nb.optimize()`` (fp32);
+- ORT's quantizer at its best setting for the family: ``quantize_static`` QDQ per-channel after
+  ``quant_pre_process`` for the CNN, ``quantize_dynamic`` per-channel for the ViT; the same 32 calibration
+  images (a fixed generator) as onnx-nb;
+- ``onnx_nb.quantize(method="auto", calibration=<the 32 images>)`` of the optimized file (static QDQ for the
+  CNN, dynamic for the ViT: the family decides);
+- the OpenVINO runtime on the plain export and on onnx-nb's INT8 file when that is a QDQ file it can read.
+
+Accuracy on 64 other images: logits cosine (lowest) and top-1 agreement with PyTorch. Prints the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+CALIBRATION, EVALUATION = 32, 64
+
+
+def build(name: str) -> Any:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    if name == "resnet":
+        config = transformers.ResNetConfig(layer_type="bottleneck", depths=[3, 4, 6, 3],
+                                           hidden_sizes=[256, 512, 1024, 2048], embedding_size=64, num_labels=1000)
+        return transformers.ResNetForImageClassification(config).eval()
+    config = transformers.ViTConfig(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12,
+                                    num_attention_heads=12, intermediate_size=3072, num_labels=1000)
+    return transformers.ViTForImageClassification(config).eval()
+
+
+def images(count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((count, 3, 224, 224)).astype(np.float32)
+
+
+def ort_anchor(export_path: Path, folder: Path, family: str, calibration: list[dict[str, np.ndarray]]) -> Path:
+    """ONNX Runtime's quantizer at its best setting for the family."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = folder / "anchor-prep.onnx"
+    quant_pre_process(str(export_path), str(prepared))
+    out = folder / "anchor-ort-int8.onnx"
+    if family == "resnet":
+        class Reader(CalibrationDataReader):
+            def __init__(self) -> None:
+                self.items = iter(calibration)
+
+            def get_next(self) -> dict[str, np.ndarray] | None:
+                return next(self.items, None)
+
+        quantize_static(str(prepared), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)
+    else:
+        quantize_dynamic(str(prepared), str(out), weight_type=QuantType.QInt8, per_channel=True)
+    return out
+
+
+def has_contrib_ops(path: Path) -> bool:
+    import onnx
+
+    return any(n.domain == "com.microsoft" for n in onnx.load(str(path), load_external_data=False).graph.node)
+
+
+def run_model(family: str, args: Any, folder: Path) -> None:
+    import torch
+
+    import onnx_nb
+    from onnx_nb.benchmarking import OpenVinoRunner, OrtRunner, interleaved
+
+    model = build(family)
+    params = sum(p.numel() for p in model.parameters()) / 1e6
+    calib = [{"pixel_values": images(1, 1000 + i)} for i in range(CALIBRATION)]
+    export = onnx_nb.export(model, out=folder / f"{family}.onnx", overwrite=True, progress=False)
+    fp32 = onnx_nb.optimize(export, out=folder / f"{family}.optimized.onnx", overwrite=True, then="int8")
+    int8 = onnx_nb.quantize(fp32, method="auto", calibration=calib, out=folder / f"{family}.int8.onnx",
+                            overwrite=True)
+    anchor = ort_anchor(export.path, folder, family, calib)
+    print(f"\n{family}: {params:.1f}M parameters; export {export.exporter}, dynamic axes "
+          f"{ {k: v for k, v in export.source.input_axes.items()} }; optimize route "
+          f"{fp32.recipe.get('attention_route', fp32.recipe.get('level'))}; quantize {int8.recipe['method']} "
+          f"({int8.recipe.get('method_rule', '')}), parity {'passed' if int8.parity else 'FAILED'}", flush=True)
+    files = {"ORT default session, plain export (fp32)": export.path, "onnx-nb optimize() fp32": fp32.path,
+             "ORT quantizer INT8 (" + ("static QDQ" if family == "resnet" else "dynamic") + ")": anchor,
+             f"onnx-nb quantize(auto) INT8 ({int8.recipe['method']})": int8.path}
+    evaluation = images(EVALUATION, 7)
+    with torch.inference_mode():
+        reference = model(pixel_values=torch.from_numpy(evaluation)).logits.numpy()
+    torch.set_num_threads(args.threads)
+    accuracy: dict[str, tuple[float, float]] = {"PyTorch eager": (1.0, 1.0)}
+    for batch in (1, 8):
+        feed = {"pixel_values": images(batch, 3)}
+        ref_feed = torch.from_numpy(feed["pixel_values"])
+        runners: dict[str, Any] = {"PyTorch eager": lambda x=ref_feed: model(pixel_values=x)}
+        for name, path in files.items():
+            runners[name] = OrtRunner(Path(path), "CPUExecutionProvider", feed, args.threads, "all")
+        try:
+            runners["OpenVINO runtime, plain export (fp32)"] = OpenVinoRunner(export.path, feed, args.threads)
+            if not has_contrib_ops(Path(int8.path)):
+                runners["OpenVINO runtime, onnx-nb INT8 file"] = OpenVinoRunner(Path(int8.path), feed, args.threads)
+        except ImportError:
+            print("OpenVINO is not installed: no OpenVINO rows")
+        with torch.inference_mode():
+            times = interleaved(runners, rounds=args.rounds, warmup=2, runs=3)
+        base = float(np.median(times["PyTorch eager"])) * 1e3
+        print(f"\n{family}, batch {batch}, 224x224, {args.threads} threads, median of {args.rounds} rounds x 3 runs; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        print(f"{'candidate':48} {'p50 ms':>8} {'vs eager':>9} {'cosine (lowest)':>16} {'top-1 agreement':>16}")
+        for name, runner in runners.items():
+            ms = float(np.median(times[name])) * 1e3
+            if name not in accuracy:  # the same file at either batch size: measured once
+                logits = logits_of(runner, evaluation)
+                accuracy[name] = (float(((logits * reference).sum(1) / (np.linalg.norm(logits, axis=1) *
+                                                                         np.linalg.norm(reference, axis=1))).min()),
+                                  float((logits.argmax(1) == reference.argmax(1)).mean()))
+            cosine, top1 = accuracy[name]
+            print(f"{name:48} {ms:8.2f} {base / ms:8.2f}x {cosine:16.5f} {top1:16.3f}")
+
+
+def logits_of(runner: Any, evaluation: np.ndarray) -> np.ndarray:
+    """The runner's file on the evaluation images, one at a time (the batch-1 graph, or the batch-8 one)."""
+    out = []
+    for image in evaluation:
+        x = image[None]
+        if hasattr(runner, "request"):
+            result = runner.request.infer({"pixel_values": x})
+            out.append(np.asarray(next(iter(result.values()))))
+        else:
+            out.append(runner.session.run(None, {"pixel_values": x})[0])
+    return np.concatenate(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--models", default="resnet,vit")
+    args = parser.parse_args()
+    import onnxruntime as ort
+    import torch
+
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; onnxruntime "
+          f"{ort.__version__}, torch {torch.__version__}", flush=True)
+    folder = Path(tempfile.mkdtemp(prefix="onnx-nb-vision-"))
+    for family in args.models.split(","):
+        run_model(family, args, folder)
+    print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
