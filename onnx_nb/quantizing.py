@@ -161,6 +161,17 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         recipe.update(calibration="generated" if calibration == "generated" else f"{len(calib_items)} samples",
                       format="QDQ", activation_type="uint8")
         CalibrationReader(parent_of(onnx_model)[0], calib_items)  # checks shapes before any work
+    static_source: Path | None = None
+    if method == "static":
+        parent_path, parent_ref, _ = parent_of(onnx_model)
+        fused = conv_fusions(parent_path)
+        if fused and getattr(parent_ref, "path", None) is not None:
+            # ORT's FusedConv hides each Conv from the QDQ quantizer (left in float, and the calibration chain
+            # broken: "Unable to get valid quantization scale"); the runtime fuses the QDQ graph itself at load
+            static_source = Path(parent_ref.path)
+            recipe["quantized_from"] = (f"the export {static_source.name}: the parent's ORT fusions "
+                                        f"({', '.join(fused)}) hide its convolutions from the QDQ quantizer; ONNX "
+                                        "Runtime fuses the QDQ graph itself when it loads it")
     if method == "int4":
         from .onnxfile import load_proto
 
@@ -179,7 +190,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
             prepared = Path(scratch) / "prepared.onnx"
             try:
-                _quantize(method, src, prepared, staged, per_channel, excluded, op_types, calib_items, block_size,
+                _quantize(method, static_source or src, prepared, staged, per_channel, excluded, op_types,
+                          calib_items, block_size,
                           accuracy_level if isinstance(accuracy_level, int) else None,
                           bool(recipe.get("gemm_as_matmul")))
             except OnnxNbError:
@@ -236,6 +248,17 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: dict[str, Any],
     recipe["exclude"] = list(excluded)
     variant.recipe = dict(recipe)
     return variant
+
+
+CONV_FUSIONS = ("FusedConv", "NhwcConv", "FusedGemm", "QLinearConv")
+
+
+def conv_fusions(path: Path) -> list[str]:
+    """ORT's convolution fusions in a graph (an optimize() at graph level extended or all)."""
+    from .onnxfile import load_proto
+
+    nodes = load_proto(path).graph.node
+    return sorted({n.op_type for n in nodes if n.domain == "com.microsoft" and n.op_type in CONV_FUSIONS})
 
 
 def standard_attention(path: Path) -> list[str]:

@@ -284,3 +284,31 @@ def test_padding_skip_rows_get_a_baseline_with_the_same_skip(bert: onnx_nb.Expor
     assert rows["opt"].speedup == pytest.approx(skip_base.p50_ms / rows["opt"].p50_ms)
     assert rows["export"].speedup == pytest.approx(plain_base.p50_ms / rows["export"].p50_ms)
     assert any("same length buckets" in n for n in table.notes)
+
+
+def test_static_int8_of_an_optimized_cnn_is_a_qdq_file_openvino_runs(tmp_path: Path) -> None:
+    """A Hugging Face ResNet optimized by ORT (FusedConv) used to fail static quantization ("Unable to get valid
+    quantization scale for input 'view'"): the QDQ file is made from the export, every Conv quantized, and the
+    OpenVINO runtime, which cannot read ORT's contrib ops, runs it."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.ResNetConfig(layer_type="bottleneck", depths=[1, 1], hidden_sizes=[32, 64],
+                                       embedding_size=16, num_labels=10)
+    export = onnx_nb.export(transformers.ResNetForImageClassification(config).eval(), out=tmp_path / "r.onnx",
+                            progress=False)
+    fast = onnx_nb.optimize(export)
+    assert any(n.op_type == "FusedConv" for n in onnx.load(str(fast.path)).graph.node)
+    calibration = [{"pixel_values": np.random.default_rng(i).standard_normal((1, 3, 224, 224)).astype(np.float32)}
+                   for i in range(8)]
+    int8 = onnx_nb.quantize(fast, method="auto", calibration=calibration)
+    assert int8.recipe["method"] == "static" and "FusedConv" in int8.recipe["quantized_from"], int8.recipe
+    nodes = onnx.load(str(int8.path)).graph.node
+    assert not any(n.domain == "com.microsoft" for n in nodes)
+    convs = [n for n in nodes if n.op_type == "Conv"]
+    produced_by = {o: n.op_type for n in nodes for o in n.output}
+    assert convs and all(produced_by.get(n.input[0]) == "DequantizeLinear" for n in convs)
+    pytest.importorskip("openvino")
+    table = onnx_nb.benchmark(int8, providers=["cpu", "openvino-runtime"], runs=3, warmup=1, progress=False)
+    ov = [r for r in table.rows if r.backend == "openvino-runtime:cpu"]
+    assert ov and ov[0].status == "ok", repr(table)
