@@ -101,7 +101,8 @@ def int8_method(path: Path) -> tuple[str, str]:
     from .onnxfile import load_proto, op_histogram
 
     ops = op_histogram(load_proto(path))
-    convs, matmuls = ops.get("Conv", 0), ops.get("MatMul", 0) + ops.get("Gemm", 0)
+    convs = sum(n for op, n in ops.items() if op.split(".")[-1] in ("Conv", "FusedConv", "NhwcConv"))
+    matmuls = ops.get("MatMul", 0) + ops.get("Gemm", 0)
     if convs and convs >= matmuls:
         return "static", f"auto: {convs} Conv against {matmuls} MatMul/Gemm, a convolutional network: static QDQ"
     return "dynamic", f"auto: {matmuls} MatMul/Gemm against {convs} Conv: dynamic (per-batch activation scales)"
