@@ -10,20 +10,14 @@ Prints one JSON line per repeat: tokens, time to first token (s; ``generate()`` 
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("folder", type=Path)
-    parser.add_argument("--prompt", required=True)
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=2)
-    args = parser.parse_args()
+    from arguments import parse  # beside this script
+
+    args = parse()
 
     import onnxruntime as ort
     import torch
