@@ -191,6 +191,39 @@ class BucketedTorchRunner(TorchRunner):
                 self.flat.flat(*tensors)
 
 
+def _contrib_ops(path: Path) -> list[str]:
+    from .onnxfile import load_proto
+
+    return sorted({n.op_type for n in load_proto(path).graph.node if n.domain == "com.microsoft"})
+
+
+def openvino_file(obj: Any, path: Path, folder: str | Path) -> tuple[Path, str] | None:
+    """For a variant whose file the OpenVINO runtime cannot read (ONNX Runtime's contrib operators), the file
+    that serves that backend, made from the same export: the export itself for an optimized fp32 variant
+    (OpenVINO fuses the graph on its own), the same INT8 recipe applied to the export for a quantized one
+    (standard operators only). None when the file is readable as it is, or nothing can be made."""
+    contrib = _contrib_ops(path)
+    reference = getattr(obj, "reference", None)
+    export_path = getattr(reference, "path", None)
+    if not contrib or export_path is None or _contrib_ops(Path(export_path)):
+        return None
+    cannot = f"OpenVINO cannot read ONNX Runtime's {', '.join(contrib)}"
+    recipe = getattr(obj, "recipe", None) or {}
+    method = recipe.get("method")
+    if method is None:
+        return Path(export_path), f"ran the export {Path(export_path).name}: {cannot}; it fuses the graph itself"
+    if method not in ("dynamic", "static"):
+        return None
+    from .quantizing import quantize
+
+    call = getattr(getattr(obj, "remake", None), "keywords", None) or {}
+    made = quantize(reference, method=method, per_channel=recipe.get("per_channel"), exclude=None, validate=False,
+                    calibration=call.get("calibration") if method == "static" else None,
+                    out=Path(folder) / f"{Path(path).stem}.openvino.onnx", overwrite=True)
+    return made.path, (f"ran {made.path.name}: the same {method} INT8 recipe applied to the export, standard "
+                       f"operators only ({cannot})")
+
+
 def _models(models: Any) -> list[tuple[str, Any, Path]]:
     """(name, object, path) for each model; names from dict keys, variants, or file names."""
     if isinstance(models, Mapping):
@@ -295,6 +328,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     skipping = ref is not None and any((getattr(obj, "runtime", None) or {}).get("unpad") for _, obj, _ in entries)
     total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0) + (1 if skipping else 0)) + 1
     kept: list[tuple[LatencyRow, Any]] = []
+    for_openvino: dict[Path, tuple[Path, str] | None] = {}
     small = {path: _total_bytes(path) < KEEP_SESSIONS_BELOW for _, _, path in entries}  # kept open to re-measure
     with Steps(total, "benchmark", progress) as steps, scratch_dir("onnx-nb-prof-") as tmp:
         for spec in specs:
@@ -322,10 +356,18 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                         rows.append(LatencyRow(name, backend, tag, status="unavailable", note=reason))
                         continue
                     runtime = getattr(_obj, "runtime", None)
+                    ran, why = path, ""
+                    if not provider:  # the OpenVINO runtime: a file it can read, made from the same export
+                        if path not in for_openvino:
+                            for_openvino[path] = openvino_file(_obj, path, tmp)
+                        ran, why = for_openvino[path] or (path, "")
                     make: Callable[[], Any] = (partial(OrtRunner, path, provider, feed, threads, level, None, runtime)
-                                               if provider else partial(OpenVinoRunner, path, feed, threads))
+                                               if provider else partial(OpenVinoRunner, ran, feed, threads))
                     row, runner = _measure(name, backend, tag, batch, make, warmup, runs, min_seconds, clock,
                                            threads)
+                    if why:
+                        row.options["file"] = Path(ran).name
+                        row.note = f"{why}. {row.note}".strip()
                     rows.append(row)
                     if runner is not None and small[path]:
                         kept.append((row, runner))

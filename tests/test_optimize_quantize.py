@@ -312,3 +312,19 @@ def test_static_int8_of_an_optimized_cnn_is_a_qdq_file_openvino_runs(tmp_path: P
     table = onnx_nb.benchmark(int8, providers=["cpu", "openvino-runtime"], runs=3, warmup=1, progress=False)
     ov = [r for r in table.rows if r.backend == "openvino-runtime:cpu"]
     assert ov and ov[0].status == "ok", repr(table)
+
+
+def test_openvino_rows_run_a_file_openvino_can_read(bert: onnx_nb.ExportResult, bert_opt: onnx_nb.Variant,
+                                                    tmp_path: Path) -> None:
+    """The OpenVINO runtime cannot read ORT's contrib operators (fused attention, QAttention...): its row runs the
+    export for the optimized fp32 variant and the same INT8 recipe applied to the export for the quantized one,
+    and says which file it ran."""
+    pytest.importorskip("openvino")
+    int8 = onnx_nb.quantize(bert_opt, out=tmp_path / "ov.int8.onnx")
+    table = onnx_nb.benchmark({"opt": bert_opt, "int8": int8}, providers=["cpu", "openvino-runtime"], runs=3,
+                              warmup=1, progress=False)
+    ov = {r.variant: r for r in table.rows if r.backend == "openvino-runtime:cpu"}
+    assert ov["opt"].status == "ok" and ov["opt"].options["file"] == bert.path.name, repr(table)
+    assert ov["int8"].status == "ok" and ov["int8"].options["file"].endswith(".openvino.onnx"), repr(table)
+    assert "cannot read ONNX Runtime's" in ov["int8"].note and "dynamic INT8 recipe" in ov["int8"].note
+    assert not any(r.options.get("file") for r in table.rows if r.backend == "ort:cpu")
