@@ -66,8 +66,11 @@ def _eager_reexport(source: Any, dst: Path) -> None:
     from .exporting import export
 
     model = source.model
-    setter = getattr(model, "set_attn_implementation", None)
-    before = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    # the model itself, or the transformer inside a wrapper (a SentenceTransformer's chain)
+    holder = model if hasattr(model, "set_attn_implementation") else next(
+        (m for m in model.modules() if hasattr(m, "set_attn_implementation")), None)
+    setter = getattr(holder, "set_attn_implementation", None)
+    before = getattr(getattr(holder, "config", None), "_attn_implementation", None)
     if setter is None:
         raise OptimizationError("the model cannot switch to eager attention")
     setter("eager")
@@ -144,6 +147,8 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
     recipe["route_rule"] = (f"the attention route whose dynamic INT8 file ran fastest on the sample tiled to "
                             f"{ROUTE_BATCH} x {ROUTE_SEQUENCE} (then='int8')")
     shutil.copyfile(finished[best], staged)
+    if _count(staged, ("Attention", "MultiHeadAttention")) == 0:
+        return f"{best} (ORT's optimizer fused no attention there; its INT8 file was still the faster)"
     return best
 
 

@@ -229,7 +229,8 @@ def test_int8_attention_route_is_timed_and_chosen(bert: onnx_nb.ExportResult, tm
     assert fast, repr(fast.parity)
     routes = fast.recipe["routes_int8_ms"]
     assert set(routes) == {"onnxscript ORT fusions (2 attention)", "re-exported with eager attention"}, routes
-    assert fast.recipe["attention_route"] == min(routes, key=routes.get) and "8 x 128" in fast.recipe["route_rule"]
+    assert fast.recipe["attention_route"].startswith(min(routes, key=routes.get))
+    assert "8 x 128" in fast.recipe["route_rule"]
     int8 = onnx_nb.quantize(fast, out=tmp_path / "route.int8.onnx")
     assert int8, repr(int8.parity)
     attention = [n.op_type for n in onnx.load(str(int8.path)).graph.node if n.op_type.endswith("Attention")]
