@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,23 @@ def prepare_for_quantization(src: Path, dst: Path) -> None:
     model = onnx.load(str(src))
     del model.graph.value_info[:]
     try:
-        model = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        # when it cannot infer every shape it saves sym_shape_infer_temp.onnx (and its weights) in the current
+        # folder before raising: that folder is the scratch one here, never the user's
+        with _working_folder(Path(dst).resolve().parent):
+            model = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
     except Exception:  # noqa: BLE001 - plain ONNX shape inference is the fallback
         model = onnx.shape_inference.infer_shapes(model)
     onnx.save(model, str(dst))
+
+
+@contextlib.contextmanager
+def _working_folder(folder: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 class CalibrationReader:
