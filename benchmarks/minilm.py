@@ -82,7 +82,7 @@ def main() -> int:
     import transformers
 
     import onnx_nb
-    from onnx_nb.benchmarking import OrtRunner, TorchRunner, interleaved
+    from onnx_nb.benchmarking import BucketedTorchRunner, OrtRunner, TorchRunner, interleaved
     from onnx_nb.parity.references import torch_reference
 
     load = os.getloadavg()[0]
@@ -125,7 +125,7 @@ def main() -> int:
         plain[name] = OrtRunner(Path(getattr(model, "path", model)), "CPUExecutionProvider", feed, args.threads,
                                 "all")
     skipping: dict[str, Any] = {
-        "PyTorch eager (sdpa), padding skipped": Bucketed(ref.model, feed),
+        "PyTorch eager (sdpa), padding skipped": BucketedTorchRunner(ref, feed, args.threads),
         f"onnx-nb {int8.name}, padding skipped": OrtRunner(Path(int8.path), "CPUExecutionProvider", feed,
                                                            args.threads, "all", runtime={"unpad": True}),
         "ORT quantizer (INT8 per-channel), padding skipped": OrtRunner(
@@ -212,28 +212,6 @@ def sentence_embeddings(folder: Path, feed: dict[str, np.ndarray], args: Any) ->
         rows[name] = (ms, base / ms, cosine)
         print(f"{name:64s} {ms:8.1f} {base / ms:7.2f}x {cosine:27.5f}")
     return rows
-
-
-class Bucketed:
-    """PyTorch eager with the padding skip ONNX Runtime gets: the rows grouped by the same plan
-    (``runtime.plan_buckets``), each group run trimmed to its longest row."""
-
-    def __init__(self, model: Any, feed: dict[str, np.ndarray]) -> None:
-        import torch
-
-        from onnx_nb.runtime import plan_buckets
-
-        self.model, self.torch = model, torch
-        lengths = feed["attention_mask"].sum(1).astype(np.int64)
-        self.parts = []
-        for rows in plan_buckets(np.maximum(lengths, 1)):
-            keep = int(lengths[rows].max())
-            self.parts.append({k: torch.from_numpy(np.ascontiguousarray(v[rows][:, :keep])) for k, v in feed.items()})
-
-    def __call__(self) -> None:
-        with self.torch.inference_mode():
-            for part in self.parts:
-                self.model(**part)
 
 
 if __name__ == "__main__":

@@ -92,8 +92,7 @@ class OrtRunner:
             path, provider, threads=threads, level=level, map_weights=False,
             profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
         self.feed = cast_feed(self.session, feed)
-        self.device = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda",
-                       "ROCMExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}.get(provider)
+        self.device = sessions.DEVICES.get(provider)
         if hasattr(self.session, "time"):  # an IsolatedSession: io-binding needs an in-process session
             self.options["process"] = "isolated worker"
             self.device = None
@@ -172,17 +171,14 @@ class BucketedTorchRunner(TorchRunner):
     padding-skip rows."""
 
     def __init__(self, reference: Any, feed: dict[str, np.ndarray], threads: int | None) -> None:
-        from .runtime import plan_buckets
+        from .runtime import trimmed_buckets
 
         super().__init__(reference, feed, threads)
         mask = feed["attention_mask"]
-        lengths = mask.sum(axis=1).astype(np.int64)
-        sequence = {n for n in self.flat.input_names if np.ndim(feed[n]) > 1 and feed[n].shape[1] == mask.shape[1]}
-        self.parts = []
-        for rows in plan_buckets(np.maximum(lengths, 1)):
-            keep = int(max(lengths[rows].max(), 1))
-            self.parts.append([self.torch.from_numpy(np.ascontiguousarray(
-                feed[n][rows][:, :keep] if n in sequence else feed[n][rows])) for n in self.flat.input_names])
+        own = {n: feed[n] for n in self.flat.input_names}
+        sequence = {n for n, v in own.items() if np.ndim(v) > 1 and v.shape[1] == mask.shape[1]}
+        self.parts = [[self.torch.from_numpy(np.ascontiguousarray(part[n])) for n in self.flat.input_names]
+                      for _, _, part in trimmed_buckets(own, mask.sum(axis=1).astype(np.int64), sequence)]
         self.options["runtime"] = "skips padding"
 
     def __call__(self) -> None:

@@ -138,22 +138,14 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     if program is None:  # pragma: no cover - torch always returns a program with dynamo=True
         raise RuntimeError("torch.onnx.export returned no program")
     program.save(str(path), external_data=external_data)
-    if varargs_from is not None:
-        name_axes(path, axes)
+    if varargs_from is not None:  # the axis names in place of the exporter's symbols
+        import onnx
 
+        from .onnxfile import load_proto, name_dims
 
-def name_axes(path: Path, axes: AxisSpec) -> None:
-    """Give the graph's inputs and outputs the axis names in ``axes`` (in place of an exporter's symbols)."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    for value in [*model.graph.input, *model.graph.output]:
-        for axis, name in axes.get(value.name, {}).items():
-            dims = value.type.tensor_type.shape.dim
-            if axis < len(dims):
-                dims[axis].Clear()
-                dims[axis].dim_param = name
-    onnx.save(model, str(path))
+        proto = load_proto(path)
+        name_dims(proto, axes)
+        onnx.save(proto, str(path))
 
 
 def export_torchscript(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path: Path,

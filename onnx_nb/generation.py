@@ -139,6 +139,7 @@ def export_standard_ops(model: Any, path: Path) -> None:
     ONNX ``Attention`` op (past and present keys/values in and out), RMS norms ``RMSNormalization``, rotary
     embeddings ``RotaryEmbedding``, and the shape arithmetic a trace records goes away (a 2,145-node TorchScript
     graph of an 8-layer Llama becomes 428 nodes). Same inputs, outputs and axis names as :func:`export`'s file."""
+    from .benchmarking import weight_bytes
     from .exporters import export_dynamo, quiet
     from .exporting import EXTERNAL_DATA_BYTES
 
@@ -146,7 +147,7 @@ def export_standard_ops(model: Any, path: Path) -> None:
     wrapper = DecoderWithCache(model, layout).eval()
     sample = cache_sample(model, layout)
     names = input_names(layout)
-    big = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
+    big = weight_bytes(model) > EXTERNAL_DATA_BYTES
     with torch.no_grad(), quiet([], []):
         export_dynamo(wrapper, tuple(sample[n] for n in names), path, names, output_names(layout),
                       cache_axes(layout), STANDARD_OPS_OPSET, big, varargs_from=3)
@@ -159,13 +160,12 @@ class OnnxDecoder:
 
     def __init__(self, path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
                  **options: Any) -> None:
-        from .sessions import session
+        from .sessions import DEVICES, session
 
         self.session = session(path, provider, **options)
         # I/O binding: the cache stays where the provider computed it (GPU memory) between steps instead of a
         # round trip through numpy; on by default for every provider but the CPU's, where numpy is already home
-        device = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda",
-                  "DmlExecutionProvider": "dml"}.get(provider, "cpu")
+        device = DEVICES.get(provider, "cpu")
         wanted = device != "cpu" if io_binding is None else io_binding
         self.device = device if wanted and hasattr(self.session, "io_binding") else None
         inputs = {i.name: i for i in self.session.get_inputs()}

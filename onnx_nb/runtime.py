@@ -36,6 +36,19 @@ def plan_buckets(lengths: np.ndarray, cost: int = RUN_COST_TOKENS) -> list[np.nd
     return groups[::-1]
 
 
+def trimmed_buckets(feed: dict[str, np.ndarray], lengths: np.ndarray,
+                    sequence_inputs: set[str]) -> list[tuple[np.ndarray, int, dict[str, np.ndarray]]]:
+    """The batch cut by :func:`plan_buckets`: each bucket's rows, the length it is trimmed to (its longest row),
+    and the feed of those rows with the sequence inputs trimmed. ONNX Runtime's padding skip and the PyTorch
+    baseline given the same skip both run these."""
+    buckets = []
+    for rows in plan_buckets(np.maximum(lengths, 1)):
+        keep = int(max(lengths[rows].max(), 1))
+        buckets.append((rows, keep, {k: (v[rows][:, :keep] if k in sequence_inputs else v[rows])
+                                     for k, v in feed.items()}))
+    return buckets
+
+
 class UnpaddedSession:
     """An ORT session wrapper that runs each length bucket of a padded batch separately."""
 
@@ -73,10 +86,9 @@ class UnpaddedSession:
         names = [o.name for o in self.outputs] if output_names is None else list(output_names)
         meta = {o.name: o for o in self.outputs}
         full: list[np.ndarray | None] = [None] * len(names)
-        self.last_plan = plan_buckets(np.maximum(lengths, 1))
-        for rows in self.last_plan:
-            keep = int(max(lengths[rows].max(), 1))
-            part = {k: (v[rows][:, :keep] if k in self.seq_inputs else v[rows]) for k, v in feed.items()}
+        buckets = trimmed_buckets(feed, lengths, self.seq_inputs)
+        self.last_plan = [rows for rows, _, _ in buckets]
+        for rows, keep, part in buckets:
             results = self.session.run(names, part, *args)
             for i, (name, value) in enumerate(zip(names, results)):
                 shape = meta[name].shape

@@ -22,6 +22,9 @@ ALIASES: dict[str, str] = {
     "vitisai": "VitisAIExecutionProvider", "azure": "AzureExecutionProvider",
 }
 SHORT = {v: k for k, v in reversed(ALIASES.items())}
+# where a provider's inputs and outputs live when bound (I/O binding); host memory for the others
+DEVICES = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda", "ROCMExecutionProvider": "cuda",
+           "DmlExecutionProvider": "dml"}
 NOT_COMPUTE = {"AzureExecutionProvider"}
 
 
