@@ -106,6 +106,11 @@ def _ort_level(src: Path, dst: Path, level: str) -> None:
 DECODER_ROUTE = "re-exported with torch.export at opset 23, standard ONNX ops: "
 
 
+def precision_after(quantize_method: str | None) -> str | None:
+    """What ``then`` to optimize for when a quantize step with this method follows (pipeline, Studio)."""
+    return "int8" if quantize_method in ("auto", "dynamic") else None
+
+
 def _decoder_export(onnx_model: Any) -> bool:
     """A decoder-only model's export with its cache, its PyTorch model at hand."""
     from .results.export import ExportResult
@@ -241,10 +246,13 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
 
             try:
                 assert source is not None
+                from .onnxfile import load_proto, op_histogram
+
                 export_standard_ops(source.model, staged)
-                ops = ("Attention", "RMSNormalization", "RotaryEmbedding")
+                counts = op_histogram(load_proto(staged))
                 recipe["attention_route"] = DECODER_ROUTE + ", ".join(
-                    f"{op} x{n}" for op in ops if (n := _count(staged, (op,))))
+                    f"{op} x{counts[op]}" for op in ("Attention", "RMSNormalization", "RotaryEmbedding")
+                    if counts.get(op))
                 return warnings
             except Exception as exc:  # noqa: BLE001 - the transformer optimizer's route follows
                 warnings.append(f"re-export at opset 23 failed: {type(exc).__name__}: {first_line(exc)[:150]}")

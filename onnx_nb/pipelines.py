@@ -33,6 +33,7 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
     from .benchmarking import benchmark as run_benchmark
     from .exporting import export
     from .optimizing import optimize as run_optimize
+    from .optimizing import precision_after
     from .parity.check import check_parity
     from .quantizing import quantize as run_quantize
 
@@ -69,9 +70,9 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
         run("parity", lambda: check_parity(state["export"], providers=providers, progress=False), ("export",))
         if optimize:
             bar.step("optimize")
-            then = "int8" if quantize in ("auto", "dynamic") else None  # the attention route that serves INT8
             run("optimize", lambda: run_optimize(state["export"], overwrite=overwrite or out is None,
-                                                 providers=providers, then=then), ("export",))
+                                                 providers=providers, then=precision_after(quantize)),
+                ("export",))
         if quantize:
             bar.step(f"quantize ({quantize})")
             base = "optimize" if optimize else "export"

@@ -164,6 +164,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         recipe.update(per_channel=per_channel, weight_type="int8", exclude=excluded)
     runtime = dict(getattr(onnx_model, "runtime", None) or {})
     calib_items: list[dict[str, Any]] | None = None
+    static_source: Path | None = None
     if method == "static":
         if isinstance(calibration, str):
             if calibration != "generated":
@@ -175,10 +176,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             raise CalibrationError("The calibration data is empty; give at least one input dict.")
         recipe.update(calibration="generated" if calibration == "generated" else f"{len(calib_items)} samples",
                       format="QDQ", activation_type="uint8")
-        CalibrationReader(parent_of(onnx_model)[0], calib_items)  # checks shapes before any work
-    static_source: Path | None = None
-    if method == "static":
         parent_path, parent_ref, _ = parent_of(onnx_model)
+        CalibrationReader(parent_path, calib_items)  # checks shapes before any work
         fused = conv_fusions(parent_path)
         if fused and getattr(parent_ref, "path", None) is not None:
             # ORT's FusedConv hides each Conv from the QDQ quantizer (left in float, and the calibration chain

@@ -40,9 +40,8 @@ def resolve(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSo
         if task == "sentence-embedding":
             from .hf import sentence
 
-            local = path.exists()
-            st = sentence.load(str(path.resolve()) if local else str(model))
-            return _sentence_source(st, source_name(model), str(path.resolve()) if local else str(model))
+            location = str(path.resolve()) if path.exists() else str(model)
+            return _sentence_source(sentence.load(location), source_name(model), location)
         from .hf.loading import load_model
 
         loaded = load_model(str(model), task)
@@ -63,7 +62,7 @@ def resolve(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSo
         if task not in (None, "sentence-embedding"):
             raise InvalidArgumentError(f"A SentenceTransformer exports for task 'sentence-embedding', not {task!r}; "
                                        "export model[0].auto_model for the bare transformer.")
-        return _sentence_source(model, _sentence_name(model), None)
+        return _sentence_source(model, None, None)
     if is_hf_model(model):
         from .hf.loading import load_preprocessor
         from .hf.tasks import check_task, infer_task
@@ -82,20 +81,14 @@ def resolve(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSo
     return ModelSource(kind="module", name=source_name(model), model=model)
 
 
-def _sentence_name(st: Any) -> str:
-    card = getattr(getattr(st, "model_card_data", None), "base_model", None)
-    config = getattr(getattr(st[0], "auto_model", None), "config", None)
-    where = getattr(config, "_name_or_path", "") or card or ""
-    return Path(str(where).rstrip("/")).name if where else type(st).__name__
-
-
-def _sentence_source(st: Any, name: str, location: str | None) -> ModelSource:
+def _sentence_source(st: Any, name: str | None, location: str | None) -> ModelSource:
     """A SentenceTransformer as a model with token inputs and ``token_embeddings`` + ``sentence_embedding``
-    outputs (its pooling and normalisation inside the graph), its tokenizer as the preprocessor."""
+    outputs (its pooling and normalisation inside the graph), its tokenizer as the preprocessor; named after
+    its transformer's folder or hub id unless ``name`` says otherwise."""
     from .hf.sentence import TASK, wrap
 
     wrapper = wrap(st)
-    return ModelSource(kind="sentence-transformers", name=name, location=location, task=TASK,
+    return ModelSource(kind="sentence-transformers", name=name or source_name(wrapper), location=location, task=TASK,
                        model_type=getattr(wrapper.config, "model_type", None), model=wrapper,
                        preprocessor=st.tokenizer)
 

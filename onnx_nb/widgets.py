@@ -175,8 +175,8 @@ class Studio:
             if bound:  # the slider starts at the policy's cosine bound (fp32 0.999, INT8 0.98)
                 self.panel.min_cosine = bound
         elif name == "optimize":
-            then = "int8" if self.panel.quantize_method in ("auto", "dynamic") else None
-            res = optimizing.optimize(self._need("export"), overwrite=True, providers=self._providers(), then=then)
+            res = optimizing.optimize(self._need("export"), overwrite=True, providers=self._providers(),
+                                      then=optimizing.precision_after(self.panel.quantize_method))
         elif name == "quantize":
             kwargs: dict[str, Any] = {"calibration": "generated"} if self.panel.quantize_method == "static" else {}
             res = quantizing.quantize(self._need("optimize"), method=self.panel.quantize_method, overwrite=True,

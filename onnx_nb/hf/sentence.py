@@ -9,7 +9,6 @@ normalisation included. Only imported when a sentence-transformers model is expo
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,11 +21,6 @@ TASK = "sentence-embedding"
 def is_sentence_transformer(model: Any) -> bool:
     return any(c.__name__ == "SentenceTransformer" and c.__module__.startswith("sentence_transformers")
                for c in type(model).__mro__)
-
-
-def is_sentence_folder(location: str | Path) -> bool:
-    """A folder sentence-transformers wrote: its ``modules.json`` lists the chain."""
-    return (Path(location).expanduser() / "modules.json").is_file()
 
 
 class SentenceEmbedding(torch.nn.Module):
@@ -48,9 +42,6 @@ class SentenceEmbedding(torch.nn.Module):
             features["token_type_ids"] = token_type_ids
         out = self.st(features)
         return {"token_embeddings": out["token_embeddings"], "sentence_embedding": out["sentence_embedding"]}
-
-    def describe(self) -> str:
-        return " -> ".join(type(m).__name__ for m in self.st)
 
 
 def _transformer(st: Any) -> Any:

@@ -75,9 +75,9 @@ def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]
         if r.backend.startswith("torch") and r.p50_ms and key not in base:
             base[key] = r.p50_ms
     for r in rows:
-        key = (r.shape, skips_padding(r))
-        if r.p50_ms and (key in base or (r.shape, False) in base):
-            r.speedup = base.get(key, base.get((r.shape, False), 0.0)) / r.p50_ms
+        baseline = base.get((r.shape, skips_padding(r))) or base.get((r.shape, False))
+        if r.p50_ms and baseline:
+            r.speedup = baseline / r.p50_ms
     if any(skips_padding(r) and r.backend.startswith("torch") for r in rows):
         notes.append("Rows that skip padding (runtime=skips padding) are compared with 'PyTorch eager, padding "
                      "skipped': the same length buckets, run trimmed in PyTorch. The other rows run the padded "
