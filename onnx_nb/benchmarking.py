@@ -289,7 +289,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     entries = _models(models)
     backends = _backends(providers)
     if _has_cache(entries[0][2]):  # a decoder with its cache: prefill and decode steps, not one forward
-        from .generation import benchmark_generation
+        from .generation_latency import benchmark_generation
 
         source = getattr(reference, "source", None) or getattr(entries[0][1], "source", None)
         model = reference if reference is not None and not hasattr(reference, "source") else \
