@@ -69,7 +69,10 @@ class StudioPanel(anywidget.AnyWidget):
     _esm = _asset("studio.js")
     _css = _asset("widgets.css")
     model_name = traitlets.Unicode("").tag(sync=True)
+    steps: traitlets.List[list[str]] = traitlets.List().tag(sync=True)  # [key, label] per tab, from the plan
+    methods: traitlets.List[str] = traitlets.List().tag(sync=True)  # quantize methods, from the plan
     tab = traitlets.Unicode("export").tag(sync=True)
+    running = traitlets.Unicode("").tag(sync=True)  # the step running now
     available_providers: traitlets.List[str] = traitlets.List().tag(sync=True)
     providers: traitlets.List[str] = traitlets.List().tag(sync=True)
     shapes = traitlets.Unicode("auto").tag(sync=True)
@@ -84,30 +87,38 @@ class StudioPanel(anywidget.AnyWidget):
 
 
 class Studio:
-    """``Studio(model)``: the whole pipeline as a dashboard. Buttons run the same core functions as the
-    magics (export, check_parity, optimize, quantize, benchmark); moving a tolerance slider re-judges
-    the stored parity errors at once; figures appear below the panel."""
+    """``Studio(model)``: the whole pipeline as a dashboard. Its tabs are the pipeline's own plan
+    (:mod:`onnx_nb.plan`): each button runs a step the way :func:`onnx_nb.pipeline` does (what it needs first), a
+    failure shows in the tab of the step that failed, moving a tolerance slider re-judges the stored parity errors
+    at once, and figures appear below the panel."""
 
     def __init__(self, model: Any, sample: Any = None, *, threaded: bool = True) -> None:
         import ipywidgets
 
+        from .plan import QUANTIZE_METHODS, Run, Settings, tabs
         from .sessions import resolve
+        from .sources import source_name
 
         self.model = model
         self.sample = sample
-        self.results: dict[str, Any] = {}
         self.threaded = threaded
-        from .sources import source_name
-
         name = source_name(model)
         if name == "model" and isinstance(model, (str, Path)):  # the folder of a package, e.g. .../minilm/model
             name = Path(model).parent.name
+        # The Studio writes into onnx-nb's default folder and replaces its own files when a step runs again.
+        self.plan = Run(model, Settings(sample=sample, overwrite=True, name=str(name), min_seconds=0.5))
         short = [p.short for p in resolve("available")]
-        self.panel = StudioPanel(model_name=str(name)[-60:], available_providers=short, providers=["cpu"])
+        self.panel = StudioPanel(model_name=str(name)[-60:], steps=tabs(self.plan.settings),
+                                 methods=list(QUANTIZE_METHODS), available_providers=short, providers=["cpu"])
         self.figures = ipywidgets.Output()
         self.panel.on_msg(self._on_msg)
         self.panel.observe(self._rejudge, names=["atol", "rtol", "min_cosine"])
         self.widget = ipywidgets.VBox([self.panel, self.figures])
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """Each step's latest result, by step."""
+        return dict(self.plan.values)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
@@ -122,83 +133,74 @@ class Studio:
         else:
             self.run(step)
 
+    def _configure(self) -> None:
+        from .specs import parse_shapes
+
+        shapes = parse_shapes(self.panel.shapes or "auto")
+        self.plan.configure(providers=tuple(self.panel.providers) or ("cpu",), parity_shapes=shapes,
+                            shapes=None if shapes == "auto" else shapes, quantize=self.panel.quantize_method)
+
     def run(self, step: str) -> Any:
-        """Run one step (or ``"all"``) as the buttons do; returns its result."""
-        order = ["export", "parity", "optimize", "quantize", "latency", "report"]
-        todo = order if step == "all" else [step]
+        """Run one step (with what it needs first), ``"report"``, or ``"all"``, as the buttons do; returns the
+        step's result (None when it failed: its tab shows why)."""
+        from .errors import OnnxNbError
+        from .render import esc
+
+        try:
+            self._configure()
+        except OnnxNbError as exc:  # a bad shapes box: said where the step would have shown its result
+            tab = self.panel.tab if step == "all" else step
+            self.panel.status = f"{tab}: {exc}"
+            self._show(tab, f'<pre class="bad">{esc(type(exc).__name__)}: {esc(exc)}</pre>', None)
+            return None
+        keys = [s[0] for s in self.panel.steps] if step == "all" else \
+            ([] if step == "report" else self.plan.missing(step)) + [step]
         self.panel.busy = True
         result = None
-        name = todo[0]
         try:
-            for i, name in enumerate(todo):
-                self.panel.status = f"running {name}…"
-                self.panel.progress = i / len(todo)
-                result = self._step(name)
-                self.panel.tab = name
-            self.panel.status = f"{step}: done"
+            for i, key in enumerate(keys):
+                self.panel.status = f"running {key}… ({i + 1}/{len(keys)})"
+                self.panel.progress = i / len(keys)
+                self.panel.running = key
+                self.panel.tab = key
+                result = self._step(key)
+            failed = [self.plan.records[k] for k in keys
+                      if k in self.plan.records and self.plan.records[k].status in ("failed", "skipped")]
+            # shown as text by the front end (never markup)
+            self.panel.status = f"{step}: done" if not failed else f"{failed[0].step} {failed[0].status}: " \
+                f"{failed[0].error}" + (f" (also {', '.join(r.step for r in failed[1:])}: see their tabs)"
+                                        if failed[1:] else "")
             self.panel.progress = 1.0
-        except Exception as exc:  # noqa: BLE001 - shown in the failing step's tab; the kernel stays usable
-            from .render import esc
-
-            self.panel.status = f"{name} failed: {type(exc).__name__}: {exc}"  # shown as text by the front end
-            # error text can quote a hostile model's names: escaped, never markup
-            self._show(name, f'<pre class="bad">{esc(type(exc).__name__)}: {esc(exc)}</pre>', None)
-            self.panel.tab = name
         finally:
+            self.panel.running = ""
             self.panel.busy = False
         return result
 
-    def _providers(self) -> list[str]:
-        return list(self.panel.providers) or ["cpu"]
+    def _step(self, key: str) -> Any:
+        from .render import esc
 
-    def _shapes(self) -> Any:
-        from .specs import parse_shapes
-
-        return parse_shapes(self.panel.shapes or "auto")
-
-    def _need(self, step: str) -> Any:
-        if step not in self.results:
-            self.results[step] = self._step(step)
-        return self.results[step]
-
-    def _step(self, name: str) -> Any:
-        from . import benchmarking, exporting, optimizing, quantizing
-        from .parity.check import check_parity
-
-        res: Any
-        if name == "export":
-            res = exporting.export(self.model, self.sample, overwrite=True, progress=False)
-        elif name == "parity":
-            res = check_parity(self._need("export"), providers=self._providers(), shapes=self._shapes(),
-                               progress=False)
-            bound = next((r.tolerance.min_cosine for r in res.rows if r.tolerance is not None), None)
+        if key == "report":
+            result = self.plan.report()
+            self._show(key, result.html_body(), result)
+            return result
+        result = self.plan.run(key)
+        record = self.plan.records[key]
+        if record.status in ("failed", "skipped"):
+            exc = self.plan.error if record.status == "failed" else None
+            what = f"{type(exc).__name__}: {exc}" if exc is not None else record.error
+            # error text can quote a hostile model's names: escaped, never markup
+            self._show(key, f'<pre class="bad">{esc(what)}</pre>', None)
+            return None
+        if key == "parity":
+            bound = next((r.tolerance.min_cosine for r in result.rows if r.tolerance is not None), None)
             if bound:  # the slider starts at the policy's cosine bound (fp32 0.999, INT8 0.98)
                 self.panel.min_cosine = bound
-        elif name == "optimize":
-            res = optimizing.optimize(self._need("export"), overwrite=True, providers=self._providers(),
-                                      then=optimizing.precision_after(self.panel.quantize_method))
-        elif name == "quantize":
-            kwargs: dict[str, Any] = {"calibration": "generated"} if self.panel.quantize_method == "static" else {}
-            res = quantizing.quantize(self._need("optimize"), method=self.panel.quantize_method, overwrite=True,
-                                      providers=self._providers(), **kwargs)
-        elif name == "latency":
-            models = {"export (fp32)": self._need("export")}
-            models.update({self.results[s].name: self.results[s] for s in ("optimize", "quantize")
-                           if s in self.results})
-            res = benchmarking.benchmark(models, providers=self._providers(), reference=self._need("export"),
-                                         min_seconds=0.5, progress=False)
-        else:
-            from .results.report import Report, StepResult
-
-            res = Report(self.panel.model_name, [StepResult(s, "ok" if bool(r) else "failed-check", r, "", 0.0)
-                                                 for s, r in self.results.items() if s != "report"])
-        self.results[name] = res
-        html = res.html_body() if hasattr(res, "html_body") else res._repr_html_()
-        self._show(name, html, res)
-        return res
+        self._show(key, result.html_body() if hasattr(result, "html_body") else result._repr_html_(), result)
+        return result
 
     def _show(self, name: str, html: str, result: Any) -> None:
-        self.panel.html = {**self.panel.html, name: html}
+        self.panel.html = {**{k: v for k, v in self.panel.html.items() if k in self.plan.records or k == name},
+                           name: html}
         if result is not None and hasattr(result, "figure") and name in ("parity", "latency"):
             from IPython.display import display
 
@@ -207,7 +209,7 @@ class Studio:
                 display(result.figure())
 
     def _rejudge(self, _change: Any) -> None:
-        report = self.results.get("parity")
+        report = self.plan.values.get("parity")
         if report is None:
             return
         judged = report.rejudge(atol=self.panel.atol, rtol=self.panel.rtol, min_cosine=self.panel.min_cosine)

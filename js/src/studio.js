@@ -3,11 +3,7 @@
 // Every button calls the same Python core functions as the magics (through a message to the kernel).
 import { el } from "./dom.js";
 
-const STEPS = [
-  ["export", "Export"], ["parity", "Parity"], ["optimize", "Optimize"],
-  ["quantize", "Quantize"], ["latency", "Latency"], ["report", "Report"],
-];
-
+// The tabs and the quantize methods come from the kernel (onnx_nb.plan): one step plan, in Python.
 
 function slider(parent, label, cls, min, max, step, value, fmt, onInput) {
   const wrap = el("label", "onnxnb-studio-slider " + cls, parent);
@@ -57,7 +53,7 @@ function render({ model, el: root }) {
   shapes.placeholder = "auto, or batch=4,sequence=32;batch=1";
   shapes.addEventListener("change", () => { model.set("shapes", shapes.value); model.save_changes(); });
   const method = el("select", "onnxnb-studio-method", controls);
-  for (const m of ["auto", "dynamic", "static", "int4", "fp16"]) {
+  for (const m of model.get("methods") || []) {
     const o = el("option", "", method, m);
     o.value = m;
   }
@@ -77,8 +73,9 @@ function render({ model, el: root }) {
     model.set("min_cosine", v); model.save_changes();
   });
 
+  const steps = model.get("steps") || [];
   const buttons = {};
-  for (const [key, label] of STEPS) {
+  for (const [key, label] of steps) {
     const b = el("button", "onnxnb-studio-tab onnxnb-studio-tab-" + key, tabs, label);
     b.addEventListener("click", () => { current = key; model.set("tab", key); model.save_changes(); draw(); });
     buttons[key] = b;
@@ -88,20 +85,27 @@ function render({ model, el: root }) {
   runAll.addEventListener("click", () => model.send({ type: "run", step: "all" }));
 
   function draw() {
-    for (const [key] of STEPS) buttons[key].classList.toggle("onnxnb-studio-tab-active", key === current);
+    for (const [key] of steps) buttons[key].classList.toggle("onnxnb-studio-tab-active", key === current);
     sliders.style.display = current === "parity" ? "" : "none";
     method.style.display = current === "quantize" ? "" : "none";
     runBtn.textContent = current === "report" ? "Build report" : "Run " + current;
     const html = (model.get("html") || {})[current];
-    panel.innerHTML = html || `<div class="onnxnb-studio-empty">No ${current} result yet: press “${runBtn.textContent}”.</div>`;
     const busy = model.get("busy");
+    const running = model.get("running");
+    if (html) panel.innerHTML = html;  // escaped by the kernel (onnx_nb.render.esc): model text is never markup
+    else {
+      panel.textContent = "";
+      el("div", "onnxnb-studio-empty", panel, running === current
+        ? `Running ${current}…`
+        : `No ${current} result yet: press “${runBtn.textContent}”.`);
+    }
     runBtn.disabled = busy;
     runAll.disabled = busy;
     statusText.textContent = model.get("status");
     fill.style.width = Math.round(100 * model.get("progress")) + "%";
     root.classList.toggle("onnxnb-studio-busy", busy);
   }
-  for (const name of ["html", "busy", "status", "progress", "tab"]) model.on("change:" + name, () => {
+  for (const name of ["html", "busy", "status", "progress", "tab", "running"]) model.on("change:" + name, () => {
     current = model.get("tab") || current;
     draw();
   });
