@@ -54,7 +54,7 @@ _LAZY = {
     "quant_debug": ("onnx_nb.debugging", "quant_debug"),
     "autotune": ("onnx_nb.autotuning", "autotune"),
     "Variant": ("onnx_nb.results.variant", "Variant"),
-    "UnpaddedSession": ("onnx_nb.runtime", "UnpaddedSession"),
+    "UnpaddedSession": ("onnx_nb.padding", "UnpaddedSession"),
     "LatencyTable": ("onnx_nb.results.latency", "LatencyTable"),
     "parse_profile": ("onnx_nb.profiling", "parse_profile"),
     "isolated": ("onnx_nb.isolation", "isolated"),
@@ -127,6 +127,7 @@ if TYPE_CHECKING:
     from .isolation import IsolatedSession, isolated
     from .onnxfile import check_model
     from .optimizing import optimize
+    from .padding import UnpaddedSession
     from .parity.check import check_parity
     from .parity.tolerance import Tolerance
     from .pipelines import pipeline
@@ -137,7 +138,6 @@ if TYPE_CHECKING:
     from .results.parity import ParityReport
     from .results.report import Report
     from .results.variant import Variant
-    from .runtime import UnpaddedSession
     from .widgets import GraphView, Studio
 
 

@@ -98,7 +98,7 @@ class OrtRunner:
             self.device = None
         self.binding = None
         if (runtime or {}).get("unpad"):
-            from .runtime import UnpaddedSession
+            from .padding import UnpaddedSession
 
             self.session = UnpaddedSession(self.session)
             self.options["runtime"] = "skips padding"
@@ -167,11 +167,11 @@ class TorchRunner:
 
 class BucketedTorchRunner(TorchRunner):
     """PyTorch eager given the padding skip a variant's runtime gets: the rows grouped by the same plan
-    (:func:`runtime.plan_buckets`), each group run trimmed to its longest row. The fair baseline for
+    (:func:`padding.plan_buckets`), each group run trimmed to its longest row. The fair baseline for
     padding-skip rows."""
 
     def __init__(self, reference: Any, feed: dict[str, np.ndarray], threads: int | None) -> None:
-        from .runtime import trimmed_buckets
+        from .padding import trimmed_buckets
 
         super().__init__(reference, feed, threads)
         mask = feed["attention_mask"]
@@ -254,7 +254,7 @@ def _backends(providers: Any) -> list[tuple[str, str | None, str]]:
         providers = [p for p in providers if str(p).lower() not in ("openvino-runtime", "ov-runtime")]
     result: list[tuple[str, str | None, str]] = []
     if providers:
-        for p in sessions.resolve(providers):
+        for p in sessions.providers_named(providers):
             result.append((f"ort:{p.short}", p.name, "" if p.available else p.reason))
     if want_openvino:
         try:
@@ -278,9 +278,10 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     installed; missing ones asked for by name appear as unavailable rows. ``runs=None`` repeats
     until ``min_seconds`` (at least 10 runs). Warm-up and the first run are kept out of the statistics.
     """
+    from .feeds import export_sample, feed_for
     from .files import scratch_dir
-    from .parity.references import export_sample, graph_sample, to_numpy, torch_reference
-    from .shapes import axis_sizes, label, make_feed, parse_shapes
+    from .parity.references import torch_reference
+    from .shapes import axis_sizes, label, make_feed, shape_specs
 
     if warmup < 0 or (runs is not None and runs < 1) or min_seconds < 0:
         raise InvalidArgumentError("warmup must be >= 0, runs >= 1 (or None) and min_seconds >= 0.")
@@ -298,26 +299,20 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                                     progress)
     ref = None
     if reference is not None:
-        from .sources import resolve as resolve_source
+        from .sources import load_source
 
-        source = reference.source if hasattr(reference, "source") else resolve_source(reference, None)
+        source = reference.source if hasattr(reference, "source") else load_source(reference, None)
         if source.model is None:
-            source = resolve_source(source.location or "", source.task)
+            source = load_source(source.location or "", source.task)
         if sample is None and source.kind == "module":
             sample = export_sample(entries[0][1])
         ref = torch_reference(source, sample, "PyTorch eager")
-    base = entries[0][1]
-    if sample is not None and hasattr(sample, "keys"):
-        feed0 = to_numpy(sample)
-        axes = ref.axes if ref else {k: {0: "batch"} for k in feed0}
-    elif ref is not None:
+    if ref is not None and not hasattr(sample, "keys"):
         feed0, axes = ref.sample, ref.axes
-    elif getattr(getattr(base, "source", None), "sample", None):
-        feed0 = {k: v.numpy() for k, v in base.source.sample.items()}
-        axes = dict(base.source.input_axes)
     else:
-        feed0, axes = graph_sample(entries[0][2], 0)
-    specs = parse_shapes(shapes if shapes is not None else "sample", axis_sizes(feed0, axes), list(feed0))
+        feed0, axes = feed_for(entries[0][2], entries[0][1], sample)
+        axes = ref.axes if ref is not None else axes
+    specs = shape_specs(shapes if shapes is not None else "sample", axis_sizes(feed0, axes), list(feed0))
     rows: list[LatencyRow] = []
     profiles: dict[str, Any] = {}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None

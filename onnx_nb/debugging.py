@@ -111,9 +111,9 @@ def quant_debug(reference: Any, variant: Any, sample: Any = None, *, max_suggest
     default), each layer measured in isolation: its quantized block runs on the fp32 model's own input
     tensor, so error inherited from earlier layers does not count against it. Layers far below the median
     (``gap_db``) are suggested for ``exclude``; ``report.requantize()`` quantizes again without them."""
+    from .feeds import feed_for
     from .onnxfile import load_proto
     from .parity.localize import module_of, run_all
-    from .parity.references import graph_sample, to_numpy
 
     for what, value in (("variant", variant), ("reference", reference)):
         if value is not None and not isinstance(getattr(value, "path", value), (str, os.PathLike)):
@@ -126,12 +126,7 @@ def quant_debug(reference: Any, variant: Any, sample: Any = None, *, max_suggest
         ref_path = Path(getattr(variant, "parent", "") or "")
     if ref_path.suffix != ".onnx":
         raise InvalidArgumentError("quant_debug compares two ONNX files: pass the fp32 parent (.onnx) as reference.")
-    if sample is not None:
-        feed = to_numpy(sample)
-    elif getattr(getattr(variant, "source", None), "sample", None):
-        feed = {k: v.numpy() for k, v in variant.source.sample.items()}
-    else:
-        feed, _ = graph_sample(ref_path, 0)
+    feed, _axes = feed_for(ref_path, variant, sample)
     ref_vals = {**feed, **run_all(ref_path, feed)}
     proto = load_proto(cand_path)
     ref_producer = {o: n for n in load_proto(ref_path).graph.node for o in n.output}

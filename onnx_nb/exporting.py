@@ -71,9 +71,9 @@ def export(
     target = check_target(out if out is not None else default_output(label), overwrite)
     with Steps(5, "export", progress) as steps:
         steps.step("loading the model")
-        from .sources import resolve
+        from .sources import load_source
 
-        source = resolve(model, task, allow_pickle)
+        source = load_source(model, task, allow_pickle)
         source.name = label
         if cache is not False and source.kind != "module":
             from .generation import is_causal_lm, layout_of

@@ -344,7 +344,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     called with each step's new tokens (a notebook display updates as they come). ``io_binding`` (default: on
     for GPU providers) keeps a decoder's cache on the provider's device between steps.
     """
-    from .sessions import resolve
+    from .sessions import providers_named
 
     if max_new_tokens < 1:
         raise InvalidArgumentError("max_new_tokens must be at least 1.")
@@ -362,12 +362,12 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         start_id = getattr(config, "decoder_start_token_id", None)
         tokens, steps = seq2seq.generate(
             model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad,
-            start=int(start_id if start_id is not None else pad), provider=resolve([provider])[0].name,
+            start=int(start_id if start_id is not None else pad), provider=providers_named([provider])[0].name,
             tokenizer=tokenizer, stream=stream,
             pick=lambda logits: _pick(logits, do_sample, temperature, top_k, top_p, rng))
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
         return GenerationResult([], tokens, text, steps[0], steps[1:])
-    decoder = OnnxDecoder(path, resolve([provider])[0].name, io_binding=io_binding)
+    decoder = OnnxDecoder(path, providers_named([provider])[0].name, io_binding=io_binding)
     prompts = _prompts(inputs, tokenizer)
     ids, mask = left_pad(prompts, pad)
     cache = decoder.empty_cache(len(prompts))

@@ -86,14 +86,11 @@ class CalibrationReader:
 
 def generated_calibration(model: Any, count: int = 16, seed: int = 0) -> list[dict[str, np.ndarray]]:
     """Calibration inputs built from the export's sample (or from the graph), varied by seed."""
-    from .parity.references import graph_sample
+    from .feeds import feed_for
 
-    path, _ref, source = parent_of(model)
+    path, _ref, _source = parent_of(model)
     rng = np.random.default_rng(seed)
-    if source is not None and source.sample:
-        base = {k: v.numpy() for k, v in source.sample.items()}
-    else:
-        base, _axes = graph_sample(path, seed)
+    base, _axes = feed_for(path, model, seed=seed)
     out = []
     for _ in range(count):
         item = {}

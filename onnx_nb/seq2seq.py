@@ -453,9 +453,9 @@ class Seq2SeqParity:
 
 
 def _full(provider: str) -> str:
-    from .sessions import resolve
+    from .sessions import providers_named
 
-    return resolve([provider])[0].name
+    return providers_named([provider])[0].name
 
 
 @dataclass

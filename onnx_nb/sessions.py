@@ -46,7 +46,7 @@ def available() -> list[str]:
     return list(ort.get_available_providers())
 
 
-def resolve(names: str | Any) -> list[Provider]:
+def providers_named(names: str | Any) -> list[Provider]:
     """``"cpu"``, ``"CUDA"``, ``"trt"`` or full ORT names -> providers, available or not.
 
     ``"available"`` means every provider ONNX Runtime offers here. An unknown name raises

@@ -40,7 +40,7 @@ def auto_shapes(sizes: dict[str, int]) -> list[ShapeSpec]:
     return specs
 
 
-def parse_shapes(shapes: Any, sizes: dict[str, int], inputs: Sequence[str]) -> list[ShapeSpec]:
+def shape_specs(shapes: Any, sizes: dict[str, int], inputs: Sequence[str]) -> list[ShapeSpec]:
     if shapes == "auto":
         return auto_shapes(sizes)
     if shapes in (None, "sample"):

@@ -23,7 +23,7 @@ def source_name(model: Any) -> str:
     return type(model).__name__
 
 
-def resolve(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSource:
+def load_source(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSource:
     """Load or wrap the model; returns a :class:`ModelSource` with ``model`` set.
 
     A checkpoint file (``.pt``, ``.pth``, ...) is loaded with :func:`checkpoints.load`: weights only,
@@ -34,7 +34,7 @@ def resolve(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSo
 
         path = Path(str(model)).expanduser()
         if checkpoints.is_checkpoint(path):
-            source = resolve(checkpoints.load(path, allow_pickle), task)
+            source = load_source(checkpoints.load(path, allow_pickle), task)
             source.location = str(path)
             return source
         if task == "sentence-embedding":

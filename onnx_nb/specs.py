@@ -160,7 +160,7 @@ def export_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
             "allow_pickle": ns.allow_pickle}
 
 
-def parse_shapes(text: str) -> Any:
+def shapes_from_text(text: str) -> Any:
     """``"batch=4,sequence=32;batch=1"`` -> ``[{"batch": 4, "sequence": 32}, {"batch": 1}]``."""
     from .errors import InvalidArgumentError
 
@@ -185,13 +185,13 @@ def parse_shapes(text: str) -> Any:
 
 
 def parity_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
-    return {"atol": ns.atol, "rtol": ns.rtol, "providers": ns.providers, "shapes": parse_shapes(ns.shapes),
+    return {"atol": ns.atol, "rtol": ns.rtol, "providers": ns.providers, "shapes": shapes_from_text(ns.shapes),
             "localize": not ns.no_localize, "isolate": ns.isolate or None, "probes": False if ns.no_probes else "auto"}
 
 
 def bench_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     providers = ns.providers if ns.providers == "available" else [p for p in ns.providers.split(",") if p]
-    return {"providers": providers, "shapes": parse_shapes(ns.shapes), "runs": ns.runs,
+    return {"providers": providers, "shapes": shapes_from_text(ns.shapes), "runs": ns.runs,
             "min_seconds": ns.min_seconds, "warmup": ns.warmup, "threads": ns.threads, "profile": ns.profile,
             "isolate": ns.isolate or None}
 
@@ -215,7 +215,7 @@ def autotune_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
 def pipeline_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"task": ns.task, "optimize": not ns.no_optimize,
             "quantize": None if ns.quantize == "none" else ns.quantize,
-            "providers": [p for p in ns.providers.split(",") if p], "shapes": parse_shapes(ns.shapes),
+            "providers": [p for p in ns.providers.split(",") if p], "shapes": shapes_from_text(ns.shapes),
             "out": ns.out, "overwrite": ns.overwrite, "isolate": ns.isolate or None}
 
 

@@ -77,9 +77,8 @@ class StudioPanel(anywidget.AnyWidget):
     providers: traitlets.List[str] = traitlets.List().tag(sync=True)
     shapes = traitlets.Unicode("auto").tag(sync=True)
     quantize_method = traitlets.Unicode("auto").tag(sync=True)
-    atol = traitlets.Float(1e-4).tag(sync=True)
-    rtol = traitlets.Float(1e-3).tag(sync=True)
-    min_cosine = traitlets.Float(0.98).tag(sync=True)
+    sliders: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)  # results.parity_view.sliders
+    tolerances = traitlets.Dict().tag(sync=True)  # slider key -> value, as ParityReport.rejudge takes them
     html = traitlets.Dict().tag(sync=True)
     busy = traitlets.Bool(False).tag(sync=True)
     status = traitlets.Unicode("ready").tag(sync=True)
@@ -96,7 +95,7 @@ class Studio:
         import ipywidgets
 
         from .plan import QUANTIZE_METHODS, Run, Settings, tabs
-        from .sessions import resolve
+        from .sessions import providers_named
         from .sources import source_name
 
         self.model = model
@@ -107,12 +106,13 @@ class Studio:
             name = Path(model).parent.name
         # The Studio writes into onnx-nb's default folder and replaces its own files when a step runs again.
         self.plan = Run(model, Settings(sample=sample, overwrite=True, name=str(name), min_seconds=0.5))
-        short = [p.short for p in resolve("available")]
+        short = [p.short for p in providers_named("available")]
         self.panel = StudioPanel(model_name=str(name)[-60:], steps=tabs(self.plan.settings),
                                  methods=list(QUANTIZE_METHODS), available_providers=short, providers=["cpu"])
+        self._slide(None)
         self.figures = ipywidgets.Output()
         self.panel.on_msg(self._on_msg)
-        self.panel.observe(self._rejudge, names=["atol", "rtol", "min_cosine"])
+        self.panel.observe(self._rejudge, names=["tolerances"])
         self.widget = ipywidgets.VBox([self.panel, self.figures])
 
     @property
@@ -134,9 +134,9 @@ class Studio:
             self.run(step)
 
     def _configure(self) -> None:
-        from .specs import parse_shapes
+        from .specs import shapes_from_text
 
-        shapes = parse_shapes(self.panel.shapes or "auto")
+        shapes = shapes_from_text(self.panel.shapes or "auto")
         self.plan.configure(providers=tuple(self.panel.providers) or ("cpu",), parity_shapes=shapes,
                             shapes=None if shapes == "auto" else shapes, quantize=self.panel.quantize_method)
 
@@ -191,10 +191,8 @@ class Studio:
             # error text can quote a hostile model's names: escaped, never markup
             self._show(key, f'<pre class="bad">{esc(what)}</pre>', None)
             return None
-        if key == "parity":
-            bound = next((r.tolerance.min_cosine for r in result.rows if r.tolerance is not None), None)
-            if bound:  # the slider starts at the policy's cosine bound (fp32 0.999, INT8 0.98)
-                self.panel.min_cosine = bound
+        if key == "parity":  # the sliders start at the report's own tolerances (fp32 cosine 0.999, INT8 0.98)
+            self._slide(result)
         self._show(key, result.html_body() if hasattr(result, "html_body") else result._repr_html_(), result)
         return result
 
@@ -208,9 +206,21 @@ class Studio:
             with self.figures:
                 display(result.figure())
 
+    def _slide(self, report: Any) -> None:
+        from .results.parity_view import sliders
+
+        specs = sliders(report)
+        self._sliding = True  # the new starting values are the report's own: nothing to re-judge
+        try:
+            self.panel.sliders = specs
+            self.panel.tolerances = {s["key"]: s["value"] for s in specs}
+        finally:
+            self._sliding = False
+
     def _rejudge(self, _change: Any) -> None:
         report = self.plan.values.get("parity")
-        if report is None:
+        if report is None or self._sliding:
             return
-        judged = report.rejudge(atol=self.panel.atol, rtol=self.panel.rtol, min_cosine=self.panel.min_cosine)
+        judged = report.rejudge(**{k: float(v) for k, v in self.panel.tolerances.items()
+                                   if k in ("atol", "rtol", "min_cosine", "max_scaled")})
         self.panel.html = {**self.panel.html, "parity": judged.html_body()}

@@ -66,6 +66,17 @@ def test_studio_runs_the_pipelines_plan(tmp_path: Path, monkeypatch: object) -> 
     assert studio.panel.status == "all: done" and studio.panel.progress == 1.0 and not studio.panel.running
     assert report.model == studio.panel.model_name == report["export"].source.name, "one name everywhere"
 
+    # the parity sliders: the same specs as the ipywidgets view, and moving one re-judges the stored errors
+    from onnx_nb.results.parity_view import sliders, view
+
+    parity = studio.plan.values["parity"]
+    assert studio.panel.sliders == sliders(parity) and {s["key"] for s in sliders(parity)} == \
+        {"atol", "rtol", "max_scaled", "min_cosine"}
+    assert sum(len(row.children) for row in view(parity).children[:2]) == len(sliders(parity))
+    assert "✗ fail" not in shown["parity"]
+    studio.panel.tolerances = {"atol": 1e-15, "rtol": 1e-15, "max_scaled": 1e-12, "min_cosine": 1.0}
+    assert "✗ fail" in studio.panel.html["parity"]
+
     piped = onnx_nb.pipeline(Small(), sample, quantize="dynamic", out=tmp_path / "p", progress=False)
     assert [s.step for s in piped.steps] == [s.step for s in report.steps]
     assert [s.status for s in piped.steps] == [s.status for s in report.steps]

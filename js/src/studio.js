@@ -60,18 +60,24 @@ function render({ model, el: root }) {
   method.value = model.get("quantize_method");
   method.addEventListener("change", () => { model.set("quantize_method", method.value); model.save_changes(); });
 
-  // tolerance sliders (parity tab): the kernel re-judges the stored errors at once
+  // tolerance sliders (parity tab), as the kernel describes them (onnx_nb.results.parity_view.sliders): moving
+  // one sends its value and the kernel re-judges the stored errors at once
   const sliders = el("div", "onnxnb-studio-sliders", controls);
-  const exp = (v) => Math.pow(10, v).toExponential(1);
-  slider(sliders, "atol", "onnxnb-studio-atol", -9, 0, 0.25, Math.log10(model.get("atol")), exp, (v) => {
-    model.set("atol", Math.pow(10, v)); model.save_changes();
-  });
-  slider(sliders, "rtol", "onnxnb-studio-rtol", -9, 0, 0.25, Math.log10(model.get("rtol")), exp, (v) => {
-    model.set("rtol", Math.pow(10, v)); model.save_changes();
-  });
-  slider(sliders, "min cosine", "onnxnb-studio-cosine", 0.9, 1, 0.0005, model.get("min_cosine"), (v) => v.toFixed(4), (v) => {
-    model.set("min_cosine", v); model.save_changes();
-  });
+  const fmt = { exp: (v) => v.toExponential(1), fixed: (v) => v.toFixed(4) };
+  function drawSliders() {
+    sliders.textContent = "";
+    for (const spec of model.get("sliders") || []) {
+      const toValue = (x) => (spec.log ? Math.pow(10, x) : x);
+      const start = spec.log ? Math.log10(spec.value) : spec.value;
+      slider(sliders, spec.label, "onnxnb-studio-" + spec.key.replace("_", "-"), spec.min, spec.max, spec.step, start,
+        (x) => (fmt[spec.format] || fmt.fixed)(toValue(x)), (x) => {
+          model.set("tolerances", { ...(model.get("tolerances") || {}), [spec.key]: toValue(x) });
+          model.save_changes();
+        });
+    }
+  }
+  drawSliders();
+  model.on("change:sliders", drawSliders);
 
   const steps = model.get("steps") || [];
   const buttons = {};

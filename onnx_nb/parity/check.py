@@ -12,9 +12,9 @@ from ..errors import InvalidArgumentError, first_line
 from ..isolation import honours_isolate
 from ..progress import Steps
 from ..results.parity import DivergingNode, ParityReport, Row
-from ..shapes import axis_sizes, cast_feed, label, make_feed, parse_shapes, right_padded, static_conflict
+from ..shapes import axis_sizes, cast_feed, label, make_feed, right_padded, shape_specs, static_conflict
 from .references import Reference
-from .tolerance import measure, precision_of, resolve
+from .tolerance import measure, precision_of, tolerance_for
 
 _ORT_NODE = re.compile(r"running (?P<op>\w+) node\. Name:'(?P<name>[^']+)'")
 
@@ -42,27 +42,27 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     from .. import sessions
     from ..onnxfile import load_proto
     from .probes import chosen
-    from .references import resolve as resolve_reference
+    from .references import reference_and_model
 
     for name, value in (("atol", atol), ("rtol", rtol)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise InvalidArgumentError(f"{name} must be a number >= 0 (e.g. {name}=1e-4), got {value!r}; leave it "
                                        "out for the default of the model's precision.")
-    wanted = sessions.resolve(providers)
+    wanted = sessions.providers_named(providers)
     if not any(p.available for p in wanted):
         from ..errors import ProviderUnavailableError
 
         raise ProviderUnavailableError(
             f"None of the requested execution providers ({', '.join(p.short for p in wanted)}) is in this "
             f"onnxruntime build; available here: "
-            f"{', '.join(p.short for p in sessions.resolve('available'))}. "
+            f"{', '.join(p.short for p in sessions.providers_named('available'))}. "
             "Install the matching onnxruntime package (e.g. onnxruntime-gpu for cuda), or use providers=('cpu',).")
     generative = _generative(reference, onnx_model)
     if generative is not None:  # a decoder with its cache: parity is generation parity
         from .generation import generation_parity
 
         return generation_parity(generative[0], generative[1], providers=providers, progress=progress)
-    ref, path = resolve_reference(reference, onnx_model, sample, seed)
+    ref, path = reference_and_model(reference, onnx_model, sample, seed)
     proto = load_proto(path)
     precision = precision_of(proto)
     probe_names = chosen(probes, precision)
@@ -78,7 +78,7 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     judge = {"precision": precision, "atol": atol, "rtol": rtol, "tolerances": tolerances, "seed": seed}
     with Steps(len(cases) * max(len(live), 1) + int(localize), "parity", progress) as steps:
         rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
-        from ..runtime import open_session
+        from ..padding import open_session
 
         opened = {p.short: open_session(candidate_obj if hasattr(candidate_obj, "path") else path, p.name)
                   for p in live}
@@ -146,11 +146,11 @@ def export_of(model: Any) -> Any:
 def _cases(ref: Reference, shapes: Any, candidate: Any, proto: Any, probe_names: list[str],
            seed: int) -> tuple[list[tuple[str, dict[str, np.ndarray], bool]], list[str]]:
     """``(label, inputs, shape moved)`` for every check: the shapes, then the probes at the first shape."""
+    from ..feeds import vocab_sizes
     from .probes import PROBES, probe_feeds
-    from .references import vocab_sizes
 
     sizes = axis_sizes(ref.sample, ref.axes)
-    specs = parse_shapes(shapes, sizes, list(ref.sample))
+    specs = shape_specs(shapes, sizes, list(ref.sample))
     if (getattr(candidate, "runtime", None) or {}).get("unpad") and "attention_mask" in ref.sample \
             and shapes == "auto":
         longest = {n: max(s, 16) for n, s in sizes.items() if n != "batch"}
@@ -213,7 +213,7 @@ def _row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.nda
     if value.shape != expected.shape:
         return Row(name, tag, provider, "shape-mismatch",
                    note=f"ONNX gives shape {list(value.shape)}, the reference {list(expected.shape)}")
-    tol = resolve(precision, name, atol, rtol, tolerances)
+    tol = tolerance_for(precision, name, atol, rtol, tolerances)
     stats, errors = measure(value, expected, name, mask, seed)
     verdict = errors.judge(tol)
     return Row(name, tag, provider, verdict["status"], tolerance=tol,

@@ -122,15 +122,15 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     from ..onnxfile import load_proto
     from ..progress import Steps
     from ..results.parity import ParityReport, Row
-    from ..sessions import resolve as resolve_providers
-    from .tolerance import measure, precision_of, resolve
+    from ..sessions import providers_named
+    from .tolerance import measure, precision_of, tolerance_for
 
     source = export.source
     model = source.model
     if model is None:
-        from ..sources import resolve as resolve_source
+        from ..sources import load_source
 
-        model = resolve_source(source.location or "", source.task).model
+        model = load_source(source.location or "", source.task).model
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
     if _is_seq2seq_file(path):
@@ -141,10 +141,10 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
         family = _DecoderOnly(model, path, prompts, max_new_tokens)
     rows: list[Row] = []
     checks: list[TokenCheck] = []
-    wanted = resolve_providers(providers)
+    wanted = providers_named(providers)
     live = [p for p in wanted if p.available]
     rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
-    tol = resolve(precision, "logits", None, None, None)
+    tol = tolerance_for(precision, "logits", None, None, None)
     with Steps(1 + 2 * len(live), "generation parity", progress) as bar:
         bar.step("PyTorch greedy generate()")
         reference = family.reference()

@@ -22,7 +22,7 @@ import numpy as np
 from ..files import scratch_dir
 from ..results.parity import DivergingNode
 from .references import Reference
-from .tolerance import Tolerance, measure, resolve
+from .tolerance import Tolerance, measure, tolerance_for
 
 WRAPPER_PREFIXES = ("inner.model.", "inner.model")
 
@@ -232,7 +232,7 @@ def first_divergence(path: Path, ref: Reference, feed: dict[str, np.ndarray], pr
                      atol: float | None, rtol: float | None) -> DivergingNode | None:
     from ..onnxfile import load_proto, opset
 
-    tol = resolve(precision, "", atol, rtol, None)
+    tol = tolerance_for(precision, "", atol, rtol, None)
     if ref.kind == "onnx" and ref.path is not None:
         return compare_graphs(ref.path, path, feed, tol, "tensor by tensor against the reference ONNX model")
     proto = load_proto(path)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError, SampleError, first_line
+from ..feeds import export_sample, feed_for, to_numpy
 
 
 @dataclass
@@ -45,11 +46,6 @@ class Reference:
             out = self.flat.flat(*tensors)
         return {n: t.detach().float().numpy() if t.is_floating_point() else t.numpy()
                 for n, t in zip(self.output_names, out)}
-
-
-def to_numpy(sample: Any) -> dict[str, np.ndarray]:
-    """A dict of tensors or arrays (or a tokenizer's output) as numpy arrays."""
-    return {k: (v.detach().numpy() if hasattr(v, "detach") else np.asarray(v)) for k, v in sample.items()}
 
 
 def torch_reference(source: Any, sample: Any, label: str, exporter: str | None = None) -> Reference:
@@ -89,47 +85,7 @@ def onnx_reference(path: Path, sample: dict[str, np.ndarray], axes: dict[str, di
                      path=path, session=sess)
 
 
-def vocab_sizes(proto: Any) -> dict[str, int]:
-    """Graph input -> rows of the embedding table it indexes (a Gather on an initializer), for token ids."""
-    inits = {i.name: list(i.dims) for i in proto.graph.initializer}
-    inputs = {i.name for i in proto.graph.input}
-    vocab: dict[str, int] = {}
-    for node in proto.graph.node:
-        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in inits \
-                and node.input[1] in inputs and inits[node.input[0]]:
-            vocab.setdefault(node.input[1], inits[node.input[0]][0])
-    return vocab
-
-
-def graph_sample(path: Path, seed: int) -> tuple[dict[str, np.ndarray], dict[str, dict[int, str]]]:
-    """Inputs for an ONNX model with no other source of samples: ids within the embedding's
-    vocabulary, masks of ones, floats from a normal distribution; dynamic dims batch 2, others 8."""
-    import onnx
-
-    from ..onnxfile import load_proto, signature
-
-    proto = load_proto(path)
-    vocab = vocab_sizes(proto)
-    rng = np.random.default_rng(seed)
-    sample, axes = {}, {}
-    for info in signature(proto)[0]:
-        shape = [d if isinstance(d, int) else (2 if i == 0 else 8) for i, d in enumerate(info.shape)]
-        axes[info.name] = {i: (d if isinstance(d, str) else f"{info.name}_{i}")
-                           for i, d in enumerate(info.shape) if not isinstance(d, int)}
-        dtype = np.dtype(info.dtype) if info.dtype in np.sctypeDict else np.float32
-        if np.issubdtype(dtype, np.floating):
-            sample[info.name] = rng.standard_normal(shape).astype(dtype)
-        elif "mask" in info.name:
-            sample[info.name] = np.ones(shape, dtype)
-        elif "type" in info.name or dtype == np.bool_:
-            sample[info.name] = np.zeros(shape, dtype)
-        else:
-            sample[info.name] = rng.integers(0, vocab.get(info.name, 2), shape).astype(dtype)
-    del onnx
-    return sample, axes
-
-
-def resolve(reference: Any, onnx_model: Any, sample: Any, seed: int) -> tuple[Reference, Path]:
+def reference_and_model(reference: Any, onnx_model: Any, sample: Any, seed: int) -> tuple[Reference, Path]:
     """The reference to compare against and the path of the ONNX model under test."""
     from ..results.export import ExportResult
 
@@ -143,46 +99,26 @@ def resolve(reference: Any, onnx_model: Any, sample: Any, seed: int) -> tuple[Re
     if isinstance(reference, ExportResult):
         source = reference.source
         if source.model is None:
-            from ..sources import resolve as resolve_source
+            from ..sources import load_source
 
-            source = resolve_source(source.location or "", source.task)
+            source = load_source(source.location or "", source.task)
         return torch_reference(source, sample, f"PyTorch {reference.source.name}",
                                exporter or reference.exporter), candidate
     parent = getattr(reference, "path", None) if not isinstance(reference, (str, os.PathLike)) else None
     if parent is not None or (isinstance(reference, (str, os.PathLike)) and str(reference).endswith(".onnx")):
         path = _path_of(reference, "reference")
+        feed, axes = feed_for(path, onnx_model, sample, seed)
         if sample is not None:
-            feed = to_numpy(dict(sample)) if hasattr(sample, "keys") else None
-            if feed is None:
-                raise SampleError("To compare two ONNX models, pass the sample as a dict of input name -> array.")
             from ..shapes import check_sample
 
             check_sample(feed, path)
-            axes = {k: {0: "batch"} for k, v in feed.items() if np.ndim(v) >= 1}
-        else:
-            inherited = getattr(getattr(onnx_model, "source", None), "sample", None)
-            if inherited:
-                feed = to_numpy(inherited)
-                axes = dict(onnx_model.source.input_axes)
-            else:
-                feed, axes = graph_sample(path, seed)
         return onnx_reference(path, feed, axes), candidate
-    from ..sources import resolve as resolve_source
+    from ..sources import load_source
 
-    source = resolve_source(reference, None)
+    source = load_source(reference, None)
     if sample is None and source.kind == "module":
         sample = export_sample(onnx_model)
     return torch_reference(source, sample, f"PyTorch {source.name}", exporter), candidate
-
-
-def export_sample(model: Any) -> dict[str, Any] | None:
-    """The sample an ExportResult (or a variant of one) was exported with, when it carries one: the
-    natural inputs for a plain module that cannot describe its own."""
-    for candidate in (model, getattr(model, "origin", None)):
-        sample = getattr(getattr(candidate, "source", None), "sample", None)
-        if sample:
-            return dict(sample)
-    return None
 
 
 def _path_of(model: Any, what: str) -> Path:

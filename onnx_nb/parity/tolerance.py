@@ -74,7 +74,7 @@ def precision_of(proto: Any) -> str:
     return "fp32"
 
 
-def resolve(precision: str, output: str, atol: float | None, rtol: float | None,
+def tolerance_for(precision: str, output: str, atol: float | None, rtol: float | None,
             tolerances: Mapping[str, Any] | None) -> Tolerance:
     """The tolerance for one output: per-output setting, else atol/rtol, else the policy."""
     tol = POLICY.get(precision, POLICY["fp32"])

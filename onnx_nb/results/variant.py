@@ -45,10 +45,10 @@ class Variant:
 
     def session(self, provider: str = "cpu", **options: Any) -> Any:
         """An ONNX Runtime session as this variant is meant to run (skipping padding if its recipe says so)."""
-        from ..runtime import open_session
-        from ..sessions import resolve
+        from ..padding import open_session
+        from ..sessions import providers_named
 
-        return open_session(self, resolve([provider])[0].name, **options)
+        return open_session(self, providers_named([provider])[0].name, **options)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "path": str(self.path), "parent": str(self.parent), "recipe": self.recipe,
