@@ -1,8 +1,14 @@
 """Vision: a ResNet-50 and a ViT-B/16 (Hugging Face, random weights from their configs; nothing to download),
-onnx-nb's files against PyTorch eager, ONNX Runtime's own tools and the OpenVINO runtime, side by side in one
-run, at batch 1 and batch 8 of 224x224 images.
+torchvision's ResNet-50 and MobileNetV3-Large and timm's EfficientNet-B0 (constructors, random weights) where those
+packages import, onnx-nb's files against PyTorch eager, ONNX Runtime's own tools, the OpenVINO runtime and NNCF's
+INT8, side by side in one run, at batch 1 and batch 8 of 224x224 images.
 
     .venv/bin/python benchmarks/vision.py [--threads 2] [--rounds 8] [--models resnet,vit]
+    <side venv>/bin/python benchmarks/vision.py \
+        --models resnet,vit,tv-resnet50,tv-mobilenet_v3_large,timm-efficientnet_b0
+
+(torchvision does not import beside torch 2.13.0 on this machine: the README says how to make the side venv with
+torch 2.14.1 and torchvision 0.29.1 that runs the torchvision and timm rows.)
 
 Per model, in plain sessions (the file alone), every candidate on the same images, visited in a new shuffled
 order each round with untimed runs first (``onnx_nb.benchmarking.interleaved``):
@@ -15,7 +21,9 @@ order each round with untimed runs first (``onnx_nb.benchmarking.interleaved``):
   images (a fixed generator) as onnx-nb;
 - ``onnx_nb.quantize(method="auto", calibration=<the 32 images>)`` of the optimized file (static QDQ for the
   CNN, dynamic for the ViT: the family decides);
-- the OpenVINO runtime on the plain export and on onnx-nb's INT8 file when that is a QDQ file it can read.
+- the OpenVINO runtime on the plain export and on onnx-nb's INT8 file when that is a QDQ file it can read;
+- NNCF's post-training INT8 (``nncf.quantize``, default preset, the same 32 calibration images) of the plain
+  export, on the OpenVINO runtime: OpenVINO's own INT8 route.
 
 Accuracy on 64 other images: logits cosine (lowest) and top-1 agreement with PyTorch. Prints the load average.
 """
@@ -41,6 +49,16 @@ def build(name: str) -> Any:
     import transformers
 
     torch.manual_seed(0)
+    if name.startswith(("tv-", "timm-")):
+        if name.startswith("tv-"):
+            import torchvision
+
+            model = getattr(torchvision.models, name[3:])(weights=None)
+        else:
+            import timm
+
+            model = timm.create_model(name[5:], pretrained=False)
+        return settle_batch_norm(model)
     if name == "resnet":
         config = transformers.ResNetConfig(layer_type="bottleneck", depths=[3, 4, 6, 3],
                                            hidden_sizes=[256, 512, 1024, 2048], embedding_size=64, num_labels=1000)
@@ -48,6 +66,23 @@ def build(name: str) -> Any:
     config = transformers.ViTConfig(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12,
                                     num_attention_heads=12, intermediate_size=3072, num_labels=1000)
     return transformers.ViTForImageClassification(config).eval()
+
+
+def settle_batch_norm(model: Any) -> Any:
+    """Batch-norm statistics from a few batches of images (train-mode forward passes, no gradients): a freshly
+    initialised MobileNetV3's logits are ~1e-9 (its activations vanish through unit-variance-less layers), which
+    makes accuracy figures 0/0; with settled statistics its logits have a scale, like a trained network's."""
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.reset_running_stats()
+            module.momentum = None  # a plain average over the batches
+    model.train()
+    with torch.no_grad():
+        for seed in range(4):
+            model(torch.from_numpy(images(16, 500 + seed)))
+    return model.eval()
 
 
 def images(count: int, seed: int) -> np.ndarray:
@@ -65,10 +100,10 @@ def ort_anchor(export_path: Path, folder: Path, family: str, calibration: list[d
     )
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    prepared = folder / "anchor-prep.onnx"
+    prepared = folder / f"{family}.anchor-prep.onnx"
     quant_pre_process(str(export_path), str(prepared))
-    out = folder / "anchor-ort-int8.onnx"
-    if family == "resnet":
+    out = folder / f"{family}.anchor-ort-int8.onnx"
+    if family != "vit":
         class Reader(CalibrationDataReader):
             def __init__(self) -> None:
                 self.items = iter(calibration)
@@ -83,6 +118,20 @@ def ort_anchor(export_path: Path, folder: Path, family: str, calibration: list[d
     return out
 
 
+def nncf_int8(export_path: Path, folder: Path, family: str, calibration: list[dict[str, np.ndarray]]) -> Path:
+    """NNCF's post-training INT8 of the plain export for the OpenVINO runtime (default preset; the same images)."""
+    import nncf
+    import openvino as ov
+
+    model = ov.Core().read_model(str(export_path))
+    name = model.inputs[0].get_any_name()
+    quantized = nncf.quantize(model, nncf.Dataset(calibration, lambda item: item[name]),
+                              subset_size=len(calibration))
+    out = folder / f"{family}.nncf-int8.xml"
+    ov.save_model(quantized, str(out))
+    return out
+
+
 def has_contrib_ops(path: Path) -> bool:
     import onnx
 
@@ -94,11 +143,15 @@ def run_model(family: str, args: Any, folder: Path) -> None:
 
     import onnx_nb
     from onnx_nb.benchmarking import OpenVinoRunner, OrtRunner, interleaved
+    from onnx_nb.onnxfile import load_proto, signature
 
     model = build(family)
     params = sum(p.numel() for p in model.parameters()) / 1e6
-    calib = [{"pixel_values": images(1, 1000 + i)} for i in range(CALIBRATION)]
-    export = onnx_nb.export(model, out=folder / f"{family}.onnx", overwrite=True, progress=False)
+    hf = not family.startswith(("tv-", "timm-"))
+    export = onnx_nb.export(model, None if hf else torch.from_numpy(images(1, 0)), out=folder / f"{family}.onnx",
+                            overwrite=True, progress=False)
+    input_name = signature(load_proto(export.path))[0][0].name
+    calib = [{input_name: images(1, 1000 + i)} for i in range(CALIBRATION)]
     fp32 = onnx_nb.optimize(export, out=folder / f"{family}.optimized.onnx", overwrite=True, then="int8")
     int8 = onnx_nb.quantize(fp32, method="auto", calibration=calib, out=folder / f"{family}.int8.onnx",
                             overwrite=True)
@@ -108,25 +161,42 @@ def run_model(family: str, args: Any, folder: Path) -> None:
           f"{fp32.recipe.get('attention_route', fp32.recipe.get('level'))}; quantize {int8.recipe['method']} "
           f"({int8.recipe.get('method_rule', '')}), parity {'passed' if int8.parity else 'FAILED'}", flush=True)
     files = {"ORT default session, plain export (fp32)": export.path, "onnx-nb optimize() fp32": fp32.path,
-             "ORT quantizer INT8 (" + ("static QDQ" if family == "resnet" else "dynamic") + ")": anchor,
+             "ORT quantizer INT8 (" + ("dynamic" if family == "vit" else "static QDQ") + ")": anchor,
              f"onnx-nb quantize(auto) INT8 ({int8.recipe['method']})": int8.path}
+    try:
+        nncf_file: Path | None = nncf_int8(export.path, folder, family, calib)
+    except ImportError:
+        print("NNCF is not installed: no NNCF row")
+        nncf_file = None
     evaluation = images(EVALUATION, 7)
     with torch.inference_mode():
-        reference = model(pixel_values=torch.from_numpy(evaluation)).logits.numpy()
+        x = torch.from_numpy(evaluation)
+        reference = model(pixel_values=x).logits.numpy() if hf else model(x).numpy()
     torch.set_num_threads(args.threads)
     accuracy: dict[str, tuple[float, float]] = {"PyTorch eager": (1.0, 1.0)}
     for batch in (1, 8):
-        feed = {"pixel_values": images(batch, 3)}
-        ref_feed = torch.from_numpy(feed["pixel_values"])
-        runners: dict[str, Any] = {"PyTorch eager": lambda x=ref_feed: model(pixel_values=x)}
+        feed = {input_name: images(batch, 3)}
+        ref_feed = torch.from_numpy(feed[input_name])
+        runners: dict[str, Any] = {"PyTorch eager": (lambda x=ref_feed: model(pixel_values=x)) if hf else
+                                   (lambda x=ref_feed: model(x))}
         for name, path in files.items():
             runners[name] = OrtRunner(Path(path), "CPUExecutionProvider", feed, args.threads, "all")
         try:
-            runners["OpenVINO runtime, plain export (fp32)"] = OpenVinoRunner(export.path, feed, args.threads)
+            runners["OpenVINO runtime, plain export"] = OpenVinoRunner(export.path, feed, args.threads)
+            # OpenVINO computes an fp32 file in bf16 where the CPU has bf16 instructions (its default precision
+            # hint): the like-with-like fp32 row forces f32
+            runners["OpenVINO runtime, plain export, f32 forced"] = OpenVinoRunner(
+                export.path, feed, args.threads, config={"INFERENCE_PRECISION_HINT": "f32"})
             if not has_contrib_ops(Path(int8.path)):
                 runners["OpenVINO runtime, onnx-nb INT8 file"] = OpenVinoRunner(Path(int8.path), feed, args.threads)
+            if nncf_file is not None:
+                runners["NNCF INT8 on the OpenVINO runtime"] = OpenVinoRunner(nncf_file, feed, args.threads)
         except ImportError:
             print("OpenVINO is not installed: no OpenVINO rows")
+        if batch == 1:
+            for label, runner in runners.items():
+                if hasattr(runner, "compiled"):
+                    print(f"  {label}: OpenVINO inference precision {runner.options['precision']}")
         with torch.inference_mode():
             times = interleaved(runners, rounds=args.rounds, warmup=2, runs=3)
         base = float(np.median(times["PyTorch eager"])) * 1e3
@@ -136,7 +206,7 @@ def run_model(family: str, args: Any, folder: Path) -> None:
         for name, runner in runners.items():
             ms = float(np.median(times[name])) * 1e3
             if name not in accuracy:  # the same file at either batch size: measured once
-                logits = logits_of(runner, evaluation)
+                logits = logits_of(runner, evaluation, input_name)
                 accuracy[name] = (float(((logits * reference).sum(1) / (np.linalg.norm(logits, axis=1) *
                                                                          np.linalg.norm(reference, axis=1))).min()),
                                   float((logits.argmax(1) == reference.argmax(1)).mean()))
@@ -144,16 +214,16 @@ def run_model(family: str, args: Any, folder: Path) -> None:
             print(f"{name:48} {ms:8.2f} {base / ms:8.2f}x {cosine:16.5f} {top1:16.3f}")
 
 
-def logits_of(runner: Any, evaluation: np.ndarray) -> np.ndarray:
+def logits_of(runner: Any, evaluation: np.ndarray, name: str) -> np.ndarray:
     """The runner's file on the evaluation images, one at a time (the batch-1 graph, or the batch-8 one)."""
     out = []
     for image in evaluation:
         x = image[None]
         if hasattr(runner, "request"):
-            result = runner.request.infer({"pixel_values": x})
+            result = runner.request.infer({name: x})
             out.append(np.asarray(next(iter(result.values()))))
         else:
-            out.append(runner.session.run(None, {"pixel_values": x})[0])
+            out.append(runner.session.run(None, {name: x})[0])
     return np.concatenate(out)
 
 
@@ -166,8 +236,14 @@ def main() -> int:
     import onnxruntime as ort
     import torch
 
-    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; onnxruntime "
-          f"{ort.__version__}, torch {torch.__version__}", flush=True)
+    versions = {"onnxruntime": ort.__version__, "torch": torch.__version__}
+    for package in ("openvino", "nncf", "torchvision", "timm"):
+        try:
+            versions[package] = __import__(package).__version__
+        except Exception as exc:  # noqa: BLE001 - a package that does not import here: its rows are left out
+            versions[package] = f"not importable ({type(exc).__name__}: {str(exc)[:80]})"
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
+          + ", ".join(f"{k} {v}" for k, v in versions.items()), flush=True)
     folder = Path(tempfile.mkdtemp(prefix="onnx-nb-vision-"))
     for family in args.models.split(","):
         run_model(family, args, folder)

@@ -33,11 +33,13 @@ def target_for(parent: Path, tag: str, out: Any, overwrite: bool) -> Path:
     return check_target(out if out is not None else default, overwrite)
 
 
-def make(parent_model: Any, tag: str, name: str, recipe: dict[str, Any], write: Callable[[Path, Path], list[str]],
+def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: dict[str, Any],
+         write: Callable[[Path, Path], list[str]],
          *, out: Any, overwrite: bool, validate: bool, runtime: dict[str, Any] | None = None,
          providers: Any = ("cpu",), sample: Any = None, reference: Any = None) -> Variant:
     """Run ``write(parent_path, staged_path) -> warnings`` into a staging folder, publish the file
-    atomically, and return the Variant with its parity report."""
+    atomically, and return the Variant with its parity report. ``name`` may be a function, asked after
+    ``write`` (which may decide what the variant is)."""
     from . import onnxfile
 
     parent, ref, source = parent_of(parent_model)
@@ -57,7 +59,8 @@ def make(parent_model: Any, tag: str, name: str, recipe: dict[str, Any], write: 
     diff = {k: (h0.get(k, 0), h1.get(k, 0)) for k in sorted(set(h0) | set(h1)) if h0.get(k, 0) != h1.get(k, 0)}
     fused = {k: v for k, v in h1.items() if k.split(".")[-1] in FUSED_OPS}
     size_before = onnxfile.total_file_size(parent, before)
-    variant = Variant(name, target, parent, dict(recipe), sum(h0.values()), sum(h1.values()), diff, fused,
+    variant = Variant(name if isinstance(name, str) else name(), target, parent, dict(recipe), sum(h0.values()),
+                      sum(h1.values()), diff, fused,
                       size_before, sum(f.stat().st_size for f in files), seconds, reference=ref, source=source,
                       runtime=dict(runtime or {}), warnings=warnings, origin=parent_model)
     if validate:
