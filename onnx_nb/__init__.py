@@ -43,7 +43,7 @@ _LAZY = {
     "default_model_path": ("onnx_nb.demo", "default_model_path"),
     "check_parity": ("onnx_nb.parity.check", "check_parity"),
     "ParityReport": ("onnx_nb.results.parity", "ParityReport"),
-    "Tolerance": ("onnx_nb.parity.tolerance", "Tolerance"),
+    "Tolerance": ("onnx_nb.results.tolerance", "Tolerance"),
     "benchmark": ("onnx_nb.benchmarking", "benchmark"),
     "pipeline": ("onnx_nb.pipelines", "pipeline"),
     "GraphView": ("onnx_nb.widgets", "GraphView"),
@@ -129,7 +129,6 @@ if TYPE_CHECKING:
     from .optimizing import optimize
     from .padding import UnpaddedSession
     from .parity.check import check_parity
-    from .parity.tolerance import Tolerance
     from .pipelines import pipeline
     from .profiling import parse_profile
     from .quantizing import quantize
@@ -137,6 +136,7 @@ if TYPE_CHECKING:
     from .results.latency import LatencyTable
     from .results.parity import ParityReport
     from .results.report import Report
+    from .results.tolerance import Tolerance
     from .results.variant import Variant
     from .widgets import GraphView, Studio
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,56 +13,17 @@ import numpy as np
 
 from .errors import InvalidArgumentError
 from .isolation import honours_isolate
+from .measuring import measure, remeasure
 from .progress import Steps
 from .results.latency import LatencyRow, LatencyTable, summarize
+from .timing import Clock, interleaved
 
-Clock = Callable[[], float]
-MIN_RUNS = 10
-MAX_RUNS = 10_000
-REMEASURE_RUNS = 5  # a quick second look at every row once all rows are timed
-REMEASURE_RATIO = 1.3  # p50 and the re-measure this far apart: the machine was busy during one of them
 KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the re-measure
-
-
-def time_runs(fn: Callable[[], Any], *, warmup: int, runs: int | None, min_seconds: float,
-              clock: Clock = time.perf_counter) -> list[float]:
-    """Seconds per call of ``fn``: ``warmup`` calls first (not kept), then ``runs`` calls, or as many
-    as fit in ``min_seconds`` (at least 10)."""
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    start = clock()
-    while True:
-        t0 = clock()
-        fn()
-        times.append(clock() - t0)
-        if runs is not None:
-            if len(times) >= runs:
-                break
-        elif (len(times) >= MIN_RUNS and clock() - start >= min_seconds) or len(times) >= MAX_RUNS:
-            break
-    return times
-
-
-def interleaved(runners: Mapping[str, Callable[[], Any]], *, rounds: int = 3, warmup: int = 2, runs: int = 5,
-                seed: int = 0, clock: Clock = time.perf_counter) -> dict[str, list[float]]:
-    """Seconds per call of each runner, visited in a new shuffled order every round, each visit starting with
-    ``warmup`` untimed calls: on a small machine a candidate's time depends on which one ran just before it
-    (the previous session's threads still spinning), and this spreads that bias over every candidate."""
-    import random
-
-    order = list(runners)
-    times: dict[str, list[float]] = {name: [] for name in order}
-    for round_ in range(rounds):
-        random.Random(seed + round_).shuffle(order)
-        for name in order:
-            times[name] += time_runs(runners[name], warmup=warmup, runs=runs, min_seconds=0.0, clock=clock)
-    return times
 
 
 def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, threads: int | None = None,
                rounds: int = 3) -> dict[str, float]:
-    """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`interleaved`)."""
+    """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`timing.interleaved`)."""
     from .sessions import session
 
     runners: dict[str, Callable[[], Any]] = {}
@@ -83,6 +43,7 @@ class OrtRunner:
         import onnxruntime as ort
 
         from . import sessions
+        from .providers import DEVICES
         from .shapes import cast_feed
 
         self.path, self.provider, self.level, self.threads = path, provider, level, threads
@@ -92,7 +53,7 @@ class OrtRunner:
             path, provider, threads=threads, level=level, map_weights=False,
             profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
         self.feed = cast_feed(self.session, feed)
-        self.device = sessions.DEVICES.get(provider)
+        self.device = DEVICES.get(provider)
         if hasattr(self.session, "time"):  # an IsolatedSession: io-binding needs an in-process session
             self.options["process"] = "isolated worker"
             self.device = None
@@ -165,6 +126,8 @@ class TorchRunner:
         self.model = reference.model
         self.tensors = [torch.from_numpy(np.ascontiguousarray(feed[n])) for n in self.flat.input_names]
         self.threads = threads
+        from .memory import weight_bytes
+
         self.held_bytes = weight_bytes(self.model)  # loaded before the row: counted into its peak memory
         self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
                         "attention": str(getattr(getattr(self.model, "config", None), "_attn_implementation", "-"))}
@@ -254,7 +217,7 @@ def _models(models: Any) -> list[tuple[str, Any, Path]]:
 
 def _backends(providers: Any) -> list[tuple[str, str | None, str]]:
     """(label, ORT provider or None for the OpenVINO runtime, unavailable reason or '')."""
-    from . import sessions
+    from .providers import providers_named
 
     want_openvino = providers == "available" or (
         isinstance(providers, (list, tuple)) and any(str(p).lower() in ("openvino-runtime", "ov-runtime")
@@ -263,7 +226,7 @@ def _backends(providers: Any) -> list[tuple[str, str | None, str]]:
         providers = [p for p in providers if str(p).lower() not in ("openvino-runtime", "ov-runtime")]
     result: list[tuple[str, str | None, str]] = []
     if providers:
-        for p in sessions.providers_named(providers):
+        for p in providers_named(providers):
             result.append((f"ort:{p.short}", p.name, "" if p.available else p.reason))
     if want_openvino:
         try:
@@ -337,14 +300,14 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
             batch = int(next(iter(feed.values())).shape[0]) if feed else 1
             if ref is not None:
                 steps.step(f"PyTorch eager at {tag}")
-                row, runner = _measure("PyTorch eager", "torch:cpu", tag, batch,
+                row, runner = measure("PyTorch eager", "torch:cpu", tag, batch,
                                        partial(TorchRunner, ref, feed, threads), warmup, runs, min_seconds,
                                        clock, threads)
                 rows.append(row)
                 kept.append((row, runner))
                 if skipping and "attention_mask" in feed:  # padding-skip rows get a baseline with the same skip
                     steps.step(f"PyTorch eager, padding skipped, at {tag}")
-                    row, runner = _measure("PyTorch eager, padding skipped", "torch:cpu", tag, batch,
+                    row, runner = measure("PyTorch eager, padding skipped", "torch:cpu", tag, batch,
                                            partial(BucketedTorchRunner, ref, feed, threads), warmup, runs,
                                            min_seconds, clock, threads)
                     rows.append(row)
@@ -363,7 +326,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                         ran, why = for_openvino[path] or (path, "")
                     make: Callable[[], Any] = (partial(OrtRunner, path, provider, feed, threads, level, None, runtime)
                                                if provider else partial(OpenVinoRunner, ran, feed, threads))
-                    row, runner = _measure(name, backend, tag, batch, make, warmup, runs, min_seconds, clock,
+                    row, runner = measure(name, backend, tag, batch, make, warmup, runs, min_seconds, clock,
                                            threads)
                     if why:
                         row.options["file"] = Path(ran).name
@@ -386,29 +349,6 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     return summarize(rows, profiles, notes)
 
 
-def remeasure(kept: list[tuple[LatencyRow, Any]], clock: Clock, threads: int | None) -> None:
-    """Time every row again, briefly, once all rows are done: a row whose p50 and re-measure disagree by
-    more than :data:`REMEASURE_RATIO` was timed while the machine was busy (another process, a previous
-    session's threads still spinning) and is flagged noisy, however small its own spread."""
-    for row, runner in kept:
-        torch_threads = _torch_threads(threads) if row.backend.startswith("torch") else contextlib.nullcontext()
-        try:
-            with torch_threads:
-                quick = time_runs(runner, warmup=1, runs=REMEASURE_RUNS, min_seconds=0.0, clock=clock)
-        except Exception:  # noqa: BLE001 - the row stands as measured
-            continue
-        again = float(np.median(quick)) * 1e3
-        row.remeasure_ms = again
-        if row.p50_ms and again > 0:
-            ratio = max(row.p50_ms, again) / min(row.p50_ms, again)
-            if ratio > REMEASURE_RATIO:
-                row.noisy = True
-                row.note = (f"{row.note}; " if row.note else "") + (
-                    f"re-measured at {again:.3g} ms against p50 {row.p50_ms:.3g} ms ({ratio:.1f}x apart): the "
-                    "machine was busy during one of them")
-    kept.clear()
-
-
 def _has_cache(path: Path) -> bool:
     from .onnxfile import load_proto
 
@@ -427,39 +367,6 @@ def _total_bytes(path: Path) -> int:
         return KEEP_SESSIONS_BELOW
 
 
-def _measure(variant: str, backend: str, tag: str, batch: int, make: Callable[[], Any], warmup: int,
-             runs: int | None, min_seconds: float, clock: Clock, threads: int | None) -> tuple[LatencyRow, Any]:
-    """The row, and the runner (kept for the re-measure; None when the backend failed)."""
-    torch_threads = _torch_threads(threads) if backend.startswith("torch") else contextlib.nullcontext()
-    from .memory import peak_memory
-
-    with torch_threads, peak_memory() as peak:
-        try:
-            t0 = clock()
-            runner = make()
-            runner()
-            first = clock() - t0
-            if getattr(runner, "isolated", False):  # timed inside the worker: no copying between processes
-                times = runner.session.time(runner.feed, warmup=warmup, runs=runs, min_seconds=min_seconds)
-            else:
-                times = time_runs(runner, warmup=warmup, runs=runs, min_seconds=min_seconds, clock=clock)
-        except Exception as exc:  # noqa: BLE001 - a backend that fails is a row, not a crash
-            from .errors import telling_lines
-
-            return LatencyRow(variant, backend, tag, status="error",
-                              note=f"{type(exc).__name__}: {telling_lines(exc, 400)}"), None
-    row = LatencyRow.from_times(variant, backend, tag, batch, times, first, runner.options)
-    if peak.added_bytes is not None and not getattr(runner, "isolated", False):  # a worker's memory is its own
-        row.peak_mb = (peak.added_bytes + getattr(runner, "held_bytes", 0)) / 2**20
-    return row, runner
-
-
-def weight_bytes(model: Any) -> int:
-    """Bytes of a PyTorch model's parameters and buffers: memory it held before a row was measured."""
-    tensors = [*model.parameters(), *model.buffers()] if hasattr(model, "parameters") else []
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
 PROFILE_RUNS = 10
 
 
@@ -473,14 +380,3 @@ def _profile(path: Path, provider: str, feed: dict[str, np.ndarray], threads: in
     return parse_profile(runner.end_profiling())
 
 
-@contextlib.contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

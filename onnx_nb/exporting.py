@@ -76,8 +76,8 @@ def export(
         source = load_source(model, task, allow_pickle)
         source.name = label
         if cache is not False and source.kind != "module":
-            from .generation import is_causal_lm, layout_of
-            from .seq2seq import is_seq2seq
+            from .decoder_cache import is_causal_lm, layout_of
+            from .seq2seq_cache import is_seq2seq
 
             if is_seq2seq(source.model):
                 steps.step("preparing sample inputs")
@@ -174,22 +174,22 @@ def _cache_check(source: ModelSource, flat: Any, s: Any) -> tuple[Any, Any, Any]
     export's check; the output axes of a cache graph are known."""
     import torch
 
-    from . import generation
+    from . import decoder_cache
     from .inputs import Sample
 
     layout = source.cache_layout
-    other = generation.cache_sample(source.model, layout, seed=1, batch=3, sequence=2, past=6)
+    other = decoder_cache.cache_sample(source.model, layout, seed=1, batch=3, sequence=2, past=6)
     probe = Sample(list(s.names), [other[n] for n in s.names], False, dict(s.axes))
     with torch.no_grad():
         after = flat.flat(*probe.tensors)
-    axes = generation.cache_axes(layout)
+    axes = decoder_cache.cache_axes(layout)
     return probe, after, {n: axes[n] for n in flat.output_names} if s.axes else {}
 
 
 def _export_seq2seq(source: ModelSource, sample: Any, target: Path, opset: int, steps: Steps) -> ExportResult:
     """An encoder-decoder for generation: ``<name>.encoder.onnx`` (encoder states and the cross-attention
     cache, computed once) beside the decoder file at ``target`` (self-attention cache in and out)."""
-    from . import seq2seq
+    from . import seq2seq_cache
     from .wrap import eval_mode
 
     s = build_sample(source, sample, True)
@@ -201,14 +201,14 @@ def _export_seq2seq(source: ModelSource, sample: Any, target: Path, opset: int, 
         started = time.perf_counter()
         steps.step("exporting the encoder and the decoder with torchscript")
         with staging_dir(target) as tmp:
-            layout, checks, dec_sample = seq2seq.export_parts(source.model, s, target, opset, tmp, warnings_seen,
+            layout, checks, dec_sample = export_seq2seq_parts(source.model, s, target, opset, tmp, warnings_seen,
                                                               branches)
             steps.step("checking both in ONNX Runtime")
             steps.step("saving")
             files = publish(tmp / target.name, target)
     source.cache_layout = layout
     source.sample = dec_sample
-    source.input_axes = {n: a for n, a in seq2seq.axes(layout)[1].items() if n in dec_sample}
+    source.input_axes = {n: a for n, a in seq2seq_cache.axes(layout)[1].items() if n in dec_sample}
     source.as_kwargs = False
     passed = all(c["passed"] for c in checks.values())
     check = {"passed": passed, "shapes": checks["decoder"].get("shapes", {}),
@@ -307,7 +307,7 @@ def _check(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) 
     except Exception as exc:  # noqa: BLE001 - ORT's own error types vary by version
         return {"passed": False, "shapes": shapes,
                 "error": f"{type(exc).__name__}: {first_line(exc)}"}
-    from .parity.tolerance import Tolerance, measure
+    from .results.tolerance import Tolerance, measure
 
     tol = Tolerance(CHECK_ATOL, CHECK_RTOL, min_cosine=CHECK_MIN_COSINE)
     per_output: dict[str, float] = {}
@@ -389,3 +389,51 @@ def _all_failed(model: Any, flat: Any, s: Any, attempts: dict[str, str],
     return ExportError(f"Every exporter failed: {listing}. See the lines above for each exporter's "
                        "first error; try exporter='torchscript' or exporter='dynamo' to see one in full.",
                        attempts)
+
+
+def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, staged_dir: Path,
+                         warnings: list[str], branches: list[Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Export the encoder file and the decoder file into ``staged_dir`` (named after ``target``), and check
+    both in ONNX Runtime at other shapes. Returns the layout, the checks and the decoder's sample."""
+    import torch
+
+    from .inputs import Sample, grow
+    from .seq2seq_cache import (
+        SUFFIX,
+        DecoderWithCaches,
+        EncoderWithCross,
+        axes,
+        decoder_names,
+        decoder_sample,
+        encoder_inputs,
+        layout_of,
+    )
+    from .wrap import FlatModule, signature_module
+
+    names = encoder_inputs(model)
+    given = dict(sample.as_dict())
+    enc_sample = {n: given[n] for n in names}
+    layout = layout_of(model, enc_sample)
+    enc_axes, dec_axes = axes(layout)
+    grown = grow(Sample(list(names), [enc_sample[n] for n in names], False, {n: dict(enc_axes[n]) for n in names}))
+    grown_sample = dict(zip(grown.names, grown.tensors))
+    parts = [(EncoderWithCross(model, names), list(names), enc_sample, grown_sample, enc_axes,
+              target.stem + SUFFIX),
+             (DecoderWithCaches(model, layout), decoder_names(layout), decoder_sample(model, layout, enc_sample),
+              decoder_sample(model, layout, grown_sample, past=4, length=2, seed=1), dec_axes, target.name)]
+    checks: dict[str, Any] = {}
+    for module, in_names, feed, other, spec, filename in parts:
+        flat = FlatModule(module, in_names, False, {})
+        tensors = [feed[n] for n in in_names]
+        flat.discover(tensors)
+        smp = Sample(list(in_names), tensors, False, {n: spec[n] for n in in_names if n in spec})
+        all_axes = {**smp.axes, **{o: spec[o] for o in flat.output_names if o in spec}}
+        staged = staged_dir / filename
+        run_exporter("torchscript", signature_module(flat), smp, flat, staged, all_axes, opset, False, warnings, [],
+                     branches)
+        probe = Sample(list(in_names), [other[n] for n in in_names], False, dict(smp.axes))
+        with torch.no_grad():
+            expected = flat.flat(*probe.tensors)
+        checks["encoder" if filename.endswith(SUFFIX) else "decoder"] = _check(staged, probe, expected,
+                                                                                flat.output_names)
+    return layout, checks, parts[1][2]

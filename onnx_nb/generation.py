@@ -1,5 +1,6 @@
-"""Generative decoders with a key/value cache: the export layout, the generation loop in ONNX Runtime, and
-generation parity against PyTorch.
+"""Generation in ONNX Runtime: :func:`generate` over a decoder exported with its cache (or an encoder-decoder:
+:mod:`onnx_nb.seq2seq`), and the opset-23 re-export with standard attention ops that ``optimize()`` uses.
+The cache layout and the export wrapper: :mod:`onnx_nb.decoder_cache`.
 
 One graph serves prefill and decode (as Optimum's merged decoder and onnxruntime-genai do): it takes
 ``input_ids``, ``attention_mask`` (over past + new tokens), ``position_ids`` and, per layer,
@@ -19,117 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import InvalidArgumentError, SampleError
-from .render import CSS, esc, html_table, human_bytes
-
-CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
-PAST = "past_key_values.{}.{}"
-PRESENT = "present.{}.{}"
-SAMPLE_BATCH, SAMPLE_SEQUENCE, SAMPLE_PAST = 2, 4, 3
-
-
-def is_causal_lm(model: Any) -> bool:
-    return type(model).__name__.endswith(CAUSAL_SUFFIXES) and not getattr(
-        getattr(model, "config", None), "is_encoder_decoder", False)
-
-
-@dataclass
-class CacheLayout:
-    """How the key/value cache of a decoder is laid out, and what it costs per token."""
-
-    layers: int
-    kv_heads: int
-    head_size: int
-    dtype: str = "float32"
-
-    @property
-    def bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_size * int(np.dtype(self.dtype).itemsize)
-
-    def text(self) -> str:
-        return (f"{self.layers} layers x (key + value) x {self.kv_heads} kv heads x {self.head_size} head size, "
-                f"{self.dtype}: {human_bytes(self.bytes_per_token)} per token")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"layers": self.layers, "kv_heads": self.kv_heads, "head_size": self.head_size, "dtype": self.dtype,
-                "bytes_per_token": self.bytes_per_token}
-
-
-def _layers_of(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return [(k, v) for k, v in cache]  # a legacy tuple of (key, value) pairs
-
-
-def layout_of(model: Any) -> CacheLayout:
-    """Run the model once on one token with its cache on, and read the cache it returns."""
-    with torch.no_grad():
-        out = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, return_dict=True)
-    layers = _layers_of(out.past_key_values)
-    if not layers:
-        raise SampleError(f"{type(model).__name__} returned no key/value cache; export it with cache=False.")
-    key = layers[0][0]
-    return CacheLayout(len(layers), int(key.shape[1]), int(key.shape[3]), str(key.dtype).replace("torch.", ""))
-
-
-class DecoderWithCache(torch.nn.Module):
-    """``forward(input_ids, attention_mask, position_ids, *past) -> {logits, present.{i}.key/value}`` around
-    a Hugging Face causal LM: the flat cache tensors become the model's cache object and back."""
-
-    def __init__(self, model: Any, layout: CacheLayout) -> None:
-        super().__init__()
-        self.model = model
-        self.layout = layout
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                *past: torch.Tensor) -> dict[str, torch.Tensor]:
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.model.config)
-        for i in range(self.layout.layers):
-            cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=cache, use_cache=True, return_dict=True)
-        present = [t for k, v in _layers_of(out.past_key_values) for t in (k, v)]
-        return dict(zip(output_names(self.layout), (out.logits, *present)))
-
-
-def input_names(layout: CacheLayout) -> list[str]:
-    return ["input_ids", "attention_mask", "position_ids"] + [
-        PAST.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
-
-
-def output_names(layout: CacheLayout) -> list[str]:
-    return ["logits"] + [PRESENT.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
-
-
-def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
-    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
-            "position_ids": {0: "batch", 1: "sequence"}, "logits": {0: "batch", 1: "sequence"}}
-    for i in range(layout.layers):
-        for kv in ("key", "value"):
-            axes[PAST.format(i, kv)] = {0: "batch", 2: "past_sequence"}
-            axes[PRESENT.format(i, kv)] = {0: "batch", 2: "total_sequence"}
-    return axes
-
-
-def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SAMPLE_BATCH,
-                 sequence: int = SAMPLE_SEQUENCE, past: int = SAMPLE_PAST) -> dict[str, torch.Tensor]:
-    """A decode-step sample (by default 4 new tokens after 3 cached ones, batch 2), ids inside the vocabulary:
-    never an empty sequence, whatever the config."""
-    g = torch.Generator().manual_seed(seed)
-    vocab = int(getattr(model.config, "vocab_size", 100) or 100)
-    b, s, p = batch, max(sequence, 1), past
-    sample: dict[str, torch.Tensor] = {
-        "input_ids": torch.randint(min(3, vocab - 1), vocab, (b, s), generator=g),
-        "attention_mask": torch.ones(b, p + s, dtype=torch.long),
-        "position_ids": torch.arange(p, p + s).expand(b, s).contiguous(),
-    }
-    for i in range(layout.layers):
-        for kv in ("key", "value"):
-            sample[PAST.format(i, kv)] = torch.randn(b, layout.kv_heads, p, layout.head_size, generator=g)
-    return sample
-
+from .decoder_cache import DecoderWithCache, cache_axes, cache_sample, input_names, layout_of, output_names
+from .errors import InvalidArgumentError
+from .render import CSS, esc, html_table
+from .sampling import accept, pick
 
 STANDARD_OPS_OPSET = 23  # ONNX's own Attention (with its cache), RMSNormalization and RotaryEmbedding
 
@@ -139,9 +33,9 @@ def export_standard_ops(model: Any, path: Path) -> None:
     ONNX ``Attention`` op (past and present keys/values in and out), RMS norms ``RMSNormalization``, rotary
     embeddings ``RotaryEmbedding``, and the shape arithmetic a trace records goes away (a 2,145-node TorchScript
     graph of an 8-layer Llama becomes 428 nodes). Same inputs, outputs and axis names as :func:`export`'s file."""
-    from .benchmarking import weight_bytes
     from .exporters import export_dynamo, quiet
     from .exporting import EXTERNAL_DATA_BYTES
+    from .memory import weight_bytes
 
     layout = layout_of(model)
     wrapper = DecoderWithCache(model, layout).eval()
@@ -160,7 +54,8 @@ class OnnxDecoder:
 
     def __init__(self, path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
                  **options: Any) -> None:
-        from .sessions import DEVICES, session
+        from .providers import DEVICES
+        from .sessions import session
 
         self.session = session(path, provider, **options)
         # I/O binding: the cache stays where the provider computed it (GPU memory) between steps instead of a
@@ -232,27 +127,6 @@ def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np
     return ids, mask
 
 
-def _pick(logits: np.ndarray, do_sample: bool, temperature: float, top_k: int, top_p: float,
-          rng: np.random.Generator) -> np.ndarray:
-    if not do_sample:
-        return np.argmax(logits, axis=-1)
-    scores = logits.astype(np.float64) / max(temperature, 1e-6)
-    if top_k:
-        kth = np.sort(scores, axis=-1)[:, -min(top_k, scores.shape[-1])][:, None]
-        scores = np.where(scores < kth, -np.inf, scores)
-    probs = np.exp(scores - scores.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
-    if top_p < 1.0:
-        order = np.argsort(-probs, axis=-1)
-        sorted_p = np.take_along_axis(probs, order, -1)
-        keep = np.cumsum(sorted_p, -1) - sorted_p < top_p
-        mask = np.zeros_like(probs, dtype=bool)
-        np.put_along_axis(mask, order, keep, -1)
-        probs = np.where(mask, probs, 0.0)
-        probs /= probs.sum(-1, keepdims=True)
-    return np.array([rng.choice(probs.shape[-1], p=row) for row in probs])
-
-
 @dataclass
 class GenerationResult:
     """Tokens (and text when a tokenizer is known) generated in ONNX Runtime, with timings."""
@@ -312,18 +186,6 @@ def _prompts(inputs: Any, tokenizer: Any) -> list[list[int]]:
     return [[int(t) for t in row] for row in rows]
 
 
-def accept(chosen: np.ndarray, done: np.ndarray, new: list[list[int]], eos: set[int], stream: Any) -> bool:
-    """Append each unfinished row's token (rows stop at EOS, which is kept), stream the step; True when every
-    row is done."""
-    for row, token in enumerate(chosen):
-        if not done[row]:
-            new[row].append(int(token))
-            done[row] = int(token) in eos
-    if stream is not None:
-        stream([int(t) for t in chosen])
-    return bool(done.all())
-
-
 def _is_seq2seq_file(path: Path) -> bool:
     from .onnxfile import load_proto
 
@@ -344,7 +206,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     called with each step's new tokens (a notebook display updates as they come). ``io_binding`` (default: on
     for GPU providers) keeps a decoder's cache on the provider's device between steps.
     """
-    from .sessions import providers_named
+    from .providers import providers_named
 
     if max_new_tokens < 1:
         raise InvalidArgumentError("max_new_tokens must be at least 1.")
@@ -364,7 +226,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
             model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad,
             start=int(start_id if start_id is not None else pad), provider=providers_named([provider])[0].name,
             tokenizer=tokenizer, stream=stream,
-            pick=lambda logits: _pick(logits, do_sample, temperature, top_k, top_p, rng))
+            pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
         return GenerationResult([], tokens, text, steps[0], steps[1:])
     decoder = OnnxDecoder(path, providers_named([provider])[0].name, io_binding=io_binding)
@@ -378,7 +240,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     for _ in range(max_new_tokens):
         start = time.perf_counter()
         logits, cache = decoder.step(step_ids, mask, cache)
-        chosen = _pick(logits[:, -1, :], do_sample, temperature, top_k, top_p, rng)
+        chosen = pick(logits[:, -1, :], do_sample, temperature, top_k, top_p, rng)
         times.append((time.perf_counter() - start) * 1e3)
         if accept(chosen, done, new, eos_set, stream):
             break

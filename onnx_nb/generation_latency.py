@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from .decoder_cache import layout_of
 from .errors import InvalidArgumentError
-from .generation import _is_seq2seq_file, layout_of
-from .seq2seq import EncoderWithCross, _new_cache, encoder_inputs
-from .seq2seq import layout_of as seq2seq_layout
+from .generation import _is_seq2seq_file
+from .seq2seq_cache import EncoderWithCross, _new_cache, encoder_inputs
+from .seq2seq_cache import layout_of as seq2seq_layout
 
 DEFAULT_GENERATION_SHAPES = ({"prompt": 32}, {"past": 32})
 
@@ -69,7 +70,7 @@ class _TorchStep:
     def __init__(self, model: Any, length: int, past: int, cache: bool, threads: int | None) -> None:
         from transformers import DynamicCache
 
-        from .benchmarking import weight_bytes
+        from .memory import weight_bytes
 
         vocab = int(getattr(model.config, "vocab_size", 100) or 100)
         g = torch.Generator().manual_seed(0)
@@ -103,7 +104,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
     decode step at past lengths (tokens/s), against PyTorch eager with its cache and without one."""
     from functools import partial
 
-    from .benchmarking import _measure, remeasure
+    from .measuring import measure, remeasure
     from .progress import Steps
     from .results.latency import LatencyRow, summarize
 
@@ -145,7 +146,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
                     makers.append((name, backend, partial(_OrtStep, path, provider, length, past, threads, vocab)))
             for name, backend, make in makers:
                 steps.step(f"{name} on {backend}: {tag}")
-                row, runner = _measure(name, backend, tag, 1, make, warmup, runs, min_seconds, clock, threads)
+                row, runner = measure(name, backend, tag, 1, make, warmup, runs, min_seconds, clock, threads)
                 rows.append(row)
                 if runner is not None:
                     kept.append((row, runner))
@@ -169,7 +170,7 @@ class TorchDecodeStep:
     cross-attention cache filled once), or without (``cache=False``: the ``past + 1`` tokens again)."""
 
     def __init__(self, model: Any, past: int, cache: bool, threads: int | None, encoder_length: int) -> None:
-        from .benchmarking import weight_bytes
+        from .memory import weight_bytes
 
         config = model.config
         g = torch.Generator().manual_seed(0)

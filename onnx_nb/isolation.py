@@ -143,8 +143,8 @@ def _meta(args: Any) -> list[dict[str, Any]]:
 def _serve(inbox: IO[bytes], outbox: IO[bytes]) -> None:
     import onnxruntime as ort
 
-    from .benchmarking import time_runs
-    from .sessions import chain, options
+    from .providers import chain, options
+    from .timing import time_runs
 
     sess = None
     while True:

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _STATUS = Path("/proc/self/status")
 _CLEAR = Path("/proc/self/clear_refs")
@@ -56,3 +57,9 @@ def peak_memory() -> Iterator[Peak]:
         high = _field("VmHWM") if measurable else None
         if high is not None and start is not None:
             peak.added_bytes = max(high - start, 0)
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of a PyTorch model's parameters and buffers: memory it held before a row was measured."""
+    tensors = [*model.parameters(), *model.buffers()] if hasattr(model, "parameters") else []
+    return sum(t.numel() * t.element_size() for t in tensors)

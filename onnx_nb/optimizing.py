@@ -144,7 +144,7 @@ def _decoder_export(onnx_model: Any) -> bool:
         return False
     if onnx_model.cache_layout is None:
         return False
-    from .generation import CacheLayout
+    from .decoder_cache import CacheLayout
 
     return isinstance(onnx_model.cache_layout, CacheLayout)
 

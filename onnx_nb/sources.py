@@ -98,16 +98,16 @@ def build_sample(source: ModelSource, sample: Any, dynamic: Any = True) -> Any:
     from . import inputs
 
     if source.cache_layout is not None:
-        from . import generation
+        from . import decoder_cache
 
         layout = source.cache_layout
-        given = dict(sample) if sample is not None else generation.cache_sample(source.model, layout)
-        names = generation.input_names(layout)
+        given = dict(sample) if sample is not None else decoder_cache.cache_sample(source.model, layout)
+        names = decoder_cache.input_names(layout)
         missing = [n for n in names if n not in given]
         if missing:
             raise inputs.SampleError(f"A decoder with its cache takes {', '.join(names[:4])}, ...; the sample lacks "
                                      f"{', '.join(missing[:3])}. Leave sample=None for one built from the config.")
-        axes = generation.cache_axes(layout)
+        axes = decoder_cache.cache_axes(layout)
         s = inputs.Sample(names, [inputs.to_tensor(given[n], n) for n in names], False,
                           {n: axes[n] for n in names})
         if not dynamic:
@@ -130,12 +130,12 @@ def build_sample(source: ModelSource, sample: Any, dynamic: Any = True) -> Any:
 
 def flat_module(source: ModelSource, names: list[str], as_kwargs: bool) -> Any:
     """The model as one flat ``forward(*tensors)`` (a :class:`wrap.FlatModule`): a decoder exported with its
-    cache goes through :class:`generation.DecoderWithCache`, every other Hugging Face model gets its call
+    cache goes through :class:`decoder_cache.DecoderWithCache`, every other Hugging Face model gets its call
     keywords (no cache, ModelOutput results)."""
     from .wrap import FlatModule
 
     if source.cache_layout is not None:
-        from .generation import DecoderWithCache
+        from .decoder_cache import DecoderWithCache
 
         return FlatModule(DecoderWithCache(source.model, source.cache_layout), names, False, {})
     return FlatModule(source.model, names, as_kwargs, hf_call_kwargs(source))

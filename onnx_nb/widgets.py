@@ -95,7 +95,7 @@ class Studio:
         import ipywidgets
 
         from .plan import QUANTIZE_METHODS, Run, Settings, tabs
-        from .sessions import providers_named
+        from .providers import providers_named
         from .sources import source_name
 
         self.model = model

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import onnx_nb
-from onnx_nb.benchmarking import time_runs
 from onnx_nb.results.latency import LatencyRow
+from onnx_nb.timing import time_runs
 
 
 class FakeClock:

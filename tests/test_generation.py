@@ -12,8 +12,9 @@ import torch
 
 import onnx_nb
 import tiny_models
-from onnx_nb.generation import CacheLayout
-from onnx_nb.parity.generation import _compare_tokens, default_prompts
+from onnx_nb.decoder_cache import CacheLayout
+from onnx_nb.parity.generation import _compare_tokens
+from onnx_nb.parity.probes import default_prompts
 
 DECODERS = ["gpt2", "llama", "qwen2", "phi", "gpt_neox"]
 

@@ -244,7 +244,7 @@ def test_interleaved_timing_absorbs_the_previous_candidates_threads() -> None:
     """A fake clock where the first call after switching candidates costs 3x (the previous session's threads still
     spinning): with untimed calls first, each candidate's times are its own, whatever the order; without them,
     whichever runs second in a round carries the penalty."""
-    from onnx_nb.benchmarking import interleaved
+    from onnx_nb.timing import interleaved
 
     now = [0.0]
     last = [""]

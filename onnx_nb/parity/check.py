@@ -11,10 +11,11 @@ import numpy as np
 from ..errors import InvalidArgumentError, first_line
 from ..isolation import honours_isolate
 from ..progress import Steps
+from ..results.export import export_of
 from ..results.parity import DivergingNode, ParityReport, Row
+from ..results.tolerance import measure, precision_of, tolerance_for
 from ..shapes import axis_sizes, cast_feed, label, make_feed, right_padded, shape_specs, static_conflict
 from .references import Reference
-from .tolerance import measure, precision_of, tolerance_for
 
 _ORT_NODE = re.compile(r"running (?P<op>\w+) node\. Name:'(?P<name>[^']+)'")
 
@@ -39,8 +40,8 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     turns them off. Returns a :class:`ParityReport` (truthy when everything passed and the export did not
     record a single branch); raises only for bad input.
     """
-    from .. import sessions
     from ..onnxfile import load_proto
+    from ..providers import providers_named
     from .probes import chosen
     from .references import reference_and_model
 
@@ -48,14 +49,14 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise InvalidArgumentError(f"{name} must be a number >= 0 (e.g. {name}=1e-4), got {value!r}; leave it "
                                        "out for the default of the model's precision.")
-    wanted = sessions.providers_named(providers)
+    wanted = providers_named(providers)
     if not any(p.available for p in wanted):
         from ..errors import ProviderUnavailableError
 
         raise ProviderUnavailableError(
             f"None of the requested execution providers ({', '.join(p.short for p in wanted)}) is in this "
             f"onnxruntime build; available here: "
-            f"{', '.join(p.short for p in sessions.providers_named('available'))}. "
+            f"{', '.join(p.short for p in providers_named('available'))}. "
             "Install the matching onnxruntime package (e.g. onnxruntime-gpu for cuda), or use providers=('cpu',).")
     generative = _generative(reference, onnx_model)
     if generative is not None:  # a decoder with its cache: parity is generation parity
@@ -126,20 +127,6 @@ def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:
     for export in (export_of(reference), export_of(candidate)):
         if export is not None and export.cache_layout is not None:
             return export, getattr(candidate, "path", candidate)
-    return None
-
-
-def export_of(model: Any) -> Any:
-    """The ExportResult behind an export, a variant (through its parents) or None."""
-    from ..results.export import ExportResult
-
-    seen = 0
-    while model is not None and seen < 50:
-        if isinstance(model, ExportResult):
-            return model
-        model = getattr(model, "origin", None) if not isinstance(getattr(model, "reference", None), ExportResult) \
-            else model.reference
-        seen += 1
     return None
 
 

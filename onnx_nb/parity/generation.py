@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..generation import OnnxDecoder, _is_seq2seq_file, generate, left_pad
+from .probes import default_prompts
 
 NEAR_TIE = 1e-3  # PyTorch's logit margin between its pick and ONNX's (relative to the logits' scale): a tie below
 
@@ -34,14 +35,6 @@ class TokenCheck:
         if self.first_difference is None:
             return "identical"
         return "near-tie" if self.near_tie else "DIVERGED"
-
-
-def default_prompts(model: Any, count: int = 3, seed: int = 0) -> list[list[int]]:
-    """Prompts of different lengths (3, 6, 9 tokens) with ids inside the vocabulary, clear of special ids."""
-    vocab = int(getattr(model.config, "vocab_size", 100) or 100)
-    rng = np.random.default_rng(seed)
-    low = min(3, vocab - 1)
-    return [list(map(int, rng.integers(low, vocab, 3 * (i + 1)))) for i in range(count)]
 
 
 def torch_greedy(model: Any, prompts: list[list[int]], max_new_tokens: int, pad: int) -> list[list[int]]:
@@ -121,9 +114,9 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     from ..errors import first_line
     from ..onnxfile import load_proto
     from ..progress import Steps
+    from ..providers import providers_named
     from ..results.parity import ParityReport, Row
-    from ..sessions import providers_named
-    from .tolerance import measure, precision_of, tolerance_for
+    from ..results.tolerance import measure, precision_of, tolerance_for
 
     source = export.source
     model = source.model
@@ -134,7 +127,8 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
     if _is_seq2seq_file(path):
-        from ..seq2seq import Seq2SeqParity, encoder_path
+        from ..seq2seq_cache import encoder_path
+        from .seq2seq import Seq2SeqParity
 
         family: Any = Seq2SeqParity(model, path, max_new_tokens, encoder=encoder_path(Path(export.path)))
     else:

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..files import scratch_dir
 from ..results.parity import DivergingNode
+from ..results.tolerance import Tolerance, measure, tolerance_for
 from .references import Reference
-from .tolerance import Tolerance, measure, tolerance_for
 
 WRAPPER_PREFIXES = ("inner.model.", "inner.model")
 

@@ -95,3 +95,11 @@ def probe_feeds(feed: dict[str, np.ndarray], vocab: dict[str, int], names: Seque
             continue
         out.append((name, new))
     return out
+
+
+def default_prompts(model: Any, count: int = 3, seed: int = 0) -> list[list[int]]:
+    """Prompts of different lengths (3, 6, 9 tokens) with ids inside the vocabulary, clear of special ids."""
+    vocab = int(getattr(model.config, "vocab_size", 100) or 100)
+    rng = np.random.default_rng(seed)
+    low = min(3, vocab - 1)
+    return [list(map(int, rng.integers(low, vocab, 3 * (i + 1)))) for i in range(count)]

@@ -160,3 +160,15 @@ class ExportResult:
         return (f'{CSS}<div class="onnxnb"><h4>{badge} {title} {esc(self.source.name)} to ONNX</h4>{unverified}'
                 f'<div style="display:flex;gap:24px;flex-wrap:wrap"><div>{summary}</div>'
                 f"<div>{io}</div><div>{ops}</div></div>{extra}</div>")
+
+
+def export_of(model: Any) -> Any:
+    """The ExportResult behind an export, a variant (through its parents) or None."""
+    seen = 0
+    while model is not None and seen < 50:
+        if isinstance(model, ExportResult):
+            return model
+        model = getattr(model, "origin", None) if not isinstance(getattr(model, "reference", None), ExportResult) \
+            else model.reference
+        seen += 1
+    return None

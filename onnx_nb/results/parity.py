@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import ShapeMismatch, ToleranceExceeded
-from ..parity.tolerance import Errors, Tolerance
 from ..render import CSS, esc, html_table, text_table
+from .tolerance import Errors, Tolerance
 
 COLUMNS = ["output", "shape", "provider", "status", "max_abs", "max_rel", "mean_abs", "frac_out",
            "cosine", "argmax_agreement", "tolerance", "needed_atol", "note"]

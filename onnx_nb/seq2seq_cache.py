@@ -1,0 +1,191 @@
+"""Encoder-decoder models (T5, BART, Marian, Whisper), model side: the layout of their caches, the encoder wrapper
+that also computes every decoder layer's cross-attention keys and values, the decoder wrapper with its
+self-attention cache, and their names, axes and samples. Only imported by functions that already need torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SUFFIX = ".encoder.onnx"
+
+
+def is_seq2seq(model: Any) -> bool:
+    config = getattr(model, "config", None)
+    return bool(getattr(config, "is_encoder_decoder", False)) and hasattr(model, "get_encoder") and \
+        type(model).__name__.endswith("ForConditionalGeneration")
+
+
+def encoder_path(decoder: Path) -> Path:
+    """Where the encoder of a decoder file lives: ``model.onnx`` -> ``model.encoder.onnx``."""
+    return decoder.with_name(decoder.stem + SUFFIX)
+
+
+@dataclass
+class Seq2SeqLayout:
+    """Layers of the decoder and the shapes of its two caches."""
+
+    layers: int
+    heads: int
+    head_size: int
+    cross_heads: int
+    encoder_inputs: tuple[str, ...]  # input_ids + attention_mask, or input_features
+
+    @property
+    def bytes_per_token(self) -> int:  # the self-attention cache grows by this per generated token
+        return 2 * self.layers * self.heads * self.head_size * 4
+
+    def text(self) -> str:
+        return (f"decoder: {self.layers} layers x (key + value) x {self.heads} heads x {self.head_size} head size, "
+                f"float32: {self.bytes_per_token} B per generated token; cross-attention cache computed once by "
+                "the encoder file")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layers": self.layers, "heads": self.heads, "head_size": self.head_size,
+                "cross_heads": self.cross_heads, "encoder_inputs": list(self.encoder_inputs),
+                "bytes_per_token": self.bytes_per_token}
+
+
+def _caches(cache: Any) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[tuple[torch.Tensor, torch.Tensor]]]:
+    return ([(layer.keys, layer.values) for layer in cache.self_attention_cache.layers],
+            [(layer.keys, layer.values) for layer in cache.cross_attention_cache.layers])
+
+
+def _new_cache(model: Any, self_kv: list[Any], cross_kv: list[Any]) -> Any:
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    own, cross = DynamicCache(config=model.config), DynamicCache(config=model.config)
+    for i, (k, v) in enumerate(self_kv):
+        own.update(k, v, i)
+    for i, (k, v) in enumerate(cross_kv):
+        cross.update(k, v, i)
+    cache = EncoderDecoderCache(own, cross)
+    for i in range(len(cross_kv)):
+        cache.is_updated[i] = True  # the cross-attention keys and values are given: never recomputed
+    return cache
+
+
+def _start(model: Any, batch: int) -> torch.Tensor:
+    return torch.full((batch, 1), int(model.config.decoder_start_token_id or 0), dtype=torch.long)
+
+
+def encoder_inputs(model: Any) -> tuple[str, ...]:
+    return ("input_features",) if model.main_input_name == "input_features" else ("input_ids", "attention_mask")
+
+
+def layout_of(model: Any, sample: dict[str, torch.Tensor]) -> Seq2SeqLayout:
+    names = encoder_inputs(model)
+    with torch.no_grad():
+        out = EncoderWithCross(model, names)(*[sample[n] for n in names])
+    key = out["present.0.encoder.key"]
+    with torch.no_grad():
+        step = model(encoder_outputs=(out["encoder_hidden_states"],), decoder_input_ids=_start(model, 1)[:1].expand(
+            key.shape[0], 1), past_key_values=_new_cache(model, [], []), use_cache=True, return_dict=True,
+            **({"attention_mask": sample["attention_mask"]} if "attention_mask" in names else {}))
+    own = _caches(step.past_key_values)[0][0][0]
+    layers = sum(1 for k in out if k.startswith("present.") and k.endswith(".key"))
+    return Seq2SeqLayout(layers, int(own.shape[1]), int(own.shape[3]), int(key.shape[1]), names)
+
+
+class EncoderWithCross(torch.nn.Module):
+    """The encoder, then every decoder layer's cross-attention keys and values (filled by one decoder step on
+    the start token, which HF's cache records)."""
+
+    def __init__(self, model: Any, names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        feed = dict(zip(self.names, inputs))
+        states = self.model.get_encoder()(**feed, return_dict=True).last_hidden_state
+        mask = {"attention_mask": feed["attention_mask"]} if "attention_mask" in feed else {}
+        out = self.model(encoder_outputs=(states,), decoder_input_ids=_start(self.model, 1).expand(states.shape[0], 1),
+                         past_key_values=_new_cache(self.model, [], []), use_cache=True, return_dict=True, **mask)
+        result = {"encoder_hidden_states": states}
+        for i, (k, v) in enumerate(_caches(out.past_key_values)[1]):
+            result[f"present.{i}.encoder.key"], result[f"present.{i}.encoder.value"] = k, v
+        return result
+
+
+class DecoderWithCaches(torch.nn.Module):
+    """``forward(decoder_input_ids, [encoder_attention_mask,] encoder_hidden_states, *self_past, *cross)``."""
+
+    def __init__(self, model: Any, layout: Seq2SeqLayout) -> None:
+        super().__init__()
+        self.model, self.layout = model, layout
+        self.masked = "attention_mask" in layout.encoder_inputs
+
+    def forward(self, decoder_input_ids: torch.Tensor, *rest: torch.Tensor) -> dict[str, torch.Tensor]:
+        mask, rest = (rest[0], rest[1:]) if self.masked else (None, rest)
+        states, caches = rest[0], rest[1:]
+        n = self.layout.layers
+        own = [(caches[2 * i], caches[2 * i + 1]) for i in range(n)]
+        cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
+        out = self.model(encoder_outputs=(states,), decoder_input_ids=decoder_input_ids,
+                         past_key_values=_new_cache(self.model, own, cross), use_cache=True, return_dict=True,
+                         **({"attention_mask": mask} if mask is not None else {}))
+        result = {"logits": out.logits}
+        for i, (k, v) in enumerate(_caches(out.past_key_values)[0]):
+            result[f"present.{i}.decoder.key"], result[f"present.{i}.decoder.value"] = k, v
+        return result
+
+
+def decoder_names(layout: Seq2SeqLayout) -> list[str]:
+    names = ["decoder_input_ids"] + (["encoder_attention_mask"] if "attention_mask" in layout.encoder_inputs else [])
+    names.append("encoder_hidden_states")
+    names += [f"past_key_values.{i}.decoder.{kv}" for i in range(layout.layers) for kv in ("key", "value")]
+    names += [f"past_key_values.{i}.encoder.{kv}" for i in range(layout.layers) for kv in ("key", "value")]
+    return names
+
+
+def axes(layout: Seq2SeqLayout) -> tuple[dict[str, dict[int, str]], dict[str, dict[int, str]]]:
+    """(encoder axes, decoder axes), inputs and outputs."""
+    text = "attention_mask" in layout.encoder_inputs
+    states = {0: "batch", **({1: "encoder_sequence"} if text else {})}
+    enc: dict[str, dict[int, str]] = {"encoder_hidden_states": states}
+    if text:
+        enc |= {"input_ids": {0: "batch", 1: "encoder_sequence"}, "attention_mask": {0: "batch", 1: "encoder_sequence"}}
+    else:
+        enc["input_features"] = {0: "batch"}
+    dec: dict[str, dict[int, str]] = {"decoder_input_ids": {0: "batch", 1: "decoder_sequence"},
+                                      "encoder_hidden_states": enc["encoder_hidden_states"],
+                                      "logits": {0: "batch", 1: "decoder_sequence"}}
+    if text:
+        dec["encoder_attention_mask"] = {0: "batch", 1: "encoder_sequence"}
+    for i in range(layout.layers):
+        for kv in ("key", "value"):
+            cross = {0: "batch", **({2: "encoder_sequence"} if text else {})}
+            enc[f"present.{i}.encoder.{kv}"] = cross
+            dec[f"past_key_values.{i}.encoder.{kv}"] = cross
+            dec[f"past_key_values.{i}.decoder.{kv}"] = {0: "batch", 2: "past_decoder_sequence"}
+            dec[f"present.{i}.decoder.{kv}"] = {0: "batch", 2: "total_decoder_sequence"}
+    return enc, dec
+
+
+def decoder_sample(model: Any, layout: Seq2SeqLayout, encoder_sample: dict[str, torch.Tensor], past: int = 2,
+                   length: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A decode-step sample: ``length`` new tokens after ``past`` cached ones, the encoder's real outputs."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        enc = EncoderWithCross(model, layout.encoder_inputs)(*[encoder_sample[n] for n in layout.encoder_inputs])
+    batch = enc["encoder_hidden_states"].shape[0]
+    vocab = int(getattr(model.config, "vocab_size", 100) or 100)
+    sample = {"decoder_input_ids": torch.randint(min(3, vocab - 1), vocab, (batch, length), generator=g)}
+    if "attention_mask" in layout.encoder_inputs:
+        sample["encoder_attention_mask"] = encoder_sample["attention_mask"]
+    sample["encoder_hidden_states"] = enc["encoder_hidden_states"]
+    for i in range(layout.layers):
+        for kv in ("key", "value"):
+            sample[f"past_key_values.{i}.decoder.{kv}"] = torch.randn(batch, layout.heads, past, layout.head_size,
+                                                                      generator=g)
+    for i in range(layout.layers):
+        for kv in ("key", "value"):
+            sample[f"past_key_values.{i}.encoder.{kv}"] = enc[f"present.{i}.encoder.{kv}"]
+    return sample
+
+
+# -- running the two files --------------------------------------------------------------------------

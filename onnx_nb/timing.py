@@ -1,0 +1,49 @@
+"""Timing: seconds per call (warm-up, a run count or a time budget), several candidates interleaved in shuffled
+rounds, and ONNX files timed side by side. Used by benchmark(), by optimize()'s route and level choices and by
+the isolation worker, so it sits below all of them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Clock = Callable[[], float]
+MIN_RUNS = 10
+MAX_RUNS = 10_000
+
+
+def time_runs(fn: Callable[[], Any], *, warmup: int, runs: int | None, min_seconds: float,
+              clock: Clock = time.perf_counter) -> list[float]:
+    """Seconds per call of ``fn``: ``warmup`` calls first (not kept), then ``runs`` calls, or as many
+    as fit in ``min_seconds`` (at least 10)."""
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = clock()
+    while True:
+        t0 = clock()
+        fn()
+        times.append(clock() - t0)
+        if runs is not None:
+            if len(times) >= runs:
+                break
+        elif (len(times) >= MIN_RUNS and clock() - start >= min_seconds) or len(times) >= MAX_RUNS:
+            break
+    return times
+
+
+def interleaved(runners: Mapping[str, Callable[[], Any]], *, rounds: int = 3, warmup: int = 2, runs: int = 5,
+                seed: int = 0, clock: Clock = time.perf_counter) -> dict[str, list[float]]:
+    """Seconds per call of each runner, visited in a new shuffled order every round, each visit starting with
+    ``warmup`` untimed calls: on a small machine a candidate's time depends on which one ran just before it
+    (the previous session's threads still spinning), and this spreads that bias over every candidate."""
+    import random
+
+    order = list(runners)
+    times: dict[str, list[float]] = {name: [] for name in order}
+    for round_ in range(rounds):
+        random.Random(seed + round_).shuffle(order)
+        for name in order:
+            times[name] += time_runs(runners[name], warmup=warmup, runs=runs, min_seconds=0.0, clock=clock)
+    return times

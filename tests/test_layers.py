@@ -1,0 +1,132 @@
+"""The import rule of docs/architecture.md, read from the source: front ends -> steps -> results -> runtime -> leaves,
+never upward, and no import cycle anywhere (imports inside functions count; ``if TYPE_CHECKING:`` blocks do not,
+they never run)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "onnx_nb"
+
+LEAVES = {"errors", "render", "progress"}
+RUNTIME = {"providers", "sessions", "isolation", "timing", "padding", "memory", "onnxfile", "files", "shapes",
+           "feeds", "profiling", "report_file"}
+FRONT_ENDS = {"", "magics", "cli", "widgets", "specs", "demo", "graphdata"}  # "": the package's lazy name table
+ORDER = ["leaves", "runtime", "results", "steps", "front ends"]
+
+
+def layer(module: str) -> str:
+    if module in LEAVES:
+        return "leaves"
+    if module in RUNTIME:
+        return "runtime"
+    if module == "results" or module.startswith("results."):
+        return "results"
+    return "front ends" if module in FRONT_ENDS else "steps"
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node, except what sits under ``if TYPE_CHECKING:``."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def imports() -> dict[str, set[str]]:
+    """Module -> the onnx_nb modules it imports (relative to the package, "" for the package itself)."""
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        package = [p for p in package if p]
+        deps: set[str] = set()
+        for node in _runtime_nodes(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[:len(package) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                elif (node.module or "").startswith("onnx_nb"):
+                    target = (node.module or "").removeprefix("onnx_nb").lstrip(".")
+                else:
+                    continue
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}".lstrip(".")
+                    targets.append(sub if sub in known else target)
+            elif isinstance(node, ast.Import):
+                targets = [a.name.removeprefix("onnx_nb").lstrip(".") for a in node.names
+                           if a.name.split(".")[0] == "onnx_nb"]
+            deps.update(t for t in targets if t in known and t != name)
+        graph[name] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_reader_sees_the_imports() -> None:
+    graph = imports()
+    assert {"errors", "sessions", "plan", "results.parity", "parity.check"} <= set(graph)
+    assert "providers" in graph["sessions"] and "isolation" in graph["sessions"]  # a function-level import counts
+    assert "results.parity" not in graph["results.parity_view"]  # under TYPE_CHECKING: does not count
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    upward = [f"{m} ({layer(m)}) imports {d} ({layer(d)})" for m, deps in imports().items() for d in sorted(deps)
+              if ORDER.index(layer(d)) > ORDER.index(layer(m))]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycle() -> None:
+    assert cycles(imports()) == []
