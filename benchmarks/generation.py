@@ -55,7 +55,7 @@ def save_folder(model: Any, folder: Path) -> Path:
     MiniLM's, from the bundled package: the anchors are fed token ids, never text)."""
     import transformers
 
-    from onnx_nb.demo import default_model_path
+    from onnx_nb.frontends.demo import default_model_path
 
     model.save_pretrained(folder)
     transformers.AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(folder)

@@ -4,7 +4,7 @@
 
 all-MiniLM-L6-v2 on a batch of 8 real sentences of mixed lengths padded to 128 (six of 15-20 tokens,
 two of 100+), every candidate timed on the same inputs, visited in a new shuffled order each round with
-two untimed runs before its timed ones (``onnx_nb.timing.interleaved``: on 2 cores a session's time
+two untimed runs before its timed ones (``onnx_nb.runtime.timing.interleaved``: on 2 cores a session's time
 depends on which one ran before it). Prints:
 
 1. the whole latency table from ``onnx_nb.benchmark`` (eager, plain export, each variant, each
@@ -82,9 +82,9 @@ def main() -> int:
     import transformers
 
     import onnx_nb
-    from onnx_nb.benchmarking import BucketedTorchRunner, OrtRunner, TorchRunner
-    from onnx_nb.parity.references import torch_reference
-    from onnx_nb.timing import interleaved
+    from onnx_nb.runtime.timing import interleaved
+    from onnx_nb.steps.benchmark.benchmarking import BucketedTorchRunner, OrtRunner, TorchRunner
+    from onnx_nb.steps.parity.references import torch_reference
 
     load = os.getloadavg()[0]
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.processor() or platform.platform()}; "
@@ -182,9 +182,9 @@ def sentence_embeddings(folder: Path, feed: dict[str, np.ndarray], args: Any) ->
     from sentence_transformers import SentenceTransformer
 
     import onnx_nb
-    from onnx_nb.benchmarking import OrtRunner
-    from onnx_nb.hf.sentence import wrap
-    from onnx_nb.timing import interleaved
+    from onnx_nb.runtime.timing import interleaved
+    from onnx_nb.steps.benchmark.benchmarking import OrtRunner
+    from onnx_nb.steps.export.hf.sentence import wrap
 
     st = SentenceTransformer(str(onnx_nb.default_model_path()), device="cpu")
     export = onnx_nb.export(st, out=folder / "st.onnx", overwrite=True, progress=False)

@@ -11,7 +11,7 @@ INT8, side by side in one run, at batch 1 and batch 8 of 224x224 images.
 torch 2.14.1 and torchvision 0.29.1 that runs the torchvision and timm rows.)
 
 Per model, in plain sessions (the file alone), every candidate on the same images, visited in a new shuffled
-order each round with untimed runs first (``onnx_nb.timing.interleaved``):
+order each round with untimed runs first (``onnx_nb.runtime.timing.interleaved``):
 
 - PyTorch eager;
 - the plain export in ONNX Runtime's default session (graph level "all"): ORT's own fp32 route;
@@ -142,9 +142,9 @@ def run_model(family: str, args: Any, folder: Path) -> None:
     import torch
 
     import onnx_nb
-    from onnx_nb.benchmarking import OpenVinoRunner, OrtRunner
-    from onnx_nb.onnxfile import load_proto, signature
-    from onnx_nb.timing import interleaved
+    from onnx_nb.runtime.onnxfile import load_proto, signature
+    from onnx_nb.runtime.timing import interleaved
+    from onnx_nb.steps.benchmark.benchmarking import OpenVinoRunner, OrtRunner
 
     model = build(family)
     params = sum(p.numel() for p in model.parameters()) / 1e6

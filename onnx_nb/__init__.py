@@ -37,31 +37,31 @@ from .errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "export": ("onnx_nb.exporting", "export"),
+    "export": ("onnx_nb.steps.export.exporting", "export"),
     "ExportResult": ("onnx_nb.results.export", "ExportResult"),
     "ModelSource": ("onnx_nb.results.export", "ModelSource"),
-    "default_model_path": ("onnx_nb.demo", "default_model_path"),
-    "check_parity": ("onnx_nb.parity.check", "check_parity"),
+    "default_model_path": ("onnx_nb.frontends.demo", "default_model_path"),
+    "check_parity": ("onnx_nb.steps.parity.check", "check_parity"),
     "ParityReport": ("onnx_nb.results.parity", "ParityReport"),
     "Tolerance": ("onnx_nb.results.tolerance", "Tolerance"),
-    "benchmark": ("onnx_nb.benchmarking", "benchmark"),
-    "pipeline": ("onnx_nb.pipelines", "pipeline"),
-    "GraphView": ("onnx_nb.widgets", "GraphView"),
-    "Studio": ("onnx_nb.widgets", "Studio"),
+    "benchmark": ("onnx_nb.steps.benchmark.benchmarking", "benchmark"),
+    "pipeline": ("onnx_nb.steps.pipelines", "pipeline"),
+    "GraphView": ("onnx_nb.frontends.widgets", "GraphView"),
+    "Studio": ("onnx_nb.frontends.widgets", "Studio"),
     "Report": ("onnx_nb.results.report", "Report"),
-    "optimize": ("onnx_nb.optimizing", "optimize"),
-    "quantize": ("onnx_nb.quantizing", "quantize"),
-    "quant_debug": ("onnx_nb.debugging", "quant_debug"),
-    "autotune": ("onnx_nb.autotuning", "autotune"),
+    "optimize": ("onnx_nb.steps.variants.optimizing", "optimize"),
+    "quantize": ("onnx_nb.steps.variants.quantizing", "quantize"),
+    "quant_debug": ("onnx_nb.steps.variants.debugging", "quant_debug"),
+    "autotune": ("onnx_nb.steps.variants.autotuning", "autotune"),
     "Variant": ("onnx_nb.results.variant", "Variant"),
-    "UnpaddedSession": ("onnx_nb.padding", "UnpaddedSession"),
+    "UnpaddedSession": ("onnx_nb.runtime.padding", "UnpaddedSession"),
     "LatencyTable": ("onnx_nb.results.latency", "LatencyTable"),
-    "parse_profile": ("onnx_nb.profiling", "parse_profile"),
-    "isolated": ("onnx_nb.isolation", "isolated"),
-    "IsolatedSession": ("onnx_nb.isolation", "IsolatedSession"),
-    "check_model": ("onnx_nb.onnxfile", "check_model"),
-    "generate": ("onnx_nb.generation", "generate"),
-    "GenerationResult": ("onnx_nb.generation", "GenerationResult"),
+    "parse_profile": ("onnx_nb.runtime.profiling", "parse_profile"),
+    "isolated": ("onnx_nb.runtime.isolation", "isolated"),
+    "IsolatedSession": ("onnx_nb.runtime.isolation", "IsolatedSession"),
+    "check_model": ("onnx_nb.runtime.onnxfile", "check_model"),
+    "generate": ("onnx_nb.steps.generate.generation", "generate"),
+    "GenerationResult": ("onnx_nb.steps.generate.generation", "GenerationResult"),
 }
 
 __all__ = [
@@ -118,27 +118,27 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .autotuning import autotune
-    from .benchmarking import benchmark
-    from .debugging import quant_debug
-    from .demo import default_model_path
-    from .exporting import export
-    from .generation import GenerationResult, generate
-    from .isolation import IsolatedSession, isolated
-    from .onnxfile import check_model
-    from .optimizing import optimize
-    from .padding import UnpaddedSession
-    from .parity.check import check_parity
-    from .pipelines import pipeline
-    from .profiling import parse_profile
-    from .quantizing import quantize
+    from .frontends.demo import default_model_path
+    from .frontends.widgets import GraphView, Studio
     from .results.export import ExportResult, ModelSource
     from .results.latency import LatencyTable
     from .results.parity import ParityReport
     from .results.report import Report
     from .results.tolerance import Tolerance
     from .results.variant import Variant
-    from .widgets import GraphView, Studio
+    from .runtime.isolation import IsolatedSession, isolated
+    from .runtime.onnxfile import check_model
+    from .runtime.padding import UnpaddedSession
+    from .runtime.profiling import parse_profile
+    from .steps.benchmark.benchmarking import benchmark
+    from .steps.export.exporting import export
+    from .steps.generate.generation import GenerationResult, generate
+    from .steps.parity.check import check_parity
+    from .steps.pipelines import pipeline
+    from .steps.variants.autotuning import autotune
+    from .steps.variants.debugging import quant_debug
+    from .steps.variants.optimizing import optimize
+    from .steps.variants.quantizing import quantize
 
 
 def __getattr__(name: str) -> Any:
@@ -154,6 +154,6 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext onnx_nb``: register the ``%onnx_*`` magics."""
-    from .magics import OnnxMagics
+    from .frontends.magics import OnnxMagics
 
     ipython.register_magics(OnnxMagics)

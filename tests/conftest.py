@@ -22,7 +22,7 @@ def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    from onnx_nb.demo import default_model_path
+    from onnx_nb.frontends.demo import default_model_path
 
     return default_model_path()
 

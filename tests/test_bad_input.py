@@ -21,7 +21,7 @@ import torch
 from IPython.core.error import UsageError
 
 import onnx_nb
-from onnx_nb.quantizing import CalibrationError
+from onnx_nb.steps.variants.quantizing import CalibrationError
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "bad-input.md"
@@ -249,7 +249,7 @@ def test_bad_input_on_the_command_line(world: World, case: tuple[str, list[str],
     _ident, argv, pattern = case
     names = {"root": world.root, "path": world.path, "corrupt": world.corrupt, "kept": world.kept,
              "text": world.text}
-    done = subprocess.run([sys.executable, "-m", "onnx_nb.cli", *[a.format(**names) for a in argv]],
+    done = subprocess.run([sys.executable, "-m", "onnx_nb", *[a.format(**names) for a in argv]],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == (1 if argv[0] == "pipeline" else 2), done.stdout + done.stderr
     assert re.search(pattern, done.stdout + done.stderr, re.S), done.stdout + done.stderr

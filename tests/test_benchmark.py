@@ -15,7 +15,7 @@ import torch
 
 import onnx_nb
 from onnx_nb.results.latency import LatencyRow
-from onnx_nb.timing import time_runs
+from onnx_nb.runtime.timing import time_runs
 
 
 class FakeClock:
@@ -104,7 +104,7 @@ def test_pytorch_row_uses_the_same_inputs(linear: onnx_nb.ExportResult) -> None:
     sample = linear.source.sample["x"].numpy()
     expected = np.take(sample, np.arange(5) % 2, axis=0)
     timed = [t for t in model.seen if t.shape[0] == 5]  # the others: one call at the sample to name outputs
-    from onnx_nb.benchmarking import REMEASURE_RUNS
+    from onnx_nb.steps.benchmark.benchmarking import REMEASURE_RUNS
 
     assert len(timed) == 1 + 1 + 3 + 1 + REMEASURE_RUNS, "first run + warm-up + timed runs, then the re-measure"
     assert all(np.array_equal(t.numpy(), expected) for t in timed)
@@ -155,7 +155,7 @@ def test_magic_and_cli(ip: Any, linear: onnx_nb.ExportResult) -> None:
     ip.user_ns["lin"] = linear
     table = ip.run_line_magic("onnx_bench", "lin --providers cpu,cuda --runs 5 --reference lin --shapes batch=3")
     assert {r.backend for r in table.rows} == {"torch:cpu", "ort:cpu", "ort:cuda"}
-    done = subprocess.run([sys.executable, "-m", "onnx_nb.cli", "bench", str(linear.path), "--providers", "cpu",
+    done = subprocess.run([sys.executable, "-m", "onnx_nb", "bench", str(linear.path), "--providers", "cpu",
                            "--runs", "5", "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"][0]["runs"] == 5

@@ -123,7 +123,7 @@ def test_progress_line_on_terminal(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_external_data_above_threshold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The >2 GB path, exercised by lowering the threshold: weights go beside the .onnx."""
-    import onnx_nb.exporting as export_module
+    import onnx_nb.steps.export.exporting as export_module
 
     monkeypatch.setattr(export_module, "EXTERNAL_DATA_BYTES", 1024)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))

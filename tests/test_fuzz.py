@@ -57,12 +57,17 @@ def test_mutated_bytes_load_and_inspect(good: tuple[Path, bytes], tmp_path_facto
                                         mutation: tuple[Any, Any, bytes]) -> None:
     path = tmp_path_factory.mktemp("m") / "model.onnx"
     path.write_bytes(mutate(good[1], *mutation))
-    only_ours(lambda: onnx_nb.check_model(path))
-    from onnx_nb.graphdata import graph_json
+    from onnx_nb.frontends.graphdata import graph_json
 
-    only_ours(lambda: graph_json(path))
-    only_ours(lambda: onnx_nb.check_parity(path, path, {"input": np.ones((2, 4), np.float32)}, isolate=True,
-                                           localize=False, progress=False))
+    loaded = only_ours(lambda: onnx_nb.check_model(path))
+    shown = only_ours(lambda: graph_json(path))
+    checked = only_ours(lambda: onnx_nb.check_parity(path, path, {"input": np.ones((2, 4), np.float32)},
+                                                     isolate=True, localize=False, progress=False))
+    # a damaged file is told as a damaged file (or a runtime that crashed on it), never as the user's mistake
+    damaged = (onnx_nb.InvalidModelError, onnx_nb.RuntimeCrashError, onnx_nb.ModelNotFoundError, onnx_nb.SampleError)
+    for result in (loaded, shown, checked):
+        assert not isinstance(result, onnx_nb.OnnxNbError) or isinstance(result, damaged), repr(result)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["model.onnx"], "nothing written beside the model"
 
 
 ARGS = st.fixed_dictionaries({
@@ -85,4 +90,9 @@ def test_random_arguments_to_parity(good: tuple[Path, bytes], args: dict[str, An
     path = good[0]
     sample = args.pop("sample")
     result = only_ours(lambda: onnx_nb.check_parity(path, path, sample, localize=False, progress=False, **args))
-    assert isinstance(result, (onnx_nb.OnnxNbError, onnx_nb.ParityReport))
+    # bad arguments are told as such (what was wrong and what to do), never as a model or runtime failure
+    assert isinstance(result, (onnx_nb.ParityReport, onnx_nb.InvalidArgumentError, onnx_nb.SampleError)), \
+        repr(result)
+    if isinstance(result, onnx_nb.OnnxNbError):
+        assert len(str(result)) > 20, repr(result)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["good.onnx"], "a check never writes beside the model"

@@ -12,9 +12,9 @@ import torch
 
 import onnx_nb
 import tiny_models
-from onnx_nb.decoder_cache import CacheLayout
-from onnx_nb.parity.generation import _compare_tokens
-from onnx_nb.parity.probes import default_prompts
+from onnx_nb.steps.export.decoder_cache import CacheLayout
+from onnx_nb.steps.parity.generation import _compare_tokens
+from onnx_nb.steps.parity.probes import default_prompts
 
 DECODERS = ["gpt2", "llama", "qwen2", "phi", "gpt_neox"]
 
@@ -166,7 +166,7 @@ def test_magic_and_cli(ip: object, exports: dict[str, onnx_nb.ExportResult]) -> 
     ip.user_ns["dec"] = result  # type: ignore[attr-defined]
     out = ip.run_line_magic("onnx_generate", "dec --ids '5,6,7;8,9' --max-new-tokens 3")  # type: ignore[attr-defined]
     assert isinstance(out, onnx_nb.GenerationResult) and out.tokens == want
-    done = subprocess.run([sys.executable, "-m", "onnx_nb.cli", "generate", str(result.path), "--ids", "5,6,7",
+    done = subprocess.run([sys.executable, "-m", "onnx_nb", "generate", str(result.path), "--ids", "5,6,7",
                            "--max-new-tokens", "3", "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tokens"] == [want[0]]
@@ -200,7 +200,7 @@ def test_io_binding_keeps_the_cache_in_onnx_runtime(exports: dict[str, onnx_nb.E
     between steps, and the tokens are the same."""
     import onnxruntime as ort
 
-    from onnx_nb.generation import OnnxDecoder, left_pad
+    from onnx_nb.steps.generate.generation import OnnxDecoder, left_pad
 
     result = exports["llama"]
     decoder = OnnxDecoder(result.path, io_binding=True)
@@ -216,7 +216,7 @@ def test_io_binding_keeps_the_cache_in_onnx_runtime(exports: dict[str, onnx_nb.E
 
 def test_peak_memory_is_measured() -> None:
     """The kernel's high-water mark, reset before the work: 64 MiB touched and freed reads as ~64 MiB."""
-    from onnx_nb.memory import peak_memory
+    from onnx_nb.runtime.memory import peak_memory
 
     with peak_memory() as peak:
         block = np.ones(64 * 2**20 // 8)
@@ -259,7 +259,7 @@ def test_int4_for_decoders(exports: dict[str, onnx_nb.ExportResult], tmp_path: P
     generation parity (random tiny weights do not survive 4 bits: the report says how)."""
     import onnxruntime as ort
 
-    from onnx_nb.quantizing import gemm_to_matmul
+    from onnx_nb.steps.variants.quantizing import gemm_to_matmul
 
     variant = onnx_nb.quantize(exports["gpt2"], method="int4", out=tmp_path / "g4.onnx")
     assert variant.recipe["accuracy_level"] == 4 and variant.recipe["gemm_as_matmul"] is True

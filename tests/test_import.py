@@ -37,7 +37,7 @@ def test_lazy_names_resolve() -> None:
 def test_function_names_survive_submodule_imports() -> None:
     """Importing the CLI or magics first must not shadow onnx_nb.export with a module."""
     import onnx_nb
-    import onnx_nb.cli
-    import onnx_nb.exporting
+    import onnx_nb.frontends.cli
+    import onnx_nb.steps.export.exporting
 
-    assert callable(onnx_nb.export) and onnx_nb.export.__module__ == "onnx_nb.exporting"
+    assert callable(onnx_nb.export) and onnx_nb.export.__module__ == "onnx_nb.steps.export.exporting"

@@ -42,7 +42,7 @@ def test_magic_errors_are_short(ip: object, tmp_path: Path) -> None:
 
 
 def test_magic_help_lists_options() -> None:
-    from onnx_nb.magics import OnnxMagics
+    from onnx_nb.frontends.magics import OnnxMagics
 
     doc = OnnxMagics.onnx_export.__doc__ or ""
     for flag in ("--sample", "--task", "--out", "--opset", "--exporter", "--static", "--overwrite"):
@@ -50,7 +50,7 @@ def test_magic_help_lists_options() -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onnx_nb.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "onnx_nb", *args], capture_output=True, text=True,
                           timeout=300)
 
 

@@ -16,13 +16,31 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 PLOTLY = "application/vnd.plotly.v1+json"
 
 
+WIDGET_STATE: dict[str, Any] = {}  # model id -> state, of the notebook executed last (store_widget_state)
+
+
 def execute(name: str, tmp_path: Path) -> list[Any]:
     src = tmp_path / name
     shutil.copy(NOTEBOOKS / name, src)
     nb = nbformat.read(src, as_version=4)
     NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
+    WIDGET_STATE.clear()
+    saved = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    WIDGET_STATE.update({k: v["state"] for k, v in saved.get("state", {}).items()})
     return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def widget(cell: Any, key: str) -> dict[str, Any]:
+    """The saved state of the widget the cell shows that has ``key`` (itself, or a child of a box): what a
+    reader of the saved notebook, or the page after a reload, gets."""
+    todo = [o["model_id"] for o in outputs(cell, WIDGET)]
+    while todo:
+        state = WIDGET_STATE.get(todo.pop(0), {})
+        if key in state:
+            return state
+        todo += [c.removeprefix("IPY_MODEL_") for c in state.get("children", [])]
+    raise AssertionError(f"no widget with {key!r} in the cell's output")
 
 
 def outputs(cell: Any, mime: str) -> list[Any]:
@@ -57,17 +75,21 @@ def test_quickstart(tmp_path: Path) -> None:
     assert "Exported all-MiniLM-L6-v2 to ONNX" in text(by_source(cells, "result = onnx_nb.export"))
     parity = by_source(cells, "report = onnx_nb.check_parity")
     assert outputs(parity, WIDGET) and "Parity PASSED" in text(parity)
+    assert "PASSED" in widget(parity, "value")["value"]  # the sliders' live table, saved with the notebook
     assert "optimized(transformer)+unpad" in text(by_source(cells, "fast = onnx_nb.optimize"))
     assert "int8-dynamic(per-channel)" in text(by_source(cells, "int8 = onnx_nb.quantize"))
     assert "PyTorch eager" in text(by_source(cells, "import numpy as np"))
     titles = plotly_titles(cells)
     assert any(t.startswith("Parity errors") for t in titles) and "Latency per variant and backend" in titles
-    assert outputs(by_source(cells, "graph = onnx_nb.GraphView"), WIDGET)
+    graph = widget(by_source(cells, "graph = onnx_nb.GraphView"), "graph")
+    assert len(graph["graph"]["nodes"]) > 50 and graph["depth"] >= 1
     assert "all steps passed" in text(by_source(cells, "full = onnx_nb.pipeline"))
     report = tmp_path / "onnx_nb_out" / "quickstart" / "report.html"
     html = report.read_text()
     assert "onnx-nb report: all-MiniLM-L6-v2" in html and "Plotly" in html and "<script src=" not in html
-    assert outputs(by_source(cells, "studio = onnx_nb.Studio"), WIDGET)
+    studio = widget(by_source(cells, "studio = onnx_nb.Studio"), "steps")
+    assert [k for k, _ in studio["steps"]] == ["export", "parity", "optimize", "quantize", "latency", "report"]
+    assert studio["methods"][0] == "auto" and studio["model_name"] and studio["sliders"]
 
 
 def test_huggingface_tasks(tmp_path: Path) -> None:
@@ -82,7 +104,8 @@ def test_huggingface_tasks(tmp_path: Path) -> None:
 def test_debugging_parity(tmp_path: Path) -> None:
     cells = execute("03_debugging_parity.ipynb", tmp_path)
     assert "first diverging node" in text(by_source(cells, "assert not report")).lower()
-    assert outputs(by_source(cells, "onnx_nb.GraphView"), WIDGET)
+    graph = widget(by_source(cells, "onnx_nb.GraphView"), "graph")
+    assert graph["highlight"] and graph["overlay"], "the diverging node is highlighted over the errors"
     assert "ToleranceExceeded" in text(cells[-1])
 
 
@@ -100,7 +123,8 @@ def test_providers_latency(name: str, tmp_path: Path) -> None:
     assert "unavailable" in table and "openvino-runtime:cpu" in table and "PyTorch eager" in table
     titles = plotly_titles(cells)
     assert "Latency per variant and backend" in titles and "Time per operator type (per run)" in titles
-    assert outputs(cells[-1], WIDGET)
+    graph = widget(cells[-1], "graph")  # the graph coloured by the profile's time per node
+    assert graph["overlay"] and "ms" in graph["overlay_label"], graph["overlay_label"]
 
 
 def test_generation(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ import torch
 
 import onnx_nb
 import tiny_models
-from onnx_nb.padding import UnpaddedSession, plan_buckets
-from onnx_nb.quantizing import CalibrationError
+from onnx_nb.runtime.padding import UnpaddedSession, plan_buckets
+from onnx_nb.steps.variants.quantizing import CalibrationError
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +199,7 @@ def test_magics_and_cli(ip: Any, bert: onnx_nb.ExportResult, tmp_path: Path) -> 
     ip.user_ns["var"] = v
     q = ip.run_line_magic("onnx_quantize", f"var --method int4 --out {tmp_path / 'q.onnx'}")
     assert q.recipe["method"] == "int4"
-    done = subprocess.run([sys.executable, "-m", "onnx_nb.cli", "quantize", str(bert.path), "--out",
+    done = subprocess.run([sys.executable, "-m", "onnx_nb", "quantize", str(bert.path), "--out",
                            str(tmp_path / "cli.onnx"), "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["recipe"]["method"] == "dynamic"
@@ -244,7 +244,7 @@ def test_interleaved_timing_absorbs_the_previous_candidates_threads() -> None:
     """A fake clock where the first call after switching candidates costs 3x (the previous session's threads still
     spinning): with untimed calls first, each candidate's times are its own, whatever the order; without them,
     whichever runs second in a round carries the penalty."""
-    from onnx_nb.timing import interleaved
+    from onnx_nb.runtime.timing import interleaved
 
     now = [0.0]
     last = [""]

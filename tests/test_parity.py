@@ -15,7 +15,7 @@ import torch
 
 import onnx_nb
 import tiny_models
-from onnx_nb.parity.localize import module_of
+from onnx_nb.steps.parity.localize import module_of
 
 VALUE = "bert.encoder.layer.1.attention.self.value"
 
@@ -231,11 +231,11 @@ def test_magic_and_cli(ip: Any, bert_exports: dict[str, onnx_nb.ExportResult], t
 
     parent = str(bert_exports["dynamo"].path)
     perturb(bert_exports["dynamo"].path, tmp_path / "bad.onnx", VALUE)
-    ok = subprocess.run([sys.executable, "-m", "onnx_nb.cli", "check", parent, parent, "--json"],
+    ok = subprocess.run([sys.executable, "-m", "onnx_nb", "check", parent, parent, "--json"],
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["passed"] is True
-    bad = subprocess.run([sys.executable, "-m", "onnx_nb.cli", "check", parent, str(tmp_path / "bad.onnx")],
+    bad = subprocess.run([sys.executable, "-m", "onnx_nb", "check", parent, str(tmp_path / "bad.onnx")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "first diverging node" in bad.stdout
 

@@ -1,4 +1,4 @@
-"""One step plan (onnx_nb.plan) behind pipeline() and the Studio: the same steps in the same order, the same
+"""One step plan (onnx_nb.steps.plan) behind pipeline() and the Studio: the same steps in the same order, the same
 calls, the same records; the Studio's tabs and quantize choices come from it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 import onnx_nb
-from onnx_nb.plan import QUANTIZE_METHODS, Run, Settings, plan, tabs
+from onnx_nb.steps.plan import QUANTIZE_METHODS, Run, Settings, plan, tabs
 
 
 class Small(torch.nn.Module):

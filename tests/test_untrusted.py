@@ -192,7 +192,7 @@ def test_isolated_parity_and_benchmark_match_in_process(hostile: Path) -> None:
                               progress=False)
     row = table.rows[0]
     assert row.status == "ok" and row.options.get("process") == "isolated worker" and row.p50_ms > 0
-    from onnx_nb.sessions import session
+    from onnx_nb.runtime.sessions import session
 
     with onnx_nb.isolated():
         opened = session(hostile)
@@ -203,7 +203,7 @@ def test_isolated_parity_and_benchmark_match_in_process(hostile: Path) -> None:
 
 
 def test_a_runtime_crash_does_not_take_the_caller(hostile: Path) -> None:
-    from onnx_nb.sessions import session
+    from onnx_nb.runtime.sessions import session
 
     sess = session(hostile, isolate=True)
     feed = sample()

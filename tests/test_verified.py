@@ -256,7 +256,7 @@ class StepClock:
 
 def test_busy_machine_rows_are_flagged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A row timed while the machine was busy (every run 20x slower, no spread) is flagged by the re-measure."""
-    import onnx_nb.benchmarking as bench
+    import onnx_nb.steps.benchmark.benchmarking as bench
 
     path = onnx_nb.export(torch.nn.Linear(8, 4), torch.randn(2, 8), out=tmp_path / "l.onnx", progress=False).path
     quiet = onnx_nb.benchmark(path, providers=["cpu"], runs=10, warmup=1, clock=StepClock(0.001), progress=False)

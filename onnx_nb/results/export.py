@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..onnxfile import TensorInfo
 from ..render import CSS, esc, html_table, human_bytes, human_count, shape_text, text_table
+from ..runtime.onnxfile import TensorInfo
 
 
 @dataclass

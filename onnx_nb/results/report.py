@@ -57,7 +57,7 @@ class Report:
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         text = json.dumps(self.to_dict(), indent=2, default=str)
         if path is not None:
-            from ..report_file import atomic_write_text
+            from ..runtime.report_file import atomic_write_text
 
             atomic_write_text(Path(path), text)
         return text
@@ -105,8 +105,8 @@ class Report:
 
     def save_html(self, path: str | os.PathLike[str], overwrite: bool = True) -> Path:
         """One self-contained HTML file (plotly included inline) that works offline."""
-        from ..files import check_target
-        from ..report_file import atomic_write_text
+        from ..runtime.files import check_target
+        from ..runtime.report_file import atomic_write_text
 
         target = check_target(path, overwrite)
         figs = self.figures()

@@ -45,8 +45,8 @@ class Variant:
 
     def session(self, provider: str = "cpu", **options: Any) -> Any:
         """An ONNX Runtime session as this variant is meant to run (skipping padding if its recipe says so)."""
-        from ..padding import open_session
-        from ..providers import providers_named
+        from ..runtime.padding import open_session
+        from ..runtime.providers import providers_named
 
         return open_session(self, providers_named([provider])[0].name, **options)
 

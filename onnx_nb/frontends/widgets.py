@@ -1,0 +1,226 @@
+"""Notebook widgets (anywidget): the graph view and the studio dashboard. Their front ends are built
+from ``js/`` into ``onnx_nb/static/`` by the package build."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from ..errors import OnnxNbError
+
+STATIC = Path(__file__).resolve().parent.parent / "static"  # onnx_nb/static, built from js/
+
+
+def _asset(name: str) -> Path:
+    path = STATIC / name
+    if not path.exists():
+        raise OnnxNbError(
+            f"The widget front end {path} is missing: this checkout was installed without building js/. "
+            "Run `pip install -e .` (it builds it with npm) or install a wheel."
+        )
+    return path
+
+
+class GraphView(anywidget.AnyWidget):
+    """The ONNX graph, drawn in the notebook with no server: pan, zoom, module groups, overlays.
+
+    ``GraphView(model, overlay=report)`` where ``model`` is an .onnx path, an ExportResult or a variant,
+    and ``overlay`` a ParityReport (per-node error, first diverging node highlighted), a ProfileTable
+    (time per node), a QuantDebugReport (dB lost per layer) or a dict node name -> value.
+    """
+
+    _esm = _asset("graph.js")
+    _css = _asset("widgets.css")
+    graph = traitlets.Dict().tag(sync=True)
+    overlay = traitlets.Dict().tag(sync=True)
+    overlay_label = traitlets.Unicode("").tag(sync=True)
+    highlight = traitlets.Unicode("").tag(sync=True)
+    selected = traitlets.Unicode("").tag(sync=True)
+    details = traitlets.Dict().tag(sync=True)
+    depth = traitlets.Int(1).tag(sync=True)
+    expanded: traitlets.List[str] = traitlets.List().tag(sync=True)
+
+    def __init__(self, model: Any, overlay: Any = None, depth: int | None = None, **kwargs: Any) -> None:
+        from .graphdata import default_depth, graph_json, overlay_from
+
+        self._path = Path(getattr(model, "path", model))
+        data = graph_json(self._path)
+        values, label, highlight = overlay_from(overlay) if overlay is not None else ({}, "", "")
+        super().__init__(graph=data, overlay=values, overlay_label=label, highlight=highlight,
+                         depth=default_depth(data) if depth is None else depth, **kwargs)
+
+    @traitlets.observe("selected")
+    def _on_select(self, change: Any) -> None:
+        from .graphdata import node_details
+
+        if change["new"]:
+            info = node_details(self._path, change["new"], self.graph)
+            info["overlay"] = self.overlay.get(change["new"])
+            self.details = info
+
+
+class StudioPanel(anywidget.AnyWidget):
+    """The studio's front end: tabs, buttons, choices and results (see :class:`Studio`)."""
+
+    _esm = _asset("studio.js")
+    _css = _asset("widgets.css")
+    model_name = traitlets.Unicode("").tag(sync=True)
+    steps: traitlets.List[list[str]] = traitlets.List().tag(sync=True)  # [key, label] per tab, from the plan
+    methods: traitlets.List[str] = traitlets.List().tag(sync=True)  # quantize methods, from the plan
+    tab = traitlets.Unicode("export").tag(sync=True)
+    running = traitlets.Unicode("").tag(sync=True)  # the step running now
+    available_providers: traitlets.List[str] = traitlets.List().tag(sync=True)
+    providers: traitlets.List[str] = traitlets.List().tag(sync=True)
+    shapes = traitlets.Unicode("auto").tag(sync=True)
+    quantize_method = traitlets.Unicode("auto").tag(sync=True)
+    sliders: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)  # results.parity_view.sliders
+    tolerances = traitlets.Dict().tag(sync=True)  # slider key -> value, as ParityReport.rejudge takes them
+    html = traitlets.Dict().tag(sync=True)
+    busy = traitlets.Bool(False).tag(sync=True)
+    status = traitlets.Unicode("ready").tag(sync=True)
+    progress = traitlets.Float(0.0).tag(sync=True)
+
+
+class Studio:
+    """``Studio(model)``: the whole pipeline as a dashboard. Its tabs are the pipeline's own plan
+    (:mod:`onnx_nb.steps.plan`): each button runs a step the way :func:`onnx_nb.pipeline` does (what it needs first), a
+    failure shows in the tab of the step that failed, moving a tolerance slider re-judges the stored parity errors
+    at once, and figures appear below the panel."""
+
+    def __init__(self, model: Any, sample: Any = None, *, threaded: bool = True) -> None:
+        import ipywidgets
+
+        from ..runtime.providers import providers_named
+        from ..steps.export.sources import source_name
+        from ..steps.plan import QUANTIZE_METHODS, Run, Settings, tabs
+
+        self.model = model
+        self.sample = sample
+        self.threaded = threaded
+        name = source_name(model)
+        if name == "model" and isinstance(model, (str, Path)):  # the folder of a package, e.g. .../minilm/model
+            name = Path(model).parent.name
+        # The Studio writes into onnx-nb's default folder and replaces its own files when a step runs again.
+        self.plan = Run(model, Settings(sample=sample, overwrite=True, name=str(name), min_seconds=0.5))
+        short = [p.short for p in providers_named("available")]
+        self.panel = StudioPanel(model_name=str(name)[-60:], steps=tabs(self.plan.settings),
+                                 methods=list(QUANTIZE_METHODS), available_providers=short, providers=["cpu"])
+        self._slide(None)
+        self.figures = ipywidgets.Output()
+        self.panel.on_msg(self._on_msg)
+        self.panel.observe(self._rejudge, names=["tolerances"])
+        self.widget = ipywidgets.VBox([self.panel, self.figures])
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """Each step's latest result, by step."""
+        return dict(self.plan.values)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    # --- running steps -------------------------------------------------------------------------------
+    def _on_msg(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
+        if content.get("type") != "run" or self.panel.busy:
+            return
+        step = str(content.get("step"))
+        if self.threaded:
+            threading.Thread(target=self.run, args=(step,), daemon=True).start()
+        else:
+            self.run(step)
+
+    def _configure(self) -> None:
+        from .specs import shapes_from_text
+
+        shapes = shapes_from_text(self.panel.shapes or "auto")
+        self.plan.configure(providers=tuple(self.panel.providers) or ("cpu",), parity_shapes=shapes,
+                            shapes=None if shapes == "auto" else shapes, quantize=self.panel.quantize_method)
+
+    def run(self, step: str) -> Any:
+        """Run one step (with what it needs first), ``"report"``, or ``"all"``, as the buttons do; returns the
+        step's result (None when it failed: its tab shows why)."""
+        from ..errors import OnnxNbError
+        from ..render import esc
+
+        try:
+            self._configure()
+        except OnnxNbError as exc:  # a bad shapes box: said where the step would have shown its result
+            tab = self.panel.tab if step == "all" else step
+            self.panel.status = f"{tab}: {exc}"
+            self._show(tab, f'<pre class="bad">{esc(type(exc).__name__)}: {esc(exc)}</pre>', None)
+            return None
+        keys = [s[0] for s in self.panel.steps] if step == "all" else \
+            ([] if step == "report" else self.plan.missing(step)) + [step]
+        self.panel.busy = True
+        result = None
+        try:
+            for i, key in enumerate(keys):
+                self.panel.status = f"running {key}… ({i + 1}/{len(keys)})"
+                self.panel.progress = i / len(keys)
+                self.panel.running = key
+                self.panel.tab = key
+                result = self._step(key)
+            failed = [self.plan.records[k] for k in keys
+                      if k in self.plan.records and self.plan.records[k].status in ("failed", "skipped")]
+            # shown as text by the front end (never markup)
+            self.panel.status = f"{step}: done" if not failed else f"{failed[0].step} {failed[0].status}: " \
+                f"{failed[0].error}" + (f" (also {', '.join(r.step for r in failed[1:])}: see their tabs)"
+                                        if failed[1:] else "")
+            self.panel.progress = 1.0
+        finally:
+            self.panel.running = ""
+            self.panel.busy = False
+        return result
+
+    def _step(self, key: str) -> Any:
+        from ..render import esc
+
+        if key == "report":
+            result = self.plan.report()
+            self._show(key, result.html_body(), result)
+            return result
+        result = self.plan.run(key)
+        record = self.plan.records[key]
+        if record.status in ("failed", "skipped"):
+            exc = self.plan.error if record.status == "failed" else None
+            what = f"{type(exc).__name__}: {exc}" if exc is not None else record.error
+            # error text can quote a hostile model's names: escaped, never markup
+            self._show(key, f'<pre class="bad">{esc(what)}</pre>', None)
+            return None
+        if key == "parity":  # the sliders start at the report's own tolerances (fp32 cosine 0.999, INT8 0.98)
+            self._slide(result)
+        self._show(key, result.html_body() if hasattr(result, "html_body") else result._repr_html_(), result)
+        return result
+
+    def _show(self, name: str, html: str, result: Any) -> None:
+        self.panel.html = {**{k: v for k, v in self.panel.html.items() if k in self.plan.records or k == name},
+                           name: html}
+        if result is not None and hasattr(result, "figure") and name in ("parity", "latency"):
+            from IPython.display import display
+
+            self.figures.clear_output(wait=True)
+            with self.figures:
+                display(result.figure())
+
+    def _slide(self, report: Any) -> None:
+        from ..results.parity_view import sliders
+
+        specs = sliders(report)
+        self._sliding = True  # the new starting values are the report's own: nothing to re-judge
+        try:
+            self.panel.sliders = specs
+            self.panel.tolerances = {s["key"]: s["value"] for s in specs}
+        finally:
+            self._sliding = False
+
+    def _rejudge(self, _change: Any) -> None:
+        report = self.plan.values.get("parity")
+        if report is None or self._sliding:
+            return
+        judged = report.rejudge(**{k: float(v) for k, v in self.panel.tolerances.items()
+                                   if k in ("atol", "rtol", "min_cosine", "max_scaled")})
+        self.panel.html = {**self.panel.html, "parity": judged.html_body()}

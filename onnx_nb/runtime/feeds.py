@@ -1,0 +1,84 @@
+"""Where a step's inputs come from when the caller gives none: one rule for parity, benchmark, quantize's
+generated calibration and quant_debug (:func:`feed_for`), and the inputs a bare ONNX graph can describe itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SampleError
+
+
+def feed_for(path: Path, model: Any = None, sample: Any = None,
+             seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, dict[int, str]]]:
+    """Named numpy inputs for the ONNX file at ``path`` and their variable axes: the caller's ``sample`` (a dict
+    of input name -> array or tensor) when given; else the sample ``model`` (an ExportResult or a variant, whose
+    export's sample it inherits) was exported with; else inputs made from the graph itself (:func:`graph_sample`)."""
+    if sample is not None:
+        if not hasattr(sample, "keys"):
+            raise SampleError(f"Pass the sample as a dict of input name -> array (it is a {type(sample).__name__}): "
+                              "an ONNX file's inputs are named.")
+        feed = to_numpy(dict(sample))
+        return feed, {k: {0: "batch"} for k, v in feed.items() if np.ndim(v) >= 1}
+    for candidate in (model, getattr(model, "origin", None)):
+        source: Any = getattr(candidate, "source", None)
+        if source is not None and source.sample:
+            return to_numpy(source.sample), dict(source.input_axes)
+    return graph_sample(path, seed)
+
+
+def to_numpy(sample: Any) -> dict[str, np.ndarray]:
+    """A dict of tensors or arrays (or a tokenizer's output) as numpy arrays."""
+    return {k: (v.detach().numpy() if hasattr(v, "detach") else np.asarray(v)) for k, v in sample.items()}
+
+
+def graph_sample(path: Path, seed: int) -> tuple[dict[str, np.ndarray], dict[str, dict[int, str]]]:
+    """Inputs for an ONNX model with no other source of samples: ids within the embedding's
+    vocabulary, masks of ones, floats from a normal distribution; dynamic dims batch 2, others 8."""
+    import onnx
+
+    from .onnxfile import load_proto, signature
+
+    proto = load_proto(path)
+    vocab = vocab_sizes(proto)
+    rng = np.random.default_rng(seed)
+    sample, axes = {}, {}
+    for info in signature(proto)[0]:
+        shape = [d if isinstance(d, int) else (2 if i == 0 else 8) for i, d in enumerate(info.shape)]
+        axes[info.name] = {i: (d if isinstance(d, str) else f"{info.name}_{i}")
+                           for i, d in enumerate(info.shape) if not isinstance(d, int)}
+        dtype = np.dtype(info.dtype) if info.dtype in np.sctypeDict else np.float32
+        if np.issubdtype(dtype, np.floating):
+            sample[info.name] = rng.standard_normal(shape).astype(dtype)
+        elif "mask" in info.name:
+            sample[info.name] = np.ones(shape, dtype)
+        elif "type" in info.name or dtype == np.bool_:
+            sample[info.name] = np.zeros(shape, dtype)
+        else:
+            sample[info.name] = rng.integers(0, vocab.get(info.name, 2), shape).astype(dtype)
+    del onnx
+    return sample, axes
+
+
+def vocab_sizes(proto: Any) -> dict[str, int]:
+    """Graph input -> rows of the embedding table it indexes (a Gather on an initializer), for token ids."""
+    inits = {i.name: list(i.dims) for i in proto.graph.initializer}
+    inputs = {i.name for i in proto.graph.input}
+    vocab: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in inits \
+                and node.input[1] in inputs and inits[node.input[0]]:
+            vocab.setdefault(node.input[1], inits[node.input[0]][0])
+    return vocab
+
+
+def export_sample(model: Any) -> dict[str, Any] | None:
+    """The sample an ExportResult (or a variant of one) was exported with, when it carries one: the
+    natural inputs for a plain module that cannot describe its own."""
+    for candidate in (model, getattr(model, "origin", None)):
+        sample = getattr(getattr(candidate, "source", None), "sample", None)
+        if sample:
+            return dict(sample)
+    return None

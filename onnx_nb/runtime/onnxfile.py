@@ -1,0 +1,260 @@
+"""Reading ONNX files: signature, operator histogram, parameters, and dynamic-axis names."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
+
+from ..errors import InvalidModelError, UnsafeModelError, first_line
+
+TWO_GB = 2**31
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: list[int | str | None]
+
+    @property
+    def dynamic_dims(self) -> dict[int, str]:
+        return {i: d for i, d in enumerate(self.shape) if isinstance(d, str) or d is None}  # type: ignore[misc]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_proto(path: str | Path, external: bool = False) -> Any:
+    """Load an ONNX file (without its external data unless asked); clear errors otherwise."""
+    import onnx
+
+    p = Path(path)
+    if not p.exists():
+        raise InvalidModelError(f"No ONNX file at {p}. Check the path, or export a model first.")
+    if p.is_dir():
+        raise InvalidModelError(f"{p} is a folder; pass the path of its .onnx file.")
+    if p.stat().st_size == 0:
+        raise InvalidModelError(f"{p} is empty (0 bytes); re-export the model.")
+    try:
+        proto = onnx.load(str(p), load_external_data=False)
+    except Exception as exc:
+        raise InvalidModelError(
+            f"{p} is not a readable ONNX model ({type(exc).__name__}); it may be truncated or "
+            "another kind of file. Re-export it."
+        ) from exc
+    if not proto.graph.node and not proto.graph.output:
+        raise InvalidModelError(f"{p} holds no ONNX graph; it is probably not an ONNX file.")
+    if external:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        check_external_data(p, proto)
+        load_external_data_for_model(proto, str(p.parent))
+    return proto
+
+
+def _tensors(graph: Any) -> Iterator[Any]:
+    """Every tensor stored in a graph: initializers, sparse ones, and constants in node attributes,
+    subgraphs included."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _tensors(attr.g)
+            for g in attr.graphs:
+                yield from _tensors(g)
+
+
+def check_external_data(path: Path, proto: Any) -> None:
+    """Refuse external data that leaves the model's folder, and data files too short for their tensors.
+
+    A model from a stranger can name ``/etc/passwd`` or ``../../secret`` as a tensor's data file, or a
+    link pointing anywhere; ONNX Runtime would read it. Only plain relative paths to regular files
+    inside the folder are accepted.
+    """
+    import onnx
+
+    folder = path.parent
+    root = folder.resolve()
+    for tensor in _tensors(proto.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        where = info.get("location", "")
+        what = f"{path.name}: tensor {tensor.name!r} keeps its data in {where!r}"
+        parts = PurePosixPath(where.replace("\\", "/")).parts
+        if not where or PurePosixPath(where).is_absolute() or PureWindowsPath(where).is_absolute() \
+                or PureWindowsPath(where).drive or ".." in parts:
+            raise UnsafeModelError(
+                f"{what}, which is outside the model's folder. onnx-nb only reads data files beside the "
+                "model; this file is malformed or hostile. Do not load it; ask its author for one saved "
+                "with relative external data.")
+        current = folder
+        for part in parts:
+            current = current / part
+            if current.is_symlink():
+                raise UnsafeModelError(
+                    f"{what}, and {current} is a link. onnx-nb does not follow links out of a model's "
+                    "folder; copy the real data file next to the model instead.")
+        data = folder.joinpath(*parts)
+        if not data.resolve().is_relative_to(root):
+            raise UnsafeModelError(f"{what}, which resolves outside {root}. Do not load this model.")
+        if not data.is_file():
+            raise InvalidModelError(
+                f"{what}, but {data} is missing. Copy the data file next to the .onnx (they travel together).")
+        try:
+            offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
+        except ValueError as exc:
+            raise InvalidModelError(f"{what} with a non-numeric offset or length; the file is corrupt.") from exc
+        size = data.stat().st_size
+        if offset < 0 or offset > size or (length >= 0 and offset + length > size):
+            raise InvalidModelError(
+                f"{what} at bytes {offset}..{offset + max(length, 0)}, but that file has {size} bytes; it is "
+                "truncated or belongs to another model. Re-export or re-copy it.")
+
+
+def check_model(path: str | Path, graph: bool = True) -> Any:
+    """Everything onnx-nb checks before ONNX Runtime sees a file: it exists, parses, its external data
+    stays in its folder, and (``graph=True``) it is a valid ONNX graph (``onnx.checker``). Returns the
+    proto (without external data)."""
+    import onnx
+
+    p = Path(path)
+    proto = load_proto(p)
+    check_external_data(p, proto)
+    if not graph:
+        return proto
+    try:
+        # by path, so models over 2 GB are checked too; contrib-domain ops (com.microsoft) are skipped
+        onnx.checker.check_model(str(p))
+    except Exception as exc:
+        if _runtime_op(str(exc)):  # an ONNX Runtime operator in the default domain: ORT checks it on loading
+            return proto
+        first = first_line(exc).rstrip(".")
+        raise InvalidModelError(f"{p.name} is not a valid ONNX model: {first}. Re-export it, or fix the "
+                                "graph that produced it.") from exc
+    return proto
+
+
+def _runtime_op(message: str) -> bool:
+    """Whether ``onnx.checker`` only failed on an operator that ONNX Runtime registers in the default domain
+    (its transformer optimizer writes ``SimplifiedLayerNormalization`` there for Llama-like models)."""
+    import re
+
+    match = re.search(r"No Op registered for (\w+) with domain_version", message)
+    if not match:
+        return False
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+    except ImportError:  # pragma: no cover - onnxruntime is a dependency
+        return False
+    return any(s.name == match.group(1) and s.domain in ("", "ai.onnx") for s in ort_state.get_all_operator_schema())
+
+
+def _dtype(elem_type: int) -> str:
+    import onnx
+
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:  # noqa: BLE001 - types numpy has no name for (bfloat16, float8)
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def _info(value: Any) -> TensorInfo:
+    t = value.type.tensor_type
+    shape: list[int | str | None] = []
+    for d in t.shape.dim:
+        shape.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+    return TensorInfo(value.name, _dtype(t.elem_type), shape)
+
+
+def signature(proto: Any) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [_info(v) for v in proto.graph.input if v.name not in inits]
+    return inputs, [_info(v) for v in proto.graph.output]
+
+
+def op_histogram(proto: Any) -> dict[str, int]:
+    """Operator counts, including nodes inside subgraphs and local functions."""
+    counts: Counter[str] = Counter()
+
+    def walk(nodes: Any) -> None:
+        for node in nodes:
+            key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+            counts[key] += 1
+            for attr in node.attribute:
+                if attr.g and attr.g.node:
+                    walk(attr.g.node)
+                for g in attr.graphs:
+                    walk(g.node)
+
+    walk(proto.graph.node)
+    for fn in proto.functions:
+        walk(fn.node)
+    return dict(counts.most_common())
+
+
+def parameter_count(proto: Any) -> int:
+    return sum(math.prod(i.dims) for i in proto.graph.initializer)
+
+
+def opset(proto: Any) -> int:
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return 0
+
+
+def files_of(path: Path, proto: Any) -> list[Path]:
+    """The .onnx file and every external-data file it names."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    found = {path}
+    for init in _tensors(proto.graph):
+        if uses_external_data(init):
+            found.add(path.parent / ExternalDataInfo(init).location)
+    return sorted(found)
+
+
+def name_dims(proto: Any, axes: dict[str, dict[int, str]]) -> None:
+    """Give the graph's inputs and outputs the dynamic-axis names in ``axes``."""
+    for value in [*proto.graph.input, *proto.graph.output]:
+        spec = axes.get(value.name)
+        if not spec:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        for axis, name in spec.items():
+            if axis < len(dims) and not dims[axis].HasField("dim_value"):
+                dims[axis].dim_param = name
+
+
+def strip_prefix(proto: Any, prefix: str) -> None:
+    """Rename initializers ``<prefix>encoder.weight`` -> ``encoder.weight`` (onnx-nb's wrapper
+    modules add the prefix; users know their parameters by their own names)."""
+    renames = {i.name: i.name[len(prefix):] for i in proto.graph.initializer if i.name.startswith(prefix)}
+    taken = {v.name for v in [*proto.graph.input, *proto.graph.output]} | {
+        o for n in proto.graph.node for o in n.output}
+    renames = {k: v for k, v in renames.items() if v and v not in taken}
+    if not renames:
+        return
+    for init in proto.graph.initializer:
+        init.name = renames.get(init.name, init.name)
+    for value in [*proto.graph.input, *proto.graph.value_info]:
+        value.name = renames.get(value.name, value.name)
+    for node in proto.graph.node:
+        for i, name in enumerate(node.input):
+            if name in renames:
+                node.input[i] = renames[name]
+
+
+def total_file_size(path: Path, proto: Any) -> int:
+    return sum(p.stat().st_size for p in files_of(Path(path), proto) if p.exists())

@@ -1,0 +1,115 @@
+"""Execution providers: forgiving names ("cpu", "trt"...), what this onnxruntime build offers, the fallback chain,
+the device each binds to, and session options. Below sessions and isolation, which both use it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidArgumentError
+
+ALIASES: dict[str, str] = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider", "gpu": "CUDAExecutionProvider",
+    "trt": "TensorrtExecutionProvider", "tensorrt": "TensorrtExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider", "ov": "OpenVINOExecutionProvider",
+    "dml": "DmlExecutionProvider", "directml": "DmlExecutionProvider",
+    "coreml": "CoreMLExecutionProvider", "rocm": "ROCMExecutionProvider",
+    "migraphx": "MIGraphXExecutionProvider", "qnn": "QNNExecutionProvider",
+    "xnnpack": "XnnpackExecutionProvider", "dnnl": "DnnlExecutionProvider",
+    "webgpu": "WebGpuExecutionProvider", "cann": "CANNExecutionProvider",
+    "nnapi": "NnapiExecutionProvider", "acl": "ACLExecutionProvider",
+    "vitisai": "VitisAIExecutionProvider", "azure": "AzureExecutionProvider",
+}
+SHORT = {v: k for k, v in reversed(ALIASES.items())}
+# where a provider's inputs and outputs live when bound (I/O binding); host memory for the others
+DEVICES = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda", "ROCMExecutionProvider": "cuda",
+           "DmlExecutionProvider": "dml"}
+NOT_COMPUTE = {"AzureExecutionProvider"}
+
+
+@dataclass(frozen=True)
+class Provider:
+    requested: str
+    name: str  # full ORT name
+    available: bool
+    reason: str = ""
+
+    @property
+    def short(self) -> str:
+        return SHORT.get(self.name, self.name)
+
+
+def available() -> list[str]:
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
+def providers_named(names: str | Any) -> list[Provider]:
+    """``"cpu"``, ``"CUDA"``, ``"trt"`` or full ORT names -> providers, available or not.
+
+    ``"available"`` means every provider ONNX Runtime offers here. An unknown name raises
+    :class:`InvalidArgumentError` listing the known and available ones.
+    """
+    have = available()
+    if isinstance(names, str):
+        # "available": every provider that computes here (Azure's only sends requests to a remote endpoint)
+        names = [h for h in have if h not in NOT_COMPUTE] if names == "available" else \
+            [n.strip() for n in names.split(",") if n.strip()]
+    known = {v.lower(): v for v in ALIASES.values()} | {h.lower(): h for h in have}
+    result: list[Provider] = []
+    for raw in names:
+        if not isinstance(raw, str):
+            raise InvalidArgumentError(f"Provider names are strings, got {type(raw).__name__}.")
+        key = raw.strip().lower()
+        full = ALIASES.get(key) or known.get(key) or known.get(key + "executionprovider")
+        if full is None:
+            raise InvalidArgumentError(
+                f"Unknown execution provider {raw!r}. Short names: {', '.join(sorted(set(ALIASES)))}; "
+                f"available here: {', '.join(SHORT.get(h, h) for h in have)}."
+            )
+        if full in have:
+            result.append(Provider(raw, full, True))
+        else:
+            result.append(Provider(raw, full, False,
+                                   f"{full} is not in this onnxruntime build; available: "
+                                   f"{', '.join(SHORT.get(h, h) for h in have)}"))
+    if not result:
+        raise InvalidArgumentError("No execution provider given; use e.g. providers=('cpu',).")
+    return result
+
+
+def options(*, threads: int | None = None, level: str | None = None, quiet: bool = True,
+            profile_prefix: str | None = None, save_to: str | Path | None = None, prepack: bool = True) -> Any:
+    """ORT session options: intra-op threads, graph level (disable/basic/extended/all), profiling,
+    where to save the optimized graph, and weight prepacking (``prepack=False`` lets ONNX Runtime use
+    memory-mapped external data as it is, with no second copy of the weights in memory)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    if quiet:
+        opts.log_severity_level = 3
+    if threads:
+        opts.intra_op_num_threads = threads
+    if level is not None:
+        opts.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[level]
+    if profile_prefix:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
+    if save_to is not None:
+        opts.optimized_model_filepath = str(save_to)
+    if not prepack:
+        opts.add_session_config_entry("session.disable_prepacking", "1")
+    return opts
+
+
+def chain(provider: str) -> list[str]:
+    """The provider, with CPU as fallback only for the nodes it cannot place."""
+    return [provider] if provider == "CPUExecutionProvider" else [provider, "CPUExecutionProvider"]

@@ -1,0 +1,48 @@
+"""ONNX Runtime sessions: checked model loading on a provider (names and options: :mod:`onnx_nb.runtime.providers`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidModelError, first_line
+from .providers import chain, options
+
+MAP_WEIGHTS_ABOVE = 2**30
+
+
+def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate: bool | None = None,
+            check_graph: bool = True, map_weights: bool | None = None, **settings: Any) -> Any:
+    """A session on one provider, opened only after :func:`onnxfile.check_model` passed (clear errors for
+    missing, empty, corrupt or escaping files before ONNX Runtime sees them).
+
+    ``check_graph=False`` skips ``onnx.checker`` (for onnx-nb's own derived files, such as the
+    every-tensor-an-output copy the divergence search builds); the file and data checks always run.
+    ``map_weights`` (default: when the external data exceeds 1 GiB) turns weight prepacking off so
+    that ONNX Runtime reads the weights straight from the memory-mapped data file: checking a 2 GB
+    model then costs no second 2 GB copy (runs are slower, so :func:`benchmark` keeps prepacking on).
+    ``settings`` go to :func:`options`. With isolation on (``isolate=True``, an ``isolated()`` block or
+    ``ONNX_NB_ISOLATE=1``) the session lives in a worker process: :class:`isolation.IsolatedSession`.
+    """
+    from .isolation import IsolatedSession, wanted
+    from .onnxfile import check_model, total_file_size
+
+    proto = check_model(path, graph=check_graph)
+    if map_weights is None:  # bytes of external data: every file of the model but the .onnx itself
+        map_weights = total_file_size(Path(path), proto) - Path(path).stat().st_size > MAP_WEIGHTS_ABOVE
+    if map_weights:
+        settings["prepack"] = False
+    if wanted(isolate):
+        return IsolatedSession(path, provider, **settings)
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(path), options(**settings), providers=chain(provider))
+    except Exception as exc:
+        if settings.get("save_to") is not None:  # it was writing the optimized graph: a full disk?
+            from .files import disk_error
+
+            full = disk_error(exc, Path(settings["save_to"]).parent)
+            if full is not None:
+                raise full from exc
+        raise InvalidModelError(f"ONNX Runtime cannot load {Path(path).name}: {first_line(exc)}") from exc

@@ -1,0 +1,165 @@
+"""Shapes to run a model at: named-axis sizes, feeds built from a sample, labels, dtype casts.
+
+Shared by parity and benchmarking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, SampleError
+
+ShapeSpec = dict[str, Any]
+
+
+def resize(array: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """Lengthen (repeating values, so ids stay valid) or shorten ``array`` along ``axis``."""
+    return np.take(array, np.arange(size) % max(array.shape[axis], 1), axis=axis)
+
+
+def axis_sizes(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for name, spec in axes.items():
+        for axis, axis_name in spec.items():
+            if name in sample:
+                sizes.setdefault(axis_name, int(sample[name].shape[axis]))
+    return sizes
+
+
+def auto_shapes(sizes: dict[str, int]) -> list[ShapeSpec]:
+    """The sample's shape, a larger batch, and batch 1 with other lengths."""
+    specs: list[ShapeSpec] = [{}]
+    if "batch" in sizes:
+        specs.append({"batch": sizes["batch"] + 3})
+    longer = {n: 2 * s + 1 for n, s in sizes.items() if n != "batch"}
+    if longer or "batch" in sizes:
+        specs.append({**({"batch": 1} if "batch" in sizes else {}), **longer})
+    return specs
+
+
+def shape_specs(shapes: Any, sizes: dict[str, int], inputs: Sequence[str]) -> list[ShapeSpec]:
+    if shapes == "auto":
+        return auto_shapes(sizes)
+    if shapes in (None, "sample"):
+        return [{}]
+    if isinstance(shapes, Mapping):
+        shapes = [shapes]
+    specs: list[ShapeSpec] = []
+    for spec in shapes:
+        if spec == "sample":
+            specs.append({})
+            continue
+        if not isinstance(spec, Mapping):
+            raise InvalidArgumentError(
+                f"shapes entries are dicts like {{'batch': 4, 'sequence': 32}} or 'sample', not {spec!r}."
+            )
+        unknown = [k for k in spec if k not in sizes and k not in inputs]
+        if unknown:
+            raise InvalidArgumentError(
+                f"shapes names {unknown}, which are neither dynamic axes ({', '.join(sizes) or 'none'}) "
+                f"nor inputs ({', '.join(inputs)})."
+            )
+        specs.append(dict(spec))
+    return specs
+
+
+def make_feed(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]], spec: ShapeSpec) -> dict[str, np.ndarray]:
+    feed = {}
+    for name, array in sample.items():
+        value = spec.get(name)
+        if isinstance(value, (list, tuple)):
+            for axis, size in enumerate(value):
+                array = resize(array, axis, int(size))
+        else:
+            for axis, axis_name in axes.get(name, {}).items():
+                if axis_name in spec:
+                    array = resize(array, axis, int(spec[axis_name]))
+        feed[name] = np.ascontiguousarray(array)
+    return feed
+
+
+def label(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]], spec: ShapeSpec) -> str:
+    sizes = axis_sizes(feed, axes)
+    spec = {k: v for k, v in spec.items() if k != "padded"}
+    text = ", ".join(f"{k}={v}" for k, v in sizes.items()) or ", ".join(
+        f"{k}{list(v.shape)}" for k, v in feed.items())
+    return ("sample " if not spec else "") + text
+
+
+def static_conflict(session: Any, feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]],
+                    export: Any = None) -> str | None:
+    """Which input axis the ONNX graph fixed to another size than this check uses, and why it is fixed when
+    the export (an ExportResult, if known) says."""
+    for info in session.get_inputs():
+        if info.name not in feed:
+            continue
+        for axis, dim in enumerate(info.shape):
+            size = feed[info.name].shape[axis] if axis < feed[info.name].ndim else None
+            if isinstance(dim, int) and size is not None and dim != size:
+                axis_name = axes.get(info.name, {}).get(axis, f"axis {axis}")
+                return (f"input {info.name} axis {axis} ({axis_name}) is fixed to {dim} in the ONNX graph, "
+                        f"but this check uses {size}; {_why_fixed(export, info.name, axis)}")
+    return None
+
+
+def _why_fixed(export: Any, name: str, axis: int) -> str:
+    dynamic = getattr(export, "dynamic", None)
+    reason = next((f.reason for f in getattr(export, "fixed_axes", None) or []
+                   if f.input == name and f.axis == axis), None)
+    if reason:
+        return f"it stayed fixed at export: {reason}"
+    if dynamic is False:
+        return "it was exported with dynamic=False: re-export with dynamic=True"
+    return (f"the graph fixes it: export with this axis dynamic, e.g. dynamic={{{name!r}: {{0: 'batch', "
+            f"{axis}: 'length'}}}}")
+
+
+def cast_feed(session: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+    out = {}
+    for info in session.get_inputs():
+        if info.name in feed:
+            dtype = types.get(info.type)
+            out[info.name] = feed[info.name].astype(dtype) if dtype else feed[info.name]
+    return out
+
+
+def right_padded(feed: dict[str, np.ndarray], mask_input: str = "attention_mask") -> dict[str, np.ndarray]:
+    """The same inputs with a right-padded mask of varied lengths (the full length down to a quarter),
+    as real batches of sentences have; padded ids become 0."""
+    mask = feed.get(mask_input)
+    if mask is None or mask.ndim != 2:
+        return feed
+    rows, seq = mask.shape
+    lengths = np.maximum(1, seq - (np.arange(rows) * (3 * seq // 4)) // max(rows - 1, 1))
+    new_mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(mask.dtype)
+    out = dict(feed)
+    out[mask_input] = new_mask
+    if "input_ids" in out and out["input_ids"].shape == mask.shape:
+        out["input_ids"] = np.where(new_mask.astype(bool), out["input_ids"], 0).astype(out["input_ids"].dtype)
+    return out
+
+
+def check_sample(feed: Mapping[str, Any], path: Any) -> None:
+    """A user's sample against an ONNX model's inputs: every input present, nothing extra, the right
+    rank and fixed sizes. Raises :class:`SampleError` naming the difference."""
+    from .onnxfile import load_proto, signature
+
+    inputs = {i.name: i for i in signature(load_proto(path))[0]}
+    missing = [n for n in inputs if n not in feed]
+    extra = [n for n in feed if n not in inputs]
+    want = ", ".join(f"{n}: {i.dtype}{i.shape}" for n, i in inputs.items())
+    if missing or extra:
+        raise SampleError(
+            f"The sample does not fit the model: {'missing ' + ', '.join(map(repr, missing)) if missing else ''}"
+            f"{'; ' if missing and extra else ''}{'extra ' + ', '.join(map(repr, extra)) if extra else ''}. "
+            f"The model takes {want}; pass a dict with exactly those names.")
+    for name, info in inputs.items():
+        shape = np.shape(feed[name])
+        if len(shape) != len(info.shape) or any(isinstance(d, int) and d != n for d, n in zip(info.shape, shape)):
+            raise SampleError(f"The sample's {name!r} has shape {list(shape)}, but the model takes {info.shape} "
+                              "(strings are dynamic axes). Pass an array of that rank.")

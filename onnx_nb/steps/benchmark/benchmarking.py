@@ -1,0 +1,382 @@
+"""``benchmark()``: latency per variant × backend × shape, measured the same way for every row."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError
+from ...progress import Steps
+from ...results.latency import LatencyRow, LatencyTable, summarize
+from ...runtime.isolation import honours_isolate
+from ...runtime.timing import Clock, interleaved
+from .measuring import measure, remeasure
+
+KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the re-measure
+
+
+def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, threads: int | None = None,
+               rounds: int = 3) -> dict[str, float]:
+    """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`timing.interleaved`)."""
+    from ...runtime.sessions import session
+
+    runners: dict[str, Callable[[], Any]] = {}
+    for name, path in paths.items():
+        s = session(path, "CPUExecutionProvider", threads=threads, level="all", check_graph=False)
+        own = {i.name: np.asarray(feed[i.name]) for i in s.get_inputs()}
+        runners[name] = partial(s.run, None, own)
+    times = interleaved(runners, rounds=rounds)
+    return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
+
+
+class OrtRunner:
+    """An ONNX Runtime session on one provider; GPU providers bind inputs and outputs on the device."""
+
+    def __init__(self, path: Path, provider: str, feed: dict[str, np.ndarray], threads: int | None,
+                 level: str, profile_dir: str | None = None, runtime: dict[str, Any] | None = None) -> None:
+        import onnxruntime as ort
+
+        from ...runtime import sessions
+        from ...runtime.providers import DEVICES
+        from ...runtime.shapes import cast_feed
+
+        self.path, self.provider, self.level, self.threads = path, provider, level, threads
+        self.options = {"graph_level": level, "intra_op_threads": threads or "default",
+                        "execution_mode": "sequential", "profiling": bool(profile_dir)}
+        self.session = sessions.session(
+            path, provider, threads=threads, level=level, map_weights=False,
+            profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
+        self.feed = cast_feed(self.session, feed)
+        self.device = DEVICES.get(provider)
+        if hasattr(self.session, "time"):  # an IsolatedSession: io-binding needs an in-process session
+            self.options["process"] = "isolated worker"
+            self.device = None
+        self.binding = None
+        if (runtime or {}).get("unpad"):
+            from ...runtime.padding import UnpaddedSession
+
+            self.session = UnpaddedSession(self.session)
+            self.options["runtime"] = "skips padding"
+            self.device = None  # buckets are fed from host memory
+        # timed inside the worker when isolated (an unpadded session is timed here, copies included)
+        self.isolated = hasattr(self.session, "time")
+        if self.device:
+            self.binding = self.session.io_binding()
+            for name, value in self.feed.items():
+                self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, self.device, 0))
+            for out in self.session.get_outputs():
+                self.binding.bind_output(out.name, self.device, 0)
+
+    def __call__(self) -> None:
+        if self.binding is not None:
+            self.session.run_with_iobinding(self.binding)
+            self.binding.synchronize_outputs()
+        else:
+            self.session.run(None, self.feed)
+
+    def end_profiling(self) -> str:
+        return str(self.session.end_profiling())
+
+
+def _type_name(element_type: Any) -> str:
+    """An OpenVINO element type as it names itself ("bf16", "f32")."""
+    name = getattr(element_type, "get_type_name", None)
+    return str(name() if callable(name) else element_type)
+
+
+class OpenVinoRunner:
+    """The OpenVINO runtime itself (``pip install openvino``), compiled for its CPU device."""
+
+    def __init__(self, path: Path, feed: dict[str, np.ndarray], threads: int | None,
+                 config: dict[str, Any] | None = None) -> None:
+        import openvino as ov
+
+        core = ov.Core()
+        config = {"PERFORMANCE_HINT": "LATENCY", **(config or {})}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = threads
+        model = core.read_model(str(path))
+        self.compiled = core.compile_model(model, "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        names = {p.get_any_name() for p in self.compiled.inputs}
+        self.feed = {k: v for k, v in feed.items() if k in names}
+        self.options = {"runtime": f"openvino {ov.__version__}", "device": "CPU", "hint": "LATENCY",
+                        "threads": threads or "default",
+                        # f32 files run in bf16 where the CPU has bf16 instructions, unless told otherwise
+                        "precision": _type_name(self.compiled.get_property("INFERENCE_PRECISION_HINT"))}
+
+    def __call__(self) -> None:
+        self.request.infer(self.feed)
+
+
+class TorchRunner:
+    """PyTorch eager on the same inputs, in inference mode, with the same thread count."""
+
+    def __init__(self, reference: Any, feed: dict[str, np.ndarray], threads: int | None) -> None:
+        import torch
+
+        self.torch = torch
+        self.flat = reference.flat
+        self.model = reference.model
+        self.tensors = [torch.from_numpy(np.ascontiguousarray(feed[n])) for n in self.flat.input_names]
+        self.threads = threads
+        from ...runtime.memory import weight_bytes
+
+        self.held_bytes = weight_bytes(self.model)  # loaded before the row: counted into its peak memory
+        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+                        "attention": str(getattr(getattr(self.model, "config", None), "_attn_implementation", "-"))}
+
+    def __call__(self) -> None:
+        with self.torch.inference_mode():
+            self.flat.flat(*self.tensors)
+
+
+class BucketedTorchRunner(TorchRunner):
+    """PyTorch eager given the padding skip a variant's runtime gets: the rows grouped by the same plan
+    (:func:`padding.plan_buckets`), each group run trimmed to its longest row. The fair baseline for
+    padding-skip rows."""
+
+    def __init__(self, reference: Any, feed: dict[str, np.ndarray], threads: int | None) -> None:
+        from ...runtime.padding import trimmed_buckets
+
+        super().__init__(reference, feed, threads)
+        mask = feed["attention_mask"]
+        own = {n: feed[n] for n in self.flat.input_names}
+        sequence = {n for n, v in own.items() if np.ndim(v) > 1 and v.shape[1] == mask.shape[1]}
+        self.parts = [[self.torch.from_numpy(np.ascontiguousarray(part[n])) for n in self.flat.input_names]
+                      for _, _, part in trimmed_buckets(own, mask.sum(axis=1).astype(np.int64), sequence)]
+        self.options["runtime"] = "skips padding"
+
+    def __call__(self) -> None:
+        with self.torch.inference_mode():
+            for tensors in self.parts:
+                self.flat.flat(*tensors)
+
+
+def _contrib_ops(path: Path) -> list[str]:
+    from ...runtime.onnxfile import load_proto
+
+    return sorted({n.op_type for n in load_proto(path).graph.node if n.domain == "com.microsoft"})
+
+
+def openvino_file(obj: Any, path: Path, folder: str | Path) -> tuple[Path, str] | None:
+    """For a variant whose file the OpenVINO runtime cannot read (ONNX Runtime's contrib operators), the file
+    that serves that backend, made from the same export: the export itself for an optimized fp32 variant
+    (OpenVINO fuses the graph on its own), the same INT8 recipe applied to the export for a quantized one
+    (standard operators only). None when the file is readable as it is, or nothing can be made."""
+    contrib = _contrib_ops(path)
+    reference = getattr(obj, "reference", None)
+    export_path = getattr(reference, "path", None)
+    if not contrib or export_path is None or _contrib_ops(Path(export_path)):
+        return None
+    cannot = f"OpenVINO cannot read ONNX Runtime's {', '.join(contrib)}"
+    recipe = getattr(obj, "recipe", None) or {}
+    method = recipe.get("method")
+    if method is None:
+        return Path(export_path), f"ran the export {Path(export_path).name}: {cannot}; it fuses the graph itself"
+    if method not in ("dynamic", "static"):
+        return None
+    from ..variants.quantizing import quantize
+
+    call = getattr(getattr(obj, "remake", None), "keywords", None) or {}
+    made = quantize(reference, method=method, per_channel=recipe.get("per_channel"), exclude=None, validate=False,
+                    calibration=call.get("calibration") if method == "static" else None,
+                    out=Path(folder) / f"{Path(path).stem}.openvino.onnx", overwrite=True)
+    return made.path, (f"ran {made.path.name}: the same {method} INT8 recipe applied to the export, standard "
+                       f"operators only ({cannot})")
+
+
+def _models(models: Any) -> list[tuple[str, Any, Path]]:
+    """(name, object, path) for each model; names from dict keys, variants, or file names."""
+    if isinstance(models, Mapping):
+        items = list(models.items())
+    else:
+        seq = models if isinstance(models, (list, tuple)) else [models]
+        items = [(None, m) for m in seq]
+    if not items:
+        raise InvalidArgumentError("benchmark() needs at least one model: pass an .onnx path, an ExportResult, a "
+                                   "variant, or a list or dict of them.")
+    out = []
+    for name, model in items:
+        path = getattr(model, "path", model)
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidArgumentError(
+                f"Cannot benchmark a {type(model).__name__}: pass .onnx paths, ExportResults or variants "
+                "(and the PyTorch model as reference=...)."
+            )
+        label = name or getattr(model, "name", None) or ("fp32" if hasattr(model, "exporter") else Path(path).stem)
+        out.append((str(label), model, Path(path)))
+    return out
+
+
+def _backends(providers: Any) -> list[tuple[str, str | None, str]]:
+    """(label, ORT provider or None for the OpenVINO runtime, unavailable reason or '')."""
+    from ...runtime.providers import providers_named
+
+    want_openvino = providers == "available" or (
+        isinstance(providers, (list, tuple)) and any(str(p).lower() in ("openvino-runtime", "ov-runtime")
+                                                     for p in providers))
+    if isinstance(providers, (list, tuple)):
+        providers = [p for p in providers if str(p).lower() not in ("openvino-runtime", "ov-runtime")]
+    result: list[tuple[str, str | None, str]] = []
+    if providers:
+        for p in providers_named(providers):
+            result.append((f"ort:{p.short}", p.name, "" if p.available else p.reason))
+    if want_openvino:
+        try:
+            import openvino  # noqa: F401
+
+            reason = ""
+        except ImportError:
+            reason = "the openvino package is not installed (pip install 'onnx-nb[openvino]')"
+        result.append(("openvino-runtime:cpu", None, reason))
+    return result
+
+
+@honours_isolate
+def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, shapes: Any = None,
+              reference: Any = None, warmup: int = 5, runs: int | None = None, min_seconds: float = 1.0,
+              threads: int | None = None, level: str = "all", profile: bool = False, progress: bool = True,
+              clock: Clock = time.perf_counter, isolate: bool | None = None) -> LatencyTable:
+    """Latency of each model on each backend and shape, with PyTorch eager as the baseline.
+
+    ``providers="available"`` runs every ONNX Runtime provider here plus the OpenVINO runtime when
+    installed; missing ones asked for by name appear as unavailable rows. ``runs=None`` repeats
+    until ``min_seconds`` (at least 10 runs). Warm-up and the first run are kept out of the statistics.
+    """
+    from ...runtime.feeds import export_sample, feed_for
+    from ...runtime.files import scratch_dir
+    from ...runtime.shapes import axis_sizes, label, make_feed, shape_specs
+    from ..parity.references import torch_reference
+
+    if warmup < 0 or (runs is not None and runs < 1) or min_seconds < 0:
+        raise InvalidArgumentError("warmup must be >= 0, runs >= 1 (or None) and min_seconds >= 0.")
+    if level not in ("disable", "basic", "extended", "all"):
+        raise InvalidArgumentError(f"level={level!r}: use 'disable', 'basic', 'extended' or 'all'.")
+    entries = _models(models)
+    backends = _backends(providers)
+    if _has_cache(entries[0][2]):  # a decoder with its cache: prefill and decode steps, not one forward
+        from .generation_latency import benchmark_generation
+
+        source = getattr(reference, "source", None) or getattr(entries[0][1], "source", None)
+        model = reference if reference is not None and not hasattr(reference, "source") else \
+            getattr(source, "model", None)
+        return benchmark_generation(entries, model, backends, shapes, warmup, runs, min_seconds, threads, clock,
+                                    progress)
+    ref = None
+    if reference is not None:
+        from ..export.sources import load_source
+
+        source = reference.source if hasattr(reference, "source") else load_source(reference, None)
+        if source.model is None:
+            source = load_source(source.location or "", source.task)
+        if sample is None and source.kind == "module":
+            sample = export_sample(entries[0][1])
+        ref = torch_reference(source, sample, "PyTorch eager")
+    if ref is not None and not hasattr(sample, "keys"):
+        feed0, axes = ref.sample, ref.axes
+    else:
+        feed0, axes = feed_for(entries[0][2], entries[0][1], sample)
+        axes = ref.axes if ref is not None else axes
+    specs = shape_specs(shapes if shapes is not None else "sample", axis_sizes(feed0, axes), list(feed0))
+    rows: list[LatencyRow] = []
+    profiles: dict[str, Any] = {}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    skipping = ref is not None and any((getattr(obj, "runtime", None) or {}).get("unpad") for _, obj, _ in entries)
+    total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0) + (1 if skipping else 0)) + 1
+    kept: list[tuple[LatencyRow, Any]] = []
+    for_openvino: dict[Path, tuple[Path, str] | None] = {}
+    small = {path: _total_bytes(path) < KEEP_SESSIONS_BELOW for _, _, path in entries}  # kept open to re-measure
+    with Steps(total, "benchmark", progress) as steps, scratch_dir("onnx-nb-prof-") as tmp:
+        for spec in specs:
+            feed = make_feed(feed0, axes, spec)
+            tag = label(feed, axes, spec)
+            batch = int(next(iter(feed.values())).shape[0]) if feed else 1
+            if ref is not None:
+                steps.step(f"PyTorch eager at {tag}")
+                row, runner = measure("PyTorch eager", "torch:cpu", tag, batch,
+                                       partial(TorchRunner, ref, feed, threads), warmup, runs, min_seconds,
+                                       clock, threads)
+                rows.append(row)
+                kept.append((row, runner))
+                if skipping and "attention_mask" in feed:  # padding-skip rows get a baseline with the same skip
+                    steps.step(f"PyTorch eager, padding skipped, at {tag}")
+                    row, runner = measure("PyTorch eager, padding skipped", "torch:cpu", tag, batch,
+                                           partial(BucketedTorchRunner, ref, feed, threads), warmup, runs,
+                                           min_seconds, clock, threads)
+                    rows.append(row)
+                    kept.append((row, runner))
+            for name, _obj, path in entries:
+                for backend, provider, reason in backends:
+                    steps.step(f"{name} on {backend} at {tag}")
+                    if reason:
+                        rows.append(LatencyRow(name, backend, tag, status="unavailable", note=reason))
+                        continue
+                    runtime = getattr(_obj, "runtime", None)
+                    ran, why = path, ""
+                    if not provider:  # the OpenVINO runtime: a file it can read, made from the same export
+                        if path not in for_openvino:
+                            for_openvino[path] = openvino_file(_obj, path, tmp)
+                        ran, why = for_openvino[path] or (path, "")
+                    make: Callable[[], Any] = (partial(OrtRunner, path, provider, feed, threads, level, None, runtime)
+                                               if provider else partial(OpenVinoRunner, ran, feed, threads))
+                    row, runner = measure(name, backend, tag, batch, make, warmup, runs, min_seconds, clock,
+                                           threads)
+                    if why:
+                        row.options["file"] = Path(ran).name
+                        row.note = f"{why}. {row.note}".strip()
+                    rows.append(row)
+                    if runner is not None and small[path]:
+                        kept.append((row, runner))
+                    if profile and provider and row.status == "ok":
+                        # A separate, profiled session: profiling slows every run, so it never
+                        # touches the timed one.
+                        folder = os.path.join(tmp, str(len(rows)))
+                        os.makedirs(folder)
+                        profiles[f"{name} · {backend} · {tag}"] = _profile(path, provider, feed, threads, level,
+                                                                          folder)
+        steps.step("re-measuring every row briefly")
+        remeasure(kept, clock, threads)
+    notes = []
+    if load is not None:
+        notes.append(f"1-minute load average at start: {load:.2f} on {os.cpu_count()} cores")
+    return summarize(rows, profiles, notes)
+
+
+def _has_cache(path: Path) -> bool:
+    from ...runtime.onnxfile import load_proto
+
+    try:
+        return any(i.name.startswith("past_key_values.") for i in load_proto(path).graph.input)
+    except Exception:  # noqa: BLE001 - a bad file fails later, with its own clear error
+        return False
+
+
+def _total_bytes(path: Path) -> int:
+    from ...runtime.onnxfile import load_proto, total_file_size
+
+    try:
+        return total_file_size(path, load_proto(path))
+    except Exception:  # noqa: BLE001 - unknown size: treat as large
+        return KEEP_SESSIONS_BELOW
+
+
+PROFILE_RUNS = 10
+
+
+def _profile(path: Path, provider: str, feed: dict[str, np.ndarray], threads: int | None, level: str,
+             folder: str) -> Any:
+    from ...runtime.profiling import parse_profile
+
+    runner = OrtRunner(path, provider, feed, threads, level, folder)
+    for _ in range(PROFILE_RUNS):
+        runner()
+    return parse_profile(runner.end_profiling())
+
+

@@ -1,0 +1,209 @@
+"""Latency of generation: prefill (time to first token) and decode steps (tokens/s) of files exported with their
+cache, in ONNX Runtime and in PyTorch eager with its cache and without one (decoders and encoder-decoders).
+Called by :func:`benchmarking.benchmark` for such files; only imported by functions that already need torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...errors import InvalidArgumentError
+from ..export.decoder_cache import layout_of
+from ..export.seq2seq_cache import EncoderWithCross, _new_cache, encoder_inputs
+from ..export.seq2seq_cache import layout_of as seq2seq_layout
+from ..generate.generation import _is_seq2seq_file
+
+DEFAULT_GENERATION_SHAPES = ({"prompt": 32}, {"past": 32})
+
+
+ENCODER_SEQUENCE = 16  # encoder length of the timed decode steps of an encoder-decoder (when not fixed)
+
+
+class _OrtStep:
+    """One prefill (``past == 0``, ``length`` new tokens) or one decode step (1 token after ``past``) in ORT,
+    its inputs built from the file's own signature (a decoder, or an encoder-decoder's decoder file)."""
+
+    def __init__(self, path: Any, provider: str, length: int, past: int, threads: int | None, vocab: int) -> None:
+        from ...runtime.sessions import session
+
+        self.session = session(path, provider, threads=threads, level="all", map_weights=False)
+        rng = np.random.default_rng(0)
+
+        def size(dim: Any, default: int) -> int:
+            return dim if isinstance(dim, int) else default
+
+        self.feed: dict[str, np.ndarray] = {}
+        for info in self.session.get_inputs():
+            name, shape = info.name, info.shape
+            value: np.ndarray
+            if name in ("input_ids", "decoder_input_ids"):
+                value = rng.integers(min(3, vocab - 1), vocab, (1, length))
+            elif name == "attention_mask":
+                value = np.ones((1, past + length))
+            elif name == "encoder_attention_mask":
+                value = np.ones((1, size(shape[1], ENCODER_SEQUENCE)))
+            elif name == "position_ids":
+                value = np.arange(past, past + length)[None]
+            elif name.startswith("past_key_values.") and ".encoder." in name:
+                value = rng.standard_normal((1, shape[1], size(shape[2], ENCODER_SEQUENCE), shape[3]))
+            elif name.startswith("past_key_values."):
+                value = rng.standard_normal((1, shape[1], past, shape[3]))
+            else:  # encoder_hidden_states
+                value = rng.standard_normal((1, size(shape[1], ENCODER_SEQUENCE), shape[2]))
+            floating = "float" in info.type
+            self.feed[name] = value.astype(np.float32 if floating else np.int64)
+        self.options = {"graph_level": "all", "intra_op_threads": threads or "default", "step": "prefill" if
+                        not past else "decode, cache kept"}
+
+    def __call__(self) -> None:
+        self.session.run(None, self.feed)
+
+
+class _TorchStep:
+    """PyTorch eager: a prefill with the cache on, a decode step on a cache of ``past`` tokens, or (``cache=False``)
+    the whole ``past + 1`` tokens again, which is what each new token costs without a cache."""
+
+    def __init__(self, model: Any, length: int, past: int, cache: bool, threads: int | None) -> None:
+        from transformers import DynamicCache
+
+        from ...runtime.memory import weight_bytes
+
+        vocab = int(getattr(model.config, "vocab_size", 100) or 100)
+        g = torch.Generator().manual_seed(0)
+        self.model, self.cache_on, self.past = model, cache, past
+        total = past + length if not cache else length
+        self.ids = torch.randint(min(3, vocab - 1), vocab, (1, total), generator=g)
+        self.cache = None
+        if cache and past:
+            layout = layout_of(model)
+            self.cache = DynamicCache(config=model.config)
+            for i in range(layout.layers):
+                shape = (1, layout.kv_heads, past, layout.head_size)
+                self.cache.update(torch.randn(shape, generator=g), torch.randn(shape, generator=g), i)
+        self.mask = torch.ones(1, (past if cache else 0) + total, dtype=torch.long)
+        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+                        "cache": "on" if cache else "off (whole sequence each token)"}
+        self.held_bytes = weight_bytes(model)  # loaded before the row: counted into its peak memory
+
+    def __call__(self) -> None:
+        with torch.inference_mode():
+            self.model(input_ids=self.ids, attention_mask=self.mask, past_key_values=self.cache,
+                       use_cache=self.cache_on, return_dict=True)
+        if self.cache is not None:
+            self.cache.crop(-self.ids.shape[1])  # the step appended its tokens: back to ``past`` for the next call
+
+
+def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backends: list[tuple[str, Any, str]],
+                         shapes: Any, warmup: int, runs: int | None, min_seconds: float, threads: int | None,
+                         clock: Any, progress: bool) -> Any:
+    """Latency of decoders exported with their cache: prefill (time to first token) at prompt lengths and one
+    decode step at past lengths (tokens/s), against PyTorch eager with its cache and without one."""
+    from functools import partial
+
+    from ...progress import Steps
+    from ...results.latency import LatencyRow, summarize
+    from .measuring import measure, remeasure
+
+    specs = list(shapes) if shapes not in (None, "sample", "auto") else list(DEFAULT_GENERATION_SHAPES)
+    for spec in specs:
+        if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("prompt", "past"):
+            raise InvalidArgumentError(f"For a decoder with its cache, shapes are {{'prompt': N}} (prefill of N "
+                                       f"tokens) or {{'past': N}} (one token after N cached ones), not {spec!r}.")
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 100) or 100) if model is not None else 100
+    seq2seq = _is_seq2seq_file(Path(entries[0][2]))
+    rows: list[Any] = []
+    kept: list[tuple[Any, Any]] = []
+    total = len(specs) * (len(entries) * len(backends) + (2 if model is not None else 0)) + 1
+    with Steps(total, "benchmark", progress) as steps:
+        for spec in specs:
+            length, past = (spec["prompt"], 0) if "prompt" in spec else (1, spec["past"])
+            tag = f"prefill {length} tokens" if not past else f"decode 1 token after {past}"
+            makers: list[tuple[str, str, Any]] = []
+            if seq2seq and not past:
+                rows.append(LatencyRow("*", "*", tag, status="unavailable",
+                                       note="an encoder-decoder's first token comes after its encoder file: time "
+                                            "decode steps ({'past': N}) here"))
+                continue
+            if model is not None:
+                for label, cache in (("PyTorch eager", True), ("PyTorch eager, no cache", False)):
+                    if not past and not cache:
+                        continue  # a prefill is the same work with or without a cache
+                    if seq2seq:
+                        make: Any = partial(TorchDecodeStep, model, past, cache, threads, ENCODER_SEQUENCE)
+                    else:
+                        make = partial(_TorchStep, model, length, past, cache, threads)
+                    makers.append((label, "torch:cpu", make))
+            for name, _obj, path in entries:
+                for backend, provider, reason in backends:
+                    if reason or provider is None:
+                        rows.append(LatencyRow(name, backend, tag, status="unavailable",
+                                               note=reason or "the OpenVINO runtime row is not timed for generation"))
+                        continue
+                    makers.append((name, backend, partial(_OrtStep, path, provider, length, past, threads, vocab)))
+            for name, backend, make in makers:
+                steps.step(f"{name} on {backend}: {tag}")
+                row, runner = measure(name, backend, tag, 1, make, warmup, runs, min_seconds, clock, threads)
+                rows.append(row)
+                if runner is not None:
+                    kept.append((row, runner))
+        steps.step("re-measuring every row briefly")
+        remeasure(kept, clock, threads)
+    notes = ["Generation: a 'prefill' row is the time to first token for that prompt; a 'decode' row is one new "
+             "token after that many cached ones (throughput = tokens/s at batch 1). 'PyTorch eager, no cache' runs "
+             "the whole sequence again for each token: what the cache saves. peak_mb: resident memory the row "
+             "needed at its peak (weights, session, activations and, for decode rows, the cache of that many "
+             "tokens)."]
+    if seq2seq:
+        notes.append(f"An encoder-decoder's decode steps read an encoder output of {ENCODER_SEQUENCE} positions "
+                     "(or the length the file fixes, e.g. Whisper's), computed once before the timed steps, in "
+                     "PyTorch as in ONNX Runtime.")
+    return summarize(rows, {}, notes)
+
+
+class TorchDecodeStep:
+    """PyTorch eager, one decoder step of an encoder-decoder after ``past`` generated tokens, given the encoder's
+    output (computed once, as ``generate()`` does): with the cache (self-attention cache of ``past`` tokens, the
+    cross-attention cache filled once), or without (``cache=False``: the ``past + 1`` tokens again)."""
+
+    def __init__(self, model: Any, past: int, cache: bool, threads: int | None, encoder_length: int) -> None:
+        from ...runtime.memory import weight_bytes
+
+        config = model.config
+        g = torch.Generator().manual_seed(0)
+        names = encoder_inputs(model)
+        if names == ("input_features",):
+            feed = {"input_features": torch.randn(1, int(config.num_mel_bins), 2 * int(config.max_source_positions),
+                                                  generator=g)}
+        else:
+            ids = torch.randint(min(3, config.vocab_size - 1), config.vocab_size, (1, encoder_length), generator=g)
+            feed = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        with torch.inference_mode():
+            encoded = EncoderWithCross(model, names)(*[feed[n] for n in names])
+        self.model, self.cache_on, self.past = model, cache, past
+        self.states = encoded["encoder_hidden_states"]
+        self.mask = {"attention_mask": feed["attention_mask"]} if "attention_mask" in feed else {}
+        vocab = int(config.vocab_size)
+        self.ids = torch.randint(min(3, vocab - 1), vocab, (1, 1 if cache else past + 1), generator=g)
+        self.cache = None
+        if cache:
+            layout = seq2seq_layout(model, feed)
+            shape = (1, layout.heads, past, layout.head_size)
+            own = [(torch.randn(shape, generator=g), torch.randn(shape, generator=g)) for _ in range(layout.layers)]
+            cross = [(encoded[f"present.{i}.encoder.key"], encoded[f"present.{i}.encoder.value"])
+                     for i in range(layout.layers)]
+            self.cache = _new_cache(model, own, cross)
+        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+                        "cache": "on" if cache else "off (whole sequence each token)",
+                        "encoder": f"{self.states.shape[1]} positions, computed once"}
+        self.held_bytes = weight_bytes(model)  # loaded before the row: counted into its peak memory
+
+    def __call__(self) -> None:
+        with torch.inference_mode():
+            self.model(encoder_outputs=(self.states,), decoder_input_ids=self.ids, past_key_values=self.cache,
+                       use_cache=self.cache_on, return_dict=True, **self.mask)
+        if self.cache is not None:
+            self.cache.self_attention_cache.crop(-1)  # the step appended its token: back to ``past`` for the next

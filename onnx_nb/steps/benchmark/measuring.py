@@ -1,0 +1,80 @@
+"""One latency row, measured the same way for every backend and family (benchmark() and the generation rows): a
+first call, warm-up, timed calls, peak memory, PyTorch's threads set for torch rows, and a brief re-measure of every
+row at the end that flags rows timed while the machine was busy."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ...results.latency import LatencyRow
+from ...runtime.timing import Clock, time_runs
+
+REMEASURE_RUNS = 5  # a quick second look at every row once all rows are timed
+REMEASURE_RATIO = 1.3  # p50 and the re-measure this far apart: the machine was busy during one of them
+
+
+def measure(variant: str, backend: str, tag: str, batch: int, make: Callable[[], Any], warmup: int,
+             runs: int | None, min_seconds: float, clock: Clock, threads: int | None) -> tuple[LatencyRow, Any]:
+    """The row, and the runner (kept for the re-measure; None when the backend failed)."""
+    torch_threads = torch_threads_set(threads) if backend.startswith("torch") else contextlib.nullcontext()
+    from ...runtime.memory import peak_memory
+
+    with torch_threads, peak_memory() as peak:
+        try:
+            t0 = clock()
+            runner = make()
+            runner()
+            first = clock() - t0
+            if getattr(runner, "isolated", False):  # timed inside the worker: no copying between processes
+                times = runner.session.time(runner.feed, warmup=warmup, runs=runs, min_seconds=min_seconds)
+            else:
+                times = time_runs(runner, warmup=warmup, runs=runs, min_seconds=min_seconds, clock=clock)
+        except Exception as exc:  # noqa: BLE001 - a backend that fails is a row, not a crash
+            from ...errors import telling_lines
+
+            return LatencyRow(variant, backend, tag, status="error",
+                              note=f"{type(exc).__name__}: {telling_lines(exc, 400)}"), None
+    row = LatencyRow.from_times(variant, backend, tag, batch, times, first, runner.options)
+    if peak.added_bytes is not None and not getattr(runner, "isolated", False):  # a worker's memory is its own
+        row.peak_mb = (peak.added_bytes + getattr(runner, "held_bytes", 0)) / 2**20
+    return row, runner
+
+
+def remeasure(kept: list[tuple[LatencyRow, Any]], clock: Clock, threads: int | None) -> None:
+    """Time every row again, briefly, once all rows are done: a row whose p50 and re-measure disagree by
+    more than :data:`REMEASURE_RATIO` was timed while the machine was busy (another process, a previous
+    session's threads still spinning) and is flagged noisy, however small its own spread."""
+    for row, runner in kept:
+        torch_threads = torch_threads_set(threads) if row.backend.startswith("torch") else contextlib.nullcontext()
+        try:
+            with torch_threads:
+                quick = time_runs(runner, warmup=1, runs=REMEASURE_RUNS, min_seconds=0.0, clock=clock)
+        except Exception:  # noqa: BLE001 - the row stands as measured
+            continue
+        again = float(np.median(quick)) * 1e3
+        row.remeasure_ms = again
+        if row.p50_ms and again > 0:
+            ratio = max(row.p50_ms, again) / min(row.p50_ms, again)
+            if ratio > REMEASURE_RATIO:
+                row.noisy = True
+                row.note = (f"{row.note}; " if row.note else "") + (
+                    f"re-measured at {again:.3g} ms against p50 {row.p50_ms:.3g} ms ({ratio:.1f}x apart): the "
+                    "machine was busy during one of them")
+    kept.clear()
+
+
+@contextlib.contextmanager
+def torch_threads_set(threads: int | None) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,128 @@
+"""Decoders with a key/value cache, model side: the layout of the cache (layers, heads, head size, dtype), the wrapper
+that exports prefill and decode as one graph, its input/output names, axes and samples.
+
+One graph serves prefill and decode (as Optimum's merged decoder and onnxruntime-genai do): it takes
+``input_ids``, ``attention_mask`` (over past + new tokens), ``position_ids`` and, per layer,
+``past_key_values.{i}.key`` / ``.value`` of shape ``[batch, kv_heads, past_sequence, head_size]``
+(``past_sequence`` is 0 at the first step), and returns ``logits`` and ``present.{i}.key`` / ``.value``.
+Only imported by functions that already need torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...errors import SampleError
+from ...render import human_bytes
+
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+PAST = "past_key_values.{}.{}"
+PRESENT = "present.{}.{}"
+SAMPLE_BATCH, SAMPLE_SEQUENCE, SAMPLE_PAST = 2, 4, 3
+
+
+def is_causal_lm(model: Any) -> bool:
+    return type(model).__name__.endswith(CAUSAL_SUFFIXES) and not getattr(
+        getattr(model, "config", None), "is_encoder_decoder", False)
+
+
+@dataclass
+class CacheLayout:
+    """How the key/value cache of a decoder is laid out, and what it costs per token."""
+
+    layers: int
+    kv_heads: int
+    head_size: int
+    dtype: str = "float32"
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_size * int(np.dtype(self.dtype).itemsize)
+
+    def text(self) -> str:
+        return (f"{self.layers} layers x (key + value) x {self.kv_heads} kv heads x {self.head_size} head size, "
+                f"{self.dtype}: {human_bytes(self.bytes_per_token)} per token")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layers": self.layers, "kv_heads": self.kv_heads, "head_size": self.head_size, "dtype": self.dtype,
+                "bytes_per_token": self.bytes_per_token}
+
+
+def _layers_of(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return [(k, v) for k, v in cache]  # a legacy tuple of (key, value) pairs
+
+
+def layout_of(model: Any) -> CacheLayout:
+    """Run the model once on one token with its cache on, and read the cache it returns."""
+    with torch.no_grad():
+        out = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, return_dict=True)
+    layers = _layers_of(out.past_key_values)
+    if not layers:
+        raise SampleError(f"{type(model).__name__} returned no key/value cache; export it with cache=False.")
+    key = layers[0][0]
+    return CacheLayout(len(layers), int(key.shape[1]), int(key.shape[3]), str(key.dtype).replace("torch.", ""))
+
+
+class DecoderWithCache(torch.nn.Module):
+    """``forward(input_ids, attention_mask, position_ids, *past) -> {logits, present.{i}.key/value}`` around
+    a Hugging Face causal LM: the flat cache tensors become the model's cache object and back."""
+
+    def __init__(self, model: Any, layout: CacheLayout) -> None:
+        super().__init__()
+        self.model = model
+        self.layout = layout
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                *past: torch.Tensor) -> dict[str, torch.Tensor]:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        for i in range(self.layout.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True, return_dict=True)
+        present = [t for k, v in _layers_of(out.past_key_values) for t in (k, v)]
+        return dict(zip(output_names(self.layout), (out.logits, *present)))
+
+
+def input_names(layout: CacheLayout) -> list[str]:
+    return ["input_ids", "attention_mask", "position_ids"] + [
+        PAST.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
+
+
+def output_names(layout: CacheLayout) -> list[str]:
+    return ["logits"] + [PRESENT.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
+
+
+def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
+            "position_ids": {0: "batch", 1: "sequence"}, "logits": {0: "batch", 1: "sequence"}}
+    for i in range(layout.layers):
+        for kv in ("key", "value"):
+            axes[PAST.format(i, kv)] = {0: "batch", 2: "past_sequence"}
+            axes[PRESENT.format(i, kv)] = {0: "batch", 2: "total_sequence"}
+    return axes
+
+
+def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SAMPLE_BATCH,
+                 sequence: int = SAMPLE_SEQUENCE, past: int = SAMPLE_PAST) -> dict[str, torch.Tensor]:
+    """A decode-step sample (by default 4 new tokens after 3 cached ones, batch 2), ids inside the vocabulary:
+    never an empty sequence, whatever the config."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = int(getattr(model.config, "vocab_size", 100) or 100)
+    b, s, p = batch, max(sequence, 1), past
+    sample: dict[str, torch.Tensor] = {
+        "input_ids": torch.randint(min(3, vocab - 1), vocab, (b, s), generator=g),
+        "attention_mask": torch.ones(b, p + s, dtype=torch.long),
+        "position_ids": torch.arange(p, p + s).expand(b, s).contiguous(),
+    }
+    for i in range(layout.layers):
+        for kv in ("key", "value"):
+            sample[PAST.format(i, kv)] = torch.randn(b, layout.kv_heads, p, layout.head_size, generator=g)
+    return sample

@@ -1,0 +1,159 @@
+"""Sample inputs for Hugging Face models, built from their tokenizer or from their config.
+
+Per-architecture quirks live in :data:`QUIRKS`, keyed by ``model_type``; the rest is generic and
+driven by the model's ``main_input_name`` and ``forward`` signature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ....errors import SampleError
+from ..inputs import AxisSpec, Sample, to_tensor
+from ..wrap import forward_parameters
+
+BATCH = 2
+SEQUENCE = 7
+DECODER_SEQUENCE = 5
+AUDIO_SAMPLES = 4000
+SENTENCES = ["onnx-nb exports models to ONNX.", "Hello world!"]
+
+
+@dataclass(frozen=True)
+class Quirk:
+    """What an architecture needs beyond the generic rules."""
+
+    features_length: Any = None  # callable(config) -> frames for ``input_features``
+    static_axes: tuple[str, ...] = ()  # inputs whose non-batch axes must stay static
+    static_reason: str = ""  # why, for the export result
+
+
+QUIRKS: dict[str, Quirk] = {
+    "whisper": Quirk(features_length=lambda c: 2 * c.max_source_positions,
+                     static_axes=("input_features",),
+                     static_reason="Whisper's encoder takes exactly 2 x max_source_positions frames (30 s of "
+                                   "audio, padded); shorter audio is padded by the feature extractor"),
+}
+
+AXES: AxisSpec = {
+    "input_ids": {0: "batch", 1: "sequence"},
+    "attention_mask": {0: "batch", 1: "sequence"},
+    "token_type_ids": {0: "batch", 1: "sequence"},
+    "position_ids": {0: "batch", 1: "sequence"},
+    "decoder_input_ids": {0: "batch", 1: "decoder_sequence"},
+    "decoder_attention_mask": {0: "batch", 1: "decoder_sequence"},
+    "pixel_values": {0: "batch"},
+    "input_values": {0: "batch", 1: "audio_length"},
+    "input_features": {0: "batch"},
+}
+
+
+def _sub(config: Any, name: str) -> Any:
+    return getattr(config, name, None) or config
+
+
+def _vocab(config: Any) -> int:
+    text = _sub(config, "text_config")
+    return int(getattr(text, "vocab_size", None) or 100)
+
+
+def _input_names(model: Any, preprocessor: Any) -> list[str]:
+    params = forward_parameters(model)
+    config = model.config
+    main = model.main_input_name
+    names = [main]
+    text = main == "input_ids"
+    tokenizer = getattr(preprocessor, "tokenizer", preprocessor)
+    tok_inputs = getattr(tokenizer, "model_input_names", None) or []
+    if "pixel_values" in params and main != "pixel_values" and hasattr(config, "vision_config"):
+        names.append("pixel_values")
+    if text and "attention_mask" in params:
+        names.append("attention_mask")
+    if text and "token_type_ids" in params and (
+            "token_type_ids" in tok_inputs
+            or (not tok_inputs and (getattr(config, "type_vocab_size", 0) or 0) > 1)):
+        names.append("token_type_ids")
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
+        names.append("decoder_input_ids")
+    return names
+
+
+def _text(tokenizer: Any, names: list[str]) -> dict[str, torch.Tensor]:
+    if tokenizer is None or not callable(tokenizer):
+        return {}
+    try:
+        enc = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot pad: fall back to the config
+        return {}
+    return {k: v for k, v in enc.items() if k in names}
+
+
+def build(model: Any, preprocessor: Any = None) -> Sample:
+    """Sample inputs for ``model`` with named dynamic axes."""
+    config = model.config
+    quirk = QUIRKS.get(getattr(config, "model_type", ""), Quirk())
+    names = _input_names(model, preprocessor)
+    tokenizer = getattr(preprocessor, "tokenizer", preprocessor)
+    values = _text(tokenizer, names) if "input_ids" in names else {}
+    gen = torch.Generator().manual_seed(0)
+    seq = values["input_ids"].shape[1] if "input_ids" in values else SEQUENCE
+    for name in names:
+        if name in values:
+            continue
+        if name == "input_ids":
+            values[name] = torch.randint(3, _vocab(config), (BATCH, seq), generator=gen)
+        elif name == "attention_mask":
+            values[name] = torch.ones(BATCH, seq, dtype=torch.long)
+        elif name == "token_type_ids":
+            values[name] = torch.zeros(BATCH, seq, dtype=torch.long)
+        elif name == "decoder_input_ids":
+            start = getattr(config, "decoder_start_token_id", None) or 0
+            ids = torch.randint(3, _vocab(config), (BATCH, DECODER_SEQUENCE), generator=gen)
+            ids[:, 0] = start
+            values[name] = ids
+        elif name == "pixel_values":
+            vision = _sub(config, "vision_config")
+            size = getattr(vision, "image_size", 224)
+            size = size if isinstance(size, int) else size["height"]
+            channels = getattr(vision, "num_channels", 3)
+            values[name] = torch.randn(BATCH, channels, size, size, generator=gen)
+        elif name == "input_values":
+            values[name] = torch.randn(BATCH, AUDIO_SAMPLES, generator=gen)
+        elif name == "input_features":
+            frames = quirk.features_length(config) if quirk.features_length else 3000
+            bins = getattr(config, "num_mel_bins", 80)
+            values[name] = torch.randn(BATCH, bins, frames, generator=gen)
+        else:
+            raise SampleError(
+                f"onnx-nb does not know how to build the input {name!r} of "
+                f"{type(model).__name__}; pass sample={{'{name}': ...}}."
+            )
+    ordered = [n for n in names if n in values]
+    axes = {n: dict(AXES.get(n, {0: "batch"})) for n in ordered if n not in quirk.static_axes}
+    for n in quirk.static_axes:
+        if n in ordered:
+            axes[n] = {0: "batch"}
+    return Sample(ordered, [values[n] for n in ordered], as_kwargs=True, axes=axes)
+
+
+def from_user(model: Any, sample: Any) -> Sample:
+    """A user's dict-like sample (e.g. a tokenizer's ``BatchEncoding``) for a Hugging Face model."""
+    if not hasattr(sample, "keys"):
+        raise SampleError(
+            f"For a Hugging Face model, pass the sample as a dict of input name -> tensor "
+            f"(for example a tokenizer's output), not a {type(sample).__name__}."
+        )
+    params = forward_parameters(model)
+    names = [str(k) for k in sample.keys()]
+    unknown = [n for n in names if n not in params]
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        raise SampleError(
+            f"{type(model).__name__}.forward has no input named {', '.join(map(repr, unknown))}; "
+            f"it takes {', '.join(list(params)[:8])}."
+        )
+    tensors = [to_tensor(sample[n], f"sample[{n!r}]") for n in names]
+    axes = {n: dict(AXES.get(n, {0: "batch"})) for n, t in zip(names, tensors) if t.dim() >= 1}
+    return Sample(names, tensors, as_kwargs=True, axes=axes)

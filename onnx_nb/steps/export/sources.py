@@ -1,0 +1,165 @@
+"""Resolve what the user passed (module, Hugging Face object, folder, hub id) to a model."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ...errors import InvalidArgumentError
+from ...results.export import ModelSource
+
+
+def source_name(model: Any) -> str:
+    """A short, file-safe-able name for the default output folder."""
+    if isinstance(model, (str, os.PathLike)):
+        text = str(model).rstrip("/\\")
+        return Path(text).name if os.sep in text and Path(text).expanduser().exists() else text
+    config = getattr(model, "config", None)
+    name = getattr(config, "_name_or_path", "") or ""
+    if name:
+        return Path(name.rstrip("/")).name if Path(name).exists() else name
+    return type(model).__name__
+
+
+def load_source(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSource:
+    """Load or wrap the model; returns a :class:`ModelSource` with ``model`` set.
+
+    A checkpoint file (``.pt``, ``.pth``, ...) is loaded with :func:`checkpoints.load`: weights only,
+    unless ``allow_pickle``.
+    """
+    if isinstance(model, (str, os.PathLike)):
+        from . import checkpoints
+
+        path = Path(str(model)).expanduser()
+        if checkpoints.is_checkpoint(path):
+            source = load_source(checkpoints.load(path, allow_pickle), task)
+            source.location = str(path)
+            return source
+        if task == "sentence-embedding":
+            from .hf import sentence
+
+            location = str(path.resolve()) if path.exists() else str(model)
+            return _sentence_source(sentence.load(location), source_name(model), location)
+        from .hf.loading import load_model
+
+        loaded = load_model(str(model), task)
+        return ModelSource(kind=loaded.kind, name=source_name(model), location=loaded.location,
+                           task=loaded.task, model_type=getattr(loaded.config, "model_type", None),
+                           model=loaded.model, preprocessor=loaded.preprocessor)
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentError(
+            f"model is a {type(model).__name__}. Pass a torch.nn.Module, a Hugging Face model "
+            "object, the path of a local Hugging Face folder, or a hub id such as 'bert-base-uncased'."
+        )
+    from .hf.sentence import is_sentence_transformer
+    from .wrap import is_hf_model
+
+    if is_sentence_transformer(model):
+        if task not in (None, "sentence-embedding"):
+            raise InvalidArgumentError(f"A SentenceTransformer exports for task 'sentence-embedding', not {task!r}; "
+                                       "export model[0].auto_model for the bare transformer.")
+        return _sentence_source(model, None, None)
+    if is_hf_model(model):
+        from .hf.loading import load_preprocessor
+        from .hf.tasks import check_task, infer_task
+
+        config = model.config
+        where = getattr(config, "_name_or_path", "") or None
+        pre = load_preprocessor(where) if where and Path(where).is_dir() else None
+        return ModelSource(kind="hf-object", name=source_name(model), location=where,
+                           task=check_task(task) if task else infer_task(config, model),
+                           model_type=getattr(config, "model_type", None), model=model,
+                           preprocessor=pre)
+    if task is not None:
+        raise InvalidArgumentError(
+            "task only applies to Hugging Face models; for a plain torch.nn.Module pass a sample."
+        )
+    return ModelSource(kind="module", name=source_name(model), model=model)
+
+
+def _sentence_source(st: Any, name: str | None, location: str | None) -> ModelSource:
+    """A SentenceTransformer as a model with token inputs and ``token_embeddings`` + ``sentence_embedding``
+    outputs (its pooling and normalisation inside the graph), its tokenizer as the preprocessor; named after
+    its transformer's folder or hub id unless ``name`` says otherwise."""
+    from .hf.sentence import TASK, wrap
+
+    wrapper = wrap(st)
+    return ModelSource(kind="sentence-transformers", name=name or source_name(wrapper), location=location, task=TASK,
+                       model_type=getattr(wrapper.config, "model_type", None), model=wrapper,
+                       preprocessor=st.tokenizer)
+
+
+def build_sample(source: ModelSource, sample: Any, dynamic: Any = True) -> Any:
+    """Named sample tensors with dynamic axes for a resolved model (an ``inputs.Sample``)."""
+    from . import inputs
+
+    if source.cache_layout is not None:
+        from . import decoder_cache
+
+        layout = source.cache_layout
+        given = dict(sample) if sample is not None else decoder_cache.cache_sample(source.model, layout)
+        names = decoder_cache.input_names(layout)
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise inputs.SampleError(f"A decoder with its cache takes {', '.join(names[:4])}, ...; the sample lacks "
+                                     f"{', '.join(missing[:3])}. Leave sample=None for one built from the config.")
+        axes = decoder_cache.cache_axes(layout)
+        s = inputs.Sample(names, [inputs.to_tensor(given[n], n) for n in names], False,
+                          {n: axes[n] for n in names})
+        if not dynamic:
+            s.axes = {}
+        return s
+    if source.kind == "module":
+        s = inputs.normalise(source.model, sample)
+        s.axes = inputs.default_axes(s)
+    else:
+        from .hf import samples
+
+        s = samples.build(source.model, source.preprocessor) if sample is None \
+            else samples.from_user(source.model, sample)
+    if isinstance(dynamic, Mapping):
+        s.axes = inputs.check_axes(s, dynamic)
+    elif not dynamic:
+        s.axes = {}
+    return s
+
+
+def flat_module(source: ModelSource, names: list[str], as_kwargs: bool) -> Any:
+    """The model as one flat ``forward(*tensors)`` (a :class:`wrap.FlatModule`): a decoder exported with its
+    cache goes through :class:`decoder_cache.DecoderWithCache`, every other Hugging Face model gets its call
+    keywords (no cache, ModelOutput results)."""
+    from .wrap import FlatModule
+
+    if source.cache_layout is not None:
+        from .decoder_cache import DecoderWithCache
+
+        return FlatModule(DecoderWithCache(source.model, source.cache_layout), names, False, {})
+    return FlatModule(source.model, names, as_kwargs, hf_call_kwargs(source))
+
+
+def hf_call_kwargs(source: ModelSource) -> dict[str, Any]:
+    """Keyword arguments every Hugging Face call gets: no cache, ModelOutput results."""
+    if source.kind == "module":
+        return {}
+    from .wrap import forward_parameters
+
+    params = forward_parameters(source.model)
+    return {k: v for k, v in (("use_cache", False), ("return_dict", True)) if k in params}
+
+
+def natural_axes(source: ModelSource, sample: Any) -> dict[str, dict[int, str]]:
+    """The axes a model's inputs naturally vary along, even when an export fixed them
+    (so parity can show that a static export fails at other shapes)."""
+    from . import inputs
+
+    if source.kind == "module":
+        return inputs.default_axes(sample)
+    from .hf.samples import AXES, QUIRKS, Quirk
+
+    quirk = QUIRKS.get(source.model_type or "", Quirk())
+    return {n: ({0: "batch"} if n in quirk.static_axes else dict(AXES.get(n, {0: "batch"})))
+            for n, t in zip(sample.names, sample.tensors) if t.dim() >= 1}

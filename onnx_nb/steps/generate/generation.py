@@ -1,0 +1,250 @@
+"""Generation in ONNX Runtime: :func:`generate` over a decoder exported with its cache (or an encoder-decoder:
+:mod:`onnx_nb.steps.generate.seq2seq`), and the opset-23 re-export with standard attention ops that ``optimize()`` uses.
+The cache layout and the export wrapper: :mod:`onnx_nb.steps.export.decoder_cache`.
+
+One graph serves prefill and decode (as Optimum's merged decoder and onnxruntime-genai do): it takes
+``input_ids``, ``attention_mask`` (over past + new tokens), ``position_ids`` and, per layer,
+``past_key_values.{i}.key`` / ``.value`` of shape ``[batch, kv_heads, past_sequence, head_size]``
+(``past_sequence`` is 0 at the first step), and returns ``logits`` and ``present.{i}.key`` / ``.value``.
+Only imported by functions that already need torch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...errors import InvalidArgumentError
+from ...render import CSS, esc, html_table
+from ..export.decoder_cache import DecoderWithCache, cache_axes, cache_sample, input_names, layout_of, output_names
+from .sampling import accept, pick
+
+STANDARD_OPS_OPSET = 23  # ONNX's own Attention (with its cache), RMSNormalization and RotaryEmbedding
+
+
+def export_standard_ops(model: Any, path: Path) -> None:
+    """The decoder with its cache again, through ``torch.export`` at opset 23: each layer's attention becomes one
+    ONNX ``Attention`` op (past and present keys/values in and out), RMS norms ``RMSNormalization``, rotary
+    embeddings ``RotaryEmbedding``, and the shape arithmetic a trace records goes away (a 2,145-node TorchScript
+    graph of an 8-layer Llama becomes 428 nodes). Same inputs, outputs and axis names as :func:`export`'s file."""
+    from ...runtime.memory import weight_bytes
+    from ..export.exporters import export_dynamo, quiet
+    from ..export.exporting import EXTERNAL_DATA_BYTES
+
+    layout = layout_of(model)
+    wrapper = DecoderWithCache(model, layout).eval()
+    sample = cache_sample(model, layout)
+    names = input_names(layout)
+    big = weight_bytes(model) > EXTERNAL_DATA_BYTES
+    with torch.no_grad(), quiet([], []):
+        export_dynamo(wrapper, tuple(sample[n] for n in names), path, names, output_names(layout),
+                      cache_axes(layout), STANDARD_OPS_OPSET, big, varargs_from=3)
+
+
+# -- running the file ------------------------------------------------------------------------------
+
+class OnnxDecoder:
+    """Prefill and decode steps over an exported decoder with a cache, in ONNX Runtime."""
+
+    def __init__(self, path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
+                 **options: Any) -> None:
+        from ...runtime.providers import DEVICES
+        from ...runtime.sessions import session
+
+        self.session = session(path, provider, **options)
+        # I/O binding: the cache stays where the provider computed it (GPU memory) between steps instead of a
+        # round trip through numpy; on by default for every provider but the CPU's, where numpy is already home
+        device = DEVICES.get(provider, "cpu")
+        wanted = device != "cpu" if io_binding is None else io_binding
+        self.device = device if wanted and hasattr(self.session, "io_binding") else None
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        self.past_names = [n for n in inputs if n.startswith("past_key_values.")]
+        if "input_ids" not in inputs or not self.past_names:
+            raise InvalidArgumentError(
+                f"{path} is not a decoder exported with its cache (no past_key_values inputs); export it with "
+                "onnx_nb.export(model, cache=True).")
+        first = inputs[self.past_names[0]]
+        self.kv_heads, self.head_size = int(first.shape[1]), int(first.shape[3])
+        self.float_type = np.float16 if "float16" in first.type else np.float32
+        self.uses_positions = "position_ids" in inputs
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def empty_cache(self, batch: int) -> dict[str, np.ndarray]:
+        shape = (batch, self.kv_heads, 0, self.head_size)
+        return {n: np.zeros(shape, self.float_type) for n in self.past_names}
+
+    def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
+        """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens."""
+        positions = np.cumsum(mask, axis=1) - 1
+        feed = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64), **cache}
+        if self.uses_positions:
+            feed["position_ids"] = np.maximum(positions[:, -ids.shape[1]:], 0).astype(np.int64)
+        if self.device is not None:
+            return self._bound_step(feed)
+        out = self.session.run(None, feed)
+        named = dict(zip(self.output_names, out))
+        grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
+        return named["logits"], grown
+
+    def _bound_step(self, feed: dict[str, Any]) -> tuple[np.ndarray, dict]:
+        """One step with I/O binding: cache values are ``OrtValue``s on the provider's device, in and out; only
+        the ids, mask and positions go in from the host and only the logits come back to it."""
+        import onnxruntime as ort
+
+        assert self.device is not None
+        binding = self.session.io_binding()
+        for name, value in feed.items():
+            if isinstance(value, np.ndarray) and name.startswith("past_key_values."):
+                value = ort.OrtValue.ortvalue_from_numpy(value, self.device, 0)  # the empty first cache
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for name in self.output_names:
+            binding.bind_output(name, "cpu" if name == "logits" else self.device, 0)
+        self.session.run_with_iobinding(binding)
+        named = dict(zip(self.output_names, binding.get_outputs()))
+        grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
+        return named["logits"].numpy(), grown
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token lists of different lengths as one left-padded batch (ids and mask)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise InvalidArgumentError("Every prompt needs at least one token.")
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), pad, np.int64)
+    mask = np.zeros((len(prompts), width), np.int64)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = p
+        mask[row, width - len(p):] = 1
+    return ids, mask
+
+
+@dataclass
+class GenerationResult:
+    """Tokens (and text when a tokenizer is known) generated in ONNX Runtime, with timings."""
+
+    prompts: list[list[int]]
+    tokens: list[list[int]]  # the new tokens of each prompt (stopped at EOS, which is kept)
+    text: list[str] | None
+    prefill_ms: float  # time to first token
+    decode_ms: list[float] = field(default_factory=list)  # each later step
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens)
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Decode speed: new tokens after the first, per second of decode steps (batch rows counted)."""
+        steps = sum(self.decode_ms) / 1e3
+        return (self.new_tokens - len(self.tokens)) / steps if steps > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompts": self.prompts, "tokens": self.tokens, "text": self.text, "prefill_ms": self.prefill_ms,
+                "decode_ms": self.decode_ms, "tokens_per_second": self.tokens_per_second}
+
+    def __repr__(self) -> str:
+        speed = self.tokens_per_second
+        lines = [f"GenerationResult: {len(self.tokens)} prompt(s), {self.new_tokens} new tokens, first token "
+                 f"{self.prefill_ms:.1f} ms" + (f", {speed:.1f} tokens/s after it" if speed else "")]
+        for i, toks in enumerate(self.tokens):
+            lines.append(f"[{i}] " + (repr(self.text[i]) if self.text else " ".join(map(str, toks))))
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        rows = [(i, esc(self.text[i]) if self.text else esc(" ".join(map(str, t))), len(t))
+                for i, t in enumerate(self.tokens)]
+        head = esc(repr(self).splitlines()[0])
+        return f'{CSS}<div class="onnxnb"><h4>{head}</h4>{html_table(["#", "generated", "tokens"], rows)}</div>'
+
+
+def _prompts(inputs: Any, tokenizer: Any) -> list[list[int]]:
+    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
+        if tokenizer is None:
+            raise InvalidArgumentError("Text prompts need a tokenizer: pass tokenizer=..., or token ids.")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        return [list(tokenizer(t)["input_ids"]) for t in texts]
+    if hasattr(inputs, "keys"):
+        ids = np.asarray(inputs["input_ids"].numpy() if hasattr(inputs["input_ids"], "numpy") else inputs["input_ids"])
+        mask = inputs.get("attention_mask")
+        mask = np.ones_like(ids) if mask is None else np.asarray(mask.numpy() if hasattr(mask, "numpy") else mask)
+        return [[int(t) for t, m in zip(row, mrow) if m] for row, mrow in zip(ids, mask)]
+    if isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], (list, tuple)):
+        return [[int(t) for t in row] for row in inputs]  # token lists of any lengths
+    array = np.asarray(inputs.numpy() if hasattr(inputs, "numpy") else inputs)
+    rows = [array] if array.ndim == 1 else list(array)
+    return [[int(t) for t in row] for row in rows]
+
+
+def _is_seq2seq_file(path: Path) -> bool:
+    from ...runtime.onnxfile import load_proto
+
+    return any(i.name.startswith("past_key_values.") and ".encoder." in i.name for i in load_proto(path).graph.input)
+
+
+def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bool = False,
+             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_token_id: int | None = None,
+             pad_token_id: int | None = None, seed: int = 0, provider: str = "cpu", tokenizer: Any = None,
+             stream: Any = None, io_binding: bool | None = None) -> GenerationResult:
+    """Generate tokens with an exported decoder (an ExportResult, a variant or an .onnx path) in ONNX
+    Runtime, keeping the key/value cache between steps.
+
+    ``inputs``: text (with a tokenizer: given, or the export's), token id lists of any lengths (batched
+    with left padding; for an encoder-decoder, the encoder's inputs right-padded), a tokenizer's output, an
+    array, or audio features (``input_features``) for Whisper. Greedy unless ``do_sample`` (temperature, top-k,
+    top-p). Stops at ``eos_token_id`` (the config's by default) or after ``max_new_tokens``. ``stream``:
+    called with each step's new tokens (a notebook display updates as they come). ``io_binding`` (default: on
+    for GPU providers) keeps a decoder's cache on the provider's device between steps.
+    """
+    from ...runtime.providers import providers_named
+
+    if max_new_tokens < 1:
+        raise InvalidArgumentError("max_new_tokens must be at least 1.")
+    source = getattr(model, "source", None)
+    config = getattr(getattr(source, "model", None), "config", None)
+    tokenizer = tokenizer if tokenizer is not None else getattr(source, "preprocessor", None)
+    eos = eos_token_id if eos_token_id is not None else getattr(config, "eos_token_id", None)
+    eos_set = set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
+    pad = pad_token_id if pad_token_id is not None else (getattr(config, "pad_token_id", None) or 0)
+    rng = np.random.default_rng(seed)
+    path = Path(getattr(model, "path", model))
+    if _is_seq2seq_file(path):
+        from . import seq2seq
+
+        start_id = getattr(config, "decoder_start_token_id", None)
+        tokens, steps = seq2seq.generate(
+            model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad,
+            start=int(start_id if start_id is not None else pad), provider=providers_named([provider])[0].name,
+            tokenizer=tokenizer, stream=stream,
+            pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
+        text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
+        return GenerationResult([], tokens, text, steps[0], steps[1:])
+    decoder = OnnxDecoder(path, providers_named([provider])[0].name, io_binding=io_binding)
+    prompts = _prompts(inputs, tokenizer)
+    ids, mask = left_pad(prompts, pad)
+    cache = decoder.empty_cache(len(prompts))
+    done = np.zeros(len(prompts), bool)
+    new: list[list[int]] = [[] for _ in prompts]
+    times: list[float] = []
+    step_ids = ids
+    for _ in range(max_new_tokens):
+        start = time.perf_counter()
+        logits, cache = decoder.step(step_ids, mask, cache)
+        chosen = pick(logits[:, -1, :], do_sample, temperature, top_k, top_p, rng)
+        times.append((time.perf_counter() - start) * 1e3)
+        if accept(chosen, done, new, eos_set, stream):
+            break
+        step_ids = np.where(done, pad, chosen)[:, None].astype(np.int64)
+        mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)
+    text = [tokenizer.decode(t, skip_special_tokens=True) for t in new] if tokenizer is not None else None
+    return GenerationResult(prompts, new, text, times[0], times[1:])

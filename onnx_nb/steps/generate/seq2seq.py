@@ -1,0 +1,149 @@
+"""Encoder-decoder models (T5, BART, Marian, Whisper) exported for generation: an encoder file and a decoder file
+with its self-attention cache.
+
+The encoder file runs the encoder once and also computes every decoder layer's cross-attention keys and values
+(``present.{i}.encoder.key/value``), so the decoder never recomputes them. The decoder file takes
+``decoder_input_ids``, the encoder's states (and mask), its own cache ``past_key_values.{i}.decoder.key/value``
+(empty at the first step) and the cross-attention cache ``past_key_values.{i}.encoder.key/value``, and returns
+``logits`` and ``present.{i}.decoder.key/value``. Only imported by functions that already need torch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError
+from ..export.seq2seq_cache import encoder_path
+
+
+class OnnxSeq2Seq:
+    """The encoder file once, then decoder steps with the self-attention cache, in ONNX Runtime."""
+
+    def __init__(self, decoder: Path, provider: str = "CPUExecutionProvider", encoder: Path | None = None) -> None:
+        from ...runtime.sessions import session
+
+        encoder = encoder or encoder_path(decoder)
+        if not encoder.exists():
+            raise InvalidArgumentError(f"{decoder} has no encoder file beside it ({encoder.name}); export the model "
+                                       "again with onnx_nb.export(model).")
+        self.encoder = session(encoder, provider)
+        self.decoder = session(decoder, provider)
+        self.encoder_names = [i.name for i in self.encoder.get_inputs()]
+        self.decoder_inputs = {i.name: i for i in self.decoder.get_inputs()}
+        self.self_names = [n for n in self.decoder_inputs if ".decoder." in n]
+        first = self.decoder_inputs[self.self_names[0]]
+        self.heads, self.head_size = int(first.shape[1]), int(first.shape[3])
+        self.decoder_outputs = [o.name for o in self.decoder.get_outputs()]
+
+    def encode(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = self.encoder.run(None, {n: feed[n] for n in self.encoder_names})
+        return dict(zip([o.name for o in self.encoder.get_outputs()], out))
+
+    def start(self, encoded: dict[str, np.ndarray], mask: np.ndarray | None) -> dict[str, np.ndarray]:
+        """The decoder's constant inputs and an empty self-attention cache."""
+        batch = encoded["encoder_hidden_states"].shape[0]
+        state: dict[str, np.ndarray] = {}
+        if "encoder_hidden_states" in self.decoder_inputs:  # some decoders only read the cross-attention cache
+            state["encoder_hidden_states"] = encoded["encoder_hidden_states"]
+        if "encoder_attention_mask" in self.decoder_inputs and mask is not None:
+            state["encoder_attention_mask"] = mask.astype(np.int64)
+        for name in self.decoder_inputs:
+            if ".encoder." in name:
+                state[name] = encoded[name.replace("past_key_values.", "present.")]
+        for name in self.self_names:
+            state[name] = np.zeros((batch, self.heads, 0, self.head_size), np.float32)
+        return state
+
+    def step(self, ids: np.ndarray, state: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        out = dict(zip(self.decoder_outputs, self.decoder.run(None, {"decoder_input_ids": ids.astype(np.int64),
+                                                                     **state})))
+        grown = dict(state)
+        for name in self.self_names:
+            grown[name] = out[name.replace("past_key_values.", "present.")]
+        return out["logits"], grown
+
+
+def encoder_feed(inputs: Any, tokenizer: Any, names: tuple[str, ...], pad: int) -> dict[str, np.ndarray]:
+    """Encoder inputs from text, token id lists (right-padded into a batch), a dict or audio features."""
+    if names == ("input_features",):
+        value = inputs["input_features"] if hasattr(inputs, "keys") else inputs
+        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, np.float32)
+        return {"input_features": array[None] if array.ndim == 2 else array}
+    if hasattr(inputs, "keys"):
+        return {k: np.asarray(inputs[k].numpy() if hasattr(inputs[k], "numpy") else inputs[k], np.int64)
+                for k in names}
+    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
+        if tokenizer is None:
+            raise InvalidArgumentError("Text prompts need a tokenizer: pass tokenizer=..., or token ids.")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        rows = [list(tokenizer(t)["input_ids"]) for t in texts]
+    else:
+        rows = [[int(t) for t in r] for r in inputs]
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad, np.int64)
+    mask = np.zeros((len(rows), width), np.int64)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], mask[i, :len(r)] = r, 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def encoder_of(model: Any) -> Path | None:
+    """The encoder file of a decoder file, an export or a variant of the decoder (which keeps using the export's
+    encoder file)."""
+    from ...results.export import export_of
+
+    path = Path(getattr(model, "path", model))
+    if isinstance(model, _Beside):
+        return model.encoder
+    if encoder_path(path).exists():
+        return encoder_path(path)
+    export = export_of(model)
+    return encoder_path(export.path) if export is not None else None
+
+
+def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: set[int], pad: int, start: int,
+             provider: str, tokenizer: Any, stream: Any) -> tuple[list[list[int]], list[float]]:
+    """The generation loop of an encoder-decoder (called by :func:`onnx_nb.generate`)."""
+    from .sampling import accept
+
+    runner = OnnxSeq2Seq(Path(getattr(model, "path", model)), provider, encoder_of(model))
+    names = tuple(runner.encoder_names)
+    feed = encoder_feed(inputs, tokenizer, names, pad)
+    times: list[float] = []
+    t0 = time.perf_counter()
+    encoded = runner.encode(feed)
+    state = runner.start(encoded, feed.get("attention_mask"))
+    batch = encoded["encoder_hidden_states"].shape[0]
+    ids = np.full((batch, 1), start, np.int64)
+    done = np.zeros(batch, bool)
+    new: list[list[int]] = [[] for _ in range(batch)]
+    for _ in range(max_new_tokens):
+        logits, state = runner.step(ids, state)
+        chosen = pick(logits[:, -1, :])
+        times.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        if accept(chosen, done, new, eos, stream):
+            break
+        ids = np.where(done, pad, chosen)[:, None].astype(np.int64)
+    return new, times
+
+
+# -- export -----------------------------------------------------------------------------------------
+
+def _full(provider: str) -> str:
+    from ...runtime.providers import providers_named
+
+    return providers_named([provider])[0].name
+
+
+@dataclass
+class _Beside:
+    """A decoder file (a variant) and the export's encoder file it runs with."""
+
+    path: Path
+    encoder: Path

@@ -1,0 +1,209 @@
+"""``check_parity()``: ONNX vs its reference on several shapes and providers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError, first_line
+from ...progress import Steps
+from ...results.export import export_of
+from ...results.parity import DivergingNode, ParityReport, Row
+from ...results.tolerance import measure, precision_of, tolerance_for
+from ...runtime.isolation import honours_isolate
+from ...runtime.shapes import axis_sizes, cast_feed, label, make_feed, right_padded, shape_specs, static_conflict
+from .references import Reference
+
+_ORT_NODE = re.compile(r"running (?P<op>\w+) node\. Name:'(?P<name>[^']+)'")
+
+
+def padding_mask(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> np.ndarray | None:
+    """Real (unpadded) token positions, when the inputs carry an attention mask over batch × sequence."""
+    mask = feed.get("attention_mask")
+    if mask is None or mask.ndim != 2 or mask.all():
+        return None
+    return mask.astype(bool)
+
+
+@honours_isolate
+def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, shapes: Any = "auto",
+                 providers: Any = ("cpu",), atol: float | None = None, rtol: float | None = None,
+                 tolerances: Mapping[str, Any] | None = None, localize: bool = True, seed: int = 0,
+                 progress: bool = True, isolate: bool | None = None, probes: Any = "auto") -> ParityReport:
+    """Compare ``onnx_model`` with ``reference`` output by output, on several shapes and providers.
+
+    Besides the shapes, ``probes`` (default ``"auto"``: every one that applies) runs the first shape with
+    inputs drawn to move the model off the sample's path (see :mod:`onnx_nb.steps.parity.probes`); ``False``
+    turns them off. Returns a :class:`ParityReport` (truthy when everything passed and the export did not
+    record a single branch); raises only for bad input.
+    """
+    from ...runtime.onnxfile import load_proto
+    from ...runtime.providers import providers_named
+    from .probes import chosen
+    from .references import reference_and_model
+
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise InvalidArgumentError(f"{name} must be a number >= 0 (e.g. {name}=1e-4), got {value!r}; leave it "
+                                       "out for the default of the model's precision.")
+    wanted = providers_named(providers)
+    if not any(p.available for p in wanted):
+        from ...errors import ProviderUnavailableError
+
+        raise ProviderUnavailableError(
+            f"None of the requested execution providers ({', '.join(p.short for p in wanted)}) is in this "
+            f"onnxruntime build; available here: "
+            f"{', '.join(p.short for p in providers_named('available'))}. "
+            "Install the matching onnxruntime package (e.g. onnxruntime-gpu for cuda), or use providers=('cpu',).")
+    generative = _generative(reference, onnx_model)
+    if generative is not None:  # a decoder with its cache: parity is generation parity
+        from .generation import generation_parity
+
+        return generation_parity(generative[0], generative[1], providers=providers, progress=progress)
+    ref, path = reference_and_model(reference, onnx_model, sample, seed)
+    proto = load_proto(path)
+    precision = precision_of(proto)
+    probe_names = chosen(probes, precision)
+    candidate_obj = onnx_model if onnx_model is not None else reference
+    export = export_of(candidate_obj)
+    if probes == "auto" and not type(ref.model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
+        probe_names.remove("left-padded")  # left padding is how decoders batch prompts; encoders pad right
+    cases, notes = _cases(ref, shapes, candidate_obj, proto, probe_names, seed)
+    rows: list[Row] = []
+    first_failure: tuple[dict[str, np.ndarray], str] | None = None
+    divergence: DivergingNode | None = None
+    live = [p for p in wanted if p.available]
+    judge = {"precision": precision, "atol": atol, "rtol": rtol, "tolerances": tolerances, "seed": seed}
+    with Steps(len(cases) * max(len(live), 1) + int(localize), "parity", progress) as steps:
+        rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
+        from ...runtime.padding import open_session
+
+        opened = {p.short: open_session(candidate_obj if hasattr(candidate_obj, "path") else path, p.name)
+                  for p in live}
+        for tag, feed, moved in cases:
+            try:
+                expected = ref.run(feed)
+            except Exception as exc:  # noqa: BLE001 - the reference's own failure is reported, not raised
+                fixed = [(p.short, static_conflict(opened[p.short], feed, ref.axes, export)) for p in live]
+                rows += [Row("*", tag, short, "shape-mismatch", note=why) for short, why in fixed if why]
+                rows.append(Row("*", tag, "reference", "skipped",
+                                note=f"the reference itself fails here: {type(exc).__name__}: {first_line(exc, 150)}"))
+                continue
+            if padding_mask(feed, ref.axes) is not None:
+                notes.append("Padded token positions (attention_mask == 0) are excluded from the statistics.")
+            for p in live:
+                steps.step(f"{tag} on {p.short}")
+                new_rows, named, expected = _run_case(opened[p.short], p.short, tag, feed, moved, expected, ref,
+                                                      export, judge, notes)
+                rows += new_rows
+                if named is not None and divergence is None:
+                    divergence = named
+                if first_failure is None and any(r.status == "fail" for r in new_rows):
+                    first_failure = (feed, p.name)
+        unverified = list(getattr(export, "unverified", None) or [])
+        if unverified and first_failure is not None:
+            notes.append("The export traced one branch, so every node computes what the sample's path computes and "
+                         "no node is to blame: no diverging node is searched for. Fix the branch in the model's code.")
+        elif localize and first_failure is not None and divergence is None:
+            steps.step("finding the first diverging node")
+            from .localize import first_divergence
+
+            try:
+                divergence = first_divergence(path, ref, first_failure[0], precision, atol, rtol)
+            except Exception as exc:  # noqa: BLE001 - localisation is a diagnosis; the report stands
+                notes.append(f"Could not localise the failure: {type(exc).__name__}: {str(exc)[:200]}")
+    return ParityReport(model=path.name, reference=ref.label, precision=precision, rows=rows,
+                        shapes={tag: {k: list(v.shape) for k, v in feed.items()} for tag, feed, _ in cases},
+                        divergence=divergence, notes=list(dict.fromkeys(notes)), unverified=unverified)
+
+
+def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:
+    """(export, file) when the file under test belongs to a decoder exported with its cache (the export itself,
+    a variant of it, or any file checked against it): such files are checked by generating."""
+    candidate = onnx_model if onnx_model is not None else reference
+    for export in (export_of(reference), export_of(candidate)):
+        if export is not None and export.cache_layout is not None:
+            return export, getattr(candidate, "path", candidate)
+    return None
+
+
+def _cases(ref: Reference, shapes: Any, candidate: Any, proto: Any, probe_names: list[str],
+           seed: int) -> tuple[list[tuple[str, dict[str, np.ndarray], bool]], list[str]]:
+    """``(label, inputs, shape moved)`` for every check: the shapes, then the probes at the first shape."""
+    from ...runtime.feeds import vocab_sizes
+    from .probes import PROBES, probe_feeds
+
+    sizes = axis_sizes(ref.sample, ref.axes)
+    specs = shape_specs(shapes, sizes, list(ref.sample))
+    if (getattr(candidate, "runtime", None) or {}).get("unpad") and "attention_mask" in ref.sample \
+            and shapes == "auto":
+        longest = {n: max(s, 16) for n, s in sizes.items() if n != "batch"}
+        specs.append({"batch": max(sizes.get("batch", 2), 4), **longest, "padded": True})
+    cases: list[tuple[str, dict[str, np.ndarray], bool]] = []
+    for spec in specs:
+        feed = make_feed(ref.sample, ref.axes, {k: v for k, v in spec.items() if k != "padded"})
+        tag = label(feed, ref.axes, spec)
+        if spec.get("padded"):
+            feed, tag = right_padded(feed), tag + ", right-padded"
+        cases.append((tag, feed, bool(spec)))
+    notes: list[str] = []
+    if cases and probe_names:
+        tag, feed, moved = cases[0]
+        made = probe_feeds(feed, vocab_sizes(proto), probe_names, seed)
+        cases += [(f"{tag} · {name}", probe, moved) for name, probe in made]
+        if made:
+            notes.append("Probe inputs (the first shape, drawn to move the model off the sample's path): "
+                         + "; ".join(f"{name}: {PROBES[name]}" for name, _ in made) + ".")
+    return cases, notes
+
+
+def _run_case(sess: Any, provider: str, tag: str, feed: dict[str, np.ndarray], moved: bool,
+              expected: dict[str, np.ndarray], ref: Reference, export: Any, judge: dict[str, Any],
+              notes: list[str]) -> tuple[list[Row], DivergingNode | None, dict[str, np.ndarray]]:
+    """The rows of one input case on one provider (and a node ORT's own error names)."""
+    conflict = static_conflict(sess, feed, ref.axes, export)
+    if conflict:
+        return [Row("*", tag, provider, "shape-mismatch", note=conflict)], None, expected
+    try:
+        got = sess.run(None, cast_feed(sess, feed))
+    except Exception as exc:  # noqa: BLE001 - ORT errors become rows
+        row = Row("*", tag, provider, "shape-mismatch" if moved else "error",
+                  note=_changed(ref, feed) + first_line(exc))
+        match = _ORT_NODE.search(str(exc))
+        named = DivergingNode(match["name"], match["op"], "", None, float("nan"), float("nan"),
+                              "named in ONNX Runtime's error") if match else None
+        return [row], named, expected
+    names = [o.name for o in sess.get_outputs()]
+    if not set(names) & set(expected):
+        notes.append("Output names differ from the reference's; outputs were matched by position.")
+        expected = dict(zip(names, expected.values()))
+    mask = padding_mask(feed, ref.axes)
+    return [_row(name, tag, provider, value, expected.get(name), mask, judge["precision"], judge["atol"],
+                 judge["rtol"], judge["tolerances"], judge["seed"])
+            for name, value in zip(names, got)], None, expected
+
+
+def _changed(ref: Reference, feed: dict[str, np.ndarray]) -> str:
+    sizes, base = axis_sizes(feed, ref.axes), axis_sizes(ref.sample, ref.axes)
+    moved = [f"{k} {base[k]}→{v}" for k, v in sizes.items() if base.get(k) != v]
+    return f"fails when {', '.join(moved)}: " if moved else ""
+
+
+def _row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.ndarray | None,
+         mask: np.ndarray | None, precision: str, atol: float | None, rtol: float | None,
+         tolerances: Mapping[str, Any] | None, seed: int) -> Row:
+    if expected is None:
+        return Row(name, tag, provider, "skipped", note="the reference has no output of this name")
+    if value.shape != expected.shape:
+        return Row(name, tag, provider, "shape-mismatch",
+                   note=f"ONNX gives shape {list(value.shape)}, the reference {list(expected.shape)}")
+    tol = tolerance_for(precision, name, atol, rtol, tolerances)
+    stats, errors = measure(value, expected, name, mask, seed)
+    verdict = errors.judge(tol)
+    return Row(name, tag, provider, verdict["status"], tolerance=tol,
+               max_abs=stats["max_abs"], max_rel=stats["max_rel"], mean_abs=stats["mean_abs"],
+               frac_out=verdict["frac_out"], cosine=stats["cosine"], argmax_agreement=stats["argmax_agreement"],
+               needed_atol=verdict["needed_atol"], note=verdict["note"], errors=errors)

@@ -1,0 +1,193 @@
+"""Generation parity: a model exported with its cache (a decoder, or an encoder-decoder's two files) against
+PyTorch, by generating: per-step logits under teacher forcing and greedy tokens against ``generate()``, each
+first difference told apart as a near-tie or a real divergence. Only imported by functions that already need
+torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..generate.generation import OnnxDecoder, _is_seq2seq_file, generate, left_pad
+from .probes import default_prompts
+
+NEAR_TIE = 1e-3  # PyTorch's logit margin between its pick and ONNX's (relative to the logits' scale): a tie below
+
+
+@dataclass
+class TokenCheck:
+    """Greedy tokens of ONNX against PyTorch ``generate(do_sample=False)`` for one prompt."""
+
+    prompt: int
+    onnx: list[int]
+    torch: list[int]
+    first_difference: int | None  # step where they differ, None if identical
+    near_tie: bool  # PyTorch's margin between the two picks was within tolerance: a tie, not a divergence
+    gap: float | None  # that margin (PyTorch's logit of its pick minus that of ONNX's pick)
+
+    @property
+    def verdict(self) -> str:
+        if self.first_difference is None:
+            return "identical"
+        return "near-tie" if self.near_tie else "DIVERGED"
+
+
+def torch_greedy(model: Any, prompts: list[list[int]], max_new_tokens: int, pad: int) -> list[list[int]]:
+    out = []
+    for p in prompts:  # one prompt at a time: PyTorch's own reference, with no padding in play
+        with torch.no_grad():
+            ids = torch.tensor([p])
+            full = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                  min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
+                                  eos_token_id=None)
+        out.append([int(t) for t in full[0, len(p):]])
+    return out
+
+
+def teacher_forced(model: Any, decoder: OnnxDecoder, prompts: list[list[int]], continuations: list[list[int]],
+                   pad: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """``(step, onnx logits, torch logits)`` for the batch fed the same tokens step by step (left-padded,
+    cache kept on both sides): step 0 is the prefill, later steps decode one token each."""
+    ids, mask = left_pad(prompts, pad)
+    cache = decoder.empty_cache(len(prompts))
+    t_ids, t_mask = torch.from_numpy(ids), torch.from_numpy(mask)
+    past = None
+    out = []
+    steps = min(len(c) for c in continuations)
+    step_ids, step_mask = ids, mask
+    for step in range(steps + 1):
+        logits, cache = decoder.step(step_ids, step_mask, cache)
+        positions = (t_mask.cumsum(1) - 1).clamp(min=0)[:, -t_ids.shape[1]:]
+        with torch.no_grad():
+            ref = model(input_ids=t_ids, attention_mask=t_mask, position_ids=positions, past_key_values=past,
+                        use_cache=True, return_dict=True)
+        past = ref.past_key_values
+        out.append((step, logits[:, -1, :], ref.logits[:, -1, :].float().numpy()))
+        if step == steps:
+            break
+        nxt = np.array([[c[step]] for c in continuations], np.int64)
+        step_mask = np.concatenate([step_mask, np.ones((len(prompts), 1), np.int64)], axis=1)
+        step_ids = nxt
+        t_ids, t_mask = torch.from_numpy(nxt), torch.from_numpy(step_mask)
+    return out
+
+
+class _DecoderOnly:
+    """Generation parity's inputs and runs for a decoder-only model (prompts batched with left padding)."""
+
+    def __init__(self, model: Any, path: Path, prompts: list[list[int]] | None, max_new_tokens: int) -> None:
+        self.model, self.path, self.new = model, path, max_new_tokens
+        self.prompts = prompts or default_prompts(model)
+        self.pad = getattr(model.config, "pad_token_id", None) or 0
+        self.labels = [f"prompt {i} ({len(p)} tokens)" for i, p in enumerate(self.prompts)]
+        self.first_step = "prefill (left-padded batch)"
+        self.describe = (f"{len(self.prompts)} prompts of {', '.join(str(len(p)) for p in self.prompts)} tokens, "
+                         "batched with left padding for the teacher-forced logits")
+
+    def reference(self) -> list[list[int]]:
+        return torch_greedy(self.model, self.prompts, self.new, self.pad)
+
+    def forced(self, provider: str, reference: list[list[int]]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        return teacher_forced(self.model, OnnxDecoder(self.path, provider), self.prompts, reference, self.pad)
+
+    def generated(self, provider: str) -> list[list[int]]:
+        return generate(self.path, self.prompts, max_new_tokens=self.new, eos_token_id=-1, pad_token_id=self.pad,
+                        provider=provider).tokens
+
+    def logits_at(self, index: int, prefix: list[int]) -> torch.Tensor:
+        with torch.no_grad():
+            return self.model(input_ids=torch.tensor([self.prompts[index] + prefix])).logits[0, -1].float()
+
+
+def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]] | None = None,
+                      max_new_tokens: int = 8, providers: Any = ("cpu",), progress: bool = True) -> Any:
+    """Generation parity of a model exported with its cache (a decoder, or an encoder-decoder's two files):
+    per-step logits under teacher forcing (a batch of inputs of different lengths) and greedy tokens against
+    PyTorch's ``generate``, each first difference told apart as a near-tie or a real divergence. ``path``: the
+    file to check (a variant of the export; the export's own file by default). Returns a ParityReport whose rows
+    are per step (``logits``) and per prompt (``tokens``)."""
+    from ...errors import first_line
+    from ...progress import Steps
+    from ...results.parity import ParityReport, Row
+    from ...results.tolerance import measure, precision_of, tolerance_for
+    from ...runtime.onnxfile import load_proto
+    from ...runtime.providers import providers_named
+
+    source = export.source
+    model = source.model
+    if model is None:
+        from ..export.sources import load_source
+
+        model = load_source(source.location or "", source.task).model
+    path = Path(path if path is not None else export.path)
+    precision = precision_of(load_proto(path))
+    if _is_seq2seq_file(path):
+        from ..export.seq2seq_cache import encoder_path
+        from .seq2seq import Seq2SeqParity
+
+        family: Any = Seq2SeqParity(model, path, max_new_tokens, encoder=encoder_path(Path(export.path)))
+    else:
+        family = _DecoderOnly(model, path, prompts, max_new_tokens)
+    rows: list[Row] = []
+    checks: list[TokenCheck] = []
+    wanted = providers_named(providers)
+    live = [p for p in wanted if p.available]
+    rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
+    tol = tolerance_for(precision, "logits", None, None, None)
+    with Steps(1 + 2 * len(live), "generation parity", progress) as bar:
+        bar.step("PyTorch greedy generate()")
+        reference = family.reference()
+        for p in live:
+            bar.step(f"teacher-forced logits on {p.short}")
+            try:
+                forced = family.forced(p.name, reference)
+                generated = family.generated(p.short)
+            except Exception as exc:  # noqa: BLE001 - ONNX Runtime's failure is a row, not a crash
+                rows.append(Row("*", "generation", p.short, "error", note=f"{type(exc).__name__}: {first_line(exc)}"))
+                continue
+            for step, got, ref in forced:
+                stats, errors = measure(got, ref, "logits")
+                verdict = errors.judge(tol)
+                tag = family.first_step if step == 0 else f"decode step {step}"
+                rows.append(Row("logits", tag, p.short, verdict["status"], tolerance=tol, max_abs=stats["max_abs"],
+                                max_rel=stats["max_rel"], mean_abs=stats["mean_abs"], frac_out=verdict["frac_out"],
+                                cosine=stats["cosine"], argmax_agreement=stats["argmax_agreement"],
+                                needed_atol=verdict["needed_atol"], note=verdict["note"], errors=errors))
+            bar.step(f"greedy tokens on {p.short}")
+            for i, (mine, theirs) in enumerate(zip(generated, reference)):
+                check = _compare_tokens(lambda prefix, i=i: family.logits_at(i, prefix), mine, theirs, i)
+                checks.append(check)
+                status = "fail" if check.verdict == "DIVERGED" else "pass"
+                note = (f"{len(mine)} greedy tokens identical to PyTorch" if check.first_difference is None else
+                        f"first difference at step {check.first_difference}: ONNX {mine[check.first_difference]}, "
+                        f"PyTorch {theirs[check.first_difference]}; PyTorch's margin {check.gap:.3g} "
+                        f"({'a near-tie: both picks are right' if check.near_tie else 'a real divergence'})")
+                rows.append(Row("tokens", family.labels[i], p.short, status, note=note))
+    identical = sum(c.first_difference is None for c in checks)
+    ties = sum(c.verdict == "near-tie" for c in checks)
+    notes = [f"Generation parity: {family.describe}; {max_new_tokens} greedy tokens each against "
+             f"PyTorch generate(do_sample=False): {identical} identical, {ties} near-tie(s), "
+             f"{len(checks) - identical - ties} divergence(s). A near-tie is a first difference where PyTorch's "
+             f"logits for the two picks were within {NEAR_TIE:g} of the logits' scale (random weights make them "
+             "common)."]
+    report = ParityReport(model=path.name, reference=f"PyTorch {source.name} (generate, with cache)",
+                          precision=precision, rows=rows, shapes={}, notes=notes,
+                          unverified=list(getattr(export, "unverified", []) or []), generation=checks)
+    return report
+
+
+def _compare_tokens(logits_at: Any, mine: list[int], theirs: list[int], index: int) -> TokenCheck:
+    """``logits_at(prefix)``: PyTorch's next-token logits after the prompt and ``prefix`` of generated tokens."""
+    diff = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+    if diff is None:
+        return TokenCheck(index, mine, theirs, None, False, None)
+    logits = logits_at(theirs[:diff])
+    # PyTorch's own margin between its pick and the one ONNX made: tiny means both picks are right
+    gap = float(logits[theirs[diff]] - logits[mine[diff]])
+    scale = float(logits.abs().max()) or 1.0
+    return TokenCheck(index, mine, theirs, diff, gap <= NEAR_TIE * scale, gap)

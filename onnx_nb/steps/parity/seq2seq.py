@@ -1,0 +1,112 @@
+"""Generation parity's inputs and runs for an encoder-decoder (the decoder-only family: :mod:`.generation`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..export.seq2seq_cache import _new_cache, encoder_inputs
+from ..generate.seq2seq import OnnxSeq2Seq, _Beside, _full, encoder_feed, generate
+
+
+class Seq2SeqParity:
+    """Generation parity's inputs and runs for an encoder-decoder: three inputs of different lengths (token
+    prompts right-padded for the encoder, or audio features), the decoder's steps under teacher forcing."""
+
+    def __init__(self, model: Any, path: Path, max_new_tokens: int, count: int = 3,
+                 encoder: Path | None = None) -> None:
+        from .probes import default_prompts
+
+        self.model, self.path, self.new, self.encoder = model, path, max_new_tokens, encoder
+        self.names = encoder_inputs(model)
+        config = model.config
+        self.pad = int(getattr(config, "pad_token_id", None) or 0)
+        self.start = int(config.decoder_start_token_id if config.decoder_start_token_id is not None else self.pad)
+        if self.names == ("input_features",):
+            frames = 2 * int(getattr(config, "max_source_positions", 1500))
+            rng = np.random.default_rng(0)
+            self.items: list[dict[str, np.ndarray]] = [
+                {"input_features": rng.standard_normal((1, config.num_mel_bins, frames)).astype(np.float32)}
+                for _ in range(count)]
+            self.batch = {"input_features": np.concatenate([i["input_features"] for i in self.items])}
+            self.labels = [f"audio {i} (features of {frames} frames)" for i in range(count)]
+            self.describe = f"{count} audio inputs ({frames} frames of random features) batched"
+        else:
+            prompts = default_prompts(model, count)
+            self.items = [encoder_feed([p], None, self.names, self.pad) for p in prompts]
+            self.batch = encoder_feed(prompts, None, self.names, self.pad)
+            self.labels = [f"input {i} ({len(p)} tokens)" for i, p in enumerate(prompts)]
+            self.describe = (f"{count} encoder inputs of {', '.join(str(len(p)) for p in prompts)} tokens, batched "
+                             "with right padding for the teacher-forced logits")
+        self.first_step = "first decoder step (batch)"
+
+    def _torch(self, feed: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        return {k: torch.from_numpy(v) for k, v in feed.items()}
+
+    def reference(self) -> list[list[int]]:
+        out = []
+        for item in self.items:
+            feed = self._torch(item)
+            with torch.no_grad():
+                if self.names == ("input_features",):  # Whisper's generate() adds its own task tokens: plain greedy
+                    out.append(self._greedy(feed))
+                    continue
+                ids = self.model.generate(**feed, max_new_tokens=self.new, min_new_tokens=self.new, do_sample=False,
+                                          pad_token_id=self.pad, eos_token_id=None)
+            out.append([int(t) for t in ids[0, 1:]])
+        return out
+
+    def _greedy(self, feed: dict[str, torch.Tensor]) -> list[int]:
+        """PyTorch's own greedy loop with its cache (the encoder once, one decoder step per token)."""
+        states = self.model.get_encoder()(**feed, return_dict=True).last_hidden_state
+        cache = _new_cache(self.model, [], [])
+        ids = torch.tensor([[self.start]])
+        tokens: list[int] = []
+        for _ in range(self.new):
+            out = self.model(encoder_outputs=(states,), decoder_input_ids=ids, past_key_values=cache, use_cache=True,
+                             return_dict=True)
+            cache = out.past_key_values
+            ids = out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(int(ids[0, 0]))
+        return tokens
+
+    def forced(self, provider: str, reference: list[list[int]]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        runner = OnnxSeq2Seq(self.path, provider, self.encoder)
+        encoded = runner.encode(self.batch)
+        state = runner.start(encoded, self.batch.get("attention_mask"))
+        feed = self._torch(self.batch)
+        mask = {"attention_mask": feed["attention_mask"]} if "attention_mask" in feed else {}
+        with torch.no_grad():
+            states = self.model.get_encoder()(**feed, return_dict=True).last_hidden_state
+        cache = _new_cache(self.model, [], [])
+        steps = min(len(r) for r in reference)
+        ids = np.full((len(reference), 1), self.start, np.int64)
+        out = []
+        for step in range(steps + 1):
+            logits, state = runner.step(ids, state)
+            with torch.no_grad():
+                ref = self.model(encoder_outputs=(states,), decoder_input_ids=torch.from_numpy(ids), use_cache=True,
+                                 past_key_values=cache, return_dict=True, **mask)
+            cache = ref.past_key_values
+            out.append((step, logits[:, -1, :], ref.logits[:, -1, :].float().numpy()))
+            if step < steps:
+                ids = np.array([[r[step]] for r in reference], np.int64)
+        return out
+
+    def generated(self, provider: str) -> list[list[int]]:
+        runner_tokens = []
+        for item in self.items:  # one at a time, as the reference ran
+            tokens, _ = generate(self.path if self.encoder is None else _Beside(self.path, self.encoder), item,
+                                 max_new_tokens=self.new, pick=lambda logits: np.argmax(logits, -1),
+                                 eos=set(), pad=self.pad, start=self.start, provider=_full(provider), tokenizer=None,
+                                 stream=None)
+            runner_tokens.append(tokens[0])
+        return runner_tokens
+
+    def logits_at(self, index: int, prefix: list[int]) -> torch.Tensor:
+        feed = self._torch(self.items[index])
+        with torch.no_grad():
+            return self.model(**feed, decoder_input_ids=torch.tensor([[self.start, *prefix]])).logits[0, -1].float()

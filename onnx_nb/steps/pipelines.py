@@ -1,0 +1,40 @@
+"""``pipeline()``: export, parity, optimize, quantize and latency in one call, into one :class:`Report`.
+
+A failed step does not stop the run: the report shows the failure and what still ran.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..progress import Steps
+from ..results.report import Report
+from ..runtime.isolation import honours_isolate
+
+
+@honours_isolate
+def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimize: bool = True,
+             quantize: str | None = "auto", providers: Any = ("cpu",), shapes: Any = None,
+             benchmark: bool = True, threads: int | None = None, min_seconds: float = 1.0,
+             out: str | os.PathLike[str] | None = None, overwrite: bool = False, name: str | None = None,
+             progress: bool = True, isolate: bool | None = None) -> Report:
+    """Run every step on ``model`` and gather the results.
+
+    ``quantize``: a :func:`onnx_nb.quantize` method (``"auto"``: the INT8 method that serves the family,
+    static QDQ for CNNs and dynamic for transformers; ``"dynamic"``, ``"static"`` with generated
+    calibration, ``"fp16"``, ``"int4"``) or None. ``benchmark``: time the export and each variant
+    against PyTorch eager on ``shapes`` (default: the sample's shape).
+    """
+    from .plan import Run, Settings, plan
+    from .variants import autotuning  # noqa: F401 - warm the import so timings are not charged to a step
+
+    run = Run(model, Settings(sample=sample, task=task, optimize=optimize, quantize=quantize, benchmark=benchmark,
+                              providers=providers, shapes=shapes, threads=threads, min_seconds=min_seconds, out=out,
+                              overwrite=overwrite, name=name))
+    steps = plan(run.settings)
+    with Steps(len(steps), "pipeline", progress) as bar:
+        for step in steps:
+            bar.step(f"quantize ({quantize})" if step.key == "quantize" else step.key)
+            run.run(step.key)
+    return run.report()

@@ -1,0 +1,210 @@
+"""``autotune()``: build candidate variants, measure latency and accuracy of each, pick the fastest
+within an accuracy budget, and show the Pareto front."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import InvalidArgumentError
+from ...progress import Steps
+from ...render import CSS, esc, html_table, text_table
+
+METRICS = ("cosine", "max_abs")
+
+
+@dataclass
+class Candidate:
+    name: str
+    variant: Any  # Variant, or the ExportResult / path for the plain export
+    p50_ms: float | None
+    metric: float | None
+    within_budget: bool
+    parity_passed: bool | None
+    speedup: float | None = None  # against the plain fp32 export (or PyTorch eager when measured)
+    error: str = ""
+
+
+@dataclass
+class TuneResult:
+    candidates: list[Candidate]
+    metric: str
+    budget: float
+    best: Any  # the fastest Variant within the budget (or the export itself)
+    pareto: list[str]
+    latency: Any = None  # the LatencyTable behind the numbers
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best_candidate(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.variant is self.best), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "budget": self.budget, "pareto": self.pareto,
+                "best": self.best_candidate.name if self.best_candidate else None,
+                "candidates": [{k: v for k, v in c.__dict__.items() if k != "variant"} for c in self.candidates],
+                "notes": self.notes}
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame([{k: v for k, v in c.__dict__.items() if k != "variant"} for c in self.candidates])
+
+    def figure(self) -> Any:
+        """Latency against accuracy per candidate; the Pareto front joined; the budget marked."""
+        import plotly.graph_objects as go
+
+        ok = [c for c in self.candidates if c.p50_ms is not None and c.metric is not None]
+        fig = go.Figure()
+        fig.add_trace(go.Scatter(x=[c.p50_ms for c in ok], y=[c.metric for c in ok], mode="markers+text",
+                                 text=[c.name for c in ok], textposition="top center", name="candidates",
+                                 marker={"size": 11, "color": ["#137333" if c.within_budget else "#b3261e"
+                                                               for c in ok]}))
+        front = sorted((c for c in ok if c.name in self.pareto), key=lambda c: c.p50_ms or 0.0)
+        fig.add_trace(go.Scatter(x=[c.p50_ms for c in front], y=[c.metric for c in front], mode="lines",
+                                 name="Pareto front", line={"dash": "dot"}))
+        fig.add_hline(y=self.budget, line_dash="dash", annotation_text=f"budget {self.metric} {self.budget:g}")
+        fig.update_layout(title="Autotune: latency against accuracy", xaxis_title="p50 latency (ms)",
+                          yaxis_title=self.metric, template="plotly_white", height=440)
+        return fig
+
+    def _rows(self) -> list[list[str]]:
+        def f(v: float | None, spec: str) -> str:
+            return "-" if v is None else format(v, spec)
+
+        best = self.best_candidate
+        return [[("★ " if c is best else "") + c.name, f(c.p50_ms, ".2f"),
+                 "-" if c.speedup is None else f"{c.speedup:.2f}x", f(c.metric, ".6g"),
+                 "yes" if c.within_budget else "no", "yes" if c.name in self.pareto else "", c.error]
+                for c in self.candidates]
+
+    def __repr__(self) -> str:
+        head = ["candidate", "p50_ms", "speedup", self.metric, "in budget", "pareto", "error"]
+        best = self.best_candidate
+        lines = [f"TuneResult: best within {self.metric} budget {self.budget:g}: {best.name if best else 'none'}",
+                 text_table(head, self._rows())]
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
+
+    __str__ = __repr__
+
+    def html_body(self) -> str:
+        head = ["candidate", "p50 ms", "speed-up", self.metric, "in budget", "Pareto", "error"]
+        notes = "".join(f'<div class="warn">{esc(n)}</div>' for n in self.notes)
+        return f'<div class="onnxnb"><h4>Autotune</h4>{html_table(head, self._rows())}{notes}</div>'
+
+    def _repr_html_(self) -> str:
+        return CSS + self.html_body()
+
+
+def _metric(report: Any, metric: str) -> float | None:
+    rows = [r for r in getattr(report, "rows", []) if r.status in ("pass", "fail")]
+    if not rows:
+        return None
+    if metric == "cosine":
+        return min(r.cosine for r in rows if r.cosine is not None)
+    return max(r.max_abs for r in rows if r.max_abs is not None)
+
+
+def pareto_front(points: list[tuple[str, float, float]], higher_is_better: bool) -> list[str]:
+    """Names not dominated in (latency lower, metric better)."""
+    front = []
+    for name, lat, met in points:
+        dominated = any((l2 <= lat and (m2 >= met if higher_is_better else m2 <= met))
+                        and (l2 < lat or m2 != met) for n2, l2, m2 in points if n2 != name)
+        if not dominated:
+            front.append(name)
+    return front
+
+
+def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None, providers: Any = ("cpu",),
+             sample: Any = None, shapes: Any = None, reference: Any = None, runs: int | None = None,
+             min_seconds: float = 0.5, threads: int | None = None, candidates: Any = "auto",
+             out: str | os.PathLike[str] | None = None, overwrite: bool = False, progress: bool = True) -> TuneResult:
+    """Candidates (the export; ORT's extended level; transformer fusion with and without skipping padding;
+    INT8 per-channel and per-tensor; INT4 weight-only), each validated and timed on the same inputs.
+
+    ``metric="cosine"`` (lowest cosine over outputs and shapes; budget default 0.99) or ``"max_abs"``
+    (largest absolute error; budget default 1e-4). Returns the table, the Pareto front, and ``best``:
+    the fastest candidate within the budget.
+    """
+    from ..benchmark.benchmarking import benchmark
+    from ..parity.check import check_parity
+    from .optimizing import optimize
+    from .quantizing import quantize
+    from .variants import parent_of
+
+    if metric not in METRICS:
+        raise InvalidArgumentError(f"metric={metric!r}: choose 'cosine' or 'max_abs'.")
+    budget = budget if budget is not None else (0.99 if metric == "cosine" else 1e-4)
+    parent, ref, _source = parent_of(model)
+    folder = Path(out) if out is not None else parent.parent / "autotune"
+    if folder.exists() and any(folder.iterdir()) and not overwrite:
+        from ...errors import OutputExistsError
+
+        raise OutputExistsError(f"{folder} already holds autotune results; pass overwrite=True or another out=.")
+    folder.mkdir(parents=True, exist_ok=True)
+    plan: list[tuple[str, Any]] = [
+        ("optimized(extended)", lambda: optimize(model, level="extended", unpad=False, **common("opt-ext"))),
+        ("optimized(auto)", lambda: optimize(model, unpad=False, **common("opt"))),
+        ("optimized(auto)+unpad", lambda: optimize(model, unpad="auto", then="int8", **common("opt-unpad"))),
+        ("int8 per-channel", lambda: quantize(built.get("optimized(auto)+unpad") or model, **common("int8-pc"))),
+        ("int8 per-tensor", lambda: quantize(built.get("optimized(auto)+unpad") or model, per_channel=False,
+                                             **common("int8-pt"))),
+        ("int4 weight-only", lambda: quantize(built.get("optimized(auto)+unpad") or model, method="int4",
+                                              **common("int4"))),
+    ]
+    if candidates != "auto":
+        wanted = set(candidates)
+        plan = [p for p in plan if p[0] in wanted]
+
+    def common(tag: str) -> dict[str, Any]:
+        return {"out": folder / f"{tag}.onnx", "overwrite": True, "providers": providers, "sample": sample,
+                **({"reference": reference} if reference is not None else {})}
+
+    built: dict[str, Any] = {}
+    results: list[Candidate] = []
+    with Steps(len(plan) + 2, "autotune", progress) as steps:
+        steps.step("checking the export")
+        against = reference if reference is not None else ref
+        if hasattr(against, "source") or (against is not None and not isinstance(against, (str, os.PathLike))):
+            base = check_parity(against, model, sample, providers=providers, progress=False)
+            results.append(Candidate("export (fp32)", model, None, _metric(base, metric), True, bool(base)))
+        else:  # a bare .onnx file is its own reference
+            results.append(Candidate("export (fp32)", model, None, 1.0 if metric == "cosine" else 0.0, True, None))
+        for name, build in plan:
+            steps.step(f"building {name}")
+            try:
+                variant = build()
+            except Exception as exc:  # noqa: BLE001 - a candidate that cannot be built is a row, not a crash
+                results.append(Candidate(name, None, None, None, False, None,
+                                         error=f"{type(exc).__name__}: {str(exc)[:160]}"))
+                continue
+            built[name] = variant
+            value = _metric(variant.parity, metric)
+            results.append(Candidate(name, variant, None, value, False, bool(variant.parity)))
+        steps.step("timing every candidate on the same inputs")
+        timed = {c.name: c.variant for c in results if c.variant is not None}
+        table = benchmark(timed, providers=providers, sample=sample, shapes=shapes, runs=runs,
+                          min_seconds=min_seconds, threads=threads, progress=False)
+    first = {}
+    for row in table.rows:
+        if row.status == "ok" and row.variant not in first:
+            first[row.variant] = row.p50_ms
+    base_ms = first.get("export (fp32)")
+    higher = metric == "cosine"
+    for c in results:
+        c.p50_ms = first.get(c.name)
+        if c.p50_ms and base_ms:
+            c.speedup = base_ms / c.p50_ms
+        if c.metric is not None:
+            c.within_budget = c.metric >= budget if higher else c.metric <= budget
+    pts = [(c.name, c.p50_ms, c.metric) for c in results if c.p50_ms is not None and c.metric is not None]
+    front = pareto_front([(n, float(lat), float(met)) for n, lat, met in pts], higher)
+    ok = [c for c in results if c.within_budget and c.p50_ms is not None]
+    best = min(ok, key=lambda c: c.p50_ms or 0.0).variant if ok else model
+    notes = list(table.notes)
+    if not ok:
+        notes.append("No candidate met the budget; best is the plain export.")
+    return TuneResult(results, metric, budget, best, front, table, notes)

@@ -1,0 +1,70 @@
+"""Building a :class:`Variant` from a new file: what changed, and its parity against the reference."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...errors import InvalidArgumentError
+from ...results.variant import FUSED_OPS, Variant
+from ...runtime.files import check_target, publish, staging_dir
+
+
+def parent_of(model: Any) -> tuple[Path, Any, Any]:
+    """(path, fp32 reference, export source) of what is being optimized or quantized."""
+    from ...results.export import ExportResult
+
+    if isinstance(model, Variant):
+        return model.path, model.reference, model.source
+    if isinstance(model, ExportResult):
+        return model.path, model, model.source
+    if isinstance(model, (str, os.PathLike)):
+        return Path(model), Path(model), None
+    raise InvalidArgumentError(
+        f"Expected an .onnx path, an ExportResult or a Variant, not a {type(model).__name__}."
+    )
+
+
+def target_for(parent: Path, tag: str, out: Any, overwrite: bool) -> Path:
+    default = parent.with_name(f"{parent.stem}.{tag}.onnx")
+    return check_target(out if out is not None else default, overwrite)
+
+
+def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: dict[str, Any],
+         write: Callable[[Path, Path], list[str]],
+         *, out: Any, overwrite: bool, validate: bool, runtime: dict[str, Any] | None = None,
+         providers: Any = ("cpu",), sample: Any = None, reference: Any = None) -> Variant:
+    """Run ``write(parent_path, staged_path) -> warnings`` into a staging folder, publish the file
+    atomically, and return the Variant with its parity report. ``name`` may be a function, asked after
+    ``write`` (which may decide what the variant is)."""
+    from ...runtime import onnxfile
+
+    parent, ref, source = parent_of(parent_model)
+    onnxfile.check_model(parent)  # a corrupt or escaping file fails here, clearly, before any tool reads it
+    if reference is not None:
+        ref = reference
+    target = target_for(parent, tag, out, overwrite)
+    start = time.perf_counter()
+    with staging_dir(target) as tmp:
+        staged = tmp / target.name
+        warnings = write(parent, staged)
+        files = publish(staged, target)
+    seconds = time.perf_counter() - start
+    before = onnxfile.load_proto(parent)
+    after = onnxfile.load_proto(target)
+    h0, h1 = onnxfile.op_histogram(before), onnxfile.op_histogram(after)
+    diff = {k: (h0.get(k, 0), h1.get(k, 0)) for k in sorted(set(h0) | set(h1)) if h0.get(k, 0) != h1.get(k, 0)}
+    fused = {k: v for k, v in h1.items() if k.split(".")[-1] in FUSED_OPS}
+    size_before = onnxfile.total_file_size(parent, before)
+    variant = Variant(name if isinstance(name, str) else name(), target, parent, dict(recipe), sum(h0.values()),
+                      sum(h1.values()), diff, fused,
+                      size_before, sum(f.stat().st_size for f in files), seconds, reference=ref, source=source,
+                      runtime=dict(runtime or {}), warnings=warnings, origin=parent_model)
+    if validate:
+        from ..parity.check import check_parity
+
+        variant.parity = check_parity(ref, variant, sample, providers=providers, progress=False)
+    return variant
