@@ -104,7 +104,7 @@ def test_pytorch_row_uses_the_same_inputs(linear: onnx_nb.ExportResult) -> None:
     sample = linear.source.sample["x"].numpy()
     expected = np.take(sample, np.arange(5) % 2, axis=0)
     timed = [t for t in model.seen if t.shape[0] == 5]  # the others: one call at the sample to name outputs
-    from onnx_nb.steps.benchmark.benchmarking import REMEASURE_RUNS
+    from onnx_nb.steps.benchmark.measuring import REMEASURE_RUNS
 
     assert len(timed) == 1 + 1 + 3 + 1 + REMEASURE_RUNS, "first run + warm-up + timed runs, then the re-measure"
     assert all(np.array_equal(t.numpy(), expected) for t in timed)

@@ -250,10 +250,8 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     installed; missing ones asked for by name appear as unavailable rows. ``runs=None`` repeats
     until ``min_seconds`` (at least 10 runs). Warm-up and the first run are kept out of the statistics.
     """
-    from ...runtime.feeds import export_sample, feed_for
     from ...runtime.files import scratch_dir
     from ...runtime.shapes import axis_sizes, label, make_feed, shape_specs
-    from ..parity.references import torch_reference
 
     if warmup < 0 or (runs is not None and runs < 1) or min_seconds < 0:
         raise InvalidArgumentError("warmup must be >= 0, runs >= 1 (or None) and min_seconds >= 0.")
@@ -269,21 +267,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
             getattr(source, "model", None)
         return benchmark_generation(entries, model, backends, shapes, warmup, runs, min_seconds, threads, clock,
                                     progress)
-    ref = None
-    if reference is not None:
-        from ..export.sources import load_source
-
-        source = reference.source if hasattr(reference, "source") else load_source(reference, None)
-        if source.model is None:
-            source = load_source(source.location or "", source.task)
-        if sample is None and source.kind == "module":
-            sample = export_sample(entries[0][1])
-        ref = torch_reference(source, sample, "PyTorch eager")
-    if ref is not None and not hasattr(sample, "keys"):
-        feed0, axes = ref.sample, ref.axes
-    else:
-        feed0, axes = feed_for(entries[0][2], entries[0][1], sample)
-        axes = ref.axes if ref is not None else axes
+    ref, feed0, axes = _reference_and_feed(reference, sample, entries)
     specs = shape_specs(shapes if shapes is not None else "sample", axis_sizes(feed0, axes), list(feed0))
     rows: list[LatencyRow] = []
     profiles: dict[str, Any] = {}
@@ -299,17 +283,13 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
             tag = label(feed, axes, spec)
             batch = int(next(iter(feed.values())).shape[0]) if feed else 1
             if ref is not None:
-                steps.step(f"PyTorch eager at {tag}")
-                row, runner = measure("PyTorch eager", "torch:cpu", tag, batch,
-                                       partial(TorchRunner, ref, feed, threads), warmup, runs, min_seconds,
-                                       clock, threads)
-                rows.append(row)
-                kept.append((row, runner))
-                if skipping and "attention_mask" in feed:  # padding-skip rows get a baseline with the same skip
-                    steps.step(f"PyTorch eager, padding skipped, at {tag}")
-                    row, runner = measure("PyTorch eager, padding skipped", "torch:cpu", tag, batch,
-                                           partial(BucketedTorchRunner, ref, feed, threads), warmup, runs,
-                                           min_seconds, clock, threads)
+                for label_, runner_type in [("PyTorch eager", TorchRunner)] + (
+                        # padding-skip rows get a baseline with the same skip
+                        [("PyTorch eager, padding skipped", BucketedTorchRunner)]
+                        if skipping and "attention_mask" in feed else []):
+                    steps.step(f"{label_} at {tag}")
+                    row, runner = measure(label_, "torch:cpu", tag, batch, partial(runner_type, ref, feed, threads),
+                                          warmup, runs, min_seconds, clock, threads)
                     rows.append(row)
                     kept.append((row, runner))
             for name, _obj, path in entries:
@@ -347,6 +327,29 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     if load is not None:
         notes.append(f"1-minute load average at start: {load:.2f} on {os.cpu_count()} cores")
     return summarize(rows, profiles, notes)
+
+
+def _reference_and_feed(reference: Any, sample: Any,
+                        entries: list[tuple[str, Any, Path]]) -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
+    """PyTorch eager as the baseline when there is a reference (loaded again from its location when the result
+    no longer holds it), and the inputs every row runs on, with their variable axes."""
+    from ...runtime.feeds import export_sample, feed_for
+    from ..parity.references import torch_reference
+
+    ref = None
+    if reference is not None:
+        from ..export.sources import load_source
+
+        source = reference.source if hasattr(reference, "source") else load_source(reference, None)
+        if source.model is None:
+            source = load_source(source.location or "", source.task)
+        if sample is None and source.kind == "module":
+            sample = export_sample(entries[0][1])
+        ref = torch_reference(source, sample, "PyTorch eager")
+    if ref is not None and not hasattr(sample, "keys"):
+        return ref, ref.sample, ref.axes
+    feed, axes = feed_for(entries[0][2], entries[0][1], sample)
+    return ref, feed, (ref.axes if ref is not None else axes)
 
 
 def _has_cache(path: Path) -> bool:

@@ -163,35 +163,9 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     calib_items: list[dict[str, Any]] | None = None
     static_source: Path | None = None
     if method == "static":
-        if isinstance(calibration, str):
-            if calibration != "generated":
-                raise CalibrationError(f"calibration={calibration!r}: pass a list of input dicts or 'generated'.")
-            calib_items = generated_calibration(onnx_model)
-        else:
-            calib_items = list(calibration or [])
-        if not calib_items:
-            raise CalibrationError("The calibration data is empty; give at least one input dict.")
-        recipe.update(calibration="generated" if calibration == "generated" else f"{len(calib_items)} samples",
-                      format="QDQ", activation_type="uint8")
-        parent_path, parent_ref, _ = parent_of(onnx_model)
-        CalibrationReader(parent_path, calib_items)  # checks shapes before any work
-        fused = conv_fusions(parent_path)
-        if fused and getattr(parent_ref, "path", None) is not None:
-            # ORT's FusedConv hides each Conv from the QDQ quantizer (left in float, and the calibration chain
-            # broken: "Unable to get valid quantization scale"); the runtime fuses the QDQ graph itself at load
-            static_source = Path(parent_ref.path)
-            recipe["quantized_from"] = (f"the export {static_source.name}: the parent's ORT fusions "
-                                        f"({', '.join(fused)}) hide its convolutions from the QDQ quantizer; ONNX "
-                                        "Runtime fuses the QDQ graph itself when it loads it")
+        calib_items, static_source = _static_inputs(onnx_model, calibration, recipe)
     if method == "int4":
-        from ...runtime.onnxfile import load_proto
-
-        # a decoder with its cache: decoding reads every weight per token, so INT4 serves it with int8 compute
-        # (accuracy level 4) and its Gemm projections (GPT-2's) in INT4 too; elsewhere accuracy comes first
-        decoder = any(i.name.startswith("past_key_values.") for i in load_proto(parent_of(onnx_model)[0]).graph.input)
-        if accuracy_level == "auto":
-            accuracy_level = 4 if decoder else None
-        recipe.update(block_size=block_size, symmetric=True, accuracy_level=accuracy_level, gemm_as_matmul=decoder)
+        accuracy_level = _int4_settings(onnx_model, accuracy_level, block_size, recipe)
 
     def write(src: Path, staged: Path) -> list[str]:
         from ...runtime.files import scratch_dir, temp_inside
@@ -212,11 +186,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
                                         f"{first_line(exc)}") from exc
         return [w for w in warnings if "pre-processing before quantization" not in w]
 
-    tag = {"dynamic": "int8", "static": "int8-static", "fp16": "fp16", "int4": "int4"}[method]
-    name = {"dynamic": f"int8-dynamic({'per-channel' if per_channel else 'per-tensor'})",
-            "static": "int8-static(QDQ)", "fp16": "fp16", "int4": f"int4-weight(block {block_size})"}[method]
-    if runtime.get("unpad"):
-        name += "+unpad"
+    tag, name = _tag_and_name(method, per_channel, block_size, bool(runtime.get("unpad")))
     variant = make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite, validate=validate,
                    runtime=runtime, providers=providers, sample=sample, reference=reference)
     if auto_exclude:
@@ -356,3 +326,51 @@ def gemm_to_matmul(model: Any) -> int:
     model.graph.initializer.extend(keep)
     del onnx
     return done
+
+
+def _static_inputs(onnx_model: Any, calibration: Any,
+                   recipe: dict[str, Any]) -> tuple[list[dict[str, Any]], Path | None]:
+    """Static INT8's calibration items (checked against the model's inputs before any work) and the file to
+    quantize when it is not the parent (the export, when the parent's ORT fusions hide its convolutions)."""
+    if isinstance(calibration, str):
+        if calibration != "generated":
+            raise CalibrationError(f"calibration={calibration!r}: pass a list of input dicts or 'generated'.")
+        items = generated_calibration(onnx_model)
+    else:
+        items = list(calibration or [])
+    if not items:
+        raise CalibrationError("The calibration data is empty; give at least one input dict.")
+    recipe.update(calibration="generated" if calibration == "generated" else f"{len(items)} samples",
+                  format="QDQ", activation_type="uint8")
+    parent_path, parent_ref, _ = parent_of(onnx_model)
+    CalibrationReader(parent_path, items)  # checks shapes before any work
+    fused = conv_fusions(parent_path)
+    if not (fused and getattr(parent_ref, "path", None) is not None):
+        return items, None
+    # ORT's FusedConv hides each Conv from the QDQ quantizer (left in float, and the calibration chain broken:
+    # "Unable to get valid quantization scale"); the runtime fuses the QDQ graph itself at load
+    source = Path(parent_ref.path)
+    recipe["quantized_from"] = (f"the export {source.name}: the parent's ORT fusions ({', '.join(fused)}) hide its "
+                                "convolutions from the QDQ quantizer; ONNX Runtime fuses the QDQ graph itself when "
+                                "it loads it")
+    return items, source
+
+
+def _int4_settings(onnx_model: Any, accuracy_level: int | str | None, block_size: int,
+                   recipe: dict[str, Any]) -> int | str | None:
+    """INT4 for a decoder with its cache (decoding reads every weight per token): int8 compute (accuracy level 4)
+    and its Gemm projections (GPT-2's) in INT4 too; elsewhere accuracy comes first (fp32 compute)."""
+    from ...runtime.onnxfile import load_proto
+
+    decoder = any(i.name.startswith("past_key_values.") for i in load_proto(parent_of(onnx_model)[0]).graph.input)
+    if accuracy_level == "auto":
+        accuracy_level = 4 if decoder else None
+    recipe.update(block_size=block_size, symmetric=True, accuracy_level=accuracy_level, gemm_as_matmul=decoder)
+    return accuracy_level
+
+
+def _tag_and_name(method: str, per_channel: bool, block_size: int, unpad: bool) -> tuple[str, str]:
+    tag = {"dynamic": "int8", "static": "int8-static", "fp16": "fp16", "int4": "int4"}[method]
+    name = {"dynamic": f"int8-dynamic({'per-channel' if per_channel else 'per-tensor'})",
+            "static": "int8-static(QDQ)", "fp16": "fp16", "int4": f"int4-weight(block {block_size})"}[method]
+    return tag, name + ("+unpad" if unpad else "")
