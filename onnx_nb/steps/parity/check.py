@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,23 +42,10 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     record a single branch); raises only for bad input.
     """
     from ...runtime.onnxfile import load_proto
-    from ...runtime.providers import providers_named
     from .probes import chosen
     from .references import reference_and_model
 
-    for name, value in (("atol", atol), ("rtol", rtol)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise InvalidArgumentError(f"{name} must be a number >= 0 (e.g. {name}=1e-4), got {value!r}; leave it "
-                                       "out for the default of the model's precision.")
-    wanted = providers_named(providers)
-    if not any(p.available for p in wanted):
-        from ...errors import ProviderUnavailableError
-
-        raise ProviderUnavailableError(
-            f"None of the requested execution providers ({', '.join(p.short for p in wanted)}) is in this "
-            f"onnxruntime build; available here: "
-            f"{', '.join(p.short for p in providers_named('available'))}. "
-            "Install the matching onnxruntime package (e.g. onnxruntime-gpu for cuda), or use providers=('cpu',).")
+    wanted = _providers_checked(atol, rtol, providers)
     generative = _generative(reference, onnx_model)
     if generative is not None:  # a decoder with its cache: parity is generation parity
         from .generation import generation_parity
@@ -104,20 +92,52 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
                 if first_failure is None and any(r.status == "fail" for r in new_rows):
                     first_failure = (feed, p.name)
         unverified = list(getattr(export, "unverified", None) or [])
-        if unverified and first_failure is not None:
-            notes.append("The export traced one branch, so every node computes what the sample's path computes and "
-                         "no node is to blame: no diverging node is searched for. Fix the branch in the model's code.")
-        elif localize and first_failure is not None and divergence is None:
-            steps.step("finding the first diverging node")
-            from .localize import first_divergence
-
-            try:
-                divergence = first_divergence(path, ref, first_failure[0], precision, atol, rtol)
-            except Exception as exc:  # noqa: BLE001 - localisation is a diagnosis; the report stands
-                notes.append(f"Could not localise the failure: {type(exc).__name__}: {str(exc)[:200]}")
+        if first_failure is not None:
+            divergence = divergence or _diagnose(path, ref, first_failure[0], precision, atol, rtol, bool(unverified),
+                                                 localize and divergence is None, steps, notes)
     return ParityReport(model=path.name, reference=ref.label, precision=precision, rows=rows,
                         shapes={tag: {k: list(v.shape) for k, v in feed.items()} for tag, feed, _ in cases},
                         divergence=divergence, notes=list(dict.fromkeys(notes)), unverified=unverified)
+
+
+def _providers_checked(atol: Any, rtol: Any, providers: Any) -> list[Any]:
+    """The tolerances given are numbers >= 0 and at least one provider asked for is in this build."""
+    from ...runtime.providers import providers_named
+
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise InvalidArgumentError(f"{name} must be a number >= 0 (e.g. {name}=1e-4), got {value!r}; leave it "
+                                       "out for the default of the model's precision.")
+    wanted = providers_named(providers)
+    if not any(p.available for p in wanted):
+        from ...errors import ProviderUnavailableError
+
+        raise ProviderUnavailableError(
+            f"None of the requested execution providers ({', '.join(p.short for p in wanted)}) is in this "
+            f"onnxruntime build; available here: "
+            f"{', '.join(p.short for p in providers_named('available'))}. "
+            "Install the matching onnxruntime package (e.g. onnxruntime-gpu for cuda), or use providers=('cpu',).")
+    return wanted
+
+
+def _diagnose(path: Path, ref: Reference, feed: dict[str, np.ndarray], precision: str, atol: float | None,
+              rtol: float | None, unverified: bool, localize: bool, steps: Any, notes: list[str]) -> Any:
+    """The first diverging node of a failure, when one can be blamed: not when the export traced one branch
+    (every node computes what the sample's path computes); a search that fails is a note, never an error."""
+    if unverified:
+        notes.append("The export traced one branch, so every node computes what the sample's path computes and "
+                     "no node is to blame: no diverging node is searched for. Fix the branch in the model's code.")
+        return None
+    if not localize:
+        return None
+    steps.step("finding the first diverging node")
+    from .localize import first_divergence
+
+    try:
+        return first_divergence(path, ref, feed, precision, atol, rtol)
+    except Exception as exc:  # noqa: BLE001 - localisation is a diagnosis; the report stands
+        notes.append(f"Could not localise the failure: {type(exc).__name__}: {str(exc)[:200]}")
+        return None
 
 
 def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:

@@ -188,6 +188,14 @@ def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None,
         timed = {c.name: c.variant for c in results if c.variant is not None}
         table = benchmark(timed, providers=providers, sample=sample, shapes=shapes, runs=runs,
                           min_seconds=min_seconds, threads=threads, progress=False)
+    front, best, notes = _score(results, table, metric, budget, model)
+    return TuneResult(results, metric, budget, best, front, table, notes)
+
+
+def _score(results: list[Candidate], table: Any, metric: str, budget: float,
+           model: Any) -> tuple[list[str], Any, list[str]]:
+    """Each candidate's p50 (its first timed shape), speed-up over the export, and whether it is within the
+    budget; the Pareto front; the best: the fastest within the budget, else the plain export."""
     first = {}
     for row in table.rows:
         if row.status == "ok" and row.variant not in first:
@@ -207,4 +215,4 @@ def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None,
     notes = list(table.notes)
     if not ok:
         notes.append("No candidate met the budget; best is the plain export.")
-    return TuneResult(results, metric, budget, best, front, table, notes)
+    return front, best, notes
