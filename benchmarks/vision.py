@@ -103,7 +103,7 @@ def ort_anchor(export_path: Path, folder: Path, family: str, calibration: list[d
     prepared = folder / f"{family}.anchor-prep.onnx"
     quant_pre_process(str(export_path), str(prepared))
     out = folder / f"{family}.anchor-ort-int8.onnx"
-    if family != "vit":
+    if "vit" not in family:  # a CNN: static QDQ; a ViT (Hugging Face or torchvision): dynamic
         class Reader(CalibrationDataReader):
             def __init__(self) -> None:
                 self.items = iter(calibration)
@@ -162,7 +162,7 @@ def run_model(family: str, args: Any, folder: Path) -> None:
           f"{fp32.recipe.get('attention_route', fp32.recipe.get('level'))}; quantize {int8.recipe['method']} "
           f"({int8.recipe.get('method_rule', '')}), parity {'passed' if int8.parity else 'FAILED'}", flush=True)
     files = {"ORT default session, plain export (fp32)": export.path, "onnx-nb optimize() fp32": fp32.path,
-             "ORT quantizer INT8 (" + ("dynamic" if family == "vit" else "static QDQ") + ")": anchor,
+             "ORT quantizer INT8 (" + ("dynamic" if "vit" in family else "static QDQ") + ")": anchor,
              f"onnx-nb quantize(auto) INT8 ({int8.recipe['method']})": int8.path}
     try:
         nncf_file: Path | None = nncf_int8(export.path, folder, family, calib)
