@@ -41,6 +41,7 @@ _LAZY = {
     "ExportResult": ("onnx_nb.results.export", "ExportResult"),
     "ModelSource": ("onnx_nb.results.export", "ModelSource"),
     "default_model_path": ("onnx_nb.frontends.demo", "default_model_path"),
+    "hub_or_standin": ("onnx_nb.frontends.demo", "hub_or_standin"),
     "check_parity": ("onnx_nb.steps.parity.check", "check_parity"),
     "ParityReport": ("onnx_nb.results.parity", "ParityReport"),
     "Tolerance": ("onnx_nb.results.tolerance", "Tolerance"),
@@ -108,6 +109,7 @@ __all__ = [
     "default_model_path",
     "export",
     "generate",
+    "hub_or_standin",
     "isolated",
     "load_ipython_extension",
     "optimize",
@@ -118,7 +120,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .frontends.demo import default_model_path
+    from .frontends.demo import default_model_path, hub_or_standin
     from .frontends.widgets import GraphView, Studio
     from .results.export import ExportResult, ModelSource
     from .results.latency import LatencyTable

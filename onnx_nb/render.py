@@ -8,11 +8,18 @@ from typing import Any
 
 CSS = """
 <style>
+/* .onnxnb.onnxnb: JupyterLab right-aligns output table cells with a (0,2,1) selector; ours must outrank it */
 .onnxnb{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:13px;line-height:1.4}
 .onnxnb h4{margin:.2em 0 .4em 0;font-size:14px}
 .onnxnb table{border-collapse:collapse;margin:.3em 0 .6em 0}
-.onnxnb th,.onnxnb td{border-bottom:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top}
-.onnxnb th{background:#f5f5f5}
+.onnxnb.onnxnb table th,
+.onnxnb.onnxnb table td{border-bottom:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top}
+.onnxnb.onnxnb table th{background:#f5f5f5;white-space:nowrap;font-weight:600}
+.onnxnb td{font-variant-numeric:tabular-nums}.onnxnb table.key td{white-space:nowrap}
+.onnxnb.onnxnb table td.num{text-align:right;white-space:nowrap}
+.onnxnb.onnxnb table td.wrap{white-space:normal;min-width:16em;max-width:32em}
+.onnxnb details{margin:.2em 0 .6em 0}.onnxnb summary{cursor:pointer;color:#555}
+.onnxnb .fold{color:#666}
 .onnxnb .ok{color:#137333;font-weight:600}.onnxnb .bad{color:#b3261e;font-weight:600}
 .onnxnb .warn{color:#8a5a00}.onnxnb code{font-size:12px}
 </style>
@@ -31,6 +38,57 @@ def html_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], raw_cols: 
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def sig(value: float | None, digits: int = 3) -> str:
+    """A number to ``digits`` significant digits ("-" for none): 0.0223, 1.23e-05, 74.7, 1.2e+03."""
+    if value is None:
+        return "-"
+    return format(value, f".{digits}g")
+
+
+def abbr(text: Any, width: int = 28) -> str:
+    """Escaped ``text``, cut to ``width`` characters with the whole text on hover."""
+    full = str(text)
+    if len(full) <= width:
+        return esc(full)
+    return f'<span title="{esc(full)}">{esc(full[:width - 1])}…</span>'
+
+
+def compact_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], key: Sequence[str], *,
+                  raw_cols: Sequence[int] = (), numeric: Sequence[str] = (), wrap: Sequence[str] = (),
+                  abbreviate: Sequence[str] = (), width: int = 28,
+                  details: str = "All columns") -> str:
+    """The ``key`` columns of a result in a table that fits a notebook column (cells kept on one line,
+    long names cut with the full text on hover), and every column in a folded table below it."""
+
+    def cell(col: str, i: int, value: Any, short: bool) -> str:
+        cut = short and col in abbreviate
+        text = value if i in raw_cols else (abbr(value, width) if cut else esc(value))
+        cls = "num" if col in numeric else "wrap" if col in wrap or (col in abbreviate and not short) else ""
+        return f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>"
+
+    def table(cols: Sequence[str], short: bool) -> str:
+        idx = [list(headers).index(c) for c in cols]
+        head = "".join(f"<th>{esc(c)}</th>" for c in cols)
+        body = "".join("<tr>" + "".join(cell(headers[i], i, row[i], short) for i in idx) + "</tr>"
+                       for row in rows)
+        return f'<table class="{"key" if short else "all"}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+    main = table(key, True)
+    if list(key) == list(headers) or not rows:
+        return main
+    full = table(headers, False)
+    return (f'{main}<details><summary>{esc(details)}</summary>'
+            f'<div style="overflow-x:auto">{full}</div></details>')
+
+
+def folded(title: str, lines: Sequence[str], cls: str = "warn") -> str:
+    """Lines (escaped here) behind a toggle that says how many there are: warnings and other detail."""
+    if not lines:
+        return ""
+    body = "".join(f'<div class="{cls}">{esc(line)}</div>' for line in lines)
+    return f"<details><summary>{esc(title)} ({len(lines)})</summary>{body}</details>"
 
 
 def text_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -60,3 +118,65 @@ def human_count(n: int) -> str:
 
 def shape_text(shape: Sequence[Any]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def svg_hbars(items: Sequence[dict[str, Any]], *, axis: str, log: bool = False, title: str = "",
+              label_chars: int = 40) -> str:
+    """A horizontal bar chart as inline SVG (no script, so it shows wherever HTML does: the Studio's tabs,
+    a saved notebook, a report file). Each item: ``label``, ``value`` (bar), optional ``hi`` (whisker end),
+    ``mark`` (a tick, e.g. a tolerance), ``text`` (after the whisker), ``bad`` (drawn red). Long labels are cut
+    with the full text on hover; text is 12 px."""
+    import math
+
+    items = [i for i in items if i.get("value") is not None and (not log or i["value"] > 0)]
+    if not items:
+        return ""
+    tops = [max(i["value"], i.get("hi") or 0, i.get("mark") or 0) for i in items]
+    pos = (lambda v: math.log10(max(v, 1e-30))) if log else (lambda v: float(v))
+    lows = [pos(i["value"]) for i in items] + [pos(i["mark"]) for i in items if i.get("mark")]
+    lo = math.floor(min(lows) - 0.3) if log else 0.0
+    hi = pos(max(tops)) + (0.3 if log else max(tops) * 0.05)
+    span = (hi - lo) or 1.0
+    chars = min(label_chars, max(len(str(i["label"])) for i in items))
+    left, bar_w, right, row = 8 + int(chars * 6.6), 380, 90, 22
+    top = 24 if title else 6
+    height = top + row * len(items) + 36
+
+    def x(v: float) -> float:
+        return left + bar_w * (pos(v) - lo) / span
+    parts = [f'<svg class="onnxnb-chart" xmlns="http://www.w3.org/2000/svg" width="{left + bar_w + right}" '
+             f'height="{height}" font-family="system-ui,sans-serif" font-size="12">']
+    if title:
+        parts.append(f'<text x="4" y="15" font-weight="600" font-size="13">{esc(title)}</text>')
+    for n, item in enumerate(items):
+        y = top + n * row
+        label = str(item["label"])
+        shown = label if len(label) <= chars else label[:chars - 1] + "…"
+        colour = "#d93025" if item.get("bad") else "#1a73e8"
+        parts.append(f'<g><title>{esc(label)}</title><text x="{left - 6}" y="{y + 15}" text-anchor="end">'
+                     f"{esc(shown)}</text></g>")
+        parts.append(f'<rect x="{left}" y="{y + 4}" width="{max(x(item["value"]) - left, 1):.1f}" height="14" '
+                     f'fill="{colour}" fill-opacity="0.75"/>')
+        end = x(item["value"])
+        if item.get("hi"):
+            end = x(item["hi"])
+            parts.append(f'<line x1="{x(item["value"]):.1f}" x2="{end:.1f}" y1="{y + 11}" y2="{y + 11}" '
+                         f'stroke="#333"/><line x1="{end:.1f}" x2="{end:.1f}" y1="{y + 7}" y2="{y + 15}" '
+                         'stroke="#333"/>')
+        if item.get("mark"):
+            m = x(item["mark"])
+            parts.append(f'<line x1="{m:.1f}" x2="{m:.1f}" y1="{y + 1}" y2="{y + 21}" stroke="#b3261e" '
+                         f'stroke-dasharray="3,2" stroke-width="1.5"/>')
+        if item.get("text"):
+            parts.append(f'<text x="{end + 5:.1f}" y="{y + 15}" fill="#333">{esc(item["text"])}</text>')
+    base = top + row * len(items) + 2
+    parts.append(f'<line x1="{left}" x2="{left + bar_w}" y1="{base}" y2="{base}" stroke="#999"/>')
+    ticks = [lo + span * k / 4 for k in range(5)]
+    for t in ticks:
+        tx = left + bar_w * (t - lo) / span
+        value = 10 ** t if log else t
+        parts.append(f'<text x="{tx:.1f}" y="{base + 14}" text-anchor="middle" fill="#555" font-size="11">'
+                     f"{esc(sig(value, 2))}</text>")
+    parts.append(f'<text x="{left + bar_w}" y="{base + 30}" text-anchor="end" fill="#555" font-size="11">'
+                 f"{esc(axis)}</text></svg>")
+    return "".join(parts)

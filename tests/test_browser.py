@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,26 @@ pytestmark = pytest.mark.skipif(not available() and not os.environ.get("CI"),
                                 reason="Debian's chromium is not installed (scripts/dev test installs it)")
 
 
+# every result table's key columns, at the notebook column's width: true when none overflows its output
+KEY_TABLES_FIT = """() => [...document.querySelectorAll('.jp-OutputArea-output table.key')].map(t => {
+    const out = t.closest('.jp-OutputArea-output');
+    return [t.getBoundingClientRect().width, out.getBoundingClientRect().width, t.innerText.slice(0, 60)];
+})"""
+
+# the graph view's labels that show, and their height on screen
+GRAPH_LABELS = """() => [...document.querySelectorAll('.onnxnb-graph text')].filter(
+    t => getComputedStyle(t).display !== 'none' && t.getBoundingClientRect().width > 0
+).map(t => t.getBoundingClientRect().height)"""
+
+
+def fit_column(page: Any, width: int) -> None:
+    """Resize the window so the notebook's output column is ``width`` px wide."""
+    out = page.locator(".jp-OutputArea-output").first.bounding_box()
+    view = page.viewport_size
+    page.set_viewport_size({"width": int(view["width"] - (out["width"] - width)), "height": view["height"]})
+    page.wait_for_timeout(500)
+
+
 def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
     SHOTS.mkdir(exist_ok=True)
     copy_clean(ROOT / "notebooks" / "01_quickstart.ipynb", tmp_path)
@@ -26,7 +47,6 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
         wait_idle(page, 420)
         page.locator(".onnxnb-studio").first.wait_for(timeout=60_000)
         page.locator(".onnxnb-graph-node").first.wait_for(timeout=60_000)
-        page.screenshot(path=str(SHOTS / "quickstart.png"), full_page=True)
         text = page.locator(".jp-Notebook").inner_text()
         assert "Loading widget" not in text and "Error displaying widget" not in text
         assert "Traceback" not in text, text[text.find("Traceback") - 500:][:2000]
@@ -34,12 +54,30 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
         assert "Parity errors" in text and "Latency per variant and backend" in text
         assert page.locator(".onnxnb-parity input[type=range], .onnxnb-parity .widget-slider").count() >= 1
 
-        # Graph view: expand a module group, then click an operator: its details come from the kernel.
+        # At a 1,000 px notebook column, every result table shows its key columns without scrolling.
+        fit_column(page, 1000)
+        page.screenshot(path=str(SHOTS / "quickstart.png"), full_page=True)
+        tables = page.evaluate(KEY_TABLES_FIT)
+        assert len(tables) >= 4, tables  # parity, the variants' parity, latency
+        align = page.evaluate("() => [...document.querySelectorAll('.jp-OutputArea-output table.key td:first-child')]"
+                              ".map(td => getComputedStyle(td).textAlign)")
+        assert set(align) == {"left"}, align  # names read from the left (JupyterLab right-aligns output tables)
+        for n, (width, column, head) in enumerate(tables):
+            if width > column:
+                page.locator(".jp-OutputArea-output table.key").nth(n).screenshot(path=str(SHOTS / "too_wide.png"))
+            assert column <= 1010 and width <= column, f"{head!r}: {width:.0f} px in a {column:.0f} px column"
+
+        # Graph view: labels that show are legible (>= 10 px) at the default zoom; expand a module group,
+        # then click an operator: its details come from the kernel.
         graph = page.locator(".onnxnb-graph").first
+        heights = page.evaluate(GRAPH_LABELS)
+        assert heights and min(heights) >= 10, heights
         shown = graph.locator(".onnxnb-graph-node").count()
         graph.locator(".onnxnb-graph-group").first.click()
         page.wait_for_function("n => document.querySelector('.onnxnb-graph').querySelectorAll("
                                "'.onnxnb-graph-node').length !== n", arg=shown, timeout=30_000)
+        heights = page.evaluate(GRAPH_LABELS)
+        assert heights and min(heights) >= 10, heights  # re-fitted after the expand, still legible
         graph.locator(".onnxnb-graph-op").first.click()
         details = graph.locator(".onnxnb-graph-details")
         page.wait_for_function("() => { const d = document.querySelector('.onnxnb-graph-details');"
@@ -47,13 +85,35 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
         assert ":" in details.locator(".onnxnb-graph-details-title").inner_text()
         graph.screenshot(path=str(SHOTS / "graph_view.png"))
 
-        # Studio: the export button runs the real export in the kernel and the panel shows its result.
+        # Studio: "Run all steps" runs the real pipeline in the kernel; every tab then shows its result, with
+        # its chart where the step has one.
         studio = page.locator(".onnxnb-studio").first
+        studio.scroll_into_view_if_needed()
         assert "No export result yet" in studio.inner_text()
-        studio.locator(".onnxnb-studio-run").click()
+        page.locator(".jp-OutputArea-output table.key", has_text="p50_ms").first.screenshot(
+            path=str(SHOTS / "latency_table.png"))
+        studio.locator(".onnxnb-studio-run-all").click()
         page.wait_for_function("() => document.querySelector('.onnxnb-studio-status-text').textContent"
-                               ".includes('export: done')", timeout=180_000)
-        assert "Exported" in studio.locator(".onnxnb-studio-panel").inner_text()
-        studio.locator(".onnxnb-studio-tab-parity").click()
-        assert "No parity result yet" in studio.inner_text()
-        studio.screenshot(path=str(SHOTS / "studio.png"))
+                               ".includes('all: done')", timeout=480_000)
+        for tab in ("export", "parity", "optimize", "quantize", "latency", "report"):
+            studio.locator(f".onnxnb-studio-tab-{tab}").click()
+            panel = studio.locator(".onnxnb-studio-panel")
+            assert "result yet" not in panel.inner_text(), tab
+            if tab in ("parity", "optimize", "quantize", "latency"):  # the variants: their own parity check
+                assert panel.locator("svg.onnxnb-chart rect").count() >= 1, f"the {tab} chart in its tab"
+                studio.screenshot(path=str(SHOTS / f"studio_{tab}.png"))
+        tables = page.evaluate(KEY_TABLES_FIT)  # the Studio's tables too
+        assert all(width <= column for width, column, _ in tables), tables
+
+        # A reload with the kernel alive brings every widget back (saved first: the page reloads the file).
+        page.locator(".jp-Notebook").first.click()
+        page.keyboard.press("Control+s")
+        page.wait_for_timeout(2000)
+        page.reload()
+        page.get_by_text("Python 3 (ipykernel) | Idle").first.wait_for(timeout=120_000)
+        page.locator(".onnxnb-studio").first.wait_for(timeout=60_000)
+        page.locator(".onnxnb-graph-node").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(3000)
+        text = page.locator(".jp-Notebook").inner_text()
+        assert "Error displaying widget" not in text and "Loading widget" not in text
+        page.screenshot(path=str(SHOTS / "after_reload.png"), full_page=True)

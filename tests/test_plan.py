@@ -60,6 +60,11 @@ def test_studio_runs_the_pipelines_plan(tmp_path: Path, monkeypatch: object) -> 
     shown = studio.panel.html
     assert set(shown) == {"export", "parity", "optimize", "quantize", "latency", "report"}, set(shown)
     assert not any('class="bad"' in html for html in shown.values()), shown
+    # each tab styled as in the notebook, with its chart (inline SVG) under the table where the step has one
+    assert all(html.startswith("\n<style>") for html in shown.values())
+    for step in ("parity", "optimize", "quantize", "latency"):
+        assert '<svg class="onnxnb-chart"' in shown[step] and "<rect" in shown[step], step
+    assert "onnxnb-chart" not in shown["export"]
     report = studio.plan.report()
     assert [s.step for s in report.steps] == ["export", "parity", "optimize", "quantize", "latency"]
     assert all(s.seconds > 0 for s in report.steps), "the Report tab shows each step's real time"

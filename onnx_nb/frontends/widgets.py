@@ -89,11 +89,9 @@ class Studio:
     """``Studio(model)``: the whole pipeline as a dashboard. Its tabs are the pipeline's own plan
     (:mod:`onnx_nb.steps.plan`): each button runs a step the way :func:`onnx_nb.pipeline` does (what it needs first), a
     failure shows in the tab of the step that failed, moving a tolerance slider re-judges the stored parity errors
-    at once, and figures appear below the panel."""
+    at once, and each step's chart shows in its tab (inline SVG)."""
 
     def __init__(self, model: Any, sample: Any = None, *, threaded: bool = True) -> None:
-        import ipywidgets
-
         from ..runtime.providers import providers_named
         from ..steps.export.sources import source_name
         from ..steps.plan import QUANTIZE_METHODS, Run, Settings, tabs
@@ -110,10 +108,9 @@ class Studio:
         self.panel = StudioPanel(model_name=str(name)[-60:], steps=tabs(self.plan.settings),
                                  methods=list(QUANTIZE_METHODS), available_providers=short, providers=["cpu"])
         self._slide(None)
-        self.figures = ipywidgets.Output()
         self.panel.on_msg(self._on_msg)
         self.panel.observe(self._rejudge, names=["tolerances"])
-        self.widget = ipywidgets.VBox([self.panel, self.figures])
+        self.widget = self.panel
 
     @property
     def results(self) -> dict[str, Any]:
@@ -197,14 +194,13 @@ class Studio:
         return result
 
     def _show(self, name: str, html: str, result: Any) -> None:
-        self.panel.html = {**{k: v for k, v in self.panel.html.items() if k in self.plan.records or k == name},
-                           name: html}
-        if result is not None and hasattr(result, "figure") and name in ("parity", "latency"):
-            from IPython.display import display
+        """The step's result in its tab: the table styled as in the notebook, and its chart below it as inline
+        SVG (parity, latency), which needs no script and so shows in the tab, after a reload and when saved."""
+        from ..render import CSS
 
-            self.figures.clear_output(wait=True)
-            with self.figures:
-                display(result.figure())
+        chart = result.svg() if result is not None and hasattr(result, "svg") else ""
+        self.panel.html = {**{k: v for k, v in self.panel.html.items() if k in self.plan.records or k == name},
+                           name: CSS + html + (f'<div class="onnxnb-studio-chart">{chart}</div>' if chart else "")}
 
     def _slide(self, report: Any) -> None:
         from ..results.parity_view import sliders
@@ -223,4 +219,4 @@ class Studio:
             return
         judged = report.rejudge(**{k: float(v) for k, v in self.panel.tolerances.items()
                                    if k in ("atol", "rtol", "min_cosine", "max_scaled")})
-        self.panel.html = {**self.panel.html, "parity": judged.html_body()}
+        self._show("parity", judged.html_body(), judged)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..render import CSS, esc, html_table, human_bytes, human_count, shape_text, text_table
+from ..render import CSS, esc, folded, html_table, human_bytes, human_count, shape_text, text_table
 from ..runtime.onnxfile import TensorInfo
 
 
@@ -25,6 +25,7 @@ class ModelSource:
     input_axes: dict[str, dict[int, str]] = field(default_factory=dict)
     as_kwargs: bool = True
     cache_layout: Any = None  # generation.CacheLayout when the export is a decoder with its key/value cache
+    load_warnings: list[str] = field(default_factory=list, repr=False, compare=False)  # the libraries', at load
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "location": self.location,
@@ -155,7 +156,7 @@ class ExportResult:
         ops = html_table(["operator", "count"], list(self.op_histogram.items())[:15])
         extra = "".join(f'<div class="warn">not used: {esc(k)}: {esc(v)}</div>'
                         for k, v in self.fallback_reason.items())
-        extra += "".join(f'<div class="warn">warning: {esc(w)}</div>' for w in self.warnings[:10])
+        extra += folded("Warnings from the exporter and the model's libraries", self.warnings)
         title = "Exported" if not self.unverified else "Exported (UNVERIFIED)"
         return (f'{CSS}<div class="onnxnb"><h4>{badge} {title} {esc(self.source.name)} to ONNX</h4>{unverified}'
                 f'<div style="display:flex;gap:24px;flex-wrap:wrap"><div>{summary}</div>'

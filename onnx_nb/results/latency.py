@@ -7,11 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from ..render import CSS, esc, html_table, text_table
+from ..render import CSS, compact_table, esc, sig, svg_hbars, text_table
 
 NOISY_SPREAD = 0.25  # (p90 - p50) / p50 above this flags a row as noisy
 COLUMNS = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms",
            "throughput", "speedup", "first_run_ms", "peak_mb", "runs", "noisy", "options", "note"]
+KEY = ["variant", "backend", "shape", "status", "p50_ms", "speedup", "p90_ms", "peak_mb"]  # fits 1,000 px
+NUMERIC = [c for c in COLUMNS if c.endswith(("_ms", "_mb")) or c in ("throughput", "speedup", "runs")]
 
 
 @dataclass
@@ -49,6 +51,16 @@ class LatencyRow:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def html_cells(self) -> list[str]:
+        """The row for HTML: numbers to three significant digits, a noisy row says so beside its status."""
+        cells = self.cells()
+        for col in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms", "throughput", "first_run_ms",
+                    "peak_mb"):
+            cells[COLUMNS.index(col)] = sig(getattr(self, col))
+        if self.noisy:
+            cells[COLUMNS.index("status")] = f"{self.status} (noisy)"
+        return cells
 
     def cells(self) -> list[str]:
         def f(v: float | None, spec: str = ".2f") -> str:
@@ -129,19 +141,43 @@ class LatencyTable:
                                                   "array": [(r.p90_ms or 0) - (r.p50_ms or 0) for r in pts],
                                                   "arrayminus": [0] * len(pts)}))
             fig.update_layout(xaxis_title="batch size", yaxis_title="p50 latency (ms), whisker to p90")
-        else:
+        else:  # horizontal bars: long variant names read on the left instead of squashing the bars
             labels = [f"{r.variant} · {r.backend}" + (f" · {r.shape}" if len(shapes) > 1 else "") for r in ok]
-            fig.add_trace(go.Bar(x=labels, y=[r.p50_ms for r in ok], name="p50",
-                                 error_y={"type": "data", "symmetric": False,
+            fig.add_trace(go.Bar(y=labels, x=[r.p50_ms for r in ok], name="p50", orientation="h",
+                                 marker_color=["#d93025" if r.speedup and r.speedup < 1 else "#1a73e8" for r in ok],
+                                 error_x={"type": "data", "symmetric": False,
                                           "array": [(r.p90_ms or 0) - (r.p50_ms or 0) for r in ok],
-                                          "arrayminus": [0] * len(ok)},
-                                 text=[f"{r.speedup:.2f}x" if r.speedup else "" for r in ok],
-                                 textposition="outside"))
-            fig.add_trace(go.Scatter(x=labels, y=[r.p99_ms for r in ok], mode="markers", name="p99",
-                                     marker={"symbol": "line-ew-open", "size": 18, "color": "#b3261e"}))
-            fig.update_layout(yaxis_title="latency (ms): bar p50, whisker p90, mark p99")
-        fig.update_layout(title="Latency per variant and backend", template="plotly_white", height=420)
+                                          "arrayminus": [0] * len(ok), "color": "#333"},
+                                 hovertemplate="%{y}<br>p50 %{x:.3g} ms<extra></extra>"))
+            fig.add_trace(go.Scatter(y=labels, x=[r.p99_ms for r in ok], mode="markers", name="p99",
+                                     marker={"symbol": "line-ns-open", "size": 14, "color": "#b3261e"}))
+            # the speed-up in a column of its own at the right, clear of bars and whiskers
+            fig.add_trace(go.Scatter(y=labels, x=[1.0] * len(ok), xaxis="x2", mode="text", showlegend=False,
+                                     text=[f"{r.speedup:.2f}x" if r.speedup else "" for r in ok],
+                                     textposition="middle left", hoverinfo="skip"))
+            fig.update_layout(xaxis={"title": "latency (ms): bar p50, whisker p90, mark p99", "domain": [0, 0.86]},
+                              xaxis2={"domain": [0.88, 1.0], "range": [0, 1.05], "visible": False},
+                              yaxis={"autorange": "reversed", "automargin": True},
+                              annotations=[{"text": "vs eager", "x": 0.99, "xref": "paper", "y": 1.0,
+                                            "yref": "paper", "showarrow": False, "xanchor": "right",
+                                            "yanchor": "bottom", "font": {"size": 11}}],
+                              height=max(260, 90 + 34 * len(ok)))
+        fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
+        fig.update_layout(title="Latency per variant and backend", template="plotly_white")
+        if not fig.layout.height:
+            fig.update_layout(height=420)
         return fig
+
+    def svg(self) -> str:
+        """p50 per row as horizontal bars (whisker to p90, speed-up after it): the chart for places without
+        plotly's script (the Studio's tab)."""
+        ok = [r for r in self.rows if r.status == "ok" and r.p50_ms]
+        several = len({r.shape for r in ok}) > 1
+        items = [{"label": f"{r.variant} · {r.backend}" + (f" · {r.shape}" if several else ""), "value": r.p50_ms,
+                  "hi": r.p90_ms, "text": f"{r.speedup:.2f}x" if r.speedup else "",
+                  "bad": bool(r.speedup and r.speedup < 1.0)} for r in ok]
+        return svg_hbars(items, axis="p50 latency, ms (whisker to p90; speed-up vs PyTorch after it)",
+                         title="Latency")
 
     def __repr__(self) -> str:
         cols = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "std_ms", "throughput",
@@ -157,10 +193,21 @@ class LatencyTable:
     __str__ = __repr__
 
     def html_body(self) -> str:
-        rows = [r.cells() for r in self.rows]
+        """Key columns first (status, p50, speed-up) in a table that fits a notebook column; rows of providers
+        this machine lacks folded into one line each; every column (options, spread, runs) behind a toggle."""
+        shown = [r for r in self.rows if r.status != "unavailable"]
+        table = compact_table(COLUMNS, [r.html_cells() for r in shown], KEY, numeric=NUMERIC,
+                              abbreviate=("variant", "shape"), wrap=("options", "note"), width=24,
+                              details="All columns: spread, first run, options, notes")
+        folded: dict[str, list[LatencyRow]] = {}
+        for r in self.rows:
+            if r.status == "unavailable":
+                folded.setdefault(r.backend, []).append(r)
+        lines = "".join(f'<div class="fold">{esc(b)}: not available here ({len(rs)} row{"s" if len(rs) > 1 else ""})'
+                        f'{": " + esc(rs[0].note) if rs[0].note else ""}</div>' for b, rs in folded.items())
         notes = "".join(f'<div class="warn">{esc(n)}</div>' for n in self.notes)
         profiles = "".join(f"<h4>Profile: {esc(k)}</h4>{p.html_body()}" for k, p in self.profiles.items())
-        return f'<div class="onnxnb"><h4>Latency</h4>{html_table(COLUMNS, rows)}{notes}{profiles}</div>'
+        return f'<div class="onnxnb"><h4>Latency</h4>{table}{lines}{notes}{profiles}</div>'
 
     def _repr_html_(self) -> str:
         return CSS + self.html_body()

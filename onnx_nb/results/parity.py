@@ -6,11 +6,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import ShapeMismatch, ToleranceExceeded
-from ..render import CSS, esc, html_table, text_table
+from ..render import CSS, compact_table, esc, sig, svg_hbars, text_table
 from .tolerance import Errors, Tolerance
 
 COLUMNS = ["output", "shape", "provider", "status", "max_abs", "max_rel", "mean_abs", "frac_out",
            "cosine", "argmax_agreement", "tolerance", "needed_atol", "note"]
+KEY = ["output", "shape", "provider", "status", "max_abs", "cosine", "needed_atol", "tolerance"]
 
 
 @dataclass
@@ -187,8 +188,20 @@ class ParityReport:
                           annotation_text=f"atol {atol:g}")
         fig.update_layout(barmode="overlay", title=f"Parity errors: {self.model} vs {self.reference}",
                           xaxis_title="log10 |onnx - reference|", yaxis_title="elements", template="plotly_white",
-                          height=380)
+                          height=380 + 18 * ((len(fig.data) + 1) // 2),
+                          legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0})  # below: the plot keeps
+        # its width (a legend at the side took ~40% of it with long row names)
         return fig
+
+    def svg(self) -> str:
+        """Per row, the atol it would need to pass (log scale) with the tolerance's atol marked: the chart for
+        places without plotly's script (the Studio's tab)."""
+        items = [{"label": f"{r.output} · {r.shape} · {r.provider}", "value": max(r.needed_atol or r.max_abs or 0,
+                                                                                 1e-12),
+                  "mark": r.tolerance.atol if r.tolerance and r.tolerance.mode == "elementwise" else None,
+                  "text": r.status, "bad": r.failed} for r in self.rows if r.max_abs is not None]
+        return svg_hbars(items, axis="atol needed to pass (log); dashed: the tolerance's atol", log=True,
+                         title="Parity: error against tolerance")
 
     def _headline(self) -> str:
         n_fail, n_pass = len(self.failures), sum(r.passed for r in self.rows)
@@ -232,10 +245,14 @@ class ParityReport:
         rows = []
         for r in self.rows:
             cells = r.cells()
-            cells = [esc(c) for c in cells]
+            for col in ("max_abs", "max_rel", "mean_abs", "needed_atol"):
+                cells[COLUMNS.index(col)] = sig(getattr(r, col))
             cells[3] = marks.get(r.status, esc(r.status))
             rows.append(cells)
-        table = html_table(COLUMNS, rows, raw_cols=range(len(COLUMNS)))
+        table = compact_table(COLUMNS, rows, KEY, raw_cols=[3], abbreviate=("output", "shape", "tolerance"),
+                              numeric=("max_abs", "max_rel", "mean_abs", "frac_out", "cosine", "argmax_agreement",
+                                       "needed_atol"), wrap=("note",), width=26,
+                              details="All columns: relative and mean error, share out of tolerance, notes")
         div = ""
         if self.divergence and not self:  # a report re-judged to pass no longer points at a failing node
             d = self.divergence
@@ -243,7 +260,9 @@ class ParityReport:
                    + (f" in module <code>{esc(d.module_path)}</code>" if d.module_path else "")
                    + f", output <code>{esc(d.output)}</code>: max abs {d.max_abs:.3g}, cosine {d.cosine:.6f}"
                    f" <span style='color:#666'>({esc(d.method)})</span></div>")
-        notes = "".join(f'<div class="warn">{esc(n)}</div>' for n in self.notes)
+        row_notes = dict.fromkeys(f"{r.output}, {r.shape} on {r.provider}: {r.note}"
+                                  for r in self.rows if r.note and not r.passed)
+        notes = "".join(f'<div class="warn">{esc(n)}</div>' for n in [*list(row_notes)[:6], *self.notes])
         unverified = "".join(f'<div class="bad">Unverified: {esc(u)}</div>' for u in self.unverified)
         cls = "ok" if self else "bad"
         return (f'<div class="onnxnb"><h4><span class="{cls}">{"✓" if self else "✗"}</span> '

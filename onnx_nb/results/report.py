@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..render import CSS, esc, html_table, text_table
+from ..render import CSS, abbr, esc, html_table, text_table
 
 
 @dataclass
@@ -63,18 +63,7 @@ class Report:
         return text
 
     def figures(self) -> list[Any]:
-        figs = []
-        for s in self.steps:
-            r = s.result
-            if r is None:
-                continue
-            for obj in (r, getattr(r, "parity", None)):
-                if obj is not None and hasattr(obj, "figure"):
-                    try:
-                        figs.append(obj.figure())
-                    except Exception:  # noqa: BLE001 - a figure that cannot be drawn is left out
-                        continue
-        return figs
+        return [f for s in self.steps for f in _figures(s)]
 
     def __repr__(self) -> str:
         head = f"Report for {self.model}: {'all steps passed' if self else f'{len(self.failed)} step(s) not ok'}"
@@ -82,11 +71,14 @@ class Report:
 
     __str__ = __repr__
 
-    def html_body(self, figures_html: list[str] | None = None) -> str:
+    def html_body(self, figures_html: dict[str, list[str]] | None = None, open_sections: bool = True) -> str:
+        """The summary table, then a section per step with its result and, when given, its figures. Inline
+        (``open_sections=False``) the sections start folded: the summary says it all, and each step's table
+        was shown above the pipeline cell already."""
         marks = {"ok": '<span class="ok">✓ ok</span>', "failed": '<span class="bad">✗ failed</span>',
                  "failed-check": '<span class="bad">✗ check failed</span>',
                  "skipped": '<span class="warn">skipped</span>'}
-        rows = [[esc(r[0]), marks.get(r[1], esc(r[1])), esc(r[2]), esc(r[3])] for r in self.summary_rows()]
+        rows = [[esc(r[0]), marks.get(r[1], esc(r[1])), esc(r[2]), abbr(r[3], 90)] for r in self.summary_rows()]
         parts = [f'<div class="onnxnb"><h3>onnx-nb report: {esc(self.model)}</h3>',
                  html_table(["step", "status", "time", "detail"], rows, raw_cols=range(4))]
         for s in self.steps:
@@ -95,32 +87,49 @@ class Report:
                 body = s.result.html_body() if hasattr(s.result, "html_body") else s.result._repr_html_()
             elif s.error:
                 body = f'<pre class="bad">{esc(s.error)}</pre>'
-            parts.append(f"<details open><summary><b>{esc(s.step)}</b></summary>{body}</details>")
-        parts += figures_html or []
+            body += "".join((figures_html or {}).get(s.step, []))
+            parts.append(f"<details{' open' if open_sections else ''}><summary><b>{esc(s.step)}</b></summary>"
+                         f"{body}</details>")
         parts.append("</div>")
         return "".join(parts)
 
     def _repr_html_(self) -> str:
-        return CSS + self.html_body()
+        return CSS + self.html_body(open_sections=False)
 
     def save_html(self, path: str | os.PathLike[str], overwrite: bool = True) -> Path:
-        """One self-contained HTML file (plotly included inline) that works offline."""
+        """One self-contained HTML file (plotly included inline) that works offline; each step's figures sit
+        in its section."""
         from ..runtime.files import check_target
         from ..runtime.report_file import atomic_write_text
 
         target = check_target(path, overwrite)
-        figs = self.figures()
+        figs = {s.step: _figures(s) for s in self.steps}
         script = ""
-        figures_html = []
-        if figs:
+        figures_html: dict[str, list[str]] = {}
+        if any(figs.values()):
             import plotly.offline
 
             script = f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>'
-            figures_html = [f.to_html(full_html=False, include_plotlyjs=False) for f in figs]
+            figures_html = {step: [f.to_html(full_html=False, include_plotlyjs=False) for f in fs]
+                            for step, fs in figs.items()}
         page = (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>onnx-nb report: {esc(self.model)}'
-                f"</title>{script}{CSS}</head><body style=\"margin:24px\">{self.html_body(figures_html)}</body></html>")
+                f"</title>{script}{CSS}</head><body style=\"margin:24px;max-width:1100px\">"
+                f"{self.html_body(figures_html)}</body></html>")
         atomic_write_text(target, page)
         return target
+
+
+def _figures(step: StepResult) -> list[Any]:
+    """The figures of one step's result (and of the parity report a variant carries)."""
+    figs = []
+    r = step.result
+    for obj in (r, getattr(r, "parity", None)) if r is not None else ():
+        if obj is not None and hasattr(obj, "figure"):
+            try:
+                figs.append(obj.figure())
+            except Exception:  # noqa: BLE001 - a figure that cannot be drawn is left out
+                continue
+    return figs
 
 
 def _headline(result: Any) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..render import CSS, esc, html_table, human_bytes, text_table
+from ..render import CSS, esc, folded, html_table, human_bytes, text_table
 
 FUSED_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "SkipLayerNormalization",
              "EmbedLayerNormalization", "BiasGelu", "FastGelu", "FusedMatMul", "FusedConv", "FusedGemm",
@@ -89,11 +89,15 @@ class Variant:
 
     __str__ = __repr__
 
+    def svg(self) -> str:
+        """The chart of the variant's own parity check (for the Studio's tab)."""
+        return self.parity.svg() if self.parity is not None else ""
+
     def html_body(self) -> str:
         ok = bool(self)
         badge = f'<span class="{"ok" if ok else "bad"}">{"✓" if ok else "✗"}</span>'
         diff = html_table(["op", "before", "after"], [(k, b, a) for k, (b, a) in self.op_diff.items()][:15])
-        warn = "".join(f'<div class="warn">{esc(w)}</div>' for w in self.warnings)
+        warn = folded("Warnings", self.warnings)
         parity = self.parity.html_body() if self.parity is not None else ""
         return (f'<div class="onnxnb"><h4>{badge} Variant {esc(self.name)}</h4>'
                 f'<div style="display:flex;gap:24px;flex-wrap:wrap"><div>{html_table(["", ""], self._summary())}'

@@ -98,7 +98,7 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
 
     model = source.model
     s = build_sample(source, sample, dynamic)
-    warnings_seen: list[str] = []
+    warnings_seen: list[str] = list(source.load_warnings)
     with eval_mode(model):
         flat = flat_module(source, s.names, s.as_kwargs)
         try:
@@ -193,7 +193,7 @@ def _export_seq2seq(source: ModelSource, sample: Any, target: Path, opset: int, 
     from .wrap import eval_mode
 
     s = build_sample(source, sample, True)
-    warnings_seen: list[str] = []
+    warnings_seen: list[str] = list(source.load_warnings)
     branches: list[Any] = []
     steps.add(1)
     with eval_mode(source.model):

@@ -2,13 +2,50 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ...errors import InvalidArgumentError
 from ...results.export import ModelSource
+
+
+class _Collect(logging.Handler):
+    def __init__(self, collected: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.collected = collected
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage().strip()
+        if text and text not in self.collected:
+            self.collected.append(text[:300])
+
+
+@contextlib.contextmanager
+def quiet_loading(collected: list[str], local: bool) -> Iterator[None]:
+    """Loading a Hugging Face model without red lines under the cell: transformers' warnings go to
+    ``collected`` (the export result's ``warnings``, shown folded), and a local folder loads without its
+    per-weight progress bar (a hub download keeps its bars: they say how much is left)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # a plain PyTorch module: nothing of transformers' to quieten
+        yield
+        return
+    logger = hf_logging.get_logger()
+    saved = logger.handlers[:], logger.propagate
+    bars = hf_logging.is_progress_bar_enabled()
+    logger.handlers, logger.propagate = [_Collect(collected)], False
+    if local:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logger.handlers, logger.propagate = saved
+        if local and bars:
+            hf_logging.enable_progress_bar()
 
 
 def source_name(model: Any) -> str:
@@ -37,17 +74,22 @@ def load_source(model: Any, task: str | None, allow_pickle: bool = False) -> Mod
             source = load_source(checkpoints.load(path, allow_pickle), task)
             source.location = str(path)
             return source
+        said: list[str] = []
         if task == "sentence-embedding":
             from .hf import sentence
 
             location = str(path.resolve()) if path.exists() else str(model)
-            return _sentence_source(sentence.load(location), source_name(model), location)
+            with quiet_loading(said, local=path.exists()):
+                source = _sentence_source(sentence.load(location), source_name(model), location)
+            source.load_warnings = said
+            return source
         from .hf.loading import load_model
 
-        loaded = load_model(str(model), task)
+        with quiet_loading(said, local=path.exists()):
+            loaded = load_model(str(model), task)
         return ModelSource(kind=loaded.kind, name=source_name(model), location=loaded.location,
                            task=loaded.task, model_type=getattr(loaded.config, "model_type", None),
-                           model=loaded.model, preprocessor=loaded.preprocessor)
+                           model=loaded.model, preprocessor=loaded.preprocessor, load_warnings=said)
     import torch
 
     if not isinstance(model, torch.nn.Module):

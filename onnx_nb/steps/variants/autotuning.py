@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 from ...progress import Steps
-from ...render import CSS, esc, html_table, text_table
+from ...render import CSS, compact_table, esc, text_table
 
 METRICS = ("cosine", "max_abs")
 
@@ -58,16 +58,23 @@ class TuneResult:
 
         ok = [c for c in self.candidates if c.p50_ms is not None and c.metric is not None]
         fig = go.Figure()
+        # names only on the Pareto front (alternating above and below, cut to 24 characters), the rest on hover:
+        # a dozen full names on close points ran together into a smear
+        front = sorted((c for c in ok if c.name in self.pareto), key=lambda c: c.p50_ms or 0.0)
+        side = {c.name: ("top center" if i % 2 == 0 else "bottom center") for i, c in enumerate(front)}
         fig.add_trace(go.Scatter(x=[c.p50_ms for c in ok], y=[c.metric for c in ok], mode="markers+text",
-                                 text=[c.name for c in ok], textposition="top center", name="candidates",
+                                 text=[(c.name if len(c.name) <= 24 else c.name[:23] + "…") if c.name in side else ""
+                                       for c in ok],
+                                 textposition=[side.get(c.name, "top center") for c in ok], name="candidates",
+                                 hovertext=[c.name for c in ok], hoverinfo="text+x+y", textfont={"size": 11},
                                  marker={"size": 11, "color": ["#137333" if c.within_budget else "#b3261e"
                                                                for c in ok]}))
-        front = sorted((c for c in ok if c.name in self.pareto), key=lambda c: c.p50_ms or 0.0)
         fig.add_trace(go.Scatter(x=[c.p50_ms for c in front], y=[c.metric for c in front], mode="lines",
                                  name="Pareto front", line={"dash": "dot"}))
         fig.add_hline(y=self.budget, line_dash="dash", annotation_text=f"budget {self.metric} {self.budget:g}")
         fig.update_layout(title="Autotune: latency against accuracy", xaxis_title="p50 latency (ms)",
-                          yaxis_title=self.metric, template="plotly_white", height=440)
+                          yaxis_title=self.metric, template="plotly_white", height=440,
+                          legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
         return fig
 
     def _rows(self) -> list[list[str]]:
@@ -92,7 +99,9 @@ class TuneResult:
     def html_body(self) -> str:
         head = ["candidate", "p50 ms", "speed-up", self.metric, "in budget", "Pareto", "error"]
         notes = "".join(f'<div class="warn">{esc(n)}</div>' for n in self.notes)
-        return f'<div class="onnxnb"><h4>Autotune</h4>{html_table(head, self._rows())}{notes}</div>'
+        table = compact_table(head, self._rows(), head[:6], abbreviate=("candidate",), wrap=("error",), width=36,
+                              numeric=("p50 ms", "speed-up", self.metric), details="With errors")
+        return f'<div class="onnxnb"><h4>Autotune</h4>{table}{notes}</div>'
 
     def _repr_html_(self) -> str:
         return CSS + self.html_body()

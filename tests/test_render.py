@@ -1,0 +1,33 @@
+"""The shared HTML pieces every result uses: compact tables, three significant digits, cut names."""
+
+from __future__ import annotations
+
+from onnx_nb.render import abbr, compact_table, folded, sig
+
+
+def test_sig_keeps_three_significant_digits() -> None:
+    assert [sig(v) for v in (0.022345, 74.66, 1234.5, 1.234e-5, None)] == ["0.0223", "74.7", "1.23e+03",
+                                                                          "1.23e-05", "-"]
+
+
+def test_abbr_cuts_long_text_and_keeps_it_on_hover_escaped() -> None:
+    assert abbr("short") == "short"
+    cut = abbr("<b>" + "x" * 40, width=10)
+    assert cut.startswith('<span title="&lt;b&gt;xxx') and cut.endswith("&lt;b&gt;xxxxxx…</span>")
+    assert "<b>" not in cut
+
+
+def test_compact_table_shows_key_columns_and_folds_the_rest() -> None:
+    html = compact_table(["name", "p50", "options"], [["<i>model</i>" + "y" * 40, "1.5", "a=1, b=2"]],
+                         ["name", "p50"], abbreviate=("name",), numeric=("p50",), wrap=("options",))
+    key, rest = html.split("<details>")
+    assert 'class="key"' in key and "options" not in key and '<td class="num">1.5</td>' in key
+    assert "…" in key and "<i>" not in html  # cut, and escaped in both tables
+    assert "a=1, b=2" in rest and '<td class="wrap">&lt;i&gt;model&lt;/i&gt;' + "y" * 40 in rest
+    assert compact_table(["a"], [["1"]], ["a"]).count("<table") == 1  # nothing to fold: one table
+
+
+def test_folded_lines_say_how_many() -> None:
+    assert folded("Warnings", []) == ""
+    html = folded("Warnings", ["<script>", "two"])
+    assert "Warnings (2)" in html and "&lt;script&gt;" in html and "<script>" not in html
