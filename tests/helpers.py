@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import torch
 
@@ -53,3 +55,19 @@ def torch_outputs(model: Any, feed: dict[str, torch.Tensor]) -> dict[str, np.nda
     with torch.no_grad():
         out = model(**feed, **kwargs)
     return {k: v.numpy() for k, v in out.items() if isinstance(v, torch.Tensor)}
+
+
+def perturb(path: Path, out: Path, module: str) -> str:
+    """Add noise to the weight consumed by ``module``'s MatMul/Gemm; returns that node's name."""
+    from onnx_nb.steps.parity.localize import module_of
+
+    proto = onnx.load(str(path))
+    inits = {i.name: i for i in proto.graph.initializer}
+    node = next(n for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and module_of(n) == module
+                and any(i in inits for i in n.input))
+    name = next(i for i in node.input if i in inits)
+    weight = onnx.numpy_helper.to_array(inits[name]).copy()
+    weight += np.random.default_rng(0).normal(0, 1.0, weight.shape).astype(weight.dtype)
+    inits[name].CopyFrom(onnx.numpy_helper.from_array(weight, name))
+    onnx.save(proto, str(out))
+    return node.name

@@ -117,3 +117,47 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
         text = page.locator(".jp-Notebook").inner_text()
         assert "Error displaying widget" not in text and "Loading widget" not in text
         page.screenshot(path=str(SHOTS / "after_reload.png"), full_page=True)
+
+
+def test_graph_view_goes_to_the_diverging_node(tmp_path: Path) -> None:
+    """The real bundle fed a real GraphView's state (a damaged weight, the parity report as overlay): the view opens
+    with legible labels; 'go to diverging node' opens the groups that hold it, centres it and shows its details."""
+    import base64
+
+    import onnx_nb
+    import tiny_models
+    from helpers import perturb
+
+    good = onnx_nb.export(tiny_models.build("bert"), out=tmp_path / "good.onnx", progress=False)
+    damaged = perturb(good.path, tmp_path / "bad.onnx", "bert.encoder.layer.1.attention.self.value")
+    report = onnx_nb.check_parity(good, tmp_path / "bad.onnx", progress=False)
+    graph = onnx_nb.GraphView(tmp_path / "bad.onnx", overlay=report)
+    assert graph.highlight == damaged
+    state = {k: v for k, v in graph.get_state().items() if not k.startswith("_")}
+    bundle = (ROOT / "onnx_nb" / "static" / "graph.js").read_text()
+    with browser() as page:
+        page.set_content("<div id=root style='width:1000px;height:620px'></div>")
+        page.add_style_tag(content=(ROOT / "onnx_nb" / "static" / "widgets.css").read_text())  # as anywidget does
+        page.evaluate("""async ([src, state]) => {
+            const mod = await import('data:text/javascript;base64,' + src);
+            const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, save_changes() {},
+                            on: () => {}, send() {} };
+            mod.default.render({ model, el: document.getElementById('root') });
+        }""", [base64.b64encode(bundle.encode()).decode(), state])
+        page.locator(".onnxnb-graph-node").first.wait_for(timeout=10_000)
+        page.wait_for_timeout(300)
+        heights = page.evaluate(GRAPH_LABELS)
+        assert heights and min(heights) >= 10, heights
+        assert page.locator(".onnxnb-graph-op.onnxnb-highlight").count() == 0, "inside a collapsed group at first"
+        page.locator(".onnxnb-graph-goto-highlight").click()
+        page.wait_for_timeout(300)
+        node = page.locator(".onnxnb-graph-op.onnxnb-highlight")
+        assert node.count() == 1
+        box, view = node.bounding_box(), page.locator(".onnxnb-graph-svg").bounding_box()
+        assert box and view and view["x"] <= box["x"] and box["x"] + box["width"] <= view["x"] + view["width"]
+        assert view["y"] <= box["y"] and box["y"] + box["height"] <= view["y"] + view["height"], "centred in view"
+        assert damaged in page.inner_text(".onnxnb-graph-details-title")
+        page.screenshot(path=str(SHOTS / "graph_diverging.png"))
+        page.locator(".onnxnb-graph-goto-top").click()  # the largest error: the damaged node or one after it
+        page.wait_for_timeout(300)
+        assert page.inner_text(".onnxnb-graph-details-title")

@@ -110,7 +110,13 @@ def test_pipeline_keeps_going_past_a_failed_step(tmp_path: Path) -> None:
     assert statuses["export"] == "failed-check" and statuses["parity"] == "failed-check", statuses
     assert statuses["latency"] == "ok", statuses
     assert not report and "✗" in report._repr_html_()
-    assert "onnx-nb report" in report.save_html(tmp_path / "report.html").read_text()
+    page = report.save_html(tmp_path / "report.html").read_text()
+    assert "onnx-nb report" in page
+    # each figure in its step's section: the parity histogram after the parity section starts, the latency
+    # chart after the latency one; inline, the sections start folded (their tables were shown above)
+    sections = {s.step: page.index(f"<summary><b>{s.step}</b></summary>") for s in report.steps}
+    assert sections["parity"] < page.index("Parity errors") < sections["latency"] < page.index("Latency per variant")
+    assert "<details open>" in page and "<details open>" not in report._repr_html_()
 
     class Empty(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> None:

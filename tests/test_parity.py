@@ -15,7 +15,7 @@ import torch
 
 import onnx_nb
 import tiny_models
-from onnx_nb.steps.parity.localize import module_of
+from helpers import perturb
 
 VALUE = "bert.encoder.layer.1.attention.self.value"
 
@@ -26,20 +26,6 @@ def bert_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, onnx_nb.
     model = tiny_models.build("bert")
     return {ex: onnx_nb.export(model, out=folder / f"{ex}.onnx", exporter=ex, progress=False)
             for ex in ("dynamo", "torchscript")}
-
-
-def perturb(path: Path, out: Path, module: str) -> str:
-    """Add noise to the weight consumed by ``module``'s MatMul/Gemm; returns that node's name."""
-    proto = onnx.load(str(path))
-    inits = {i.name: i for i in proto.graph.initializer}
-    node = next(n for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and module_of(n) == module
-                and any(i in inits for i in n.input))
-    name = next(i for i in node.input if i in inits)
-    weight = onnx.numpy_helper.to_array(inits[name]).copy()
-    weight += np.random.default_rng(0).normal(0, 1.0, weight.shape).astype(weight.dtype)
-    inits[name].CopyFrom(onnx.numpy_helper.from_array(weight, name))
-    onnx.save(proto, str(out))
-    return node.name
 
 
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])

@@ -68,7 +68,7 @@ function buildVisible(graph, depth, expanded, overlay) {
     }
   }
   for (const u of units.values()) {
-    if (u.kind === "group") u.sub = `${u.members.length} ops`;
+    if (u.kind === "group") u.sub = `${u.members.length} op${u.members.length === 1 ? "" : "s"}`;
     const vals = u.members.map((m) => overlay[m]).filter((v) => typeof v === "number" && isFinite(v));
     u.value = vals.length ? Math.max(...vals) : undefined;
   }
@@ -103,12 +103,14 @@ function render({ model, el: root }) {
   let placed = new Map();  // unit id -> its box in graph coordinates, from the last layout
   let unitOfNode = new Map();
 
-  // Level of detail: a label shows only while it is at least 10 px high on screen (12 px names at zoom
-  // >= 0.84, 10 px sub-labels at zoom >= 1); smaller ones are hidden, and hovering a box shows its label.
+  // Level of detail: a label shows only while it is at least 10 px high on screen (a text's box is a little
+  // under its font size, so the font must reach 10.5 px: 12 px names at zoom >= 0.875, 11 px sub-labels at zoom
+  // >= 0.955); smaller ones are hidden, and hovering a box shows its label.
+  const LEGIBLE = 10.5;
   const apply = () => {
     view.setAttribute("transform", `translate(${t.x},${t.y}) scale(${t.k})`);
-    canvas.classList.toggle("onnxnb-lod-names", 12 * t.k < 10);
-    canvas.classList.toggle("onnxnb-lod-subs", 10 * t.k < 10);
+    canvas.classList.toggle("onnxnb-lod-names", 12 * t.k < LEGIBLE);
+    canvas.classList.toggle("onnxnb-lod-subs", 11 * t.k < LEGIBLE);
   };
   const area = () => ({ w: (body.clientWidth - details.offsetWidth) || 800, h: body.clientHeight || 560 });
   // The whole graph in view ("fit"); the default view never zooms out past legible labels (it starts at the
@@ -116,7 +118,7 @@ function render({ model, el: root }) {
   const fitView = (legible) => {
     const { w, h } = area();
     t.k = Math.min(w / (bbox.width + 40), h / (bbox.height + 40), 1.5);
-    if (legible) t.k = Math.max(t.k, 0.85);
+    if (legible) t.k = Math.max(t.k, 0.9);
     t.x = Math.max((w - bbox.width * t.k) / 2, 10);
     t.y = 20;
     apply();
@@ -172,10 +174,10 @@ function render({ model, el: root }) {
       }, grp);
       const t1 = svg("text", { x: 8, y: 14, "font-size": 12, "font-weight": 600, fill: "#202124", class: "onnxnb-graph-name" }, grp);
       t1.textContent = u.label;
-      const t2 = svg("text", { x: 8, y: 27, "font-size": 10, fill: "#5f6368", class: "onnxnb-graph-sub" }, grp);
+      const t2 = svg("text", { x: 8, y: 27, "font-size": 11, fill: "#5f6368", class: "onnxnb-graph-sub" }, grp);
       t2.textContent = u.sub;
       grp.addEventListener("mouseenter", () => {
-        if (12 * t.k >= 10 && 10 * t.k >= 10) return;
+        if (11 * t.k >= LEGIBLE) return;  // every label of the box shows already
         const r = grp.getBoundingClientRect(), b = body.getBoundingClientRect();
         hover.textContent = u.sub ? `${u.label} · ${u.sub}` : u.label;
         Object.assign(hover.style, { display: "block", left: `${r.left - b.left}px`, top: `${r.bottom - b.top + 2}px` });
@@ -209,7 +211,7 @@ function render({ model, el: root }) {
     const x0 = Math.min(...boxes.map((b) => b.x - b.width / 2)), x1 = Math.max(...boxes.map((b) => b.x + b.width / 2));
     const y0 = Math.min(...boxes.map((b) => b.y - b.height / 2)), y1 = Math.max(...boxes.map((b) => b.y + b.height / 2));
     const { w, h } = area();
-    t.k = Math.max(Math.min(w / (x1 - x0 + 40), h / (y1 - y0 + 40), 1.5), 0.85);
+    t.k = Math.max(Math.min(w / (x1 - x0 + 40), h / (y1 - y0 + 40), 1.5), 0.9);
     t.x = Math.max(w / 2 - ((x0 + x1) / 2) * t.k, 10 - x0 * t.k);  // centred, or from its left edge if wider
     t.y = Math.max(h / 2 - ((y0 + y1) / 2) * t.k, 20 - y0 * t.k);
     apply();
