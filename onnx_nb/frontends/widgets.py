@@ -53,6 +53,11 @@ class GraphView(anywidget.AnyWidget):
         super().__init__(graph=data, overlay=values, overlay_label=label, highlight=highlight,
                          depth=default_depth(data) if depth is None else depth, **kwargs)
 
+    def __repr__(self) -> str:  # the text a terminal, a saved notebook's text view or nbconvert shows
+        extra = f", first diverging node {self.highlight}" if self.highlight else ""
+        return (f"GraphView of {self._path.name}: {len(self.graph.get('nodes', []))} nodes"
+                f"{', overlay ' + self.overlay_label if self.overlay_label else ''}{extra} (drawn in Jupyter)")
+
     @traitlets.observe("selected")
     def _on_select(self, change: Any) -> None:
         from .graphdata import node_details
@@ -83,6 +88,10 @@ class StudioPanel(anywidget.AnyWidget):
     busy = traitlets.Bool(False).tag(sync=True)
     status = traitlets.Unicode("ready").tag(sync=True)
     progress = traitlets.Float(0.0).tag(sync=True)
+
+    def __repr__(self) -> str:
+        done = ", ".join(k for k, _ in self.steps if k in self.html) or "none yet"
+        return f"onnx-nb studio: {self.model_name} ({self.status}; results: {done})"
 
 
 class Studio:
