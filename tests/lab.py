@@ -123,3 +123,20 @@ def copy_clean(src: Path, dst_dir: Path) -> Path:
 
 def available() -> bool:
     return Path(CHROMIUM).exists()
+
+
+def mount(page: Any, bundle: str, widget: Any, size: tuple[int, int] = (900, 600)) -> None:
+    """Draw a widget with its real front-end bundle (``onnx_nb/static/<bundle>.js`` and the widgets' CSS, as
+    anywidget loads them) from the widget's real state, on a blank page: no JupyterLab needed."""
+    import base64
+
+    static = Path(__file__).resolve().parent.parent / "onnx_nb" / "static"
+    state = {k: v for k, v in widget.get_state().items() if not k.startswith("_")}
+    page.set_content(f"<div id=root style='width:{size[0]}px;height:{size[1]}px'></div>")
+    page.add_style_tag(content=(static / "widgets.css").read_text())
+    page.evaluate("""async ([src, state]) => {
+        const mod = await import('data:text/javascript;base64,' + src);
+        const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, save_changes() {},
+                        on: () => {}, send() {} };
+        mod.default.render({ model, el: document.getElementById('root') });
+    }""", [base64.b64encode((static / f"{bundle}.js").read_bytes()).decode(), state])

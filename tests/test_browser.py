@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lab import available, browser, copy_clean, jupyterlab, open_notebook, run_all, wait_idle
+from lab import available, browser, copy_clean, jupyterlab, mount, open_notebook, run_all, wait_idle
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(__file__).parent / "screenshots"
@@ -122,8 +122,6 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
 def test_graph_view_goes_to_the_diverging_node(tmp_path: Path) -> None:
     """The real bundle fed a real GraphView's state (a damaged weight, the parity report as overlay): the view opens
     with legible labels; 'go to diverging node' opens the groups that hold it, centres it and shows its details."""
-    import base64
-
     import onnx_nb
     import tiny_models
     from helpers import perturb
@@ -133,17 +131,8 @@ def test_graph_view_goes_to_the_diverging_node(tmp_path: Path) -> None:
     report = onnx_nb.check_parity(good, tmp_path / "bad.onnx", progress=False)
     graph = onnx_nb.GraphView(tmp_path / "bad.onnx", overlay=report)
     assert graph.highlight == damaged
-    state = {k: v for k, v in graph.get_state().items() if not k.startswith("_")}
-    bundle = (ROOT / "onnx_nb" / "static" / "graph.js").read_text()
     with browser() as page:
-        page.set_content("<div id=root style='width:1000px;height:620px'></div>")
-        page.add_style_tag(content=(ROOT / "onnx_nb" / "static" / "widgets.css").read_text())  # as anywidget does
-        page.evaluate("""async ([src, state]) => {
-            const mod = await import('data:text/javascript;base64,' + src);
-            const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, save_changes() {},
-                            on: () => {}, send() {} };
-            mod.default.render({ model, el: document.getElementById('root') });
-        }""", [base64.b64encode(bundle.encode()).decode(), state])
+        mount(page, "graph", graph, (1000, 620))
         page.locator(".onnxnb-graph-node").first.wait_for(timeout=10_000)
         page.wait_for_timeout(300)
         heights = page.evaluate(GRAPH_LABELS)

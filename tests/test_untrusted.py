@@ -3,7 +3,6 @@ checkpoints, and a runtime crash that must not take the caller with it."""
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import time
@@ -16,7 +15,7 @@ import torch
 
 import onnx_nb
 from hostile import PAYLOADS, RAW_MARKERS, external_data_model, hostile_text_model, linked, secret
-from lab import available, browser
+from lab import available, browser, mount
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,8 +63,6 @@ def test_model_text_is_escaped_in_every_html_view(views: dict[str, Any]) -> None
 def test_no_payload_runs_in_a_browser(views: dict[str, Any], hostile: Path) -> None:
     """The HTML report and the graph widget (the real bundle, fed the real widget state) in Chromium."""
     graph = onnx_nb.GraphView(hostile, overlay=views["parity"])
-    state = {k: v for k, v in graph.get_state().items() if not k.startswith("_")}
-    bundle = (ROOT / "onnx_nb" / "static" / "graph.js").read_text()
     with browser() as page:
         page.goto(Path(views["html_file"]).as_uri())
         page.wait_for_load_state("load")
@@ -73,14 +70,7 @@ def test_no_payload_runs_in_a_browser(views: dict[str, Any], hostile: Path) -> N
         assert page.evaluate("window.__pwned") is None
         assert PAYLOADS["input"] in page.inner_text("body"), "the name is shown as text"
 
-        page.set_content("<div id=root style='width:900px;height:600px'></div>")
-        page.evaluate("""async ([src, state]) => {
-            const mod = await import('data:text/javascript;base64,' + src);
-            const handlers = {};
-            const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, save_changes() {},
-                            on: (e, f) => { handlers[e] = f; }, send() {} };
-            mod.default.render({ model, el: document.getElementById('root') });
-        }""", [base64.b64encode(bundle.encode()).decode(), state])
+        mount(page, "graph", graph)
         page.locator(".onnxnb-graph-node").first.wait_for(timeout=10_000)
         page.locator(".onnxnb-graph-op").first.click()
         page.wait_for_timeout(300)
@@ -88,15 +78,7 @@ def test_no_payload_runs_in_a_browser(views: dict[str, Any], hostile: Path) -> N
         assert "MatMul" in page.inner_text("#root")
 
         # The Studio (its real bundle and state) showing an error that quotes a hostile name.
-        studio_state = {k: v for k, v in failed_studio().panel.get_state().items() if not k.startswith("_")}
-        studio_bundle = (ROOT / "onnx_nb" / "static" / "studio.js").read_text()
-        page.set_content("<div id=root style='width:900px;height:600px'></div>")
-        page.evaluate("""async ([src, state]) => {
-            const mod = await import('data:text/javascript;base64,' + src);
-            const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, save_changes() {},
-                            on: () => {}, send() {} };
-            mod.default.render({ model, el: document.getElementById('root') });
-        }""", [base64.b64encode(studio_bundle.encode()).decode(), studio_state])
+        mount(page, "studio", failed_studio().panel)
         page.locator("pre.bad").first.wait_for(timeout=10_000)
         page.wait_for_timeout(300)
         assert page.evaluate("window.__pwned") is None
