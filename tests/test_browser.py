@@ -118,6 +118,15 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
         assert "Error displaying widget" not in text and "Loading widget" not in text
         page.screenshot(path=str(SHOTS / "after_reload.png"), full_page=True)
 
+    # The pipeline's HTML report (written by the notebook) needs no horizontal scrolling at 1,400 px.
+    with browser() as page:
+        page.goto((tmp_path / "onnx_nb_out" / "quickstart" / "report.html").as_uri())
+        page.wait_for_load_state("load")
+        page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 1400, f"the report is {width} px wide"
+        page.screenshot(path=str(SHOTS / "report.png"), full_page=True)
+
 
 def test_graph_view_goes_to_the_diverging_node(tmp_path: Path) -> None:
     """The real bundle fed a real GraphView's state (a damaged weight, the parity report as overlay): the view opens

@@ -90,7 +90,7 @@ def test_pipeline_magic_and_cli(ip: object, tiny_dirs: dict[str, Path], tmp_path
     report = ip.run_line_magic(  # type: ignore[attr-defined]
         "onnx_pipeline", f"{tiny_dirs['bert']} --out {tmp_path / 'm'} --html {tmp_path / 'r.html'}")
     assert [s.step for s in report.steps] == ["export", "parity", "optimize", "quantize", "latency"]
-    assert report and (tmp_path / "r.html").read_text().count("<details") == 5
+    assert report and (tmp_path / "r.html").read_text().count("<details open><summary><b>") == 5  # a section a step
     done = cli("pipeline", str(tiny_dirs["vit"]), "--out", str(tmp_path / "v"), "--quantize", "none", "--json")
     assert done.returncode == 0, done.stderr
     import json
