@@ -70,6 +70,19 @@ def test_mutated_bytes_load_and_inspect(good: tuple[Path, bytes], tmp_path_facto
     assert sorted(p.name for p in path.parent.iterdir()) == ["model.onnx"], "nothing written beside the model"
 
 
+def test_names_that_are_not_utf8_are_told_as_damage(good: tuple[Path, bytes], tmp_path: Path) -> None:
+    """Found by the fuzz test above on another machine (the bytes it mutates depend on paths in the file): a
+    dimension name that is not UTF-8 reached the graph view as bytes and raised a TypeError."""
+    from onnx_nb.frontends.graphdata import graph_json
+
+    data = good[1]
+    assert b"\x05batch" in data  # the input's dynamic axis name, length-prefixed
+    path = tmp_path / "model.onnx"
+    path.write_bytes(data.replace(b"\x05batch", b"\x05\xffatch", 1))
+    with pytest.raises(onnx_nb.InvalidModelError, match="not UTF-8"):
+        graph_json(path)
+
+
 ARGS = st.fixed_dictionaries({
     "providers": st.one_of(st.sampled_from(["cpu", "CPU", "cuda", "trt", "available", "tpu", "", "cpu,,cpu"]),
                            st.lists(st.one_of(st.text(max_size=8), st.integers()), max_size=3)),

@@ -32,6 +32,7 @@ def graph_json(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     p = Path(path)
     proto = check_model(p, graph=False)  # external data that leaves the folder is refused before anything is shown
+    _check_texts(proto, p)
     shapes: dict[str, str] = {}
     for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
         dims = v.type.tensor_type.shape.dim
@@ -54,6 +55,21 @@ def graph_json(path: str | os.PathLike[str]) -> dict[str, Any]:
             if t in producer:
                 edges.append({"source": producer[t], "target": node["name"], "tensor": t})
     return {"name": p.name, "nodes": nodes, "edges": edges}
+
+
+def _check_texts(proto: Any, path: Path) -> None:
+    """A damaged file can hold names that are not UTF-8 (protobuf then hands them over as bytes, and ONNX Runtime
+    may never read them): say the file is damaged instead of failing on them."""
+    from ..errors import InvalidModelError
+
+    g = proto.graph
+    values = [v.name for v in [*g.input, *g.output, *g.value_info, *g.initializer]]
+    values += [d.dim_param for v in [*g.input, *g.output, *g.value_info] for d in v.type.tensor_type.shape.dim]
+    for n in g.node:
+        values += [n.name, n.op_type, *n.input, *n.output, *(a.name for a in n.attribute),
+                   *(m.key for m in n.metadata_props), *(m.value for m in n.metadata_props)]
+    if any(not isinstance(v, str) for v in values):
+        raise InvalidModelError(f"{path} is damaged: some of its names are not UTF-8 text. Export the model again.")
 
 
 def default_depth(graph: dict[str, Any], budget: int = 24) -> int:
