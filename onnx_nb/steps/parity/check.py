@@ -92,9 +92,10 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
                 if first_failure is None and any(r.status == "fail" for r in new_rows):
                     first_failure = (feed, p.name)
         unverified = list(getattr(export, "unverified", None) or [])
-        if first_failure is not None:
-            divergence = divergence or _diagnose(path, ref, first_failure[0], precision, atol, rtol, bool(unverified),
-                                                 localize and divergence is None, steps, notes)
+        if first_failure is not None:  # diagnosed even when a node is named already: the one-branch note still holds
+            found = _diagnose(path, ref, first_failure[0], precision, atol, rtol, bool(unverified),
+                              localize and divergence is None, steps, notes)
+            divergence = divergence or found
     return ParityReport(model=path.name, reference=ref.label, precision=precision, rows=rows,
                         shapes={tag: {k: list(v.shape) for k, v in feed.items()} for tag, feed, _ in cases},
                         divergence=divergence, notes=list(dict.fromkeys(notes)), unverified=unverified)
