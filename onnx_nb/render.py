@@ -47,12 +47,18 @@ def sig(value: float | None, digits: int = 3) -> str:
     return format(value, f".{digits}g")
 
 
+def cut(text: Any, width: int) -> str:
+    """``text`` as at most ``width`` characters, ending in "…" when cut (plain text: escape it where shown)."""
+    full = str(text)
+    return full if len(full) <= width else full[:width - 1] + "…"
+
+
 def abbr(text: Any, width: int = 28) -> str:
     """Escaped ``text``, cut to ``width`` characters with the whole text on hover."""
     full = str(text)
     if len(full) <= width:
         return esc(full)
-    return f'<span title="{esc(full)}">{esc(full[:width - 1])}…</span>'
+    return f'<span title="{esc(full)}">{esc(cut(full, width))}</span>'
 
 
 def compact_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], key: Sequence[str], *,
@@ -151,10 +157,9 @@ def svg_hbars(items: Sequence[dict[str, Any]], *, axis: str, log: bool = False, 
     for n, item in enumerate(items):
         y = top + n * row
         label = str(item["label"])
-        shown = label if len(label) <= chars else label[:chars - 1] + "…"
         colour = "#d93025" if item.get("bad") else "#1a73e8"
         parts.append(f'<g><title>{esc(label)}</title><text x="{left - 6}" y="{y + 15}" text-anchor="end">'
-                     f"{esc(shown)}</text></g>")
+                     f"{esc(cut(label, chars))}</text></g>")
         parts.append(f'<rect x="{left}" y="{y + 4}" width="{max(x(item["value"]) - left, 1):.1f}" height="14" '
                      f'fill="{colour}" fill-opacity="0.75"/>')
         end = x(item["value"])

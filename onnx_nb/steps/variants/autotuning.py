@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 from ...progress import Steps
-from ...render import CSS, compact_table, esc, text_table
+from ...render import CSS, compact_table, cut, esc, text_table
 
 METRICS = ("cosine", "max_abs")
 
@@ -63,7 +63,7 @@ class TuneResult:
         front = sorted((c for c in ok if c.name in self.pareto), key=lambda c: c.p50_ms or 0.0)
         side = {c.name: ("top center" if i % 2 == 0 else "bottom center") for i, c in enumerate(front)}
         fig.add_trace(go.Scatter(x=[c.p50_ms for c in ok], y=[c.metric for c in ok], mode="markers+text",
-                                 text=[(c.name if len(c.name) <= 24 else c.name[:23] + "…") if c.name in side else ""
+                                 text=[cut(c.name, 24) if c.name in side else ""
                                        for c in ok],
                                  textposition=[side.get(c.name, "top center") for c in ok], name="candidates",
                                  hovertext=[c.name for c in ok], hoverinfo="text+x+y", textfont={"size": 11},
