@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (
     CalibrationError,
+    ClusterError,
     DiskFullError,
     ExportError,
     HubUnavailableError,
@@ -59,6 +60,7 @@ _LAZY = {
     "LatencyTable": ("onnx_nb.results.latency", "LatencyTable"),
     "parse_profile": ("onnx_nb.runtime.profiling", "parse_profile"),
     "isolated": ("onnx_nb.runtime.isolation", "isolated"),
+    "Cluster": ("onnx_nb.runtime.cluster", "Cluster"),
     "IsolatedSession": ("onnx_nb.runtime.isolation", "IsolatedSession"),
     "check_model": ("onnx_nb.runtime.onnxfile", "check_model"),
     "generate": ("onnx_nb.steps.generate.generation", "generate"),
@@ -67,6 +69,8 @@ _LAZY = {
 
 __all__ = [
     "CalibrationError",
+    "Cluster",
+    "ClusterError",
     "DiskFullError",
     "ExportError",
     "ExportResult",

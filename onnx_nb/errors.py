@@ -145,3 +145,7 @@ class WorkerError(OnnxNbError, RuntimeError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"[{kind}] {message}")
         self.kind = kind
+
+
+class ClusterError(OnnxNbError, ConnectionError):
+    """The Ray cluster asked for with ``cluster=`` cannot be reached or used."""

@@ -46,6 +46,8 @@ PARITY: list[Spec] = [
      "both"),
     (("--isolate",), {"action": "store_true",
                       "help": "run ONNX Runtime in a worker process (for files you did not make)"}, "both"),
+    (("--cluster",), {"help": "run on a Ray cluster: 'auto' (the one this machine is part of) or an address such "
+                                "as ray://head:10001 (pip install 'onnx-nb[ray]')"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the report as JSON"}, "cli"),
 ]
 
@@ -66,6 +68,8 @@ BENCH: list[Spec] = [
     (("--profile",), {"action": "store_true", "help": "add ORT's per-operator profile"}, "both"),
     (("--isolate",), {"action": "store_true",
                       "help": "run ONNX Runtime in a worker process (for files you did not make)"}, "both"),
+    (("--cluster",), {"help": "run on a Ray cluster: 'auto' (the one this machine is part of) or an address such "
+                                "as ray://head:10001 (pip install 'onnx-nb[ray]')"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the table as JSON"}, "cli"),
 ]
 
@@ -106,6 +110,8 @@ AUTOTUNE: list[Spec] = [
     (("--min-seconds",), {"type": float, "default": 0.5, "help": "time budget per timed row"}, "both"),
     (("--out",), {"help": "folder for the candidates (default <model folder>/autotune)"}, "both"),
     (("--overwrite",), {"action": "store_true", "help": "replace earlier autotune results"}, "both"),
+    (("--cluster",), {"help": "run on a Ray cluster: 'auto' (the one this machine is part of) or an address such "
+                                "as ray://head:10001 (pip install 'onnx-nb[ray]')"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the result as JSON"}, "cli"),
 ]
 
@@ -186,14 +192,15 @@ def shapes_from_text(text: str) -> Any:
 
 def parity_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"atol": ns.atol, "rtol": ns.rtol, "providers": ns.providers, "shapes": shapes_from_text(ns.shapes),
-            "localize": not ns.no_localize, "isolate": ns.isolate or None, "probes": False if ns.no_probes else "auto"}
+            "localize": not ns.no_localize, "isolate": ns.isolate or None, "probes": False if ns.no_probes else "auto",
+            "cluster": ns.cluster}
 
 
 def bench_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     providers = ns.providers if ns.providers == "available" else [p for p in ns.providers.split(",") if p]
     return {"providers": providers, "shapes": shapes_from_text(ns.shapes), "runs": ns.runs,
             "min_seconds": ns.min_seconds, "warmup": ns.warmup, "threads": ns.threads, "profile": ns.profile,
-            "isolate": ns.isolate or None}
+            "isolate": ns.isolate or None, "cluster": ns.cluster}
 
 
 def optimize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
@@ -209,7 +216,7 @@ def quantize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
 
 def autotune_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"metric": ns.metric, "budget": ns.budget, "providers": [p for p in ns.providers.split(",") if p],
-            "min_seconds": ns.min_seconds, "out": ns.out, "overwrite": ns.overwrite}
+            "min_seconds": ns.min_seconds, "out": ns.out, "overwrite": ns.overwrite, "cluster": ns.cluster}
 
 
 def pipeline_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

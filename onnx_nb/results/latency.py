@@ -11,7 +11,7 @@ from ..render import CSS, compact_table, esc, sig, svg_hbars, text_table
 
 NOISY_SPREAD = 0.25  # (p90 - p50) / p50 above this flags a row as noisy
 COLUMNS = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms",
-           "throughput", "speedup", "first_run_ms", "peak_mb", "runs", "noisy", "options", "note"]
+           "throughput", "speedup", "first_run_ms", "peak_mb", "runs", "noisy", "options", "note", "node"]
 KEY = ["variant", "backend", "shape", "status", "p50_ms", "speedup", "p90_ms", "peak_mb"]  # fits 1,000 px
 NUMERIC = [c for c in COLUMNS if c.endswith(("_ms", "_mb")) or c in ("throughput", "speedup", "runs")]
 
@@ -38,6 +38,8 @@ class LatencyRow:
     note: str = ""
     remeasure_ms: float | None = None  # a brief second timing once every row was done (see ``noisy``)
     peak_mb: float | None = None  # resident memory the row needed at its peak: weights, session, activations, cache
+    node: str = ""  # the cluster node that measured it (cluster=); '' for this machine
+    hardware: dict[str, Any] = field(default_factory=dict)  # that node's CPU, cores, GPUs, library versions
 
     @classmethod
     def from_times(cls, variant: str, backend: str, shape: str, batch: int, times: list[float], first: float,
@@ -71,7 +73,7 @@ class LatencyRow:
                 "-" if self.speedup is None else f"{self.speedup:.2f}x", f(self.first_run_ms, ".0f"),
                 f(self.peak_mb, ".0f"), str(self.runs), "yes" if self.noisy else "",
                 ", ".join(f"{k}={v}" for k, v in self.options.items()),
-                self.note]
+                self.note, self.hardware.get("summary", self.node)]
 
 
 def skips_padding(row: LatencyRow) -> bool:
@@ -79,15 +81,16 @@ def skips_padding(row: LatencyRow) -> bool:
 
 
 def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]) -> LatencyTable:
-    """Fill in speed-ups against the PyTorch row of the same shape, and flag noise."""
-    base: dict[tuple[str, bool], float] = {}
+    """Fill in speed-ups against the PyTorch row of the same shape (and the same node, on a cluster), and flag
+    noise."""
+    base: dict[tuple[str, str, bool], float] = {}
     for r in rows:  # the first PyTorch row of each shape is the baseline (others, e.g. "no cache", are compared);
         # rows that skip padding are compared with the PyTorch row given the same skip, when there is one
-        key = (r.shape, skips_padding(r))
+        key = (r.shape, r.node, skips_padding(r))
         if r.backend.startswith("torch") and r.p50_ms and key not in base:
             base[key] = r.p50_ms
     for r in rows:
-        baseline = base.get((r.shape, skips_padding(r))) or base.get((r.shape, False))
+        baseline = base.get((r.shape, r.node, skips_padding(r))) or base.get((r.shape, r.node, False))
         if r.p50_ms and baseline:
             r.speedup = baseline / r.p50_ms
     if any(skips_padding(r) and r.backend.startswith("torch") for r in rows):
@@ -122,7 +125,7 @@ class LatencyTable:
     def to_pandas(self) -> Any:
         import pandas as pd
 
-        return pd.DataFrame([r.to_dict() for r in self.rows], columns=[*COLUMNS[:3], *COLUMNS[3:], "batch"])
+        return pd.DataFrame([r.to_dict() for r in self.rows], columns=[*COLUMNS, "batch", "hardware"])
 
     def figure(self) -> Any:
         """p50 bars with whiskers to p90 and p99 per variant and backend; with several shapes, latency

@@ -17,6 +17,7 @@ from ...results.latency import LatencyRow, LatencyTable, summarize
 from ...runtime.isolation import honours_isolate
 from ...runtime.timing import Clock, interleaved
 from .measuring import measure, remeasure
+from .runners import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
 
 KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the re-measure
 
@@ -33,130 +34,6 @@ def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, thr
         runners[name] = partial(s.run, None, own)
     times = interleaved(runners, rounds=rounds)
     return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
-
-
-class OrtRunner:
-    """An ONNX Runtime session on one provider; GPU providers bind inputs and outputs on the device."""
-
-    def __init__(self, path: Path, provider: str, feed: dict[str, np.ndarray], threads: int | None,
-                 level: str, profile_dir: str | None = None, runtime: dict[str, Any] | None = None) -> None:
-        import onnxruntime as ort
-
-        from ...runtime import sessions
-        from ...runtime.providers import DEVICES
-        from ...runtime.shapes import cast_feed
-
-        self.path, self.provider, self.level, self.threads = path, provider, level, threads
-        self.options = {"graph_level": level, "intra_op_threads": threads or "default",
-                        "execution_mode": "sequential", "profiling": bool(profile_dir)}
-        self.session = sessions.session(
-            path, provider, threads=threads, level=level, map_weights=False,
-            profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
-        self.feed = cast_feed(self.session, feed)
-        self.device = DEVICES.get(provider)
-        if hasattr(self.session, "time"):  # an IsolatedSession: io-binding needs an in-process session
-            self.options["process"] = "isolated worker"
-            self.device = None
-        self.binding = None
-        if (runtime or {}).get("unpad"):
-            from ...runtime.padding import UnpaddedSession
-
-            self.session = UnpaddedSession(self.session)
-            self.options["runtime"] = "skips padding"
-            self.device = None  # buckets are fed from host memory
-        # timed inside the worker when isolated (an unpadded session is timed here, copies included)
-        self.isolated = hasattr(self.session, "time")
-        if self.device:
-            self.binding = self.session.io_binding()
-            for name, value in self.feed.items():
-                self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, self.device, 0))
-            for out in self.session.get_outputs():
-                self.binding.bind_output(out.name, self.device, 0)
-
-    def __call__(self) -> None:
-        if self.binding is not None:
-            self.session.run_with_iobinding(self.binding)
-            self.binding.synchronize_outputs()
-        else:
-            self.session.run(None, self.feed)
-
-    def end_profiling(self) -> str:
-        return str(self.session.end_profiling())
-
-
-def _type_name(element_type: Any) -> str:
-    """An OpenVINO element type as it names itself ("bf16", "f32")."""
-    name = getattr(element_type, "get_type_name", None)
-    return str(name() if callable(name) else element_type)
-
-
-class OpenVinoRunner:
-    """The OpenVINO runtime itself (``pip install openvino``), compiled for its CPU device."""
-
-    def __init__(self, path: Path, feed: dict[str, np.ndarray], threads: int | None,
-                 config: dict[str, Any] | None = None) -> None:
-        import openvino as ov
-
-        core = ov.Core()
-        config = {"PERFORMANCE_HINT": "LATENCY", **(config or {})}
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = threads
-        model = core.read_model(str(path))
-        self.compiled = core.compile_model(model, "CPU", config)
-        self.request = self.compiled.create_infer_request()
-        names = {p.get_any_name() for p in self.compiled.inputs}
-        self.feed = {k: v for k, v in feed.items() if k in names}
-        self.options = {"runtime": f"openvino {ov.__version__}", "device": "CPU", "hint": "LATENCY",
-                        "threads": threads or "default",
-                        # f32 files run in bf16 where the CPU has bf16 instructions, unless told otherwise
-                        "precision": _type_name(self.compiled.get_property("INFERENCE_PRECISION_HINT"))}
-
-    def __call__(self) -> None:
-        self.request.infer(self.feed)
-
-
-class TorchRunner:
-    """PyTorch eager on the same inputs, in inference mode, with the same thread count."""
-
-    def __init__(self, reference: Any, feed: dict[str, np.ndarray], threads: int | None) -> None:
-        import torch
-
-        self.torch = torch
-        self.flat = reference.flat
-        self.model = reference.model
-        self.tensors = [torch.from_numpy(np.ascontiguousarray(feed[n])) for n in self.flat.input_names]
-        self.threads = threads
-        from ...runtime.memory import weight_bytes
-
-        self.held_bytes = weight_bytes(self.model)  # loaded before the row: counted into its peak memory
-        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
-                        "attention": str(getattr(getattr(self.model, "config", None), "_attn_implementation", "-"))}
-
-    def __call__(self) -> None:
-        with self.torch.inference_mode():
-            self.flat.flat(*self.tensors)
-
-
-class BucketedTorchRunner(TorchRunner):
-    """PyTorch eager given the padding skip a variant's runtime gets: the rows grouped by the same plan
-    (:func:`padding.plan_buckets`), each group run trimmed to its longest row. The fair baseline for
-    padding-skip rows."""
-
-    def __init__(self, reference: Any, feed: dict[str, np.ndarray], threads: int | None) -> None:
-        from ...runtime.padding import trimmed_buckets
-
-        super().__init__(reference, feed, threads)
-        mask = feed["attention_mask"]
-        own = {n: feed[n] for n in self.flat.input_names}
-        sequence = {n for n, v in own.items() if np.ndim(v) > 1 and v.shape[1] == mask.shape[1]}
-        self.parts = [[self.torch.from_numpy(np.ascontiguousarray(part[n])) for n in self.flat.input_names]
-                      for _, _, part in trimmed_buckets(own, mask.sum(axis=1).astype(np.int64), sequence)]
-        self.options["runtime"] = "skips padding"
-
-    def __call__(self) -> None:
-        with self.torch.inference_mode():
-            for tensors in self.parts:
-                self.flat.flat(*tensors)
 
 
 def _contrib_ops(path: Path) -> list[str]:
@@ -243,13 +120,17 @@ def _backends(providers: Any) -> list[tuple[str, str | None, str]]:
 def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, shapes: Any = None,
               reference: Any = None, warmup: int = 5, runs: int | None = None, min_seconds: float = 1.0,
               threads: int | None = None, level: str = "all", profile: bool = False, progress: bool = True,
-              clock: Clock = time.perf_counter, isolate: bool | None = None) -> LatencyTable:
+              clock: Clock = time.perf_counter, isolate: bool | None = None, cluster: Any = None) -> LatencyTable:
     """Latency of each model on each backend and shape, with PyTorch eager as the baseline.
 
     ``providers="available"`` runs every ONNX Runtime provider here plus the OpenVINO runtime when
     installed; missing ones asked for by name appear as unavailable rows. ``runs=None`` repeats
     until ``min_seconds`` (at least 10 runs). Warm-up and the first run are kept out of the statistics.
+    ``cluster=`` (True, a Ray address or :class:`onnx_nb.Cluster`) measures every row on a Ray node instead
+    (:mod:`onnx_nb.steps.benchmark.remote`); there ``providers="available"`` means the CPU provider: name the
+    others (``["cuda", "cpu"]``) and the rows go to nodes that have them.
     """
+    from ...runtime.cluster import as_cluster
     from ...runtime.files import scratch_dir
     from ...runtime.shapes import axis_sizes, label, make_feed, shape_specs
 
@@ -258,8 +139,16 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     if level not in ("disable", "basic", "extended", "all"):
         raise InvalidArgumentError(f"level={level!r}: use 'disable', 'basic', 'extended' or 'all'.")
     entries = _models(models)
-    backends = _backends(providers)
+    on = as_cluster(cluster)
+    if on is not None and profile:
+        raise InvalidArgumentError("profile=True profiles on this machine only: leave out cluster= to profile.")
+    backends = _backends(providers if on is None or providers != "available" else ("cpu",))
+    if on is not None:  # the node says whether it has the provider
+        backends = [(b, p, "") for b, p, _ in backends]
     if _has_cache(entries[0][2]):  # a decoder with its cache: prefill and decode steps, not one forward
+        if on is not None:
+            raise InvalidArgumentError("benchmark(cluster=...) measures single-forward models; a decoder with its "
+                                       "cache (prefill and decode rows) is measured on this machine only for now.")
         from .generation_latency import benchmark_generation
 
         source = getattr(reference, "source", None) or getattr(entries[0][1], "source", None)
@@ -269,6 +158,10 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                                     progress)
     ref, feed0, axes = _reference_and_feed(reference, sample, entries)
     specs = shape_specs(shapes if shapes is not None else "sample", axis_sizes(feed0, axes), list(feed0))
+    if on is not None:
+        return _on_cluster(on, entries, backends, ref, feed0, axes, specs, progress,
+                           {"warmup": warmup, "runs": runs, "min_seconds": min_seconds, "threads": threads,
+                            "level": level})
     rows: list[LatencyRow] = []
     profiles: dict[str, Any] = {}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -327,6 +220,30 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     if load is not None:
         notes.append(f"1-minute load average at start: {load:.2f} on {os.cpu_count()} cores")
     return summarize(rows, profiles, notes)
+
+
+def _on_cluster(on: Any, entries: list[tuple[str, Any, Path]], backends: list[tuple[str, str | None, str]],
+                ref: Any, feed0: dict[str, np.ndarray], axes: dict[str, Any], specs: list[dict[str, Any]],
+                progress: bool, settings: dict[str, Any]) -> LatencyTable:
+    """The same table, every row measured on a Ray node (:func:`remote.remote_rows`)."""
+    from ...runtime.files import scratch_dir
+    from ...runtime.shapes import label, make_feed
+    from .remote import remote_rows
+
+    cases = []
+    for spec in specs:
+        feed = make_feed(feed0, axes, spec)
+        cases.append((label(feed, axes, spec), int(next(iter(feed.values())).shape[0]) if feed else 1, feed))
+    skipping = ref is not None and any((getattr(obj, "runtime", None) or {}).get("unpad") for _, obj, _ in entries)
+    torch_rows: list[tuple[str, type[TorchRunner]]] = [("PyTorch eager", TorchRunner)] + (
+        [("PyTorch eager, padding skipped", BucketedTorchRunner)] if skipping and "attention_mask" in feed0 else [])
+    with scratch_dir("onnx-nb-cluster-") as tmp:
+        made = {path: openvino_file(obj, path, tmp) for _, obj, path in entries} \
+            if any(p is None for _, p, _ in backends) else {}
+        rows = remote_rows(on, entries, backends, cases, torch_rows, ref, made, settings, progress)
+    nodes = sorted({r.hardware.get("summary", "") for r in rows if r.hardware})
+    notes = ["Measured on a Ray cluster: " + "; ".join(nodes) + ". Speed-ups compare rows of the same node."]
+    return summarize(rows, {}, notes)
 
 
 def _reference_and_feed(reference: Any, sample: Any,

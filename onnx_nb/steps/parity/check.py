@@ -33,20 +33,28 @@ def padding_mask(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -
 def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, shapes: Any = "auto",
                  providers: Any = ("cpu",), atol: float | None = None, rtol: float | None = None,
                  tolerances: Mapping[str, Any] | None = None, localize: bool = True, seed: int = 0,
-                 progress: bool = True, isolate: bool | None = None, probes: Any = "auto") -> ParityReport:
+                 progress: bool = True, isolate: bool | None = None, probes: Any = "auto",
+                 cluster: Any = None) -> ParityReport:
     """Compare ``onnx_model`` with ``reference`` output by output, on several shapes and providers.
 
     Besides the shapes, ``probes`` (default ``"auto"``: every one that applies) runs the first shape with
     inputs drawn to move the model off the sample's path (see :mod:`onnx_nb.steps.parity.probes`); ``False``
     turns them off. Returns a :class:`ParityReport` (truthy when everything passed and the export did not
-    record a single branch); raises only for bad input.
+    record a single branch); raises only for bad input. ``cluster=`` (True, a Ray address or
+    :class:`onnx_nb.Cluster`) runs the ONNX side on Ray nodes that offer each provider
+    (:mod:`onnx_nb.steps.parity.remote`); the reference runs, and the rows are judged, here.
     """
+    from ...runtime.cluster import as_cluster
     from ...runtime.onnxfile import load_proto
     from .probes import chosen
     from .references import reference_and_model
 
-    wanted = _providers_checked(atol, rtol, providers)
+    on = as_cluster(cluster)
+    wanted = _providers_checked(atol, rtol, providers, on is not None)
     generative = _generative(reference, onnx_model)
+    if generative is not None and on is not None:
+        raise InvalidArgumentError("check_parity(cluster=...) checks single-forward models; generation parity of a "
+                                   "decoder with its cache runs on this machine only for now.")
     if generative is not None:  # a decoder with its cache: parity is generation parity
         from .generation import generation_parity
 
@@ -63,34 +71,39 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     rows: list[Row] = []
     first_failure: tuple[dict[str, np.ndarray], str] | None = None
     divergence: DivergingNode | None = None
-    live = [p for p in wanted if p.available]
     judge = {"precision": precision, "atol": atol, "rtol": rtol, "tolerances": tolerances, "seed": seed}
-    with Steps(len(cases) * max(len(live), 1) + int(localize), "parity", progress) as steps:
-        rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
+    model = candidate_obj if hasattr(candidate_obj, "path") else path
+    if on is not None:
+        from .remote import remote_sessions
+
+        slots, rows, cluster_notes = remote_sessions(on, model, wanted, [feed for _, feed, _ in cases], progress)
+        notes += cluster_notes
+    else:
         from ...runtime.padding import open_session
 
-        opened = {p.short: open_session(candidate_obj if hasattr(candidate_obj, "path") else path, p.name)
-                  for p in live}
+        rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
+        slots = [(p.short, open_session(model, p.name), p.name) for p in wanted if p.available]
+    with Steps(len(cases) * max(len(slots), 1) + int(localize), "parity", progress) as steps:
         for tag, feed, moved in cases:
             try:
                 expected = ref.run(feed)
             except Exception as exc:  # noqa: BLE001 - the reference's own failure is reported, not raised
-                fixed = [(p.short, static_conflict(opened[p.short], feed, ref.axes, export)) for p in live]
+                fixed = [(short, static_conflict(sess, feed, ref.axes, export)) for short, sess, _ in slots]
                 rows += [Row("*", tag, short, "shape-mismatch", note=why) for short, why in fixed if why]
                 rows.append(Row("*", tag, "reference", "skipped",
                                 note=f"the reference itself fails here: {type(exc).__name__}: {first_line(exc, 150)}"))
                 continue
             if padding_mask(feed, ref.axes) is not None:
                 notes.append("Padded token positions (attention_mask == 0) are excluded from the statistics.")
-            for p in live:
-                steps.step(f"{tag} on {p.short}")
-                new_rows, named, expected = _run_case(opened[p.short], p.short, tag, feed, moved, expected, ref,
-                                                      export, judge, notes)
+            for short, sess, provider in slots:
+                steps.step(f"{tag} on {short}")
+                new_rows, named, expected = _run_case(sess, short, tag, feed, moved, expected, ref, export, judge,
+                                                      notes)
                 rows += new_rows
                 if named is not None and divergence is None:
                     divergence = named
                 if first_failure is None and any(r.status == "fail" for r in new_rows):
-                    first_failure = (feed, p.name)
+                    first_failure = (feed, provider)
         unverified = list(getattr(export, "unverified", None) or [])
         if first_failure is not None:  # diagnosed even when a node is named already: the one-branch note still holds
             found = _diagnose(path, ref, first_failure[0], precision, atol, rtol, bool(unverified),
@@ -101,16 +114,17 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
                         divergence=divergence, notes=list(dict.fromkeys(notes)), unverified=unverified)
 
 
-def _providers_checked(atol: Any, rtol: Any, providers: Any) -> list[Any]:
-    """The tolerances given are numbers >= 0 and at least one provider asked for is in this build."""
+def _providers_checked(atol: Any, rtol: Any, providers: Any, remote: bool = False) -> list[Any]:
+    """The tolerances given are numbers >= 0 and at least one provider asked for is in this build (on a cluster,
+    the nodes say which providers they have)."""
     from ...runtime.providers import providers_named
 
     for name, value in (("atol", atol), ("rtol", rtol)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise InvalidArgumentError(f"{name} must be a number >= 0 (e.g. {name}=1e-4), got {value!r}; leave it "
                                        "out for the default of the model's precision.")
-    wanted = providers_named(providers)
-    if not any(p.available for p in wanted):
+    wanted = providers_named(("cpu",) if remote and providers == "available" else providers)
+    if not remote and not any(p.available for p in wanted):
         from ...errors import ProviderUnavailableError
 
         raise ProviderUnavailableError(

@@ -13,6 +13,15 @@ from ...progress import Steps
 from ...render import CSS, compact_table, cut, esc, text_table
 
 METRICS = ("cosine", "max_abs")
+# (name, step, its arguments, the candidate it starts from (None: the export), file tag), in build order
+PLAN: list[tuple[str, str, dict[str, Any], str | None, str]] = [
+    ("optimized(extended)", "optimize", {"level": "extended", "unpad": False}, None, "opt-ext"),
+    ("optimized(auto)", "optimize", {"unpad": False}, None, "opt"),
+    ("optimized(auto)+unpad", "optimize", {"unpad": "auto", "then": "int8"}, None, "opt-unpad"),
+    ("int8 per-channel", "quantize", {}, "optimized(auto)+unpad", "int8-pc"),
+    ("int8 per-tensor", "quantize", {"per_channel": False}, "optimized(auto)+unpad", "int8-pt"),
+    ("int4 weight-only", "quantize", {"method": "int4"}, "optimized(auto)+unpad", "int4"),
+]
 
 
 @dataclass
@@ -130,20 +139,25 @@ def pareto_front(points: list[tuple[str, float, float]], higher_is_better: bool)
 def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None, providers: Any = ("cpu",),
              sample: Any = None, shapes: Any = None, reference: Any = None, runs: int | None = None,
              min_seconds: float = 0.5, threads: int | None = None, candidates: Any = "auto",
-             out: str | os.PathLike[str] | None = None, overwrite: bool = False, progress: bool = True) -> TuneResult:
+             out: str | os.PathLike[str] | None = None, overwrite: bool = False, progress: bool = True,
+             cluster: Any = None) -> TuneResult:
     """Candidates (the export; ORT's extended level; transformer fusion with and without skipping padding;
     INT8 per-channel and per-tensor; INT4 weight-only), each validated and timed on the same inputs.
 
     ``metric="cosine"`` (lowest cosine over outputs and shapes; budget default 0.99) or ``"max_abs"``
     (largest absolute error; budget default 1e-4). Returns the table, the Pareto front, and ``best``:
     the fastest candidate within the budget.
+
+    ``cluster=`` (True, a Ray address or :class:`onnx_nb.Cluster`) builds and validates the candidates as Ray
+    jobs, side by side on the nodes (INT8 and INT4 after the fused graph they start from), and times them there
+    with ``benchmark(cluster=...)``; the files come back into ``out``.
     """
+    from ...runtime.cluster import as_cluster
     from ..benchmark.benchmarking import benchmark
     from ..parity.check import check_parity
-    from .optimizing import optimize
-    from .quantizing import quantize
     from .variants import parent_of
 
+    on = as_cluster(cluster)
     if metric not in METRICS:
         raise InvalidArgumentError(f"metric={metric!r}: choose 'cosine' or 'max_abs'.")
     budget = budget if budget is not None else (0.99 if metric == "cosine" else 1e-4)
@@ -154,51 +168,54 @@ def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None,
 
         raise OutputExistsError(f"{folder} already holds autotune results; pass overwrite=True or another out=.")
     folder.mkdir(parents=True, exist_ok=True)
-    plan: list[tuple[str, Any]] = [
-        ("optimized(extended)", lambda: optimize(model, level="extended", unpad=False, **common("opt-ext"))),
-        ("optimized(auto)", lambda: optimize(model, unpad=False, **common("opt"))),
-        ("optimized(auto)+unpad", lambda: optimize(model, unpad="auto", then="int8", **common("opt-unpad"))),
-        ("int8 per-channel", lambda: quantize(built.get("optimized(auto)+unpad") or model, **common("int8-pc"))),
-        ("int8 per-tensor", lambda: quantize(built.get("optimized(auto)+unpad") or model, per_channel=False,
-                                             **common("int8-pt"))),
-        ("int4 weight-only", lambda: quantize(built.get("optimized(auto)+unpad") or model, method="int4",
-                                              **common("int4"))),
-    ]
-    if candidates != "auto":
-        wanted = set(candidates)
-        plan = [p for p in plan if p[0] in wanted]
-
-    def common(tag: str) -> dict[str, Any]:
-        return {"out": folder / f"{tag}.onnx", "overwrite": True, "providers": providers, "sample": sample,
-                **({"reference": reference} if reference is not None else {})}
-
-    built: dict[str, Any] = {}
+    plan = [c for c in PLAN if candidates == "auto" or c[0] in set(candidates)]
+    common = {"providers": providers, "sample": sample, **({"reference": reference} if reference is not None else {})}
     results: list[Candidate] = []
     with Steps(len(plan) + 2, "autotune", progress) as steps:
         steps.step("checking the export")
         against = reference if reference is not None else ref
         if hasattr(against, "source") or (against is not None and not isinstance(against, (str, os.PathLike))):
-            base = check_parity(against, model, sample, providers=providers, progress=False)
+            base = check_parity(against, model, sample, providers=providers, progress=False, cluster=on)
             results.append(Candidate("export (fp32)", model, None, _metric(base, metric), True, bool(base)))
         else:  # a bare .onnx file is its own reference
             results.append(Candidate("export (fp32)", model, None, 1.0 if metric == "cosine" else 0.0, True, None))
-        for name, build in plan:
-            steps.step(f"building {name}")
-            try:
-                variant = build()
-            except Exception as exc:  # noqa: BLE001 - a candidate that cannot be built is a row, not a crash
-                results.append(Candidate(name, None, None, None, False, None,
-                                         error=f"{type(exc).__name__}: {str(exc)[:160]}"))
-                continue
-            built[name] = variant
-            value = _metric(variant.parity, metric)
-            results.append(Candidate(name, variant, None, value, False, bool(variant.parity)))
+        if on is None:
+            made = _build_here(plan, model, folder, common, steps)
+        else:
+            from .remote import build_on_cluster
+
+            steps.step(f"building {len(plan)} candidates on the cluster")
+            made = build_on_cluster(on, plan, model, folder, common, progress)
+        for name, variant, error in made:
+            value = None if variant is None else _metric(variant.parity, metric)
+            results.append(Candidate(name, variant, None, value, False,
+                                     None if variant is None else bool(variant.parity), error=error))
         steps.step("timing every candidate on the same inputs")
         timed = {c.name: c.variant for c in results if c.variant is not None}
         table = benchmark(timed, providers=providers, sample=sample, shapes=shapes, runs=runs,
-                          min_seconds=min_seconds, threads=threads, progress=False)
+                          min_seconds=min_seconds, threads=threads, progress=False, cluster=on)
     front, best, notes = _score(results, table, metric, budget, model)
     return TuneResult(results, metric, budget, best, front, table, notes)
+
+
+def _build_here(plan: list[tuple[str, str, dict[str, Any], str | None, str]], model: Any, folder: Path,
+                common: dict[str, Any], steps: Any) -> list[tuple[str, Any, str]]:
+    """(name, variant or None, error) per candidate, built one after another in this process."""
+    from .remote import step_named
+
+    built: dict[str, Any] = {}
+    made = []
+    for name, step, kwargs, parent, tag in plan:
+        steps.step(f"building {name}")
+        try:
+            variant = step_named(step)(built.get(parent or "") or model, **kwargs, **common,
+                                       out=folder / f"{tag}.onnx", overwrite=True)
+        except Exception as exc:  # noqa: BLE001 - a candidate that cannot be built is a row, not a crash
+            made.append((name, None, f"{type(exc).__name__}: {str(exc)[:160]}"))
+            continue
+        built[name] = variant
+        made.append((name, variant, ""))
+    return made
 
 
 def _score(results: list[Candidate], table: Any, metric: str, budget: float,

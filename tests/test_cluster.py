@@ -1,0 +1,242 @@
+"""cluster=: benchmark, check_parity and autotune on a real local Ray cluster (a head and worker nodes with
+custom resources, started here with ``ray start``): rows land with the node's hardware; a job that needs what no
+node has is reported at once; a worker node killed mid-job fails its row with the reason; Ctrl-C cancels the
+remote jobs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray")
+import onnx_nb
+import tiny_models
+
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A Ray node in the foreground (--block) in its own process group, so the test can kill it whole."""
+    return subprocess.Popen([RAY, "start", "--block", "--disable-usage-stats", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _wait_nodes(address: str, count: int, timeout: float = 90.0) -> None:
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    deadline = time.monotonic() + timeout
+    while sum(n["Alive"] for n in ray.nodes()) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the local Ray cluster did not reach {count} nodes: {ray.nodes()}")
+        time.sleep(0.5)
+
+
+class LocalCluster:
+    def __init__(self, tmp: Path) -> None:
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        # a dead node is noticed in about a second instead of half a minute
+        self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_health_check_period_ms="500",
+                        RAY_health_check_timeout_ms="500", RAY_health_check_failure_threshold="2",
+                        RAY_health_check_initial_delay_ms="0")
+        self.temp = Path("/tmp") / f"rt{self.port}"  # Ray's socket paths must stay short
+        self.head = _start(["--head", f"--port={self.port}", "--num-cpus=1", "--include-dashboard=false",
+                            f"--temp-dir={self.temp}", '--resources={"head": 1}'], self.env)
+        time.sleep(3)
+        self.edge = self.worker('{"edge": 1}')
+        self.victim: subprocess.Popen[bytes] | None = None
+
+    def worker(self, resources: str) -> subprocess.Popen[bytes]:
+        return _start([f"--address={self.address}", "--num-cpus=1", f"--resources={resources}"], self.env)
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        import ray
+
+        ray.shutdown()
+        for proc in [self.victim, self.edge, self.head]:
+            if proc is not None:
+                self.kill(proc)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path_factory.mktemp("ray"))
+    try:
+        _wait_nodes(local.address, 2)
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    folder = tmp_path_factory.mktemp("cluster-bert")
+    return onnx_nb.export(tiny_models.build("bert"), out=folder / "bert.onnx", progress=False)
+
+
+def test_rows_land_with_each_nodes_hardware(cluster: LocalCluster, bert: Any) -> None:
+    on = onnx_nb.Cluster(address=cluster.address, targets={"head": {"head": 1}, "edge": {"edge": 1}})
+    table = onnx_nb.benchmark(bert, reference=bert, providers=["cpu"], runs=10, min_seconds=0.0, cluster=on,
+                              progress=False)
+    ok = [r for r in table.rows if r.status == "ok"]
+    assert len(ok) == 4, table  # PyTorch and ONNX, on each of the two targets
+    nodes = {r.node for r in ok}
+    assert len(nodes) == 2 and all(("[head]" in n) != ("[edge]" in n) for n in nodes), nodes
+    import ray
+
+    ids = {n["NodeID"][:6] for n in ray.nodes() if n["Alive"]}
+    for row in ok:
+        assert row.hardware["node_id"][:6] in ids and row.hardware["node_id"][:6] in row.node
+        assert row.hardware["cores"] == os.cpu_count() and row.hardware["cpu"] and row.hardware["onnxruntime"]
+        assert "@" in row.backend
+        if not row.backend.startswith("torch"):  # each ONNX row is compared with the PyTorch row of its own node
+            base = next(r for r in ok if r.backend.startswith("torch") and r.node == row.node)
+            assert row.speedup == pytest.approx(base.p50_ms / row.p50_ms)
+    assert "Ray cluster" in " ".join(table.notes) and "[head]" in table._repr_html_()
+
+
+def test_parity_on_the_cluster_matches_parity_here(cluster: LocalCluster, bert: Any) -> None:
+    on = onnx_nb.Cluster(address=cluster.address, targets={"edge": {"edge": 1}})
+    here = onnx_nb.check_parity(bert, progress=False)
+    there = onnx_nb.check_parity(bert, cluster=on, progress=False)
+    assert there and len(there.rows) == len(here.rows)
+    for a, b in zip(here.rows, there.rows):
+        assert (a.output, a.shape, a.status) == (b.output, b.shape, b.status)
+        assert b.provider.startswith("cpu @ ") and b.provider.endswith("[edge]")
+        assert b.max_abs == pytest.approx(a.max_abs, abs=1e-6)
+
+
+def test_a_job_no_node_can_run_is_reported_not_queued(cluster: LocalCluster, bert: Any) -> None:
+    on = onnx_nb.Cluster(address=cluster.address, targets={"arm": {"arm64": 1}}, timeout_s=600)
+    start = time.monotonic()
+    table = onnx_nb.benchmark(bert, reference=bert, providers=["cpu", "cuda"], runs=5, min_seconds=0.0, cluster=on,
+                              progress=False)
+    assert time.monotonic() - start < 30
+    assert {r.status for r in table.rows} == {"unavailable"}
+    assert all("no live node" in r.note and "arm64" in r.note for r in table.rows)
+    report = onnx_nb.check_parity(bert, providers=["cuda"], cluster=address_only(cluster), progress=False)
+    assert [r.status for r in report.rows] == ["unavailable"] and "'GPU': 1" in report.rows[0].note
+
+
+def address_only(cluster: LocalCluster) -> str:
+    return cluster.address
+
+
+def test_a_killed_worker_fails_its_row_with_the_reason(cluster: LocalCluster, bert: Any) -> None:
+    import ray
+
+    cluster.victim = cluster.worker('{"victim": 1}')
+    deadline = time.monotonic() + 60
+    while ray.cluster_resources().get("victim", 0) < 1:
+        assert time.monotonic() < deadline, "the victim node did not join"
+        time.sleep(0.5)
+    on = onnx_nb.Cluster(address=cluster.address, targets={"victim": {"victim": 1}}, timeout_s=120)
+    import threading
+
+    def kill_when_busy() -> None:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            if ray.available_resources().get("victim", 0) < 1:  # the row is running there (used up: not listed)
+                time.sleep(1.0)
+                assert cluster.victim is not None
+                cluster.kill(cluster.victim)
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_when_busy)
+    killer.start()
+    start = time.monotonic()
+    table = onnx_nb.benchmark(bert, providers=["cpu"], runs=None, min_seconds=60.0, cluster=on, progress=False)
+    killer.join()
+    assert time.monotonic() - start < 60, "the notebook waited for a dead node"
+    assert [r.status for r in table.rows] == ["error"], table
+    assert "died" in table.rows[0].note, table.rows[0].note
+
+
+def test_ctrl_c_cancels_the_remote_jobs(cluster: LocalCluster, bert: Any, tmp_path: Path) -> None:
+    import ray
+
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(f"""
+        import onnx_nb
+        on = onnx_nb.Cluster(address={cluster.address!r}, targets={{"edge": {{"edge": 1}}}})
+        try:
+            onnx_nb.benchmark({str(bert.path)!r}, providers=["cpu"], runs=None, min_seconds=120.0, cluster=on,
+                              progress=False)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            raise SystemExit(3)
+    """))
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 90
+    while ray.available_resources().get("edge", 0) >= 1:  # used up: not listed
+        assert time.monotonic() < deadline and driver.poll() is None, "the remote row never started"
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGINT)
+    out, _ = driver.communicate(timeout=30)
+    assert driver.returncode == 3, out.decode(errors="replace")[-2000:]
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("edge", 0) < 1:  # the job was cancelled: its node is free again
+        assert time.monotonic() < deadline, "the remote job kept running after Ctrl-C"
+        time.sleep(0.2)
+
+
+def test_autotune_fans_out_and_brings_the_files_back(cluster: LocalCluster, bert: Any, tmp_path: Path) -> None:
+    on = onnx_nb.Cluster(address=cluster.address)
+    result = onnx_nb.autotune(bert, candidates=["optimized(auto)", "int8 per-channel"], out=tmp_path / "tune",
+                              min_seconds=0.0, runs=5, cluster=on, progress=False)
+    names = {c.name: c for c in result.candidates}
+    assert not any(c.error for c in result.candidates), result
+    for name in ("optimized(auto)", "int8 per-channel"):
+        variant = names[name].variant
+        assert variant.path.parent == tmp_path / "tune" and variant.path.exists()
+        assert variant.reference is bert and "built_on" in variant.recipe
+        assert names[name].p50_ms and names[name].metric is not None
+    assert sorted(p.name for p in (tmp_path / "tune").iterdir()) == ["int8-pc.onnx", "opt.onnx"]
+    # the INT8 candidate started from the export (its parent, the unpadded graph, was not asked for)
+    assert names["int8 per-channel"].variant.origin is bert
+    assert result.latency.rows and all("@" in r.backend for r in result.latency.rows if r.status == "ok")
+
+
+def test_cluster_argument_is_checked_and_ray_stays_unimported_without_it() -> None:
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="cluster="):
+        onnx_nb.benchmark("x.onnx", cluster=3.5)
+    code = ("import sys, onnx_nb; onnx_nb.benchmark; import onnx_nb.steps.benchmark.benchmarking; "
+            "assert 'ray' not in sys.modules, 'ray imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_command_line_bench_on_the_cluster(cluster: LocalCluster, bert: Any) -> None:
+    import json
+
+    out = subprocess.run([sys.executable, "-m", "onnx_nb", "bench", str(bert.path), "--providers", "cpu", "--runs",
+                          "5", "--cluster", cluster.address, "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout)["rows"]
+    assert [r["status"] for r in rows] == ["ok"] and rows[0]["node"] and rows[0]["hardware"]["cpu"]
