@@ -6,9 +6,7 @@ remote jobs."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,76 +20,14 @@ import pytest
 pytest.importorskip("ray")
 import onnx_nb
 import tiny_models
-
-RAY = str(Path(sys.executable).parent / "ray")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """A Ray node in the foreground (--block) in its own process group, so the test can kill it whole."""
-    return subprocess.Popen([RAY, "start", "--block", "--disable-usage-stats", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-
-
-def _wait_nodes(address: str, count: int, timeout: float = 90.0) -> None:
-    import ray
-
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-    deadline = time.monotonic() + timeout
-    while sum(n["Alive"] for n in ray.nodes()) < count:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the local Ray cluster did not reach {count} nodes: {ray.nodes()}")
-        time.sleep(0.5)
-
-
-class LocalCluster:
-    def __init__(self, tmp: Path) -> None:
-        self.port = _free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        # a dead node is noticed in about a second instead of half a minute
-        self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_health_check_period_ms="500",
-                        RAY_health_check_timeout_ms="500", RAY_health_check_failure_threshold="2",
-                        RAY_health_check_initial_delay_ms="0")
-        self.temp = Path("/tmp") / f"rt{self.port}"  # Ray's socket paths must stay short
-        self.head = _start(["--head", f"--port={self.port}", "--num-cpus=1", "--include-dashboard=false",
-                            f"--temp-dir={self.temp}", '--resources={"head": 1}'], self.env)
-        time.sleep(3)
-        self.edge = self.worker('{"edge": 1}')
-        self.victim: subprocess.Popen[bytes] | None = None
-
-    def worker(self, resources: str) -> subprocess.Popen[bytes]:
-        return _start([f"--address={self.address}", "--num-cpus=1", f"--resources={resources}"], self.env)
-
-    def kill(self, proc: subprocess.Popen[bytes]) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        import ray
-
-        ray.shutdown()
-        for proc in [self.victim, self.edge, self.head]:
-            if proc is not None:
-                self.kill(proc)
-        shutil.rmtree(self.temp, ignore_errors=True)
+from onnx_nb.runtime.cluster import LocalRayCluster
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("ray"))
-    try:
-        _wait_nodes(local.address, 2)
+def cluster() -> Iterator[LocalRayCluster]:
+    """A head (1 CPU, resource "head") and a worker (1 CPU, resource "edge"), each a real `ray start` node."""
+    with LocalRayCluster(workers=[{"edge": 1}], head_resources={"head": 1}) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +36,7 @@ def bert(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return onnx_nb.export(tiny_models.build("bert"), out=folder / "bert.onnx", progress=False)
 
 
-def test_rows_land_with_each_nodes_hardware(cluster: LocalCluster, bert: Any) -> None:
+def test_rows_land_with_each_nodes_hardware(cluster: LocalRayCluster, bert: Any) -> None:
     on = onnx_nb.Cluster(address=cluster.address, targets={"head": {"head": 1}, "edge": {"edge": 1}})
     table = onnx_nb.benchmark(bert, reference=bert, providers=["cpu"], runs=10, min_seconds=0.0, cluster=on,
                               progress=False)
@@ -121,7 +57,7 @@ def test_rows_land_with_each_nodes_hardware(cluster: LocalCluster, bert: Any) ->
     assert "Ray cluster" in " ".join(table.notes) and "[head]" in table._repr_html_()
 
 
-def test_parity_on_the_cluster_matches_parity_here(cluster: LocalCluster, bert: Any) -> None:
+def test_parity_on_the_cluster_matches_parity_here(cluster: LocalRayCluster, bert: Any) -> None:
     on = onnx_nb.Cluster(address=cluster.address, targets={"edge": {"edge": 1}})
     here = onnx_nb.check_parity(bert, progress=False)
     there = onnx_nb.check_parity(bert, cluster=on, progress=False)
@@ -132,7 +68,7 @@ def test_parity_on_the_cluster_matches_parity_here(cluster: LocalCluster, bert: 
         assert b.max_abs == pytest.approx(a.max_abs, abs=1e-6)
 
 
-def test_a_job_no_node_can_run_is_reported_not_queued(cluster: LocalCluster, bert: Any) -> None:
+def test_a_job_no_node_can_run_is_reported_not_queued(cluster: LocalRayCluster, bert: Any) -> None:
     on = onnx_nb.Cluster(address=cluster.address, targets={"arm": {"arm64": 1}}, timeout_s=600)
     start = time.monotonic()
     table = onnx_nb.benchmark(bert, reference=bert, providers=["cpu", "cuda"], runs=5, min_seconds=0.0, cluster=on,
@@ -144,18 +80,14 @@ def test_a_job_no_node_can_run_is_reported_not_queued(cluster: LocalCluster, ber
     assert [r.status for r in report.rows] == ["unavailable"] and "'GPU': 1" in report.rows[0].note
 
 
-def address_only(cluster: LocalCluster) -> str:
+def address_only(cluster: LocalRayCluster) -> str:
     return cluster.address
 
 
-def test_a_killed_worker_fails_its_row_with_the_reason(cluster: LocalCluster, bert: Any) -> None:
+def test_a_killed_worker_fails_its_row_with_the_reason(cluster: LocalRayCluster, bert: Any) -> None:
     import ray
 
-    cluster.victim = cluster.worker('{"victim": 1}')
-    deadline = time.monotonic() + 60
-    while ray.cluster_resources().get("victim", 0) < 1:
-        assert time.monotonic() < deadline, "the victim node did not join"
-        time.sleep(0.5)
+    victim = cluster.add_worker({"victim": 1})
     on = onnx_nb.Cluster(address=cluster.address, targets={"victim": {"victim": 1}}, timeout_s=120)
     import threading
 
@@ -164,8 +96,7 @@ def test_a_killed_worker_fails_its_row_with_the_reason(cluster: LocalCluster, be
         while time.monotonic() < end:
             if ray.available_resources().get("victim", 0) < 1:  # the row is running there (used up: not listed)
                 time.sleep(1.0)
-                assert cluster.victim is not None
-                cluster.kill(cluster.victim)
+                cluster.kill(victim)
                 return
             time.sleep(0.2)
 
@@ -179,7 +110,7 @@ def test_a_killed_worker_fails_its_row_with_the_reason(cluster: LocalCluster, be
     assert "died" in table.rows[0].note, table.rows[0].note
 
 
-def test_ctrl_c_cancels_the_remote_jobs(cluster: LocalCluster, bert: Any, tmp_path: Path) -> None:
+def test_ctrl_c_cancels_the_remote_jobs(cluster: LocalRayCluster, bert: Any, tmp_path: Path) -> None:
     import ray
 
     script = tmp_path / "driver.py"
@@ -207,7 +138,7 @@ def test_ctrl_c_cancels_the_remote_jobs(cluster: LocalCluster, bert: Any, tmp_pa
         time.sleep(0.2)
 
 
-def test_autotune_fans_out_and_brings_the_files_back(cluster: LocalCluster, bert: Any, tmp_path: Path) -> None:
+def test_autotune_fans_out_and_brings_the_files_back(cluster: LocalRayCluster, bert: Any, tmp_path: Path) -> None:
     on = onnx_nb.Cluster(address=cluster.address)
     result = onnx_nb.autotune(bert, candidates=["optimized(auto)", "int8 per-channel"], out=tmp_path / "tune",
                               min_seconds=0.0, runs=5, cluster=on, progress=False)
@@ -232,7 +163,7 @@ def test_cluster_argument_is_checked_and_ray_stays_unimported_without_it() -> No
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_command_line_bench_on_the_cluster(cluster: LocalCluster, bert: Any) -> None:
+def test_command_line_bench_on_the_cluster(cluster: LocalRayCluster, bert: Any) -> None:
     import json
 
     out = subprocess.run([sys.executable, "-m", "onnx_nb", "bench", str(bert.path), "--providers", "cpu", "--runs",

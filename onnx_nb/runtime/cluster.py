@@ -365,3 +365,115 @@ def _gpus() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+class LocalRayCluster:
+    """A Ray cluster on this machine, made of real ``ray start`` nodes (a head, then workers with the resources
+    you name): for trying ``cluster=`` on a laptop, for the tests and for ``benchmarks/cluster.py``.
+
+        with LocalRayCluster(workers=[{"edge": 1}, {"edge": 1}]) as local:
+            onnx_nb.benchmark(model, cluster=onnx_nb.Cluster(address=local.address))
+
+    Each node runs in its own process group (``kill(node)`` stops one as a crash would); ``stop()`` ends them
+    all and the driver's connection. ``quick_health_checks`` notices a dead node in about a second (Ray's
+    default is half a minute).
+    """
+
+    def __init__(self, workers: list[Mapping[str, float]] | None = None, *, head_cpus: float = 1,
+                 worker_cpus: float = 1, head_resources: Mapping[str, float] | None = None,
+                 quick_health_checks: bool = True, timeout_s: float = 120.0) -> None:
+        import socket
+        import sys
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.address = f"127.0.0.1:{self.port}"
+        self.ray = str(Path(sys.executable).parent / "ray")
+        self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+        if quick_health_checks:
+            self.env.update(RAY_health_check_period_ms="500", RAY_health_check_timeout_ms="500",
+                            RAY_health_check_failure_threshold="2", RAY_health_check_initial_delay_ms="0")
+        self.temp = Path("/tmp") / f"onnxnb-ray{self.port}"  # Ray's socket paths must stay short
+        self.worker_cpus = worker_cpus
+        self.nodes: list[Any] = []
+        self.head = self._start(["--head", f"--port={self.port}", f"--num-cpus={head_cpus}",
+                                 "--include-dashboard=false", f"--temp-dir={self.temp}",
+                                 f"--resources={_json(head_resources or {})}"])
+        try:
+            self._wait(1, timeout_s)
+            for resources in workers or []:
+                self.add_worker(resources, timeout_s=timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, args: list[str]) -> Any:
+        import subprocess
+
+        proc = subprocess.Popen([self.ray, "start", "--block", "--disable-usage-stats", *args], env=self.env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.nodes.append(proc)
+        return proc
+
+    def _wait(self, count: int, timeout_s: float) -> None:
+        import ray
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if not ray.is_initialized():
+                    import logging
+
+                    ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False)
+                if sum(bool(n["Alive"]) for n in ray.nodes()) >= count:
+                    return
+            except ConnectionError:
+                pass
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.nodes):
+                raise ClusterError(f"the local Ray cluster did not reach {count} live nodes in {timeout_s:g} s")
+            time.sleep(0.5)
+
+    def add_worker(self, resources: Mapping[str, float], timeout_s: float = 120.0) -> Any:
+        """Start one more worker node offering ``resources`` (and ``worker_cpus`` CPUs); returns its process."""
+        import ray
+
+        alive = sum(bool(n["Alive"]) for n in ray.nodes()) if ray.is_initialized() else 1
+        proc = self._start([f"--address={self.address}", f"--num-cpus={self.worker_cpus}",
+                            f"--resources={_json(resources)}"])
+        self._wait(alive + 1, timeout_s)
+        return proc
+
+    def kill(self, proc: Any) -> None:
+        """Stop a node at once (SIGKILL to its process group), as a crash or a pulled plug would."""
+        import signal
+
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        import shutil
+
+        try:
+            import ray
+
+            ray.shutdown()
+        finally:
+            for proc in reversed(self.nodes):
+                self.kill(proc)
+            shutil.rmtree(self.temp, ignore_errors=True)
+
+    def __enter__(self) -> LocalRayCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _json(value: Mapping[str, float]) -> str:
+    import json
+
+    return json.dumps(dict(value))
