@@ -107,6 +107,13 @@ def wait_idle(page: Any, timeout_s: float) -> None:
     raise TimeoutError("cells still running")
 
 
+def run_notebook(page: Any, base_token: str, name: str, timeout_s: float) -> None:
+    """Open a notebook, run all its cells, wait until they are done."""
+    open_notebook(page, base_token, name)
+    run_all(page)
+    wait_idle(page, timeout_s)
+
+
 def copy_clean(src: Path, dst_dir: Path) -> Path:
     """A copy of a notebook without outputs, so what shows comes from this run."""
     import nbformat

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lab import available, browser, copy_clean, jupyterlab, mount, open_notebook, run_all, wait_idle
+from lab import available, browser, copy_clean, jupyterlab, mount, run_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(__file__).parent / "screenshots"
@@ -42,9 +42,7 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
     SHOTS.mkdir(exist_ok=True)
     copy_clean(ROOT / "notebooks" / "01_quickstart.ipynb", tmp_path)
     with jupyterlab(tmp_path) as lab, browser() as page:
-        open_notebook(page, lab, "01_quickstart.ipynb")
-        run_all(page)
-        wait_idle(page, 420)
+        run_notebook(page, lab, "01_quickstart.ipynb", 420)
         page.locator(".onnxnb-studio").first.wait_for(timeout=60_000)
         page.locator(".onnxnb-graph-node").first.wait_for(timeout=60_000)
         text = page.locator(".jp-Notebook").inner_text()
@@ -159,3 +157,22 @@ def test_graph_view_goes_to_the_diverging_node(tmp_path: Path) -> None:
         page.locator(".onnxnb-graph-goto-top").click()  # the largest error: the damaged node or one after it
         page.wait_for_timeout(300)
         assert page.inner_text(".onnxnb-graph-details-title")
+
+
+def test_browser_backend_in_the_notebooks_own_page(tmp_path: Path) -> None:
+    """07_browser in a real JupyterLab: ONNX Runtime Web runs MiniLM inside the notebook's page (the kernel waits
+    for the page's replies while the cell runs), its parity rows pass and its latency row comes from that page."""
+    SHOTS.mkdir(exist_ok=True)
+    copy_clean(ROOT / "notebooks" / "07_browser.ipynb", tmp_path)
+    with jupyterlab(tmp_path) as lab, browser() as page:
+        run_notebook(page, lab, "07_browser.ipynb", 420)
+        text = page.locator(".jp-Notebook").inner_text()
+        page.screenshot(path=str(SHOTS / "browser_backend.png"), full_page=True)
+        assert "Traceback" not in text, text[text.find("Traceback") - 500:][:2000]
+        assert "Parity PASSED" in text and "in the notebook's page" in text, text[text.find("browser:"):][:600]
+        assert "headless Chromium (no notebook page" not in text  # the page answered: no fallback
+        status = page.locator(".onnxnb-ortweb-status").first.inner_text()
+        assert "ONNX Runtime Web 1.30.0 in this page (WASM, 1 thread: the page is not cross-origin isolated)" in status
+        assert "browser p50" in text and "ort-web:wasm (HeadlessChrome" in text
+        assert "IR version is 14" in text and "web(basic)" in text
+        page.screenshot(path=str(SHOTS / "browser_backend.png"), full_page=True)

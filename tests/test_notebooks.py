@@ -68,7 +68,8 @@ def by_source(cells: list[Any], start: str) -> Any:
 def test_all_tutorials_are_tested() -> None:
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
         ["01_quickstart.ipynb", "02_huggingface_tasks.ipynb", "03_debugging_parity.ipynb",
-         "04_quantization_autotune.ipynb", "05_providers_latency.ipynb", "06_generation.ipynb"])
+         "04_quantization_autotune.ipynb", "05_providers_latency.ipynb", "06_generation.ipynb",
+         "07_browser.ipynb"])
 
 
 def test_quickstart(tmp_path: Path) -> None:
@@ -156,3 +157,16 @@ def test_generation(tmp_path: Path) -> None:
     assert "Parity PASSED" in text(by_source(cells, "t5_report"))
     t5_latency = text(by_source(cells, "onnx_nb.benchmark(t5_result"))
     assert "decode 1 token after 16" in t5_latency and "PyTorch eager, no cache" in t5_latency
+
+
+def test_browser_tutorial(tmp_path: Path) -> None:
+    """Run with no browser open, the notebook's page cannot answer: the rows come from a headless Chromium and say
+    so (tests/test_browser.py runs the same notebook in a real JupyterLab page)."""
+    cells = execute("07_browser.ipynb", tmp_path)
+    assert "ONNX Runtime Web 1.30.0 bundled" in text(cells[0])
+    parity = text(by_source(cells, "report = onnx_nb.check_parity"))
+    assert "Parity PASSED" in parity and "headless Chromium (no notebook page answered" in parity
+    latency = text(by_source(cells, "table = onnx_nb.benchmark"))
+    assert "browser p50" in latency and "ort-web:wasm (HeadlessChrome" in latency
+    web = text(by_source(cells, "import onnx"))
+    assert "IR version is 14" in web and "web(basic)" in web and "Parity PASSED" in web

@@ -21,6 +21,9 @@ ALIASES: dict[str, str] = {
     "webgpu": "WebGpuExecutionProvider", "cann": "CANNExecutionProvider",
     "nnapi": "NnapiExecutionProvider", "acl": "ACLExecutionProvider",
     "vitisai": "VitisAIExecutionProvider", "azure": "AzureExecutionProvider",
+    # ONNX Runtime Web in a browser page (runtime/browser.py), not a provider of this onnxruntime
+    "browser": "browser:wasm", "browser-wasm": "browser:wasm", "ort-web": "browser:wasm",
+    "browser-webgpu": "browser:webgpu",
 }
 SHORT = {v: k for k, v in reversed(ALIASES.items())}
 # where a provider's inputs and outputs live when bound (I/O binding); host memory for the others
@@ -70,7 +73,12 @@ def providers_named(names: str | Any) -> list[Provider]:
                 f"Unknown execution provider {raw!r}. Short names: {', '.join(sorted(set(ALIASES)))}; "
                 f"available here: {', '.join(SHORT.get(h, h) for h in have)}."
             )
-        if full in have:
+        if full.startswith("browser:"):
+            from .browser import unavailable_reason
+
+            reason = unavailable_reason(full.split(":")[1])
+            result.append(Provider(raw, full, not reason, reason))
+        elif full in have:
             result.append(Provider(raw, full, True))
         else:
             result.append(Provider(raw, full, False,

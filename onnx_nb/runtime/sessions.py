@@ -32,6 +32,10 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
         map_weights = total_file_size(Path(path), proto) - Path(path).stat().st_size > MAP_WEIGHTS_ABOVE
     if map_weights:
         settings["prepack"] = False
+    if provider.startswith("browser:"):  # ONNX Runtime Web in a browser page
+        from .browser import BrowserSession
+
+        return BrowserSession(path, provider, **settings)
     if wanted(isolate):
         return IsolatedSession(path, provider, **settings)
     import onnxruntime as ort

@@ -104,7 +104,8 @@ def _backends(providers: Any) -> list[tuple[str, str | None, str]]:
     result: list[tuple[str, str | None, str]] = []
     if providers:
         for p in providers_named(providers):
-            result.append((f"ort:{p.short}", p.name, "" if p.available else p.reason))
+            label = f"ort-web:{p.name.split(':')[1]}" if p.name.startswith("browser:") else f"ort:{p.short}"
+            result.append((label, p.name, "" if p.available else p.reason))
     if want_openvino:
         try:
             import openvino  # noqa: F401
@@ -204,6 +205,8 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                     if why:
                         row.options["file"] = Path(ran).name
                         row.note = f"{why}. {row.note}".strip()
+                    if row.options.get("browser"):  # which browser and which ORT Web made the row
+                        row.backend = f"{backend} ({row.options['browser']}, {row.options['runtime']})"
                     rows.append(row)
                     if runner is not None and small[path]:
                         kept.append((row, runner))

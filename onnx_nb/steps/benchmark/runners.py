@@ -29,8 +29,8 @@ class OrtRunner:
             profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
         self.feed = cast_feed(self.session, feed)
         self.device = DEVICES.get(provider)
-        if hasattr(self.session, "time"):  # an IsolatedSession: io-binding needs an in-process session
-            self.options["process"] = "isolated worker"
+        if hasattr(self.session, "time"):  # an IsolatedSession or a browser page: timed where the session lives
+            self.options.update(getattr(self.session, "options", None) or {"process": "isolated worker"})
             self.device = None
         self.binding = None
         if (runtime or {}).get("unpad"):

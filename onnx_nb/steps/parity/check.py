@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, first_line
+from ...errors import InvalidArgumentError, InvalidModelError, first_line
 from ...progress import Steps
 from ...results.export import export_of
 from ...results.parity import DivergingNode, ParityReport, Row
@@ -79,10 +79,8 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
         slots, rows, cluster_notes = remote_sessions(on, model, wanted, [feed for _, feed, _ in cases], progress)
         notes += cluster_notes
     else:
-        from ...runtime.padding import open_session
-
-        rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
-        slots = [(p.short, open_session(model, p.name), p.name) for p in wanted if p.available]
+        slots, opened_rows = _local_sessions(model, wanted, notes)
+        rows += opened_rows
     with Steps(len(cases) * max(len(slots), 1) + int(localize), "parity", progress) as steps:
         for tag, feed, moved in cases:
             try:
@@ -112,6 +110,32 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     return ParityReport(model=path.name, reference=ref.label, precision=precision, rows=rows,
                         shapes={tag: {k: list(v.shape) for k, v in feed.items()} for tag, feed, _ in cases},
                         divergence=divergence, notes=list(dict.fromkeys(notes)), unverified=unverified)
+
+
+def _local_sessions(model: Any, wanted: list[Any], notes: list[str]) -> tuple[list[tuple[str, Any, str]], list[Row]]:
+    """(label, session, provider) for each available provider; rows for the others. ONNX Runtime Web refusing a file
+    that ONNX Runtime runs (an operator it lacks, a newer IR) is a finding, a row, not a crash."""
+    from ...runtime.padding import open_session
+
+    rows = [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
+    slots = []
+    for p in wanted:
+        if not p.available:
+            continue
+        try:
+            sess = open_session(model, p.name)
+        except InvalidModelError as exc:
+            if not p.name.startswith("browser:"):
+                raise
+            rows.append(Row("*", "*", p.short, "error", note=first_line(exc, 600)))
+            continue
+        slots.append((p.short, sess, p.name))
+        opened = getattr(sess, "options", None) or {}
+        if opened.get("browser"):  # which browser, which ORT Web, how many threads
+            notes.append(f"{p.short}: {opened['runtime']} in {opened['page']} ({opened['browser']}, "
+                         f"{opened['ep'].upper()}, {opened['threads']} thread(s); cross-origin isolated: "
+                         f"{opened['isolated']}).")
+    return slots, rows
 
 
 def _providers_checked(atol: Any, rtol: Any, providers: Any, remote: bool = False) -> list[Any]:

@@ -212,7 +212,8 @@ def has_mask_input(path: Path) -> bool:
 def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, model_type: str | None = None,
              num_heads: int | None = None, hidden_size: int | None = None, unpad: bool | str = "auto",
              simplify: bool = False, out: str | os.PathLike[str] | None = None, overwrite: bool = False,
-             validate: bool = True, providers: Any = ("cpu",), sample: Any = None, then: str | None = None) -> Variant:
+             validate: bool = True, providers: Any = ("cpu",), sample: Any = None, then: str | None = None,
+             target: str | None = None) -> Variant:
     """An optimized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated.
 
     ``level``: ``"basic"``/``"extended"``/``"all"`` (ONNX Runtime's graph levels, saved offline),
@@ -223,8 +224,14 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     (constant folding, dead-code removal) first. ``then="int8"`` says a dynamic INT8 variant will be made from
     this one: for a transformer with two attention routes (onnxscript's fusions, or a re-export with eager
     attention that ORT's quantizer turns into QAttention) each route's INT8 file is timed on the sample and the
-    faster route kept (``recipe["routes_int8_ms"]``).
+    faster route kept (``recipe["routes_int8_ms"]``). ``target="web"``: a variant ONNX Runtime Web runs in a
+    browser (:func:`for_web`).
     """
+    if target not in (None, "web"):
+        raise InvalidArgumentError(f"target={target!r}: None (this machine's ONNX Runtime) or 'web'.")
+    if target == "web":
+        return for_web(onnx_model, reference=reference, out=out, overwrite=overwrite, validate=validate,
+                       providers=providers, sample=sample)
     if then not in (None, "fp32", "int8"):
         raise InvalidArgumentError(f"then={then!r}: None (fp32) or 'int8'.")
     if level not in LEVELS:
@@ -346,3 +353,70 @@ def _transformer_route(work: Path, staged: Path, scratch: Path, source: Any, par
     recipe["attention_route"] = route
     if _count(staged, attention) == 0:
         warnings.append("Attention could not be fused; the variant keeps unfused attention.")
+
+
+def _contrib_ops(path: Path) -> list[str]:
+    from ...runtime.onnxfile import load_proto
+
+    return sorted({n.op_type for n in load_proto(path).graph.node if n.domain not in ("", "ai.onnx")})
+
+
+def for_web(onnx_model: Any, *, reference: Any = None, out: str | os.PathLike[str] | None = None,
+            overwrite: bool = False, validate: bool = True, providers: Any = ("cpu",), sample: Any = None) -> Variant:
+    """A variant for ONNX Runtime Web (the ``"browser"`` backend): standard ONNX operators only (ONNX Runtime's
+    "basic" level: constant folding and fusions into standard ops), an IR version the bundled ORT Web reads
+    (<= :data:`WEB_MAX_IR`), the weights inside the one file (a page receives one buffer; under 2 GB). A file with
+    ONNX Runtime's contrib operators (a transformer-fused or GPU-fused variant) is made again from its export; a
+    dynamic or static INT8 file keeps its standard quantized operators (MatMulInteger, QDQ). Re-validated on the
+    browser backend as well as ``providers`` when a browser is at hand."""
+    import onnx
+
+    from ...runtime.browser import ORT_WEB_VERSION, WEB_MAX_BYTES, WEB_MAX_IR, unavailable_reason
+
+    parent, ref, _source = parent_of(onnx_model)
+    start = onnx_model
+    recipe: dict[str, Any] = {"target": "web", "level": "basic", "runtime": f"onnxruntime-web {ORT_WEB_VERSION}"}
+    contrib = _contrib_ops(parent)
+    if contrib:
+        export_path = getattr(ref, "path", ref)
+        if ref is None or ref is onnx_model or _contrib_ops(Path(export_path)):
+            raise OptimizationError(
+                f"{parent.name} uses ONNX Runtime contrib operators ({', '.join(contrib)}) and no export without them "
+                "is known: pass the ExportResult (or the plain .onnx export) to optimize(..., target='web').")
+        start = ref
+        recipe["started_from"] = (f"the export {Path(export_path).name}: {parent.name} has ONNX Runtime contrib "
+                                  f"operators ({', '.join(contrib)}); quantize(web_variant, method='dynamic') makes "
+                                  "an INT8 file with standard operators")
+
+    def write(src: Path, staged: Path) -> list[str]:
+        from ...runtime.files import scratch_dir
+
+        with scratch_dir("onnx-nb-web-") as scratch:
+            model = onnx.load(str(src), load_external_data=True)  # the weights into the one file first
+            if model.ByteSize() > WEB_MAX_BYTES:
+                raise OptimizationError(
+                    f"{src.name} is {model.ByteSize() / 2**30:.1f} GB with its weights: a browser page takes the "
+                    "model as one buffer of at most 2 GB. Quantize it first (INT8 is a quarter of the size).")
+            inline, basic = Path(scratch) / "inline.onnx", Path(scratch) / "basic.onnx"
+            onnx.save(model, str(inline))
+            _ort_level(inline, basic, "basic")
+            model = onnx.load(str(basic))
+            recipe["ir_version"] = min(int(model.ir_version), WEB_MAX_IR)
+            model.ir_version = recipe["ir_version"]
+            onnx.save(model, str(staged))
+        left = _contrib_ops(staged)
+        if left:
+            raise OptimizationError(f"ONNX Runtime's basic level kept contrib operators ({', '.join(left)}).")
+        return []
+
+    checked = providers
+    if validate and not unavailable_reason():
+        from ...runtime.providers import providers_named
+
+        names = [p.short for p in providers_named(providers)]
+        checked = [*names, "browser"] if "browser" not in names else names
+    variant = make(start, "web", "web(basic)", recipe, write, out=out, overwrite=overwrite, validate=validate,
+                   providers=checked, sample=sample, reference=reference)
+    if validate and unavailable_reason():
+        variant.warnings.append(f"Checked on {', '.join(map(str, providers))} only: {unavailable_reason()}.")
+    return variant

@@ -1,0 +1,13 @@
+// ONNX Runtime Web's ES module (WASM build, glue included) and its WASM binary, copied beside the widgets:
+// the browser backend sends them to the page on first use, so it works offline and on Binder.
+import { copyFileSync, mkdirSync, statSync } from "node:fs";
+
+const from = "node_modules/onnxruntime-web/dist/";
+const to = "../onnx_nb/static/ortweb/";
+mkdirSync(to, { recursive: true });
+let total = 0;
+for (const name of ["ort.wasm.bundle.min.mjs", "ort-wasm-simd-threaded.wasm"]) {
+  copyFileSync(from + name, to + name);
+  total += statSync(to + name).size;
+}
+console.log(`onnxruntime-web: ${(total / 2 ** 20).toFixed(1)} MiB copied to ${to}`);
