@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    BrowserError,
     CalibrationError,
     ClusterError,
     DiskFullError,
@@ -68,6 +69,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "BrowserError",
     "CalibrationError",
     "Cluster",
     "ClusterError",

@@ -149,3 +149,7 @@ class WorkerError(OnnxNbError, RuntimeError):
 
 class ClusterError(OnnxNbError, ConnectionError):
     """The Ray cluster asked for with ``cluster=`` cannot be reached or used."""
+
+
+class BrowserError(OnnxNbError, RuntimeError):
+    """The browser backend's page could not be started or reached, or stopped answering."""

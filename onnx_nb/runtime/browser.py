@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidModelError, OnnxNbError
+from ..errors import BrowserError, InvalidModelError
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 ORT_FILES = ("ortweb/ort.wasm.bundle.min.mjs", "ortweb/ort-wasm-simd-threaded.wasm")
@@ -38,10 +38,6 @@ WEB_MAX_IR = 13  # the newest ONNX IR it reads ("Unsupported model IR version: 1
 WEB_MAX_BYTES = 2**31 - 1  # one ArrayBuffer: the model travels to the page as one file
 _PAGES: dict[str, Any] = {}
 _IDS = itertools.count(1)
-
-
-class BrowserError(OnnxNbError, RuntimeError):
-    """The browser page could not be reached, or ONNX Runtime Web refused the model (its message)."""
 
 
 def bundle_bytes() -> int:
@@ -308,8 +304,7 @@ class BrowserSession:
 
     def __init__(self, path: str | Path, provider: str = "browser:wasm", *, threads: int | None = None,
                  level: str | None = None, **_ignored: Any) -> None:
-        from .isolation import NodeArg
-        from .onnxfile import load_proto, signature
+        from .onnxfile import NodeArg, load_proto, signature
 
         self.path = Path(path)
         self.ep = "webgpu" if provider.endswith("webgpu") else "wasm"

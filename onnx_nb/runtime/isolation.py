@@ -29,13 +29,13 @@ import struct
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import numpy as np
 
 from ..errors import InvalidModelError, RuntimeCrashError, WorkerError
+from .onnxfile import NodeArg
 
 _ISOLATE: contextvars.ContextVar[bool | None] = contextvars.ContextVar("onnx_nb_isolate", default=None)
 
@@ -185,15 +185,6 @@ def main() -> None:
 
 
 # -- the caller's side ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class NodeArg:
-    """What ``get_inputs()`` / ``get_outputs()`` of an ORT session return: name, shape, type."""
-
-    name: str
-    shape: list[Any]
-    type: str
-
 
 class IsolatedSession:
     """An ``onnxruntime.InferenceSession`` in a worker process, with the same ``run`` /

@@ -28,6 +28,15 @@ class TensorInfo:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class NodeArg:
+    """What ``get_inputs()`` / ``get_outputs()`` of an ORT session return: name, shape, type."""
+
+    name: str
+    shape: list[Any]
+    type: str
+
+
 def load_proto(path: str | Path, external: bool = False) -> Any:
     """Load an ONNX file (without its external data unless asked); clear errors otherwise."""
     import onnx

@@ -55,7 +55,7 @@ class ReplayedSession:
     inputs, or raises the node's ONNX Runtime error."""
 
     def __init__(self, answer: dict[str, Any]) -> None:
-        from ...runtime.isolation import NodeArg
+        from ...runtime.onnxfile import NodeArg
 
         self._inputs = [NodeArg(*i) for i in answer["inputs"]]
         self._outputs = [NodeArg(*o) for o in answer["outputs"]]
