@@ -1,4 +1,4 @@
-// ONNX Runtime Web's ES module (WASM build, glue included) and its WASM binary, copied beside the widgets:
+// ONNX Runtime Web's ES modules (glue included) and their WASM binaries, copied beside the widgets:
 // the browser backend sends them to the page on first use, so it works offline and on Binder.
 import { copyFileSync, mkdirSync, statSync } from "node:fs";
 
@@ -6,7 +6,9 @@ const from = "node_modules/onnxruntime-web/dist/";
 const to = "../onnx_nb/static/ortweb/";
 mkdirSync(to, { recursive: true });
 let total = 0;
-for (const name of ["ort.wasm.bundle.min.mjs", "ort-wasm-simd-threaded.wasm"]) {
+// the WASM build (provider "browser") and the WebGPU build (provider "browser-webgpu", loaded only when asked for)
+for (const name of ["ort.wasm.bundle.min.mjs", "ort-wasm-simd-threaded.wasm",
+                    "ort.webgpu.bundle.min.mjs", "ort-wasm-simd-threaded.asyncify.wasm"]) {
   copyFileSync(from + name, to + name);
   total += statSync(to + name).size;
 }

@@ -153,3 +153,7 @@ class ClusterError(OnnxNbError, ConnectionError):
 
 class BrowserError(OnnxNbError, RuntimeError):
     """The browser backend's page could not be started or reached, or stopped answering."""
+
+
+class NoWebGpuError(BrowserError):
+    """The browser page offers no WebGPU adapter: its browser-webgpu rows are unavailable."""

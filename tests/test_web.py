@@ -1,6 +1,7 @@
 """The browser backend: ONNX Runtime Web (bundled) in a headless Chromium page, as providers "browser" (WASM) and
-"browser-webgpu": parity of a tiny BERT and of MiniLM within fp32 tolerance, a latency row with p50/p90 labelled
-with the browser and the ORT Web version, the message for what ORT Web cannot run, and optimize(target="web")."""
+"browser-webgpu" (on SwiftShader's software adapter here, no GPU): parity of a tiny BERT and of MiniLM within fp32
+tolerance, a latency row with p50/p90 labelled with the browser and the ORT Web version, the message for what ORT
+Web cannot run, and optimize(target="web")."""
 
 from __future__ import annotations
 
@@ -18,6 +19,21 @@ from onnx_nb.runtime import browser
 
 pytestmark = pytest.mark.skipif(bool(browser.unavailable_reason()) and not os.environ.get("CI"),
                                 reason=browser.unavailable_reason() or "browser backend available")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def software_webgpu() -> Any:
+    """This machine has no GPU: its headless Chromium offers WebGPU on SwiftShader, a software adapter, which the
+    rows name (a fresh page for this module, started with that flag)."""
+    saved = os.environ.get("ONNX_NB_CHROMIUM_ARGS")
+    os.environ["ONNX_NB_CHROMIUM_ARGS"] = browser.WEBGPU_FLAGS + " --use-webgpu-adapter=swiftshader"
+    browser._PAGES.pop("headless", None)
+    yield
+    browser._PAGES.pop("headless", None)
+    if saved is None:
+        os.environ.pop("ONNX_NB_CHROMIUM_ARGS")
+    else:
+        os.environ["ONNX_NB_CHROMIUM_ARGS"] = saved
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +59,9 @@ def test_tiny_bert_in_the_browser_within_fp32_tolerance(bert: Any) -> None:
     assert max(r.max_abs for r in rows) < 1e-4
     note = " ".join(report.notes)
     assert f"onnxruntime-web {browser.ORT_WEB_VERSION}" in note and "HeadlessChrome" in note, note
-    webgpu = [r for r in report.rows if r.provider == "browser-webgpu"]
-    assert [r.status for r in webgpu] == ["unavailable"] and "WebGPU" in webgpu[0].note
+    webgpu = [r for r in report.rows if r.provider == "browser-webgpu"]  # ORT Web's WebGPU build, on SwiftShader
+    assert webgpu and all(r.status == "pass" for r in webgpu) and {r.shape for r in webgpu} == {r.shape for r in rows}
+    assert "WEBGPU, adapter google swiftshader" in note, note
 
 
 def test_minilm_on_real_tokens_in_the_browser(minilm: Any) -> None:
@@ -56,7 +73,10 @@ def test_minilm_on_real_tokens_in_the_browser(minilm: Any) -> None:
 
 
 def test_a_latency_row_from_the_browser_beside_ort_cpu(bert: Any) -> None:
-    table = onnx_nb.benchmark(bert, reference=bert, providers=["cpu", "browser"], runs=20, progress=False)
+    table = onnx_nb.benchmark(bert, reference=bert, providers=["cpu", "browser", "browser-webgpu"], runs=20,
+                              progress=False)
+    [gpu] = [r for r in table.rows if r.backend.startswith("ort-web:webgpu")]
+    assert gpu.status == "ok" and gpu.p50_ms and "adapter google swiftshader" in gpu.backend, gpu
     web = [r for r in table.rows if r.backend.startswith("ort-web:wasm")]
     assert len(web) == 1 and web[0].status == "ok", table
     row = web[0]
@@ -126,8 +146,8 @@ def test_browser_provider_names() -> None:
 
     [wasm, gpu] = providers_named(["browser", "browser-webgpu"])
     assert (wasm.name, wasm.short, wasm.available) == ("browser:wasm", "browser", True)
-    assert (gpu.name, gpu.short, gpu.available) == ("browser:webgpu", "browser-webgpu", False)
-    assert browser.bundle_bytes() > 10 * 2**20  # ORT Web's module and WASM ship in the package
+    assert (gpu.name, gpu.short, gpu.available) == ("browser:webgpu", "browser-webgpu", True)
+    assert browser.bundle_bytes("wasm") > 10 * 2**20 and browser.bundle_bytes("webgpu") > 20 * 2**20  # shipped
 
 
 def test_command_line_and_a_machine_without_a_browser(bert: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,11 +155,14 @@ def test_command_line_and_a_machine_without_a_browser(bert: Any, monkeypatch: py
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "onnx_nb", "bench", str(bert.path), "--providers", "cpu,browser",
-                          "--runs", "5", "--json"], capture_output=True, text=True, timeout=300)
+    plain = {**os.environ, "ONNX_NB_CHROMIUM_ARGS": ""}  # a Chromium without WebGPU: no adapter
+    out = subprocess.run([sys.executable, "-m", "onnx_nb", "bench", str(bert.path), "--providers",
+                          "cpu,browser,browser-webgpu", "--runs", "5", "--json"], capture_output=True, text=True,
+                         timeout=300, env=plain)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out.stdout)["rows"]
-    assert [r["status"] for r in rows] == ["ok", "ok"] and "HeadlessChrome" in rows[1]["backend"]
+    assert [r["status"] for r in rows] == ["ok", "ok", "unavailable"] and "HeadlessChrome" in rows[1]["backend"]
+    assert "no WebGPU adapter" in rows[2]["note"], rows[2]
     monkeypatch.setenv("ONNX_NB_CHROMIUM", "/nonexistent/chromium")  # no browser: a row that says why
     table = onnx_nb.benchmark(bert, providers=["cpu", "browser"], runs=5, progress=False)
     [web] = [r for r in table.rows if r.backend.startswith("ort-web")]

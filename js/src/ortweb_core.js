@@ -3,16 +3,16 @@
 // ORT Web itself (its ES module and its WASM) is not bundled here: it arrives from the kernel on first use,
 // so the other widgets stay small.
 
-const sessions = new Map();
-let ort = null;
-let info = null;
+const sessions = new Map(); // id -> {session, ort}
+const builds = {}; // "wasm" | "webgpu" -> the ORT Web module of that build, once loaded
+const infos = {};
 
 const TYPES = {
   float32: Float32Array, float64: Float64Array, int64: BigInt64Array, int32: Int32Array, int8: Int8Array,
   uint8: Uint8Array, bool: Uint8Array, float16: Uint16Array, uint16: Uint16Array, int16: Int16Array,
 };
 
-function toTensor(spec, buffer) {
+function toTensor(ort, spec, buffer) {
   const Kind = TYPES[spec.type];
   if (!Kind) throw new Error(`onnx-nb: no typed array for ${spec.type}`);
   const bytes = buffer instanceof ArrayBuffer ? new Uint8Array(buffer) : new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
@@ -20,43 +20,63 @@ function toTensor(spec, buffer) {
   return new ort.Tensor(spec.type, new Kind(copy), spec.dims);
 }
 
-function feedsOf(msg, buffers) {
+function feedsOf(ort, msg, buffers) {
   const feeds = {};
-  msg.inputs.forEach((spec, i) => { feeds[spec.name] = toTensor(spec, buffers[i]); });
+  msg.inputs.forEach((spec, i) => { feeds[spec.name] = toTensor(ort, spec, buffers[i]); });
   return feeds;
 }
 
+function arrayBuffer(b) {
+  return b instanceof ArrayBuffer ? b : b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength);
+}
+
+// The WebGPU adapter this page would use: {vendor, architecture, description}, or why there is none.
+async function adapterInfo() {
+  if (!navigator.gpu) return { none: "this browser offers no WebGPU (navigator.gpu is missing; a secure page is needed)" };
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) return { none: "this browser offers no WebGPU adapter (navigator.gpu.requestAdapter() gave none)" };
+  const i = adapter.info || {};
+  return { vendor: i.vendor || "", architecture: i.architecture || "", description: i.description || "" };
+}
+
 async function load(msg, buffers) {
-  if (!ort) {
+  const build = msg.build === "webgpu" ? "webgpu" : "wasm";
+  if (!builds[build]) {
+    if (build === "webgpu") {
+      const adapter = await adapterInfo();
+      if (adapter.none) return { error: adapter.none, no_adapter: true };
+      infos.adapter = adapter;
+    }
     const url = URL.createObjectURL(new Blob([buffers[0]], { type: "text/javascript" }));
-    ort = await import(/* webpackIgnore: true */ url);
-    ort.env.wasm.wasmBinary = buffers[1] instanceof ArrayBuffer ? buffers[1] : buffers[1].buffer.slice(buffers[1].byteOffset, buffers[1].byteOffset + buffers[1].byteLength);
+    const ort = await import(/* webpackIgnore: true */ url);
+    ort.env.wasm.wasmBinary = arrayBuffer(buffers[1]);
     const isolated = Boolean(globalThis.crossOriginIsolated);
     // threads need SharedArrayBuffer, which only a cross-origin isolated page has
     ort.env.wasm.numThreads = isolated ? Math.max(1, Math.min(msg.threads || navigator.hardwareConcurrency || 1, 16)) : 1;
     ort.env.wasm.proxy = false;
-    info = {
+    builds[build] = ort;
+    infos[build] = {
       ort_web: ort.env.versions ? (ort.env.versions.web || ort.env.versions.common) : "unknown",
       user_agent: navigator.userAgent, isolated, threads: ort.env.wasm.numThreads,
-      webgpu: Boolean(navigator.gpu),
+      ...(build === "webgpu" ? { adapter: infos.adapter } : {}),
     };
   }
-  return info;
+  return infos[build];
 }
 
 async function open(msg, buffers) {
   const ep = msg.ep === "webgpu" ? "webgpu" : "wasm";
-  if (ep === "webgpu" && !navigator.gpu) throw new Error("this browser offers no WebGPU (navigator.gpu is missing)");
-  const bytes = new Uint8Array(buffers[0] instanceof ArrayBuffer ? buffers[0] : buffers[0].buffer.slice(buffers[0].byteOffset, buffers[0].byteOffset + buffers[0].byteLength));
+  const ort = builds[ep];
+  const bytes = new Uint8Array(arrayBuffer(buffers[0]));
   const t0 = performance.now();
   const session = await ort.InferenceSession.create(bytes, { executionProviders: [ep], graphOptimizationLevel: msg.level || "all" });
-  sessions.set(msg.session, session);
+  sessions.set(msg.session, { session, ort });
   return { inputs: session.inputNames, outputs: session.outputNames, open_ms: performance.now() - t0 };
 }
 
 async function run(msg, buffers) {
-  const session = sessions.get(msg.session);
-  const out = await session.run(feedsOf(msg, buffers));
+  const { session, ort } = sessions.get(msg.session);
+  const out = await session.run(feedsOf(ort, msg, buffers));
   const specs = [];
   const data = [];
   for (const name of session.outputNames) {
@@ -69,8 +89,8 @@ async function run(msg, buffers) {
 }
 
 async function time(msg, buffers) {
-  const session = sessions.get(msg.session);
-  const feeds = feedsOf(msg, buffers);
+  const { session, ort } = sessions.get(msg.session);
+  const feeds = feedsOf(ort, msg, buffers);
   for (let i = 0; i < msg.warmup; i++) await session.run(feeds);
   const times = [];
   const start = performance.now();
@@ -85,8 +105,8 @@ async function time(msg, buffers) {
 }
 
 async function close(msg) {
-  const session = sessions.get(msg.session);
-  if (session) { await session.release(); sessions.delete(msg.session); }
+  const entry = sessions.get(msg.session);
+  if (entry) { await entry.session.release(); sessions.delete(msg.session); }
   return {};
 }
 

@@ -23,10 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BrowserError, InvalidModelError
+from ..errors import BrowserError, InvalidModelError, NoWebGpuError
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
-ORT_FILES = ("ortweb/ort.wasm.bundle.min.mjs", "ortweb/ort-wasm-simd-threaded.wasm")
+# ORT Web's builds: "wasm" for provider "browser", "webgpu" for "browser-webgpu" (sent to the page only when used)
+ORT_BUILDS = {"wasm": ("ortweb/ort.wasm.bundle.min.mjs", "ortweb/ort-wasm-simd-threaded.wasm"),
+              "webgpu": ("ortweb/ort.webgpu.bundle.min.mjs", "ortweb/ort-wasm-simd-threaded.asyncify.wasm")}
+ORT_FILES = tuple(f for files in ORT_BUILDS.values() for f in files)
 BROWSERS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome", "/usr/bin/google-chrome-stable")
 WEB_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)", "float64": "tensor(double)",
              "int64": "tensor(int64)", "int32": "tensor(int32)", "int8": "tensor(int8)", "uint8": "tensor(uint8)",
@@ -40,9 +43,22 @@ _PAGES: dict[str, Any] = {}
 _IDS = itertools.count(1)
 
 
-def bundle_bytes() -> int:
-    """The extra download the browser backend brings (ORT Web's module and WASM)."""
-    return sum((STATIC / f).stat().st_size for f in ORT_FILES if (STATIC / f).exists())
+def bundle_bytes(build: str | None = None) -> int:
+    """The extra download the browser backend brings (ORT Web's modules and WASM; one build's, or both)."""
+    files = ORT_BUILDS[build] if build else ORT_FILES
+    return sum((STATIC / f).stat().st_size for f in files if (STATIC / f).exists())
+
+
+WEBGPU_FLAGS = "--enable-unsafe-webgpu --enable-features=Vulkan"  # WebGPU is behind a flag on Linux
+
+
+def chromium_args() -> list[str]:
+    """Flags for the headless Chromium: the fixed ones, then ``ONNX_NB_CHROMIUM_ARGS`` when set, else
+    :data:`WEBGPU_FLAGS` (WebGPU on; where there is no GPU, Chromium offers SwiftShader's software adapter, and the
+    rows say so; ``ONNX_NB_CHROMIUM_ARGS=""`` gives a page with no WebGPU)."""
+    extra = os.environ.get("ONNX_NB_CHROMIUM_ARGS")
+    return ["--no-sandbox", "--disable-dev-shm-usage", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", *(WEBGPU_FLAGS if extra is None else extra).split()]
 
 
 def chromium() -> str | None:
@@ -65,11 +81,9 @@ def where() -> str:
 
 
 def unavailable_reason(ep: str = "wasm") -> str:
-    """Why the browser backend cannot run here ('' when it can)."""
-    if ep == "webgpu":
-        return ("onnx-nb bundles ONNX Runtime Web's WASM build (13.6 MiB); its WebGPU build (another 28 MiB of "
-                "WASM) is not shipped, so 'browser-webgpu' does not run yet: use 'browser'")
-    missing = [f for f in ORT_FILES if not (STATIC / f).exists()]
+    """Why the browser backend cannot run here ('' when it can; whether the page offers WebGPU is known only once a
+    page is asked, and then said in the row)."""
+    missing = [f for f in ORT_BUILDS[ep] if not (STATIC / f).exists()]
     if missing:
         return (f"ONNX Runtime Web is not bundled ({', '.join(missing)} missing): this checkout was installed without "
                 "building js/; run `pip install -e .` (it runs npm) or install a wheel")
@@ -132,9 +146,7 @@ class HeadlessPage:
             from playwright.sync_api import sync_playwright
 
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=chromium(), headless=True, args=[
-                    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update"])
+                browser = pw.chromium.launch(executable_path=chromium(), headless=True, args=chromium_args())
                 pg = browser.new_page()
                 self._files["/"] = (b"<!doctype html><title>onnx-nb</title>"
                                     b'<script type="module" src="/onnxnb.js"></script>', "text/html")
@@ -285,18 +297,21 @@ class NotebookPage:
         return "the notebook's page"
 
 
-_LOADED: dict[int, dict[str, Any]] = {}
+_LOADED: dict[tuple[int, str], dict[str, Any]] = {}
 
 
-def _loaded(pg: Any, threads: int | None) -> dict[str, Any]:
-    """ORT Web loaded in the page once: its module and WASM sent (or served) on first use."""
-    if id(pg) not in _LOADED:
-        buffers = [pg.serve(Path(f).name, (STATIC / f).read_bytes()) for f in ORT_FILES]
-        reply, _ = pg.call({"op": "load", "threads": threads or os.cpu_count() or 1}, buffers)
+def _loaded(pg: Any, build: str, threads: int | None) -> dict[str, Any]:
+    """One ORT Web build loaded in the page once: its module and WASM sent (or served) on first use."""
+    key = (id(pg), build)
+    if key not in _LOADED:
+        buffers = [pg.serve(Path(f).name, (STATIC / f).read_bytes()) for f in ORT_BUILDS[build]]
+        reply, _ = pg.call({"op": "load", "build": build, "threads": threads or os.cpu_count() or 1}, buffers)
+        if reply.get("no_adapter"):
+            raise NoWebGpuError(f"{reply['error']} in {pg.where()}")
         if "error" in reply:
-            raise BrowserError(f"ONNX Runtime Web did not load in {pg.where()}: {reply['error']}")
-        _LOADED[id(pg)] = reply
-    return _LOADED[id(pg)]
+            raise BrowserError(f"ONNX Runtime Web ({build}) did not load in {pg.where()}: {reply['error']}")
+        _LOADED[key] = reply
+    return _LOADED[key]
 
 
 class BrowserSession:
@@ -317,7 +332,7 @@ class BrowserSession:
         self._inputs = [NodeArg(t.name, list(t.shape), WEB_TYPES.get(t.dtype, t.dtype)) for t in inputs]
         self._outputs = [NodeArg(t.name, list(t.shape), WEB_TYPES.get(t.dtype, t.dtype)) for t in outputs]
         self.page = page()
-        self.info = dict(_loaded(self.page, threads))
+        self.info = dict(_loaded(self.page, self.ep, threads))
         self.id = next(_IDS)
         model = self.page.serve(f"model-{self.id}.onnx", self.path.read_bytes())
         web_level = {"disable": "disabled", None: "all"}.get(level, level)
@@ -328,6 +343,10 @@ class BrowserSession:
                         "page": self.page.where(), "browser": browser_name(self.info.get("user_agent", "")),
                         "threads": self.info.get("threads"),
                         "isolated": "yes" if self.info.get("isolated") else "no (single-threaded)"}
+        adapter = self.info.get("adapter")
+        if adapter:  # a software adapter (SwiftShader) must never pass for a GPU
+            self.options["adapter"] = " ".join(v for v in (adapter.get("vendor"), adapter.get("architecture"),
+                                                           adapter.get("description")) if v) or "unnamed"
 
     def get_inputs(self) -> list[Any]:
         return self._inputs

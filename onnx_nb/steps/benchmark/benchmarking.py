@@ -206,7 +206,10 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                         row.options["file"] = Path(ran).name
                         row.note = f"{why}. {row.note}".strip()
                     if row.options.get("browser"):  # which browser and which ORT Web made the row
-                        row.backend = f"{backend} ({row.options['browser']}, {row.options['runtime']})"
+                        adapter = f", adapter {row.options['adapter']}" if row.options.get("adapter") else ""
+                        row.backend = f"{backend} ({row.options['browser']}, {row.options['runtime']}{adapter})"
+                    elif row.status == "error" and row.note.startswith("NoWebGpuError: "):  # the page has no GPU
+                        row.status, row.note = "unavailable", row.note.removeprefix("NoWebGpuError: ")
                     rows.append(row)
                     if runner is not None and small[path]:
                         kept.append((row, runner))

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, InvalidModelError, first_line
+from ...errors import BrowserError, InvalidArgumentError, InvalidModelError, NoWebGpuError, first_line
 from ...progress import Steps
 from ...results.export import export_of
 from ...results.parity import DivergingNode, ParityReport, Row
@@ -124,16 +124,18 @@ def _local_sessions(model: Any, wanted: list[Any], notes: list[str]) -> tuple[li
             continue
         try:
             sess = open_session(model, p.name)
-        except InvalidModelError as exc:
+        except (InvalidModelError, BrowserError) as exc:
             if not p.name.startswith("browser:"):
                 raise
-            rows.append(Row("*", "*", p.short, "error", note=first_line(exc, 600)))
+            status = "unavailable" if isinstance(exc, NoWebGpuError) else "error"
+            rows.append(Row("*", "*", p.short, status, note=first_line(exc, 600)))
             continue
         slots.append((p.short, sess, p.name))
         opened = getattr(sess, "options", None) or {}
         if opened.get("browser"):  # which browser, which ORT Web, how many threads
+            adapter = f", adapter {opened['adapter']}" if opened.get("adapter") else ""
             notes.append(f"{p.short}: {opened['runtime']} in {opened['page']} ({opened['browser']}, "
-                         f"{opened['ep'].upper()}, {opened['threads']} thread(s); cross-origin isolated: "
+                         f"{opened['ep'].upper()}{adapter}, {opened['threads']} thread(s); cross-origin isolated: "
                          f"{opened['isolated']}).")
     return slots, rows
 
