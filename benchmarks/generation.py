@@ -5,6 +5,7 @@ with its cache and against the anchors, side by side in one run.
     .venv/bin/python benchmarks/generation.py [--family llama] [--new-tokens 64] [--prompt 128] [--rounds 3]
         [--genai-python SIDE/bin/python] [--optimum-python SIDE/bin/python]
 
+onnx-nb's files are timed by ``anchors/onnxnb_generate.py`` in a process of their own, exactly as the anchors are.
 Anchors run in side environments (their pins differ from onnx-nb's): ``--genai-python`` is a Python with
 ``onnxruntime-genai onnx_ir torch transformers`` (its model builder makes fp32 and INT4 folders, timed by
 ``anchors/genai_generate.py``); ``--optimum-python`` one with ``optimum-onnx onnxruntime torch`` (``optimum-cli
@@ -13,9 +14,12 @@ export onnx --task text-generation-with-past``, timed by ``anchors/optimum_gener
 own process, created once, with its untimed generation before each timed one like every candidate here.
 
 Prompt of 128 tokens, 64 new tokens, batch 1, 2 threads everywhere, greedy. Each candidate generates the same
-tokens; decode tokens/s counts the tokens after the first (the first is the prefill, reported as time to first
-token). Candidates are visited in a shuffled order each round, each with one untimed generation first (on 2
-cores, the previous candidate's threads can still be spinning). Prints the load average.
+tokens; decode tokens/s is one over the median of a generation's 63 decode steps (the first new token is the
+prefill, reported as time to first token), each step timed the same way for every candidate (a Hugging Face
+``streamer`` for PyTorch and Optimum, around ``generate_next_token()`` for onnxruntime-genai, onnx-nb's own step
+times), with the plain total-time rate beside it. Candidates are visited in a shuffled order each round, each with
+one untimed generation first (on 2 cores, the previous candidate's threads can still be spinning). Prints the load
+average.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 ANCHORS = Path(__file__).parent / "anchors"
+sys.path.insert(0, str(ANCHORS))  # arguments.StepClock times Hugging Face generate()'s steps here too
 
 
 def build(family: str, seed: int = 0) -> Any:
@@ -69,7 +74,7 @@ class Anchor:
         self.command = [python, str(ANCHORS / script), str(folder), "--prompt", ",".join(map(str, prompt)),
                         "--new-tokens", str(new), "--threads", str(threads), "--repeat", "2"]
 
-    def __call__(self) -> tuple[list[int], float, float]:
+    def __call__(self) -> tuple[list[int], float, float, list[float]]:
         import json
         import subprocess
 
@@ -78,7 +83,7 @@ class Anchor:
         if done.returncode or len(lines) < 2:
             raise RuntimeError(f"{self.command[1]} failed: {done.stderr[-800:]}")
         timed = json.loads(lines[-1])  # the first generation was the untimed one
-        return timed["tokens"], timed["ttft"], timed["decode"]
+        return timed["tokens"], timed["ttft"], timed["decode"], timed["steps"]
 
 
 def make_anchors(args: Any, model: Any, work: Path, prompt: list[int]) -> dict[str, Any]:
@@ -110,9 +115,10 @@ def make_anchors(args: Any, model: Any, work: Path, prompt: list[int]) -> dict[s
     return found
 
 
-def torch_run(model: Any, prompt: list[int], new: int, cache: bool) -> tuple[list[int], float, float]:
-    """(tokens, time to first token s, decode s) with PyTorch eager generate()."""
+def torch_run(model: Any, prompt: list[int], new: int, cache: bool) -> tuple[list[int], float, float, list[float]]:
+    """(tokens, time to first token s, decode s, each decode step s) with PyTorch eager generate()."""
     import torch
+    from arguments import StepClock  # benchmarks/anchors, on the path
 
     ids = torch.tensor([prompt])
     with torch.inference_mode():
@@ -120,18 +126,12 @@ def torch_run(model: Any, prompt: list[int], new: int, cache: bool) -> tuple[lis
         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=1, do_sample=False,
                        pad_token_id=0, use_cache=cache)
         first = time.perf_counter() - start
+        clock = StepClock()
         start = time.perf_counter()
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
-                             do_sample=False, pad_token_id=0, eos_token_id=None, use_cache=cache)
+                             do_sample=False, pad_token_id=0, eos_token_id=None, use_cache=cache, streamer=clock)
         total = time.perf_counter() - start
-    return out[0, len(prompt):].tolist(), first, max(total - first, 1e-9)
-
-
-def onnx_run(path: Path, prompt: list[int], new: int) -> tuple[list[int], float, float]:
-    import onnx_nb
-
-    result = onnx_nb.generate(path, [prompt], max_new_tokens=new, eos_token_id=-1)
-    return result.tokens[0], result.prefill_ms / 1e3, sum(result.decode_ms) / 1e3
+    return out[0, len(prompt):].tolist(), first, max(total - first, 1e-9), clock.steps()
 
 
 def main() -> int:
@@ -160,51 +160,69 @@ def main() -> int:
     export = onnx_nb.export(model, out=work / "model.onnx", progress=False)
     print(f"export {time.perf_counter() - start:.1f} s, {params / 1e6:.0f}M parameters, "
           f"cache {export.cache_layout.text()}", flush=True)
-    start = time.perf_counter()
-    fast = onnx_nb.optimize(export, validate=False, out=work / "model.optimized.onnx")
     import onnx
 
-    nodes = [len(onnx.load(str(p), load_external_data=False).graph.node) for p in (export.path, fast.path)]
-    print(f"optimize() {time.perf_counter() - start:.1f} s: {fast.recipe['attention_route']}; graph nodes "
-          f"{nodes[0]} exported, {nodes[1]} optimized", flush=True)
+    routes = {}
+    for attention in ("standard", "auto"):
+        start = time.perf_counter()
+        routes[attention] = onnx_nb.optimize(export, validate=False, attention=attention,
+                                             out=work / f"model.optimized-{attention}.onnx")
+        nodes = [len(onnx.load(str(p), load_external_data=False).graph.node)
+                 for p in (export.path, routes[attention].path)]
+        print(f"optimize(attention={attention!r}) {time.perf_counter() - start:.1f} s: "
+              f"{routes[attention].recipe['attention_route']}; graph nodes {nodes[0]} exported, {nodes[1]} optimized",
+              flush=True)
+    fast = routes["auto"]
     start = time.perf_counter()
     int8 = onnx_nb.quantize(fast, exclude=None, validate=False, out=work / "model.int8.onnx")
     int4 = onnx_nb.quantize(fast, method="int4", validate=False, out=work / "model.int4.onnx")
     print(f"quantized in {time.perf_counter() - start:.1f} s", flush=True)
-    variants = {"onnx-nb export() fp32": export.path, "onnx-nb optimize() fp32": fast.path,
-                "onnx-nb optimize() + INT8 dynamic": int8.path, "onnx-nb optimize() + INT4 weight-only": int4.path}
+    gqa = " (GroupQueryAttention)" if fast.recipe["attention_route"].startswith("GroupQueryAttention") else ""
+    variants = {"onnx-nb export() fp32": export.path,
+                "onnx-nb optimize(attention='standard') fp32": routes["standard"].path,
+                f"onnx-nb optimize() fp32{gqa}": fast.path,
+                f"onnx-nb optimize(){gqa} + INT8 dynamic": int8.path,
+                f"onnx-nb optimize(){gqa} + INT4 weight-only": int4.path}
 
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(3, model.config.vocab_size, args.prompt)]
     candidates: dict[str, Any] = {
         "PyTorch eager generate() (cache)": lambda: torch_run(model, prompt, args.new_tokens, True),
         "PyTorch eager generate() (no cache)": lambda: torch_run(model, prompt, args.new_tokens, False),
-        **{name: (lambda p=path: onnx_run(p, prompt, args.new_tokens)) for name, path in variants.items()},
+        # each ONNX candidate in its own process, like the anchors (a session beside PyTorch's threads runs slower)
+        **{name: Anchor(sys.executable, "onnxnb_generate.py", path, prompt, args.new_tokens, args.threads)
+           for name, path in variants.items()},
         **make_anchors(args, model, work, prompt),
     }
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; onnxruntime "
           f"{ort.__version__}, torch {torch.__version__}", flush=True)
-    timings: dict[str, list[tuple[float, float]]] = {k: [] for k in candidates}
+    timings: dict[str, list[tuple[float, float, float]]] = {k: [] for k in candidates}
     tokens: dict[str, list[int]] = {}
     order = list(candidates)
     for round_ in range(args.rounds):
         random.Random(round_).shuffle(order)
         for name in order:
             candidates[name]()  # untimed: sessions warm, previous candidate's threads settled
-            got, first, decode = candidates[name]()
+            got, first, decode, steps = candidates[name]()
             tokens[name] = got
-            timings[name].append((first, (len(got) - 1) / decode))
+            timings[name].append((first, (len(got) - 1) / decode, 1 / statistics.median(steps)))
         print(f"round {round_ + 1} done, load average {os.getloadavg()[0]:.2f}", flush=True)
-    base = statistics.median(t for _, t in timings["PyTorch eager generate() (cache)"])
+    base = statistics.median(m for _, _, m in timings["PyTorch eager generate() (cache)"])
     reference = tokens["PyTorch eager generate() (cache)"]
     print(f"\nprompt {args.prompt}, {args.new_tokens} new tokens, batch 1, {args.threads} threads, "
           f"median of {args.rounds} rounds")
-    print(f"{'candidate':50} {'TTFT ms':>9} {'decode tok/s':>13} {'vs eager':>9}  greedy tokens vs eager")
+    print(f"{'candidate':60} {'TTFT ms':>8} {'tok/s':>7} {'vs eager':>8} {'tok/s (all)':>11}  greedy = eager  "
+          "(tok/s of each round)")
     for name in candidates:
-        ttft = statistics.median(f for f, _ in timings[name]) * 1e3
-        speed = statistics.median(t for _, t in timings[name])
+        ttft = statistics.median(f for f, _, _ in timings[name]) * 1e3
+        speed = statistics.median(m for _, _, m in timings[name])
+        whole = statistics.median(t for _, t, _ in timings[name])
         same = sum(a == b for a, b in zip(tokens[name], reference))
-        print(f"{name:50} {ttft:9.1f} {speed:13.1f} {speed / base:8.2f}x  {same}/{len(reference)} identical")
+        rounds = " ".join(f"{m:.0f}" for _, _, m in timings[name])
+        print(f"{name:60} {ttft:8.1f} {speed:7.1f} {speed / base:7.2f}x {whole:11.1f}  {same:>2}/{len(reference)}"
+              f"  ({rounds})")
+    print("tok/s: one over the median decode step of a generation (robust to a moment's load on the host), median "
+          "of the rounds; tok/s (all): the 63 decode steps over their total time")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

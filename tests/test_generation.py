@@ -230,14 +230,17 @@ def test_peak_memory_is_measured() -> None:
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
 def test_optimize_reexports_decoders_with_standard_attention(exports: dict[str, onnx_nb.ExportResult], name: str,
                                                              tmp_path: Path) -> None:
-    """optimize() on a decoder's export: torch.export at opset 23, one ONNX Attention per layer (its cache in and
-    out), a far smaller graph with the same signature; generation parity passes, and so does its dynamic INT8
-    (ORT's quantizer would turn the standard Attention into a QAttention the runtime rejects)."""
+    """optimize(attention="standard") on a decoder's export (and "auto" on GPT-2, which has no rotary embedding for
+    GroupQueryAttention): torch.export at opset 23, one ONNX Attention per layer (its cache in and out), a far
+    smaller graph with the same signature; generation parity passes, and so does its dynamic INT8 (ORT's
+    quantizer would turn the standard Attention into a QAttention the runtime rejects)."""
     result = exports[name]
-    fast = onnx_nb.optimize(result, out=tmp_path / "fast.onnx")
+    fast = onnx_nb.optimize(result, out=tmp_path / "fast.onnx", attention="standard" if name == "llama" else "auto")
     assert fast, repr(fast.parity)
     layers = result.cache_layout.layers
     assert f"Attention x{layers}" in fast.recipe["attention_route"] and "opset 23" in fast.recipe["attention_route"]
+    if name == "gpt2":
+        assert "not GroupQueryAttention: no rotary embedding" in fast.recipe["attention_route"]
     before, after = onnx.load(str(result.path)).graph, onnx.load(str(fast.path)).graph
     assert sum(n.op_type == "Attention" and n.domain == "" for n in after.node) == layers
     assert len(after.node) < len(before.node) / 2, (len(after.node), len(before.node))
@@ -252,6 +255,87 @@ def test_optimize_reexports_decoders_with_standard_attention(exports: dict[str, 
     int8 = onnx_nb.quantize(fast, out=tmp_path / "fast.int8.onnx")
     assert int8, repr(int8.parity)
     assert not any(n.op_type == "QAttention" for n in onnx.load(str(int8.path)).graph.node)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_group_query_attention_route(exports: dict[str, onnx_nb.ExportResult], name: str, tmp_path: Path) -> None:
+    """optimize() on a Llama or Qwen2 export (Qwen2: Q/K/V biases): one GroupQueryAttention per layer with packed
+    QKV and the rotary embedding inside, no position_ids input; generation parity passes (teacher-forced logits of
+    a left-padded batch, greedy tokens); generate() gives the export's tokens on prompts of different lengths; its
+    dynamic INT8 passes too."""
+    result = exports[name]
+    fast = onnx_nb.optimize(result, out=tmp_path / "gqa.onnx")
+    assert fast, repr(fast.parity)
+    layers = result.cache_layout.layers
+    assert fast.recipe["attention_route"].startswith("GroupQueryAttention") and "shared" in fast.recipe["kv_cache"]
+    graph = onnx.load(str(fast.path)).graph
+    assert sum(n.op_type == "GroupQueryAttention" for n in graph.node) == layers
+    assert not any(n.op_type in ("Attention", "RotaryEmbedding") for n in graph.node)
+    assert sum(n.op_type == "MatMul" for n in graph.node) == 5 * layers + 1  # qkv (was 3), o, gate, up, down; lm head
+    inputs = [i.name for i in graph.input]
+    assert inputs[:2] == ["input_ids", "attention_mask"] and "position_ids" not in inputs
+    assert inputs[2:] == [i.name for i in result.inputs][3:]
+    assert [r.status for r in fast.parity.rows if r.output == "logits"] == ["pass"] * 9
+    assert all((r.cosine or 0) > 0.99999 for r in fast.parity.rows if r.output == "logits")
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13, 14], [15]]
+    assert onnx_nb.generate(fast, prompts, max_new_tokens=10, eos_token_id=-1).tokens == \
+        onnx_nb.generate(result, prompts, max_new_tokens=10, eos_token_id=-1).tokens
+    int8 = onnx_nb.quantize(fast, out=tmp_path / "gqa.int8.onnx")
+    assert int8, repr(int8.parity)
+    assert sum(n.op_type == "GroupQueryAttention" for n in onnx.load(str(int8.path)).graph.node) == layers
+
+
+def test_shared_key_value_buffer(exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
+    """The GroupQueryAttention file's steps write into one buffer per cache tensor, bound as past and present:
+    the same OrtValue after every step, the new token's keys written in place at its position; a buffer that runs
+    out of room grows (copied) and the logits stay the export's, step by step."""
+    import onnxruntime as ort
+
+    from onnx_nb.steps.generate.generation import OnnxDecoder, SharedBufferDecoder, decoder_for, left_pad
+
+    result = exports["llama"]
+    fast = onnx_nb.optimize(result, out=tmp_path / "gqa.onnx", validate=False)
+    shared, plain = decoder_for(fast.path), decoder_for(result.path)
+    assert isinstance(shared, SharedBufferDecoder) and type(plain) is OnnxDecoder
+    ids, mask = left_pad([[5, 6, 7, 8], [9, 10]], 0)
+    cache = shared.empty_cache(2)  # no capacity given: the buffer fits the prompt, then grows
+    reference = plain.empty_cache(2)
+    logits, cache = shared.step(ids, mask, cache)
+    expected, reference = plain.step(ids, mask, reference)
+    np.testing.assert_allclose(logits[:, -1], expected[:, -1], atol=1e-4)
+    name = "past_key_values.0.key"
+    assert cache["buffers"][name].shape()[2] == 4
+    for step in range(6):
+        before = cache["buffers"][name]
+        nxt = np.array([[20 + step], [30 + step]])
+        mask = np.concatenate([mask, np.ones((2, 1), np.int64)], axis=1)
+        logits, cache = shared.step(nxt, mask, cache)
+        expected, reference = plain.step(nxt, mask, reference)
+        np.testing.assert_allclose(logits[:, -1], expected[:, -1], atol=1e-4)
+        buffer = cache["buffers"][name]
+        assert isinstance(buffer, ort.OrtValue)
+        grown = buffer.shape()[2] != before.shape()[2]
+        assert grown or buffer.data_ptr() == before.data_ptr()  # written in place unless it had to grow
+        keys, want = buffer.numpy(), reference[name]
+        lengths = mask.sum(axis=1)
+        for row in range(2):  # the row's keys sit at its first `length` positions (right-aligned in the export)
+            np.testing.assert_allclose(keys[row, :, :lengths[row]], want[row, :, -lengths[row]:], atol=1e-5)
+    assert cache["buffers"][name].shape()[2] >= 10
+
+
+def test_gqa_route_refusals(ip: object, exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
+    """attention='gqa' where it cannot apply says why; attention= on a model that is no decoder export is refused;
+    the magic carries the option."""
+    with pytest.raises(onnx_nb.OptimizationError, match="no rotary embedding"):
+        onnx_nb.optimize(exports["gpt2"], attention="gqa", out=tmp_path / "g.onnx", validate=False)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="decoder's own export"):
+        onnx_nb.optimize(exports["llama"].path, attention="standard", out=tmp_path / "p.onnx")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="attention='fast'"):
+        onnx_nb.optimize(exports["llama"], attention="fast")
+    ip.user_ns["dec"] = exports["qwen2"]  # type: ignore[attr-defined]
+    out = ip.run_line_magic(  # type: ignore[attr-defined]
+        "onnx_optimize", f"dec --attention standard --out {tmp_path / 'std.onnx'}")
+    assert out and out.recipe["attention_route"].startswith("re-exported with torch.export")
 
 
 def test_int4_for_decoders(exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:

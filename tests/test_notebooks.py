@@ -152,7 +152,13 @@ def test_generation(tmp_path: Path) -> None:
     assert "passed" in text(by_source(cells, "int8 = onnx_nb.quantize"))
     fast = text(by_source(cells, "fast = onnx_nb.optimize"))
     assert "opset 23" in fast and "Attention x2" in fast and "optimized" in fast and "peak_mb" in fast
-    t5 = text(by_source(cells, "try:"))
+    llama = text(next(c for c in cells if "llama_tokenizer = transformers" in c.source))
+    assert "a tiny Llama from a config" in llama and "auto:     GroupQueryAttention" in llama
+    assert "standard: re-exported with torch.export" in llama and "Parity PASSED" in llama
+    gqa = text(by_source(cells, "print(onnx_nb.generate(gqa"))
+    assert "GenerationResult: 2 prompt(s)" in gqa and "GroupQueryAttention" in gqa and "decode 1 token after 64" in gqa
+    assert "one buffer shared by past and present" in gqa
+    t5 = text(next(c for c in cells if "t5_tokenizer = transformers" in c.source))
     assert "a tiny T5 from a config" in t5 and "cross-attention cache computed once" in t5 and "GenerationResult" in t5
     assert "Parity PASSED" in text(by_source(cells, "t5_report"))
     t5_latency = text(by_source(cells, "onnx_nb.benchmark(t5_result"))

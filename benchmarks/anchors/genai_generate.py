@@ -3,8 +3,8 @@ environment (``pip install onnxruntime-genai onnx_ir torch transformers``), call
 
     python genai_generate.py FOLDER --prompt 5,6,7 --new-tokens 64 --threads 2 [--repeat 2]
 
-Prints one JSON line per repeat: tokens, time to first token (s) and decode time (s). The first repeat is the
-caller's untimed warm-up; the session is created once, before any repeat, and not timed.
+Prints one JSON line per repeat: tokens, time to first token (s), decode time (s) and each decode step's seconds.
+The first repeat is the caller's untimed warm-up; the session is created once, before any repeat, and not timed.
 """
 
 from __future__ import annotations
@@ -37,11 +37,14 @@ def main() -> None:
         generator.generate_next_token()
         first = time.perf_counter() - start
         start = time.perf_counter()
+        steps = []
         while not generator.is_done():
+            step = time.perf_counter()
             generator.generate_next_token()
+            steps.append(time.perf_counter() - step)
         decode = time.perf_counter() - start
         tokens = [int(t) for t in generator.get_sequence(0)][len(prompt):]
-        print(json.dumps({"tokens": tokens, "ttft": first, "decode": decode}), flush=True)
+        print(json.dumps({"tokens": tokens, "ttft": first, "decode": decode, "steps": steps}), flush=True)
 
 
 if __name__ == "__main__":

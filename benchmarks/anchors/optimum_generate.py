@@ -5,7 +5,7 @@ text-generation-with-past`` wrote. Runs in a side environment (optimum-onnx pins
     python optimum_generate.py FOLDER --prompt 5,6,7 --new-tokens 64 --threads 2 [--repeat 2]
 
 Prints one JSON line per repeat: tokens, time to first token (s; ``generate()`` of one token) and decode time
-(s; the rest). The first repeat is the caller's untimed warm-up; loading is not timed.
+(s; the rest) and each decode step's seconds. The first repeat is the caller's untimed warm-up; loading is not timed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 
 
 def main() -> None:
-    from arguments import parse  # beside this script
+    from arguments import StepClock, parse  # beside this script
 
     args = parse()
 
@@ -32,12 +32,15 @@ def main() -> None:
         start = time.perf_counter()
         model.generate(ids, attention_mask=mask, max_new_tokens=1, do_sample=False, pad_token_id=0)
         first = time.perf_counter() - start
+        clock = StepClock()
         start = time.perf_counter()
         out = model.generate(ids, attention_mask=mask, max_new_tokens=args.new_tokens,
-                             min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0, eos_token_id=None)
+                             min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0, eos_token_id=None,
+                             streamer=clock)
         total = time.perf_counter() - start
         tokens = [int(t) for t in out[0, ids.shape[1]:]]
-        print(json.dumps({"tokens": tokens, "ttft": first, "decode": max(total - first, 1e-9)}), flush=True)
+        print(json.dumps({"tokens": tokens, "ttft": first, "decode": max(total - first, 1e-9),
+                          "steps": clock.steps()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,10 @@ OPTIMIZE: list[Spec] = [
     (("--hidden-size",), {"type": int, "help": "hidden size (from the config if known)"}, "both"),
     (("--no-unpad",), {"action": "store_true", "help": "do not skip padding at run time"}, "both"),
     (("--simplify",), {"action": "store_true", "help": "run onnxscript's graph optimizer first"}, "both"),
+    (("--attention",), {"default": "auto", "choices": ["auto", "gqa", "standard"],
+                        "help": "a decoder's attention: ONNX Runtime's GroupQueryAttention with a shared key/value "
+                                "buffer, or ONNX's standard Attention (any runtime); auto: gqa where it applies"},
+     "both"),
     (("--out",), {"help": "output .onnx path (default <model>.optimized.onnx)"}, "both"),
     (("--overwrite",), {"action": "store_true", "help": "replace an existing output"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the variant as JSON"}, "cli"),
@@ -206,7 +210,7 @@ def bench_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
 def optimize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"level": ns.level, "model_type": ns.model_type, "num_heads": ns.num_heads,
             "hidden_size": ns.hidden_size, "unpad": False if ns.no_unpad else "auto", "simplify": ns.simplify,
-            "out": ns.out, "overwrite": ns.overwrite}
+            "attention": ns.attention, "out": ns.out, "overwrite": ns.overwrite}
 
 
 def quantize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

@@ -25,8 +25,26 @@ def feed_for(path: Path, model: Any = None, sample: Any = None,
     for candidate in (model, getattr(model, "origin", None)):
         source: Any = getattr(candidate, "source", None)
         if source is not None and source.sample:
-            return to_numpy(source.sample), dict(source.input_axes)
+            return as_prefill_if_gqa(path, to_numpy(source.sample)), dict(source.input_axes)
     return graph_sample(path, seed)
+
+
+def as_prefill_if_gqa(path: Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A decoder's sample (new tokens after a cache, in a batch) for a GroupQueryAttention file, which takes a
+    batch of several new tokens only with an empty cache: the same tokens as a prompt, the cache empty."""
+    if not any(k.startswith("past_key_values.") for k in feed):
+        return feed
+    from .onnxfile import is_gqa_file, load_proto
+
+    if not is_gqa_file(load_proto(path)):
+        return feed
+    out = dict(feed)
+    for name, value in feed.items():
+        if name.startswith("past_key_values."):
+            out[name] = value[:, :, :0]
+    if "input_ids" in feed and "attention_mask" in feed:
+        out["attention_mask"] = np.ones_like(feed["input_ids"], dtype=feed["attention_mask"].dtype)
+    return out
 
 
 def to_numpy(sample: Any) -> dict[str, np.ndarray]:

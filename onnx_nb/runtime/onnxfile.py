@@ -267,3 +267,11 @@ def strip_prefix(proto: Any, prefix: str) -> None:
 
 def total_file_size(path: Path, proto: Any) -> int:
     return sum(p.stat().st_size for p in files_of(Path(path), proto) if p.exists())
+
+
+GQA_OP = "GroupQueryAttention"  # ONNX Runtime's contrib op that optimize(attention="gqa") writes for decoders
+
+
+def is_gqa_file(proto: Any) -> bool:
+    """A decoder whose attention is ONNX Runtime's GroupQueryAttention (its cache can be one shared buffer)."""
+    return any(n.op_type == GQA_OP for n in proto.graph.node)

@@ -36,6 +36,9 @@ class _OrtStep:
         def size(dim: Any, default: int) -> int:
             return dim if isinstance(dim, int) else default
 
+        from ...runtime.onnxfile import is_gqa_file, load_proto
+
+        self.shared = is_gqa_file(load_proto(path))  # past and present bound to one buffer, as generate() does
         self.feed: dict[str, np.ndarray] = {}
         for info in self.session.get_inputs():
             name, shape = info.name, info.shape
@@ -50,17 +53,34 @@ class _OrtStep:
                 value = np.arange(past, past + length)[None]
             elif name.startswith("past_key_values.") and ".encoder." in name:
                 value = rng.standard_normal((1, shape[1], size(shape[2], ENCODER_SEQUENCE), shape[3]))
-            elif name.startswith("past_key_values."):
-                value = rng.standard_normal((1, shape[1], past, shape[3]))
+            elif name.startswith("past_key_values."):  # a shared buffer holds the new token too
+                value = rng.standard_normal((1, shape[1], past + (length if self.shared else 0), shape[3]))
             else:  # encoder_hidden_states
                 value = rng.standard_normal((1, size(shape[1], ENCODER_SEQUENCE), shape[2]))
             floating = "float" in info.type
             self.feed[name] = value.astype(np.float32 if floating else np.int64)
         self.options = {"graph_level": "all", "intra_op_threads": threads or "default", "step": "prefill" if
                         not past else "decode, cache kept"}
+        self.binding = None
+        if self.shared:
+            import onnxruntime as ort
+  # each run writes its tokens at the same positions of the buffer: repeatable
+            self.binding = self.session.io_binding()
+            self.binding.bind_output("logits", "cpu")
+            for name, value in self.feed.items():
+                if not name.startswith("past_key_values."):
+                    self.binding.bind_cpu_input(name, value)
+                    continue
+                buffer = ort.OrtValue.ortvalue_from_numpy(value)  # the feed's own memory, in and out
+                self.binding.bind_ortvalue_input(name, buffer)
+                self.binding.bind_ortvalue_output(name.replace("past_key_values.", "present."), buffer)
+            self.options["key/value cache"] = "one buffer shared by past and present"
 
     def __call__(self) -> None:
-        self.session.run(None, self.feed)
+        if self.binding is not None:
+            self.session.run_with_iobinding(self.binding)
+        else:
+            self.session.run(None, self.feed)
 
 
 class _TorchStep:

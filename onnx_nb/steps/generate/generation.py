@@ -75,7 +75,7 @@ class OnnxDecoder:
         self.uses_positions = "position_ids" in inputs
         self.output_names = [o.name for o in self.session.get_outputs()]
 
-    def empty_cache(self, batch: int) -> dict[str, np.ndarray]:
+    def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, Any]:
         shape = (batch, self.kv_heads, 0, self.head_size)
         return {n: np.zeros(shape, self.float_type) for n in self.past_names}
 
@@ -112,6 +112,108 @@ class OnnxDecoder:
         named = dict(zip(self.output_names, binding.get_outputs()))
         grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
         return named["logits"].numpy(), grown
+
+
+class SharedBufferDecoder(OnnxDecoder):
+    """Steps over a GroupQueryAttention file (:mod:`onnx_nb.steps.generate.gqa`): one preallocated key/value
+    buffer per cache tensor, bound as both ``past_key_values.*`` and ``present.*`` (I/O binding), so each decode
+    step writes its token in place. The op reads each row's first ``seqlens_k + 1`` positions, so prompts go in
+    right-padded; callers still hand left-padded batches and get logits back in that layout. The ``cache`` dict
+    they pass around holds the buffers; it grows (copied into a buffer twice as long) when ``capacity`` runs out.
+    """
+
+    def __init__(self, path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
+                 **options: Any) -> None:
+        super().__init__(path, provider, io_binding=True, **options)
+        from ...runtime.onnxfile import load_proto
+        from .gqa import COS
+
+        cos = next(t for t in load_proto(path).graph.initializer if t.name == COS)
+        self.max_positions = int(cos.dims[0])
+        self.where = self.device or "cpu"
+        logits = next(o for o in self.session.get_outputs() if o.name == "logits")
+        on_host = self.where == "cpu" and "float" in logits.type
+        # decode steps write their logits straight into a host array: no output objects to build per step
+        self.vocab = logits.shape[2] if on_host and isinstance(logits.shape[2], int) else None
+        self.logits_type = np.float16 if logits.type == "tensor(float16)" else np.float32
+
+    def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, Any]:
+        return {"batch": batch, "capacity": capacity, "lengths": None, "buffers": {}}
+
+    def _buffers(self, cache: dict[str, Any], needed: int) -> dict[str, Any]:
+        import onnxruntime as ort
+
+        old = cache["buffers"]
+        have = next(iter(old.values())).shape()[2] if old else 0
+        if needed <= have:
+            return old
+        size = min(max(needed, cache["capacity"] or 0, 2 * have), self.max_positions)
+        shape = (cache["batch"], self.kv_heads, size, self.head_size)
+        grown = {}
+        for name in self.past_names:
+            array = np.zeros(shape, self.float_type)
+            if name in old:
+                array[:, :, :have] = old[name].numpy()
+            grown[name] = ort.OrtValue.ortvalue_from_numpy(array, self.where, 0)
+        cache["buffers"] = grown
+        return grown
+
+    def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, Any]) -> tuple[np.ndarray, dict]:
+        lengths = mask.sum(axis=1).astype(np.int64)
+        first = cache["lengths"] is None
+        if int(lengths.max()) > self.max_positions:
+            raise InvalidArgumentError(
+                f"{int(lengths.max())} tokens are more than the model's {self.max_positions} positions.")
+        buffers = self._buffers(cache, int(lengths.max()))
+        width = ids.shape[1]
+        if first:  # left-padded prompts -> right-padded
+            valid = mask[:, -width:].astype(bool)
+            feed_ids = np.zeros_like(ids)
+            for row in range(len(ids)):
+                feed_ids[row, :lengths[row]] = ids[row][valid[row]]
+        else:
+            feed_ids = ids
+        feed_ids = np.ascontiguousarray(feed_ids, np.int64)
+        feed_mask = (np.arange(int(lengths.max()))[None, :] < lengths[:, None]).astype(np.int64)
+        binding = cache.get("binding")
+        if binding is None or cache.get("bound") is not buffers:  # bound once, again only when the buffers grow
+            binding = self.session.io_binding()
+            if self.vocab is None:
+                binding.bind_output("logits", "cpu")  # first: get_outputs() follows the binding order
+            for name, value in buffers.items():
+                binding.bind_ortvalue_input(name, value)
+                binding.bind_ortvalue_output(name.replace("past_key_values.", "present."), value)
+            cache.update(binding=binding, bound=buffers, out=None)
+        out = cache["out"]
+        if self.vocab is None:  # a fresh logits output each step: the last run's has the last run's shape
+            binding.bind_output("logits", "cpu")
+        elif out is None or out.shape[:2] != ids.shape:  # the logits land in a host array of the step's shape
+            import onnxruntime as ort
+
+            out = cache["out"] = np.empty((*ids.shape, self.vocab), self.logits_type)
+            binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(out))
+        binding.bind_cpu_input("input_ids", feed_ids)
+        binding.bind_cpu_input("attention_mask", feed_mask)
+        self.session.run_with_iobinding(binding)
+        logits = binding.get_outputs()[0].numpy() if out is None else out.copy()  # callers keep their logits
+        cache["lengths"] = lengths
+        short = width - lengths
+        if first and short.any():  # back to the left-padded layout the caller's positions follow
+            aligned = np.empty_like(logits)
+            for row, pad in enumerate(short):
+                aligned[row, pad:] = logits[row, :width - pad]
+                aligned[row, :pad] = logits[row, width - pad:]
+            logits = aligned
+        return logits, cache
+
+
+def decoder_for(path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
+                **options: Any) -> OnnxDecoder:
+    """The step runner a decoder file needs: a shared key/value buffer for a GroupQueryAttention file."""
+    from ...runtime.onnxfile import is_gqa_file, load_proto
+
+    kind = SharedBufferDecoder if is_gqa_file(load_proto(path)) else OnnxDecoder
+    return kind(path, provider, io_binding=io_binding, **options)
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
@@ -229,10 +331,10 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
             pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
         return GenerationResult([], tokens, text, steps[0], steps[1:])
-    decoder = OnnxDecoder(path, providers_named([provider])[0].name, io_binding=io_binding)
+    decoder = decoder_for(path, providers_named([provider])[0].name, io_binding=io_binding)
     prompts = _prompts(inputs, tokenizer)
     ids, mask = left_pad(prompts, pad)
-    cache = decoder.empty_cache(len(prompts))
+    cache = decoder.empty_cache(len(prompts), capacity=ids.shape[1] + max_new_tokens)
     done = np.zeros(len(prompts), bool)
     new: list[list[int]] = [[] for _ in prompts]
     times: list[float] = []

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..generate.generation import OnnxDecoder, _is_seq2seq_file, generate, left_pad
+from ..generate.generation import OnnxDecoder, _is_seq2seq_file, decoder_for, generate, left_pad
 from .probes import default_prompts
 
 NEAR_TIE = 1e-3  # PyTorch's logit margin between its pick and ONNX's (relative to the logits' scale): a tie below
@@ -54,11 +54,11 @@ def teacher_forced(model: Any, decoder: OnnxDecoder, prompts: list[list[int]], c
     """``(step, onnx logits, torch logits)`` for the batch fed the same tokens step by step (left-padded,
     cache kept on both sides): step 0 is the prefill, later steps decode one token each."""
     ids, mask = left_pad(prompts, pad)
-    cache = decoder.empty_cache(len(prompts))
+    steps = min(len(c) for c in continuations)
+    cache = decoder.empty_cache(len(prompts), capacity=ids.shape[1] + steps + 1)
     t_ids, t_mask = torch.from_numpy(ids), torch.from_numpy(mask)
     past = None
     out = []
-    steps = min(len(c) for c in continuations)
     step_ids, step_mask = ids, mask
     for step in range(steps + 1):
         logits, cache = decoder.step(step_ids, step_mask, cache)
@@ -93,7 +93,7 @@ class _DecoderOnly:
         return torch_greedy(self.model, self.prompts, self.new, self.pad)
 
     def forced(self, provider: str, reference: list[list[int]]) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        return teacher_forced(self.model, OnnxDecoder(self.path, provider), self.prompts, reference, self.pad)
+        return teacher_forced(self.model, decoder_for(self.path, provider), self.prompts, reference, self.pad)
 
     def generated(self, provider: str) -> list[list[int]]:
         return generate(self.path, self.prompts, max_new_tokens=self.new, eos_token_id=-1, pad_token_id=self.pad,

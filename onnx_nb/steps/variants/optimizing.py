@@ -213,7 +213,7 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
              num_heads: int | None = None, hidden_size: int | None = None, unpad: bool | str = "auto",
              simplify: bool = False, out: str | os.PathLike[str] | None = None, overwrite: bool = False,
              validate: bool = True, providers: Any = ("cpu",), sample: Any = None, then: str | None = None,
-             target: str | None = None) -> Variant:
+             target: str | None = None, attention: str = "auto") -> Variant:
     """An optimized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated.
 
     ``level``: ``"basic"``/``"extended"``/``"all"`` (ONNX Runtime's graph levels, saved offline),
@@ -226,12 +226,20 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     attention that ORT's quantizer turns into QAttention) each route's INT8 file is timed on the sample and the
     faster route kept (``recipe["routes_int8_ms"]``). ``target="web"``: a variant ONNX Runtime Web runs in a
     browser (:func:`for_web`).
+
+    ``attention`` (a decoder's export with its cache): ``"gqa"`` rewrites the opset-23 re-export into one ONNX
+    Runtime ``GroupQueryAttention`` per layer (packed QKV, rotary inside, a key/value buffer that past and present
+    share: :mod:`onnx_nb.steps.generate.gqa`); ``"standard"`` keeps ONNX's own ops (any runtime); ``"auto"``:
+    GroupQueryAttention when every validation provider is the CPU's (its fp32 kernel is CPU-only) and the model
+    matches, else standard, the reason in ``recipe["attention_route"]``.
     """
     if target not in (None, "web"):
         raise InvalidArgumentError(f"target={target!r}: None (this machine's ONNX Runtime) or 'web'.")
     if target == "web":
         return for_web(onnx_model, reference=reference, out=out, overwrite=overwrite, validate=validate,
                        providers=providers, sample=sample)
+    if attention not in ATTENTION_CHOICES:
+        raise InvalidArgumentError(f"attention={attention!r}: one of {', '.join(ATTENTION_CHOICES)}.")
     if then not in (None, "fp32", "int8"):
         raise InvalidArgumentError(f"then={then!r}: None (fp32) or 'int8'.")
     if level not in LEVELS:
@@ -240,6 +248,9 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     ort_type, heads, hidden = transformer_params(source, model_type, num_heads, hidden_size)
     chosen = level
     decoder = _decoder_export(onnx_model)
+    if attention != "auto" and not decoder:
+        raise InvalidArgumentError(f"attention={attention!r} is for a decoder's own export with its cache "
+                                   "(onnx_nb.export(causal_lm)); leave it 'auto' here.")
     if level == "auto":
         chosen = "transformer" if decoder or (ort_type and heads and hidden) else "extended"
     if chosen == "transformer" and not decoder and not (ort_type and heads and hidden):
@@ -270,7 +281,7 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
             recipe["level"] = _fastest_level(work, staged, scratch, feed_for(work, onnx_model, sample)[0], recipe)
         elif chosen != "transformer":
             _ort_level(work, staged, chosen)
-        elif reexport_decoder and _decoder_route(source, staged, recipe, warnings):
+        elif reexport_decoder and _decoder_route(source, staged, recipe, warnings, attention, providers):
             pass
         elif not (ort_type and heads and hidden):  # a decoder whose re-export failed, with no optimizer settings
             _ort_level(work, staged, "extended")
@@ -300,9 +311,14 @@ def _simplified(src: Path, scratch: Path) -> Path:
     return out
 
 
-def _decoder_route(source: Any, staged: Path, recipe: dict[str, Any], warnings: list[str]) -> bool:
-    """A decoder's export re-exported at opset 23 with standard Attention, RMSNormalization and RotaryEmbedding;
-    False (and a warning) when the re-export failed."""
+ATTENTION_CHOICES = ("auto", "gqa", "standard")
+GQA_ROUTE = "GroupQueryAttention (ONNX Runtime contrib op: packed QKV, rotary inside, shared key/value buffer) x"
+
+
+def _decoder_route(source: Any, staged: Path, recipe: dict[str, Any], warnings: list[str], attention: str = "auto",
+                   providers: Any = ("cpu",)) -> bool:
+    """A decoder's export re-exported at opset 23 with standard Attention, RMSNormalization and RotaryEmbedding,
+    then (``attention``) rewritten for GroupQueryAttention; False (and a warning) when the re-export failed."""
     from ...runtime.onnxfile import load_proto, op_histogram
     from ..generate.generation import export_standard_ops
 
@@ -314,7 +330,44 @@ def _decoder_route(source: Any, staged: Path, recipe: dict[str, Any], warnings: 
     counts = op_histogram(load_proto(staged))
     recipe["attention_route"] = DECODER_ROUTE + ", ".join(
         f"{op} x{counts[op]}" for op in ("Attention", "RMSNormalization", "RotaryEmbedding") if counts.get(op))
+    if attention == "standard":
+        return True
+    why = _gqa_refusal(providers)
+    if why is None:
+        why = _gqa_rewrite(source.model, staged, recipe)
+    if why is not None and attention == "gqa":
+        raise OptimizationError(f"attention='gqa': {why}. attention='standard' keeps ONNX's own attention op.")
+    if why is not None:
+        recipe["attention_route"] += f" (not GroupQueryAttention: {why})"
     return True
+
+
+def _gqa_refusal(providers: Any) -> str | None:
+    from ...runtime.providers import providers_named
+
+    names = [p.name for p in providers_named(list(providers) if not isinstance(providers, str) else providers)]
+    others = [n for n in names if n != "CPUExecutionProvider"]
+    if others:
+        return f"its fp32 kernel is the CPU's, and this variant is validated on {', '.join(others)}"
+    return None
+
+
+def _gqa_rewrite(model: Any, staged: Path, recipe: dict[str, Any]) -> str | None:
+    """The opset-23 file at ``staged`` rewritten in place for GroupQueryAttention; the reason when it does not
+    match (the file stays as it was)."""
+    from ...runtime.memory import weight_bytes
+    from ..export.exporting import EXTERNAL_DATA_BYTES
+    from ..generate.gqa import NotRewritable, rewrite
+
+    try:
+        done = rewrite(staged, staged, model, big=weight_bytes(model) > EXTERNAL_DATA_BYTES)
+    except NotRewritable as exc:
+        return str(exc)
+    recipe["attention_route"] = (f"{GQA_ROUTE}{done['layers']}, RMS norms as ORT's "
+                                 f"(Skip)SimplifiedLayerNormalization x{done['norms']} ({done['nodes']} nodes), from "
+                                 "the opset-23 re-export")
+    recipe["kv_cache"] = "one buffer per key/value tensor, shared by past and present (generate() binds it)"
+    return None
 
 
 def _transformer_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],
