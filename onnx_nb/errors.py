@@ -139,6 +139,11 @@ class OptimizationError(OnnxNbError):
     """An optimization step failed."""
 
 
+class NotRewritableError(OptimizationError):
+    """A decoder does not match the GroupQueryAttention rewrite (``optimize(attention="gqa")``); the message says
+    which part of the graph or the model differs. ``attention="standard"`` keeps ONNX's own attention op."""
+
+
 class WorkerError(OnnxNbError, RuntimeError):
     """ONNX Runtime raised an error in the isolated worker; the message is ONNX Runtime's."""
 

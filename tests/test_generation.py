@@ -326,7 +326,7 @@ def test_shared_key_value_buffer(exports: dict[str, onnx_nb.ExportResult], tmp_p
 def test_gqa_route_refusals(ip: object, exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
     """attention='gqa' where it cannot apply says why; attention= on a model that is no decoder export is refused;
     the magic carries the option."""
-    with pytest.raises(onnx_nb.OptimizationError, match="no rotary embedding"):
+    with pytest.raises(onnx_nb.NotRewritableError, match="no rotary embedding"):
         onnx_nb.optimize(exports["gpt2"], attention="gqa", out=tmp_path / "g.onnx", validate=False)
     with pytest.raises(onnx_nb.InvalidArgumentError, match="decoder's own export"):
         onnx_nb.optimize(exports["llama"].path, attention="standard", out=tmp_path / "p.onnx")

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import NotRewritableError as NotRewritable
 from ...runtime.onnxfile import GQA_OP, is_gqa_file
 
 __all__ = ["GQA_OP", "NotRewritable", "is_gqa_file", "rewrite", "rotary_tables"]
@@ -33,10 +34,6 @@ __all__ = ["GQA_OP", "NotRewritable", "is_gqa_file", "rewrite", "rotary_tables"]
 SEQLENS, TOTAL = "gqa.seqlens_k", "gqa.total_sequence_length"
 COS, SIN = "gqa.cos_cache", "gqa.sin_cache"
 PRESENT_AXIS = "present_sequence"  # past and present share a buffer: present's length is the buffer's
-
-
-class NotRewritable(ValueError):
-    """The graph or the model does not have the shape this rewrite knows (the standard-ops file stays)."""
 
 
 def rotary_tables(model: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, OptimizationError, first_line
+from ...errors import InvalidArgumentError, NotRewritableError, OptimizationError, first_line
 from ...results.variant import Variant
 from .variants import make, parent_of
 
@@ -336,7 +336,7 @@ def _decoder_route(source: Any, staged: Path, recipe: dict[str, Any], warnings: 
     if why is None:
         why = _gqa_rewrite(source.model, staged, recipe)
     if why is not None and attention == "gqa":
-        raise OptimizationError(f"attention='gqa': {why}. attention='standard' keeps ONNX's own attention op.")
+        raise NotRewritableError(f"attention='gqa': {why}. attention='standard' keeps ONNX's own attention op.")
     if why is not None:
         recipe["attention_route"] += f" (not GroupQueryAttention: {why})"
     return True
