@@ -275,3 +275,11 @@ GQA_OP = "GroupQueryAttention"  # ONNX Runtime's contrib op that optimize(attent
 def is_gqa_file(proto: Any) -> bool:
     """A decoder whose attention is ONNX Runtime's GroupQueryAttention (its cache can be one shared buffer)."""
     return any(n.op_type == GQA_OP for n in proto.graph.node)
+
+
+def contrib_ops(path: str | Path, microsoft_only: bool = False) -> list[str]:
+    """Operator types outside ONNX's own domain (or, ``microsoft_only``, ONNX Runtime's com.microsoft ones): what a
+    runtime other than ONNX Runtime (OpenVINO, ORT Web) may not read."""
+    nodes = load_proto(path).graph.node
+    return sorted({n.op_type for n in nodes
+                   if (n.domain == "com.microsoft" if microsoft_only else n.domain not in ("", "ai.onnx"))})

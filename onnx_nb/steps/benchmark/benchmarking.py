@@ -36,21 +36,17 @@ def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, thr
     return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
 
 
-def _contrib_ops(path: Path) -> list[str]:
-    from ...runtime.onnxfile import load_proto
-
-    return sorted({n.op_type for n in load_proto(path).graph.node if n.domain == "com.microsoft"})
-
-
 def openvino_file(obj: Any, path: Path, folder: str | Path) -> tuple[Path, str] | None:
     """For a variant whose file the OpenVINO runtime cannot read (ONNX Runtime's contrib operators), the file
     that serves that backend, made from the same export: the export itself for an optimized fp32 variant
     (OpenVINO fuses the graph on its own), the same INT8 recipe applied to the export for a quantized one
     (standard operators only). None when the file is readable as it is, or nothing can be made."""
-    contrib = _contrib_ops(path)
+    from ...runtime.onnxfile import contrib_ops
+
+    contrib = contrib_ops(path, microsoft_only=True)
     reference = getattr(obj, "reference", None)
     export_path = getattr(reference, "path", None)
-    if not contrib or export_path is None or _contrib_ops(Path(export_path)):
+    if not contrib or export_path is None or contrib_ops(Path(export_path), microsoft_only=True):
         return None
     cannot = f"OpenVINO cannot read ONNX Runtime's {', '.join(contrib)}"
     recipe = getattr(obj, "recipe", None) or {}

@@ -62,9 +62,9 @@ class _OrtStep:
         self.options = {"graph_level": "all", "intra_op_threads": threads or "default", "step": "prefill" if
                         not past else "decode, cache kept"}
         self.binding = None
-        if self.shared:
+        if self.shared:  # each run writes its tokens at the same positions of the buffer: repeatable
             import onnxruntime as ort
-  # each run writes its tokens at the same positions of the buffer: repeatable
+
             self.binding = self.session.io_binding()
             self.binding.bind_output("logits", "cpu")
             for name, value in self.feed.items():

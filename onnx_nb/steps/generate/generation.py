@@ -122,14 +122,9 @@ class SharedBufferDecoder(OnnxDecoder):
     they pass around holds the buffers; it grows (copied into a buffer twice as long) when ``capacity`` runs out.
     """
 
-    def __init__(self, path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
-                 **options: Any) -> None:
+    def __init__(self, path: Any, provider: str, max_positions: int, **options: Any) -> None:
         super().__init__(path, provider, io_binding=True, **options)
-        from ...runtime.onnxfile import load_proto
-        from .gqa import COS
-
-        cos = next(t for t in load_proto(path).graph.initializer if t.name == COS)
-        self.max_positions = int(cos.dims[0])
+        self.max_positions = max_positions  # the rotary tables' length
         self.where = self.device or "cpu"
         logits = next(o for o in self.session.get_outputs() if o.name == "logits")
         on_host = self.where == "cpu" and "float" in logits.type
@@ -211,9 +206,13 @@ def decoder_for(path: Any, provider: str = "CPUExecutionProvider", io_binding: b
                 **options: Any) -> OnnxDecoder:
     """The step runner a decoder file needs: a shared key/value buffer for a GroupQueryAttention file."""
     from ...runtime.onnxfile import is_gqa_file, load_proto
+    from .gqa import COS
 
-    kind = SharedBufferDecoder if is_gqa_file(load_proto(path)) else OnnxDecoder
-    return kind(path, provider, io_binding=io_binding, **options)
+    proto = load_proto(path)  # read once here: parsing a large model's file takes seconds
+    if not is_gqa_file(proto):
+        return OnnxDecoder(path, provider, io_binding=io_binding, **options)
+    cos = next(t for t in proto.graph.initializer if t.name == COS)
+    return SharedBufferDecoder(path, provider, int(cos.dims[0]), **options)
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:

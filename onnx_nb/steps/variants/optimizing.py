@@ -345,7 +345,7 @@ def _decoder_route(source: Any, staged: Path, recipe: dict[str, Any], warnings: 
 def _gqa_refusal(providers: Any) -> str | None:
     from ...runtime.providers import providers_named
 
-    names = [p.name for p in providers_named(list(providers) if not isinstance(providers, str) else providers)]
+    names = [p.name for p in providers_named(providers)]
     others = [n for n in names if n != "CPUExecutionProvider"]
     if others:
         return f"its fp32 kernel is the CPU's, and this variant is validated on {', '.join(others)}"
@@ -408,12 +408,6 @@ def _transformer_route(work: Path, staged: Path, scratch: Path, source: Any, par
         warnings.append("Attention could not be fused; the variant keeps unfused attention.")
 
 
-def _contrib_ops(path: Path) -> list[str]:
-    from ...runtime.onnxfile import load_proto
-
-    return sorted({n.op_type for n in load_proto(path).graph.node if n.domain not in ("", "ai.onnx")})
-
-
 def for_web(onnx_model: Any, *, reference: Any = None, out: str | os.PathLike[str] | None = None,
             overwrite: bool = False, validate: bool = True, providers: Any = ("cpu",), sample: Any = None) -> Variant:
     """A variant for ONNX Runtime Web (the ``"browser"`` backend): standard ONNX operators only (ONNX Runtime's
@@ -425,14 +419,15 @@ def for_web(onnx_model: Any, *, reference: Any = None, out: str | os.PathLike[st
     import onnx
 
     from ...runtime.browser import ORT_WEB_VERSION, WEB_MAX_BYTES, WEB_MAX_IR, unavailable_reason
+    from ...runtime.onnxfile import contrib_ops
 
     parent, ref, _source = parent_of(onnx_model)
     start = onnx_model
     recipe: dict[str, Any] = {"target": "web", "level": "basic", "runtime": f"onnxruntime-web {ORT_WEB_VERSION}"}
-    contrib = _contrib_ops(parent)
+    contrib = contrib_ops(parent)
     if contrib:
         export_path = getattr(ref, "path", ref)
-        if ref is None or ref is onnx_model or _contrib_ops(Path(export_path)):
+        if ref is None or ref is onnx_model or contrib_ops(Path(export_path)):
             raise OptimizationError(
                 f"{parent.name} uses ONNX Runtime contrib operators ({', '.join(contrib)}) and no export without them "
                 "is known: pass the ExportResult (or the plain .onnx export) to optimize(..., target='web').")
@@ -457,7 +452,7 @@ def for_web(onnx_model: Any, *, reference: Any = None, out: str | os.PathLike[st
             recipe["ir_version"] = min(int(model.ir_version), WEB_MAX_IR)
             model.ir_version = recipe["ir_version"]
             onnx.save(model, str(staged))
-        left = _contrib_ops(staged)
+        left = contrib_ops(staged)
         if left:
             raise OptimizationError(f"ONNX Runtime's basic level kept contrib operators ({', '.join(left)}).")
         return []
