@@ -3,6 +3,9 @@ ONNX Runtime, and generation parity against PyTorch (tiny GPT-2, Llama, Qwen2, P
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -321,6 +324,49 @@ def test_shared_key_value_buffer(exports: dict[str, onnx_nb.ExportResult], tmp_p
         for row in range(2):  # the row's keys sit at its first `length` positions (right-aligned in the export)
             np.testing.assert_allclose(keys[row, :, :lengths[row]], want[row, :, -lengths[row]:], atol=1e-5)
     assert cache["buffers"][name].shape()[2] >= 10
+
+
+def test_generate_keeps_its_session_and_reads_builder_folders(exports: dict[str, onnx_nb.ExportResult],
+                                                             tmp_path: Path) -> None:
+    """A second generate() on the same file reuses the first one's decoder (no second parse, no second session);
+    a changed file gets a new one. A GroupQueryAttention file as onnxruntime-genai's builder writes it (cache dims
+    named, not fixed; its own rotary table names) generates the same tokens with the genai_config.json beside it,
+    and is refused, saying what is missing, without."""
+    from onnx_nb.steps.generate import generation
+    from onnx_nb.steps.generate.gqa import COS, SIN
+
+    fast = onnx_nb.optimize(exports["llama"], out=tmp_path / "gqa.onnx", validate=False)
+    first = onnx_nb.generate(fast, [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1, threads=1)
+    decoder = generation._LAST["decoder"]
+    again = onnx_nb.generate(fast, [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1, threads=1)
+    assert generation._LAST["decoder"] is decoder and again.tokens == first.tokens
+    alone = subprocess.run(  # a process that only generates from a file never imports torch
+        [sys.executable, "-c", "import sys, onnx_nb; r = onnx_nb.generate(sys.argv[1], [[5, 6, 7], [8]], "
+         "max_new_tokens=6, eos_token_id=-1); print(r.tokens, 'torch' in sys.modules)", str(fast.path)],
+        capture_output=True, text=True, timeout=300)
+    assert alone.stdout.strip() == f"{first.tokens} False", alone.stderr[-2000:]
+
+    proto = onnx.load(str(fast.path))
+    renamed = {COS: "cos_cache", SIN: "sin_cache"}
+    for tensor in proto.graph.initializer:
+        tensor.name = renamed.get(tensor.name, tensor.name)
+    for node in proto.graph.node:
+        node.input[:] = [renamed.get(name, name) for name in node.input]
+    for value in [*proto.graph.input, *proto.graph.output]:
+        if value.name.startswith(("past_key_values.", "present.")):
+            value.type.tensor_type.shape.dim[3].dim_param = "kv_cache_dim"
+    folder = tmp_path / "builder"
+    folder.mkdir()
+    onnx.save(proto, str(folder / "model.onnx"))
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"genai_config\.json"):
+        onnx_nb.generate(folder / "model.onnx", [[5, 6, 7]], max_new_tokens=2)
+    config = exports["llama"].source.model.config
+    layout = {"head_size": config.hidden_size // config.num_attention_heads,
+              "num_key_value_heads": config.num_key_value_heads}
+    (folder / "genai_config.json").write_text(json.dumps({"model": {"decoder": layout}}))
+    builder = onnx_nb.generate(folder / "model.onnx", [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1)
+    assert generation._LAST["decoder"] is not decoder and builder.tokens == first.tokens
+    assert generation._LAST["decoder"].max_positions == config.max_position_embeddings  # read from "cos_cache"
 
 
 def test_gqa_route_refusals(ip: object, exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:

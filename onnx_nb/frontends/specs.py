@@ -148,6 +148,7 @@ GENERATE: list[Spec] = [
     (("--top-p",), {"type": float, "default": 1.0}, "both"),
     (("--seed",), {"type": int, "default": 0}, "both"),
     (("--providers",), {"default": "cpu", "help": "the execution provider (cpu, cuda, ...)"}, "both"),
+    (("--threads",), {"type": int, "help": "ONNX Runtime's intra-op threads (default: its own)"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the result as JSON"}, "cli"),
 ]
 
@@ -239,7 +240,7 @@ def generate_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
         tokenizer = AutoTokenizer.from_pretrained(ns.tokenizer)
     return {"max_new_tokens": ns.max_new_tokens, "do_sample": ns.sample, "temperature": ns.temperature,
             "top_k": ns.top_k, "top_p": ns.top_p, "seed": ns.seed, "provider": ns.providers.split(",")[0],
-            "tokenizer": tokenizer}
+            "tokenizer": tokenizer, "threads": ns.threads}
 
 
 def generate_prompt(ns: argparse.Namespace) -> Any:

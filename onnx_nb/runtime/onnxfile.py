@@ -272,9 +272,14 @@ def total_file_size(path: Path, proto: Any) -> int:
 GQA_OP = "GroupQueryAttention"  # ONNX Runtime's contrib op that optimize(attention="gqa") writes for decoders
 
 
+def gqa_node(proto: Any) -> Any:
+    """The first ONNX Runtime GroupQueryAttention node of a decoder (onnx-nb's or another builder's), else None."""
+    return next((n for n in proto.graph.node if n.op_type == GQA_OP and n.domain == "com.microsoft"), None)
+
+
 def is_gqa_file(proto: Any) -> bool:
     """A decoder whose attention is ONNX Runtime's GroupQueryAttention (its cache can be one shared buffer)."""
-    return any(n.op_type == GQA_OP for n in proto.graph.node)
+    return gqa_node(proto) is not None
 
 
 def contrib_ops(path: str | Path, microsoft_only: bool = False) -> list[str]:

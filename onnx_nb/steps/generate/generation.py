@@ -6,7 +6,7 @@ One graph serves prefill and decode (as Optimum's merged decoder and onnxruntime
 ``input_ids``, ``attention_mask`` (over past + new tokens), ``position_ids`` and, per layer,
 ``past_key_values.{i}.key`` / ``.value`` of shape ``[batch, kv_heads, past_sequence, head_size]``
 (``past_sequence`` is 0 at the first step), and returns ``logits`` and ``present.{i}.key`` / ``.value``.
-Only imported by functions that already need torch.
+Running a file needs no torch: a process that only generates never imports it (the re-export imports it inside).
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ...errors import InvalidArgumentError
 from ...render import CSS, esc, html_table
-from ..export.decoder_cache import DecoderWithCache, cache_axes, cache_sample, input_names, layout_of, output_names
-from .sampling import accept, pick
+from .sampling import accept, next_ids, pick
 
 STANDARD_OPS_OPSET = 23  # ONNX's own Attention (with its cache), RMSNormalization and RotaryEmbedding
 
@@ -33,7 +31,10 @@ def export_standard_ops(model: Any, path: Path) -> None:
     ONNX ``Attention`` op (past and present keys/values in and out), RMS norms ``RMSNormalization``, rotary
     embeddings ``RotaryEmbedding``, and the shape arithmetic a trace records goes away (a 2,145-node TorchScript
     graph of an 8-layer Llama becomes 428 nodes). Same inputs, outputs and axis names as :func:`export`'s file."""
+    import torch
+
     from ...runtime.memory import weight_bytes
+    from ..export.decoder_cache import DecoderWithCache, cache_axes, cache_sample, input_names, layout_of, output_names
     from ..export.exporters import export_dynamo, quiet
     from ..export.exporting import EXTERNAL_DATA_BYTES
 
@@ -48,6 +49,23 @@ def export_standard_ops(model: Any, path: Path) -> None:
 
 
 # -- running the file ------------------------------------------------------------------------------
+
+def _cache_dims(path: Any, shape: Sequence[Any]) -> tuple[int, int]:
+    """Key/value heads and head size of a cache tensor: fixed in onnx-nb's files; an onnxruntime-genai builder
+    folder names them (``kv_cache_dim``) and gives them in its ``genai_config.json``."""
+    if isinstance(shape[1], int) and isinstance(shape[3], int):
+        return shape[1], shape[3]
+    import json
+
+    config = Path(str(path)).parent / "genai_config.json"
+    if config.is_file():
+        decoder = json.loads(config.read_text())["model"]["decoder"]
+        heads = shape[1] if isinstance(shape[1], int) else decoder["num_key_value_heads"]
+        return int(heads), int(decoder["head_size"])
+    raise InvalidArgumentError(
+        f"{path}: the cache's heads and head size are not fixed in the file ({shape}) and there is no "
+        "genai_config.json beside it to give them; export the decoder with onnx_nb.export(model, cache=True).")
+
 
 class OnnxDecoder:
     """Prefill and decode steps over an exported decoder with a cache, in ONNX Runtime."""
@@ -70,7 +88,7 @@ class OnnxDecoder:
                 f"{path} is not a decoder exported with its cache (no past_key_values inputs); export it with "
                 "onnx_nb.export(model, cache=True).")
         first = inputs[self.past_names[0]]
-        self.kv_heads, self.head_size = int(first.shape[1]), int(first.shape[3])
+        self.kv_heads, self.head_size = _cache_dims(path, first.shape)
         self.float_type = np.float16 if "float16" in first.type else np.float32
         self.uses_positions = "position_ids" in inputs
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -79,8 +97,10 @@ class OnnxDecoder:
         shape = (batch, self.kv_heads, 0, self.head_size)
         return {n: np.zeros(shape, self.float_type) for n in self.past_names}
 
-    def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
-        """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens."""
+    def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, np.ndarray],
+             keep: bool = True) -> tuple[np.ndarray, dict]:
+        """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens. (``keep``:
+        see :meth:`SharedBufferDecoder.step`; these logits are always the caller's own.)"""
         positions = np.cumsum(mask, axis=1) - 1
         feed = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64), **cache}
         if self.uses_positions:
@@ -133,15 +153,17 @@ class SharedBufferDecoder(OnnxDecoder):
         self.logits_type = np.float16 if logits.type == "tensor(float16)" else np.float32
 
     def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, Any]:
-        return {"batch": batch, "capacity": capacity, "lengths": None, "buffers": {}}
+        """``lengths``: each row's tokens at the prompt, ``added`` since; ``size``: the buffers' positions."""
+        return {"batch": batch, "capacity": capacity, "lengths": None, "added": 0, "buffers": {}, "size": 0}
 
-    def _buffers(self, cache: dict[str, Any], needed: int) -> dict[str, Any]:
+    def _grow(self, cache: dict[str, Any], needed: int) -> None:
+        """Buffers of at least ``needed`` positions (the caller's capacity, else twice the old size), the old
+        contents copied in; an all-ones mask of that many positions per row beside them."""
         import onnxruntime as ort
 
-        old = cache["buffers"]
-        have = next(iter(old.values())).shape()[2] if old else 0
-        if needed <= have:
-            return old
+        if needed > self.max_positions:
+            raise InvalidArgumentError(f"{needed} tokens are more than the model's {self.max_positions} positions.")
+        old, have = cache["buffers"], cache["size"]
         size = min(max(needed, cache["capacity"] or 0, 2 * have), self.max_positions)
         shape = (cache["batch"], self.kv_heads, size, self.head_size)
         grown = {}
@@ -150,26 +172,34 @@ class SharedBufferDecoder(OnnxDecoder):
             if name in old:
                 array[:, :, :have] = old[name].numpy()
             grown[name] = ort.OrtValue.ortvalue_from_numpy(array, self.where, 0)
-        cache["buffers"] = grown
-        return grown
+        cache.update(buffers=grown, size=size, ones=np.ones(cache["batch"] * size, np.int64))
 
-    def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, Any]) -> tuple[np.ndarray, dict]:
-        lengths = mask.sum(axis=1).astype(np.int64)
-        first = cache["lengths"] is None
-        if int(lengths.max()) > self.max_positions:
-            raise InvalidArgumentError(
-                f"{int(lengths.max())} tokens are more than the model's {self.max_positions} positions.")
-        buffers = self._buffers(cache, int(lengths.max()))
+    def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, Any],
+             keep: bool = True) -> tuple[np.ndarray, dict]:
+        """As :meth:`OnnxDecoder.step`; ``keep=False`` returns the logits in the host array the next step
+        overwrites (no copy: for a caller done with them before then). Every token of a decode step counts (the
+        op has no holes in a row), so after the prompt the lengths are counted here and ``mask`` is not read.
+
+        A decode step does as little as it can between two runs: after a ~3 ms run has streamed the weights
+        through the caches, each numpy or binding call costs 5-20 us on a 2-core machine, and that Python is what
+        onnxruntime-genai's C++ loop does not pay. The ids go into an array bound once; the mask is a view of
+        ones kept beside the buffers while every row has the same length."""
         width = ids.shape[1]
-        if first:  # left-padded prompts -> right-padded
-            valid = mask[:, -width:].astype(bool)
-            feed_ids = np.zeros_like(ids)
-            for row in range(len(ids)):
-                feed_ids[row, :lengths[row]] = ids[row][valid[row]]
+        first = cache["lengths"] is None
+        if first:
+            lengths = mask.sum(axis=1)
+            top = int(lengths.max())
+            cache.update(lengths=lengths, top=top, added=0, even=len(lengths) == 1 or int(lengths.min()) == top)
+        elif cache["even"]:
+            cache["added"] += width
+            top = cache["top"] + cache["added"]
         else:
-            feed_ids = ids
-        feed_ids = np.ascontiguousarray(feed_ids, np.int64)
-        feed_mask = (np.arange(int(lengths.max()))[None, :] < lengths[:, None]).astype(np.int64)
+            cache["added"] += width
+            lengths = cache["lengths"] + cache["added"]
+            top = int(lengths.max())
+        if top > cache["size"]:
+            self._grow(cache, top)
+        buffers, batch = cache["buffers"], cache["batch"]
         binding = cache.get("binding")
         if binding is None or cache.get("bound") is not buffers:  # bound once, again only when the buffers grow
             binding = self.session.io_binding()
@@ -178,41 +208,85 @@ class SharedBufferDecoder(OnnxDecoder):
             for name, value in buffers.items():
                 binding.bind_ortvalue_input(name, value)
                 binding.bind_ortvalue_output(name.replace("past_key_values.", "present."), value)
-            cache.update(binding=binding, bound=buffers, out=None)
+            cache.update(binding=binding, bound=buffers, out=None, ids=None)
+        if first:  # left-padded prompts -> right-padded
+            valid = mask[:, -width:].astype(bool)
+            feed_ids = np.zeros((batch, width), np.int64)
+            for row in range(batch):
+                feed_ids[row, :lengths[row]] = ids[row][valid[row]]
+            binding.bind_cpu_input("input_ids", feed_ids)
+        elif cache["ids"] is not None and cache["ids"].shape == ids.shape:
+            cache["ids"][...] = ids  # the bound array: ONNX Runtime reads it in place
+        else:
+            import onnxruntime as ort
+
+            cache["ids"] = np.array(ids, np.int64)
+            binding.bind_ortvalue_input("input_ids", ort.OrtValue.ortvalue_from_numpy(cache["ids"]))
+        if cache["even"]:  # every row full: a view of the ones kept beside the buffers
+            binding.bind_cpu_input("attention_mask", cache["ones"][:batch * top].reshape(batch, top))
+        else:
+            binding.bind_cpu_input("attention_mask", (np.arange(top) < lengths[:, None]).astype(np.int64))
         out = cache["out"]
         if self.vocab is None:  # a fresh logits output each step: the last run's has the last run's shape
             binding.bind_output("logits", "cpu")
-        elif out is None or out.shape[:2] != ids.shape:  # the logits land in a host array of the step's shape
+        elif out is None or out.shape[1] != width or len(out) != batch:  # logits land in a host array
             import onnxruntime as ort
 
-            out = cache["out"] = np.empty((*ids.shape, self.vocab), self.logits_type)
+            out = cache["out"] = np.empty((batch, width, self.vocab), self.logits_type)
             binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(out))
-        binding.bind_cpu_input("input_ids", feed_ids)
-        binding.bind_cpu_input("attention_mask", feed_mask)
         self.session.run_with_iobinding(binding)
-        logits = binding.get_outputs()[0].numpy() if out is None else out.copy()  # callers keep their logits
-        cache["lengths"] = lengths
-        short = width - lengths
-        if first and short.any():  # back to the left-padded layout the caller's positions follow
-            aligned = np.empty_like(logits)
-            for row, pad in enumerate(short):
-                aligned[row, pad:] = logits[row, :width - pad]
-                aligned[row, :pad] = logits[row, width - pad:]
-            logits = aligned
+        logits = binding.get_outputs()[0].numpy() if out is None else out.copy() if keep or first else out
+        if first:
+            short = width - lengths
+            if short.any():  # back to the left-padded layout the caller's positions follow
+                aligned = np.empty_like(logits)
+                for row, pad in enumerate(short):
+                    aligned[row, pad:] = logits[row, :width - pad]
+                    aligned[row, :pad] = logits[row, width - pad:]
+                logits = aligned
         return logits, cache
 
 
 def decoder_for(path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
                 **options: Any) -> OnnxDecoder:
     """The step runner a decoder file needs: a shared key/value buffer for a GroupQueryAttention file."""
-    from ...runtime.onnxfile import is_gqa_file, load_proto
-    from .gqa import COS
+    from ...runtime.onnxfile import gqa_node, load_proto
 
     proto = load_proto(path)  # read once here: parsing a large model's file takes seconds
-    if not is_gqa_file(proto):
+    gqa = gqa_node(proto)
+    if gqa is None:
         return OnnxDecoder(path, provider, io_binding=io_binding, **options)
-    cos = next(t for t in proto.graph.initializer if t.name == COS)
-    return SharedBufferDecoder(path, provider, int(cos.dims[0]), **options)
+    # the rotary tables (the op's 8th input, whatever a builder named it) bound the positions; none: no bound
+    table = gqa.input[7] if len(gqa.input) > 7 else ""
+    rows = [int(t.dims[0]) for t in proto.graph.initializer if table and t.name == table]
+    return SharedBufferDecoder(path, provider, rows[0] if rows else 1 << 31, **options)
+
+
+_LAST: dict[str, Any] = {}
+
+
+def _key(path: Path, *how: Any) -> tuple[Any, ...]:
+    stat = path.stat()
+    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns, *how)
+
+
+def _kept_decoder(path: Path, *how: Any) -> OnnxDecoder | None:
+    """The decoder of the last ``generate()`` call if it was for the same file (unchanged since: path, size and
+    modification time) and the same provider, binding and threads: calling again skips parsing the file and
+    building a session (seconds for a large model)."""
+    return _LAST["decoder"] if path.is_file() and _LAST.get("key") == _key(path, *how) else None
+
+
+def _last_decoder(path: Path, provider: str, io_binding: bool | None, threads: int | None) -> OnnxDecoder:
+    """:func:`_kept_decoder`, else a new one kept in its place (one is kept: the old one goes first, never two
+    models' weights at once)."""
+    kept = _kept_decoder(path, provider, io_binding, threads)
+    if kept is not None:
+        return kept
+    _LAST.clear()
+    decoder = decoder_for(path, provider, io_binding=io_binding, threads=threads)
+    _LAST.update(key=_key(path, provider, io_binding, threads), decoder=decoder)
+    return decoder
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
@@ -296,7 +370,7 @@ def _is_seq2seq_file(path: Path) -> bool:
 def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bool = False,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_token_id: int | None = None,
              pad_token_id: int | None = None, seed: int = 0, provider: str = "cpu", tokenizer: Any = None,
-             stream: Any = None, io_binding: bool | None = None) -> GenerationResult:
+             stream: Any = None, io_binding: bool | None = None, threads: int | None = None) -> GenerationResult:
     """Generate tokens with an exported decoder (an ExportResult, a variant or an .onnx path) in ONNX
     Runtime, keeping the key/value cache between steps.
 
@@ -305,7 +379,9 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     array, or audio features (``input_features``) for Whisper. Greedy unless ``do_sample`` (temperature, top-k,
     top-p). Stops at ``eos_token_id`` (the config's by default) or after ``max_new_tokens``. ``stream``:
     called with each step's new tokens (a notebook display updates as they come). ``io_binding`` (default: on
-    for GPU providers) keeps a decoder's cache on the provider's device between steps.
+    for GPU providers) keeps a decoder's cache on the provider's device between steps. ``threads``: ONNX Runtime's
+    intra-op threads (default: its own choice, the machine's cores). A second call on the same unchanged file
+    reuses the first one's session (one is kept).
     """
     from ...runtime.providers import providers_named
 
@@ -319,33 +395,39 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     pad = pad_token_id if pad_token_id is not None else (getattr(config, "pad_token_id", None) or 0)
     rng = np.random.default_rng(seed)
     path = Path(getattr(model, "path", model))
-    if _is_seq2seq_file(path):
+    named = providers_named([provider])[0].name
+    if _kept_decoder(path, named, io_binding, threads) is None and _is_seq2seq_file(path):
         from . import seq2seq
 
         start_id = getattr(config, "decoder_start_token_id", None)
         tokens, steps = seq2seq.generate(
             model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad,
-            start=int(start_id if start_id is not None else pad), provider=providers_named([provider])[0].name,
-            tokenizer=tokenizer, stream=stream,
+            start=int(start_id if start_id is not None else pad), provider=named,
+            tokenizer=tokenizer, stream=stream, threads=threads,
             pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
         return GenerationResult([], tokens, text, steps[0], steps[1:])
-    decoder = decoder_for(path, providers_named([provider])[0].name, io_binding=io_binding)
+    decoder = _last_decoder(path, named, io_binding, threads)
     prompts = _prompts(inputs, tokenizer)
     ids, mask = left_pad(prompts, pad)
-    cache = decoder.empty_cache(len(prompts), capacity=ids.shape[1] + max_new_tokens)
-    done = np.zeros(len(prompts), bool)
+    width = ids.shape[1]
+    cache = decoder.empty_cache(len(prompts), capacity=width + max_new_tokens)
+    whole = np.ones((len(prompts), width + max_new_tokens), np.int64)  # the mask of every step: views of it
+    whole[:, :width] = mask
+    done = [False] * len(prompts)
     new: list[list[int]] = [[] for _ in prompts]
     times: list[float] = []
     step_ids = ids
     for _ in range(max_new_tokens):
-        start = time.perf_counter()
-        logits, cache = decoder.step(step_ids, mask, cache)
+        start = time.perf_counter()  # a step's time: the whole turn of the loop, the next step's inputs included
+        logits, cache = decoder.step(step_ids, whole[:, :width], cache, keep=False)
         chosen = pick(logits[:, -1, :], do_sample, temperature, top_k, top_p, rng)
+        finished = accept(chosen, done, new, eos_set, stream)
+        if not finished:
+            step_ids = next_ids(chosen, done, pad)
+            width += 1
         times.append((time.perf_counter() - start) * 1e3)
-        if accept(chosen, done, new, eos_set, stream):
+        if finished:
             break
-        step_ids = np.where(done, pad, chosen)[:, None].astype(np.int64)
-        mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)
     text = [tokenizer.decode(t, skip_special_tokens=True) for t in new] if tokenizer is not None else None
     return GenerationResult(prompts, new, text, times[0], times[1:])

@@ -31,13 +31,21 @@ def pick(logits: np.ndarray, do_sample: bool, temperature: float, top_k: int, to
 
 
 
-def accept(chosen: np.ndarray, done: np.ndarray, new: list[list[int]], eos: set[int], stream: Any) -> bool:
+def accept(chosen: np.ndarray, done: list[bool], new: list[list[int]], eos: set[int], stream: Any) -> bool:
     """Append each unfinished row's token (rows stop at EOS, which is kept), stream the step; True when every
-    row is done."""
-    for row, token in enumerate(chosen):
+    row is done. Python ints and lists: this runs between two decode steps, where every numpy call is slow."""
+    tokens = chosen.tolist()
+    for row, token in enumerate(tokens):
         if not done[row]:
-            new[row].append(int(token))
-            done[row] = int(token) in eos
+            new[row].append(token)
+            done[row] = token in eos
     if stream is not None:
-        stream([int(t) for t in chosen])
-    return bool(done.all())
+        stream(tokens)
+    return all(done)
+
+
+def next_ids(chosen: np.ndarray, done: list[bool], pad: int) -> np.ndarray:
+    """The next step's ``[batch, 1]`` ids: each row's pick, ``pad`` for the rows that are done."""
+    if any(done):
+        chosen = np.where(done, pad, chosen)
+    return chosen[:, None].astype(np.int64, copy=False)

@@ -24,15 +24,16 @@ from ..export.seq2seq_cache import encoder_path
 class OnnxSeq2Seq:
     """The encoder file once, then decoder steps with the self-attention cache, in ONNX Runtime."""
 
-    def __init__(self, decoder: Path, provider: str = "CPUExecutionProvider", encoder: Path | None = None) -> None:
+    def __init__(self, decoder: Path, provider: str = "CPUExecutionProvider", encoder: Path | None = None,
+                 threads: int | None = None) -> None:
         from ...runtime.sessions import session
 
         encoder = encoder or encoder_path(decoder)
         if not encoder.exists():
             raise InvalidArgumentError(f"{decoder} has no encoder file beside it ({encoder.name}); export the model "
                                        "again with onnx_nb.export(model).")
-        self.encoder = session(encoder, provider)
-        self.decoder = session(decoder, provider)
+        self.encoder = session(encoder, provider, threads=threads)
+        self.decoder = session(decoder, provider, threads=threads)
         self.encoder_names = [i.name for i in self.encoder.get_inputs()]
         self.decoder_inputs = {i.name: i for i in self.decoder.get_inputs()}
         self.self_names = [n for n in self.decoder_inputs if ".decoder." in n]
@@ -107,11 +108,12 @@ def encoder_of(model: Any) -> Path | None:
 
 
 def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: set[int], pad: int, start: int,
-             provider: str, tokenizer: Any, stream: Any) -> tuple[list[list[int]], list[float]]:
+             provider: str, tokenizer: Any, stream: Any, threads: int | None = None
+             ) -> tuple[list[list[int]], list[float]]:
     """The generation loop of an encoder-decoder (called by :func:`onnx_nb.generate`)."""
-    from .sampling import accept
+    from .sampling import accept, next_ids
 
-    runner = OnnxSeq2Seq(Path(getattr(model, "path", model)), provider, encoder_of(model))
+    runner = OnnxSeq2Seq(Path(getattr(model, "path", model)), provider, encoder_of(model), threads)
     names = tuple(runner.encoder_names)
     feed = encoder_feed(inputs, tokenizer, names, pad)
     times: list[float] = []
@@ -120,7 +122,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: se
     state = runner.start(encoded, feed.get("attention_mask"))
     batch = encoded["encoder_hidden_states"].shape[0]
     ids = np.full((batch, 1), start, np.int64)
-    done = np.zeros(batch, bool)
+    done = [False] * batch
     new: list[list[int]] = [[] for _ in range(batch)]
     for _ in range(max_new_tokens):
         logits, state = runner.step(ids, state)
@@ -129,7 +131,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: se
         t0 = time.perf_counter()
         if accept(chosen, done, new, eos, stream):
             break
-        ids = np.where(done, pad, chosen)[:, None].astype(np.int64)
+        ids = next_ids(chosen, done, pad)
     return new, times
 
 
