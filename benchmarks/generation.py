@@ -5,13 +5,15 @@ with its cache and against the anchors, side by side in one run.
     .venv/bin/python benchmarks/generation.py [--family llama] [--new-tokens 64] [--prompt 128] [--rounds 3]
         [--genai-python SIDE/bin/python] [--optimum-python SIDE/bin/python]
 
-onnx-nb's files are timed by ``anchors/onnxnb_generate.py`` in a process of their own, exactly as the anchors are.
+onnx-nb's files are timed by ``anchors/onnxnb_generate.py`` in a process of their own, exactly as the anchors are;
+every such process is started once and kept for the whole run (one generation per request), so rounds are cheap.
 Anchors run in side environments (their pins differ from onnx-nb's): ``--genai-python`` is a Python with
 ``onnxruntime-genai onnx_ir torch transformers`` (its model builder makes fp32 and INT4 folders, timed by
 ``anchors/genai_generate.py``); ``--optimum-python`` one with ``optimum-onnx onnxruntime torch`` (``optimum-cli
 export onnx --task text-generation-with-past``, timed by ``anchors/optimum_generate.py`` with
-``ORTModelForCausalLM.generate()``). Both get the same prompt, token count and threads; an anchor runs in its
-own process, created once, with its untimed generation before each timed one like every candidate here.
+``ORTModelForCausalLM.generate()``). Both get the same prompt, token count and threads. With onnxruntime-genai the
+two INT4 files are also swapped (genai's runtime on onnx-nb's file, onnx-nb's ``generate()`` on the builder's), and
+the ratios printed at the end tell the file from the loop around it.
 
 Prompt of 128 tokens, 64 new tokens, batch 1, 2 threads everywhere, greedy. Each candidate generates the same
 tokens; decode tokens/s is one over the median of a generation's 63 decode steps (the first new token is the
@@ -38,6 +40,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 ANCHORS = Path(__file__).parent / "anchors"
+INT4 = "onnx-nb optimize() (GroupQueryAttention) + INT4 weight-only"
+GENAI_INT4 = "onnxruntime-genai builder INT4 (accuracy level 4)"
+SWAPPED = ("onnxruntime-genai's runtime on onnx-nb's INT4 file", "onnx-nb generate() on the builder's INT4 file")
 sys.path.insert(0, str(ANCHORS))  # arguments.StepClock times Hugging Face generate()'s steps here too
 
 
@@ -68,25 +73,53 @@ def save_folder(model: Any, folder: Path) -> Path:
 
 
 class Anchor:
-    """A candidate in a side environment: one long-lived process per run call (created, warmed, then timed)."""
+    """A candidate in a process of its own (onnx-nb's files, or an anchor in a side environment), started once:
+    it loads its model, then runs one generation per request (``anchors/arguments.serve``)."""
 
     def __init__(self, python: str, script: str, folder: Path, prompt: list[int], new: int, threads: int) -> None:
         self.command = [python, str(ANCHORS / script), str(folder), "--prompt", ",".join(map(str, prompt)),
-                        "--new-tokens", str(new), "--threads", str(threads), "--repeat", "2"]
+                        "--new-tokens", str(new), "--threads", str(threads)]
+        self.process: Any = None
 
     def __call__(self) -> tuple[list[int], float, float, list[float]]:
         import json
         import subprocess
 
-        done = subprocess.run(self.command, capture_output=True, text=True, timeout=1800)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode or len(lines) < 2:
-            raise RuntimeError(f"{self.command[1]} failed: {done.stderr[-800:]}")
-        timed = json.loads(lines[-1])  # the first generation was the untimed one
-        return timed["tokens"], timed["ttft"], timed["decode"], timed["steps"]
+        if self.process is None:
+            self.errors = tempfile.TemporaryFile(mode="w+")  # stderr to a file: a full pipe would block the child
+            self.process = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=self.errors, text=True, cwd=ANCHORS)
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                timed = json.loads(line)
+                return timed["tokens"], timed["ttft"], timed["decode"], timed["steps"]
+        self.errors.seek(0)
+        raise RuntimeError(f"{self.command[1]} failed: {self.errors.read()[-800:]}")
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait(timeout=60)
 
 
-def make_anchors(args: Any, model: Any, work: Path, prompt: list[int]) -> dict[str, Any]:
+def genai_folder(template: Path, model: Path, folder: Path) -> Path:
+    """onnx-nb's file in a folder onnxruntime-genai reads: the builder's genai_config.json and tokenizer (the
+    input and output names are the same: ``past_key_values.%d.key``, ``present.%d.key``), the model linked."""
+    import shutil
+
+    folder.mkdir()
+    for item in template.iterdir():
+        if item.suffix == ".json":
+            shutil.copy(item, folder / item.name)
+    (folder / "model.onnx").symlink_to(model)
+    return folder
+
+
+def make_anchors(args: Any, model: Any, work: Path, prompt: list[int], int4: Path) -> dict[str, Any]:
+    """The anchors asked for; with onnxruntime-genai, also the two INT4 files swapped (each runtime on the other's
+    file: the file and the loop around it measured apart)."""
     import subprocess
 
     found: dict[str, Any] = {}
@@ -103,6 +136,11 @@ def make_anchors(args: Any, model: Any, work: Path, prompt: list[int]) -> dict[s
             print(f"onnxruntime-genai builder {precision}: {time.perf_counter() - start:.1f} s", flush=True)
             label = "onnxruntime-genai builder " + ("fp32" if precision == "fp32" else "INT4 (accuracy level 4)")
             found[label] = Anchor(args.genai_python, "genai_generate.py", out, prompt, args.new_tokens, args.threads)
+        swapped = genai_folder(work / "genai-int4", int4, work / "onnx-nb-int4-for-genai")
+        found[SWAPPED[0]] = Anchor(args.genai_python, "genai_generate.py", swapped, prompt, args.new_tokens,
+                                   args.threads)
+        found[SWAPPED[1]] = Anchor(sys.executable, "onnxnb_generate.py", work / "genai-int4" / "model.onnx", prompt,
+                                   args.new_tokens, args.threads)
     if args.optimum_python:
         out = work / "optimum"
         cli = str(Path(args.optimum_python).parent / "optimum-cli")
@@ -138,7 +176,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--family", choices=("llama", "gpt2"), default="llama")
     parser.add_argument("--genai-python", help="a Python with onnxruntime-genai (side environment)")
@@ -192,7 +230,7 @@ def main() -> int:
         # each ONNX candidate in its own process, like the anchors (a session beside PyTorch's threads runs slower)
         **{name: Anchor(sys.executable, "onnxnb_generate.py", path, prompt, args.new_tokens, args.threads)
            for name, path in variants.items()},
-        **make_anchors(args, model, work, prompt),
+        **make_anchors(args, model, work, prompt, int4.path),
     }
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; onnxruntime "
           f"{ort.__version__}, torch {torch.__version__}", flush=True)
@@ -223,6 +261,20 @@ def main() -> int:
               f"  ({rounds})")
     print("tok/s: one over the median decode step of a generation (robust to a moment's load on the host), median "
           "of the rounds; tok/s (all): the 63 decode steps over their total time")
+    if SWAPPED[0] in timings and INT4 in timings:  # INT4: the file and the runtime, compared round by round
+        def ratios(a: str, b: str) -> str:
+            each = [x[2] / y[2] for x, y in zip(timings[a], timings[b])]
+            return f"{statistics.median(each):.2f}x (rounds {min(each):.2f}-{max(each):.2f})"
+
+        print(f"INT4, same runtime: onnx-nb's file / the builder's, under onnxruntime-genai "
+              f"{ratios(SWAPPED[0], GENAI_INT4)}; under onnx-nb generate() {ratios(INT4, SWAPPED[1])}")
+        print(f"INT4, same file: onnx-nb generate() / onnxruntime-genai, on onnx-nb's file "
+              f"{ratios(INT4, SWAPPED[0])}; on the builder's file {ratios(SWAPPED[1], GENAI_INT4)}")
+        print(f"INT4, both: onnx-nb (its file, generate()) / onnxruntime-genai (builder file, runtime) "
+              f"{ratios(INT4, GENAI_INT4)}")
+    for candidate in candidates.values():
+        if isinstance(candidate, Anchor):
+            candidate.close()
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

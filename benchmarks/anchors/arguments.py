@@ -1,11 +1,22 @@
-"""The command line both anchor scripts take (they run in side environments, without onnx-nb), and the clock that
-times each decode step of a Hugging Face ``generate()`` (here and in ``benchmarks/generation.py``)."""
+"""The command line and the protocol every candidate script here follows (the anchors run in side environments,
+without onnx-nb), and the clock that times each decode step of a Hugging Face ``generate()`` (here and in
+``benchmarks/generation.py``).
+
+Protocol: the script loads its model once, then runs one greedy generation for each line it reads on stdin and
+prints its result as one JSON line (tokens, time to first token s, decode s, each decode step's s); it ends at EOF.
+``benchmarks/generation.py`` keeps every candidate's process alive for the whole run, so rounds interleave cheaply.
+By hand: ``printf 'go\ngo\n' | python genai_generate.py FOLDER --prompt 5,6,7``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 class StepClock:
@@ -32,5 +43,10 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--prompt", required=True, help="token ids, comma-separated")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=2, help="generations; the first is the untimed one")
     return parser.parse_args()
+
+
+def serve(generation: Callable[[], dict[str, Any]]) -> None:
+    """One generation per line on stdin, its result as a JSON line on stdout, until stdin closes."""
+    for _ in sys.stdin:
+        print(json.dumps(generation()), flush=True)

@@ -1,10 +1,10 @@
 """Anchor: greedy generation with onnxruntime-genai on a folder its model builder wrote. Runs in a side
 environment (``pip install onnxruntime-genai onnx_ir torch transformers``), called by ``benchmarks/generation.py``.
 
-    python genai_generate.py FOLDER --prompt 5,6,7 --new-tokens 64 --threads 2 [--repeat 2]
+    python genai_generate.py FOLDER --prompt 5,6,7 --new-tokens 64 --threads 2
 
-Prints one JSON line per repeat: tokens, time to first token (s), decode time (s) and each decode step's seconds.
-The first repeat is the caller's untimed warm-up; the session is created once, before any repeat, and not timed.
+The model is loaded once, not timed; then one generation per line on stdin (``arguments.serve``), its tokens, time
+to first token, decode time and each decode step's seconds (around ``generate_next_token()``) as a JSON line.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 
 def main() -> None:
-    from arguments import parse  # beside this script
+    from arguments import parse, serve  # beside this script
 
     args = parse()
 
@@ -27,7 +27,8 @@ def main() -> None:
 
     model = og.Model(str(args.folder))
     prompt = [int(t) for t in args.prompt.split(",")]
-    for _ in range(args.repeat):
+
+    def generation() -> dict:
         params = og.GeneratorParams(model)
         length = len(prompt) + args.new_tokens  # min_length too: exactly --new-tokens, as the other candidates
         params.set_search_options(do_sample=False, max_length=length, min_length=length)
@@ -44,7 +45,9 @@ def main() -> None:
             steps.append(time.perf_counter() - step)
         decode = time.perf_counter() - start
         tokens = [int(t) for t in generator.get_sequence(0)][len(prompt):]
-        print(json.dumps({"tokens": tokens, "ttft": first, "decode": decode, "steps": steps}), flush=True)
+        return {"tokens": tokens, "ttft": first, "decode": decode, "steps": steps}
+
+    serve(generation)
 
 
 if __name__ == "__main__":

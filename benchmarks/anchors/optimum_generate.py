@@ -2,20 +2,19 @@
 text-generation-with-past`` wrote. Runs in a side environment (optimum-onnx pins transformers<4.58:
 ``pip install optimum-onnx onnxruntime torch``), called by ``benchmarks/generation.py``.
 
-    python optimum_generate.py FOLDER --prompt 5,6,7 --new-tokens 64 --threads 2 [--repeat 2]
+    python optimum_generate.py FOLDER --prompt 5,6,7 --new-tokens 64 --threads 2
 
-Prints one JSON line per repeat: tokens, time to first token (s; ``generate()`` of one token) and decode time
-(s; the rest) and each decode step's seconds. The first repeat is the caller's untimed warm-up; loading is not timed.
+The model is loaded once, not timed; then one generation per line on stdin (``arguments.serve``): tokens, time to
+first token (s; ``generate()`` of one token), decode time (s; the rest) and each decode step's seconds.
 """
 
 from __future__ import annotations
 
-import json
 import time
 
 
 def main() -> None:
-    from arguments import StepClock, parse  # beside this script
+    from arguments import StepClock, parse, serve  # beside this script
 
     args = parse()
 
@@ -28,7 +27,8 @@ def main() -> None:
     model = ORTModelForCausalLM.from_pretrained(args.folder, session_options=options, use_cache=True)
     ids = torch.tensor([[int(t) for t in args.prompt.split(",")]])
     mask = torch.ones_like(ids)
-    for _ in range(args.repeat):
+
+    def generation() -> dict:
         start = time.perf_counter()
         model.generate(ids, attention_mask=mask, max_new_tokens=1, do_sample=False, pad_token_id=0)
         first = time.perf_counter() - start
@@ -39,8 +39,9 @@ def main() -> None:
                              streamer=clock)
         total = time.perf_counter() - start
         tokens = [int(t) for t in out[0, ids.shape[1]:]]
-        print(json.dumps({"tokens": tokens, "ttft": first, "decode": max(total - first, 1e-9),
-                          "steps": clock.steps()}), flush=True)
+        return {"tokens": tokens, "ttft": first, "decode": max(total - first, 1e-9), "steps": clock.steps()}
+
+    serve(generation)
 
 
 if __name__ == "__main__":
