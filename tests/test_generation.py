@@ -337,9 +337,9 @@ def test_generate_keeps_its_session_and_reads_builder_folders(exports: dict[str,
 
     fast = onnx_nb.optimize(exports["llama"], out=tmp_path / "gqa.onnx", validate=False)
     first = onnx_nb.generate(fast, [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1, threads=1)
-    decoder = generation._LAST["decoder"]
+    decoder = generation._LAST["runner"]
     again = onnx_nb.generate(fast, [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1, threads=1)
-    assert generation._LAST["decoder"] is decoder and again.tokens == first.tokens
+    assert generation._LAST["runner"] is decoder and again.tokens == first.tokens
     alone = subprocess.run(  # a process that only generates from a file never imports torch
         [sys.executable, "-c", "import sys, onnx_nb; r = onnx_nb.generate(sys.argv[1], [[5, 6, 7], [8]], "
          "max_new_tokens=6, eos_token_id=-1); print(r.tokens, 'torch' in sys.modules)", str(fast.path)],
@@ -365,8 +365,48 @@ def test_generate_keeps_its_session_and_reads_builder_folders(exports: dict[str,
               "num_key_value_heads": config.num_key_value_heads}
     (folder / "genai_config.json").write_text(json.dumps({"model": {"decoder": layout}}))
     builder = onnx_nb.generate(folder / "model.onnx", [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1)
-    assert generation._LAST["decoder"] is not decoder and builder.tokens == first.tokens
-    assert generation._LAST["decoder"].max_positions == config.max_position_embeddings  # read from "cos_cache"
+    assert generation._LAST["runner"] is not decoder and builder.tokens == first.tokens
+    assert generation._LAST["runner"].max_positions == config.max_position_embeddings  # read from "cos_cache"
+
+
+def test_onnxruntime_genai_runtime(ip: object, exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
+    """runtime='onnxruntime-genai' drives onnx-nb's own GroupQueryAttention file with onnxruntime-genai's C++ loop:
+    the same greedy tokens as onnx-nb's loop for prompts of different lengths, EOS stops a prompt, sampling is
+    reproducible by seed; its folder (config + links) lives as long as the kept runner; the CLI and the magic
+    carry it; a file without GroupQueryAttention or an unknown runtime is refused with what to do."""
+    from onnx_nb.steps.generate import generation
+
+    fast = onnx_nb.optimize(exports["llama"], out=tmp_path / "gqa.onnx", validate=False)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15]]
+    ours = onnx_nb.generate(fast, prompts, max_new_tokens=7, eos_token_id=-1)
+    theirs = onnx_nb.generate(fast, prompts, max_new_tokens=7, eos_token_id=-1, runtime="onnxruntime-genai")
+    assert theirs.tokens == ours.tokens and len(theirs.decode_ms) == 3 * 6 and theirs.prefill_ms > 0
+    folder = generation._LAST["runner"].folder
+    config = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
+    want = exports["llama"].source.model.config
+    assert (folder / "gqa.onnx").is_symlink() and config["num_key_value_heads"] == want.num_key_value_heads
+    assert config["num_hidden_layers"] == want.num_hidden_layers
+    stop = ours.tokens[0][2]
+    stopped = onnx_nb.generate(fast, [prompts[0]], max_new_tokens=7, eos_token_id=stop, runtime="onnxruntime-genai")
+    assert stopped.tokens == [ours.tokens[0][:3]]
+    sampled = [onnx_nb.generate(fast, [prompts[2]], max_new_tokens=6, do_sample=True, top_k=20, seed=seed,
+                                runtime="onnxruntime-genai").tokens for seed in (1, 1, 2)]
+    assert sampled[0] == sampled[1] and len(sampled[2][0]) == 6
+    ip.user_ns["dec"] = fast  # type: ignore[attr-defined]
+    out = ip.run_line_magic(  # type: ignore[attr-defined]
+        "onnx_generate", "dec --ids '5,6,7,8,9,10,11' --max-new-tokens 7 --runtime onnxruntime-genai")
+    assert out.tokens == [ours.tokens[0]]
+    onnx_nb.generate(exports["llama"], [[5]], max_new_tokens=1)  # another file: the genai runner and folder go
+    assert not folder.exists()
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="no GroupQueryAttention"):
+        onnx_nb.generate(exports["llama"], [[5, 6]], runtime="onnxruntime-genai")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="runtime='genai'"):
+        onnx_nb.generate(fast, [[5, 6]], runtime="genai")
+    done = subprocess.run([sys.executable, "-m", "onnx_nb", "generate", str(fast.path), "--ids", "12",
+                           "--max-new-tokens", "7", "--runtime", "onnxruntime-genai", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tokens"] == [ours.tokens[1]]
 
 
 def test_gqa_route_refusals(ip: object, exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:

@@ -158,6 +158,7 @@ def test_generation(tmp_path: Path) -> None:
     gqa = text(by_source(cells, "print(onnx_nb.generate(gqa"))
     assert "GenerationResult: 2 prompt(s)" in gqa and "GroupQueryAttention" in gqa and "decode 1 token after 64" in gqa
     assert "one buffer shared by past and present" in gqa
+    assert text(by_source(cells, 'prompt = ["The ONNX file"]')).startswith("True | onnx-nb loop:")
     t5 = text(next(c for c in cells if "t5_tokenizer = transformers" in c.source))
     assert "a tiny T5 from a config" in t5 and "cross-attention cache computed once" in t5 and "GenerationResult" in t5
     assert "Parity PASSED" in text(by_source(cells, "t5_report"))

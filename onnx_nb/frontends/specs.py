@@ -149,6 +149,9 @@ GENERATE: list[Spec] = [
     (("--seed",), {"type": int, "default": 0}, "both"),
     (("--providers",), {"default": "cpu", "help": "the execution provider (cpu, cuda, ...)"}, "both"),
     (("--threads",), {"type": int, "help": "ONNX Runtime's intra-op threads (default: its own)"}, "both"),
+    (("--runtime",), {"default": "onnx-nb", "choices": ["onnx-nb", "onnxruntime-genai"],
+                      "help": "the generation loop: onnx-nb's (default) or onnxruntime-genai's (C++; CPU; a "
+                              "GroupQueryAttention file; pip install 'onnx-nb[genai]')"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the result as JSON"}, "cli"),
 ]
 
@@ -240,7 +243,7 @@ def generate_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
         tokenizer = AutoTokenizer.from_pretrained(ns.tokenizer)
     return {"max_new_tokens": ns.max_new_tokens, "do_sample": ns.sample, "temperature": ns.temperature,
             "top_k": ns.top_k, "top_p": ns.top_p, "seed": ns.seed, "provider": ns.providers.split(",")[0],
-            "tokenizer": tokenizer, "threads": ns.threads}
+            "tokenizer": tokenizer, "threads": ns.threads, "runtime": ns.runtime}
 
 
 def generate_prompt(ns: argparse.Namespace) -> Any:

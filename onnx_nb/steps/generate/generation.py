@@ -270,23 +270,29 @@ def _key(path: Path, *how: Any) -> tuple[Any, ...]:
     return (str(path.resolve()), stat.st_size, stat.st_mtime_ns, *how)
 
 
-def _kept_decoder(path: Path, *how: Any) -> OnnxDecoder | None:
-    """The decoder of the last ``generate()`` call if it was for the same file (unchanged since: path, size and
-    modification time) and the same provider, binding and threads: calling again skips parsing the file and
-    building a session (seconds for a large model)."""
-    return _LAST["decoder"] if path.is_file() and _LAST.get("key") == _key(path, *how) else None
+def _kept(path: Path, *how: Any) -> Any:
+    """The runner of the last ``generate()`` call (a decoder, or an onnxruntime-genai model) if it was for the
+    same file (unchanged since: path, size and modification time) and the same provider, binding, threads and
+    runtime: calling again skips parsing the file and building a session (seconds for a large model)."""
+    return _LAST["runner"] if path.is_file() and _LAST.get("key") == _key(path, *how) else None
 
 
-def _last_decoder(path: Path, provider: str, io_binding: bool | None, threads: int | None) -> OnnxDecoder:
-    """:func:`_kept_decoder`, else a new one kept in its place (one is kept: the old one goes first, never two
-    models' weights at once)."""
-    kept = _kept_decoder(path, provider, io_binding, threads)
+def _last_runner(path: Path, provider: str, io_binding: bool | None, threads: int | None, runtime: str) -> Any:
+    """:func:`_kept`, else a new one kept in its place (one is kept: the old one goes first, never two models'
+    weights at once)."""
+    how = (provider, io_binding, threads, runtime)
+    kept = _kept(path, *how)
     if kept is not None:
         return kept
     _LAST.clear()
-    decoder = decoder_for(path, provider, io_binding=io_binding, threads=threads)
-    _LAST.update(key=_key(path, provider, io_binding, threads), decoder=decoder)
-    return decoder
+    if runtime == "onnxruntime-genai":
+        from .genai import GenaiRunner
+
+        runner: Any = GenaiRunner(path, provider, threads)
+    else:
+        runner = decoder_for(path, provider, io_binding=io_binding, threads=threads)
+    _LAST.update(key=_key(path, *how), runner=runner)
+    return runner
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
@@ -370,7 +376,8 @@ def _is_seq2seq_file(path: Path) -> bool:
 def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bool = False,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_token_id: int | None = None,
              pad_token_id: int | None = None, seed: int = 0, provider: str = "cpu", tokenizer: Any = None,
-             stream: Any = None, io_binding: bool | None = None, threads: int | None = None) -> GenerationResult:
+             stream: Any = None, io_binding: bool | None = None, threads: int | None = None,
+             runtime: str = "onnx-nb") -> GenerationResult:
     """Generate tokens with an exported decoder (an ExportResult, a variant or an .onnx path) in ONNX
     Runtime, keeping the key/value cache between steps.
 
@@ -381,9 +388,12 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     called with each step's new tokens (a notebook display updates as they come). ``io_binding`` (default: on
     for GPU providers) keeps a decoder's cache on the provider's device between steps. ``threads``: ONNX Runtime's
     intra-op threads (default: its own choice, the machine's cores). A second call on the same unchanged file
-    reuses the first one's session (one is kept).
+    reuses the first one's session (one is kept). ``runtime="onnxruntime-genai"`` drives a GroupQueryAttention
+    file (``optimize()``'s for Llama-like models) with onnxruntime-genai's C++ loop instead of onnx-nb's Python
+    one (:mod:`onnx_nb.steps.generate.genai`; CPU; prompts run one after another, ``stream`` gets one token a call).
     """
     from ...runtime.providers import providers_named
+    from .genai import check_runtime
 
     if max_new_tokens < 1:
         raise InvalidArgumentError("max_new_tokens must be at least 1.")
@@ -396,7 +406,15 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     rng = np.random.default_rng(seed)
     path = Path(getattr(model, "path", model))
     named = providers_named([provider])[0].name
-    if _kept_decoder(path, named, io_binding, threads) is None and _is_seq2seq_file(path):
+    if check_runtime(runtime) != "onnx-nb":
+        prompts = _prompts(inputs, tokenizer)
+        runner = _last_runner(path, named, io_binding, threads, runtime)
+        made, first, steps = runner.generate(prompts, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                             eos=eos_set, stream=stream)
+        text = [tokenizer.decode(t, skip_special_tokens=True) for t in made] if tokenizer is not None else None
+        return GenerationResult(prompts, made, text, first, steps)
+    if _kept(path, named, io_binding, threads, runtime) is None and _is_seq2seq_file(path):
         from . import seq2seq
 
         start_id = getattr(config, "decoder_start_token_id", None)
@@ -407,7 +425,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
             pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
         return GenerationResult([], tokens, text, steps[0], steps[1:])
-    decoder = _last_decoder(path, named, io_binding, threads)
+    decoder = _last_runner(path, named, io_binding, threads, runtime)
     prompts = _prompts(inputs, tokenizer)
     ids, mask = left_pad(prompts, pad)
     width = ids.shape[1]
