@@ -27,6 +27,7 @@ average.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import random
 import statistics
@@ -42,6 +43,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ANCHORS = Path(__file__).parent / "anchors"
 INT4 = "onnx-nb optimize() (GroupQueryAttention) + INT4 weight-only"
 GENAI_INT4 = "onnxruntime-genai builder INT4 (accuracy level 4)"
+GENAI_RUNTIME = "onnx-nb generate(runtime='onnxruntime-genai') on its INT4 file"
 SWAPPED = ("onnxruntime-genai's runtime on onnx-nb's INT4 file", "onnx-nb generate() on the builder's INT4 file")
 sys.path.insert(0, str(ANCHORS))  # arguments.StepClock times Hugging Face generate()'s steps here too
 
@@ -76,9 +78,10 @@ class Anchor:
     """A candidate in a process of its own (onnx-nb's files, or an anchor in a side environment), started once:
     it loads its model, then runs one generation per request (``anchors/arguments.serve``)."""
 
-    def __init__(self, python: str, script: str, folder: Path, prompt: list[int], new: int, threads: int) -> None:
+    def __init__(self, python: str, script: str, folder: Path, prompt: list[int], new: int, threads: int,
+                 *extra: str) -> None:
         self.command = [python, str(ANCHORS / script), str(folder), "--prompt", ",".join(map(str, prompt)),
-                        "--new-tokens", str(new), "--threads", str(threads)]
+                        "--new-tokens", str(new), "--threads", str(threads), *extra]
         self.process: Any = None
 
     def __call__(self) -> tuple[list[int], float, float, list[float]]:
@@ -224,12 +227,17 @@ def main() -> int:
 
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(3, model.config.vocab_size, args.prompt)]
+    by_genai = {}  # onnx-nb's INT4 file through generate(runtime="onnxruntime-genai"): the C++ loop
+    if gqa and importlib.util.find_spec("onnxruntime_genai") is not None:
+        by_genai[GENAI_RUNTIME] = Anchor(sys.executable, "onnxnb_generate.py", int4.path, prompt, args.new_tokens,
+                                         args.threads, "--runtime", "onnxruntime-genai")
     candidates: dict[str, Any] = {
         "PyTorch eager generate() (cache)": lambda: torch_run(model, prompt, args.new_tokens, True),
         "PyTorch eager generate() (no cache)": lambda: torch_run(model, prompt, args.new_tokens, False),
         # each ONNX candidate in its own process, like the anchors (a session beside PyTorch's threads runs slower)
         **{name: Anchor(sys.executable, "onnxnb_generate.py", path, prompt, args.new_tokens, args.threads)
            for name, path in variants.items()},
+        **by_genai,
         **make_anchors(args, model, work, prompt, int4.path),
     }
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; onnxruntime "
@@ -272,9 +280,20 @@ def main() -> int:
               f"{ratios(INT4, SWAPPED[0])}; on the builder's file {ratios(SWAPPED[1], GENAI_INT4)}")
         print(f"INT4, both: onnx-nb (its file, generate()) / onnxruntime-genai (builder file, runtime) "
               f"{ratios(INT4, GENAI_INT4)}")
+        if GENAI_RUNTIME in timings:
+            print(f"INT4, onnx-nb's file through generate(runtime='onnxruntime-genai') / onnxruntime-genai "
+                  f"(builder file, runtime) {ratios(GENAI_RUNTIME, GENAI_INT4)}")
     for candidate in candidates.values():
         if isinstance(candidate, Anchor):
             candidate.close()
+    builder = work / "genai-int4"
+    if GENAI_RUNTIME in timings and builder.is_dir():  # the INT4 comparison again, all in one process
+        import subprocess
+
+        subprocess.run([sys.executable, str(ANCHORS / "int4_one_process.py"), str(int4.path), str(builder),
+                        "--prompt", ",".join(map(str, prompt)), "--new-tokens", str(args.new_tokens),
+                        "--threads", str(args.threads)], check=True, cwd=ANCHORS, timeout=1800)
+        print(f"load average after it: {os.getloadavg()[0]:.2f}")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -43,6 +43,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--prompt", required=True, help="token ids, comma-separated")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runtime", default="onnx-nb", help="onnx-nb's candidates: generate(runtime=...)")
     return parser.parse_args()
 
 
