@@ -367,6 +367,9 @@ def test_generate_keeps_its_session_and_reads_builder_folders(exports: dict[str,
     builder = onnx_nb.generate(folder / "model.onnx", [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1)
     assert generation._LAST["runner"] is not decoder and builder.tokens == first.tokens
     assert generation._LAST["runner"].max_positions == config.max_position_embeddings  # read from "cos_cache"
+    by_genai = onnx_nb.generate(folder / "model.onnx", [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1,
+                                runtime="onnxruntime-genai")  # onnx-nb's C++-loop route reads such a file too
+    assert by_genai.tokens == first.tokens
 
 
 def test_onnxruntime_genai_runtime(ip: object, exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:

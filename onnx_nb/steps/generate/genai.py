@@ -42,7 +42,9 @@ def config_for(path: Path, threads: int | None) -> dict[str, Any]:
     layers = sum(n.op_type == GQA_OP for n in proto.graph.node)
     shapes = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
               for v in [*proto.graph.input, *proto.graph.output]}
-    head_size = int(shapes["past_key_values.0.key"][3])
+    from .generation import _cache_dims
+
+    _, head_size = _cache_dims(path, shapes["past_key_values.0.key"])  # a builder's folder names it: its config
     tables = {t.name: int(t.dims[0]) for t in proto.graph.initializer if len(gqa.input) > 7 and t.name == gqa.input[7]}
     context = next(iter(tables.values()), 4096)
     options: dict[str, Any] = {"log_id": "onnx-nb", "provider_options": []}
