@@ -26,6 +26,21 @@ from ...errors import InvalidArgumentError
 RUNTIMES = ("onnx-nb", "onnxruntime-genai")
 
 
+def cache_dims(path: Any, shape: Sequence[Any]) -> tuple[int, int]:
+    """Key/value heads and head size of a cache tensor: fixed in onnx-nb's files; an onnxruntime-genai builder
+    folder names them (``kv_cache_dim``) and gives them in its ``genai_config.json``."""
+    if isinstance(shape[1], int) and isinstance(shape[3], int):
+        return shape[1], shape[3]
+    config = Path(str(path)).parent / "genai_config.json"
+    if config.is_file():
+        decoder = json.loads(config.read_text())["model"]["decoder"]
+        heads = shape[1] if isinstance(shape[1], int) else decoder["num_key_value_heads"]
+        return int(heads), int(decoder["head_size"])
+    raise InvalidArgumentError(
+        f"{path}: the cache's heads and head size are not fixed in the file ({shape}) and there is no "
+        "genai_config.json beside it to give them; export the decoder with onnx_nb.export(model, cache=True).")
+
+
 def config_for(path: Path, threads: int | None) -> dict[str, Any]:
     """The ``genai_config.json`` that describes one of onnx-nb's GroupQueryAttention decoder files: names, heads,
     head size and context length read from the file itself."""
@@ -42,9 +57,7 @@ def config_for(path: Path, threads: int | None) -> dict[str, Any]:
     layers = sum(n.op_type == GQA_OP for n in proto.graph.node)
     shapes = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
               for v in [*proto.graph.input, *proto.graph.output]}
-    from .generation import _cache_dims
-
-    _, head_size = _cache_dims(path, shapes["past_key_values.0.key"])  # a builder's folder names it: its config
+    _, head_size = cache_dims(path, shapes["past_key_values.0.key"])  # a builder's folder names it: its config
     tables = {t.name: int(t.dims[0]) for t in proto.graph.initializer if len(gqa.input) > 7 and t.name == gqa.input[7]}
     context = next(iter(tables.values()), 4096)
     options: dict[str, Any] = {"log_id": "onnx-nb", "provider_options": []}

@@ -21,6 +21,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...render import CSS, esc, html_table
+from .genai import cache_dims
 from .sampling import accept, next_ids, pick
 
 STANDARD_OPS_OPSET = 23  # ONNX's own Attention (with its cache), RMSNormalization and RotaryEmbedding
@@ -50,23 +51,6 @@ def export_standard_ops(model: Any, path: Path) -> None:
 
 # -- running the file ------------------------------------------------------------------------------
 
-def _cache_dims(path: Any, shape: Sequence[Any]) -> tuple[int, int]:
-    """Key/value heads and head size of a cache tensor: fixed in onnx-nb's files; an onnxruntime-genai builder
-    folder names them (``kv_cache_dim``) and gives them in its ``genai_config.json``."""
-    if isinstance(shape[1], int) and isinstance(shape[3], int):
-        return shape[1], shape[3]
-    import json
-
-    config = Path(str(path)).parent / "genai_config.json"
-    if config.is_file():
-        decoder = json.loads(config.read_text())["model"]["decoder"]
-        heads = shape[1] if isinstance(shape[1], int) else decoder["num_key_value_heads"]
-        return int(heads), int(decoder["head_size"])
-    raise InvalidArgumentError(
-        f"{path}: the cache's heads and head size are not fixed in the file ({shape}) and there is no "
-        "genai_config.json beside it to give them; export the decoder with onnx_nb.export(model, cache=True).")
-
-
 class OnnxDecoder:
     """Prefill and decode steps over an exported decoder with a cache, in ONNX Runtime."""
 
@@ -88,7 +72,7 @@ class OnnxDecoder:
                 f"{path} is not a decoder exported with its cache (no past_key_values inputs); export it with "
                 "onnx_nb.export(model, cache=True).")
         first = inputs[self.past_names[0]]
-        self.kv_heads, self.head_size = _cache_dims(path, first.shape)
+        self.kv_heads, self.head_size = cache_dims(path, first.shape)
         self.float_type = np.float16 if "float16" in first.type else np.float32
         self.uses_positions = "position_ids" in inputs
         self.output_names = [o.name for o in self.session.get_outputs()]
