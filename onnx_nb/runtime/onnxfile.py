@@ -277,6 +277,13 @@ def gqa_node(proto: Any) -> Any:
     return next((n for n in proto.graph.node if n.op_type == GQA_OP and n.domain == "com.microsoft"), None)
 
 
+def rotary_positions(proto: Any, gqa: Any) -> int | None:
+    """Rows of a GroupQueryAttention node's rotary cos table (its 8th input, whatever a builder named it): the
+    positions the file can encode; None when the op has no table."""
+    table = gqa.input[7] if len(gqa.input) > 7 else ""
+    return next((int(t.dims[0]) for t in proto.graph.initializer if table and t.name == table), None)
+
+
 def is_gqa_file(proto: Any) -> bool:
     """A decoder whose attention is ONNX Runtime's GroupQueryAttention (its cache can be one shared buffer)."""
     return gqa_node(proto) is not None

@@ -41,12 +41,11 @@ def cache_dims(path: Any, shape: Sequence[Any]) -> tuple[int, int]:
         "genai_config.json beside it to give them; export the decoder with onnx_nb.export(model, cache=True).")
 
 
-def config_for(path: Path, threads: int | None) -> dict[str, Any]:
-    """The ``genai_config.json`` that describes one of onnx-nb's GroupQueryAttention decoder files: names, heads,
-    head size and context length read from the file itself."""
-    from ...runtime.onnxfile import GQA_OP, gqa_node, load_proto
+def config_for(path: Path, proto: Any, threads: int | None) -> dict[str, Any]:
+    """The ``genai_config.json`` that describes one of onnx-nb's GroupQueryAttention decoder files (``proto``, read
+    without its weights): names, heads, head size and context length read from the file itself."""
+    from ...runtime.onnxfile import GQA_OP, gqa_node, rotary_positions
 
-    proto = load_proto(path)
     gqa = gqa_node(proto)
     if gqa is None:
         raise InvalidArgumentError(
@@ -58,8 +57,8 @@ def config_for(path: Path, threads: int | None) -> dict[str, Any]:
     shapes = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
               for v in [*proto.graph.input, *proto.graph.output]}
     _, head_size = cache_dims(path, shapes["past_key_values.0.key"])  # a builder's folder names it: its config
-    tables = {t.name: int(t.dims[0]) for t in proto.graph.initializer if len(gqa.input) > 7 and t.name == gqa.input[7]}
-    context = next(iter(tables.values()), 4096)
+    positions = rotary_positions(proto, gqa)
+    context = positions if positions is not None else 4096
     options: dict[str, Any] = {"log_id": "onnx-nb", "provider_options": []}
     if threads:
         options["intra_op_num_threads"] = threads
@@ -99,10 +98,11 @@ class GenaiRunner:
                                        "pip install 'onnx-nb[genai]' (or runtime='onnx-nb').") from exc
         from ...runtime.onnxfile import files_of, load_proto
 
-        config = config_for(path, threads)
+        proto = load_proto(path)  # read once: the config and the list of files both come from it
+        config = config_for(path, proto, threads)
         self.context = int(config["model"]["context_length"])
         self.folder = Path(tempfile.mkdtemp(prefix="onnx-nb-genai-"))
-        for file in files_of(path, load_proto(path)):  # the .onnx and its external data, linked by their names
+        for file in files_of(path, proto):  # the .onnx and its external data, linked by their names
             link = self.folder / file.relative_to(path.parent)
             link.parent.mkdir(parents=True, exist_ok=True)
             try:

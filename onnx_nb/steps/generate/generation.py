@@ -174,13 +174,13 @@ class SharedBufferDecoder(OnnxDecoder):
             lengths = mask.sum(axis=1)
             top = int(lengths.max())
             cache.update(lengths=lengths, top=top, added=0, even=len(lengths) == 1 or int(lengths.min()) == top)
-        elif cache["even"]:
-            cache["added"] += width
-            top = cache["top"] + cache["added"]
         else:
             cache["added"] += width
-            lengths = cache["lengths"] + cache["added"]
-            top = int(lengths.max())
+            if cache["even"]:
+                top = cache["top"] + cache["added"]
+            else:
+                lengths = cache["lengths"] + cache["added"]
+                top = int(lengths.max())
         if top > cache["size"]:
             self._grow(cache, top)
         buffers, batch = cache["buffers"], cache["batch"]
@@ -234,16 +234,14 @@ class SharedBufferDecoder(OnnxDecoder):
 def decoder_for(path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
                 **options: Any) -> OnnxDecoder:
     """The step runner a decoder file needs: a shared key/value buffer for a GroupQueryAttention file."""
-    from ...runtime.onnxfile import gqa_node, load_proto
+    from ...runtime.onnxfile import gqa_node, load_proto, rotary_positions
 
     proto = load_proto(path)  # read once here: parsing a large model's file takes seconds
     gqa = gqa_node(proto)
     if gqa is None:
         return OnnxDecoder(path, provider, io_binding=io_binding, **options)
-    # the rotary tables (the op's 8th input, whatever a builder named it) bound the positions; none: no bound
-    table = gqa.input[7] if len(gqa.input) > 7 else ""
-    rows = [int(t.dims[0]) for t in proto.graph.initializer if table and t.name == table]
-    return SharedBufferDecoder(path, provider, rows[0] if rows else 1 << 31, **options)
+    positions = rotary_positions(proto, gqa)  # the rotary tables bound the positions; none: no bound
+    return SharedBufferDecoder(path, provider, positions if positions is not None else 1 << 31, **options)
 
 
 _LAST: dict[str, Any] = {}
