@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
 import tiny_models
+from deprecations import Watch
+
+
+@pytest.fixture(autouse=True)
+def no_deprecated_calls() -> Iterator[None]:
+    """A deprecation raised by onnx-nb's own call into a library fails the test (tests/deprecations.py)."""
+    with Watch() as watch:
+        yield
+    if watch.found:
+        pytest.fail("deprecated calls of ours:\n" + "\n".join(dict.fromkeys(watch.found)), pytrace=False)
 
 
 @pytest.fixture(scope="session")

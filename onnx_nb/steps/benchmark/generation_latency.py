@@ -13,6 +13,7 @@ import torch
 
 from ...errors import InvalidArgumentError
 from ..export.decoder_cache import layout_of
+from ..export.hf_cache import cache_kwargs
 from ..export.seq2seq_cache import EncoderWithCross, _new_cache, encoder_inputs
 from ..export.seq2seq_cache import layout_of as seq2seq_layout
 from ..generate.generation import _is_seq2seq_file
@@ -111,7 +112,7 @@ class _TorchStep:
 
     def __call__(self) -> None:
         with torch.inference_mode():
-            self.model(input_ids=self.ids, attention_mask=self.mask, past_key_values=self.cache,
+            self.model(input_ids=self.ids, attention_mask=self.mask, **cache_kwargs(self.model, self.cache),
                        use_cache=self.cache_on, return_dict=True)
         if self.cache is not None:
             self.cache.crop(-self.ids.shape[1])  # the step appended its tokens: back to ``past`` for the next call
@@ -223,7 +224,7 @@ class TorchDecodeStep:
 
     def __call__(self) -> None:
         with torch.inference_mode():
-            self.model(encoder_outputs=(self.states,), decoder_input_ids=self.ids, past_key_values=self.cache,
-                       use_cache=self.cache_on, return_dict=True, **self.mask)
+            self.model(encoder_outputs=(self.states,), decoder_input_ids=self.ids,
+                       **cache_kwargs(self.model, self.cache), use_cache=self.cache_on, return_dict=True, **self.mask)
         if self.cache is not None:
             self.cache.self_attention_cache.crop(-1)  # the step appended its token: back to ``past`` for the next

@@ -18,6 +18,7 @@ import torch
 
 from ...errors import SampleError
 from ...render import human_bytes
+from .hf_cache import cache_kwargs, cache_of
 
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 PAST = "past_key_values.{}.{}"
@@ -62,7 +63,7 @@ def layout_of(model: Any) -> CacheLayout:
     """Run the model once on one token with its cache on, and read the cache it returns."""
     with torch.no_grad():
         out = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, return_dict=True)
-    layers = _layers_of(out.past_key_values)
+    layers = _layers_of(cache_of(out))
     if not layers:
         raise SampleError(f"{type(model).__name__} returned no key/value cache; export it with cache=False.")
     key = layers[0][0]
@@ -86,8 +87,8 @@ class DecoderWithCache(torch.nn.Module):
         for i in range(self.layout.layers):
             cache.update(past[2 * i], past[2 * i + 1], i)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=cache, use_cache=True, return_dict=True)
-        present = [t for k, v in _layers_of(out.past_key_values) for t in (k, v)]
+                         **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
+        present = [t for k, v in _layers_of(cache_of(out)) for t in (k, v)]
         return dict(zip(output_names(self.layout), (out.logits, *present)))
 
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from .hf_cache import cache_kwargs, cache_of
+
 SUFFIX = ".encoder.onnx"
 
 
@@ -84,9 +86,9 @@ def layout_of(model: Any, sample: dict[str, torch.Tensor]) -> Seq2SeqLayout:
     key = out["present.0.encoder.key"]
     with torch.no_grad():
         step = model(encoder_outputs=(out["encoder_hidden_states"],), decoder_input_ids=_start(model, 1)[:1].expand(
-            key.shape[0], 1), past_key_values=_new_cache(model, [], []), use_cache=True, return_dict=True,
+            key.shape[0], 1), **cache_kwargs(model, _new_cache(model, [], [])), use_cache=True, return_dict=True,
             **({"attention_mask": sample["attention_mask"]} if "attention_mask" in names else {}))
-    own = _caches(step.past_key_values)[0][0][0]
+    own = _caches(cache_of(step))[0][0][0]
     layers = sum(1 for k in out if k.startswith("present.") and k.endswith(".key"))
     return Seq2SeqLayout(layers, int(own.shape[1]), int(own.shape[3]), int(key.shape[1]), names)
 
@@ -104,9 +106,10 @@ class EncoderWithCross(torch.nn.Module):
         states = self.model.get_encoder()(**feed, return_dict=True).last_hidden_state
         mask = {"attention_mask": feed["attention_mask"]} if "attention_mask" in feed else {}
         out = self.model(encoder_outputs=(states,), decoder_input_ids=_start(self.model, 1).expand(states.shape[0], 1),
-                         past_key_values=_new_cache(self.model, [], []), use_cache=True, return_dict=True, **mask)
+                         **cache_kwargs(self.model, _new_cache(self.model, [], [])), use_cache=True, return_dict=True,
+                         **mask)
         result = {"encoder_hidden_states": states}
-        for i, (k, v) in enumerate(_caches(out.past_key_values)[1]):
+        for i, (k, v) in enumerate(_caches(cache_of(out))[1]):
             result[f"present.{i}.encoder.key"], result[f"present.{i}.encoder.value"] = k, v
         return result
 
@@ -126,10 +129,10 @@ class DecoderWithCaches(torch.nn.Module):
         own = [(caches[2 * i], caches[2 * i + 1]) for i in range(n)]
         cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
         out = self.model(encoder_outputs=(states,), decoder_input_ids=decoder_input_ids,
-                         past_key_values=_new_cache(self.model, own, cross), use_cache=True, return_dict=True,
-                         **({"attention_mask": mask} if mask is not None else {}))
+                         **cache_kwargs(self.model, _new_cache(self.model, own, cross)), use_cache=True,
+                         return_dict=True, **({"attention_mask": mask} if mask is not None else {}))
         result = {"logits": out.logits}
-        for i, (k, v) in enumerate(_caches(out.past_key_values)[0]):
+        for i, (k, v) in enumerate(_caches(cache_of(out))[0]):
             result[f"present.{i}.decoder.key"], result[f"present.{i}.decoder.value"] = k, v
         return result
 

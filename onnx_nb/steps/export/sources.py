@@ -12,6 +12,10 @@ from typing import Any
 from ...errors import InvalidArgumentError
 from ...results.export import ModelSource
 
+# Library log lines that say nothing to an onnx-nb user: ORT's quantizer asks for its pre-processing, which
+# onnx-nb's prepare_for_quantization already did.
+LOG_NOISE = ("pre-processing before quantization",)
+
 
 class _Collect(logging.Handler):
     def __init__(self, collected: list[str]) -> None:
@@ -20,8 +24,22 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage().strip()
-        if text and text not in self.collected:
+        if text and text not in self.collected and not any(n in text for n in LOG_NOISE):
             self.collected.append(text[:300])
+
+
+@contextlib.contextmanager
+def library_logs(collected: list[str]) -> Iterator[None]:
+    """Log lines of the libraries onnx-nb calls (ONNX Runtime's quantizer and optimizer write to the root logger)
+    go to ``collected``, the result's warnings, instead of the terminal or the cell: a handler on the root logger
+    also stops ``logging.warning()`` from installing its own stderr handler."""
+    root = logging.getLogger()
+    handler = _Collect(collected)
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from ...errors import SampleError
 OutputPath = tuple[Any, ...]
 
 # Hugging Face outputs that are never graph outputs of an inference export.
-_HF_SKIP = {"past_key_values", "hidden_states", "attentions", "cross_attentions",
+_HF_SKIP = {"cache", "past_key_values", "cache_params", "hidden_states", "attentions", "cross_attentions",
             "encoder_hidden_states", "encoder_attentions", "decoder_hidden_states",
             "decoder_attentions", "loss"}
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..export.hf_cache import cache_kwargs, cache_of
 from ..generate.generation import OnnxDecoder, _is_seq2seq_file, decoder_for, generate, left_pad
 from .probes import default_prompts
 
@@ -64,9 +65,9 @@ def teacher_forced(model: Any, decoder: OnnxDecoder, prompts: list[list[int]], c
         logits, cache = decoder.step(step_ids, step_mask, cache)
         positions = (t_mask.cumsum(1) - 1).clamp(min=0)[:, -t_ids.shape[1]:]
         with torch.no_grad():
-            ref = model(input_ids=t_ids, attention_mask=t_mask, position_ids=positions, past_key_values=past,
+            ref = model(input_ids=t_ids, attention_mask=t_mask, position_ids=positions, **cache_kwargs(model, past),
                         use_cache=True, return_dict=True)
-        past = ref.past_key_values
+        past = cache_of(ref)
         out.append((step, logits[:, -1, :], ref.logits[:, -1, :].float().numpy()))
         if step == steps:
             break

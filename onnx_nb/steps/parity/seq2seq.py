@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..export.hf_cache import cache_kwargs, cache_of
 from ..export.seq2seq_cache import _new_cache, encoder_inputs
 from ..generate.seq2seq import OnnxSeq2Seq, _Beside, _full, encoder_feed, generate
 
@@ -66,9 +67,9 @@ class Seq2SeqParity:
         ids = torch.tensor([[self.start]])
         tokens: list[int] = []
         for _ in range(self.new):
-            out = self.model(encoder_outputs=(states,), decoder_input_ids=ids, past_key_values=cache, use_cache=True,
-                             return_dict=True)
-            cache = out.past_key_values
+            out = self.model(encoder_outputs=(states,), decoder_input_ids=ids, **cache_kwargs(self.model, cache),
+                             use_cache=True, return_dict=True)
+            cache = cache_of(out)
             ids = out.logits[:, -1].argmax(-1, keepdim=True)
             tokens.append(int(ids[0, 0]))
         return tokens
@@ -89,8 +90,8 @@ class Seq2SeqParity:
             logits, state = runner.step(ids, state)
             with torch.no_grad():
                 ref = self.model(encoder_outputs=(states,), decoder_input_ids=torch.from_numpy(ids), use_cache=True,
-                                 past_key_values=cache, return_dict=True, **mask)
-            cache = ref.past_key_values
+                                 **cache_kwargs(self.model, cache), return_dict=True, **mask)
+            cache = cache_of(ref)
             out.append((step, logits[:, -1, :], ref.logits[:, -1, :].float().numpy()))
             if step < steps:
                 ids = np.array([[r[step]] for r in reference], np.int64)
