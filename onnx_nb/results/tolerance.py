@@ -28,7 +28,8 @@ class Tolerance:
     reference's RMS, and cosine similarity at least ``min_cosine``. The scale rule is what stops an
     absolute ``atol`` from passing anything small (two different models whose outputs are ~1e-9).
     ``mode="task"``: cosine similarity at least ``min_cosine`` and, for logits, argmax
-    agreement at least ``min_argmax`` (for fp16 and quantized variants).
+    agreement at least ``min_argmax`` (for fp16 and quantized variants), a top-1 swap between two logits the
+    reference itself nearly ties counted as agreeing and named in the row's note (:class:`Ranks`).
     """
 
     atol: float = 1e-4
@@ -103,6 +104,74 @@ def tolerance_for(precision: str, output: str, atol: float | None, rtol: float |
     return tol
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """Top-1 swaps of a logits output (over its last axis), each told apart as a near-tie or a real swap.
+
+    A swap is a near-tie when the reference's own margin between its top-1 and the candidate's top-1 is at most
+    twice the error measured elsewhere (the largest |error| over the rows that kept their top-1, or, when every
+    row swapped, over the row's other elements): two logits each moved by an error the output shows anyway
+    would flip it. A larger margin is a real swap: the error on those logits is out of line with the rest."""
+
+    rows: int
+    swaps: int
+    near_ties: int
+    tie_margin: float = 0.0  # the largest reference margin among the near-ties
+    tie_error: float = 0.0  # the error level that explains them
+    swap_margin: float = 0.0  # the largest reference margin among the real swaps
+    swap_error: float = 0.0
+
+    @property
+    def agreement(self) -> float:
+        """Top-1 agreement with near-ties counted as agreeing (what the argmax rule judges)."""
+        return 1.0 - (self.swaps - self.near_ties) / self.rows if self.rows else 1.0
+
+    def text(self) -> str:
+        parts = []
+        if self.near_ties:
+            n = self.near_ties
+            parts.append(f"{n} top-1 swap{'s' if n > 1 else ''}, {'near-ties' if n > 1 else 'a near-tie'}: "
+                         f"reference margin {self.tie_margin:.2g} < 2 x the error elsewhere {self.tie_error:.2g}")
+        real = self.swaps - self.near_ties
+        if real:
+            parts.append(f"{real} top-1 swap{'s' if real > 1 else ''} beyond what the error explains: reference "
+                         f"margin {self.swap_margin:.2g} > 2 x the error elsewhere {self.swap_error:.2g}")
+        return "; ".join(parts)
+
+
+def rank_check(candidate: np.ndarray, reference: np.ndarray, mask: np.ndarray | None = None) -> Ranks:
+    """Compare the top-1 of every row (all axes but the last) of two logits arrays, margins told apart."""
+    classes = reference.shape[-1]
+    c, r = candidate.reshape(-1, classes), reference.reshape(-1, classes)
+    if mask is not None and mask.size == c.shape[0]:
+        keep = mask.reshape(-1).astype(bool)
+        c, r = c[keep], r[keep]
+    if not r.shape[0]:
+        return Ranks(0, 0, 0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.nan_to_num(np.abs(c - r), nan=np.inf)
+    top_r, top_c = np.argmax(r, -1), np.argmax(c, -1)
+    swapped = np.flatnonzero(top_r != top_c)
+    if not swapped.size:
+        return Ranks(int(r.shape[0]), 0, 0)
+    kept = np.ones(r.shape[0], bool)
+    kept[swapped] = False
+    elsewhere = float(err[kept].max()) if kept.any() else None
+    ties: list[tuple[float, float]] = []
+    real: list[tuple[float, float]] = []
+    for i in swapped:
+        a, b = int(top_r[i]), int(top_c[i])
+        margin = float(r[i, a] - r[i, b])
+        if elsewhere is None:
+            others = np.delete(err[i], [a, b])
+            level = float(others.max()) if others.size else 0.0
+        else:
+            level = elsewhere
+        (ties if margin <= 2 * level else real).append((margin, level))
+    tie, swap = max(ties, default=(0.0, 0.0)), max(real, default=(0.0, 0.0))
+    return Ranks(int(r.shape[0]), int(swapped.size), len(ties), tie[0], tie[1], swap[0], swap[1])
+
+
 @dataclass
 class Errors:
     """Element errors of one output, kept so tolerances can be changed without re-running."""
@@ -114,6 +183,7 @@ class Errors:
     integer: bool
     ref_rms: float = 1.0  # RMS of the reference (compared elements), for the scale rule
     ref_max: float = 1.0  # largest |reference|
+    ranks: Ranks | None = None  # top-1 swaps of a logits output, near-ties told apart
 
     @property
     def scaled(self) -> float:
@@ -134,7 +204,9 @@ class Errors:
         note = ""
         status = "pass"
         if tol.mode == "task" and not self.integer:
-            passed = self.cosine >= tol.min_cosine and (self.argmax is None or self.argmax >= tol.min_argmax)
+            agreement = self.ranks.agreement if self.ranks is not None else self.argmax
+            passed = self.cosine >= tol.min_cosine and (agreement is None or agreement >= tol.min_argmax)
+            note = self.ranks.text() if self.ranks is not None else ""
         elif self.integer:
             passed = frac == 0.0
         else:
@@ -177,12 +249,17 @@ def measure(candidate: np.ndarray, reference: np.ndarray, name: str, mask: np.nd
     integer = not np.issubdtype(reference.dtype, np.floating)
     c = candidate.astype(np.float64)
     r = reference.astype(np.float64)
-    argmax = None
+    argmax, ranks = None, None
     if "logit" in name.lower() and r.ndim >= 1 and r.shape[-1] > 1 and not integer:
         agree = np.argmax(c, -1) == np.argmax(r, -1)
-        if mask is not None and agree.shape[: mask.ndim] == mask.shape:
-            agree = agree[mask]
+        rows = mask if mask is not None and agree.shape[: mask.ndim] == mask.shape else None
+        if rows is not None:
+            agree = agree[rows]
         argmax = float(agree.mean()) if agree.size else 1.0
+        if rows is not None and rows.shape != agree.shape:  # a mask over leading axes only: rows are what it keeps
+            ranks = rank_check(c[rows], r[rows])
+        else:
+            ranks = rank_check(c, r, rows)
     if mask is not None and r.shape[: mask.ndim] == mask.shape:
         c, r = c[mask], r[mask]
     c, r = c.ravel(), r.ravel()
@@ -204,9 +281,12 @@ def measure(candidate: np.ndarray, reference: np.ndarray, name: str, mask: np.nd
         "mean_abs": float(diff.mean()) if diff.size else 0.0,
         "cosine": cosine,
         "argmax_agreement": argmax,
+        "top1_swaps": ranks.swaps if ranks is not None else None,
+        "near_ties": ranks.near_ties if ranks is not None else None,
     }
     if diff.size > MAX_STORED:
         keep = np.random.default_rng(seed).choice(diff.size, MAX_STORED, replace=False)
         keep[0] = int(np.argmax(diff))  # the worst element always stays
         diff, ref_abs = diff[keep], ref_abs[keep]
-    return stats, Errors(diff.astype(np.float32), ref_abs.astype(np.float32), cosine, argmax, integer, rms, top)
+    return stats, Errors(diff.astype(np.float32), ref_abs.astype(np.float32), cosine, argmax, integer, rms, top,
+                         ranks)
