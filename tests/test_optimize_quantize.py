@@ -240,6 +240,25 @@ def test_int8_attention_route_is_timed_and_chosen(bert: onnx_nb.ExportResult, tm
         onnx_nb.optimize(bert, then="int4", out=tmp_path / "x.onnx")
 
 
+def test_the_two_obvious_calls_give_the_faster_int8_route(bert_opt: onnx_nb.Variant, tmp_path: Path) -> None:
+    """quantize(optimize(export)): the fp32 variant's route was chosen for fp32; quantize() times both routes' INT8
+    files as then='int8' does and quantizes the faster route's file, the recipe saying which and why."""
+    assert "then" not in bert_opt.recipe and bert_opt.recipe["attention_route"].startswith("onnxscript")
+    int8 = onnx_nb.quantize(bert_opt, method="dynamic", out=tmp_path / "two-calls.onnx")
+    assert int8, repr(int8.parity)
+    route = int8.recipe["int8_route"]
+    timings = route["routes_int8_ms"]
+    assert set(timings) == {"onnxscript ORT fusions (2 attention)", "re-exported with eager attention"}, route
+    assert route["chosen"].startswith(min(timings, key=timings.get)), route
+    attention = [n.op_type for n in onnx.load(str(int8.path)).graph.node if n.op_type.endswith("Attention")]
+    if route["chosen"].startswith("re-exported"):
+        assert "QAttention" in attention and "another route" in route["rule"], (attention, route)
+    else:
+        assert "own route" in route["rule"], route
+    plain = onnx_nb.quantize(bert_opt, method="dynamic", exclude=[], out=tmp_path / "plain.onnx")
+    assert "int8_route" in plain.recipe  # every dynamic INT8 of such a variant, whatever else is asked
+
+
 def test_interleaved_timing_absorbs_the_previous_candidates_threads() -> None:
     """A fake clock where the first call after switching candidates costs 3x (the previous session's threads still
     spinning): with untimed calls first, each candidate's times are its own, whatever the order; without them,

@@ -15,25 +15,11 @@ from ...errors import InvalidArgumentError
 from ...progress import Steps
 from ...results.latency import LatencyRow, LatencyTable, summarize
 from ...runtime.isolation import honours_isolate
-from ...runtime.timing import Clock, interleaved
+from ...runtime.timing import Clock
 from .measuring import measure, remeasure
 from .runners import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
 
 KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the re-measure
-
-
-def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, threads: int | None = None,
-               rounds: int = 3) -> dict[str, float]:
-    """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`timing.interleaved`)."""
-    from ...runtime.sessions import session
-
-    runners: dict[str, Callable[[], Any]] = {}
-    for name, path in paths.items():
-        s = session(path, "CPUExecutionProvider", threads=threads, level="all", check_graph=False)
-        own = {i.name: np.asarray(feed[i.name]) for i in s.get_inputs()}
-        runners[name] = partial(s.run, None, own)
-    times = interleaved(runners, rounds=rounds)
-    return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
 
 
 def openvino_file(obj: Any, path: Path, folder: str | Path) -> tuple[Path, str] | None:

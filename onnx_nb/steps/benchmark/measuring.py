@@ -5,13 +5,15 @@ row at the end that flags rows timed while the machine was busy."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...results.latency import LatencyRow
-from ...runtime.timing import Clock, time_runs
+from ...runtime.timing import Clock, interleaved, time_runs
 
 REMEASURE_RUNS = 5  # a quick second look at every row once all rows are timed
 REMEASURE_RATIO = 1.3  # p50 and the re-measure this far apart: the machine was busy during one of them
@@ -81,3 +83,17 @@ def torch_threads_set(threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, threads: int | None = None,
+               rounds: int = 3) -> dict[str, float]:
+    """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`timing.interleaved`)."""
+    from ...runtime.sessions import session
+
+    runners: dict[str, Callable[[], Any]] = {}
+    for name, path in paths.items():
+        s = session(path, "CPUExecutionProvider", threads=threads, level="all", check_graph=False)
+        own = {i.name: np.asarray(feed[i.name]) for i in s.get_inputs()}
+        runners[name] = partial(s.run, None, own)
+    times = interleaved(runners, rounds=rounds)
+    return {name: float(np.median(t)) * 1e3 for name, t in times.items()}

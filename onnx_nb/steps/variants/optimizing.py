@@ -114,7 +114,7 @@ def _fastest_level(src: Path, staged: Path, scratch: Path, feed: dict[str, np.nd
     (ResNet-50: 55.2 against 51.4 ms); a "basic" file keeps standard ops and leaves the rest to the runtime."""
     import shutil
 
-    from ..benchmark.benchmarking import time_files
+    from ..benchmark.measuring import time_files
 
     files = {}
     for level in AUTO_LEVELS:
@@ -160,8 +160,9 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
     with a bias input that onnxscript's fusions write. The timings and the rule go into the recipe."""
     import shutil
 
-    from ..benchmark.benchmarking import time_files
-    from .quantizing import _quantize
+    from ..benchmark.measuring import time_files
+    from ..export.exporters import quiet
+    from .ort_quantizer import run_quantizer
 
     finished: dict[str, Path] = {}
     quantized: dict[str, Path] = {}
@@ -169,8 +170,9 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
         finished[name] = scratch / f"route{i}.onnx"
         _ort_transformer(path, finished[name], *params)
         quantized[name] = scratch / f"route{i}.int8.onnx"
-        _quantize("dynamic", finished[name], scratch / f"route{i}.prepared.onnx", quantized[name], True, [], None,
-                  None, 32)
+        with quiet([], []):  # ORT's quantizer logs to the root logger: nothing of it is about the route chosen
+            run_quantizer("dynamic", finished[name], scratch / f"route{i}.prepared.onnx", quantized[name], True, [],
+                      None, None, 32)
     ms = time_files(quantized, _timing_feed(source))
     best = min(ms, key=lambda k: ms[k])
     recipe["routes_int8_ms"] = {k: round(v, 3) for k, v in ms.items()}

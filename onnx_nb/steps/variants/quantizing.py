@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,75 +12,14 @@ import numpy as np
 
 from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, QuantizationError, first_line
 from ...results.variant import Variant
+from .ort_quantizer import CalibrationReader, gemm_to_matmul, run_quantizer
 from .variants import make, parent_of
+
+__all__ = ["gemm_to_matmul", "quantize"]
 
 METHODS = ("dynamic", "static", "fp16", "int4", "auto")
 AUTO_EXCLUDE_GAP_DB = 3.0
 AUTO_EXCLUDE_SHARE = 10  # at most 1 in 10 quantized layers stays float
-
-
-def prepare_for_quantization(src: Path, dst: Path) -> None:
-    """Drop stale shape annotations and run ORT's symbolic shape inference: ORT's quantizer fails on
-    fused graphs (contrib ops) without it."""
-    import onnx
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-    model = onnx.load(str(src))
-    del model.graph.value_info[:]
-    try:
-        # when it cannot infer every shape it saves sym_shape_infer_temp.onnx (and its weights) in the current
-        # folder before raising: that folder is the scratch one here, never the user's
-        with _working_folder(Path(dst).resolve().parent):
-            model = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
-    except Exception:  # noqa: BLE001 - plain ONNX shape inference is the fallback
-        model = onnx.shape_inference.infer_shapes(model)
-    onnx.save(model, str(dst))
-
-
-@contextlib.contextmanager
-def _working_folder(folder: Path) -> Iterator[None]:
-    before = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(before)
-
-
-class CalibrationReader:
-    """Feeds calibration samples to ORT's static quantizer, checked against the model's inputs."""
-
-    def __init__(self, path: Path, samples: Sequence[dict[str, Any]]) -> None:
-        from ...runtime.onnxfile import load_proto, signature
-
-        inputs = {i.name: i for i in signature(load_proto(path))[0]}
-        self.samples: list[dict[str, np.ndarray]] = []
-        for n, sample in enumerate(samples):
-            if not hasattr(sample, "keys"):
-                raise CalibrationError(f"calibration[{n}] is a {type(sample).__name__}; each item must be a dict "
-                                       "of input name -> array.")
-            feed = {}
-            for name, info in inputs.items():
-                if name not in sample:
-                    raise CalibrationError(
-                        f"calibration[{n}] has no input {name!r} (it has {', '.join(map(repr, sample)) or 'none'}); "
-                        f"each item must map every model input ({', '.join(inputs)}) to an array.")
-                value = np.asarray(sample[name].detach().numpy() if hasattr(sample[name], "detach") else sample[name])
-                if value.ndim != len(info.shape) or any(isinstance(d, int) and d != s
-                                                        for d, s in zip(info.shape, value.shape)):
-                    raise CalibrationError(
-                        f"calibration[{n}][{name!r}] has shape {list(value.shape)}, but the model expects "
-                        f"{info.shape}."
-                    )
-                feed[name] = value.astype(np.dtype(info.dtype)) if info.dtype in np.sctypeDict else value
-            self.samples.append(feed)
-        self._iter = iter(self.samples)
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._iter, None)
-
-    def rewind(self) -> None:
-        self._iter = iter(self.samples)
 
 
 def generated_calibration(model: Any, count: int = 16, seed: int = 0) -> list[dict[str, np.ndarray]]:
@@ -175,7 +113,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
             prepared = Path(scratch) / "prepared.onnx"
             try:
-                _quantize(method, static_source or src, prepared, staged, per_channel, excluded, op_types,
+                run_quantizer(method, static_source or src, prepared, staged, per_channel, excluded, op_types,
                           calib_items, block_size,
                           accuracy_level if isinstance(accuracy_level, int) else None,
                           bool(recipe.get("gemm_as_matmul")))
@@ -187,19 +125,62 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         return [w for w in warnings if "pre-processing before quantization" not in w]
 
     tag, name = _tag_and_name(method, per_channel, block_size, bool(runtime.get("unpad")))
-    variant = make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite, validate=validate,
-                   runtime=runtime, providers=providers, sample=sample, reference=reference)
-    if auto_exclude:
-        variant = _auto_exclude(variant, excluded, recipe, validate, sample,
-                                lambda: make(onnx_model, tag, name, recipe, write, out=variant.path, overwrite=True,
-                                             validate=validate, runtime=runtime, providers=providers, sample=sample,
-                                             reference=reference))
+    from ...runtime.files import scratch_dir
+
+    with scratch_dir("onnx-nb-route-") as route_dir:
+        if method == "dynamic" and _fused_route(onnx_model):
+            static_source = _int8_route(onnx_model, route_dir, recipe)
+        variant = make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite, validate=validate,
+                       runtime=runtime, providers=providers, sample=sample, reference=reference)
+        if auto_exclude:
+            variant = _auto_exclude(variant, excluded, recipe, validate, sample,
+                                    lambda: make(onnx_model, tag, name, recipe, write, out=variant.path,
+                                                 overwrite=True, validate=validate, runtime=runtime,
+                                                 providers=providers, sample=sample, reference=reference))
     # the call that made this variant, for quant_debug's requantize(): every setting and the calibration data kept
     call = {"method": method, "per_channel": per_channel, "calibration": calibration if calib_items is None else
             calib_items, "exclude": exclude, "reference": reference, "op_types": op_types, "block_size": block_size,
             "accuracy_level": accuracy_level, "validate": validate, "providers": providers, "sample": sample}
     variant.remake = functools.partial(quantize, onnx_model, **call, out=variant.path, overwrite=True)
     return variant
+
+
+def _fused_route(model: Any) -> bool:
+    """A transformer variant optimize() made for fp32 (onnxscript's attention fusions, no ``then="int8"``), whose
+    export and PyTorch model are at hand: the other attention route may make the faster INT8 file."""
+    recipe = getattr(model, "recipe", None) or {}
+    source = getattr(model, "source", None)
+    return isinstance(model, Variant) and recipe.get("level") == "transformer" and recipe.get("then") != "int8" \
+        and not recipe.get("simplify") and str(recipe.get("attention_route", "")).startswith("onnxscript") \
+        and all(recipe.get(k) for k in ("model_type", "num_heads", "hidden_size")) \
+        and source is not None and getattr(source, "model", None) is not None
+
+
+def _int8_route(model: Variant, scratch: Path, recipe: dict[str, Any]) -> Path | None:
+    """What ``optimize(export, then="int8")`` does, for a variant made without it: both attention routes from the
+    variant's own export, each route's dynamic INT8 file timed, the faster route's fp32 file returned when it is
+    not the variant's (None: the variant's own route is the faster, or the other could not be made). The timings
+    and the choice go into ``recipe["int8_route"]``."""
+    from .optimizing import _transformer_route
+
+    route: dict[str, Any] = {}
+    notes: list[str] = []
+    rerouted = scratch / "rerouted.onnx"
+    params = (str(model.recipe["model_type"]), int(model.recipe["num_heads"]), int(model.recipe["hidden_size"]))
+    try:
+        _transformer_route(model.parent, rerouted, scratch, model.source, params, "int8", route, notes)
+    except Exception as exc:  # noqa: BLE001 - the variant's own route stays, and the recipe says why
+        notes.append(f"the other route could not be made: {type(exc).__name__}: {first_line(exc)[:150]}")
+    timings = route.get("routes_int8_ms", {})
+    chosen = str(route.get("attention_route", ""))
+    switched = bool(timings) and chosen != model.recipe["attention_route"]
+    recipe["int8_route"] = {
+        "rule": "the attention route whose dynamic INT8 file ran fastest (as optimize(..., then='int8')); "
+                + ("another route than the fp32 variant's: its fp32 file, made again from the export, was quantized"
+                   if switched else "the fp32 variant's own route, quantized as it is"),
+        "routes_int8_ms": timings, "chosen": chosen if switched else model.recipe["attention_route"],
+        **({"notes": notes} if notes else {})}
+    return rerouted if switched else None
 
 
 def _auto_exclude(variant: Variant, excluded: list[str], recipe: dict[str, Any], validate: bool, sample: Any,
@@ -240,92 +221,6 @@ def conv_fusions(path: Path) -> list[str]:
 
     nodes = load_proto(path).graph.node
     return sorted({n.op_type for n in nodes if n.domain == "com.microsoft" and n.op_type in CONV_FUSIONS})
-
-
-def standard_attention(path: Path) -> list[str]:
-    """ONNX's own ``Attention`` nodes (opset 23): ORT's quantizer takes every ``Attention`` for its contrib op
-    and would write a ``QAttention`` the runtime rejects; they stay in float (their projections are MatMuls)."""
-    from ...runtime.onnxfile import load_proto
-
-    return [n.name for n in load_proto(path).graph.node if n.op_type == "Attention" and n.domain in ("", "ai.onnx")]
-
-
-def _quantize(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
-              op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
-              accuracy_level: int | None = None, gemm_as_matmul: bool = False) -> None:
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
-
-    if method in ("dynamic", "static"):
-        excluded = [*excluded, *standard_attention(src)]
-    if method == "dynamic":
-        prepare_for_quantization(src, prepared)
-        quantize_dynamic(str(prepared), str(staged), weight_type=QuantType.QInt8, per_channel=per_channel,
-                         nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
-                         # float for weights whose type shape inference cannot see (behind contrib ops)
-                         extra_options={"MatMulConstBOnly": True, "DefaultTensorType": 1})
-    elif method == "static":
-        prepare_for_quantization(src, prepared)
-        assert calib is not None
-        quantize_static(str(prepared), str(staged), CalibrationReader(prepared, calib), quant_format=QuantFormat.QDQ,
-                        per_channel=per_channel, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
-                        nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
-                        extra_options={"MatMulConstBOnly": True})
-    elif method == "fp16":
-        import onnx
-        from onnxruntime.transformers.float16 import convert_float_to_float16
-
-        model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, disable_shape_infer=False)
-        onnx.save(model, str(staged))
-    else:
-        import onnx
-        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-        model = onnx.load(str(src))
-        if gemm_as_matmul:
-            gemm_to_matmul(model)
-        # accuracy level 4: int8 compute on CPU, the fast path for decoding (as onnxruntime-genai uses)
-        quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=True,
-                                         accuracy_level=accuracy_level, nodes_to_exclude=excluded)
-        quantizer.process()
-        quantizer.model.save_model_to_file(str(staged), use_external_data_format=False)
-
-
-def gemm_to_matmul(model: Any) -> int:
-    """Rewrite ``Gemm(A, W, C)`` with a constant 2-D weight (alpha = beta = 1, A not transposed) as ``MatMul``
-    + ``Add``, in place: ORT's INT4 quantizer only turns ``MatMul`` into ``MatMulNBits``, and GPT-2-like
-    exports carry their projections as ``Gemm``. Returns how many were rewritten."""
-    import onnx
-    from onnx import helper, numpy_helper
-
-    inits = {i.name: i for i in model.graph.initializer}
-    nodes = []
-    done = 0
-    for node in model.graph.node:
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        weight = inits.get(node.input[1]) if node.op_type == "Gemm" and len(node.input) >= 2 else None
-        if weight is None or len(weight.dims) != 2 or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 \
-                or attrs.get("beta", 1.0) != 1.0:
-            nodes.append(node)
-            continue
-        w_name = node.input[1]
-        if attrs.get("transB", 0):
-            array = numpy_helper.to_array(weight).T.copy()
-            w_name = f"{node.input[1]}_transposed"
-            model.graph.initializer.append(numpy_helper.from_array(array, w_name))
-        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        product = f"{node.output[0]}_matmul" if bias else node.output[0]
-        nodes.append(helper.make_node("MatMul", [node.input[0], w_name], [product], name=node.name or None))
-        if bias:
-            nodes.append(helper.make_node("Add", [product, bias], [node.output[0]], name=f"{node.name}_bias"))
-        done += 1
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    used = {i for n in model.graph.node for i in n.input}
-    keep = [i for i in model.graph.initializer if i.name in used]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(keep)
-    del onnx
-    return done
 
 
 def _static_inputs(onnx_model: Any, calibration: Any,

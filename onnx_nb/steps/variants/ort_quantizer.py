@@ -1,0 +1,165 @@
+"""ONNX Runtime's quantizers run on one file: shape inference first, dynamic and static INT8, fp16 and INT4
+(MatMulNBits) written into a staging path. ``quantize()`` (quantizing.py) decides what to ask for and re-validates;
+``optimize(then="int8")`` (optimizing.py) times the INT8 files of its attention routes with the same call."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import CalibrationError
+
+
+def prepare_for_quantization(src: Path, dst: Path) -> None:
+    """Drop stale shape annotations and run ORT's symbolic shape inference: ORT's quantizer fails on
+    fused graphs (contrib ops) without it."""
+    import onnx
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    model = onnx.load(str(src))
+    del model.graph.value_info[:]
+    try:
+        # when it cannot infer every shape it saves sym_shape_infer_temp.onnx (and its weights) in the current
+        # folder before raising: that folder is the scratch one here, never the user's
+        with _working_folder(Path(dst).resolve().parent):
+            model = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+    except Exception:  # noqa: BLE001 - plain ONNX shape inference is the fallback
+        model = onnx.shape_inference.infer_shapes(model)
+    onnx.save(model, str(dst))
+
+
+@contextlib.contextmanager
+def _working_folder(folder: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+class CalibrationReader:
+    """Feeds calibration samples to ORT's static quantizer, checked against the model's inputs."""
+
+    def __init__(self, path: Path, samples: Sequence[dict[str, Any]]) -> None:
+        from ...runtime.onnxfile import load_proto, signature
+
+        inputs = {i.name: i for i in signature(load_proto(path))[0]}
+        self.samples: list[dict[str, np.ndarray]] = []
+        for n, sample in enumerate(samples):
+            if not hasattr(sample, "keys"):
+                raise CalibrationError(f"calibration[{n}] is a {type(sample).__name__}; each item must be a dict "
+                                       "of input name -> array.")
+            feed = {}
+            for name, info in inputs.items():
+                if name not in sample:
+                    raise CalibrationError(
+                        f"calibration[{n}] has no input {name!r} (it has {', '.join(map(repr, sample)) or 'none'}); "
+                        f"each item must map every model input ({', '.join(inputs)}) to an array.")
+                value = np.asarray(sample[name].detach().numpy() if hasattr(sample[name], "detach") else sample[name])
+                if value.ndim != len(info.shape) or any(isinstance(d, int) and d != s
+                                                        for d, s in zip(info.shape, value.shape)):
+                    raise CalibrationError(
+                        f"calibration[{n}][{name!r}] has shape {list(value.shape)}, but the model expects "
+                        f"{info.shape}."
+                    )
+                feed[name] = value.astype(np.dtype(info.dtype)) if info.dtype in np.sctypeDict else value
+            self.samples.append(feed)
+        self._iter = iter(self.samples)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._iter, None)
+
+    def rewind(self) -> None:
+        self._iter = iter(self.samples)
+
+
+def standard_attention(path: Path) -> list[str]:
+    """ONNX's own ``Attention`` nodes (opset 23): ORT's quantizer takes every ``Attention`` for its contrib op
+    and would write a ``QAttention`` the runtime rejects; they stay in float (their projections are MatMuls)."""
+    from ...runtime.onnxfile import load_proto
+
+    return [n.name for n in load_proto(path).graph.node if n.op_type == "Attention" and n.domain in ("", "ai.onnx")]
+
+
+def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
+              op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
+              accuracy_level: int | None = None, gemm_as_matmul: bool = False) -> None:
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    if method in ("dynamic", "static"):
+        excluded = [*excluded, *standard_attention(src)]
+    if method == "dynamic":
+        prepare_for_quantization(src, prepared)
+        quantize_dynamic(str(prepared), str(staged), weight_type=QuantType.QInt8, per_channel=per_channel,
+                         nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
+                         # float for weights whose type shape inference cannot see (behind contrib ops)
+                         extra_options={"MatMulConstBOnly": True, "DefaultTensorType": 1})
+    elif method == "static":
+        prepare_for_quantization(src, prepared)
+        assert calib is not None
+        quantize_static(str(prepared), str(staged), CalibrationReader(prepared, calib), quant_format=QuantFormat.QDQ,
+                        per_channel=per_channel, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
+                        nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
+                        extra_options={"MatMulConstBOnly": True})
+    elif method == "fp16":
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, disable_shape_infer=False)
+        onnx.save(model, str(staged))
+    else:
+        import onnx
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        model = onnx.load(str(src))
+        if gemm_as_matmul:
+            gemm_to_matmul(model)
+        # accuracy level 4: int8 compute on CPU, the fast path for decoding (as onnxruntime-genai uses)
+        quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=True,
+                                         accuracy_level=accuracy_level, nodes_to_exclude=excluded)
+        quantizer.process()
+        quantizer.model.save_model_to_file(str(staged), use_external_data_format=False)
+
+
+def gemm_to_matmul(model: Any) -> int:
+    """Rewrite ``Gemm(A, W, C)`` with a constant 2-D weight (alpha = beta = 1, A not transposed) as ``MatMul``
+    + ``Add``, in place: ORT's INT4 quantizer only turns ``MatMul`` into ``MatMulNBits``, and GPT-2-like
+    exports carry their projections as ``Gemm``. Returns how many were rewritten."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    nodes = []
+    done = 0
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        weight = inits.get(node.input[1]) if node.op_type == "Gemm" and len(node.input) >= 2 else None
+        if weight is None or len(weight.dims) != 2 or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 \
+                or attrs.get("beta", 1.0) != 1.0:
+            nodes.append(node)
+            continue
+        w_name = node.input[1]
+        if attrs.get("transB", 0):
+            array = numpy_helper.to_array(weight).T.copy()
+            w_name = f"{node.input[1]}_transposed"
+            model.graph.initializer.append(numpy_helper.from_array(array, w_name))
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        product = f"{node.output[0]}_matmul" if bias else node.output[0]
+        nodes.append(helper.make_node("MatMul", [node.input[0], w_name], [product], name=node.name or None))
+        if bias:
+            nodes.append(helper.make_node("Add", [product, bias], [node.output[0]], name=f"{node.name}_bias"))
+        done += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    used = {i for n in model.graph.node for i in n.input}
+    keep = [i for i in model.graph.initializer if i.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    del onnx
+    return done
