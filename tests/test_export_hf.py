@@ -49,6 +49,7 @@ def test_tiny_architecture_from_folder(name: str, tiny_dirs: dict[str, Path], tm
     assert max(diffs.values()) < 1e-4, diffs
 
 
+@pytest.mark.lower_bounds
 def test_hf_object_with_cache_and_model_output(tmp_path: Path) -> None:
     """A causal LM object with use_cache on, exported with cache=False: no cache inputs or outputs appear."""
     import tiny_models
@@ -73,6 +74,7 @@ def test_hf_object_with_user_sample_and_task(tmp_path: Path) -> None:
     assert result.source.sample["input_ids"].shape == (3, 10)
 
 
+@pytest.mark.lower_bounds
 def test_real_minilm(minilm_dir: Path, tmp_path: Path) -> None:
     tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     model = transformers.AutoModel.from_pretrained(minilm_dir).eval()

