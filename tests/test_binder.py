@@ -40,6 +40,7 @@ def test_requirements_agree_with_pyproject() -> None:
     torch_range = Requirement(next(d for d in project["dependencies"] if d.startswith("torch")))
     pinned = next(iter(torch_pin.specifier)).version
     assert torch_range.specifier.contains(pinned), (torch_pin, torch_range)
+    assert "-c constraints/lock.txt" in lines, "Binder installs the versions the suite passed on"
     editable = next(ln for ln in lines if ln.startswith("-e "))
     extras = re.search(r"\[(.*)\]", editable).group(1).split(",")  # type: ignore[union-attr]
     assert all(e in project["optional-dependencies"] for e in extras)
