@@ -35,3 +35,11 @@ def test_model_over_2gb(tmp_path: Path) -> None:
     table = onnx_nb.benchmark(result, reference=model, providers="cpu", runs=3, warmup=1, progress=False)
     assert [r.status for r in table.rows] == ["ok", "ok"]
     assert table.rows[1].speedup and table.rows[1].speedup > 0
+
+    # dynamic INT8 and fp16 of a file over 2 GB: read and written with external data ("Failed to serialize proto")
+    for method, most in (("dynamic", 0.3), ("fp16", 0.55)):
+        made = onnx_nb.quantize(result, method=method, exclude=[], out=tmp_path / f"mlp.{method}.onnx")
+        onnx_nb.check_model(made.path)
+        assert made.size_after <= most * weights, (method, made.size_after, weights)
+        assert made.parity is not None and all(r.status in ("pass", "fail") for r in made.parity.rows), \
+            repr(made.parity)

@@ -15,14 +15,41 @@ import numpy as np
 from ...errors import CalibrationError
 
 
+def is_big(path: Path) -> bool:
+    """The file and its external data hold more than one protobuf message can (2 GB, less room for the graph):
+    every step that writes it writes its weights as external data."""
+    from ...runtime.onnxfile import files_of, load_proto
+    from ..export.exporting import EXTERNAL_DATA_BYTES
+
+    return sum(p.stat().st_size for p in files_of(Path(path), load_proto(path)) if p.exists()) > EXTERNAL_DATA_BYTES
+
+
+def save(model: Any, path: Path, big: bool) -> None:
+    """``onnx.save``, the weights in one external data file beside it (``<name>.data``) when ``big``."""
+    import onnx
+
+    if big:
+        onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=Path(path).name + ".data", size_threshold=1024)
+    else:
+        onnx.save(model, str(path))
+
+
 def prepare_for_quantization(src: Path, dst: Path) -> None:
     """Drop stale shape annotations and run ORT's symbolic shape inference: ORT's quantizer fails on
-    fused graphs (contrib ops) without it."""
+    fused graphs (contrib ops) without it. A file over 2 GB is written with external data and inferred from the
+    file (ONNX's path-based inference; the symbolic one needs the whole model in one protobuf message)."""
     import onnx
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
+    big = is_big(src)
     model = onnx.load(str(src))
     del model.graph.value_info[:]
+    if big:
+        save(model, dst, True)
+        del model
+        onnx.shape_inference.infer_shapes_path(str(dst), str(dst))
+        return
     try:
         # when it cannot infer every shape it saves sym_shape_infer_temp.onnx (and its weights) in the current
         # folder before raising: that folder is the scratch one here, never the user's
@@ -92,6 +119,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
               accuracy_level: int | None = None, gemm_as_matmul: bool = False) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
+    big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
     if method in ("dynamic", "static"):
         excluded = [*excluded, *standard_attention(src)]
     if method == "dynamic":
@@ -99,20 +127,23 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
         quantize_dynamic(str(prepared), str(staged), weight_type=QuantType.QInt8, per_channel=per_channel,
                          nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
                          # float for weights whose type shape inference cannot see (behind contrib ops)
-                         extra_options={"MatMulConstBOnly": True, "DefaultTensorType": 1})
+                         extra_options={"MatMulConstBOnly": True, "DefaultTensorType": 1},
+                         use_external_data_format=big)
     elif method == "static":
         prepare_for_quantization(src, prepared)
         assert calib is not None
         quantize_static(str(prepared), str(staged), CalibrationReader(prepared, calib), quant_format=QuantFormat.QDQ,
                         per_channel=per_channel, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
                         nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
-                        extra_options={"MatMulConstBOnly": True})
+                        extra_options={"MatMulConstBOnly": True}, use_external_data_format=big)
     elif method == "fp16":
         import onnx
         from onnxruntime.transformers.float16 import convert_float_to_float16
+        from onnxruntime.transformers.onnx_model import OnnxModel
 
-        model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, disable_shape_infer=False)
-        onnx.save(model, str(staged))
+        model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, disable_shape_infer=big)
+        OnnxModel(model).topological_sort()  # the Casts for kept fp32 inputs are appended after their consumers
+        save(model, staged, big)
     else:
         import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
@@ -124,7 +155,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
         quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=True,
                                          accuracy_level=accuracy_level, nodes_to_exclude=excluded)
         quantizer.process()
-        quantizer.model.save_model_to_file(str(staged), use_external_data_format=False)
+        quantizer.model.save_model_to_file(str(staged), use_external_data_format=big)
 
 
 def gemm_to_matmul(model: Any) -> int:
