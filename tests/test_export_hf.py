@@ -49,6 +49,37 @@ def test_tiny_architecture_from_folder(name: str, tiny_dirs: dict[str, Path], tm
     assert max(diffs.values()) < 1e-4, diffs
 
 
+@pytest.mark.parametrize("cache", [True, False])
+def test_tied_embedding_is_stored_once(cache: bool, tmp_path: Path) -> None:
+    """GPT-2 ties its LM head to the token embedding; the exporter folds the head's transpose into a second copy.
+    The export keeps one (the copy becomes a Transpose node), and still computes what PyTorch does."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=2000,
+                                                                 n_positions=64)).eval()
+    assert model.lm_head.weight is model.transformer.wte.weight
+    result = onnx_nb.export(model, out=tmp_path / "tied.onnx", cache=cache, progress=False)
+    assert result, repr(result)
+    proto = onnx.load(str(result.path))
+    arrays = [numpy_helper.to_array(i) for i in proto.graph.initializer]
+    embedding = model.transformer.wte.weight.detach().numpy()
+    copies = [a for a in arrays if a.shape in (embedding.shape, embedding.T.shape)
+              and (np.array_equal(a, embedding) or np.array_equal(a, embedding.T))]
+    assert len(copies) == 1, [a.shape for a in copies]
+    if result.exporter == "torchscript":  # the trace folds the head's transpose: tied again as a node
+        assert any(n.op_type == "Transpose" and n.name.startswith("tied/") for n in proto.graph.node)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())  # counts the shared matrix once
+    stored = sum(a.nbytes for a in arrays)
+    assert stored <= 1.02 * weights, (stored, weights)  # before: the 256 KB embedding twice
+    if cache:  # the quantizers see the head's weight as an initializer again: the LM head is quantized too
+        int4 = onnx_nb.quantize(result, method="int4", out=tmp_path / "tied.int4.onnx")
+        head = [n for n in onnx.load(str(int4.path)).graph.node if n.op_type == "MatMulNBits"
+                and any(at.name == "N" and at.i == 2000 for at in n.attribute)]
+        assert head, "the LM head (N = 2000) is a MatMulNBits"
+
+
 @pytest.mark.lower_bounds
 def test_hf_object_with_cache_and_model_output(tmp_path: Path) -> None:
     """A causal LM object with use_cache on, exported with cache=False: no cache inputs or outputs appear."""

@@ -246,6 +246,61 @@ def name_dims(proto: Any, axes: dict[str, dict[int, str]]) -> None:
                 dims[axis].dim_param = name
 
 
+TIE_MIN_ELEMENTS = 4096  # smaller weights are not worth a node
+
+
+def tie_transposed(proto: Any) -> int:
+    """A weight stored twice, once as the other's transpose (a tied embedding and LM head: the exporter folds the
+    head's Transpose into a second initializer), becomes a ``Transpose`` node of the one kept, so the file stores
+    it once (ONNX Runtime folds the node again when it loads the file). Weights in external data are left as they
+    are. Returns how many copies were tied."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inits = [i for i in proto.graph.initializer if len(i.dims) == 2 and math.prod(i.dims) >= TIE_MIN_ELEMENTS
+             and i.data_location != onnx.TensorProto.EXTERNAL]
+    by_shape: dict[tuple[int, ...], list[Any]] = {}
+    for init in inits:
+        by_shape.setdefault(tuple(init.dims), []).append(init)
+    inputs = {v.name for v in proto.graph.input}
+    gone: set[str] = set()
+    tied = []
+    for kept in inits:
+        if kept.name in gone:
+            continue
+        for copy in by_shape.get((kept.dims[1], kept.dims[0]), []):
+            if copy is kept or copy.name in gone or copy.name in inputs or copy.data_type != kept.data_type:
+                continue
+            if np.array_equal(numpy_helper.to_array(kept).T, numpy_helper.to_array(copy)):
+                gone.add(copy.name)
+                tied.append(helper.make_node("Transpose", [kept.name], [copy.name], name=f"tied/{copy.name}",
+                                             perm=[1, 0]))
+    if tied:
+        keep = [i for i in proto.graph.initializer if i.name not in gone]
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(keep)
+        nodes = list(proto.graph.node)
+        del proto.graph.node[:]
+        proto.graph.node.extend([*tied, *nodes])
+    return len(tied)
+
+
+def untie(proto: Any) -> int:
+    """The opposite of :func:`tie_transposed`, for the quantizers (ONNX Runtime's only quantize a MatMul whose weight
+    is an initializer): each ``tied/`` Transpose node becomes its transposed initializer again. Returns how many."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in proto.graph.initializer}
+    tied = [n for n in proto.graph.node if n.op_type == "Transpose" and n.name.startswith("tied/")
+            and n.input[0] in inits]
+    for node in tied:
+        copy = numpy_helper.from_array(numpy_helper.to_array(inits[node.input[0]]).T.copy(), node.output[0])
+        proto.graph.initializer.append(copy)
+        proto.graph.node.remove(node)
+    return len(tied)
+
+
 def strip_prefix(proto: Any, prefix: str) -> None:
     """Rename initializers ``<prefix>encoder.weight`` -> ``encoder.weight`` (onnx-nb's wrapper
     modules add the prefix; users know their parameters by their own names)."""

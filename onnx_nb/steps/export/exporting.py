@@ -287,6 +287,7 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
 
     proto = onnxfile.load_proto(staged)
     onnxfile.strip_prefix(proto, "inner.model.")
+    onnxfile.tie_transposed(proto)  # a tied embedding and LM head: stored once
     known = {n for spec in s.axes.values() for n in spec.values()}
     # dynamo names derived lengths itself ("((audio_length//10)) - 1"); keep those.
     onnxfile.name_dims(proto, axes if name == "torchscript" else

@@ -42,8 +42,11 @@ def prepare_for_quantization(src: Path, dst: Path) -> None:
     import onnx
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
+    from ...runtime.onnxfile import untie
+
     big = is_big(src)
     model = onnx.load(str(src))
+    untie(model)  # a tied LM head's weight an initializer again: ORT's quantizer only quantizes those
     del model.graph.value_info[:]
     if big:
         save(model, dst, True)
@@ -148,7 +151,10 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
         import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
+        from ...runtime.onnxfile import untie
+
         model = onnx.load(str(src))
+        untie(model)
         if gemm_as_matmul:
             gemm_to_matmul(model)
         # accuracy level 4: int8 compute on CPU, the fast path for decoding (as onnxruntime-genai uses)
