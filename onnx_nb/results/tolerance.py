@@ -122,6 +122,11 @@ class Ranks:
     swap_error: float = 0.0
 
     @property
+    def top1(self) -> float:
+        """Top-1 agreement as measured, every swap counted (the report's ``argmax_agreement``)."""
+        return 1.0 - self.swaps / self.rows if self.rows else 1.0
+
+    @property
     def agreement(self) -> float:
         """Top-1 agreement with near-ties counted as agreeing (what the argmax rule judges)."""
         return 1.0 - (self.swaps - self.near_ties) / self.rows if self.rows else 1.0
@@ -140,12 +145,14 @@ class Ranks:
 
 
 def rank_check(candidate: np.ndarray, reference: np.ndarray, mask: np.ndarray | None = None) -> Ranks:
-    """Compare the top-1 of every row (all axes but the last) of two logits arrays, margins told apart."""
-    classes = reference.shape[-1]
-    c, r = candidate.reshape(-1, classes), reference.reshape(-1, classes)
-    if mask is not None and mask.size == c.shape[0]:
-        keep = mask.reshape(-1).astype(bool)
-        c, r = c[keep], r[keep]
+    """Compare the top-1 of every row (all axes but the last) of two logits arrays, margins told apart. ``mask``
+    (over the leading axes, e.g. an attention mask over batch and sequence) leaves rows out; one of another shape
+    is not applied."""
+    rows = reference.shape[:-1]
+    c, r = candidate.reshape(-1, reference.shape[-1]), reference.reshape(-1, reference.shape[-1])
+    if mask is not None and mask.ndim <= len(rows) and mask.shape == rows[: mask.ndim]:
+        keep = np.broadcast_to(mask.reshape(mask.shape + (1,) * (len(rows) - mask.ndim)), rows).reshape(-1)
+        c, r = c[keep.astype(bool)], r[keep.astype(bool)]
     if not r.shape[0]:
         return Ranks(0, 0, 0)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -251,15 +258,8 @@ def measure(candidate: np.ndarray, reference: np.ndarray, name: str, mask: np.nd
     r = reference.astype(np.float64)
     argmax, ranks = None, None
     if "logit" in name.lower() and r.ndim >= 1 and r.shape[-1] > 1 and not integer:
-        agree = np.argmax(c, -1) == np.argmax(r, -1)
-        rows = mask if mask is not None and agree.shape[: mask.ndim] == mask.shape else None
-        if rows is not None:
-            agree = agree[rows]
-        argmax = float(agree.mean()) if agree.size else 1.0
-        if rows is not None and rows.shape != agree.shape:  # a mask over leading axes only: rows are what it keeps
-            ranks = rank_check(c[rows], r[rows])
-        else:
-            ranks = rank_check(c, r, rows)
+        ranks = rank_check(c, r, mask)
+        argmax = ranks.top1
     if mask is not None and r.shape[: mask.ndim] == mask.shape:
         c, r = c[mask], r[mask]
     c, r = c.ravel(), r.ravel()

@@ -320,6 +320,17 @@ def strip_prefix(proto: Any, prefix: str) -> None:
                 node.input[i] = renames[name]
 
 
+def save_proto(proto: Any, path: Path, external: bool) -> None:
+    """``onnx.save``; with ``external`` the weights go to one data file beside it (``<name>.data``), as a model over
+    2 GB must (one protobuf message holds 2 GB)."""
+    import onnx
+
+    if external:
+        onnx.save(proto, str(path), save_as_external_data=True, location=Path(path).name + ".data")
+    else:
+        onnx.save(proto, str(path))
+
+
 def total_file_size(path: Path, proto: Any) -> int:
     return sum(p.stat().st_size for p in files_of(Path(path), proto) if p.exists())
 

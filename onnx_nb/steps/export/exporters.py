@@ -119,10 +119,11 @@ def quiet(collected: list[str], native: list[str]) -> Iterator[None]:
                 if issubclass(w.category, _QUIET_CATEGORIES):
                     # a library's own deprecations are its business; one raised at a call of ours is a bug of
                     # ours: it is raised again below, where the tests' deprecation watch sees it
-                    if str(w.filename).startswith(_PACKAGE) and not any(d in text for d in _DELIBERATE):
+                    if any(d in text for d in _DELIBERATE):
+                        if _DELIBERATE_NOTE not in collected:
+                            collected.append(_DELIBERATE_NOTE)
+                    elif str(w.filename).startswith(_PACKAGE):
                         ours.append(w)
-                    elif any(d in text for d in _DELIBERATE) and _DELIBERATE_NOTE not in collected:
-                        collected.append(_DELIBERATE_NOTE)
                     continue
                 if text and not any(n in text for n in _NOISE) and text not in collected:
                     collected.append(text[:300])

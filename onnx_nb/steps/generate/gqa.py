@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import NotRewritableError as NotRewritable
-from ...runtime.onnxfile import GQA_OP, is_gqa_file
+from ...runtime.onnxfile import GQA_OP, is_gqa_file, save_proto
 
 __all__ = ["GQA_OP", "NotRewritable", "is_gqa_file", "rewrite", "rotary_tables"]
 
@@ -228,10 +228,7 @@ def rewrite(src: Path, dst: Path, model: Any, big: bool = False) -> dict[str, in
             o.type.tensor_type.shape.dim[2].dim_param = PRESENT_AXIS
     if not any(op.domain == "com.microsoft" for op in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    if big:
-        onnx.save(proto, str(dst), save_as_external_data=True, location=dst.name + ".data")
-    else:
-        onnx.save(proto, str(dst))
+    save_proto(proto, dst, big)
     return {"layers": len(parts), "nodes": len(proto.graph.node), "norms": norms}
 
 

@@ -13,43 +13,30 @@ from typing import Any
 import numpy as np
 
 from ...errors import CalibrationError
+from ...runtime.onnxfile import load_proto, save_proto, signature, total_file_size, untie
 
 
 def is_big(path: Path) -> bool:
     """The file and its external data hold more than one protobuf message can (2 GB, less room for the graph):
     every step that writes it writes its weights as external data."""
-    from ...runtime.onnxfile import files_of, load_proto
     from ..export.exporting import EXTERNAL_DATA_BYTES
 
-    return sum(p.stat().st_size for p in files_of(Path(path), load_proto(path)) if p.exists()) > EXTERNAL_DATA_BYTES
+    return total_file_size(Path(path), load_proto(path)) > EXTERNAL_DATA_BYTES
 
 
-def save(model: Any, path: Path, big: bool) -> None:
-    """``onnx.save``, the weights in one external data file beside it (``<name>.data``) when ``big``."""
-    import onnx
-
-    if big:
-        onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=Path(path).name + ".data", size_threshold=1024)
-    else:
-        onnx.save(model, str(path))
-
-
-def prepare_for_quantization(src: Path, dst: Path) -> None:
+def prepare_for_quantization(src: Path, dst: Path, big: bool | None = None) -> None:
     """Drop stale shape annotations and run ORT's symbolic shape inference: ORT's quantizer fails on
     fused graphs (contrib ops) without it. A file over 2 GB is written with external data and inferred from the
     file (ONNX's path-based inference; the symbolic one needs the whole model in one protobuf message)."""
     import onnx
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-    from ...runtime.onnxfile import untie
-
-    big = is_big(src)
+    big = is_big(src) if big is None else big
     model = onnx.load(str(src))
     untie(model)  # a tied LM head's weight an initializer again: ORT's quantizer only quantizes those
     del model.graph.value_info[:]
     if big:
-        save(model, dst, True)
+        save_proto(model, dst, True)
         del model
         onnx.shape_inference.infer_shapes_path(str(dst), str(dst))
         return
@@ -77,8 +64,6 @@ class CalibrationReader:
     """Feeds calibration samples to ORT's static quantizer, checked against the model's inputs."""
 
     def __init__(self, path: Path, samples: Sequence[dict[str, Any]]) -> None:
-        from ...runtime.onnxfile import load_proto, signature
-
         inputs = {i.name: i for i in signature(load_proto(path))[0]}
         self.samples: list[dict[str, np.ndarray]] = []
         for n, sample in enumerate(samples):
@@ -112,28 +97,26 @@ class CalibrationReader:
 def standard_attention(path: Path) -> list[str]:
     """ONNX's own ``Attention`` nodes (opset 23): ORT's quantizer takes every ``Attention`` for its contrib op
     and would write a ``QAttention`` the runtime rejects; they stay in float (their projections are MatMuls)."""
-    from ...runtime.onnxfile import load_proto
-
     return [n.name for n in load_proto(path).graph.node if n.op_type == "Attention" and n.domain in ("", "ai.onnx")]
 
 
 def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
-              op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
-              accuracy_level: int | None = None, gemm_as_matmul: bool = False) -> None:
+                  op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
+                  accuracy_level: int | None = None, gemm_as_matmul: bool = False) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
     if method in ("dynamic", "static"):
         excluded = [*excluded, *standard_attention(src)]
     if method == "dynamic":
-        prepare_for_quantization(src, prepared)
+        prepare_for_quantization(src, prepared, big)
         quantize_dynamic(str(prepared), str(staged), weight_type=QuantType.QInt8, per_channel=per_channel,
                          nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
                          # float for weights whose type shape inference cannot see (behind contrib ops)
                          extra_options={"MatMulConstBOnly": True, "DefaultTensorType": 1},
                          use_external_data_format=big)
     elif method == "static":
-        prepare_for_quantization(src, prepared)
+        prepare_for_quantization(src, prepared, big)
         assert calib is not None
         quantize_static(str(prepared), str(staged), CalibrationReader(prepared, calib), quant_format=QuantFormat.QDQ,
                         per_channel=per_channel, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
@@ -146,12 +129,10 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
 
         model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, disable_shape_infer=big)
         OnnxModel(model).topological_sort()  # the Casts for kept fp32 inputs are appended after their consumers
-        save(model, staged, big)
+        save_proto(model, staged, big)
     else:
         import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-        from ...runtime.onnxfile import untie
 
         model = onnx.load(str(src))
         untie(model)
