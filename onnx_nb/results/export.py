@@ -54,6 +54,7 @@ class ExportResult:
     fixed_axes: list[Any] = field(default_factory=list)  # inputs.FixedAxis: axes that stay fixed, and why
     dynamic: bool | str = True  # what was asked: True, False or "custom" (a dict of axes)
     unverified: list[str] = field(default_factory=list)  # why the file is not verified (one traced branch)
+    memory: dict[str, Any] = field(default_factory=dict)  # the lean route: weights' bytes, the build's peak
 
     def __bool__(self) -> bool:
         return bool(self.check.get("passed", True)) and not self.unverified
@@ -86,7 +87,7 @@ class ExportResult:
             "export_seconds": round(self.export_seconds, 3), "warnings": list(self.warnings),
             "source": self.source.to_dict(), "check": dict(self.check), "status": self.status,
             "fixed_axes": [f.to_dict() for f in self.fixed_axes], "dynamic": self.dynamic,
-            "unverified": list(self.unverified),
+            "unverified": list(self.unverified), "memory": dict(self.memory),
         }
 
     def to_pandas(self) -> Any:
@@ -110,6 +111,11 @@ class ExportResult:
                 ("size", human_bytes(self.file_size) + (" (external data)" if self.external_data else "")),
                 ("nodes", str(sum(self.op_histogram.values()))),
                 ("export time", f"{self.export_seconds:.1f} s")]
+        if self.memory.get("build_peak_bytes") is not None:
+            m = self.memory
+            rows.append(("peak memory", f"{human_bytes(m['build_peak_bytes'])} while writing "
+                         f"({m['build_peak_bytes'] / max(m['weights_bytes'], 1):.2f}x the checkpoint's "
+                         f"{human_bytes(m['weights_bytes'])} of {m['weights_dtype']} weights)"))
         if self.check:
             rows.append(("check", self._check_text()))
         rows.append(("status", self.status if not self.unverified else
@@ -125,6 +131,8 @@ class ExportResult:
         if "error" in c:
             return f"FAILED: {c['error']}"
         status = "passed" if c.get("passed") else "FAILED"
+        if "cosine" in c:  # the lean route's check: teacher-forced decode steps
+            return f"{status}: {c['summary']}"
         shapes = ", ".join(f"{k} {shape_text(v)}" for k, v in c.get("shapes", {}).items())
         return f"{status}: ORT vs PyTorch max abs diff {c.get('max_abs_diff', 0):.2e} at {shapes}"
 

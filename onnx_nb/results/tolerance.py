@@ -64,9 +64,10 @@ def precision_of(proto: Any) -> str:
     import onnx
 
     ops = {n.op_type for n in proto.graph.node}
-    if "MatMulNBits" in ops:
+    bits = {a.i for n in proto.graph.node if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"}
+    if bits and min(bits) <= 4:
         return "int4"
-    if ops & QUANT_OPS:
+    if ops & QUANT_OPS or bits:
         return "int8"
     half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
     if any(i.data_type in half for i in proto.graph.initializer) or any(

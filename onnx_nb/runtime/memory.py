@@ -39,6 +39,7 @@ class Peak:
     """``added_bytes``: how far the resident size rose above where it stood at the start (None if unknown)."""
 
     added_bytes: int | None = None
+    high_bytes: int | None = None  # the process's whole resident size at that peak
 
     @property
     def mb(self) -> float | None:
@@ -57,6 +58,7 @@ def peak_memory() -> Iterator[Peak]:
         high = _field("VmHWM") if measurable else None
         if high is not None and start is not None:
             peak.added_bytes = max(high - start, 0)
+            peak.high_bytes = high
 
 
 def weight_bytes(model: Any) -> int:

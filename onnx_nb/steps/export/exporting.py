@@ -50,6 +50,7 @@ def export(
     name: str | None = None,
     allow_pickle: bool = False,
     cache: bool | str = "auto",
+    precision: str | None = None,
 ) -> ExportResult:
     """Export ``model`` to ONNX and check the file in ONNX Runtime at a shape other than the sample's.
 
@@ -61,7 +62,15 @@ def export(
     :mod:`onnx_nb.steps.export.decoder_cache`); ``cache=False`` exports logits for a whole sequence. A PyTorch
     checkpoint file (``.pt``, ``.pth``, ``.ckpt``) is loaded with ``weights_only=True``; one that pickles a whole model
     needs ``allow_pickle=True``, for files you trust (unpickling can run arbitrary code).
+
+    ``precision`` (``"int4"``, ``"int8"``, ``"fp16"``, ``"fp32"``) takes the lean route for decoders (Llama, Mistral,
+    Qwen2/3, Phi-3, Gemma, Granite) given as a folder or hub id: ONNX Runtime's fused decoder graph written layer
+    by layer from the safetensors checkpoint, each weight converted as it is read, so memory stays near one layer
+    (:mod:`onnx_nb.steps.export.lean`); checked against PyTorch on a prefill and decode steps.
     """
+    if precision is not None:
+        return _export_lean(model, precision, out, overwrite, progress, name, (sample, task, opset, exporter,
+                                                                               dynamic, cache))
     _check_args(exporter, opset, dynamic)
     if cache not in ("auto", True, False):  # before the model is loaded
         raise InvalidArgumentError(f"cache={cache!r}: use True, False or 'auto' (for generative models).")
@@ -89,6 +98,26 @@ def export(
                                            f"*ForConditionalGeneration); {type(source.model).__name__} is not one.")
         steps.step("preparing sample inputs")
         return _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)
+
+
+def _export_lean(model: Any, precision: str, out: Any, overwrite: bool, progress: bool, name: str | None,
+                 others: tuple[Any, ...]) -> ExportResult:
+    from .lean import PRECISIONS, export_checkpoint
+    from .sources import source_name
+
+    if precision not in PRECISIONS:
+        raise InvalidArgumentError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}.")
+    if not isinstance(model, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            "precision= builds a decoder straight from its checkpoint: give its folder or hub id. For a model "
+            "object, model.save_pretrained(folder) then export(folder, precision=...), or export(model) then "
+            "quantize(export, method=...).")
+    if others != (None, None, None, "auto", True, "auto"):
+        raise InvalidArgumentError("precision= writes a decoder with its cache from the checkpoint alone: sample=, "
+                                   "task=, opset=, exporter=, dynamic= and cache= do not apply to it.")
+    label = name or source_name(model)
+    target = check_target(out if out is not None else default_output(label), overwrite)
+    return export_checkpoint(model, precision, target, label, progress)
 
 
 def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic: Any,

@@ -28,33 +28,18 @@ import numpy as np
 
 from ...errors import NotRewritableError as NotRewritable
 from ...runtime.onnxfile import GQA_OP, is_gqa_file, save_proto
+from ..export.gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
+from ..export.gqa_io import rotary_tables as tables_of
 
 __all__ = ["GQA_OP", "NotRewritable", "is_gqa_file", "rewrite", "rotary_tables"]
 
-SEQLENS, TOTAL = "gqa.seqlens_k", "gqa.total_sequence_length"
-COS, SIN = "gqa.cos_cache", "gqa.sin_cache"
-PRESENT_AXIS = "present_sequence"  # past and present share a buffer: present's length is the buffer's
-
-
 def rotary_tables(model: Any) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin for every position up to the config's ``max_position_embeddings``, ``[positions, rotary/2]``,
-    from the model's own rotary module (its scaling rule included); position-dependent rules refuse."""
-    import torch
-
+    """cos and sin for every position (:func:`~onnx_nb.steps.export.gqa_io.rotary_tables`) from the rotary module
+    inside ``model``."""
     rotary = next((m for m in model.modules() if hasattr(m, "inv_freq") and "Rotary" in type(m).__name__), None)
     if rotary is None:
         raise NotRewritable("no rotary embedding module in the model")
-    kind = str(getattr(rotary, "rope_type", "default"))
-    if kind in ("dynamic", "longrope"):
-        raise NotRewritable(f"rotary scaling {kind!r} depends on the sequence length")
-    positions = int(getattr(model.config, "max_position_embeddings", 0) or 0)
-    if positions <= 0:
-        raise NotRewritable("the config has no max_position_embeddings")
-    with torch.no_grad():
-        cos, sin = rotary(torch.zeros(1, dtype=torch.float32), torch.arange(positions)[None])
-    half = cos.shape[-1] // 2
-    cos, sin = cos[0, :, :half].float().numpy(), sin[0, :, :half].float().numpy()
-    return np.ascontiguousarray(cos), np.ascontiguousarray(sin)
+    return tables_of(rotary, model.config)
 
 
 class _Graph:
@@ -175,17 +160,8 @@ def rewrite(src: Path, dst: Path, model: Any, big: bool = False) -> dict[str, in
     if rotary_dim > head_size:
         raise NotRewritable("the rotary tables are wider than a head")
 
-    new_inits = [numpy_helper.from_array(cos, COS), numpy_helper.from_array(sin, SIN)]
-    front = [
-        helper.make_node("ReduceSum", ["attention_mask", "gqa.axis1"], ["gqa.valid"], keepdims=0, name="gqa/valid"),
-        helper.make_node("Sub", ["gqa.valid", "gqa.one"], ["gqa.valid_1"], name="gqa/valid_1"),
-        helper.make_node("Cast", ["gqa.valid_1"], [SEQLENS], to=onnx.TensorProto.INT32, name="gqa/seqlens"),
-        helper.make_node("Shape", ["attention_mask"], ["gqa.mask_shape"], name="gqa/mask_shape"),
-        helper.make_node("Gather", ["gqa.mask_shape", "gqa.one"], ["gqa.total64"], axis=0, name="gqa/total64"),
-        helper.make_node("Cast", ["gqa.total64"], [TOTAL], to=onnx.TensorProto.INT32, name="gqa/total"),
-    ]
-    new_inits += [numpy_helper.from_array(np.array([1], np.int64), "gqa.axis1"),
-                  numpy_helper.from_array(np.array(1, np.int64), "gqa.one")]
+    front, new_inits = mask_nodes()
+    new_inits += [numpy_helper.from_array(cos, COS), numpy_helper.from_array(sin, SIN)]
     replaced: dict[str, list[Any]] = {}  # the node a layer's new nodes go in place of
     for i, p in parts.items():
         weights = [p["q"][0], p["k"][0], p["v"][0]]

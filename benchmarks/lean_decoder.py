@@ -1,0 +1,315 @@
+"""A real-size decoder checkpoint to an INT4 file: onnx-nb's lean route (``export(folder, precision="int4")``) against
+onnxruntime-genai's model builder (``python -m onnxruntime_genai.models.builder -p int4 -e cpu``), one after the
+other in one run, then the decode speed of each file under both loops (onnx-nb's ``generate()`` and
+onnxruntime-genai's runtime).
+
+    .venv/bin/python benchmarks/lean_decoder.py [--size 1b|7b] [--work onnx_nb_out/lean] [--rounds 3]
+        [--new-tokens 64] [--prompt 16] [--no-builder]
+
+``--size 1b``: a TinyLlama-shaped Llama (22 layers, hidden 2048, 4 kv heads, 1.10B parameters) saved in float32
+(4.1 GiB). ``--size 7b``: a Llama-2-7B-shaped one (32 layers, hidden 4096, 6.74B parameters) saved in bfloat16
+(12.6 GiB). Random weights (std 0.02, as transformers initializes), written tensor by tensor into safetensors
+shards (the model is never built: its names and shapes come from a model on the meta device).
+
+Each build runs in a process of its own, started by a small watcher that samples its resident memory every 20 ms
+and stops it above ``--cap`` GiB (so a build that cannot fit here reports so instead of taking the machine down);
+time is the child's wall time from start (imports and loading included: what a user waits for), memory its peak
+resident set (``VmHWM``). onnx-nb's row is the file alone (``export_seconds`` after its process started, and the
+process's peak up to then); its check against PyTorch (which loads the model) is printed on its own row.
+
+Decode: batch 1, a prompt of ``--prompt`` tokens, ``--new-tokens`` greedy tokens, 2 threads, each candidate in a
+process of its own kept for the whole run (``anchors/``), a shuffled order per round with one untimed generation
+first; tokens/s is one over the median decode step. Prints the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+SIZES: dict[str, dict[str, Any]] = {
+    "1b": {"dtype": "float32", "config": {
+        "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
+        "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}},
+    "7b": {"dtype": "bfloat16", "config": {
+        "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}},
+}
+SHARD_BYTES = 2 * 2**30
+
+
+def make_checkpoint(folder: Path, size: str) -> Path:
+    """A Llama checkpoint of random weights, written tensor by tensor (never the whole model in memory)."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    from onnx_nb.frontends.demo import default_model_path
+
+    if (folder / "config.json").is_file():
+        return folder
+    spec = SIZES[size]
+    config = transformers.LlamaConfig(**spec["config"], architectures=["LlamaForCausalLM"])
+    config.dtype = spec["dtype"]
+    with torch.device("meta"):
+        meta = transformers.LlamaForCausalLM(config)
+    dtype = getattr(torch, spec["dtype"])
+    folder.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(0)
+    shard: dict[str, torch.Tensor] = {}
+    weight_map: dict[str, str] = {}
+    shards: list[list[str]] = []
+    total = 0
+
+    def flush() -> None:
+        if shard:
+            name = f"model-{len(shards) + 1:05d}.safetensors"
+            save_file(shard, str(folder / name), metadata={"format": "pt"})
+            shards.append(list(shard))
+            weight_map.update({k: name for k in shard})
+            shard.clear()
+
+    held = 0
+    for name, p in meta.named_parameters():
+        t = torch.ones(p.shape, dtype=dtype) if name.endswith("norm.weight") else \
+            (torch.randn(p.shape, generator=g) * 0.02).to(dtype)
+        size_b = t.numel() * t.element_size()
+        if held + size_b > SHARD_BYTES:
+            flush()
+            held = 0
+        shard[name] = t
+        held += size_b
+        total += size_b
+    flush()
+    final: dict[str, str] = {}
+    for i, names in enumerate(shards):  # the names the index promises: model-0000i-of-0000n
+        old = folder / f"model-{i + 1:05d}.safetensors"
+        new = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        old.rename(folder / new)
+        final.update({k: new for k in names})
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": final}, indent=1))
+    config.save_pretrained(folder)
+    transformers.AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(folder)  # the builder wants one
+    return folder
+
+
+WATCH = r"""
+import json, subprocess, sys, threading, time
+cap = float(sys.argv[1]) * 2**30
+start = time.perf_counter()
+child = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+peak, killed = 0, False
+def watch():
+    global peak, killed
+    while child.poll() is None:
+        try:
+            with open(f"/proc/{child.pid}/status") as f:
+                for line in f:
+                    if line.startswith(("VmHWM:", "VmRSS:")):
+                        peak = max(peak, int(line.split()[1]) * 1024)
+        except OSError:
+            break
+        if peak > cap:
+            killed = True
+            child.kill()
+        time.sleep(0.02)
+threading.Thread(target=watch, daemon=True).start()
+out = child.communicate()[0]
+print(json.dumps({"seconds": time.perf_counter() - start, "peak": peak, "rc": child.returncode, "killed": killed,
+                  "tail": out[-3000:]}))
+"""
+
+
+def watched(command: list[str], cap_gib: float) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", WATCH, str(cap_gib), *command], capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+ONNXNB = r"""
+import json, os, sys, time
+t0 = time.perf_counter()
+import onnx_nb
+called = time.perf_counter()
+r = onnx_nb.export(sys.argv[1], precision=sys.argv[3], out=sys.argv[2], overwrite=True, progress=False)
+print(json.dumps({"file_seconds": called - t0 + r.export_seconds, "export_seconds": r.export_seconds,
+                  "total_seconds": time.perf_counter() - t0, "memory": r.memory, "check": r.check["summary"]
+                  if "summary" in r.check else r.check.get("error"), "passed": bool(r), "size": r.file_size}))
+"""
+
+
+ACCURACY = r"""
+import json, sys
+import numpy as np
+from pathlib import Path
+from onnx_nb.steps.export import lean
+folder, files = sys.argv[1], sys.argv[2:]
+rng = np.random.default_rng(0)
+ids = rng.integers(3, 32000, (1, lean.CHECK_PROMPT + lean.CHECK_DECODE), dtype=np.int64)
+ref, dtype = lean._reference_logits(folder, ids)  # PyTorch in the checkpoint's dtype, then freed
+out = {"reference": dtype}
+import transformers
+config = transformers.AutoConfig.from_pretrained(folder)
+info = {"layers": config.num_hidden_layers, "kv_heads": config.num_key_value_heads,
+        "head_size": config.hidden_size // config.num_attention_heads, "cache_dtype": "float32"}
+for f in files:
+    got = lean._onnx_logits(Path(f), ids, info)
+    cos = (got * ref).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(ref, axis=-1)
+    out[f] = {"cosine": [round(float(c), 5) for c in cos],
+              "top1": float((got.argmax(-1) == ref.argmax(-1)).mean())}
+print(json.dumps(out))
+"""
+
+
+def gib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="1b")
+    parser.add_argument("--work", type=Path, default=Path("onnx_nb_out/lean"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--prompt", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cap", type=float, default=20.0, help="stop a build above this resident memory (GiB)")
+    parser.add_argument("--no-builder", action="store_true", help="skip onnxruntime-genai's model builder")
+    args = parser.parse_args()
+
+    work = (args.work / args.size).resolve()
+    folder = make_checkpoint(work / "hf", args.size)
+    weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    print(f"checkpoint: {folder} ({gib(weights)} of {SIZES[args.size]['dtype']} safetensors)", flush=True)
+
+    ours = work / "onnx-nb-int4" / "model.onnx"
+    ours.parent.mkdir(parents=True, exist_ok=True)
+    builds: list[tuple[str, Any]] = [("onnx-nb", [sys.executable, "-c", ONNXNB, str(folder), str(ours), "int4"])]
+    builder = work / "genai-int4"
+    if not args.no_builder:
+        builds.append(("builder", [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(folder),
+                                   "-o", str(builder), "-p", "int4", "-e", "cpu", "--extra_options",
+                                   "int4_accuracy_level=4"]))
+    rows: dict[str, dict[str, Any]] = {}
+    for label, command in builds:
+        done = watched(command, args.cap)
+        rows[label] = done
+        if done["killed"]:
+            print(f"{label}: stopped at {gib(done['peak'])} (over --cap {args.cap} GiB) after {done['seconds']:.0f} s")
+        elif done["rc"] != 0:
+            print(f"{label}: failed (exit {done['rc']}): {done['tail'][-1500:]}")
+        else:
+            print(f"{label}: {done['seconds']:.1f} s, peak {gib(done['peak'])}", flush=True)
+    made = rows.get("onnx-nb", {})
+    detail = None
+    if made.get("rc") == 0:
+        detail = json.loads([line for line in made["tail"].splitlines() if line.startswith("{")][-1])
+    print()
+    print(f"{'INT4 file from the checkpoint':46s} {'time':>9s} {'peak RSS':>11s} {'x weights':>9s} {'file':>10s}")
+    if detail is not None:
+        m = detail["memory"]
+        file_peak = m["build_process_peak_bytes"]  # the process's resident peak while it wrote the file
+        print(f"{'onnx-nb export(precision=int4), file alone':46s} {detail['file_seconds']:8.1f}s "
+              f"{gib(file_peak):>11s} {file_peak / weights:8.2f}x {gib(detail['size']):>10s}")
+        print(f"{'  + its check against PyTorch (whole process)':46s} {detail['total_seconds']:8.1f}s "
+              f"{gib(made['peak']):>11s} {made['peak'] / weights:8.2f}x  {detail['check']}")
+    b = rows.get("builder")
+    if b is not None and b["rc"] == 0:
+        size = sum(p.stat().st_size for p in builder.glob("model.onnx*"))
+        print(f"{'onnxruntime-genai builder -p int4 -e cpu':46s} {b['seconds']:8.1f}s {gib(b['peak']):>11s} "
+              f"{b['peak'] / weights:8.2f}x {gib(size):>10s}")
+        if detail is not None:
+            print(f"onnx-nb / builder: time {detail['file_seconds'] / b['seconds']:.2f}x, "
+                  f"peak memory {file_peak / b['peak']:.2f}x (below 1 is better)")
+    if detail is None:
+        return 1
+    files = [str(ours)] + ([str(builder / "model.onnx")] if b is not None and b["rc"] == 0 else [])
+    acc = watched([sys.executable, "-c", ACCURACY, str(folder), *files], args.cap)
+    if acc["rc"] == 0:
+        found = json.loads([line for line in acc["tail"].splitlines() if line.startswith("{")][-1])
+        print(f"\nnext-token logits against PyTorch ({found['reference']}), a prefill of {8} tokens + 3 decode "
+              "steps (random weights: a deep random network amplifies any rounding, so INT4 cosines are low for "
+              "both files)")
+        for f, label in zip(files, ("onnx-nb INT4", "builder INT4")):
+            print(f"  {label:14s} cosine per step {found[f]['cosine']}, top-1 agreement {found[f]['top1']:.2f}")
+    else:
+        print(f"accuracy run failed: {acc['tail'][-800:]}")
+    decode(args, ours, builder if b is not None and b["rc"] == 0 else None, work)
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+def decode(args: Any, ours: Path, builder: Path | None, work: Path) -> None:
+    """Decode tokens/s of each INT4 file under each loop."""
+    from generation import Anchor, genai_folder
+
+    from onnx_nb.runtime.onnxfile import load_proto
+    from onnx_nb.steps.generate.genai import config_for
+
+    prompt = list(range(5, 5 + args.prompt))
+    candidates: dict[str, Any] = {
+        "onnx-nb file, onnx-nb generate()": Anchor(sys.executable, "onnxnb_generate.py", ours, prompt,
+                                                   args.new_tokens, args.threads),
+    }
+    if builder is not None:
+        swapped = work / "onnx-nb-int4-for-genai"
+        if not swapped.exists():
+            genai_folder(builder, ours, swapped)  # the builder's genai_config.json, onnx-nb's file linked
+            (swapped / "model.onnx.data").symlink_to(ours.parent / "model.onnx.data")
+        candidates["onnx-nb file, onnxruntime-genai runtime"] = Anchor(
+            sys.executable, "genai_generate.py", swapped, prompt, args.new_tokens, args.threads)
+        candidates["builder file, onnxruntime-genai runtime"] = Anchor(
+            sys.executable, "genai_generate.py", builder, prompt, args.new_tokens, args.threads)
+        candidates["builder file, onnx-nb generate()"] = Anchor(
+            sys.executable, "onnxnb_generate.py", builder / "model.onnx", prompt, args.new_tokens, args.threads)
+    else:
+        own = work / "onnx-nb-int4-genai"
+        if not own.exists():
+            own.mkdir()
+            (own / "model.onnx").symlink_to(ours)
+            for extra in ours.parent.glob("model.onnx.data"):
+                (own / extra.name).symlink_to(extra)
+            (own / "genai_config.json").write_text(json.dumps(config_for(ours, load_proto(ours), args.threads),
+                                                              indent=1))
+        candidates["onnx-nb file, onnxruntime-genai runtime"] = Anchor(
+            sys.executable, "genai_generate.py", own, prompt, args.new_tokens, args.threads)
+    steps: dict[str, list[float]] = {k: [] for k in candidates}
+    tokens: dict[str, list[int]] = {}
+    for _ in range(args.rounds):
+        order = list(candidates)
+        random.shuffle(order)
+        for label in order:
+            candidates[label]()  # untimed: the previous candidate's threads may still spin
+            got, _, _, each = candidates[label]()
+            steps[label].extend(each)
+            tokens[label] = got
+    for c in candidates.values():
+        c.close()
+    print()
+    print(f"decode, batch 1, prompt {args.prompt}, {args.new_tokens} new tokens, {args.threads} threads, "
+          f"{args.rounds} rounds")
+    rates = {k: 1.0 / statistics.median(v) for k, v in steps.items()}
+    for label, rate in rates.items():
+        same = "same tokens" if tokens[label] == tokens["onnx-nb file, onnx-nb generate()"] else "other tokens"
+        print(f"  {label:44s} {rate:7.2f} tokens/s  ({same} as onnx-nb's file under generate())")
+    if builder is not None:
+        mine = rates["onnx-nb file, onnxruntime-genai runtime"]
+        theirs = rates["builder file, onnxruntime-genai runtime"]
+        print(f"  under onnxruntime-genai's runtime, onnx-nb's file / the builder's: {mine / theirs:.2f}x")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

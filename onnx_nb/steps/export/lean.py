@@ -1,0 +1,615 @@
+"""``export(folder, precision=...)``: a decoder checkpoint written straight into ONNX Runtime's fused decoder graph,
+layer by layer, each weight read from the safetensors files and converted as it is read.
+
+The generic route traces the whole PyTorch model, saves an fp32 graph, re-exports it, rewrites its attention and
+then quantizes: the model, the graph and the quantizer's copy sit in memory together (about 4x the weights at its
+peak). This route never builds the model: for the families ONNX Runtime's ``GroupQueryAttention`` covers (Llama,
+Mistral, Qwen2, Qwen3, Phi-3, Gemma, Granite) it writes the graph onnxruntime-genai's model builder writes, and the
+same file :func:`~onnx_nb.steps.generate.gqa.rewrite` makes (same inputs and outputs, so ``generate()``, generation
+parity, onnxruntime-genai's loop and ``benchmark()`` take it as they take that one):
+
+- ``Gather`` embedding; per layer ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization`` (the
+  residual sum comes out of the norm), one packed Q/K/V projection, ``GroupQueryAttention`` with the rotary
+  embedding inside (cos/sin tables from the model's own rotary module, so its scaling rule holds), the output
+  projection, a gated MLP; the final norm and the LM head (a tied head reads the embedding's tensor);
+- each projection's weight in the asked precision as it is read: ``int4`` and ``int8`` are ONNX Runtime's
+  ``MatMulNBits`` (blocks of 32, symmetric, INT8 compute on CPU: accuracy level 4, as the builder writes for CPU),
+  ``fp32`` a plain ``MatMul``; ``fp16`` computes in half precision (for GPU providers) with float32 logits;
+- weights go straight into the external-data file as they are converted (aligned, one file), so the process holds
+  one layer's tensors at a time; the checkpoint is read with ``pread``, never mapped
+  (:mod:`~onnx_nb.steps.export.safetensors_file`).
+
+Only imported by functions that already need torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from ...errors import InvalidArgumentError, ModelLoadError
+from .gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes, rotary_tables
+from .safetensors_file import Checkpoint
+
+PRECISIONS = ("int4", "int8", "fp16", "fp32")
+DENSE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "granite")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")  # mixtures of experts: ONNX Runtime's MoE / QMoE op
+FAMILIES = DENSE + MOE
+BLOCK = 32  # MatMulNBits block size (onnxruntime-genai's default)
+ACCURACY_LEVEL = 4  # INT8 compute of MatMulNBits on CPU
+ALIGN = 4096  # external-data offsets aligned to pages: ONNX Runtime maps them instead of copying
+INLINE_BYTES = 1024  # smaller tensors stay in the graph
+OPSET = 21
+GQA_OP = "GroupQueryAttention"
+
+
+class Weights:
+    """The external-data file being written: each tensor appended (page-aligned) as it is made."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.location = path, path.name
+        self.f: BinaryIO = open(path, "wb")
+        self.offset = 0
+        self.initializers: list[Any] = []
+        self.bytes = 0
+
+    def add(self, name: str, array: np.ndarray) -> str:
+        from onnx import TensorProto, helper, numpy_helper
+
+        array = np.ascontiguousarray(array)
+        self.bytes += array.nbytes
+        if array.nbytes < INLINE_BYTES:
+            self.initializers.append(numpy_helper.from_array(array, name))
+            return name
+        pad = (-self.offset) % ALIGN
+        if pad:
+            self.f.write(b"\0" * pad)
+            self.offset += pad
+        t = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype), dims=list(array.shape))
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", self.location), ("offset", str(self.offset)),
+                           ("length", str(array.nbytes))):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        self.f.write(array.tobytes() if array.nbytes < 2**20 else memoryview(array).cast("B"))  # type: ignore[arg-type]
+        self.offset += array.nbytes
+        self.initializers.append(t)
+        return name
+
+    def add_stacked(self, name: str, parts: Any) -> str:
+        """One tensor made of ``parts`` (same shape and dtype) stacked on a new first axis, written part by part:
+        an expert stack never sits in memory whole."""
+        from onnx import TensorProto, helper
+
+        pad = (-self.offset) % ALIGN
+        if pad:
+            self.f.write(b"\0" * pad)
+            self.offset += pad
+        start, count, first = self.offset, 0, None
+        for part in parts:
+            part = np.ascontiguousarray(part)
+            first = part if first is None else first
+            self.f.write(memoryview(part).cast("B"))  # type: ignore[arg-type]
+            self.offset += part.nbytes
+            self.bytes += part.nbytes
+            count += 1
+        assert first is not None
+        t = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(first.dtype),
+                        dims=[count, *first.shape])
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", self.location), ("offset", str(start)), ("length", str(self.offset - start))):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        self.initializers.append(t)
+        return name
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def quantize_nbits(w_nk: np.ndarray, bits: int, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """ONNX Runtime's blockwise symmetric quantization of a ``[N, K]`` (out, in) weight for ``MatMulNBits``:
+    ``(packed [N, blocks, block*bits/8] uint8, scales [N, blocks] float32)``."""
+    from onnxruntime.capi import _pybind_state as ort_c
+
+    n, k = w_nk.shape
+    blocks = -(-k // block)
+    wt = np.zeros((blocks * block, n), np.float32)
+    wt[:k] = w_nk.T
+    packed = np.zeros((n, blocks, block * bits // 8), np.uint8)
+    scales = np.zeros((n, blocks), np.float32)
+    zero_points = np.zeros((n, -(-blocks * bits // 8)), np.uint8)
+    quantize = ort_c.quantize_matmul_4bits if bits == 4 else ort_c.quantize_matmul_8bits
+    quantize(packed, wt, scales, zero_points, block, n, k, True)
+    return packed, scales
+
+
+@dataclass
+class Family:
+    """How one model type's checkpoint maps onto the graph."""
+
+    model_type: str
+    config: Any
+    heads: int
+    kv_heads: int
+    head_size: int
+    hidden: int
+    layers: int
+    eps: float
+    activation: str  # "silu" or "gelu_tanh"
+    norm_offset: float = 0.0  # Gemma's RMSNorm scales by (1 + weight)
+    embed_scale: float = 1.0  # Gemma: sqrt(hidden); Granite: embedding_multiplier
+    residual_scale: float = 1.0  # Granite's residual_multiplier
+    logits_scale: float = 1.0  # Granite: 1 / logits_scaling
+    attention_scale: float | None = None  # Granite's attention_multiplier; else the op's 1/sqrt(head)
+    windows: list[int] = field(default_factory=list)  # per layer: sliding window, -1 for full attention
+    packed: bool = False  # Phi-3: qkv_proj and gate_up_proj
+    experts: int = 0  # a mixture of experts: experts per sparse layer, each token routed to top_k of them
+    top_k: int = 0
+    renormalize: bool = False  # the top-k routing weights rescaled to sum to 1 (Mixtral; norm_topk_prob)
+    sparse: list[bool] = field(default_factory=list)  # per layer: a mixture of experts (else a dense MLP)
+
+
+def family_of(config: Any) -> Family:
+    """The layout of a supported decoder's config; refuses (with what to do) anything else."""
+    kind = str(getattr(config, "model_type", ""))
+    if kind not in FAMILIES:
+        raise InvalidArgumentError(
+            f"precision= builds decoders of the families {', '.join(FAMILIES)} straight from their checkpoint; "
+            f"this one is {kind or 'unknown'!r}. Export it with export(model) (no precision=) and make the "
+            "precision with quantize(export, method=...).")
+    heads = int(config.num_attention_heads)
+    hidden = int(config.hidden_size)
+    head = int(getattr(config, "head_dim", None) or hidden // heads)
+    layers = int(config.num_hidden_layers)
+    if head % 16:
+        raise InvalidArgumentError(f"ONNX Runtime's GroupQueryAttention takes head sizes that are multiples of 16; "
+                                   f"this {kind} has {head}. Export it with export(model) (no precision=).")
+    act = str(getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu"))
+    if act not in ("silu", "gelu_pytorch_tanh", "gelu_tanh"):
+        raise InvalidArgumentError(f"{kind}'s activation {act!r} is not one the lean route writes (silu, gelu tanh); "
+                                   "export it with export(model) (no precision=).")
+    fam = Family(kind, config, heads, int(getattr(config, "num_key_value_heads", None) or heads), head, hidden,
+                 layers, float(config.rms_norm_eps), "silu" if act == "silu" else "gelu_tanh",
+                 packed=kind == "phi3")
+    if kind == "gemma":
+        fam.norm_offset, fam.embed_scale = 1.0, math.sqrt(hidden)
+    if kind == "granite":
+        fam.embed_scale = float(config.embedding_multiplier)
+        fam.residual_scale = float(config.residual_multiplier)
+        fam.logits_scale = 1.0 / float(config.logits_scaling)
+        fam.attention_scale = float(config.attention_multiplier)
+    if kind in MOE:
+        experts: Any = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", 0)
+        fam.experts = int(experts)
+        fam.top_k = int(config.num_experts_per_tok)
+        fam.renormalize = kind == "mixtral" or bool(getattr(config, "norm_topk_prob", False))
+        step = int(getattr(config, "decoder_sparse_step", 1) or 1)
+        dense_only = set(getattr(config, "mlp_only_layers", None) or [])
+        fam.sparse = [i not in dense_only and (i + 1) % step == 0 for i in range(layers)]
+    else:
+        fam.sparse = [False] * layers
+    window: Any = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if types:
+        fam.windows = [int(window) if t == "sliding_attention" and window else -1 for t in types]
+    else:
+        on = bool(window) and getattr(config, "use_sliding_window", True)
+        fam.windows = [int(window) if on else -1] * layers
+    return fam
+
+
+def rotary_of(config: Any) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin tables from the family's own rotary module (built from the config alone: no weights)."""
+    kind = config.model_type
+    module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
+    names = [n for n in dir(module) if n.endswith("RotaryEmbedding")]
+    if not names:
+        raise InvalidArgumentError(f"transformers' {kind} has no rotary embedding module; export it with "
+                                   "export(model) (no precision=).")
+    return rotary_tables(getattr(module, names[0])(config=config), config)
+
+
+class Writer:
+    """Nodes and weights of the graph being written."""
+
+    def __init__(self, fam: Family, ckpt: Checkpoint, weights: Weights, precision: str) -> None:
+        self.fam, self.ckpt, self.w, self.precision = fam, ckpt, weights, precision
+        self.nodes: list[Any] = []
+        self.float = np.float16 if precision == "fp16" else np.float32
+
+    def node(self, op: str, inputs: list[str], name: str, outputs: int | list[str] = 1, domain: str = "",
+             **attrs: Any) -> Any:
+        from onnx import helper
+
+        outs = [f"{name}/out{i}" for i in range(outputs)] if isinstance(outputs, int) else outputs
+        self.nodes.append(helper.make_node(op, inputs, outs, name=name, domain=domain, **attrs))
+        return outs[0] if len(outs) == 1 else outs
+
+    def const(self, name: str, value: float) -> str:
+        return self.w.add(name, np.array(value, self.float))
+
+    def read(self, name: str) -> np.ndarray:
+        return self.ckpt.read(name)
+
+    def linear(self, x: str, name: str, w_nk: np.ndarray, bias: np.ndarray | None = None,
+               keep_float: bool = False) -> str:
+        """``x @ w.T (+ bias)`` with ``w`` as the checkpoint stores it (``[out, in]``), in the file's precision
+        (``keep_float``: in the float type whatever the precision: a router, whose picks rounding would move)."""
+        n, k = w_nk.shape
+        if self.precision in ("int4", "int8") and not keep_float:
+            bits = 4 if self.precision == "int4" else 8
+            packed, scales = quantize_nbits(w_nk, bits)
+            y = self.node("MatMulNBits", [x, self.w.add(f"{name}.qweight", packed),
+                                          self.w.add(f"{name}.scales", scales)], name, domain="com.microsoft",
+                          K=k, N=n, bits=bits, block_size=BLOCK, accuracy_level=ACCURACY_LEVEL)
+        else:
+            y = self.node("MatMul", [x, self.w.add(f"{name}.weight", w_nk.T.astype(self.float))], name)
+        if bias is not None:
+            y = self.node("Add", [y, self.w.add(f"{name}.bias", bias.astype(self.float))], f"{name}/bias")
+        return y
+
+    def norm_weight(self, name: str) -> str:
+        return self.w.add(name, (self.read(name) + self.fam.norm_offset).astype(self.float))
+
+    def norm(self, x: str, weight: str, name: str) -> str:
+        return self.node("SimplifiedLayerNormalization", [x, self.norm_weight(weight)], name, axis=-1,
+                         epsilon=self.fam.eps, stash_type=1)
+
+    def skip_norm(self, x: str, skip: str, weight: str, name: str) -> tuple[str, str]:
+        """(normalized, x + skip): the residual sum comes out of the norm."""
+        outs = [f"{name}/out0", "", "", f"{name}/sum"]
+        self.node("SkipSimplifiedLayerNormalization", [x, skip, self.norm_weight(weight)], name, outputs=outs,
+                  domain="com.microsoft", epsilon=self.fam.eps)
+        return outs[0], outs[3]
+
+    def scaled(self, x: str, scale: float, name: str) -> str:
+        return x if scale == 1.0 else self.node("Mul", [x, self.const(f"{name}.scale", scale)], name)
+
+    def optional(self, name: str) -> np.ndarray | None:
+        return self.read(name) if name in self.ckpt else None
+
+    def attention(self, i: int, x: str) -> str:
+        fam, p = self.fam, f"model.layers.{i}.self_attn."
+        q_n, kv_n = fam.heads * fam.head_size, fam.kv_heads * fam.head_size
+        if fam.packed:
+            qkv_w, qkv_b = self.read(p + "qkv_proj.weight"), self.optional(p + "qkv_proj.bias")
+        else:
+            parts = [self.read(p + f"{t}_proj.weight") for t in "qkv"]
+            qkv_w = np.concatenate(parts, axis=0)
+            del parts
+            biases = [self.optional(p + f"{t}_proj.bias") for t in "qkv"]
+            qkv_b = None if all(b is None for b in biases) else np.concatenate(
+                [b if b is not None else np.zeros(n, np.float32) for b, n in zip(biases, (q_n, kv_n, kv_n))])
+        if qkv_w.shape[0] != q_n + 2 * kv_n:
+            raise ModelLoadError(f"layer {i}'s Q/K/V weights have {qkv_w.shape[0]} rows; the config says "
+                                 f"{q_n} + 2 x {kv_n}.")
+        qkv = self.linear(x, f"/model/layers.{i}/attn/qkv_proj", qkv_w, qkv_b)
+        del qkv_w
+        inputs = [qkv, "", ""]
+        if p + "q_norm.weight" in self.ckpt:  # Qwen3: RMSNorm over each head of Q and K before the rotary
+            q, k, v = self.node("Split", [qkv, self.w.add(f"/model/layers.{i}/attn/split", np.array(
+                [q_n, kv_n, kv_n], np.int64))], f"/model/layers.{i}/attn/split", outputs=3, axis=-1)
+            heads = []
+            for t, y in (("q", q), ("k", k)):
+                base = f"/model/layers.{i}/attn/{t}_norm"
+                if self.ckpt.shape(p + f"{t}_norm.weight")[0] != fam.head_size:  # OLMoE: over the whole projection
+                    heads.append(self.norm(y, p + f"{t}_norm.weight", base))
+                    continue
+                shaped = self.node("Reshape", [y, self.w.add(f"{base}/heads", np.array(
+                    [0, 0, -1, fam.head_size], np.int64))], f"{base}/heads")
+                normed = self.norm(shaped, p + f"{t}_norm.weight", base)
+                heads.append(self.node("Reshape", [normed, self.w.add(f"{base}/flat", np.array(
+                    [0, 0, -1], np.int64))], f"{base}/flat"))
+            inputs = [heads[0], heads[1], v]
+        attrs: dict[str, Any] = {"num_heads": fam.heads, "kv_num_heads": fam.kv_heads, "do_rotary": 1,
+                                 "rotary_interleaved": 0}
+        if fam.attention_scale is not None:
+            attrs["scale"] = fam.attention_scale
+        if fam.windows[i] > 0:
+            attrs["local_window_size"] = fam.windows[i]
+        out = self.node(GQA_OP, [*inputs, f"past_key_values.{i}.key", f"past_key_values.{i}.value", SEQLENS,
+                                 TOTAL, COS, SIN], f"/model/layers.{i}/attn/GroupQueryAttention",
+                        outputs=[f"/model/layers.{i}/attn/out", f"present.{i}.key", f"present.{i}.value"],
+                        domain="com.microsoft", **attrs)[0]
+        o = self.linear(out, f"/model/layers.{i}/attn/o_proj", self.read(p + "o_proj.weight"),
+                        self.optional(p + "o_proj.bias"))
+        return self.scaled(o, self.fam.residual_scale, f"/model/layers.{i}/attn/residual_scale")
+
+    def expert_stack(self, name: str, groups: list[tuple[str, ...]]) -> list[str]:
+        """Every expert's weight (a group's tensors interleaved row by row) stacked ``[experts, out, in]`` and written
+        expert by expert: float, or 4/8-bit blocks with their scales (QMoE's raw layout)."""
+        def weights() -> Any:
+            for group in groups:
+                rows = [self.read(n) for n in group]
+                yield rows[0] if len(rows) == 1 else np.stack(rows, axis=1).reshape(-1, rows[0].shape[1])
+
+        if self.precision not in ("int4", "int8"):
+            return [self.w.add_stacked(f"{name}.weight", (w.astype(self.float) for w in weights()))]
+        bits = 4 if self.precision == "int4" else 8
+        scales: list[np.ndarray] = []
+
+        def quantized() -> Any:
+            for w in weights():
+                packed, scale = quantize_nbits(w, bits)
+                scales.append(scale)
+                yield packed.reshape(packed.shape[0], -1)
+
+        weight = self.w.add_stacked(f"{name}.qweight", quantized())
+        return [weight, self.w.add(f"{name}.scales", np.stack(scales))]
+
+    def experts(self, i: int, x: str) -> str:
+        """A sparse layer: the router (kept in float), ONNX Runtime's ``MoE`` (float) or ``QMoE`` (INT4/INT8 blocks)
+        over every expert's gate/up/down weights stacked ``[experts, out, in]``; Qwen2-MoE's shared expert beside."""
+        fam, base = self.fam, f"/model/layers.{i}/moe"
+        mixtral = fam.model_type == "mixtral"
+        p = f"model.layers.{i}.{'block_sparse_moe' if mixtral else 'mlp'}."
+        parts = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+        logits = self.linear(x, f"{base}/router", self.read(p + "gate.weight"), keep_float=True)
+        probs = self.node("Reshape", [logits, self.w.add(f"{base}/rows", np.array([-1, fam.experts], np.int64))],
+                          f"{base}/rows")
+        inputs: dict[str, list[str]] = {}
+        gate_up: list[tuple[str, ...]] = [(p + f"experts.{e}.{parts[0]}.weight", p + f"experts.{e}.{parts[1]}.weight")
+                                          for e in range(fam.experts)]
+        down: list[tuple[str, ...]] = [(p + f"experts.{e}.{parts[2]}.weight",) for e in range(fam.experts)]
+        # fc1: gate and up rows interleaved (g0, u0, g1, u1, ...), the fused SwiGLU layout CPU kernels read
+        inputs = {"fc1": self.expert_stack(f"{base}/fc1", gate_up), "fc2": self.expert_stack(f"{base}/fc2", down)}
+        attrs: dict[str, Any] = {"k": fam.top_k, "activation_type": "swiglu", "swiglu_fusion": 1,
+                                 "activation_alpha": 1.0, "activation_beta": 0.0,
+                                 "normalize_routing_weights": int(fam.renormalize), "use_sparse_mixer": 0}
+        if self.precision in ("int4", "int8"):
+            out = self.node("QMoE", [x, probs, *inputs["fc1"], "", *inputs["fc2"], ""], f"{base}/QMoE",
+                            domain="com.microsoft", expert_weight_bits=4 if self.precision == "int4" else 8,
+                            block_size=BLOCK, weights_prepacked=0, accuracy_level=ACCURACY_LEVEL, **attrs)
+        else:
+            out = self.node("MoE", [x, probs, *inputs["fc1"], "", *inputs["fc2"], ""], f"{base}/MoE",
+                            domain="com.microsoft", **attrs)
+        if p + "shared_expert.gate_proj.weight" in self.ckpt:  # Qwen2-MoE: + sigmoid(gate(x)) * shared expert(x)
+            shared = self.mlp(i, x, prefix=p + "shared_expert.", base=f"{base}/shared_expert", scaled=False)
+            gate = self.linear(x, f"{base}/shared_gate", self.read(p + "shared_expert_gate.weight"), keep_float=True)
+            weighted = self.node("Mul", [shared, self.node("Sigmoid", [gate], f"{base}/shared_sigmoid")],
+                                 f"{base}/shared_weighted")
+            out = self.node("Add", [out, weighted], f"{base}/with_shared")
+        return self.scaled(out, fam.residual_scale, f"{base}/residual_scale")
+
+    def mlp(self, i: int, x: str, prefix: str | None = None, base: str | None = None, scaled: bool = True) -> str:
+        if prefix is None and self.fam.sparse[i]:
+            return self.experts(i, x)
+        p, base = prefix or f"model.layers.{i}.mlp.", base or f"/model/layers.{i}/mlp"
+        if self.fam.packed:
+            both = self.read(p + "gate_up_proj.weight")
+            half = both.shape[0] // 2
+            gate_w, up_w = both[:half], both[half:]
+        else:
+            gate_w, up_w = self.read(p + "gate_proj.weight"), self.read(p + "up_proj.weight")
+        gate = self.linear(x, f"{base}/gate_proj", gate_w, self.optional(p + "gate_proj.bias"))
+        up = self.linear(x, f"{base}/up_proj", up_w, self.optional(p + "up_proj.bias"))
+        del gate_w, up_w
+        if self.fam.activation == "silu":
+            act = self.node("Mul", [gate, self.node("Sigmoid", [gate], f"{base}/sigmoid")], f"{base}/silu")
+        else:
+            act = self.node("FastGelu", [gate], f"{base}/gelu", domain="com.microsoft")
+        down = self.linear(self.node("Mul", [act, up], f"{base}/gated"), f"{base}/down_proj",
+                           self.read(p + "down_proj.weight"), self.optional(p + "down_proj.bias"))
+        return self.scaled(down, self.fam.residual_scale, f"{base}/residual_scale") if scaled else down
+
+
+def build(ckpt: Checkpoint, config: Any, staged: Path, precision: str, step: Any = None) -> dict[str, Any]:
+    """Write the decoder file ``staged`` (+ ``staged.data``) from the checkpoint; ``step(text)`` is called per layer.
+    Returns what was written (layers, weights' bytes in the file, cache dtype)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    if precision not in PRECISIONS:
+        raise InvalidArgumentError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}.")
+    fam = family_of(config)
+    cos, sin = rotary_of(config)
+    if 2 * cos.shape[1] > fam.head_size:
+        raise InvalidArgumentError("the rotary tables are wider than a head")
+    weights = Weights(staged.with_name(staged.name + ".data"))
+    try:
+        w = Writer(fam, ckpt, weights, precision)
+        front, inits = mask_nodes()
+        w.nodes.extend(front)
+        weights.initializers.extend(inits)
+        weights.add(COS, cos.astype(w.float))
+        weights.add(SIN, sin.astype(w.float))
+        embed_name = "model.embed_tokens.weight"
+        embed = ckpt.read(embed_name)
+        vocab = embed.shape[0]
+        h = w.node("Gather", [weights.add(embed_name, embed.astype(w.float)), "input_ids"], "/model/embed_tokens")
+        del embed
+        h = w.scaled(h, fam.embed_scale, "/model/embed_scale")
+        residual, branch = h, ""
+        for i in range(fam.layers):
+            if step is not None:
+                step(f"layer {i + 1}/{fam.layers}")
+            ln1 = f"model.layers.{i}.input_layernorm.weight"
+            if i == 0:
+                x = w.norm(h, ln1, f"/model/layers.{i}/input_layernorm")
+            else:
+                x, residual = w.skip_norm(branch, residual, ln1, f"/model/layers.{i}/input_layernorm")
+            attn = w.attention(i, x)
+            x, residual = w.skip_norm(attn, residual, f"model.layers.{i}.post_attention_layernorm.weight",
+                                      f"/model/layers.{i}/post_attention_layernorm")
+            branch = w.mlp(i, x)
+        x, _ = w.skip_norm(branch, residual, "model.norm.weight", "/model/norm")
+        head = ckpt.read("lm_head.weight" if "lm_head.weight" in ckpt else embed_name)  # tied: the embedding
+        logits = w.linear(x, "/lm_head", head)
+        del head
+        logits = w.scaled(logits, fam.logits_scale, "/lm_head/scale")
+        if precision == "fp16":
+            logits = w.node("Cast", [logits], "/lm_head/to_float", to=TensorProto.FLOAT)
+        w.node("Identity", [logits], "/logits", outputs=["logits"])
+    finally:
+        weights.close()
+    cache_type = TensorProto.FLOAT16 if precision == "fp16" else TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total_sequence"])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "sequence", vocab])]
+    for i in range(fam.layers):
+        for kv in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(
+                f"past_key_values.{i}.{kv}", cache_type, ["batch", fam.kv_heads, "past_sequence", fam.head_size]))
+            outputs.append(helper.make_tensor_value_info(
+                f"present.{i}.{kv}", cache_type, ["batch", fam.kv_heads, PRESENT_AXIS, fam.head_size]))
+    graph = helper.make_graph(w.nodes, "decoder", inputs, outputs, weights.initializers)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
+                                                    helper.make_opsetid("com.microsoft", 1)],
+                              producer_name="onnx-nb lean decoder route")
+    proto.ir_version = 10
+    onnx.save(proto, str(staged))
+    return {"layers": fam.layers, "kv_heads": fam.kv_heads, "head_size": fam.head_size,
+            "cache_dtype": "float16" if precision == "fp16" else "float32", "file_weights": weights.bytes,
+            "vocab": vocab}
+
+
+CHECK_PROMPT, CHECK_DECODE = 8, 3  # the export's own check: a prefill of 8 tokens, then 3 decode steps
+
+
+def _reference_logits(location: str, ids: np.ndarray) -> tuple[np.ndarray, str]:
+    """PyTorch's next-token logits after each prefix of ``ids`` from ``CHECK_PROMPT`` on (one forward pass, no
+    cache), in the checkpoint's own dtype; the model is gone when this returns."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(location, dtype="auto", trust_remote_code=False)
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(ids)).logits[0, CHECK_PROMPT - 1:].float().numpy()
+    del model
+    return logits, dtype
+
+
+def _onnx_logits(path: Path, ids: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+    """The file's next-token logits: a prefill of ``CHECK_PROMPT`` tokens, then one token per decode step with
+    its cache fed back."""
+    from ...runtime.sessions import session as open_session
+
+    sess = open_session(path)
+    dtype = np.float16 if info["cache_dtype"] == "float16" else np.float32
+    past = {f"past_key_values.{i}.{kv}": np.zeros((1, info["kv_heads"], 0, info["head_size"]), dtype)
+            for i in range(info["layers"]) for kv in ("key", "value")}
+    names = [o.name for o in sess.get_outputs()]
+    out = []
+    start, end = 0, CHECK_PROMPT
+    while end <= ids.shape[1]:
+        feed = {"input_ids": ids[:, start:end], "attention_mask": np.ones((1, end), np.int64), **past}
+        got = dict(zip(names, sess.run(None, feed)))
+        out.append(got["logits"][0, -1])
+        past = {k.replace("present.", "past_key_values."): v for k, v in got.items() if k.startswith("present.")}
+        start, end = end, end + 1
+    return np.stack(out)
+
+
+def reference_check(location: str, path: Path, precision: str, info: dict[str, Any]) -> dict[str, Any]:
+    """The export's own check: teacher-forced next-token logits of the file (prefill, then decode steps with the
+    cache) against PyTorch's, judged with the tolerance of the file's precision (or of the reference's, when the
+    checkpoint is in half precision)."""
+    from ...errors import first_line
+    from ...results.tolerance import measure, tolerance_for
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(min(3, info["vocab"] - 1), info["vocab"], (1, CHECK_PROMPT + CHECK_DECODE), dtype=np.int64)
+    shapes = {"prompt": [1, CHECK_PROMPT], "decode steps": [CHECK_DECODE]}
+    try:
+        ref, ref_dtype = _reference_logits(location, ids)
+        got = _onnx_logits(path, ids, info)
+    except Exception as exc:  # noqa: BLE001 - either side failing is the check's verdict, not a crash
+        return {"passed": False, "shapes": shapes, "error": f"{type(exc).__name__}: {first_line(exc)}"}
+    order = ["fp32", "fp16", "int8", "int4"]
+    judged = precision if ref_dtype == "float32" else max(precision, "fp16", key=order.index)
+    tol = tolerance_for(judged, "logits", None, None, None)
+    stats, errors = measure(got, ref, "logits")
+    verdict = errors.judge(tol)
+    worst = float(stats["max_abs"] or 0.0)
+    return {"passed": bool(verdict["passed"]), "shapes": shapes, "max_abs_diff": worst,
+            "cosine": stats["cosine"], "argmax_agreement": stats["argmax_agreement"], "reference_dtype": ref_dtype,
+            "summary": (f"prefill + {CHECK_DECODE} decode steps against PyTorch ({ref_dtype}): cosine "
+                        f"{stats['cosine']:.5f}, max abs diff {worst:.3g}, judged as {judged}"
+                        + (f" ({verdict['note']})" if verdict["note"] else ""))}
+
+
+def checkpoint_folder(model: Any) -> tuple[Path, str]:
+    """(local folder, kind) of a folder or hub id; a hub id's config, tokenizer and safetensors are downloaded
+    (only those: no PyTorch ``.bin``, no other formats)."""
+    from .hf.loading import _hub_error, load_config, looks_like_path
+
+    name = str(model)
+    if looks_like_path(name):
+        load_config(name)  # its errors name what is missing
+        return Path(name).expanduser().resolve(), "hf-dir"
+    _, kind = load_config(name)
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model",
+                                                         "*.txt", "*.tiktoken"])
+    except Exception as exc:
+        raise _hub_error(name, exc) from exc
+    return Path(folder), kind
+
+
+_BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "int8": 1.13, "int4": 0.63}  # with MatMulNBits' scales
+
+
+def export_checkpoint(model: Any, precision: str, target: Path, label: str, progress: bool) -> Any:
+    """``export(folder_or_hub_id, precision=...)``: the lean route, checked against PyTorch, as an ExportResult."""
+    import time
+
+    from ...progress import Steps
+    from ...results.export import ExportResult, ModelSource
+    from ...runtime import onnxfile
+    from ...runtime.files import check_space, publish, staging_dir, total_size
+    from ...runtime.memory import peak_memory
+    from .decoder_cache import CacheLayout
+    from .hf.loading import load_config, load_preprocessor
+    from .sources import quiet_loading
+
+    if precision not in PRECISIONS:
+        raise InvalidArgumentError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}.")
+    warnings_seen: list[str] = []
+    with Steps(4, f"export ({precision}, layer by layer)", progress) as steps:
+        steps.step("reading the checkpoint")
+        folder, kind = checkpoint_folder(model)
+        with quiet_loading(warnings_seen, kind == "hf-dir"):
+            config, _ = load_config(str(folder))
+        fam = family_of(config)
+        ckpt = Checkpoint(folder)
+        stored = ckpt.stored_dtype()
+        params = ckpt.bytes // (4 if stored == "float32" else 2)
+        embed = fam.hidden * int(getattr(config, "vocab_size", 0) or 0) * (2 if precision == "fp16" else 4)
+        check_space(target.parent, int(params * _BYTES_PER_PARAM[precision]) + embed)
+        steps.add(fam.layers)
+        started = time.perf_counter()
+        with staging_dir(target) as tmp:
+            staged = tmp / target.name
+            with peak_memory() as build_peak:
+                info = build(ckpt, config, staged, precision, steps.step)
+            seconds = time.perf_counter() - started
+            steps.step("checking against PyTorch")
+            with peak_memory() as check_peak, quiet_loading(warnings_seen, True):
+                check = reference_check(str(folder), staged, precision, info)
+            steps.step("saving")
+            files = publish(staged, target)
+    if not check["passed"]:
+        warnings_seen.append(f"ONNX Runtime does not match PyTorch: {check.get('error') or check['summary']}")
+    proto = onnxfile.load_proto(target)
+    ins, outs = onnxfile.signature(proto)
+    layout = CacheLayout(info["layers"], info["kv_heads"], info["head_size"], info["cache_dtype"])
+    source = ModelSource(kind, label, location=str(folder), task="text-generation", model_type=fam.model_type,
+                         preprocessor=load_preprocessor(str(folder)), cache_layout=layout,
+                         load_warnings=list(warnings_seen))
+    memory = {"weights_bytes": ckpt.bytes, "weights_dtype": stored, "build_peak_bytes": build_peak.added_bytes,
+              "build_process_peak_bytes": build_peak.high_bytes,
+              "check_peak_bytes": check_peak.added_bytes}
+    return ExportResult(
+        path=target, exporter=f"lean ({precision})", fallback_reason={}, opset=onnxfile.opset(proto),
+        inputs=ins, outputs=outs, op_histogram=onnxfile.op_histogram(proto),
+        parameters=params, file_size=total_size(files), files=files, export_seconds=seconds,
+        warnings=warnings_seen, source=source, check=check, memory=memory)

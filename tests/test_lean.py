@@ -1,0 +1,187 @@
+"""``export(folder, precision=...)``: decoders written layer by layer from their safetensors checkpoint (the lean
+route), for each family it covers, each precision, checked against PyTorch by generation parity; its refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import onnx_nb
+from onnx_nb.results.tolerance import precision_of
+from onnx_nb.steps.export.safetensors_file import Checkpoint
+
+BASE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": 96, "vocab_size": 120, "max_position_embeddings": 64, "bos_token_id": 1,
+        "eos_token_id": 2, "pad_token_id": 0}
+FAMILIES: dict[str, dict[str, Any]] = {
+    "llama": {},
+    "mistral": {"sliding_window": 4},  # shorter than the parity prompts: the window is exercised
+    "qwen2": {},  # Q/K/V biases
+    "qwen3": {"head_dim": 32},  # RMSNorm over each head of Q and K; a head size apart from hidden / heads
+    "phi3": {"sliding_window": 5},  # packed qkv_proj and gate_up_proj
+    "gemma": {"head_dim": 16},  # (1 + weight) norms, sqrt(hidden) embedding scale, tanh GELU, tied head
+    "granite": {"embedding_multiplier": 3.0, "residual_multiplier": 0.5, "logits_scaling": 4.0,
+                "attention_multiplier": 0.2},
+    # mixtures of experts: ONNX Runtime's MoE op (QMoE for INT4/INT8)
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},  # top-k weights renormalized
+    "qwen2_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,  # + a shared expert
+                  "shared_expert_intermediate_size": 32, "decoder_sparse_step": 2},  # layer 0 dense, layer 1 sparse
+    "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "head_dim": 16,
+                  "norm_topk_prob": True},
+    "olmoe": {"num_experts": 4, "num_experts_per_tok": 2},  # Q/K norms over the whole projection
+}
+
+
+def save_model(model_type: str, folder: Path, dtype: Any = None, **extra: Any) -> Path:
+    import transformers
+
+    config = transformers.AutoConfig.for_model(model_type, **{**BASE, **FAMILIES.get(model_type, {}), **extra})
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # norms away from 1 and biases away from 0: a weight read wrongly shows
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.2)
+    if dtype is not None:
+        model = model.to(dtype)
+    model.save_pretrained(folder, max_shard_size="100KB")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("lean")
+    return {name: save_model(name, root / name) for name in FAMILIES}
+
+
+def gqa_attrs(path: Path) -> list[dict[str, Any]]:
+    proto = onnx.load(str(path), load_external_data=False)
+    return [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+            for n in proto.graph.node if n.op_type == "GroupQueryAttention"]
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_each_family_matches_pytorch(checkpoints: dict[str, Path], name: str, tmp_path: Path) -> None:
+    result = onnx_nb.export(checkpoints[name], precision="fp32", out=tmp_path / "m.onnx", progress=False)
+    assert result, repr(result)
+    assert result.exporter == "lean (fp32)" and result.check["cosine"] > 0.99999
+    assert [i.name for i in result.inputs][:2] == ["input_ids", "attention_mask"]
+    assert result.cache_layout.layers == 2 and result.source.model is None  # the model was never built
+    assert len(gqa_attrs(result.path)) == 2
+    assert (tmp_path / "m.onnx.data").is_file() and result.external_data
+    report = onnx_nb.check_parity(result, progress=False)  # loads PyTorch: generation parity, left-padded batches
+    assert report, repr(report)
+    steps = [r for r in report.rows if r.output == "logits"]
+    assert len(steps) == 9 and all((r.cosine or 0) > 0.99999 for r in steps)
+    assert all(c.verdict == "identical" for c in report.generation)
+
+
+def test_mixture_of_experts_in_int4(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """Mixtral to INT4: the experts are ONNX Runtime's QMoE (4-bit blocks), the router stays in float; generation
+    parity against PyTorch passes."""
+    result = onnx_nb.export(checkpoints["mixtral"], precision="int4", out=tmp_path / "moe.onnx", progress=False)
+    assert result, repr(result)
+    assert result.op_histogram.get("com.microsoft.QMoE") == 2
+    report = onnx_nb.check_parity(result, progress=False)
+    assert report, repr(report)
+    assert all(c.verdict in ("identical", "near-tie") for c in report.generation)
+
+
+def test_precisions_and_both_loops(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """int4 and int8 are MatMulNBits (4 and 8 bits), fp16 computes in half with float32 logits; each file passes
+    its own check and generation parity; onnxruntime-genai's loop gives onnx-nb's tokens on the INT4 file."""
+    sizes = {}
+    for precision in ("int4", "int8", "fp16", "fp32"):
+        result = onnx_nb.export(checkpoints["llama"], precision=precision, out=tmp_path / f"{precision}.onnx",
+                                progress=False)
+        assert result, repr(result)
+        proto = onnx.load(str(result.path), load_external_data=False)
+        assert precision_of(proto) == precision
+        bits = {a.i for n in proto.graph.node if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"}
+        assert bits == ({4} if precision == "int4" else {8} if precision == "int8" else set())
+        assert result.outputs[0].dtype == "float32"
+        assert result.inputs[2].dtype == ("float16" if precision == "fp16" else "float32")
+        sizes[precision] = result.file_size
+        report = onnx_nb.check_parity(result, progress=False)
+        assert report, repr(report)
+        assert all(c.verdict in ("identical", "near-tie") for c in report.generation)
+        if precision == "int4":
+            prompts = [[5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15]]
+            ours = onnx_nb.generate(result, prompts, max_new_tokens=6, eos_token_id=-1)
+            theirs = onnx_nb.generate(result, prompts, max_new_tokens=6, eos_token_id=-1, runtime="onnxruntime-genai")
+            assert ours.tokens == theirs.tokens
+    assert sizes["int4"] < sizes["int8"] < sizes["fp16"] < sizes["fp32"]
+    assert "peak memory" in repr(result) and "x the checkpoint" in result._repr_html_()
+    assert result.memory["build_peak_bytes"] is not None and result.memory["weights_dtype"] == "float32"
+
+
+def test_sliding_window_is_written_and_needed(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """Mistral's 4-token window becomes the op's local_window_size; the same file without it fails the check (the
+    check's prompt is longer than the window), so the window is what makes it match."""
+    from onnx_nb.steps.export.lean import reference_check
+
+    result = onnx_nb.export(checkpoints["mistral"], precision="fp32", out=tmp_path / "w.onnx", progress=False)
+    assert [a["local_window_size"] for a in gqa_attrs(result.path)] == [4, 4]
+    proto = onnx.load(str(result.path), load_external_data=False)
+    for node in proto.graph.node:
+        if node.op_type == "GroupQueryAttention":
+            kept = [a for a in node.attribute if a.name != "local_window_size"]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+    onnx.save(proto, str(tmp_path / "w.onnx"))  # the weights stay in w.onnx.data
+    info = {"layers": 2, "kv_heads": 2, "head_size": 16, "cache_dtype": "float32", "vocab": 120}
+    assert not reference_check(str(checkpoints["mistral"]), tmp_path / "w.onnx", "fp32", info)["passed"]
+
+
+def test_bf16_sharded_checkpoint(tmp_path: Path) -> None:
+    """bfloat16 weights in shards: read exactly (the high half of a float32), the check judged at half precision
+    against PyTorch in bfloat16."""
+    folder = save_model("qwen3", tmp_path / "bf16", dtype=torch.bfloat16)
+    assert (folder / "model.safetensors.index.json").is_file()
+    ckpt = Checkpoint(folder)
+    assert ckpt.stored_dtype() == "bfloat16" and len({e.file for e in ckpt.entries.values()}) > 1
+    from safetensors.torch import load_file
+
+    name = "model.layers.1.mlp.down_proj.weight"
+    shard = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"][name]
+    want = load_file(str(folder / shard))[name].float().numpy()
+    assert np.array_equal(ckpt.read(name), want)
+    result = onnx_nb.export(folder, precision="int4", out=tmp_path / "q.onnx", progress=False)
+    assert result, repr(result)
+    assert result.check["reference_dtype"] == "bfloat16" and "judged as int4" in result.check["summary"]
+    assert result.memory["weights_dtype"] == "bfloat16"
+
+
+def test_refusals(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    import tiny_models
+
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="give its folder or hub id"):
+        onnx_nb.export(tiny_models.build("llama"), precision="int4", out=tmp_path / "a.onnx")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="use one of int4, int8, fp16, fp32"):
+        onnx_nb.export(checkpoints["llama"], precision="int3", out=tmp_path / "a.onnx")
+    odd = save_model("llama", tmp_path / "odd", head_dim=24)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="multiples of 16; this llama has 24"):
+        onnx_nb.export(odd, precision="int4", out=tmp_path / "a.onnx", progress=False)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="cache= do not apply"):
+        onnx_nb.export(checkpoints["llama"], precision="int4", cache=False, out=tmp_path / "a.onnx")
+    gpt2 = tiny_models.save("gpt2", tmp_path / "gpt2")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"this one is 'gpt2'.*quantize"):
+        onnx_nb.export(gpt2, precision="int4", out=tmp_path / "a.onnx", progress=False)
+    torch_only = tmp_path / "bin"  # a PyTorch-pickle checkpoint: the lean route reads safetensors only
+    torch_only.mkdir()
+    (torch_only / "config.json").write_text((checkpoints["llama"] / "config.json").read_text())
+    torch.save({"model.embed_tokens.weight": torch.zeros(120, 64)}, torch_only / "pytorch_model.bin")
+    with pytest.raises(onnx_nb.ModelLoadError, match="no safetensors weights"):
+        onnx_nb.export(torch_only, precision="int4", out=tmp_path / "a.onnx", progress=False)
+    onnx_nb.export(checkpoints["llama"], precision="int4", out=tmp_path / "kept.onnx", progress=False)
+    with pytest.raises(onnx_nb.OutputExistsError):
+        onnx_nb.export(checkpoints["llama"], precision="int4", out=tmp_path / "kept.onnx", progress=False)
+    with pytest.raises(onnx_nb.HubUnavailableError):
+        onnx_nb.export("someone/some-llama", precision="int4", out=tmp_path / "hub.onnx", progress=False)
+    assert not list(tmp_path.glob("a.onnx*")) and not list(tmp_path.glob(".*.tmp"))
