@@ -135,6 +135,11 @@ class QuantizationError(OnnxNbError):
     """ONNX Runtime's quantizer failed on this model."""
 
 
+class InsufficientMemoryError(OnnxNbError, MemoryError):
+    """A step would need more memory than the machine has available; the message says how much and what to do
+    instead (another precision, the lean decoder route)."""
+
+
 class OptimizationError(OnnxNbError):
     """An optimization step failed."""
 

@@ -185,3 +185,9 @@ def svg_hbars(items: Sequence[dict[str, Any]], *, axis: str, log: bool = False, 
     parts.append(f'<text x="{left + bar_w}" y="{base + 30}" text-anchor="end" fill="#555" font-size="11">'
                  f"{esc(axis)}</text></svg>")
     return "".join(parts)
+
+
+def peak_text(added: int, weights: int, whose: str) -> str:
+    """A step's peak memory beside the weights it worked on: "1.2 GB added at the peak (0.30x the checkpoint's
+    4.1 GB)"."""
+    return f"{human_bytes(added)} added at the peak ({added / max(weights, 1):.2f}x {whose} {human_bytes(weights)})"

@@ -185,3 +185,27 @@ def test_refusals(checkpoints: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(onnx_nb.HubUnavailableError):
         onnx_nb.export("someone/some-llama", precision="int4", out=tmp_path / "hub.onnx", progress=False)
     assert not list(tmp_path.glob("a.onnx*")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_steps_report_memory_and_refuse_what_cannot_fit(checkpoints: dict[str, Path], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every variant says its peak memory beside the weights; a step that would need more than the machine has
+    available is refused before it starts, saying how much and what to do (for a decoder: the lean route); the lean
+    export skips its PyTorch check when the model would not fit, and says so (unverified)."""
+    from onnx_nb.runtime import memory
+
+    export = onnx_nb.export(checkpoints["llama"], out=tmp_path / "generic.onnx", progress=False)
+    variant = onnx_nb.quantize(export, method="int4", out=tmp_path / "q.onnx", validate=False)
+    assert variant.memory["added_bytes"] is not None and variant.memory["weights_bytes"] == variant.size_before
+    assert "peak memory" in repr(variant) and "the parent file" in repr(variant)
+    with pytest.raises(MemoryError):
+        memory.require((memory.available_bytes() or 0) + 2**40, "a test", "nothing to do")
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1000)
+    with pytest.raises(onnx_nb.InsufficientMemoryError, match=r"int4 on generic\.onnx .* needs about .* this machine "
+                       r"has 1000 B available\. For this decoder, export\(.*precision=\"int4\"\)"):
+        onnx_nb.quantize(export, method="int4", out=tmp_path / "q2.onnx", validate=False)
+    assert not (tmp_path / "q2.onnx").exists()
+    lean = onnx_nb.export(checkpoints["llama"], precision="int4", out=tmp_path / "lean.onnx", progress=False)
+    assert lean.status == "unverified" and not lean
+    assert "not checked against PyTorch" in lean.unverified[0] and "check_parity" in repr(lean)

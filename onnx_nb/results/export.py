@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..render import CSS, esc, folded, html_table, human_bytes, human_count, shape_text, text_table
+from ..render import CSS, esc, folded, html_table, human_bytes, human_count, peak_text, shape_text, text_table
 from ..runtime.onnxfile import TensorInfo
 
 
@@ -113,13 +113,12 @@ class ExportResult:
                 ("export time", f"{self.export_seconds:.1f} s")]
         if self.memory.get("build_peak_bytes") is not None:
             m = self.memory
-            rows.append(("peak memory", f"{human_bytes(m['build_peak_bytes'])} while writing "
-                         f"({m['build_peak_bytes'] / max(m['weights_bytes'], 1):.2f}x the checkpoint's "
-                         f"{human_bytes(m['weights_bytes'])} of {m['weights_dtype']} weights)"))
+            rows.append(("peak memory", peak_text(m["build_peak_bytes"], m["weights_bytes"], "the checkpoint's")
+                         + f" writing the file; {human_bytes(m['build_process_peak_bytes'] or 0)} resident in all"))
         if self.check:
             rows.append(("check", self._check_text()))
         rows.append(("status", self.status if not self.unverified else
-                     "UNVERIFIED: the trace recorded one branch (see below)"))
+                     "UNVERIFIED: see below"))
         if self.fixed_axes:
             rows.append(("fixed axes", "; ".join(f.text() for f in self.fixed_axes)))
         if self.cache_layout is not None:
@@ -131,6 +130,8 @@ class ExportResult:
         if "error" in c:
             return f"FAILED: {c['error']}"
         status = "passed" if c.get("passed") else "FAILED"
+        if c.get("skipped"):
+            return "not run (see unverified)"
         if "cosine" in c:  # the lean route's check: teacher-forced decode steps
             return f"{status}: {c['summary']}"
         shapes = ", ".join(f"{k} {shape_text(v)}" for k, v in c.get("shapes", {}).items())

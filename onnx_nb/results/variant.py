@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..render import CSS, esc, folded, html_table, human_bytes, text_table
+from ..render import CSS, esc, folded, html_table, human_bytes, peak_text, text_table
 
 FUSED_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "SkipLayerNormalization",
              "EmbedLayerNormalization", "BiasGelu", "FastGelu", "FusedMatMul", "FusedConv", "FusedGemm",
@@ -35,6 +35,7 @@ class Variant:
     origin: Any = field(default=None, repr=False, compare=False)  # what was optimized or quantized
     remake: Any = field(default=None, repr=False, compare=False)  # quantize(): the call that made it, to run again
     warnings: list[str] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)  # the step's peak: added_bytes, process_bytes, weights_bytes
 
     def __bool__(self) -> bool:
         return self.parity is None or bool(self.parity)
@@ -55,7 +56,7 @@ class Variant:
                 "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
                 "op_diff": {k: list(v) for k, v in self.op_diff.items()}, "fused": self.fused,
                 "size_before": self.size_before, "size_after": self.size_after, "seconds": round(self.seconds, 3),
-                "runtime": self.runtime, "warnings": self.warnings,
+                "runtime": self.runtime, "warnings": self.warnings, "memory": dict(self.memory),
                 "parity": self.parity.to_dict() if self.parity is not None else None}
 
     def to_pandas(self) -> Any:
@@ -73,6 +74,9 @@ class Variant:
                 ("size", f"{human_bytes(self.size_before)} → {human_bytes(self.size_after)}"),
                 ("fused / quantized ops", ", ".join(f"{k} {v}" for k, v in self.fused.items()) or "-"),
                 ("made in", f"{self.seconds:.1f} s"), ("parity", verdict)]
+        if self.memory.get("added_bytes") is not None:
+            rows.insert(-1, ("peak memory", peak_text(self.memory["added_bytes"], self.memory["weights_bytes"],
+                                                      "the parent file's")))
         if self.runtime.get("unpad"):
             rows.append(("runtime", "skips padding (length buckets)"))
         return rows

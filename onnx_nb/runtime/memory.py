@@ -61,6 +61,27 @@ def peak_memory() -> Iterator[Peak]:
             peak.high_bytes = high
 
 
+def available_bytes() -> int | None:
+    """What the kernel says can still be allocated without swapping (``MemAvailable``); None where unknown."""
+    try:
+        match = re.search(r"^MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) * 1024 if match else None
+
+
+def require(needed: int, what: str, instead: str) -> None:
+    """Raise :class:`InsufficientMemoryError` before work that would need ``needed`` bytes when the machine has less
+    available (so the kernel is not killed halfway); ``instead`` says what to do."""
+    from ..errors import InsufficientMemoryError
+    from ..render import human_bytes
+
+    have = available_bytes()
+    if have is not None and needed > have:
+        raise InsufficientMemoryError(f"{what} needs about {human_bytes(needed)} of memory; this machine has "
+                                      f"{human_bytes(have)} available. {instead}")
+
+
 def weight_bytes(model: Any) -> int:
     """Bytes of a PyTorch model's parameters and buffers: memory it held before a row was measured."""
     tensors = [*model.parameters(), *model.buffers()] if hasattr(model, "parameters") else []

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InvalidArgumentError
+from ...render import human_bytes
 from ...results.variant import FUSED_OPS, Variant
 from ...runtime.files import check_target, publish, staging_dir
 
@@ -33,36 +34,53 @@ def target_for(parent: Path, tag: str, out: Any, overwrite: bool) -> Path:
     return check_target(out if out is not None else default, overwrite)
 
 
+def too_big_advice(source: Any) -> str:
+    """What to do when a step on a big file does not fit: the lean route for a decoder checkpoint."""
+    if source is not None and getattr(source, "cache_layout", None) is not None and source.location:
+        return (f"For this decoder, export(\"{source.location}\", precision=\"int4\") (or int8/fp16/fp32) writes the "
+                "file layer by layer from the checkpoint in a fraction of the weights' memory; or run this step "
+                "on a machine with more memory.")
+    return "Run this step on a machine with more memory, or make a smaller file first (fp16 halves the weights)."
+
+
 def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: dict[str, Any],
          write: Callable[[Path, Path], list[str]],
          *, out: Any, overwrite: bool, validate: bool, runtime: dict[str, Any] | None = None,
-         providers: Any = ("cpu",), sample: Any = None, reference: Any = None) -> Variant:
+         providers: Any = ("cpu",), sample: Any = None, reference: Any = None,
+         needs: float | None = None) -> Variant:
     """Run ``write(parent_path, staged_path) -> warnings`` into a staging folder, publish the file
     atomically, and return the Variant with its parity report. ``name`` may be a function, asked after
-    ``write`` (which may decide what the variant is)."""
+    ``write`` (which may decide what the variant is). ``needs``: the step's measured peak as a multiple of the
+    parent's weights; when the machine has less memory available, the step is refused before it starts."""
     from ...runtime import onnxfile
+    from ...runtime.memory import peak_memory, require
 
     parent, ref, source = parent_of(parent_model)
     onnxfile.check_model(parent)  # a corrupt or escaping file fails here, clearly, before any tool reads it
     if reference is not None:
         ref = reference
     target = target_for(parent, tag, out, overwrite)
+    before = onnxfile.load_proto(parent)
+    size_before = onnxfile.total_file_size(parent, before)
+    if needs is not None:
+        require(int(needs * size_before), f"{tag} on {parent.name} ({human_bytes(size_before)} of weights)",
+                too_big_advice(source))
     start = time.perf_counter()
-    with staging_dir(target) as tmp:
+    with staging_dir(target) as tmp, peak_memory() as peak:
         staged = tmp / target.name
         warnings = write(parent, staged)
         files = publish(staged, target)
     seconds = time.perf_counter() - start
-    before = onnxfile.load_proto(parent)
     after = onnxfile.load_proto(target)
     h0, h1 = onnxfile.op_histogram(before), onnxfile.op_histogram(after)
     diff = {k: (h0.get(k, 0), h1.get(k, 0)) for k in sorted(set(h0) | set(h1)) if h0.get(k, 0) != h1.get(k, 0)}
     fused = {k: v for k, v in h1.items() if k.split(".")[-1] in FUSED_OPS}
-    size_before = onnxfile.total_file_size(parent, before)
     variant = Variant(name if isinstance(name, str) else name(), target, parent, dict(recipe), sum(h0.values()),
                       sum(h1.values()), diff, fused,
                       size_before, sum(f.stat().st_size for f in files), seconds, reference=ref, source=source,
-                      runtime=dict(runtime or {}), warnings=warnings, origin=parent_model)
+                      runtime=dict(runtime or {}), warnings=warnings, origin=parent_model,
+                      memory={"added_bytes": peak.added_bytes, "process_bytes": peak.high_bytes,
+                              "weights_bytes": size_before})
     if validate:
         from ..parity.check import check_parity
 
