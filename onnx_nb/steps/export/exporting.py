@@ -399,7 +399,12 @@ def _all_failed(model: Any, flat: Any, s: Any, attempts: dict[str, str],
                 errors: dict[str, BaseException], logs: dict[str, str]) -> ExportError:
     from .exporters import locate_operator, scope_of, unsupported_operator
 
+    from .lean import FAMILIES
+
     listing = "; ".join(f"{k}: {v}" for k, v in attempts.items())
+    kind = str(getattr(getattr(model, "config", None), "model_type", ""))
+    lean = (f" This is a {kind} decoder: export(its folder or hub id, precision='fp32') (or 'int4', 'int8', 'fp16') "
+            "writes it straight from its checkpoint, without tracing (the lean route)." if kind in FAMILIES else "")
     op = next((o for o in (unsupported_operator(str(e)) for e in errors.values()) if o), None)
     if op:
         where = next((w for w in (scope_of(f"{errors[k]}\n{logs.get(k, '')}", op) for k in errors) if w is not None),
@@ -411,13 +416,13 @@ def _all_failed(model: Any, flat: Any, s: Any, attempts: dict[str, str],
         return UnsupportedOperatorError(
             f"The operator {op}{place} has no ONNX translation in any exporter ({listing}). "
             "Replace it with supported operations, or register a custom ONNX translation "
-            "(torch.onnx.export(..., custom_translation_table=...)).",
+            "(torch.onnx.export(..., custom_translation_table=...))." + lean,
             operator=op, module_path=where, attempts=attempts,
         )
     if not attempts:
         attempts = {"all": "no exporter produced a model"}
     return ExportError(f"Every exporter failed: {listing}. See the lines above for each exporter's "
-                       "first error; try exporter='torchscript' or exporter='dynamo' to see one in full.",
+                       "first error; try exporter='torchscript' or exporter='dynamo' to see one in full." + lean,
                        attempts)
 
 
