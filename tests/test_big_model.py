@@ -36,10 +36,19 @@ def test_model_over_2gb(tmp_path: Path) -> None:
     assert [r.status for r in table.rows] == ["ok", "ok"]
     assert table.rows[1].speedup and table.rows[1].speedup > 0
 
-    # dynamic INT8 and fp16 of a file over 2 GB: read and written with external data ("Failed to serialize proto")
-    for method, most in (("dynamic", 0.3), ("fp16", 0.55)):
-        made = onnx_nb.quantize(result, method=method, exclude=[], out=tmp_path / f"mlp.{method}.onnx")
-        onnx_nb.check_model(made.path)
-        assert made.size_after <= most * weights, (method, made.size_after, weights)
-        assert made.parity is not None and all(r.status in ("pass", "fail") for r in made.parity.rows), \
-            repr(made.parity)
+    # every variant step on a file over 2 GB: read and written with external data ("Failed to serialize proto"),
+    # each reporting its peak memory beside the weights
+    made = {}
+    for method, most in (("dynamic", 0.3), ("static", 0.3), ("fp16", 0.55), ("int4", 0.2)):
+        made[method] = onnx_nb.quantize(result, method=method, exclude=[], out=tmp_path / f"mlp.{method}.onnx",
+                                        calibration="generated" if method == "static" else None)
+        onnx_nb.check_model(made[method].path)
+        assert made[method].size_after <= most * weights, (method, made[method].size_after, weights)
+        assert made[method].parity is not None and all(r.status in ("pass", "fail")
+                                                       for r in made[method].parity.rows), repr(made[method].parity)
+        assert made[method].memory["added_bytes"] is not None and made[method].memory["weights_bytes"] >= weights
+    debug = onnx_nb.quant_debug(result, made["dynamic"])
+    assert len(debug.layers) == 9, repr(debug)  # every Linear measured
+    optimized = onnx_nb.optimize(result, level="basic", out=tmp_path / "mlp.opt.onnx", validate=False)
+    onnx_nb.check_model(optimized.path)
+    assert optimized.size_after >= weights and len(list(tmp_path.glob("mlp.opt.onnx*"))) == 2

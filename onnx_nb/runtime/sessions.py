@@ -9,6 +9,7 @@ from ..errors import InvalidModelError, first_line
 from .providers import chain, options
 
 MAP_WEIGHTS_ABOVE = 2**30
+PACKED_ONLY = ("MatMulNBits", "QMoE")  # kernels that are only fast on their prepacked weights
 
 
 def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate: bool | None = None,
@@ -20,7 +21,9 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
     every-tensor-an-output copy the divergence search builds); the file and data checks always run.
     ``map_weights`` (default: when the external data exceeds 1 GiB) turns weight prepacking off so
     that ONNX Runtime reads the weights straight from the memory-mapped data file: checking a 2 GB
-    model then costs no second 2 GB copy (runs are slower, so :func:`benchmark` keeps prepacking on).
+    model then costs no second 2 GB copy (runs are slower, so :func:`benchmark` keeps prepacking on). Never by
+    default for a file with ``MatMulNBits``: unpacked, its blocks are unpacked again at every run (a 7B INT4
+    decode step took seconds instead of 0.2 s), and its packed copy is no bigger than the file.
     ``settings`` go to :func:`options`. With isolation on (``isolate=True``, an ``isolated()`` block or
     ``ONNX_NB_ISOLATE=1``) the session lives in a worker process: :class:`isolation.IsolatedSession`.
     """
@@ -29,7 +32,8 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
 
     proto = check_model(path, graph=check_graph)
     if map_weights is None:  # bytes of external data: every file of the model but the .onnx itself
-        map_weights = total_file_size(Path(path), proto) - Path(path).stat().st_size > MAP_WEIGHTS_ABOVE
+        map_weights = total_file_size(Path(path), proto) - Path(path).stat().st_size > MAP_WEIGHTS_ABOVE and \
+            not any(n.op_type in PACKED_ONLY for n in proto.graph.node)
     if map_weights:
         settings["prepack"] = False
     if provider.startswith("browser:"):  # ONNX Runtime Web in a browser page
