@@ -188,6 +188,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cap", type=float, default=20.0, help="stop a build above this resident memory (GiB)")
     parser.add_argument("--no-builder", action="store_true", help="skip onnxruntime-genai's model builder")
+    parser.add_argument("--decode-only", action="store_true", help="only time decoding of the files already made")
     args = parser.parse_args()
 
     work = (args.work / args.size).resolve()
@@ -197,8 +198,12 @@ def main() -> int:
 
     ours = work / "onnx-nb-int4" / "model.onnx"
     ours.parent.mkdir(parents=True, exist_ok=True)
-    builds: list[tuple[str, Any]] = [("onnx-nb", [sys.executable, "-c", ONNXNB, str(folder), str(ours), "int4"])]
     builder = work / "genai-int4"
+    if args.decode_only:
+        decode(args, ours, builder if (builder / "model.onnx").is_file() else None, work)
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return 0
+    builds: list[tuple[str, Any]] = [("onnx-nb", [sys.executable, "-c", ONNXNB, str(folder), str(ours), "int4"])]
     if not args.no_builder:
         builds.append(("builder", [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(folder),
                                    "-o", str(builder), "-p", "int4", "-e", "cpu", "--extra_options",

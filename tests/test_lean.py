@@ -235,3 +235,43 @@ def _prepacking_off(session: Any, entry: str) -> bool:
         return session.get_session_options().get_session_config_entry(entry) == "1"
     except Exception:  # noqa: BLE001 - an entry never set is an error in ONNX Runtime's API
         return False
+
+
+def test_command_line_and_magic(ip: object, checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "onnx_nb", "export", str(checkpoints["qwen2"]), "--precision",
+                           "int8", "--out", str(tmp_path / "cli.onnx")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "lean (int8)" in done.stdout and "peak memory" in done.stdout
+    result = ip.run_line_magic(  # type: ignore[attr-defined]
+        "onnx_export", f"{checkpoints['qwen2']} --precision int4 --out {tmp_path / 'magic.onnx'}")
+    assert result.exporter == "lean (int4)"
+
+
+def test_loose_weight_files_fold_into_one(tmp_path: Path) -> None:
+    """An exporter's one-file-per-weight external data (TorchScript's, over 2 GB: a 1.1B decoder left 157 files)
+    becomes one page-aligned data file beside the model, read back by ONNX Runtime to the same outputs."""
+    import onnxruntime as ort
+
+    from onnx_nb.runtime.onnxfile import consolidate_external
+
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+    x = torch.randn(3, 64)
+    folder = tmp_path / "stage"
+    folder.mkdir()
+    plain = onnx_nb.export(net, x, out=tmp_path / "plain.onnx", progress=False)
+    proto = onnx.load(str(plain.path))
+    onnx.save(proto, str(folder / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=False,
+              size_threshold=0)
+    loose = [p for p in folder.iterdir() if p.name != "m.onnx"]
+    assert len(loose) == 4
+    proto = onnx.load(str(folder / "m.onnx"), load_external_data=False)
+    assert consolidate_external(proto, folder, "m.onnx.data") == 4
+    onnx.save(proto, str(folder / "m.onnx"))
+    assert sorted(p.name for p in folder.iterdir()) == ["m.onnx", "m.onnx.data"]
+    offsets = [int(e.value) for t in proto.graph.initializer for e in t.external_data if e.key == "offset"]
+    assert all(o % 4096 == 0 for o in offsets)
+    got = ort.InferenceSession(str(folder / "m.onnx")).run(None, {plain.inputs[0].name: x.numpy()})[0]
+    np.testing.assert_allclose(got, net(x).detach().numpy(), rtol=1e-5, atol=1e-6)

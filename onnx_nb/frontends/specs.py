@@ -22,6 +22,10 @@ EXPORT: list[Spec] = [
                        "help": "auto tries dynamo, then TorchScript"}, "both"),
     (("--static",), {"action": "store_true", "help": "export fixed shapes (no dynamic axes)"}, "both"),
     (("--overwrite",), {"action": "store_true", "help": "replace an existing output file"}, "both"),
+    (("--precision",), {"choices": ["int4", "int8", "fp16", "fp32"],
+                        "help": "a decoder folder or hub id written layer by layer from its checkpoint in this "
+                                "precision (the lean route: Llama, Mistral, Qwen, Phi-3, Gemma, Granite, MoE)"},
+     "both"),
     (("--allow-pickle",), {"action": "store_true",
                            "help": "load a checkpoint that pickles a whole model (only for files you trust)"},
      "both"),
@@ -171,7 +175,7 @@ def export_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments for :func:`onnx_nb.export` from parsed ``EXPORT`` arguments."""
     return {"task": ns.task, "out": ns.out, "opset": ns.opset, "exporter": ns.exporter,
             "dynamic": not ns.static, "overwrite": ns.overwrite,
-            "allow_pickle": ns.allow_pickle}
+            "allow_pickle": ns.allow_pickle, "precision": ns.precision}
 
 
 def shapes_from_text(text: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -329,6 +330,45 @@ def save_proto(proto: Any, path: Path, external: bool) -> None:
         onnx.save(proto, str(path), save_as_external_data=True, location=Path(path).name + ".data")
     else:
         onnx.save(proto, str(path))
+
+
+ALIGN = 4096
+
+
+def consolidate_external(proto: Any, folder: Path, name: str) -> int:
+    """Move the weights of ``proto``'s external tensors, wherever they live in ``folder`` (an exporter leaves one
+    file per tensor), into one page-aligned data file ``name`` there, a tensor at a time (never the whole model in
+    memory), and remove the files they came from. Returns how many files were folded in."""
+    from onnx import TensorProto
+
+    moved: set[Path] = set()
+    out = folder / name
+    tmp = folder / (name + ".part")
+    offset = 0
+    with open(tmp, "wb") as f:
+        for t in _tensors(proto.graph):
+            if t.data_location != TensorProto.EXTERNAL:
+                continue
+            info = {e.key: e.value for e in t.external_data}
+            source = folder / info["location"]
+            start, length = int(info.get("offset", 0)), info.get("length")
+            with open(source, "rb") as src:
+                src.seek(start)
+                data = src.read(int(length)) if length is not None else src.read()
+            pad = (-offset) % ALIGN
+            f.write(b"\0" * pad)
+            offset += pad
+            f.write(data)
+            del t.external_data[:]
+            for key, value in (("location", name), ("offset", str(offset)), ("length", str(len(data)))):
+                entry = t.external_data.add()
+                entry.key, entry.value = key, value
+            offset += len(data)
+            moved.add(source)
+    os.replace(tmp, out)
+    for source in moved - {out}:
+        source.unlink(missing_ok=True)
+    return len(moved)
 
 
 def total_file_size(path: Path, proto: Any) -> int:

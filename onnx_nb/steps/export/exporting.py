@@ -304,6 +304,7 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     from .exporters import BranchWatch, export_dynamo, export_torchscript, quiet
 
     args = tuple(s.tensors)
+    existing = set(staged.parent.iterdir())
     with quiet(warnings_seen, native):
         if name == "dynamo":
             export_dynamo(module, args, staged, s.names, flat.output_names, s.axes, opset, external)
@@ -321,6 +322,11 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     # dynamo names derived lengths itself ("((audio_length//10)) - 1"); keep those.
     onnxfile.name_dims(proto, axes if name == "torchscript" else
                        {k: {a: n for a, n in v.items() if n in known} for k, v in axes.items()})
+    data = staged.with_name(staged.name + ".data")
+    onnxfile.consolidate_external(proto, staged.parent, data.name)  # one data file, not one loose file per weight
+    for stray in set(staged.parent.iterdir()) - existing - {staged, data}:  # weights dropped since (tied ones)
+        if stray.is_file():
+            stray.unlink()
     onnx.save(proto, str(staged))
 
 
@@ -398,7 +404,6 @@ def _sample_failed(model: Any, s: Any, exc: Exception) -> Exception:
 def _all_failed(model: Any, flat: Any, s: Any, attempts: dict[str, str],
                 errors: dict[str, BaseException], logs: dict[str, str]) -> ExportError:
     from .exporters import locate_operator, scope_of, unsupported_operator
-
     from .lean import FAMILIES
 
     listing = "; ".join(f"{k}: {v}" for k, v in attempts.items())

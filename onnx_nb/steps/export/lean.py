@@ -563,10 +563,10 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
     import time
 
     from ...progress import Steps
+    from ...render import human_bytes
     from ...results.export import ExportResult, ModelSource
     from ...runtime import onnxfile
     from ...runtime.files import check_space, publish, staging_dir, total_size
-    from ...render import human_bytes
     from ...runtime.memory import available_bytes, peak_memory
     from .decoder_cache import CacheLayout
     from .hf.loading import load_config, load_preprocessor

@@ -83,7 +83,9 @@ def _eager_reexport(source: Any, dst: Path) -> None:
             setter(before)
 
 
-def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: int) -> None:
+def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: int,
+                     collected: list[str] | None = None) -> None:
+    """ONNX Runtime's transformer optimizer; its warnings (not its progress lines) go to ``collected``."""
     import logging
 
     from onnxruntime.transformers import optimizer
@@ -91,7 +93,7 @@ def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: 
     from ..export.exporters import quiet
 
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
-    with quiet([], []):  # the optimizer prints its own progress to stdout
+    with quiet(collected if collected is not None else [], []):  # the optimizer prints its progress to stdout
         optimized = optimizer.optimize_model(str(src), model_type=model_type, num_heads=heads,
                                              hidden_size=hidden, opt_level=0)
         optimized.save_model_to_file(str(dst))
@@ -407,7 +409,7 @@ def _transformer_route(work: Path, staged: Path, scratch: Path, source: Any, par
             recipe["attention_route"] = _fastest_route({route: work, EAGER_ROUTE: eager}, staged, scratch, source,
                                                        recipe, params)
             return
-    _ort_transformer(work, staged, *params)
+    _ort_transformer(work, staged, *params, collected=warnings)
     recipe["attention_route"] = route
     if _count(staged, attention) == 0:
         warnings.append("Attention could not be fused; the variant keeps unfused attention.")
