@@ -52,19 +52,29 @@ def to_numpy(sample: Any) -> dict[str, np.ndarray]:
     return {k: (v.detach().numpy() if hasattr(v, "detach") else np.asarray(v)) for k, v in sample.items()}
 
 
+def _dim_sizes(names: set[str]) -> dict[str, int]:
+    """A size per named axis, the same wherever the name appears, and consistent for a decoder with its cache: past
+    axes 3 long, new tokens 4, ``total*`` axes (attention masks, presents) past + new."""
+    past = 3 if any(n.startswith("past") for n in names) else 0
+    new = 4 if past else 8
+    return {n: past if n.startswith("past") else past + new if n.startswith(("total", "present")) else new
+            for n in names}
+
+
 def graph_sample(path: Path, seed: int) -> tuple[dict[str, np.ndarray], dict[str, dict[int, str]]]:
     """Inputs for an ONNX model with no other source of samples: ids within the embedding's
-    vocabulary, masks of ones, floats from a normal distribution; dynamic dims batch 2, others 8."""
-    import onnx
-
+    vocabulary, masks of ones, floats from a normal distribution; dynamic dims batch 2, others 8 (a decoder with
+    its cache: 3 cached tokens, 4 new, masks over both, positions after the cached ones)."""
     from .onnxfile import load_proto, signature
 
     proto = load_proto(path)
     vocab = vocab_sizes(proto)
     rng = np.random.default_rng(seed)
+    infos = signature(proto)[0]
+    sizes = _dim_sizes({d for info in infos for i, d in enumerate(info.shape) if isinstance(d, str) and i})
     sample, axes = {}, {}
-    for info in signature(proto)[0]:
-        shape = [d if isinstance(d, int) else (2 if i == 0 else 8) for i, d in enumerate(info.shape)]
+    for info in infos:
+        shape = [d if isinstance(d, int) else (2 if i == 0 else sizes.get(d, 8)) for i, d in enumerate(info.shape)]
         axes[info.name] = {i: (d if isinstance(d, str) else f"{info.name}_{i}")
                            for i, d in enumerate(info.shape) if not isinstance(d, int)}
         dtype = np.dtype(info.dtype) if info.dtype in np.sctypeDict else np.float32
@@ -72,11 +82,13 @@ def graph_sample(path: Path, seed: int) -> tuple[dict[str, np.ndarray], dict[str
             sample[info.name] = rng.standard_normal(shape).astype(dtype)
         elif "mask" in info.name:
             sample[info.name] = np.ones(shape, dtype)
+        elif info.name == "position_ids" and shape:  # after the cached tokens
+            past = next((v for k, v in sizes.items() if k.startswith("past")), 0)
+            sample[info.name] = np.broadcast_to(np.arange(past, past + shape[-1]), shape).astype(dtype)
         elif "type" in info.name or dtype == np.bool_:
             sample[info.name] = np.zeros(shape, dtype)
         else:
             sample[info.name] = rng.integers(0, vocab.get(info.name, 2), shape).astype(dtype)
-    del onnx
     return sample, axes
 
 
