@@ -275,3 +275,31 @@ def test_loose_weight_files_fold_into_one(tmp_path: Path) -> None:
     assert all(o % 4096 == 0 for o in offsets)
     got = ort.InferenceSession(str(folder / "m.onnx")).run(None, {plain.inputs[0].name: x.numpy()})[0]
     np.testing.assert_allclose(got, net(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_quantize_a_decoder_file_by_path(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """quantize() on a decoder's .onnx path (no export object: inputs come from the graph) makes consistent inputs
+    for its own measurements: 3 cached tokens, 4 new, the mask over both (was: Gather out of bounds)."""
+    from onnx_nb.runtime.feeds import graph_sample
+
+    export = onnx_nb.export(checkpoints["llama"], out=tmp_path / "generic.onnx", progress=False)
+    sample, _ = graph_sample(export.path, 0)
+    assert sample["attention_mask"].shape == (2, 7) and sample["past_key_values.0.key"].shape[2] == 3
+    assert sample["position_ids"].tolist() == [[3, 4, 5, 6]] * 2
+    variant = onnx_nb.quantize(str(export.path), method="dynamic", out=tmp_path / "q.onnx", validate=False)
+    assert variant.path.exists() and "exclude" in variant.recipe
+
+
+def test_saving_again_in_place_does_not_grow_the_data(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """onnx.save appends to an existing data file: optimize()'s in-place GroupQueryAttention rewrite of a 4.4 GB
+    decoder wrote an 8.8 GB data file. save_proto starts the data file afresh when nothing still reads it."""
+    from onnx_nb.runtime.onnxfile import load_proto, save_proto
+
+    result = onnx_nb.export(checkpoints["llama"], precision="fp32", out=tmp_path / "m.onnx", progress=False)
+    data = tmp_path / "m.onnx.data"
+    proto = load_proto(result.path, external=True)  # every weight in memory, as the rewrite holds them
+    save_proto(proto, result.path, True)
+    first = data.stat().st_size
+    save_proto(proto, result.path, True)
+    assert data.stat().st_size == first
+    assert onnx_nb.check_parity(result, progress=False)

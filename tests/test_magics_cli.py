@@ -126,3 +126,23 @@ def test_pipeline_keeps_going_past_a_failed_step(tmp_path: Path) -> None:
     statuses = {s.step: s.status for s in broken.steps}
     assert statuses["export"] == "failed" and statuses["parity"] == "skipped" and statuses["latency"] == "skipped"
     assert "SampleError" in broken.steps[0].error and "failed" in repr(broken)
+
+
+def test_cli_shows_no_library_noise(tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
+    """Every command's stderr holds onnx-nb's own progress lines and nothing else: the libraries' warnings and log
+    lines (transformers, torch's exporters, ONNX Runtime's optimizer and quantizer) go into the results' warnings."""
+    out = tmp_path / "bert.onnx"
+    commands = [
+        ("export", str(tiny_dirs["bert"]), "--out", str(out)),
+        ("check", str(tiny_dirs["bert"]), str(out)),
+        ("optimize", str(out), "--out", str(tmp_path / "opt.onnx")),
+        ("quantize", str(tmp_path / "opt.onnx"), "--out", str(tmp_path / "q.onnx")),
+        ("bench", str(out), "--runs", "3"),
+        ("export", str(tiny_dirs["gpt2"]), "--out", str(tmp_path / "gpt2.onnx")),
+        ("generate", str(tmp_path / "gpt2.onnx"), "--ids", "5,6,7", "--max-new-tokens", "3"),
+    ]
+    for command in commands:
+        done = cli(*command)
+        assert done.returncode in (0, 1), (command, done.stderr[-2000:])
+        noise = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("onnx-nb ")]
+        assert not noise, (command[0], noise[:10])

@@ -74,7 +74,7 @@ def graph_sample(path: Path, seed: int) -> tuple[dict[str, np.ndarray], dict[str
     sizes = _dim_sizes({d for info in infos for i, d in enumerate(info.shape) if isinstance(d, str) and i})
     sample, axes = {}, {}
     for info in infos:
-        shape = [d if isinstance(d, int) else (2 if i == 0 else sizes.get(d, 8)) for i, d in enumerate(info.shape)]
+        shape = [d if isinstance(d, int) else 2 if i == 0 else sizes.get(str(d), 8) for i, d in enumerate(info.shape)]
         axes[info.name] = {i: (d if isinstance(d, str) else f"{info.name}_{i}")
                            for i, d in enumerate(info.shape) if not isinstance(d, int)}
         dtype = np.dtype(info.dtype) if info.dtype in np.sctypeDict else np.float32

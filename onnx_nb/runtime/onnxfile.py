@@ -327,7 +327,12 @@ def save_proto(proto: Any, path: Path, external: bool) -> None:
     import onnx
 
     if external:
-        onnx.save(proto, str(path), save_as_external_data=True, location=Path(path).name + ".data")
+        data = Path(path).with_name(Path(path).name + ".data")
+        still_read = any(t.data_location == onnx.TensorProto.EXTERNAL and any(
+            e.key == "location" and e.value == data.name for e in t.external_data) for t in _tensors(proto.graph))
+        if data.exists() and not still_read:  # onnx appends to an existing data file: a rewrite in place doubled it
+            data.unlink()
+        onnx.save(proto, str(path), save_as_external_data=True, location=data.name)
     else:
         onnx.save(proto, str(path))
 

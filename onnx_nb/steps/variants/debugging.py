@@ -149,7 +149,7 @@ def quant_debug(reference: Any, variant: Any, sample: Any = None, *, max_suggest
             continue
         block, inputs = _block(out, producer, ref_vals, inits)
         try:
-            value = _run_block(proto, block, inputs, out, inits, ref_vals)
+            value = _run_block(proto, block, inputs, out, inits, ref_vals, cand_path.parent)
         except Exception:  # noqa: BLE001 - a block ORT cannot run alone is skipped, with a note
             continue
         if value.shape != ref_vals[out].shape:
@@ -211,16 +211,22 @@ def _block(out: str, producer: dict[str, Any], ref_vals: dict[str, Any],
 
 
 def _run_block(proto: Any, block: list[Any], inputs: list[str], out: str, inits: dict[str, Any],
-               ref_vals: dict[str, np.ndarray]) -> np.ndarray:
+               ref_vals: dict[str, np.ndarray], folder: Path | None = None) -> np.ndarray:
+    """The block alone in a session; its weights read here when the file keeps them as external data (``folder``:
+    the file's), a block at a time."""
     import onnx
     import onnxruntime as ort
+    from onnx import numpy_helper
 
     used = {i for n in block for i in n.input} & set(inits)
+    tensors = [numpy_helper.from_array(numpy_helper.to_array(inits[i], base_dir=str(folder)), i)
+               if inits[i].data_location == onnx.TensorProto.EXTERNAL and folder is not None else inits[i]
+               for i in used]
     graph = onnx.helper.make_graph(
         block, "block",
         [onnx.helper.make_tensor_value_info(i, onnx.helper.np_dtype_to_tensor_dtype(ref_vals[i].dtype), None)
          for i in inputs],
-        [onnx.ValueInfoProto(name=out)], [inits[i] for i in used])
+        [onnx.ValueInfoProto(name=out)], tensors)
     model = onnx.helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
