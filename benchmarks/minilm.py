@@ -14,8 +14,9 @@ depends on which one ran before it). Prints:
    separate extra, given to PyTorch eager and to the ORT-quantizer anchor too (same bucket plan);
 3. the sentence embeddings users consume: the SentenceTransformer exported with its pooling and
    normalisation inside, fp32 and optimized + INT8, against the same chain in PyTorch eager;
-4. the targets: the fp32 and INT8 files level with ONNX Runtime's transformer optimizer and quantizer at
-   their best settings, fp32 max abs error <= 1e-4 on the real tokens, INT8 sentence-embedding cosine >= 0.99
+4. the targets: the fp32 file level with ONNX Runtime's transformer optimizer, the INT8 files (the best path and
+   the two calls users write) at least 1.05x as fast as its quantizer at its best settings, fp32 max abs error
+   <= 1e-4 on the real tokens, INT8 sentence-embedding cosine >= 0.99
    (mean over the batch), INT8 with padding skipped >= 2x PyTorch eager given the same skip, and the
    sentence_embedding INT8 file at cosine >= 0.99 with encode().
 """
@@ -173,9 +174,9 @@ def main() -> int:
     checks = [
         ("fp32 max abs <= 1e-4 on real tokens", best_fp32[2] <= 1e-4),
         ("fp32 file level with ORT's transformer optimizer (within 3%)", best_fp32[0] <= anchor_fp32[0] * 1.03),
-        ("INT8 file level with ORT's quantizer (within 3%)", best_int8[0] <= anchor_int8[0] * 1.03),
+        ("INT8 file at least 1.05x as fast as ORT's quantizer", anchor_int8[0] >= 1.05 * best_int8[0]),
         ("INT8 sentence-embedding cosine >= 0.99 (mean over the batch)", best_int8[3] >= 0.99),
-        ("the two calls' INT8 file level with ORT's quantizer (within 3%)", two[0] <= anchor_int8[0] * 1.03),
+        ("the two calls' INT8 file at least 1.05x as fast as ORT's quantizer", anchor_int8[0] >= 1.05 * two[0]),
         ("the two calls' INT8 file: sentence-embedding cosine >= 0.99 (mean)", two[3] >= 0.99),
         ("INT8 with padding skipped >= 2x PyTorch eager given the same skip", skipped[1] >= 2.0),
         ("sentence_embedding INT8 file: cosine >= 0.99 with encode() (mean)", st_int8[2] >= 0.99),

@@ -295,7 +295,10 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
             recipe["attention_route"] = "ONNX Runtime's extended graph level (no re-export, no optimizer settings)"
         else:
             recipe.update(model_type=ort_type, num_heads=heads, hidden_size=hidden)
-            _transformer_route(work, staged, scratch, source, (ort_type, heads, hidden), then, recipe, warnings)
+            from ...runtime.providers import providers_named
+
+            _transformer_route(work, staged, scratch, source, (ort_type, heads, hidden), then, recipe, warnings,
+                               cpu=all(p.name == "CPUExecutionProvider" for p in providers_named(providers)))
         return warnings
 
     def name() -> str:
@@ -378,9 +381,19 @@ def _gqa_rewrite(model: Any, staged: Path, recipe: dict[str, Any]) -> str | None
 
 
 def _transformer_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],
-                       then: str | None, recipe: dict[str, Any], warnings: list[str]) -> None:
+                       then: str | None, recipe: dict[str, Any], warnings: list[str], cpu: bool = True) -> None:
     """Attention fused whatever attention the export used (as exported, onnxscript's fusions, or a re-export with
-    eager attention), then ORT's transformer optimizer; with ``then="int8"`` the faster route for INT8."""
+    eager attention), then ORT's transformer optimizer; with ``then="int8"`` the faster route for INT8. On CPU, its
+    SkipLayerNormalization nodes go back to Add + LayerNormalization where that is measured faster (``norms``)."""
+    _attention_route(work, staged, scratch, source, params, then, recipe, warnings)
+    if cpu:
+        from .norms import apply
+
+        apply(staged, params[2], recipe)
+
+
+def _attention_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],
+                     then: str | None, recipe: dict[str, Any], warnings: list[str]) -> None:
     attention = ("Attention", "MultiHeadAttention")
     route = "as exported"
     if _count(work, attention) == 0:

@@ -107,7 +107,9 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
 
     big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
     if method in ("dynamic", "static"):
-        excluded = [*excluded, *standard_attention(src)]
+        from .norms import written
+
+        excluded = [*excluded, *standard_attention(src), *written(load_proto(src))]
     if method == "dynamic":
         prepare_for_quantization(src, prepared, big)
         quantize_dynamic(str(prepared), str(staged), weight_type=QuantType.QInt8, per_channel=per_channel,
