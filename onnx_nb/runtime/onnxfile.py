@@ -360,6 +360,12 @@ def consolidate_external(proto: Any, folder: Path, name: str) -> int:
             with open(source, "rb") as src:
                 src.seek(start)
                 data = src.read(int(length)) if length is not None else src.read()
+            moved.add(source)
+            if not data:  # an empty tensor (torch writes those out too): kept in the graph
+                del t.external_data[:]
+                t.data_location = TensorProto.DEFAULT
+                t.raw_data = b""
+                continue
             pad = (-offset) % ALIGN
             f.write(b"\0" * pad)
             offset += pad
@@ -369,8 +375,10 @@ def consolidate_external(proto: Any, folder: Path, name: str) -> int:
                 entry = t.external_data.add()
                 entry.key, entry.value = key, value
             offset += len(data)
-            moved.add(source)
-    os.replace(tmp, out)
+    if offset:
+        os.replace(tmp, out)
+    else:
+        tmp.unlink()
     for source in moved - {out}:
         source.unlink(missing_ok=True)
     return len(moved)
