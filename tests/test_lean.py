@@ -303,3 +303,14 @@ def test_saving_again_in_place_does_not_grow_the_data(checkpoints: dict[str, Pat
     save_proto(proto, result.path, True)
     assert data.stat().st_size == first
     assert onnx_nb.check_parity(result, progress=False)
+
+
+def test_an_export_that_cannot_fit_is_refused_before_loading(checkpoints: dict[str, Path], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnx_nb.runtime import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1000)
+    with pytest.raises(onnx_nb.InsufficientMemoryError, match=r"export\(\) of llama .* needs about .* This llama "
+                                                              r"decoder can take the lean route"):
+        onnx_nb.export(checkpoints["llama"], out=tmp_path / "m.onnx", progress=False)
+    assert not list(tmp_path.iterdir())

@@ -78,6 +78,7 @@ def export(
 
     label = name or source_name(model)
     target = check_target(out if out is not None else default_output(label), overwrite)
+    _check_memory(model)
     with Steps(5, "export", progress) as steps:
         steps.step("loading the model")
         from .sources import load_source
@@ -98,6 +99,35 @@ def export(
                                            f"*ForConditionalGeneration); {type(source.model).__name__} is not one.")
         steps.step("preparing sample inputs")
         return _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)
+
+
+PEAK_OF_EXPORT = 3.1  # the loaded model (1x) + tracing and writing it (+2.06x, a 1.1B decoder with its cache)
+
+
+def _check_memory(model: Any) -> None:
+    """Before loading a checkpoint folder: refuse an export that would not fit in memory (the kernel would die
+    halfway), with what to do instead."""
+    if not isinstance(model, (str, os.PathLike)) or not Path(model).expanduser().is_dir():
+        return
+    folder = Path(model).expanduser()
+    weights = sum(p.stat().st_size for p in folder.glob("*.safetensors")) or \
+        sum(p.stat().st_size for p in folder.glob("*.bin"))
+    if not weights:
+        return
+    from ...runtime.memory import require
+    from .lean import FAMILIES
+
+    kind = ""
+    config = folder / "config.json"
+    if config.is_file():
+        import json
+
+        kind = str(json.loads(config.read_text()).get("model_type", ""))
+    instead = (f"This {kind} decoder can take the lean route: export(folder, precision='int4') (or 'int8', 'fp16', "
+               "'fp32') writes it layer by layer in a fraction of the weights' memory."
+               if kind in FAMILIES else "Export it on a machine with more memory.")
+    require(int(PEAK_OF_EXPORT * weights), f"export() of {folder.name} ({weights / 2**30:.2f} GiB of weights)",
+            instead)
 
 
 def _export_lean(model: Any, precision: str, out: Any, overwrite: bool, progress: bool, name: str | None,
