@@ -90,7 +90,8 @@ def providers_named(names: str | Any) -> list[Provider]:
 
 
 def options(*, threads: int | None = None, level: str | None = None, quiet: bool = True,
-            profile_prefix: str | None = None, save_to: str | Path | None = None, prepack: bool = True) -> Any:
+            profile_prefix: str | None = None, save_to: str | Path | None = None, prepack: bool = True,
+            save_external: bool = False) -> Any:
     """ORT session options: intra-op threads, graph level (disable/basic/extended/all), profiling,
     where to save the optimized graph, and weight prepacking (``prepack=False`` lets ONNX Runtime use
     memory-mapped external data as it is, with no second copy of the weights in memory)."""
@@ -113,6 +114,10 @@ def options(*, threads: int | None = None, level: str | None = None, quiet: bool
         opts.profile_file_prefix = profile_prefix
     if save_to is not None:
         opts.optimized_model_filepath = str(save_to)
+        if save_external:  # the weights into the optimized file's own data file, not references to the source's
+            opts.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                          Path(save_to).name + ".data")
+            opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     if not prepack:
         opts.add_session_config_entry("session.disable_prepacking", "1")
     return opts

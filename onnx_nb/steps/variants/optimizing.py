@@ -100,9 +100,11 @@ def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: 
 
 
 def _ort_level(src: Path, dst: Path, level: str) -> None:
+    from ...runtime.onnxfile import files_of, load_proto
     from ...runtime.sessions import session
 
-    session(src, level=level, save_to=dst)
+    external = len(files_of(Path(src), load_proto(src))) > 1  # the optimized file gets a data file of its own
+    session(src, level=level, save_to=dst, save_external=external)
 
 
 AUTO_LEVELS = ("extended", "basic")  # what level="auto" tries on a model with no transformer fusion
