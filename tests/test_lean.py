@@ -129,7 +129,7 @@ def test_precisions_and_both_loops(checkpoints: dict[str, Path], tmp_path: Path)
 def test_sliding_window_is_written_and_needed(checkpoints: dict[str, Path], tmp_path: Path) -> None:
     """Mistral's 4-token window becomes the op's local_window_size; the same file without it fails the check (the
     check's prompt is longer than the window), so the window is what makes it match."""
-    from onnx_nb.steps.export.lean import reference_check
+    from onnx_nb.steps.export.lean_export import reference_check
 
     result = onnx_nb.export(checkpoints["mistral"], precision="fp32", out=tmp_path / "w.onnx", progress=False)
     assert [a["local_window_size"] for a in gqa_attrs(result.path)] == [4, 4]

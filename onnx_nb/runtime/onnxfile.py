@@ -337,7 +337,25 @@ def save_proto(proto: Any, path: Path, external: bool) -> None:
         onnx.save(proto, str(path))
 
 
-ALIGN = 4096
+ALIGN = 4096  # external-data offsets aligned to pages: ONNX Runtime maps them instead of copying
+
+
+def pad_to_page(f: Any, offset: int) -> int:
+    """Zeros up to the next page boundary of the data file being written; the new offset."""
+    pad = (-offset) % ALIGN
+    f.write(b"\0" * pad)
+    return offset + pad
+
+
+def point_external(t: Any, location: str, offset: int, length: int) -> None:
+    """Make ``t`` a tensor whose bytes are ``length`` bytes at ``offset`` of the data file ``location``."""
+    from onnx import TensorProto
+
+    t.data_location = TensorProto.EXTERNAL
+    del t.external_data[:]
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
 
 
 def consolidate_external(proto: Any, folder: Path, name: str) -> int:
@@ -366,14 +384,9 @@ def consolidate_external(proto: Any, folder: Path, name: str) -> int:
                 t.data_location = TensorProto.DEFAULT
                 t.raw_data = b""
                 continue
-            pad = (-offset) % ALIGN
-            f.write(b"\0" * pad)
-            offset += pad
+            offset = pad_to_page(f, offset)
             f.write(data)
-            del t.external_data[:]
-            for key, value in (("location", name), ("offset", str(offset)), ("length", str(len(data)))):
-                entry = t.external_data.add()
-                entry.key, entry.value = key, value
+            point_external(t, name, offset, len(data))
             offset += len(data)
     if offset:
         os.replace(tmp, out)

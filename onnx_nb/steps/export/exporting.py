@@ -69,7 +69,9 @@ def export(
     (:mod:`onnx_nb.steps.export.lean`); checked against PyTorch on a prefill and decode steps.
     """
     if precision is not None:
-        return _export_lean(model, precision, out, overwrite, progress, name, (sample, task, opset, exporter,
+        from .lean_export import export_lean
+
+        return export_lean(model, precision, out, overwrite, progress, name, (sample, task, opset, exporter,
                                                                                dynamic, cache))
     _check_args(exporter, opset, dynamic)
     if cache not in ("auto", True, False):  # before the model is loaded
@@ -78,7 +80,9 @@ def export(
 
     label = name or source_name(model)
     target = check_target(out if out is not None else default_output(label), overwrite)
-    _check_memory(model)
+    from .lean_export import check_memory
+
+    check_memory(model)
     with Steps(5, "export", progress) as steps:
         steps.step("loading the model")
         from .sources import load_source
@@ -99,55 +103,6 @@ def export(
                                            f"*ForConditionalGeneration); {type(source.model).__name__} is not one.")
         steps.step("preparing sample inputs")
         return _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)
-
-
-PEAK_OF_EXPORT = 3.1  # the loaded model (1x) + tracing and writing it (+2.06x, a 1.1B decoder with its cache)
-
-
-def _check_memory(model: Any) -> None:
-    """Before loading a checkpoint folder: refuse an export that would not fit in memory (the kernel would die
-    halfway), with what to do instead."""
-    if not isinstance(model, (str, os.PathLike)) or not Path(model).expanduser().is_dir():
-        return
-    folder = Path(model).expanduser()
-    weights = sum(p.stat().st_size for p in folder.glob("*.safetensors")) or \
-        sum(p.stat().st_size for p in folder.glob("*.bin"))
-    if not weights:
-        return
-    from ...runtime.memory import require
-    from .lean import FAMILIES
-
-    kind = ""
-    config = folder / "config.json"
-    if config.is_file():
-        import json
-
-        kind = str(json.loads(config.read_text()).get("model_type", ""))
-    instead = (f"This {kind} decoder can take the lean route: export(folder, precision='int4') (or 'int8', 'fp16', "
-               "'fp32') writes it layer by layer in a fraction of the weights' memory."
-               if kind in FAMILIES else "Export it on a machine with more memory.")
-    require(int(PEAK_OF_EXPORT * weights), f"export() of {folder.name} ({weights / 2**30:.2f} GiB of weights)",
-            instead)
-
-
-def _export_lean(model: Any, precision: str, out: Any, overwrite: bool, progress: bool, name: str | None,
-                 others: tuple[Any, ...]) -> ExportResult:
-    from .lean import PRECISIONS, export_checkpoint
-    from .sources import source_name
-
-    if precision not in PRECISIONS:
-        raise InvalidArgumentError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}.")
-    if not isinstance(model, (str, os.PathLike)):
-        raise InvalidArgumentError(
-            "precision= builds a decoder straight from its checkpoint: give its folder or hub id. For a model "
-            "object, model.save_pretrained(folder) then export(folder, precision=...), or export(model) then "
-            "quantize(export, method=...).")
-    if others != (None, None, None, "auto", True, "auto"):
-        raise InvalidArgumentError("precision= writes a decoder with its cache from the checkpoint alone: sample=, "
-                                   "task=, opset=, exporter=, dynamic= and cache= do not apply to it.")
-    label = name or source_name(model)
-    target = check_target(out if out is not None else default_output(label), overwrite)
-    return export_checkpoint(model, precision, target, label, progress)
 
 
 def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic: Any,

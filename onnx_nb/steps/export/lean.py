@@ -33,6 +33,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ...errors import InvalidArgumentError, ModelLoadError
+from ...runtime.onnxfile import pad_to_page, point_external
 from .gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes, rotary_tables
 from .safetensors_file import Checkpoint
 
@@ -42,7 +43,6 @@ MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")  # mixtures of experts: ONN
 FAMILIES = DENSE + MOE
 BLOCK = 32  # MatMulNBits block size (onnxruntime-genai's default)
 ACCURACY_LEVEL = 4  # INT8 compute of MatMulNBits on CPU
-ALIGN = 4096  # external-data offsets aligned to pages: ONNX Runtime maps them instead of copying
 INLINE_BYTES = 1024  # smaller tensors stay in the graph
 OPSET = 21
 GQA_OP = "GroupQueryAttention"
@@ -59,37 +59,21 @@ class Weights:
         self.bytes = 0
 
     def add(self, name: str, array: np.ndarray) -> str:
-        from onnx import TensorProto, helper, numpy_helper
+        from onnx import numpy_helper
 
         array = np.ascontiguousarray(array)
-        self.bytes += array.nbytes
         if array.nbytes < INLINE_BYTES:
+            self.bytes += array.nbytes
             self.initializers.append(numpy_helper.from_array(array, name))
             return name
-        pad = (-self.offset) % ALIGN
-        if pad:
-            self.f.write(b"\0" * pad)
-            self.offset += pad
-        t = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype), dims=list(array.shape))
-        t.data_location = TensorProto.EXTERNAL
-        for key, value in (("location", self.location), ("offset", str(self.offset)),
-                           ("length", str(array.nbytes))):
-            entry = t.external_data.add()
-            entry.key, entry.value = key, value
-        self.f.write(array.tobytes() if array.nbytes < 2**20 else memoryview(array).cast("B"))  # type: ignore[arg-type]
-        self.offset += array.nbytes
-        self.initializers.append(t)
-        return name
+        return self.add_stacked(name, [array], stacked=False)
 
-    def add_stacked(self, name: str, parts: Any) -> str:
-        """One tensor made of ``parts`` (same shape and dtype) stacked on a new first axis, written part by part:
-        an expert stack never sits in memory whole."""
+    def add_stacked(self, name: str, parts: Any, stacked: bool = True) -> str:
+        """One tensor made of ``parts`` (same shape and dtype) stacked on a new first axis (``stacked=False``: one
+        part, its own shape), written part by part: an expert stack never sits in memory whole."""
         from onnx import TensorProto, helper
 
-        pad = (-self.offset) % ALIGN
-        if pad:
-            self.f.write(b"\0" * pad)
-            self.offset += pad
+        self.offset = pad_to_page(self.f, self.offset)
         start, count, first = self.offset, 0, None
         for part in parts:
             part = np.ascontiguousarray(part)
@@ -100,11 +84,8 @@ class Weights:
             count += 1
         assert first is not None
         t = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(first.dtype),
-                        dims=[count, *first.shape])
-        t.data_location = TensorProto.EXTERNAL
-        for key, value in (("location", self.location), ("offset", str(start)), ("length", str(self.offset - start))):
-            entry = t.external_data.add()
-            entry.key, entry.value = key, value
+                        dims=[count, *first.shape] if stacked else list(first.shape))
+        point_external(t, self.location, start, self.offset - start)
         self.initializers.append(t)
         return name
 
@@ -467,158 +448,3 @@ def build(ckpt: Checkpoint, config: Any, staged: Path, precision: str, step: Any
     return {"layers": fam.layers, "kv_heads": fam.kv_heads, "head_size": fam.head_size,
             "cache_dtype": "float16" if precision == "fp16" else "float32", "file_weights": weights.bytes,
             "vocab": vocab}
-
-
-CHECK_PROMPT, CHECK_DECODE = 8, 3  # the export's own check: a prefill of 8 tokens, then 3 decode steps
-
-
-def _reference_logits(location: str, ids: np.ndarray) -> tuple[np.ndarray, str]:
-    """PyTorch's next-token logits after each prefix of ``ids`` from ``CHECK_PROMPT`` on (one forward pass, no
-    cache), in the checkpoint's own dtype; the model is gone when this returns."""
-    import torch
-    import transformers
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(location, dtype="auto", trust_remote_code=False)
-    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    with torch.no_grad():
-        logits = model(input_ids=torch.from_numpy(ids)).logits[0, CHECK_PROMPT - 1:].float().numpy()
-    del model
-    return logits, dtype
-
-
-def _onnx_logits(path: Path, ids: np.ndarray, info: dict[str, Any]) -> np.ndarray:
-    """The file's next-token logits: a prefill of ``CHECK_PROMPT`` tokens, then one token per decode step with
-    its cache fed back."""
-    from ...runtime.sessions import session as open_session
-
-    sess = open_session(path)
-    dtype = np.float16 if info["cache_dtype"] == "float16" else np.float32
-    past = {f"past_key_values.{i}.{kv}": np.zeros((1, info["kv_heads"], 0, info["head_size"]), dtype)
-            for i in range(info["layers"]) for kv in ("key", "value")}
-    names = [o.name for o in sess.get_outputs()]
-    out = []
-    start, end = 0, CHECK_PROMPT
-    while end <= ids.shape[1]:
-        feed = {"input_ids": ids[:, start:end], "attention_mask": np.ones((1, end), np.int64), **past}
-        got = dict(zip(names, sess.run(None, feed)))
-        out.append(got["logits"][0, -1])
-        past = {k.replace("present.", "past_key_values."): v for k, v in got.items() if k.startswith("present.")}
-        start, end = end, end + 1
-    return np.stack(out)
-
-
-def reference_check(location: str, path: Path, precision: str, info: dict[str, Any]) -> dict[str, Any]:
-    """The export's own check: teacher-forced next-token logits of the file (prefill, then decode steps with the
-    cache) against PyTorch's, judged with the tolerance of the file's precision (or of the reference's, when the
-    checkpoint is in half precision)."""
-    from ...errors import first_line
-    from ...results.tolerance import measure, tolerance_for
-
-    rng = np.random.default_rng(0)
-    ids = rng.integers(min(3, info["vocab"] - 1), info["vocab"], (1, CHECK_PROMPT + CHECK_DECODE), dtype=np.int64)
-    shapes = {"prompt": [1, CHECK_PROMPT], "decode steps": [CHECK_DECODE]}
-    try:
-        ref, ref_dtype = _reference_logits(location, ids)
-        got = _onnx_logits(path, ids, info)
-    except Exception as exc:  # noqa: BLE001 - either side failing is the check's verdict, not a crash
-        return {"passed": False, "shapes": shapes, "error": f"{type(exc).__name__}: {first_line(exc)}"}
-    order = ["fp32", "fp16", "int8", "int4"]
-    judged = precision if ref_dtype == "float32" else max(precision, "fp16", key=order.index)
-    tol = tolerance_for(judged, "logits", None, None, None)
-    stats, errors = measure(got, ref, "logits")
-    verdict = errors.judge(tol)
-    worst = float(stats["max_abs"] or 0.0)
-    return {"passed": bool(verdict["passed"]), "shapes": shapes, "max_abs_diff": worst,
-            "cosine": stats["cosine"], "argmax_agreement": stats["argmax_agreement"], "reference_dtype": ref_dtype,
-            "summary": (f"prefill + {CHECK_DECODE} decode steps against PyTorch ({ref_dtype}): cosine "
-                        f"{stats['cosine']:.5f}, max abs diff {worst:.3g}, judged as {judged}"
-                        + (f" ({verdict['note']})" if verdict["note"] else ""))}
-
-
-def checkpoint_folder(model: Any) -> tuple[Path, str]:
-    """(local folder, kind) of a folder or hub id; a hub id's config, tokenizer and safetensors are downloaded
-    (only those: no PyTorch ``.bin``, no other formats)."""
-    from .hf.loading import _hub_error, load_config, looks_like_path
-
-    name = str(model)
-    if looks_like_path(name):
-        load_config(name)  # its errors name what is missing
-        return Path(name).expanduser().resolve(), "hf-dir"
-    _, kind = load_config(name)
-    try:
-        from huggingface_hub import snapshot_download
-
-        folder = snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model",
-                                                         "*.txt", "*.tiktoken"])
-    except Exception as exc:
-        raise _hub_error(name, exc) from exc
-    return Path(folder), kind
-
-
-_BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "int8": 1.13, "int4": 0.63}  # with MatMulNBits' scales
-
-
-def export_checkpoint(model: Any, precision: str, target: Path, label: str, progress: bool) -> Any:
-    """``export(folder_or_hub_id, precision=...)``: the lean route, checked against PyTorch, as an ExportResult."""
-    import time
-
-    from ...progress import Steps
-    from ...render import human_bytes
-    from ...results.export import ExportResult, ModelSource
-    from ...runtime import onnxfile
-    from ...runtime.files import check_space, publish, staging_dir, total_size
-    from ...runtime.memory import available_bytes, peak_memory
-    from .decoder_cache import CacheLayout
-    from .hf.loading import load_config, load_preprocessor
-    from .sources import quiet_loading
-
-    if precision not in PRECISIONS:
-        raise InvalidArgumentError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}.")
-    warnings_seen: list[str] = []
-    with Steps(4, f"export ({precision}, layer by layer)", progress) as steps:
-        steps.step("reading the checkpoint")
-        folder, kind = checkpoint_folder(model)
-        with quiet_loading(warnings_seen, kind == "hf-dir"):
-            config, _ = load_config(str(folder))
-        fam = family_of(config)
-        ckpt = Checkpoint(folder)
-        stored = ckpt.stored_dtype()
-        params = ckpt.bytes // (4 if stored == "float32" else 2)
-        embed = fam.hidden * int(getattr(config, "vocab_size", 0) or 0) * (2 if precision == "fp16" else 4)
-        check_space(target.parent, int(params * _BYTES_PER_PARAM[precision]) + embed)
-        steps.add(fam.layers)
-        started = time.perf_counter()
-        with staging_dir(target) as tmp:
-            staged = tmp / target.name
-            with peak_memory() as build_peak:
-                info = build(ckpt, config, staged, precision, steps.step)
-            seconds = time.perf_counter() - started
-            steps.step("checking against PyTorch")
-            have, needed = available_bytes(), int(ckpt.bytes * 1.15)  # PyTorch's model in its own dtype
-            unverified: list[str] = []
-            if have is not None and needed > have:
-                check: dict[str, Any] = {"passed": True, "skipped": True}
-                unverified.append(f"not checked against PyTorch: loading the model takes about {human_bytes(needed)}"
-                                  f", this machine has {human_bytes(have)} available; run check_parity(result) "
-                                  "where it fits")
-            with peak_memory() as check_peak, quiet_loading(warnings_seen, True):
-                if not unverified:
-                    check = reference_check(str(folder), staged, precision, info)
-            steps.step("saving")
-            files = publish(staged, target)
-    if not check["passed"]:
-        warnings_seen.append(f"ONNX Runtime does not match PyTorch: {check.get('error') or check['summary']}")
-    proto = onnxfile.load_proto(target)
-    ins, outs = onnxfile.signature(proto)
-    layout = CacheLayout(info["layers"], info["kv_heads"], info["head_size"], info["cache_dtype"])
-    source = ModelSource(kind, label, location=str(folder), task="text-generation", model_type=fam.model_type,
-                         preprocessor=load_preprocessor(str(folder)), cache_layout=layout,
-                         load_warnings=list(warnings_seen))
-    memory = {"weights_bytes": ckpt.bytes, "weights_dtype": stored, "build_peak_bytes": build_peak.added_bytes,
-              "build_process_peak_bytes": build_peak.high_bytes,
-              "check_peak_bytes": check_peak.added_bytes}
-    return ExportResult(
-        path=target, exporter=f"lean ({precision})", fallback_reason={}, opset=onnxfile.opset(proto),
-        inputs=ins, outputs=outs, op_histogram=onnxfile.op_histogram(proto),
-        parameters=params, file_size=total_size(files), files=files, export_seconds=seconds,
-        warnings=warnings_seen, source=source, check=check, memory=memory, unverified=unverified)
