@@ -94,10 +94,15 @@ class CalibrationReader:
         self._iter = iter(self.samples)
 
 
-def standard_attention(path: Path) -> list[str]:
-    """ONNX's own ``Attention`` nodes (opset 23): ORT's quantizer takes every ``Attention`` for its contrib op
-    and would write a ``QAttention`` the runtime rejects; they stay in float (their projections are MatMuls)."""
-    return [n.name for n in load_proto(path).graph.node if n.op_type == "Attention" and n.domain in ("", "ai.onnx")]
+def kept_in_float(path: Path) -> list[str]:
+    """Nodes ORT's INT8 quantizers must leave alone: ONNX's own ``Attention`` nodes (opset 23; ORT's quantizer takes
+    every ``Attention`` for its contrib op and would write a ``QAttention`` the runtime rejects; their projections
+    are MatMuls) and the Add + LayerNormalization pairs ``norms`` wrote (float, as the fused op they replace)."""
+    from .norms import written
+
+    proto = load_proto(path)
+    return [n.name for n in proto.graph.node if n.op_type == "Attention" and n.domain in ("", "ai.onnx")] + \
+        written(proto)
 
 
 def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
@@ -107,9 +112,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
 
     big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
     if method in ("dynamic", "static"):
-        from .norms import written
-
-        excluded = [*excluded, *standard_attention(src), *written(load_proto(src))]
+        excluded = [*excluded, *kept_in_float(src)]
     if method == "dynamic":
         prepare_for_quantization(src, prepared, big)
         quantize_dynamic(str(prepared), str(staged), weight_type=QuantType.QInt8, per_channel=per_channel,
