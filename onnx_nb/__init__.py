@@ -68,6 +68,11 @@ _LAZY = {
     "IsolatedSession": ("onnx_nb.runtime.isolation", "IsolatedSession"),
     "check_model": ("onnx_nb.runtime.onnxfile", "check_model"),
     "generate": ("onnx_nb.steps.generate.generation", "generate"),
+    "summary": ("onnx_nb.steps.inspect.structure", "summary"),
+    "compare": ("onnx_nb.steps.inspect.comparing", "compare"),
+    "ModelSummary": ("onnx_nb.results.summary", "ModelSummary"),
+    "GraphComparison": ("onnx_nb.results.summary", "GraphComparison"),
+    "CompareView": ("onnx_nb.frontends.widgets", "CompareView"),
     "GenerationResult": ("onnx_nb.steps.generate.generation", "GenerationResult"),
 }
 
@@ -76,10 +81,12 @@ __all__ = [
     "CalibrationError",
     "Cluster",
     "ClusterError",
+    "CompareView",
     "DiskFullError",
     "ExportError",
     "ExportResult",
     "GenerationResult",
+    "GraphComparison",
     "GraphView",
     "HubUnavailableError",
     "InsufficientMemoryError",
@@ -90,6 +97,7 @@ __all__ = [
     "ModelLoadError",
     "ModelNotFoundError",
     "ModelSource",
+    "ModelSummary",
     "NoWebGpuError",
     "NotRewritableError",
     "OnnxNbError",
@@ -118,6 +126,7 @@ __all__ = [
     "benchmark",
     "check_model",
     "check_parity",
+    "compare",
     "default_model_path",
     "export",
     "generate",
@@ -129,15 +138,17 @@ __all__ = [
     "pipeline",
     "quant_debug",
     "quantize",
+    "summary",
 ]
 
 if TYPE_CHECKING:
     from .frontends.demo import default_model_path, hub_or_standin
-    from .frontends.widgets import GraphView, Studio
+    from .frontends.widgets import CompareView, GraphView, Studio
     from .results.export import ExportResult, ModelSource
     from .results.latency import LatencyTable
     from .results.parity import ParityReport
     from .results.report import Report
+    from .results.summary import GraphComparison, ModelSummary
     from .results.tolerance import Tolerance
     from .results.variant import Variant
     from .runtime.isolation import IsolatedSession, isolated
@@ -147,6 +158,8 @@ if TYPE_CHECKING:
     from .steps.benchmark.benchmarking import benchmark
     from .steps.export.exporting import export
     from .steps.generate.generation import GenerationResult, generate
+    from .steps.inspect.comparing import compare
+    from .steps.inspect.structure import summary
     from .steps.parity.check import check_parity
     from .steps.pipelines import pipeline
     from .steps.variants.autotuning import autotune
@@ -171,3 +184,13 @@ def load_ipython_extension(ipython: Any) -> None:
     from .frontends.magics import OnnxMagics
 
     ipython.register_magics(OnnxMagics)
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """Jupyter server: the routes behind the JupyterLab .onnx viewer (enabled by the installed config file)."""
+    return [{"module": "onnx_nb.frontends.labserver"}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """JupyterLab: the prebuilt extension (``jupyter labextension develop`` reads this)."""
+    return [{"src": "labextension", "dest": "onnx-nb"}]

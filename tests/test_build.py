@@ -15,13 +15,17 @@ ASSETS = ["onnx_nb/static/graph.js", "onnx_nb/static/studio.js", "onnx_nb/static
           "onnx_nb/static/ortweb.js", "onnx_nb/static/ortweb_page.js",
           "onnx_nb/static/ortweb/ort.wasm.bundle.min.mjs", "onnx_nb/static/ortweb/ort-wasm-simd-threaded.wasm",
           "onnx_nb/static/ortweb/ort.webgpu.bundle.min.mjs",
-          "onnx_nb/static/ortweb/ort-wasm-simd-threaded.asyncify.wasm"]
+          "onnx_nb/static/ortweb/ort-wasm-simd-threaded.asyncify.wasm", "onnx_nb/labextension/package.json"]
+# what JupyterLab and the Jupyter server find in a wheel (its .data folder goes to the environment's prefix)
+SHARED = ["share/jupyter/labextensions/onnx-nb/package.json", "share/jupyter/labextensions/onnx-nb/install.json",
+          "etc/jupyter/jupyter_server_config.d/onnx_nb.json"]
 
 
 def test_static_assets_are_built_not_committed() -> None:
     for asset in ASSETS:
         assert (ROOT / asset).exists(), f"{asset} is built by `pip install -e .` (the hatch build hook)"
-    tracked = subprocess.run(["git", "ls-files", "onnx_nb/static"], cwd=ROOT, capture_output=True, text=True)
+    tracked = subprocess.run(["git", "ls-files", "onnx_nb/static", "onnx_nb/labextension"], cwd=ROOT,
+                             capture_output=True, text=True)
     assert tracked.stdout.strip() == "", "built files are not committed"
 
 
@@ -45,4 +49,9 @@ def test_sdist_then_wheel_without_npm(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     wheel = next((tmp_path / "w").glob("onnx_nb-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
-        assert set(ASSETS) <= set(zf.namelist())
+        names = zf.namelist()
+    assert set(ASSETS) <= set(names)
+    data = [n.split(".data/data/", 1)[1] for n in names if ".data/data/" in n]
+    assert set(SHARED) <= set(data), "the prebuilt JupyterLab extension and the server extension's config"
+    assert any(n.startswith("share/jupyter/labextensions/onnx-nb/static/remoteEntry.") for n in data)
+    assert "onnx_nb/tutorials/01_quickstart.ipynb" in names, "the launcher's tutorials travel in the wheel"

@@ -24,12 +24,29 @@ function short(s) {
 
 const TOP = "(top level)";
 const MAX_LOOSE = 20;
+const CHUNK = 100;
+// compare view: what became of each node (fill and border per mark)
+const MARK_STYLE = {
+  fused: ["#efe3fb", "#7b1fa2"], quantized: ["#fff1dc", "#c26401"], added: ["#e3f5e6", "#188038"],
+  removed: ["#fde7e7", "#b3261e"], changed: ["#fff8c5", "#8a6d00"],
+};
 
 // The visible unit a node belongs to: a collapsed module group, or the node itself. Operators outside
 // any module (shape arithmetic, weight copies) are gathered in one group when there are many.
-function unitOf(node, depth, expanded, manyLoose) {
+function unitOf(node, depth, expanded, manyLoose, index) {
   const mod = node.module;
-  if (!mod) return manyLoose && depth > 0 && !expanded.has(TOP) ? TOP : null;
+  if (!mod) {
+    if (!manyLoose || depth <= 0) return null;
+    if (!expanded.has(TOP)) return TOP;
+    // a graph with no module scopes (a downloaded file): its operators in runs of CHUNK, in graph order, so that
+    // thousands of them never land in one layout
+    if (manyLoose > CHUNK) {
+      const k = Math.floor(index / CHUNK);
+      const chunk = `${TOP} ${k * CHUNK + 1}–${Math.min((k + 1) * CHUNK, manyLoose)}`;
+      if (!expanded.has(chunk)) return chunk;
+    }
+    return null;
+  }
   if (depth <= 0) return null;
   const parts = mod.split(".");
   for (let d = Math.min(depth, parts.length); d <= parts.length; d++) {
@@ -48,12 +65,14 @@ function colour(value, lo, hi) {
   return `rgb(${r},${g},${b})`;
 }
 
-function buildVisible(graph, depth, expanded, overlay) {
+function buildVisible(graph, depth, expanded, overlay, marks) {
   const units = new Map();
   const unitOfNode = new Map();
-  const manyLoose = graph.nodes.filter((n) => !n.module).length > MAX_LOOSE;
+  const looseCount = graph.nodes.filter((n) => !n.module).length;
+  const manyLoose = looseCount > MAX_LOOSE ? looseCount : 0;
+  let looseIndex = 0;
   for (const n of graph.nodes) {
-    const g = unitOf(n, depth, expanded, manyLoose);
+    const g = unitOf(n, depth, expanded, manyLoose, n.module ? 0 : looseIndex++);
     const id = g === null ? "n:" + n.name : "g:" + g;
     unitOfNode.set(n.name, id);
     if (!units.has(id)) {
@@ -71,6 +90,12 @@ function buildVisible(graph, depth, expanded, overlay) {
     if (u.kind === "group") u.sub = `${u.members.length} op${u.members.length === 1 ? "" : "s"}`;
     const vals = u.members.map((m) => overlay[m]).filter((v) => typeof v === "number" && isFinite(v));
     u.value = vals.length ? Math.max(...vals) : undefined;
+    // the mark a box shows: its node's, or for a group the commonest mark other than "same" among its members
+    const counts = {};
+    for (const m of u.members) if (marks[m] && marks[m] !== "same") counts[marks[m]] = (counts[marks[m]] || 0) + 1;
+    const top = Object.entries(counts).sort((a, b) => b[1] - a[1])[0];
+    u.mark = top ? top[0] : (u.members.some((m) => marks[m] === "same") ? "same" : "");
+    u.markCount = top ? top[1] : 0;
   }
   const edges = new Map();
   for (const e of graph.edges) {
@@ -112,7 +137,10 @@ function render({ model, el: root }) {
     canvas.classList.toggle("onnxnb-lod-names", 12 * t.k < LEGIBLE);
     canvas.classList.toggle("onnxnb-lod-subs", 11 * t.k < LEGIBLE);
   };
-  const area = () => ({ w: (body.clientWidth - details.offsetWidth) || 800, h: body.clientHeight || 560 });
+  // the drawing's width: the details panel takes its share only while it sits beside the drawing (a host may move
+  // it elsewhere, or float it over the drawing)
+  const beside = () => details.parentNode === body && getComputedStyle(details).position !== "absolute";
+  const area = () => ({ w: (body.clientWidth - (beside() ? details.offsetWidth : 0)) || 800, h: body.clientHeight || 560 });
   // The whole graph in view ("fit"); the default view never zooms out past legible labels (it starts at the
   // top of a large graph instead, to be panned or fitted).
   const fitView = (legible) => {
@@ -129,7 +157,8 @@ function render({ model, el: root }) {
     const overlay = model.get("overlay") || {};
     const highlight = model.get("highlight") || "";
     const depth = model.get("depth");
-    const vis = buildVisible(graph, depth, expanded, overlay);
+    const marks = model.get("marks") || {};
+    const vis = buildVisible(graph, depth, expanded, overlay, marks);
     unitOfNode = vis.unitOfNode;
     title.textContent = `${graph.name || "graph"}: ${graph.nodes.length} nodes, ${vis.units.length} shown`;
     const vals = Object.values(overlay).filter((v) => typeof v === "number" && v > 0 && isFinite(v));
@@ -166,10 +195,13 @@ function render({ model, el: root }) {
         class: `onnxnb-graph-node onnxnb-graph-${u.kind === "group" ? "group" : "op"}` + (hit ? " onnxnb-highlight" : ""),
         transform: `translate(${p.x - p.width / 2},${p.y - p.height / 2})`, "data-id": u.id,
       }, view);
-      const fill = colour(u.value, lo, hi) || (u.kind === "group" ? "#e8f0fe" : "#ffffff");
+      const style = MARK_STYLE[u.mark];
+      if (u.mark) grp.classList.add(`onnxnb-mark-${u.mark}`);
+      const fill = colour(u.value, lo, hi) || (style ? style[0] : u.kind === "group" ? "#e8f0fe" : "#ffffff");
       svg("rect", {
         width: p.width, height: p.height, rx: u.kind === "group" ? 8 : 4, fill,
-        stroke: hit ? "#b3261e" : u.kind === "group" ? "#4285f4" : "#5f6368", "stroke-width": hit ? 3 : 1,
+        stroke: hit ? "#b3261e" : style ? style[1] : u.kind === "group" ? "#4285f4" : "#5f6368",
+        "stroke-width": hit ? 3 : style ? 2 : 1,
         "stroke-dasharray": u.kind === "group" ? "4 2" : "",
       }, grp);
       const t1 = svg("text", { x: 8, y: 14, "font-size": 12, "font-weight": 600, fill: "#202124", class: "onnxnb-graph-name" }, grp);
@@ -184,8 +216,9 @@ function render({ model, el: root }) {
       });
       grp.addEventListener("mouseleave", () => { hover.style.display = "none"; });
       const tip = svg("title", {}, grp);
-      tip.textContent = u.kind === "group" ? `${u.prefix}: ${u.members.length} ops (click to expand)` :
-        `${u.node.name} [${u.node.op}]` + (u.value !== undefined ? ` ${model.get("overlay_label")}=${u.value}` : "");
+      tip.textContent = (u.kind === "group" ? `${u.prefix}: ${u.members.length} ops (click to expand)` :
+        `${u.node.name} [${u.node.op}]` + (u.value !== undefined ? ` ${model.get("overlay_label")}=${u.value}` : ""))
+        + (u.mark && u.mark !== "same" ? ` · ${u.kind === "group" ? u.markCount + " " : ""}${u.mark}` : "");
       grp.addEventListener("click", (ev) => {
         ev.stopPropagation();
         if (u.kind === "group") {
@@ -225,7 +258,12 @@ function render({ model, el: root }) {
     if (node.module) {
       const parts = node.module.split(".");
       for (let d = 1; d <= parts.length; d++) expanded.add(parts.slice(0, d).join("."));
-    } else expanded.add(TOP);
+    } else {
+      expanded.add(TOP);
+      const loose = graph.nodes.filter((n) => !n.module);
+      const i = loose.indexOf(node), k = Math.floor(i / CHUNK);
+      if (loose.length > CHUNK) expanded.add(`${TOP} ${k * CHUNK + 1}–${Math.min((k + 1) * CHUNK, loose.length)}`);
+    }
     model.set("expanded", [...expanded]);
     model.set("selected", name);
     model.save_changes();
@@ -305,6 +343,8 @@ function render({ model, el: root }) {
   });
   model.on("change:graph", () => { draw(); fitView(true); });
   model.on("change:overlay", draw);
+  model.on("change:marks", draw);
+  model.on("change:goto", () => { if (model.get("goto")) goTo(model.get("goto")); });
   model.on("change:highlight", draw);
   model.on("change:depth", () => { draw(); fitView(true); });
   model.on("change:details", () => {
@@ -314,6 +354,19 @@ function render({ model, el: root }) {
   });
   draw();
   requestAnimationFrame(() => fitView(true));
+  // drawn before its container had a size (a tab still opening, a hidden pane): fit again once it has one, until
+  // the user moves the view
+  let moved = false;
+  canvas.addEventListener("mousedown", () => { moved = true; });
+  canvas.addEventListener("wheel", () => { moved = true; });
+  if (typeof ResizeObserver !== "undefined") {
+    let last = "";
+    new ResizeObserver(() => {
+      const size = `${body.clientWidth}x${body.clientHeight}`;
+      if (size !== last && body.clientWidth > 0 && !moved) fitView(true);
+      last = size;
+    }).observe(body);
+  }
 }
 
 export default { render };

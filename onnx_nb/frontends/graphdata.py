@@ -25,14 +25,15 @@ def _attr_text(attr: Any) -> str:
     return text if len(text) <= MAX_ATTR else text[: MAX_ATTR - 1] + "…"
 
 
-def graph_json(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Nodes (name, op, module scope, inputs, outputs, attributes, shapes) and data edges."""
-    from ..runtime.onnxfile import check_model
+def graph_json(path: str | os.PathLike[str], proto: Any = None) -> dict[str, Any]:
+    """Nodes (name, op, module scope, inputs, outputs, attributes, shapes) and data edges (``proto``: the file
+    already read and checked)."""
+    from ..runtime.onnxfile import read_structure
     from ..steps.parity.localize import module_of
 
     p = Path(path)
-    proto = check_model(p, graph=False)  # external data that leaves the folder is refused before anything is shown
-    _check_texts(proto, p)
+    if proto is None:
+        proto = read_structure(p)[0]  # external data leaving the folder is refused before anything is shown
     shapes: dict[str, str] = {}
     for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
         dims = v.type.tensor_type.shape.dim
@@ -57,31 +58,12 @@ def graph_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"name": p.name, "nodes": nodes, "edges": edges}
 
 
-def _check_texts(proto: Any, path: Path) -> None:
-    """A damaged file can hold names that are not UTF-8 (protobuf then hands them over as bytes, and ONNX Runtime
-    may never read them): say the file is damaged instead of failing on them."""
-    from ..errors import InvalidModelError
-
-    g = proto.graph
-    values = [v.name for v in [*g.input, *g.output, *g.value_info, *g.initializer]]
-    values += [d.dim_param for v in [*g.input, *g.output, *g.value_info] for d in v.type.tensor_type.shape.dim]
-    for n in g.node:
-        values += [n.name, n.op_type, *n.input, *n.output, *(a.name for a in n.attribute),
-                   *(m.key for m in n.metadata_props), *(m.value for m in n.metadata_props)]
-    if any(not isinstance(v, str) for v in values):
-        raise InvalidModelError(f"{path} is damaged: some of its names are not UTF-8 text. Export the model again.")
-
-
 def default_depth(graph: dict[str, Any], budget: int = 24) -> int:
     """The deepest module-scope grouping that draws at most ``budget`` module boxes (at least 1 level;
     operators outside any module are drawn on their own at every level)."""
-    best = 1
-    modules = [n["module"].split(".") for n in graph["nodes"] if n.get("module")]
-    for depth in range(1, 1 + max((len(m) for m in modules), default=1)):
-        if len({".".join(m[:depth]) for m in modules}) > budget:
-            break
-        best = depth
-    return best
+    from ..results.summary import grouping_depth
+
+    return grouping_depth([n["module"] for n in graph["nodes"] if n.get("module")], budget)
 
 
 def node_details(path: str | os.PathLike[str], name: str, graph: dict[str, Any]) -> dict[str, Any]:
@@ -89,21 +71,26 @@ def node_details(path: str | os.PathLike[str], name: str, graph: dict[str, Any])
     import onnx
     from onnx import numpy_helper
 
-    from ..runtime.onnxfile import check_model
+    from ..runtime.onnxfile import read_structure
+    from ..runtime.skim import raw_tensor
 
     node = next((n for n in graph["nodes"] if n["name"] == name), None)
     if node is None:
         return {"node": name, "values": ["not in this graph"]}
-    proto = check_model(Path(path), graph=False)
+    proto, offsets = read_structure(Path(path))
     inits = {i.name: i for i in proto.graph.initializer if i.name in node["inputs"]}
     values = []
     for input_name in node["inputs"]:
         init = inits.get(input_name)
         if init is None:
             continue
-        if onnx.external_data_helper.uses_external_data(init):
+        if onnx.external_data_helper.uses_external_data(init):  # this tensor's bytes alone, from its data file
             onnx.external_data_helper.load_external_data_for_tensor(init, str(Path(path).parent))
-        arr = numpy_helper.to_array(init)
+            arr = numpy_helper.to_array(init)
+        elif input_name in offsets:  # or from its place in the .onnx
+            arr = raw_tensor(Path(path), init, offsets[input_name])
+        else:
+            arr = numpy_helper.to_array(init)
         if arr.size and np.issubdtype(arr.dtype, np.number):
             a = arr.astype(np.float64)
             values.append(f"{input_name}: {arr.dtype}{list(arr.shape)} min {a.min():.4g} max {a.max():.4g} "
@@ -113,20 +100,3 @@ def node_details(path: str | os.PathLike[str], name: str, graph: dict[str, Any])
     if not values:
         values.append("no constant inputs")
     return {"node": name, "values": values}
-
-
-def overlay_from(source: Any) -> tuple[dict[str, float], str, str]:
-    """(per-node values, label, node to highlight) from a ParityReport, ProfileTable or QuantDebugReport."""
-    kind = type(source).__name__
-    if kind == "ParityReport":
-        d = source.divergence
-        return (dict(d.node_errors) if d else {}), "parity max abs error", (d.node if d else "")
-    if kind == "ProfileTable":
-        runs = max(source.runs, 1)
-        return {n["node"]: n["total_ms"] / runs for n in source.by_node}, "ms per run", ""
-    if kind == "QuantDebugReport":
-        worst = source.layers[0].node if source.layers else ""
-        return {layer.node: layer.drop_db + 1e-3 for layer in source.layers}, "dB lost (quantization)", worst
-    if isinstance(source, dict):
-        return {str(k): float(v) for k, v in source.items()}, "value", ""
-    return {}, "", ""

@@ -43,9 +43,12 @@ class GraphView(anywidget.AnyWidget):
     details = traitlets.Dict().tag(sync=True)
     depth = traitlets.Int(1).tag(sync=True)
     expanded: traitlets.List[str] = traitlets.List().tag(sync=True)
+    marks = traitlets.Dict().tag(sync=True)  # node -> same/changed/fused/quantized/added/removed (CompareView)
+    goto = traitlets.Unicode("").tag(sync=True)  # set a node name: the view opens its groups and centres it
 
     def __init__(self, model: Any, overlay: Any = None, depth: int | None = None, **kwargs: Any) -> None:
-        from .graphdata import default_depth, graph_json, overlay_from
+        from ..results.summary import overlay_from
+        from .graphdata import default_depth, graph_json
 
         self._path = Path(getattr(model, "path", model))
         data = graph_json(self._path)
@@ -66,6 +69,46 @@ class GraphView(anywidget.AnyWidget):
             info = node_details(self._path, change["new"], self.graph)
             info["overlay"] = self.overlay.get(change["new"])
             self.details = info
+
+
+class CompareView:
+    """Two ONNX files side by side in the notebook: each node coloured by what became of it (fused, quantized, added,
+    removed, changed), the per-node error of a report on the right, and the counts above; the same view as
+    JupyterLab's "Compare ONNX files…".
+
+    ``CompareView(a, b)`` with .onnx paths, ExportResults or variants, or ``CompareView(comparison)`` with what
+    ``onnx_nb.compare`` returned. ``overlay``: a ParityReport or QuantDebugReport of ``b``.
+
+    Example::
+
+        v = onnx_nb.quantize(result)
+        onnx_nb.CompareView(result, v)
+    """
+
+    def __init__(self, a: Any, b: Any = None, overlay: Any = None) -> None:
+        from ..steps.inspect.comparing import compare
+
+        self.comparison = a if b is None else compare(a, b, overlay=overlay)
+        c = self.comparison
+        self.left = GraphView(c.a)
+        self.left.marks = c.marks_a
+        self.right = GraphView(c.b, overlay=c.errors or None)
+        self.right.marks = c.marks_b
+        if c.errors:
+            self.right.overlay_label = c.error_label
+
+    def _ipython_display_(self) -> None:
+        import ipywidgets
+        from IPython.display import display
+
+        head = ipywidgets.HTML(self.comparison._repr_html_())
+        panes = ipywidgets.HBox([self.left, self.right], layout=ipywidgets.Layout(width="100%"))
+        for pane in (self.left, self.right):
+            pane.layout = ipywidgets.Layout(flex="1 1 0", min_width="0")
+        display(ipywidgets.VBox([head, panes]))
+
+    def __repr__(self) -> str:
+        return repr(self.comparison)
 
 
 class StudioPanel(anywidget.AnyWidget):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -161,6 +162,13 @@ class ParityReport:
                 "passed": bool(self), "rows": [r.to_dict() for r in self.rows], "shapes": self.shapes,
                 "divergence": self.divergence.to_dict() if self.divergence else None, "notes": list(self.notes),
                 "unverified": list(self.unverified)}
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The report as JSON (written atomically to ``path`` if given). Saved as ``<model>.parity.json`` beside
+        ``<model>.onnx``, the JupyterLab viewer overlays its per-node errors on the graph."""
+        from ..runtime.report_file import json_text
+
+        return json_text(self.to_dict(), path)
 
     def to_pandas(self) -> Any:
         import pandas as pd

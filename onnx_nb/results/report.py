@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,12 +54,9 @@ class Report:
         return {"model": self.model, "passed": bool(self), "steps": [s.to_dict() for s in self.steps]}
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=2, default=str)
-        if path is not None:
-            from ..runtime.report_file import atomic_write_text
+        from ..runtime.report_file import json_text
 
-            atomic_write_text(Path(path), text)
-        return text
+        return json_text(self.to_dict(), path)
 
     def figures(self) -> list[Any]:
         return [f for s in self.steps for f in _figures(s)]

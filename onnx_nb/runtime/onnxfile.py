@@ -42,6 +42,21 @@ def load_proto(path: str | Path, external: bool = False) -> Any:
     """Load an ONNX file (without its external data unless asked); clear errors otherwise."""
     import onnx
 
+    p = _existing(path)
+    try:
+        proto = onnx.load(str(p), load_external_data=False)
+    except Exception as exc:
+        raise _unreadable(p, exc) from exc
+    _has_graph(p, proto)
+    if external:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        check_external_data(p, proto)
+        load_external_data_for_model(proto, str(p.parent))
+    return proto
+
+
+def _existing(path: str | Path) -> Path:
     p = Path(path)
     if not p.exists():
         raise InvalidModelError(f"No ONNX file at {p}. Check the path, or export a model first.")
@@ -49,21 +64,34 @@ def load_proto(path: str | Path, external: bool = False) -> Any:
         raise InvalidModelError(f"{p} is a folder; pass the path of its .onnx file.")
     if p.stat().st_size == 0:
         raise InvalidModelError(f"{p} is empty (0 bytes); re-export the model.")
-    try:
-        proto = onnx.load(str(p), load_external_data=False)
-    except Exception as exc:
-        raise InvalidModelError(
-            f"{p} is not a readable ONNX model ({type(exc).__name__}); it may be truncated or "
-            "another kind of file. Re-export it."
-        ) from exc
+    return p
+
+
+def _unreadable(p: Path, exc: BaseException) -> InvalidModelError:
+    return InvalidModelError(f"{p} is not a readable ONNX model ({type(exc).__name__}); it may be truncated or "
+                             "another kind of file. Re-export it.")
+
+
+def _has_graph(p: Path, proto: Any) -> None:
     if not proto.graph.node and not proto.graph.output:
         raise InvalidModelError(f"{p} holds no ONNX graph; it is probably not an ONNX file.")
-    if external:
-        from onnx.external_data_helper import load_external_data_for_model
 
-        check_external_data(p, proto)
-        load_external_data_for_model(proto, str(p.parent))
-    return proto
+
+def read_structure(path: str | Path) -> tuple[Any, dict[str, tuple[int, int]]]:
+    """An ONNX file's structure with the checks :func:`check_model` makes before showing a graph (it exists,
+    parses, its external data stays in its folder, its names are text), its weights left where they are: the proto
+    without initializer data, and where each initializer's data lies in the file (:mod:`runtime.skim`)."""
+    from .skim import skim
+
+    p = _existing(path)
+    try:
+        proto, offsets = skim(p)
+    except Exception as exc:
+        raise _unreadable(p, exc) from exc
+    _has_graph(p, proto)
+    check_external_data(p, proto)
+    check_texts(proto, p)
+    return proto, offsets
 
 
 def _tensors(graph: Any) -> Iterator[Any]:
@@ -427,3 +455,16 @@ def contrib_ops(path: str | Path, microsoft_only: bool = False) -> list[str]:
     nodes = load_proto(path).graph.node
     return sorted({n.op_type for n in nodes
                    if (n.domain == "com.microsoft" if microsoft_only else n.domain not in ("", "ai.onnx"))})
+
+
+def check_texts(proto: Any, path: Path) -> None:
+    """A damaged file can hold names that are not UTF-8 (protobuf then hands them over as bytes, and ONNX Runtime
+    may never read them): say the file is damaged instead of failing on them."""
+    g = proto.graph
+    values = [v.name for v in [*g.input, *g.output, *g.value_info, *g.initializer]]
+    values += [d.dim_param for v in [*g.input, *g.output, *g.value_info] for d in v.type.tensor_type.shape.dim]
+    for n in g.node:
+        values += [n.name, n.op_type, *n.input, *n.output, *(a.name for a in n.attribute),
+                   *(m.key for m in n.metadata_props), *(m.value for m in n.metadata_props)]
+    if any(not isinstance(v, str) for v in values):
+        raise InvalidModelError(f"{path} is damaged: some of its names are not UTF-8 text. Export the model again.")

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..render import esc
+
+
+def json_text(data: Any, path: str | os.PathLike[str] | None = None) -> str:
+    """A result's ``to_dict()`` as indented JSON, written atomically to ``path`` when one is given."""
+    import json
+
+    text = json.dumps(data, indent=2, default=str)
+    if path is not None:
+        atomic_write_text(Path(path), text)
+    return text
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -63,6 +63,13 @@ class QuantDebugReport:
         return {"layers": [asdict(layer) for layer in self.layers], "suggested": self.suggested,
                 "notes": self.notes}
 
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The report as JSON (written atomically to ``path`` if given). Saved as ``<model>.quant_debug.json``
+        beside the quantized ``<model>.onnx``, the JupyterLab viewer overlays the dB lost per layer."""
+        from ...runtime.report_file import json_text
+
+        return json_text(self.to_dict(), path)
+
     def to_pandas(self) -> Any:
         import pandas as pd
 

@@ -1,0 +1,185 @@
+"""onnx_nb.summary (structure and cost, weights never read), onnx_nb.compare (nodes matched and marked) and the
+server extension's payloads behind the JupyterLab viewer, on real exports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import onnx_nb
+import tiny_models
+from onnx_nb.frontends import labserver
+
+HOSTILE = '<img src=x onerror="alert(1)">'
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    out = tmp_path_factory.mktemp("mlp") / "mlp.onnx"
+    return onnx_nb.export(model, torch.randn(2, 16), out=out, progress=False)
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any]:
+    root = tmp_path_factory.mktemp("bert")
+    result = onnx_nb.export(tiny_models.build("bert"), out=root / "bert.onnx", progress=False)
+    opt = onnx_nb.optimize(result, out=root / "bert.optimized.onnx")
+    q = onnx_nb.quantize(opt, method="dynamic", out=root / "bert.optimized.int8.onnx")
+    return result, opt, q
+
+
+def test_summary_counts_what_the_model_computes(mlp: Any) -> None:
+    s = onnx_nb.summary(mlp, shapes={mlp_axis(mlp): 4})
+    assert s.params == 16 * 32 + 32 + 32 * 8 + 8
+    assert s.macs == 4 * (16 * 32 + 32 * 8)  # batch x (in x out) per Linear
+    modules = {r["module"]: r for r in s.by_module()}
+    assert modules["0"]["params"] == 16 * 32 + 32 and modules["2"]["params"] == 32 * 8 + 8
+    assert modules["0"]["macs"] == 4 * 16 * 32
+    assert s.inputs[0]["shape"][1] == 16 and s.outputs[0]["shape"][1] == 8
+    assert "MACs" in repr(s) and "MACs" in s._repr_html_()
+    # without shapes: structure only
+    assert onnx_nb.summary(mlp).macs is None
+
+
+def mlp_axis(result: Any) -> str:
+    return str(onnx_nb.summary(result).inputs[0]["shape"][0])
+
+
+def test_conv_macs(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
+    r = onnx_nb.export(model, torch.randn(1, 3, 16, 16), out=tmp_path / "conv.onnx", progress=False)
+    shape = onnx_nb.summary(r).inputs[0]["shape"]
+    s = onnx_nb.summary(r, shapes={r_input(r): [1, 3, 16, 16]})
+    assert s.macs == 8 * 14 * 14 * 3 * 3 * 3, (shape, s.macs)
+
+
+def r_input(result: Any) -> str:
+    return str(onnx_nb.summary(result).inputs[0]["name"])
+
+
+def test_bad_shapes_are_named(mlp: Any) -> None:
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="neither an input nor a symbolic axis"):
+        onnx_nb.summary(mlp, shapes={"nope": 3})
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="whole number"):
+        onnx_nb.summary(mlp, shapes={mlp_axis(mlp): -2})
+
+
+def test_external_weights_are_never_read(tmp_path: Path) -> None:
+    """A file whose weights live in a 4 GiB external data file (sparse here: nothing on disk): its summary, cost and
+    graph come from the .onnx alone, in seconds, without the weights ever entering memory."""
+    import resource
+    import time
+
+    n = 32768  # 32768 x 32768 float32 = 4 GiB
+    w = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[n, n])
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "big.data"), ("offset", "0"), ("length", str(4 * n * n))):
+        w.external_data.add(key=k, value=v)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", n])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", n])], [w])
+    path = tmp_path / "big.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with open(tmp_path / "big.data", "wb") as f:
+        f.truncate(4 * n * n)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    s = onnx_nb.summary(path, shapes={"batch": 3})
+    payload = labserver.graph_payload(path)
+    seconds = time.perf_counter() - start
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    assert s.params == n * n and s.macs == 3 * n * n and s.external_bytes == 4 * n * n
+    assert [x["op"] for x in payload["graph"]["nodes"]] == ["MatMul"]
+    assert grown < 256 * 2**20 and seconds < 10, (grown, seconds)
+
+
+def test_compare_marks_fusions_and_quantization(bert: tuple[Any, Any, Any]) -> None:
+    result, opt, q = bert
+    same = onnx_nb.compare(result, result)
+    assert set(same.marks_a.values()) == {"same"} and set(same.marks_b.values()) == {"same"}
+    fused = onnx_nb.compare(result, opt)
+    assert fused.counts()["fused"][1] > 0, fused
+    ops = {n.name: n.op_type for n in onnx.load(str(opt.path), load_external_data=False).graph.node}
+    replaced_by = {ops[b] for b in fused.into.values()}
+    assert replaced_by & {"Attention", "SkipLayerNormalization", "EmbedLayerNormalization"}, replaced_by
+    quant = onnx_nb.compare(opt, q)
+    assert quant.counts()["quantized"][1] > 0
+    assert "quantized" in repr(quant) and "quantized" in quant._repr_html_()
+    # a quant_debug report saved beside the INT8 file is its per-node error
+    onnx_nb.quant_debug(opt, q).to_json(Path(q.path).with_suffix(".quant_debug.json"))
+    again = onnx_nb.compare(opt, q)
+    assert again.errors and again.error_label.startswith("dB lost")
+    assert any("quant_debug.json" in n for n in again.notes)
+
+
+def test_html_escapes_names_from_the_file(tmp_path: Path) -> None:
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 2], [1.0, 0.0, 0.0, 1.0])
+    g = helper.make_graph([helper.make_node("MatMul", [HOSTILE, "w"], ["y"], name=HOSTILE)], "g",
+                          [helper.make_tensor_value_info(HOSTILE, TensorProto.FLOAT, [1, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])], [w])
+    path = tmp_path / "h.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name=HOSTILE), path)
+    html = onnx_nb.summary(path)._repr_html_()
+    assert HOSTILE not in html and "&lt;img" in html
+    assert HOSTILE not in onnx_nb.compare(path, path)._repr_html_()
+
+
+def test_server_paths_stay_inside_the_root(tmp_path: Path) -> None:
+    (tmp_path / "inside").mkdir()
+    assert labserver.resolve(str(tmp_path), "inside") == (tmp_path / "inside").resolve()
+    for bad in ("../etc/passwd", "/../../etc/passwd", "inside/../../x"):
+        with pytest.raises(onnx_nb.InvalidArgumentError, match="outside the folder"):
+            labserver.resolve(str(tmp_path), bad)
+    with pytest.raises(onnx_nb.InvalidArgumentError):
+        labserver.resolve(str(tmp_path), "")
+
+
+def test_damaged_file_is_a_clear_error(tmp_path: Path, mlp: Any) -> None:
+    data = Path(mlp.path).read_bytes()
+    (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 2])
+    with pytest.raises(onnx_nb.InvalidModelError, match="not a readable ONNX model"):
+        labserver.graph_payload(tmp_path / "cut.onnx")
+
+
+def test_launcher_notebooks_never_overwrite(tmp_path: Path) -> None:
+    first = labserver.notebook_payload(str(tmp_path), {"kind": "export", "model": "sentence-transformers/x"})
+    second = labserver.notebook_payload(str(tmp_path), {"kind": "export", "model": "other"})
+    assert first["path"] != second["path"]
+    nb = json.loads((tmp_path / first["path"]).read_text())
+    assert "onnx_nb.export('sentence-transformers/x')" in "".join(nb["cells"][1]["source"])
+    studio = labserver.notebook_payload(str(tmp_path), {"kind": "studio", "model": "m"})
+    assert "onnx_nb.Studio('m')" in (tmp_path / studio["path"]).read_text()
+    tutorials = labserver.tutorials()
+    assert [t["file"] for t in tutorials][:1] == ["01_quickstart.ipynb"] and tutorials[0]["title"].startswith(
+        "Quickstart")
+    copy = labserver.notebook_payload(str(tmp_path), {"kind": "tutorial", "file": "01_quickstart.ipynb"})
+    assert (tmp_path / copy["path"]).read_text() == (labserver.tutorials_dir() / "01_quickstart.ipynb").read_text()
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="Unknown notebook kind"):
+        labserver.notebook_payload(str(tmp_path), {"kind": "rm -rf"})
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="No tutorial"):
+        labserver.notebook_payload(str(tmp_path), {"kind": "tutorial", "file": "../../secret.ipynb"})
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="Name a model"):
+        labserver.notebook_payload(str(tmp_path), {"kind": "export", "model": " "})
+
+
+def test_extensions_are_installed_and_enabled() -> None:
+    import subprocess
+    import sys
+
+    lab = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"], capture_output=True, text=True,
+                         timeout=120)
+    text = lab.stdout + lab.stderr
+    assert "onnx-nb" in text and "enabled" in text.split("onnx-nb", 1)[1].splitlines()[0], text
+    server = subprocess.run([sys.executable, "-m", "jupyter", "server", "extension", "list"], capture_output=True,
+                            text=True, timeout=120)
+    text = server.stdout + server.stderr
+    assert "onnx_nb" in text and "enabled" in text.split("onnx_nb", 1)[1].splitlines()[0], text

@@ -1,0 +1,259 @@
+"""onnx-nb inside JupyterLab itself (tests/lab.py: a real Lab, Debian's Chromium): a double-clicked .onnx opens as
+a graph with no kernel, the side panel's facts and cost, the compare view, a large graph's timing, damaged and
+hostile files, the launcher and palette. Screenshots land in tests/screenshots/lab_viewer/ (look at them)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lab
+import tiny_models
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not lab.available(), reason="needs /usr/bin/chromium")]
+SHOTS = Path(__file__).parent / "screenshots" / "lab_viewer"
+HOSTILE = '<img src=x onerror="window.__pwned=1">'
+
+
+def _files(root: Path) -> dict[str, Any]:
+    """A tiny BERT's export, its optimized and INT8 variants (with a quant_debug report saved beside the INT8 file),
+    BERT-base's export, a 9,000-node graph with no module scopes, a hostile file and a damaged one."""
+    import numpy as np
+    import onnx
+    import torch
+    import transformers
+    from onnx import TensorProto, helper
+
+    import onnx_nb
+
+    tiny = onnx_nb.export(tiny_models.build("bert"), out=root / "bert.onnx", progress=False)
+    opt = onnx_nb.optimize(tiny, out=root / "bert.optimized.onnx")
+    q = onnx_nb.quantize(opt, method="dynamic", out=root / "bert.int8.onnx")
+    onnx_nb.quant_debug(opt, q).to_json(root / "bert.int8.quant_debug.json")
+    torch.manual_seed(0)
+    base = transformers.BertModel(transformers.BertConfig()).eval()  # BERT-base: 12 layers, 768 wide, 110M params
+    ids = torch.randint(0, 30522, (1, 16))
+    onnx_nb.export(base, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, out=root / "bert-base.onnx",
+                   progress=False)
+    del base
+    # 9,000 nodes in a chain, no module scopes (as a file from elsewhere may be)
+    nodes, prev = [], "x"
+    for i in range(9000):
+        nodes.append(helper.make_node("Relu" if i % 2 else "Neg", [prev], [f"t{i}"], name=f"op{i}"))
+        prev = f"t{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), root / "chain9000.onnx")
+    # hostile names: markup in node, tensor and graph names and in the producer
+    w = helper.make_tensor(HOSTILE + "w", TensorProto.FLOAT, [4, 4], np.eye(4, dtype=np.float32).ravel())
+    g = helper.make_graph([helper.make_node("MatMul", ["x", HOSTILE + "w"], ["y"], name=HOSTILE)], HOSTILE,
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [HOSTILE, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [HOSTILE, 4])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name=HOSTILE)
+    onnx.save(m, root / "hostile.onnx")
+    data = (root / "bert.onnx").read_bytes()
+    (root / "damaged.onnx").write_bytes(data[: len(data) // 3])
+    return {"tiny": tiny, "opt": opt, "q": q}
+
+
+@pytest.fixture(scope="module")
+def lab_page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str, Path, dict[str, Any]]]:
+    root = tmp_path_factory.mktemp("labviewer")
+    made = _files(root)
+    shutil.rmtree(SHOTS, ignore_errors=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with lab.jupyterlab(root) as base_token, lab.browser() as page:
+        base, token = base_token.split("|")
+        page.goto(f"{base}/lab?token={token}")
+        page.locator(".jp-DirListing-item").first.wait_for(timeout=120_000)
+        yield page, base_token, root, made
+
+
+def _kernels(base_token: str) -> list[Any]:
+    base, token = base_token.split("|")
+    with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10) as r:
+        return list(json.loads(r.read()))
+
+
+def _open(page: Any, name: str) -> tuple[Any, float]:
+    """Double-click ``name`` in the file browser; the viewer's node and the seconds until its graph was drawn."""
+    item = page.locator(f'.jp-DirListing-item[title^="Name: {name}"]').first
+    item.wait_for(timeout=30_000)
+    start = time.perf_counter()
+    item.dblclick()
+    viewer = page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden) .onnxnb-lab-viewer").last
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.onnxnb-lab-viewer')].some(v => v.dataset.state && "
+        "v.closest('.lm-mod-hidden') === null)", timeout=60_000)
+    return viewer, time.perf_counter() - start
+
+
+def _search_and_go(viewer: Any, query: str, expect: str) -> None:
+    """Type in the viewer's search, click the first hit: the graph jumps there and shows that node's details."""
+    viewer.locator(".onnxnb-lab-search-input").fill(query)
+    viewer.locator(".onnxnb-lab-search-hit").first.click()
+    viewer.locator(".onnxnb-graph-details-title").filter(has_text=expect).wait_for(timeout=10_000)
+
+
+def _close_all(page: Any) -> None:
+    page.keyboard.press("Escape")
+    page.evaluate("() => window.jupyterapp && window.jupyterapp.shell.closeAll && window.jupyterapp.shell.closeAll()")
+    page.get_by_role("menuitem", name="File", exact=True).click()
+    page.get_by_text("Close All Tabs", exact=True).click()
+    page.wait_for_timeout(300)
+
+
+def test_double_click_opens_the_graph_with_no_kernel(lab_page: Any) -> None:
+    import onnx_nb
+    from onnx_nb.render import human_count
+
+    page, base_token, root, _ = lab_page
+    viewer, _ = _open(page, "bert.onnx")
+    assert viewer.get_attribute("data-state") == "ready"
+    assert page.locator(".onnxnb-lab-viewer .onnxnb-graph-node").count() > 3
+    side = viewer.locator(".onnxnb-lab-side")
+    assert "input_ids" in side.inner_text() and "ai.onnx" in side.inner_text()
+    assert _kernels(base_token) == [], "opening a .onnx file must not start a kernel"
+    # search by op type, jump to a hit, its details (weights' statistics) come from the server
+    viewer.locator(".onnxnb-lab-search-input").fill("MatMul")
+    hits = viewer.locator(".onnxnb-lab-search-hit")
+    assert hits.count() > 0
+    hits.first.click()
+    details = viewer.locator(".onnxnb-graph-details")
+    details.locator(".onnxnb-graph-value").first.wait_for(timeout=20_000)
+    assert "MatMul" in details.inner_text()
+    # the cost at typed shapes equals onnx_nb.summary's from a cell
+    viewer.locator('.onnxnb-lab-axis-input[data-axis="sequence"]').fill("64")
+    viewer.locator(".onnxnb-lab-cost-run").click()
+    total = viewer.locator(".onnxnb-lab-cost-total")
+    total.wait_for(timeout=30_000)
+    axes = {a: (64 if a == "sequence" else 1) for a in ("batch", "sequence")}
+    expected = onnx_nb.summary(root / "bert.onnx", shapes=axes)
+    assert expected.macs and expected.macs < 1e9  # the viewer's "K/M/G" and human_count's agree below a billion
+    assert f"{human_count(expected.macs)} MACs" in total.inner_text()
+    viewer.screenshot(path=str(SHOTS / "viewer.png"))
+    assert _kernels(base_token) == []
+    _close_all(page)
+
+
+def test_open_with_offers_the_graph(lab_page: Any) -> None:
+    page, *_ = lab_page
+    page.locator('.jp-DirListing-item[title^="Name: bert.int8.onnx"]').first.click(button="right")
+    page.get_by_text("Open With", exact=True).hover()
+    page.get_by_text("ONNX graph", exact=True).click()
+    page.wait_for_function("() => [...document.querySelectorAll('.onnxnb-lab-viewer')].some(v => v.dataset.state)",
+                           timeout=60_000)
+    viewer = page.locator(".onnxnb-lab-viewer").last
+    # the quant_debug report saved beside the file is the overlay
+    assert "quant_debug.json" in viewer.locator(".onnxnb-lab-side").inner_text()
+    _close_all(page)
+
+
+def test_compare_view(lab_page: Any) -> None:
+    import onnx_nb
+
+    page, _, root, _ = lab_page
+    page.locator('.jp-DirListing-item[title^="Name: bert.onnx"]').first.click()
+    page.locator('.jp-DirListing-item[title^="Name: bert.int8.onnx"]').first.click(modifiers=["Control"])
+    page.locator('.jp-DirListing-item[title^="Name: bert.int8.onnx"]').first.click(button="right")
+    page.locator(".lm-Menu-itemLabel", has_text="Compare ONNX files…").click()
+    view = page.locator(".onnxnb-lab-compare").last
+    page.wait_for_function("() => [...document.querySelectorAll('.onnxnb-lab-compare')].some(v => v.dataset.state)",
+                           timeout=60_000)
+    assert view.get_attribute("data-state") == "ready", view.inner_text()
+    expected = onnx_nb.compare(root / "bert.onnx", root / "bert.int8.onnx")
+    head = view.locator(".onnxnb-lab-compare-head").inner_text()
+    for mark, (a, b) in expected.counts().items():
+        assert f"{mark}: {a} → {b}" in head
+    assert "quantized" in head and "quant_debug.json" in head
+    panes = view.locator(".onnxnb-lab-compare-pane")
+    assert panes.nth(1).locator(".onnxnb-mark-quantized").count() > 0
+    view.screenshot(path=str(SHOTS / "compare.png"))
+    _close_all(page)
+
+
+def _open_and_expand(page: Any, name: str) -> tuple[Any, float, float]:
+    """Open ``name`` and click its first module group: the seconds until the graph was drawn, and until the expanded
+    group was drawn (the next frame after the click's handler)."""
+    viewer, opened = _open(page, name)
+    assert viewer.get_attribute("data-state") == "ready"
+    start = time.perf_counter()
+    viewer.locator(".onnxnb-graph-group").first.click()
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => done(1)))")
+    return viewer, opened, time.perf_counter() - start
+
+
+def test_large_graphs_are_interactive_within_two_seconds(lab_page: Any) -> None:
+    page, *_ = lab_page
+    viewer, opened, expanded = _open_and_expand(page, "bert-base.onnx")
+    print(f"BERT-base: graph drawn {opened:.2f} s after the double-click (server "
+          f"{viewer.get_attribute('data-server-seconds')} s), a group expanded in {expanded:.2f} s")
+    assert opened < 2.0 and expanded < 2.0
+    viewer.screenshot(path=str(SHOTS / "bert-base.png"))
+    _close_all(page)
+    # 9,001 operators with no module scope: "(top level)" opens into runs of 100
+    viewer, opened, expanded = _open_and_expand(page, "chain9000.onnx")
+    print(f"9,001-node chain: drawn {opened:.2f} s after the double-click, expanded in {expanded:.2f} s")
+    assert opened < 5.0 and expanded < 2.0
+    assert "9001 nodes" in viewer.locator(".onnxnb-graph-title").inner_text()
+    _search_and_go(viewer, "op8500", "op8500")
+    viewer.screenshot(path=str(SHOTS / "chain9000.png"))
+    _close_all(page)
+
+
+def test_damaged_and_hostile_files(lab_page: Any) -> None:
+    page, *_ = lab_page
+    viewer, _ = _open(page, "damaged.onnx")
+    assert viewer.get_attribute("data-state") == "error"
+    assert "not a readable ONNX model" in viewer.inner_text()
+    viewer.screenshot(path=str(SHOTS / "damaged.png"))
+    _close_all(page)
+    viewer, _ = _open(page, "hostile.onnx")
+    assert viewer.get_attribute("data-state") == "ready"
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.locator(".onnxnb-lab-viewer img").count() == 0
+    assert HOSTILE in viewer.locator(".onnxnb-lab-side").inner_text()  # shown as text
+    _search_and_go(viewer, "onerror", "MatMul")
+    assert page.evaluate("() => window.__pwned") is None
+    viewer.screenshot(path=str(SHOTS / "hostile.png"))
+    _close_all(page)
+
+
+def test_launcher_and_palette(lab_page: Any) -> None:
+    page, _, root, _ = lab_page
+    page.get_by_role("menuitem", name="File", exact=True).click()
+    page.get_by_text("New Launcher", exact=True).click()
+    launcher = page.locator(".jp-Launcher").last
+    launcher.get_by_text("Export a model…", exact=True).wait_for(timeout=30_000)
+    assert launcher.get_by_text("Compare ONNX files…", exact=True).count() == 1
+    assert launcher.locator(".jp-LauncherCard", has_text="Tutorial: Quickstart").count() == 1
+    launcher.screenshot(path=str(SHOTS / "launcher.png"))
+    launcher.get_by_text("Export a model…", exact=True).click()
+    page.locator(".jp-Dialog input").wait_for(timeout=30_000)
+    page.locator(".jp-Dialog input").fill("bert.onnx")
+    page.locator(".jp-Dialog .jp-mod-accept").click()
+    page.locator(".jp-Notebook").last.wait_for(timeout=60_000)
+    made = sorted(root.glob("onnx-nb export*.ipynb"))
+    assert made, "Export a model… wrote no notebook"
+    assert "onnx_nb.export('bert.onnx')" in made[0].read_text()
+    palette = page.locator(".lm-CommandPalette-input")
+    for _ in range(3):  # the notebook just opened may still take the first key press
+        page.keyboard.press("Escape")
+        page.keyboard.press("Control+Shift+C")
+        try:
+            palette.wait_for(state="visible", timeout=5_000)
+            break
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: press again
+            continue
+    palette.fill("onnx-nb")
+    items = page.locator(".lm-CommandPalette-item").all_inner_texts()
+    assert any("Export a model" in t for t in items) and any("Tutorial:" in t for t in items)
+    page.keyboard.press("Escape")
