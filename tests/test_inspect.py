@@ -121,6 +121,14 @@ def test_compare_marks_fusions_and_quantization(bert: tuple[Any, Any, Any]) -> N
     assert any("quant_debug.json" in n for n in again.notes)
 
 
+def test_compare_view_widget(bert: tuple[Any, Any, Any]) -> None:
+    _, opt, q = bert
+    view = onnx_nb.CompareView(opt, q)
+    assert view.right.marks == view.comparison.marks_b and "quantized" in set(view.right.marks.values())
+    assert view.left.marks == view.comparison.marks_a
+    assert repr(view).startswith(f"{Path(opt.path).name} -> {Path(q.path).name}")
+
+
 def test_html_escapes_names_from_the_file(tmp_path: Path) -> None:
     w = helper.make_tensor("w", TensorProto.FLOAT, [2, 2], [1.0, 0.0, 0.0, 1.0])
     g = helper.make_graph([helper.make_node("MatMul", [HOSTILE, "w"], ["y"], name=HOSTILE)], "g",

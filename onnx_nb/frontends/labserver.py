@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
 from functools import lru_cache
@@ -188,6 +189,7 @@ def _handlers(serverapp: Any) -> list[tuple[str, Any]]:
     from tornado import web
 
     root = serverapp.root_dir
+    prefix = str(Path(root).resolve()) + os.sep
 
     class Base(APIHandler):
         async def answer(self, fn: Any, *args: Any) -> None:
@@ -195,11 +197,11 @@ def _handlers(serverapp: Any) -> list[tuple[str, Any]]:
                 data = await asyncio.get_running_loop().run_in_executor(None, fn, *args)
             except OnnxNbError as exc:
                 self.set_status(400)
-                data = {"error": str(exc), "kind": type(exc).__name__}
+                data = {"error": str(exc).replace(prefix, ""), "kind": type(exc).__name__}  # paths as users see them
             except Exception as exc:  # noqa: BLE001 - any file the user double-clicks: a message, never a stuck tab
                 self.set_status(400)
-                data = {"error": f"This file could not be read: {type(exc).__name__}: {first_line(exc)}",
-                        "kind": type(exc).__name__}
+                data = {"error": f"This file could not be read: {type(exc).__name__}: {first_line(exc)}"
+                        .replace(prefix, ""), "kind": type(exc).__name__}
             self.finish(json.dumps(data, default=str))
 
         def path_arg(self, name: str) -> Path:
