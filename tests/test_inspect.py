@@ -191,3 +191,48 @@ def test_extensions_are_installed_and_enabled() -> None:
                             text=True, timeout=120)
     text = server.stdout + server.stderr
     assert "onnx_nb" in text and "enabled" in text.split("onnx_nb", 1)[1].splitlines()[0], text
+
+
+def test_attention_macs_count_the_cache(tmp_path: Path) -> None:
+    """A fused attention decoding one token over a 1,000-token cache attends to 1,001 keys, not 1."""
+    heads, size, past = 4, 16, 1000
+    hidden = heads * size
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v", "", "", "", "past_k", "past_v"],
+                            ["y", "present_k", "present_v"], domain="com.microsoft", num_heads=heads, name="mha")
+    f = TensorProto.FLOAT
+    g = helper.make_graph([node], "g",
+                          [helper.make_tensor_value_info("q", f, [1, 1, hidden]),
+                           helper.make_tensor_value_info("k", f, [1, 1, hidden]),
+                           helper.make_tensor_value_info("v", f, [1, 1, hidden]),
+                           helper.make_tensor_value_info("past_k", f, [1, heads, "past", size]),
+                           helper.make_tensor_value_info("past_v", f, [1, heads, "past", size])],
+                          [helper.make_tensor_value_info("y", f, None),
+                           helper.make_tensor_value_info("present_k", f, None),
+                           helper.make_tensor_value_info("present_v", f, None)])
+    path = tmp_path / "mha.onnx"
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    onnx.save(helper.make_model(g, opset_imports=opsets), path)
+    s = onnx_nb.summary(path, shapes={"past": past})
+    assert s.macs == 2 * 1 * 1 * (past + 1) * hidden, (s.macs, s.notes)
+
+
+def test_server_hides_what_jupyter_hides(tmp_path: Path, mlp: Any) -> None:
+    (tmp_path / ".private").mkdir()
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="hidden"):
+        labserver.resolve(str(tmp_path), ".private/model.onnx", allow_hidden=False)
+    assert labserver.resolve(str(tmp_path), ".private", allow_hidden=True) == (tmp_path / ".private").resolve()
+    # the browser gets the file's name, never the server's folders
+    payload = labserver.graph_payload(Path(mlp.path))
+    assert payload["summary"]["path"] == Path(mlp.path).name
+
+
+def test_a_broken_report_beside_the_file_does_not_block_it(tmp_path: Path, mlp: Any) -> None:
+    import shutil
+
+    model = tmp_path / "m.onnx"
+    shutil.copy(mlp.path, model)
+    (tmp_path / "m.parity.json").write_text(json.dumps({"rows": [], "divergence": {"node_errors": {"x": "oops"}}}))
+    payload = labserver.graph_payload(model)
+    assert payload["graph"]["nodes"] and "unreadable" in payload["overlay"]["source"]
+    c = onnx_nb.compare(model, model)
+    assert not c.errors and any("could not be read" in n for n in c.notes)

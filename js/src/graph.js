@@ -88,13 +88,20 @@ function buildVisible(graph, depth, expanded, overlay, marks) {
   }
   for (const u of units.values()) {
     if (u.kind === "group") u.sub = `${u.members.length} op${u.members.length === 1 ? "" : "s"}`;
-    const vals = u.members.map((m) => overlay[m]).filter((v) => typeof v === "number" && isFinite(v));
+    const vals = u.members.map((m) => (Object.hasOwn(overlay, m) ? overlay[m] : undefined))
+      .filter((v) => typeof v === "number" && isFinite(v));
     u.value = vals.length ? Math.max(...vals) : undefined;
     // the mark a box shows: its node's, or for a group the commonest mark other than "same" among its members
+    // (own keys only, and only known marks: a node may be called "toString")
+    const markOf = (m) => (Object.hasOwn(marks, m) && (Object.hasOwn(MARK_STYLE, marks[m]) || marks[m] === "same")
+      ? marks[m] : "");
     const counts = {};
-    for (const m of u.members) if (marks[m] && marks[m] !== "same") counts[marks[m]] = (counts[marks[m]] || 0) + 1;
+    for (const m of u.members) {
+      const k = markOf(m);
+      if (k && k !== "same") counts[k] = (counts[k] || 0) + 1;
+    }
     const top = Object.entries(counts).sort((a, b) => b[1] - a[1])[0];
-    u.mark = top ? top[0] : (u.members.some((m) => marks[m] === "same") ? "same" : "");
+    u.mark = top ? top[0] : (u.members.some((m) => markOf(m) === "same") ? "same" : "");
     u.markCount = top ? top[1] : 0;
   }
   const edges = new Map();
@@ -195,7 +202,7 @@ function render({ model, el: root }) {
         class: `onnxnb-graph-node onnxnb-graph-${u.kind === "group" ? "group" : "op"}` + (hit ? " onnxnb-highlight" : ""),
         transform: `translate(${p.x - p.width / 2},${p.y - p.height / 2})`, "data-id": u.id,
       }, view);
-      const style = MARK_STYLE[u.mark];
+      const style = Object.hasOwn(MARK_STYLE, u.mark) ? MARK_STYLE[u.mark] : null;
       if (u.mark) grp.classList.add(`onnxnb-mark-${u.mark}`);
       const fill = colour(u.value, lo, hi) || (style ? style[0] : u.kind === "group" ? "#e8f0fe" : "#ffffff");
       svg("rect", {
@@ -314,7 +321,8 @@ function render({ model, el: root }) {
   // pan and zoom
   let drag = null;
   canvas.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX - t.x, y: ev.clientY - t.y }; });
-  window.addEventListener("mouseup", () => { drag = null; });
+  const release = () => { drag = null; };
+  window.addEventListener("mouseup", release);
   canvas.addEventListener("mousemove", (ev) => {
     if (!drag) return;
     t.x = ev.clientX - drag.x;
@@ -359,14 +367,21 @@ function render({ model, el: root }) {
   let moved = false;
   canvas.addEventListener("mousedown", () => { moved = true; });
   canvas.addEventListener("wheel", () => { moved = true; });
+  let observer = null;
   if (typeof ResizeObserver !== "undefined") {
     let last = "";
-    new ResizeObserver(() => {
+    observer = new ResizeObserver(() => {
       const size = `${body.clientWidth}x${body.clientHeight}`;
       if (size !== last && body.clientWidth > 0 && !moved) fitView(true);
       last = size;
-    }).observe(body);
+    });
+    observer.observe(body);
   }
+  // anywidget calls this when the view goes; the JupyterLab viewer when its tab closes
+  return () => {
+    window.removeEventListener("mouseup", release);
+    if (observer) observer.disconnect();
+  };
 }
 
 export default { render };

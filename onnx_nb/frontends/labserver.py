@@ -26,14 +26,17 @@ from ..errors import InvalidArgumentError, OnnxNbError, first_line
 MAX_NODES = 200_000  # beyond this the browser cannot draw the graph: the summary still shows
 
 
-def resolve(root: str, relative: str) -> Path:
-    """A path the browser sent (relative to the server's root, '/'-separated) as a file inside the root."""
+def resolve(root: str, relative: str, allow_hidden: bool = True) -> Path:
+    """A path the browser sent (relative to the server's root, '/'-separated) as a file inside the root (and, when
+    the server hides them, not a hidden one)."""
     if not isinstance(relative, str) or not relative.strip():
         raise InvalidArgumentError("No file path was given.")
     base = Path(root).resolve()
     target = (base / relative.lstrip("/")).resolve()
     if target != base and base not in target.parents:
         raise InvalidArgumentError(f"{relative} is outside the folder this Jupyter server serves.")
+    if not allow_hidden and any(part.startswith(".") for part in target.relative_to(base).parts):
+        raise InvalidArgumentError(f"{relative} is hidden, and this Jupyter server does not serve hidden files.")
     return target
 
 
@@ -69,9 +72,13 @@ def graph_payload(path: Path) -> dict[str, Any]:
     overlay: dict[str, Any] = {}
     found = sidecar(path)
     if found:
-        values, label, highlight = overlay_from(found[1])
-        overlay = {"values": values, "label": label, "highlight": highlight, "source": found[0].name}
-    return {"graph": graph, "summary": info.to_dict(), "axes": axes_of(info.inputs), "depth": default_depth(graph),
+        try:
+            values, label, highlight = overlay_from(found[1])
+            overlay = {"values": values, "label": label, "highlight": highlight, "source": found[0].name}
+        except (TypeError, ValueError, AttributeError):  # a hand-edited or foreign JSON: the model still opens
+            overlay = {"values": {}, "label": "", "highlight": "", "source": f"{found[0].name} (unreadable, ignored)"}
+    summary = info.to_dict() | {"path": path.name}  # the server's own folders stay on the server
+    return {"graph": graph, "summary": summary, "axes": axes_of(info.inputs), "depth": default_depth(graph),
             "overlay": overlay, "seconds": round(time.perf_counter() - start, 3)}
 
 
@@ -87,7 +94,7 @@ def cost_payload(path: Path, shapes: Any) -> dict[str, Any]:
     if not isinstance(shapes, dict):
         raise InvalidArgumentError("shapes must be an object: axis or input name -> size or shape.")
     info = summary(path, shapes=shapes)
-    return {"summary": info.to_dict(), "by_module": info.by_module()}
+    return {"summary": info.to_dict() | {"path": path.name}, "by_module": info.by_module()}
 
 
 def compare_payload(a: Path, b: Path) -> dict[str, Any]:
@@ -129,13 +136,16 @@ def tutorials() -> list[dict[str, str]]:
 
 
 def _free_name(folder: Path, stem: str) -> Path:
-    """``stem.ipynb`` in ``folder``, or ``stem-1.ipynb``, ... : an existing notebook is never overwritten."""
-    candidate = folder / f"{stem}.ipynb"
-    n = 1
-    while candidate.exists():
-        candidate = folder / f"{stem}-{n}.ipynb"
-        n += 1
-    return candidate
+    """``stem.ipynb`` in ``folder``, or ``stem-1.ipynb``, ...: the name is taken (created empty, exclusively) before
+    it is returned, so neither an existing notebook nor a second request's is ever overwritten."""
+    n = 0
+    while True:
+        candidate = folder / (f"{stem}.ipynb" if n == 0 else f"{stem}-{n}.ipynb")
+        try:
+            candidate.open("x").close()
+            return candidate
+        except FileExistsError:
+            n += 1
 
 
 def _notebook(cells: list[tuple[str, str]]) -> str:
@@ -148,18 +158,18 @@ def _notebook(cells: list[tuple[str, str]]) -> str:
     return nbformat.writes(nb)
 
 
-def notebook_payload(root: str, body: dict[str, Any]) -> dict[str, str]:
+def notebook_payload(root: str, body: dict[str, Any], allow_hidden: bool = True) -> dict[str, str]:
     from ..runtime.report_file import atomic_write_text
 
-    folder = resolve(root, body.get("cwd") or ".") if body.get("cwd") else Path(root).resolve()
+    folder = resolve(root, str(body["cwd"]), allow_hidden) if body.get("cwd") else Path(root).resolve()
     if not folder.is_dir():
         raise InvalidArgumentError(f"{body.get('cwd')} is not a folder.")
     kind = body.get("kind")
     model = str(body.get("model") or "").strip()
     if kind == "tutorial":
         source = tutorials_dir()
-        name = Path(str(body.get("file") or "")).name
-        if source is None or not (source / name).is_file():
+        name = str(body.get("file") or "")
+        if source is None or name not in {t["file"] for t in tutorials()}:
             raise InvalidArgumentError(f"No tutorial named {name!r}.")
         target = _free_name(folder, Path(name).stem)
         atomic_write_text(target, (source / name).read_text(encoding="utf-8"))
@@ -184,28 +194,35 @@ def notebook_payload(root: str, body: dict[str, Any]) -> dict[str, str]:
 
 
 def _handlers(serverapp: Any) -> list[tuple[str, Any]]:
+    from jupyter_server.auth.decorator import authorized
     from jupyter_server.base.handlers import APIHandler
     from jupyter_server.utils import url_path_join
     from tornado import web
 
     root = serverapp.root_dir
-    prefix = str(Path(root).resolve()) + os.sep
+    base_dir = str(Path(root).resolve())
+    hidden = bool(getattr(serverapp.contents_manager, "allow_hidden", False))
+
+    def private(text: str) -> str:  # the server's own folders stay out of what the browser is told
+        return text.replace(base_dir + os.sep, "").replace(base_dir, ".")
 
     class Base(APIHandler):
+        auth_resource = "contents"  # Jupyter's authorizer decides, as for the contents API (a read-only role reads)
+
         async def answer(self, fn: Any, *args: Any) -> None:
             try:
                 data = await asyncio.get_running_loop().run_in_executor(None, fn, *args)
             except OnnxNbError as exc:
                 self.set_status(400)
-                data = {"error": str(exc).replace(prefix, ""), "kind": type(exc).__name__}  # paths as users see them
+                data = {"error": private(str(exc)), "kind": type(exc).__name__}
             except Exception as exc:  # noqa: BLE001 - any file the user double-clicks: a message, never a stuck tab
                 self.set_status(400)
-                data = {"error": f"This file could not be read: {type(exc).__name__}: {first_line(exc)}"
-                        .replace(prefix, ""), "kind": type(exc).__name__}
+                data = {"error": private(f"This file could not be read: {type(exc).__name__}: {first_line(exc)}"),
+                        "kind": type(exc).__name__}
             self.finish(json.dumps(data, default=str))
 
         def path_arg(self, name: str) -> Path:
-            return resolve(root, self.get_argument(name, ""))
+            return resolve(root, self.get_argument(name, ""), hidden)
 
         def body(self) -> dict[str, Any]:
             try:
@@ -218,35 +235,42 @@ def _handlers(serverapp: Any) -> list[tuple[str, Any]]:
 
     class Graph(Base):
         @web.authenticated
+        @authorized("read")
         async def get(self) -> None:
             await self.answer(lambda: graph_payload(self.path_arg("path")))
 
     class Details(Base):
         @web.authenticated
+        @authorized("read")
         async def get(self) -> None:
             await self.answer(lambda: details_payload(self.path_arg("path"), self.get_argument("node", "")))
 
     class Cost(Base):
         @web.authenticated
+        @authorized("read")
         async def post(self) -> None:
             body = self.body()
-            await self.answer(lambda: cost_payload(resolve(root, str(body.get("path", ""))), body.get("shapes", {})))
+            await self.answer(lambda: cost_payload(resolve(root, str(body.get("path", "")), hidden),
+                                                   body.get("shapes", {})))
 
     class Compare(Base):
         @web.authenticated
+        @authorized("read")
         async def get(self) -> None:
             await self.answer(lambda: compare_payload(self.path_arg("a"), self.path_arg("b")))
 
     class Tutorials(Base):
         @web.authenticated
+        @authorized("read")
         async def get(self) -> None:
             await self.answer(tutorials)
 
     class Notebook(Base):
         @web.authenticated
+        @authorized("write")
         async def post(self) -> None:
             body = self.body()
-            await self.answer(lambda: notebook_payload(root, body))
+            await self.answer(lambda: notebook_payload(root, body, hidden))
 
     base = serverapp.web_app.settings["base_url"]
     routes = {"graph": Graph, "details": Details, "cost": Cost, "compare": Compare, "tutorials": Tutorials,

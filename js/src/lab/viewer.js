@@ -111,13 +111,13 @@ export function graphPane(parent, path, data, extra) {
     if (!name) return;
     try {
       const info = await api("details", { path, node: name });
-      if ((extra && extra.overlay) && extra.overlay[name] !== undefined) info.overlay = extra.overlay[name];
+      if (extra && extra.overlay && Object.hasOwn(extra.overlay, name)) info.overlay = extra.overlay[name];
       model.set("details", info);
     } catch (e) {
       model.set("details", { node: name, values: [String(e.message || e)] });
     }
   });
-  graphView.render({ model, el: host });
+  model.cleanup = graphView.render({ model, el: host });
   return model;
 }
 
@@ -143,6 +143,11 @@ export class OnnxViewer extends Widget {
       return;
     }
     this.status.remove();
+    if (!data.graph.nodes.length) {
+      el("div", "onnxnb-lab-status", this.node, data.summary.nodes
+        ? `${data.summary.nodes} nodes: too many to draw here; the summary below comes from the file.`
+        : "This graph has no nodes.");
+    }
     const main = el("div", "onnxnb-lab-main", this.node);
     const side = el("div", "onnxnb-lab-side", this.node);
     const o = data.overlay || {};
@@ -156,6 +161,11 @@ export class OnnxViewer extends Widget {
       this.node.dataset.readyMs = String(Math.round(performance.now() - this.started));
       this.node.dataset.serverSeconds = String(data.seconds);
     });
+  }
+
+  dispose() {
+    disposeAll([this.model]);
+    super.dispose();
   }
 
   side(side, data) {
@@ -225,6 +235,10 @@ export class OnnxViewer extends Widget {
 
 const MARK_NAMES = ["same", "changed", "fused", "quantized", "added", "removed"];
 
+function disposeAll(panes) {
+  for (const m of panes || []) if (m.cleanup) m.cleanup();
+}
+
 // Two files side by side: marks from the server's matching, per-node error on the right when a report exists;
 // clicking a node of one side centres its counterpart on the other.
 export class CompareViewer extends Widget {
@@ -237,6 +251,11 @@ export class CompareViewer extends Widget {
     this.title.closable = true;
     this.status = el("div", "onnxnb-lab-status", this.node, "Comparing…");
     this.load();
+  }
+
+  dispose() {
+    disposeAll(this.panes);
+    super.dispose();
   }
 
   async load() {
@@ -252,7 +271,7 @@ export class CompareViewer extends Widget {
     this.status.remove();
     const head = el("div", "onnxnb-lab-compare-head", this.node);
     for (const m of MARK_NAMES) {
-      const c = data.counts[m];
+      const c = Object.hasOwn(data.counts, m) ? data.counts[m] : null;
       if (!c) continue;
       const chip = el("span", `onnxnb-lab-chip onnxnb-chip-${m}`, head, `${m}: ${c[0]} → ${c[1]}`);
       chip.title = `${c[0]} nodes of ${this.a} and ${c[1]} of ${this.b} are ${m}`;
@@ -266,16 +285,17 @@ export class CompareViewer extends Widget {
     el("div", "onnxnb-lab-pane-title", right, this.b);
     const ma = graphPane(left, this.a, data.a, { marks: data.marks_a });
     const mb = graphPane(right, this.b, data.b, { marks: data.marks_b, overlay: data.errors, overlay_label: data.error_label });
-    const back = {};
-    for (const [x, y] of Object.entries(data.matched)) back[y] = x;
+    this.panes = [ma, mb];
+    const forth = new Map([...Object.entries(data.into), ...Object.entries(data.matched)]);
+    const back = new Map(Object.entries(data.matched).map(([x, y]) => [y, x]));
     let syncing = false;  // one side's jump selects a node there: it must not jump the first side back
     const follow = (from, to, map) => from.on("change:selected", () => {
-      const other = map[from.get("selected")];
+      const other = map.get(from.get("selected"));
       if (syncing || !other || to.get("selected") === other) return;
       syncing = true;
       try { to.set("goto", other); } finally { syncing = false; }
     });
-    follow(ma, mb, { ...data.into, ...data.matched });
+    follow(ma, mb, forth);
     follow(mb, ma, back);
     this.node.dataset.state = "ready";
   }

@@ -191,7 +191,7 @@ def _inferred_shapes(proto: Any, fixed: dict[str, list[int]]) -> dict[str, list[
                 d.dim_value = n
     kept = []
     for init in g.initializer:
-        if uses_external_data(init):
+        if uses_external_data(init) or _skimmed(init):
             g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
         else:
             kept.append(init)
@@ -210,6 +210,13 @@ def _inferred_shapes(proto: Any, fixed: dict[str, list[int]]) -> dict[str, list[
     return shapes
 
 
+def _skimmed(init: Any) -> bool:
+    """A weight whose data :func:`~onnx_nb.runtime.skim.skim` left in the file (it has elements but no data)."""
+    return bool(init.dims) and math.prod(init.dims) > 0 and not (
+        init.raw_data or init.float_data or init.int32_data or init.int64_data or init.double_data
+        or init.uint64_data or init.string_data)
+
+
 def _numel(shape: list[Any] | None) -> int | None:
     if shape is None or not all(isinstance(d, int) for d in shape):
         return None
@@ -226,7 +233,9 @@ def node_macs(node: Any, shapes: dict[str, list[Any]]) -> int | None:
     ins = [shapes.get(i) if i else None for i in node.input]
     if op in MATMUL_LIKE:
         a = ins[0] if ins else None
-        return n_out * a[-1] if a and isinstance(a[-1], int) else None
+        trans = op == "FusedMatMul" and any(x.name == "transA" and x.i for x in node.attribute)
+        k = (a[-2] if trans else a[-1]) if a and len(a) >= (2 if trans else 1) else None
+        return n_out * k if isinstance(k, int) else None
     if op == "MatMulNBits":
         k = next((a.i for a in node.attribute if a.name == "K"), None)
         return n_out * k if k else None
@@ -241,8 +250,17 @@ def node_macs(node: Any, shapes: dict[str, list[Any]]) -> int | None:
         x, w = ins[0], ins[1]
         nx = _numel(x)
         return nx * int(math.prod(w[1:])) if nx and w and all(isinstance(d, int) for d in w) else None
-    if op in ATTENTION:
+    if op in ATTENTION and node.domain == "com.microsoft":  # ONNX's own Attention (opset 23) takes Q, K, V
         return _attention_macs(node, out, ins, shapes)
+    if op == "Attention":
+        q, k = (ins[0], ins[1]) if len(ins) > 1 else (None, None)
+        if q and k and len(q) == 4 and len(k) == 4 and all(isinstance(d, int) for d in (*q, *k)):
+            keys = k[2]
+            present = shapes.get(node.output[1]) if len(node.output) > 1 and node.output[1] else None
+            if present and len(present) == 4 and isinstance(present[2], int):
+                keys = present[2]  # past + new keys
+            return 2 * q[0] * q[1] * q[2] * keys * q[3]
+        return None
     return None
 
 
@@ -252,13 +270,14 @@ def _attention_macs(node: Any, out: list[Any], ins: list[Any], shapes: dict[str,
         return None
     b, s, h = out
     keys = s
-    if node.op_type == "GroupQueryAttention" and len(node.output) > 1:
-        present = shapes.get(node.output[1])
-        if present and len(present) == 4 and isinstance(present[2], int):
-            keys = present[2]
-    elif node.op_type == "MultiHeadAttention" and len(ins) > 1 and ins[1]:
+    if node.op_type == "MultiHeadAttention" and len(ins) > 1 and ins[1]:
         k = ins[1]
         keys = k[1] if len(k) == 3 else (k[2] if len(k) == 4 else s)
+    # with a cache, the keys attended to are the present ones (past + new): [b, heads, T, d], Attention's
+    # [2, b, heads, T, d]
+    present = shapes.get(node.output[1]) if len(node.output) > 1 and node.output[1] else None
+    if present and len(present) in (4, 5) and isinstance(present[-2], int):
+        keys = present[-2]
     macs = 2 * b * s * keys * h if isinstance(keys, int) else 0
     if node.op_type == "Attention" and len(ins) > 1 and ins[1] and all(isinstance(d, int) for d in ins[1]):
         macs += b * s * int(math.prod(ins[1]))
