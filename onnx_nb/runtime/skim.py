@@ -18,15 +18,11 @@ MODEL_GRAPH, GRAPH_INITIALIZER, TENSOR_NAME, TENSOR_RAW = 7, 5, 8, 9
 KEEP_BYTES = 4096  # small tensors keep their data: shapes, axes and scales that shape inference reads
 
 
-class Damaged(ValueError):
-    """The bytes are not a well-formed protobuf message."""
-
-
 def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= end or shift > 63:
-            raise Damaged("truncated varint")
+            raise ValueError("truncated varint")
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -64,9 +60,9 @@ def fields(buf: Any, start: int, end: int) -> Iterator[tuple[int, int, int, int,
         elif wire == 5:
             stop = pos + 4
         else:
-            raise Damaged(f"wire type {wire}")
+            raise ValueError(f"wire type {wire}")
         if stop > end or number == 0:
-            raise Damaged("field runs past its message")
+            raise ValueError("field runs past its message")
         yield number, wire, pos, stop, head
         pos = stop
 
@@ -91,7 +87,8 @@ def _tensor(buf: Any, start: int, end: int) -> tuple[bytes, str, tuple[int, int]
 
 def skim(path: str | Path) -> tuple[Any, dict[str, tuple[int, int]]]:
     """(the ModelProto with its initializers' raw_data left out, initializer name -> (offset, length) of that data
-    in the file). Raises :class:`Damaged` on malformed bytes and ``google.protobuf`` errors on the rest."""
+    in the file). Raises ``ValueError`` on malformed bytes and ``google.protobuf`` errors on the rest
+    (:func:`~onnx_nb.runtime.onnxfile.read_structure` turns both into InvalidModelError)."""
     import onnx
 
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
