@@ -81,7 +81,7 @@ def compare(a: Any, b: Any, overlay: Any = None) -> GraphComparison:
             mark = "changed"
         marks_a[na[i]] = marks_b[nb[j]] = mark
     into: dict[str, str] = {}
-    for a_nodes, b_nodes in regions(A, B, pairs):
+    for a_nodes, b_nodes in regions(A, B, pairs, {"a": mod_a, "b": mod_b}):
         ops = [B.graph.node[j] for j in b_nodes]
         kind = ("quantized" if any(n.op_type in QUANT_OPS for n in ops) else
                 "fused" if any(_fused(n) for n in ops) else "changed" if ops else "removed")
@@ -109,11 +109,12 @@ def weight_key(name: str) -> str:
     return name
 
 
-def regions(A: Any, B: Any, pairs: dict[int, int]) -> list[tuple[list[int], list[int]]]:
+def regions(A: Any, B: Any, pairs: dict[int, int], mods: dict[str, list[str]]) -> list[tuple[list[int], list[int]]]:
     """The unmatched nodes of both graphs in regions, each (a's nodes, b's nodes): what ``b`` put in place of that
     part of ``a``. Nodes join a region by module (at the depth that splits the model into at most 24 parts, e.g.
     one per layer; a fused node with no module of its own takes that of the nearest node around it that has one),
-    and otherwise through the tensors they produce, the weights they read, or a tensor both graphs produce."""
+    and otherwise through the tensors they produce, the weights they read, or a tensor both graphs produce.
+    ``mods``: each graph's node module scopes ("" for none), as :func:`compare` read them."""
     parent: dict[Any, Any] = {}
 
     def find(x: Any) -> Any:
@@ -126,7 +127,6 @@ def regions(A: Any, B: Any, pairs: dict[int, int]) -> list[tuple[list[int], list
     def union(x: Any, y: Any) -> None:
         parent[find(x)] = find(y)
 
-    mods = {"a": [module_of(n) or "" for n in A.graph.node], "b": [module_of(n) or "" for n in B.graph.node]}
     depth = grouping_depth(mods["a"] + mods["b"])
     graph_inputs = {v.name for g in (A, B) for v in g.graph.input}
     by_weight: dict[str, str] = {}  # a's weights -> the module reading them: where b's fused nodes belong
