@@ -68,6 +68,7 @@ _LAZY = {
     "IsolatedSession": ("onnx_nb.runtime.isolation", "IsolatedSession"),
     "check_model": ("onnx_nb.runtime.onnxfile", "check_model"),
     "generate": ("onnx_nb.steps.generate.generation", "generate"),
+    "to_transformers": ("onnx_nb.steps.generate.hf_model", "to_transformers"),
     "summary": ("onnx_nb.steps.inspect.structure", "summary"),
     "compare": ("onnx_nb.steps.inspect.comparing", "compare"),
     "ModelSummary": ("onnx_nb.results.summary", "ModelSummary"),
@@ -139,6 +140,7 @@ __all__ = [
     "quant_debug",
     "quantize",
     "summary",
+    "to_transformers",
 ]
 
 if TYPE_CHECKING:
@@ -158,6 +160,7 @@ if TYPE_CHECKING:
     from .steps.benchmark.benchmarking import benchmark
     from .steps.export.exporting import export
     from .steps.generate.generation import GenerationResult, generate
+    from .steps.generate.hf_model import to_transformers
     from .steps.inspect.comparing import compare
     from .steps.inspect.structure import summary
     from .steps.parity.check import check_parity

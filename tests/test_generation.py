@@ -52,7 +52,8 @@ def test_cache_graph_and_generation_parity(exports: dict[str, onnx_nb.ExportResu
     steps = [r for r in report.rows if r.output == "logits"]
     assert steps[0].shape == "prefill (left-padded batch)" and len(steps) == 9  # prefill + 8 decode steps
     assert all((r.cosine or 0) > 0.99999 for r in steps)
-    assert [r.output for r in report.rows].count("tokens") == 3
+    assert [r.output for r in report.rows].count("tokens") == 3 + 3 * 4  # 3 prompts: greedy, and 4 kept beams each
+    assert sum(c.kind.startswith("beam") for c in report.generation) == 12
     assert all(c.verdict in ("identical", "near-tie") for c in report.generation)
     assert "Generation parity: 3 prompts of 3, 6, 9 tokens" in report.notes[0]
 
@@ -336,14 +337,14 @@ def test_generate_keeps_its_session_and_reads_builder_folders(exports: dict[str,
     a changed file gets a new one. A GroupQueryAttention file as onnxruntime-genai's builder writes it (cache dims
     named, not fixed; its own rotary table names) generates the same tokens with the genai_config.json beside it,
     and is refused, saying what is missing, without."""
-    from onnx_nb.steps.generate import generation
+    from onnx_nb.steps.generate import runners
     from onnx_nb.steps.generate.gqa import COS, SIN
 
     fast = onnx_nb.optimize(exports["llama"], out=tmp_path / "gqa.onnx", validate=False)
     first = onnx_nb.generate(fast, [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1, threads=1)
-    decoder = generation._LAST["runner"]
+    decoder = runners._LAST["runner"]
     again = onnx_nb.generate(fast, [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1, threads=1)
-    assert generation._LAST["runner"] is decoder and again.tokens == first.tokens
+    assert runners._LAST["runner"] is decoder and again.tokens == first.tokens
     alone = subprocess.run(  # a process that only generates from a file never imports torch
         [sys.executable, "-c", "import sys, onnx_nb; r = onnx_nb.generate(sys.argv[1], [[5, 6, 7], [8]], "
          "max_new_tokens=6, eos_token_id=-1); print(r.tokens, 'torch' in sys.modules)", str(fast.path)],
@@ -369,8 +370,8 @@ def test_generate_keeps_its_session_and_reads_builder_folders(exports: dict[str,
               "num_key_value_heads": config.num_key_value_heads}
     (folder / "genai_config.json").write_text(json.dumps({"model": {"decoder": layout}}))
     builder = onnx_nb.generate(folder / "model.onnx", [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1)
-    assert generation._LAST["runner"] is not decoder and builder.tokens == first.tokens
-    assert generation._LAST["runner"].max_positions == config.max_position_embeddings  # read from "cos_cache"
+    assert runners._LAST["runner"] is not decoder and builder.tokens == first.tokens
+    assert runners._LAST["runner"].max_positions == config.max_position_embeddings  # read from "cos_cache"
     by_genai = onnx_nb.generate(folder / "model.onnx", [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1,
                                 runtime="onnxruntime-genai")  # onnx-nb's C++-loop route reads such a file too
     assert by_genai.tokens == first.tokens
@@ -381,14 +382,14 @@ def test_onnxruntime_genai_runtime(ip: object, exports: dict[str, onnx_nb.Export
     the same greedy tokens as onnx-nb's loop for prompts of different lengths, EOS stops a prompt, sampling is
     reproducible by seed; its folder (config + links) lives as long as the kept runner; the CLI and the magic
     carry it; a file without GroupQueryAttention or an unknown runtime is refused with what to do."""
-    from onnx_nb.steps.generate import generation
+    from onnx_nb.steps.generate import runners
 
     fast = onnx_nb.optimize(exports["llama"], out=tmp_path / "gqa.onnx", validate=False)
     prompts = [[5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15]]
     ours = onnx_nb.generate(fast, prompts, max_new_tokens=7, eos_token_id=-1)
     theirs = onnx_nb.generate(fast, prompts, max_new_tokens=7, eos_token_id=-1, runtime="onnxruntime-genai")
     assert theirs.tokens == ours.tokens and len(theirs.decode_ms) == 3 * 6 and theirs.prefill_ms > 0
-    folder = generation._LAST["runner"].folder
+    folder = runners._LAST["runner"].folder
     config = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
     want = exports["llama"].source.model.config
     assert (folder / "gqa.onnx").is_symlink() and config["num_key_value_heads"] == want.num_key_value_heads
@@ -483,7 +484,7 @@ def test_encoder_decoder_with_caches(name: str, tmp_path: Path) -> None:
     report = onnx_nb.check_parity(result, progress=False)
     assert report, repr(report)
     assert next(r.shape for r in report.rows if r.output == "logits") == "first decoder step (batch)"
-    assert all(c.verdict in ("identical", "near-tie") for c in report.generation) and len(report.generation) == 3
+    assert all(c.verdict in ("identical", "near-tie") for c in report.generation) and len(report.generation) == 3 + 12
 
     if name == "whisper":
         features = torch.randn(1, model.config.num_mel_bins, 2 * model.config.max_source_positions)

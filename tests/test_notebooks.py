@@ -168,6 +168,11 @@ def test_generation(tmp_path: Path) -> None:
     assert "Parity PASSED" in text(by_source(cells, "t5_report"))
     t5_latency = text(by_source(cells, "onnx_nb.benchmark(t5_result"))
     assert "decode 1 token after 16" in t5_latency and "PyTorch eager, no cache" in t5_latency
+    marian = text(next(c for c in cells if "mt_tokenizer = transformers" in c.source))
+    assert "a tiny Marian from a config" in marian and "task: text2text-generation" in marian
+    assert "model.encoder.onnx" in marian and "onnx_nb.to_transformers" not in marian and "ONNX Runtime" in marian
+    beams = text(by_source(cells, "with torch.no_grad():\n    beams_onnx"))
+    assert "4-beam tokens equal to PyTorch's generate()" in beams and "GenerationResult: 1 prompt(s)" in beams
 
 
 def test_browser_tutorial(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def main() -> None:
     import onnxruntime_genai as og
 
     import onnx_nb
-    from onnx_nb.steps.generate import generation
+    from onnx_nb.steps.generate import runners
 
     prompt = [int(t) for t in args.prompt.split(",")]
     length = len(prompt) + args.new_tokens
@@ -56,11 +56,11 @@ def main() -> None:
 
     def onnx_nb_generate(runtime: str) -> float:
         if runtime in kept:
-            generation._LAST.clear()
-            generation._LAST.update(kept[runtime])
+            runners._LAST.clear()
+            runners._LAST.update(kept[runtime])
         result = onnx_nb.generate(args.onnx_nb_file, [prompt], max_new_tokens=args.new_tokens, eos_token_id=-1,
                                   threads=args.threads, runtime=runtime)
-        kept[runtime] = dict(generation._LAST)
+        kept[runtime] = dict(runners._LAST)
         return statistics.median(result.decode_ms) / 1e3
 
     candidates = {

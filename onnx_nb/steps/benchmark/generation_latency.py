@@ -16,7 +16,7 @@ from ..export.decoder_cache import layout_of
 from ..export.hf_cache import cache_kwargs
 from ..export.seq2seq_cache import EncoderWithCross, _new_cache, encoder_inputs
 from ..export.seq2seq_cache import layout_of as seq2seq_layout
-from ..generate.generation import _is_seq2seq_file
+from ..generate.runners import _is_seq2seq_file
 
 DEFAULT_GENERATION_SHAPES = ({"prompt": 32}, {"past": 32})
 

@@ -27,7 +27,11 @@ SAMPLE_BATCH, SAMPLE_SEQUENCE, SAMPLE_PAST = 2, 4, 3
 
 
 def is_causal_lm(model: Any) -> bool:
-    return type(model).__name__.endswith(CAUSAL_SUFFIXES) and not getattr(
+    """A decoder-only LM: a class transformers' auto mappings list for causal LM (or named like one)."""
+    from .hf.tasks import generative_task
+
+    name = type(model).__name__
+    return (generative_task(name) == "text-generation" or name.endswith(CAUSAL_SUFFIXES)) and not getattr(
         getattr(model, "config", None), "is_encoder_decoder", False)
 
 

@@ -108,7 +108,7 @@ def encoder_of(model: Any) -> Path | None:
 
 
 def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: set[int], pad: int, start: int,
-             provider: str, tokenizer: Any, stream: Any, threads: int | None = None
+             provider: str, tokenizer: Any, stream: Any, threads: int | None = None, rules: Any = None
              ) -> tuple[list[list[int]], list[float]]:
     """The generation loop of an encoder-decoder (called by :func:`onnx_nb.generate`)."""
     from .sampling import accept, next_ids
@@ -121,17 +121,24 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: se
     encoded = runner.encode(feed)
     state = runner.start(encoded, feed.get("attention_mask"))
     batch = encoded["encoder_hidden_states"].shape[0]
-    ids = np.full((batch, 1), start, np.int64)
+    prompt = [start, *(rules.prefix if rules is not None else [])]  # Whisper: language and task tokens after start
+    ids = np.tile(np.asarray(prompt, np.int64), (batch, 1))
     done = [False] * batch
     new: list[list[int]] = [[] for _ in range(batch)]
+    seqs = [list(prompt) for _ in range(batch)]  # the decoder's tokens as transformers counts them (rules' lengths)
     for _ in range(max_new_tokens):
         logits, state = runner.step(ids, state)
-        chosen = pick(logits[:, -1, :])
+        last = logits[:, -1, :]
+        if rules is not None and rules.active:
+            last = rules.apply(last, seqs, len(prompt), len(prompt) + max_new_tokens)
+        chosen = pick(last)
         times.append((time.perf_counter() - t0) * 1e3)
         t0 = time.perf_counter()
         if accept(chosen, done, new, eos, stream):
             break
         ids = next_ids(chosen, done, pad)
+        for row, token in zip(seqs, ids[:, 0].tolist()):
+            row.append(token)
     return new, times
 
 

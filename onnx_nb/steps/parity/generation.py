@@ -14,10 +14,12 @@ import numpy as np
 import torch
 
 from ..export.hf_cache import cache_kwargs, cache_of
-from ..generate.generation import OnnxDecoder, _is_seq2seq_file, decoder_for, generate, left_pad
-from .probes import default_prompts
+from ..generate.generation import generate
+from ..generate.runners import OnnxDecoder, _is_seq2seq_file, decoder_for, left_pad
+from .probes import default_prompts, plain
 
 NEAR_TIE = 1e-3  # PyTorch's logit margin between its pick and ONNX's (relative to the logits' scale): a tie below
+BEAMS = 4  # beam search's check: this many beams, each kept beam's tokens against PyTorch's
 
 
 @dataclass
@@ -30,6 +32,7 @@ class TokenCheck:
     first_difference: int | None  # step where they differ, None if identical
     near_tie: bool  # PyTorch's margin between the two picks was within tolerance: a tie, not a divergence
     gap: float | None  # that margin (PyTorch's logit of its pick minus that of ONNX's pick)
+    kind: str = "greedy"  # or "beam k": the k-th kept beam of a beam search
 
     @property
     def verdict(self) -> str:
@@ -43,9 +46,8 @@ def torch_greedy(model: Any, prompts: list[list[int]], max_new_tokens: int, pad:
     for p in prompts:  # one prompt at a time: PyTorch's own reference, with no padding in play
         with torch.no_grad():
             ids = torch.tensor([p])
-            full = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                  min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
-                                  eos_token_id=None)
+            full = model.generate(ids, attention_mask=torch.ones_like(ids),
+                                  **plain(len(p) + max_new_tokens, pad))
         out.append([int(t) for t in full[0, len(p):]])
     return out
 
@@ -104,6 +106,18 @@ class _DecoderOnly:
         with torch.no_grad():
             return self.model(input_ids=torch.tensor([self.prompts[index] + prefix])).logits[0, -1].float()
 
+    def feeds(self) -> list[tuple[dict[str, torch.Tensor], int]]:
+        """Each input as ``generate()`` takes it, and the length of what comes before the new tokens."""
+        return [({"input_ids": torch.tensor([p]), "attention_mask": torch.ones(1, len(p), dtype=torch.long)}, len(p))
+                for p in self.prompts]
+
+    def log_probs(self, index: int, tokens: list[int]) -> float:
+        """PyTorch's log-probability of ``tokens`` after input ``index`` (teacher-forced)."""
+        prompt = self.prompts[index]
+        with torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([prompt + tokens[:-1]])).logits[0, len(prompt) - 1:].float()
+        return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None]).sum())
+
 
 def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]] | None = None,
                       max_new_tokens: int = 8, providers: Any = ("cpu",), progress: bool = True) -> Any:
@@ -140,7 +154,7 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     live = [p for p in wanted if p.available]
     rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
     tol = tolerance_for(precision, "logits", None, None, None)
-    with Steps(1 + 2 * len(live), "generation parity", progress) as bar:
+    with Steps(1 + 3 * len(live), "generation parity", progress) as bar:
         bar.step("PyTorch greedy generate()")
         reference = family.reference()
         for p in live:
@@ -166,7 +180,7 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
                                 needed_atol=verdict["needed_atol"], note=verdict["note"], errors=errors))
             if failed:
                 level = 0.0
-            bar.step(f"greedy tokens on {p.short}")
+            bar.step(f"greedy tokens and {BEAMS} beams on {p.short}")
             for i, (mine, theirs) in enumerate(zip(generated, reference)):
                 check = _compare_tokens(lambda prefix, i=i: family.logits_at(i, prefix), mine, theirs, i, level)
                 checks.append(check)
@@ -177,13 +191,20 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
                         f"({'a near-tie: both picks are right' if check.near_tie else 'a real divergence'}"
                         f"{f'; the logits error elsewhere {level:.3g}' if level else ''})")
                 rows.append(Row("tokens", family.labels[i], p.short, status, note=note))
+            beams = _beam_checks(family, export, path, p.short, level)
+            checks += beams
+            for check in beams:
+                rows.append(Row("tokens", f"{family.labels[check.prompt]}, {check.kind}", p.short,
+                                "fail" if check.verdict == "DIVERGED" else "pass", note=_beam_note(check)))
     identical = sum(c.first_difference is None for c in checks)
     ties = sum(c.verdict == "near-tie" for c in checks)
-    notes = [f"Generation parity: {family.describe}; {max_new_tokens} greedy tokens each against "
-             f"PyTorch generate(do_sample=False): {identical} identical, {ties} near-tie(s), "
+    notes = [f"Generation parity: {family.describe}; {max_new_tokens} greedy tokens each, and the {BEAMS} kept "
+             f"beams of a {BEAMS}-beam search (transformers' own, over the files: onnx_nb.to_transformers), against "
+             f"PyTorch generate(): {identical} identical, {ties} near-tie(s), "
              f"{len(checks) - identical - ties} divergence(s). A near-tie is a first difference where PyTorch's "
              f"logits for the two picks were within {NEAR_TIE:g} of the logits' scale, or within twice the logits' "
-             "error measured under teacher forcing (random weights make them common)."]
+             "error measured under teacher forcing (random weights make them common); for a beam, where PyTorch scores "
+             "ONNX's beam within that error of its own (summed log-probabilities)."]
     report = ParityReport(model=path.name, reference=f"PyTorch {source.name} (generate, with cache)",
                           precision=precision, rows=rows, shapes={}, notes=notes,
                           unverified=list(getattr(export, "unverified", []) or []), generation=checks)
@@ -203,3 +224,39 @@ def _compare_tokens(logits_at: Any, mine: list[int], theirs: list[int], index: i
     gap = float(logits[theirs[diff]] - logits[mine[diff]])
     scale = float(logits.abs().max()) or 1.0
     return TokenCheck(index, mine, theirs, diff, gap <= max(NEAR_TIE * scale, 2 * level), gap)
+
+
+def _beam_checks(family: Any, export: Any, path: Path, provider: str, level: float) -> list[TokenCheck]:
+    """The kept beams of a :data:`BEAMS`-beam search over the files (transformers' beam search on
+    :func:`onnx_nb.to_transformers`) against PyTorch's, per input; a differing beam is a near-tie when PyTorch
+    scores it within the logits' error of its own beam (summed log-probabilities, twice the error per token)."""
+    from transformers import GenerationMixin
+
+    from ..generate.hf_model import to_transformers
+    from ..generate.seq2seq import _Beside
+
+    wrapped = to_transformers(path if getattr(family, "encoder", None) is None else
+                              _Beside(path, family.encoder), provider=provider, config=family.model.config)
+    checks = []
+    for index, (feed, before) in enumerate(family.feeds()):
+        settings = plain(before + family.new, family.pad, num_beams=BEAMS, num_return_sequences=BEAMS)
+        with torch.no_grad():  # GenerationMixin's own: Whisper's generate() adds its task tokens
+            want = GenerationMixin.generate(family.model, **feed, **settings).tolist()
+            got = GenerationMixin.generate(wrapped, **feed, **settings).tolist()
+        for beam, (mine, theirs) in enumerate(zip(got, want)):
+            mine, theirs = mine[before:], theirs[before:]
+            diff = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+            if diff is None:
+                checks.append(TokenCheck(index, mine, theirs, None, False, None, kind=f"beam {beam + 1}"))
+                continue
+            gap = family.log_probs(index, theirs) - family.log_probs(index, mine)
+            near = gap <= max(NEAR_TIE, 4 * level * len(mine))
+            checks.append(TokenCheck(index, mine, theirs, diff, near, gap, kind=f"beam {beam + 1}"))
+    return checks
+
+
+def _beam_note(check: TokenCheck) -> str:
+    if check.first_difference is None:
+        return f"{check.kind} of {BEAMS}: {len(check.onnx)} tokens identical to PyTorch's"
+    return (f"{check.kind} of {BEAMS}: first difference at step {check.first_difference}; PyTorch scores its own beam "
+            f"{check.gap:.3g} above ONNX's ({'a near-tie' if check.near_tie else 'a real divergence'})")

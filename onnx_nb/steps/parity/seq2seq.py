@@ -11,6 +11,7 @@ import torch
 from ..export.hf_cache import cache_kwargs, cache_of
 from ..export.seq2seq_cache import _new_cache, encoder_inputs
 from ..generate.seq2seq import OnnxSeq2Seq, _Beside, _full, encoder_feed, generate
+from .probes import plain
 
 
 class Seq2SeqParity:
@@ -47,6 +48,17 @@ class Seq2SeqParity:
     def _torch(self, feed: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         return {k: torch.from_numpy(v) for k, v in feed.items()}
 
+    def feeds(self) -> list[tuple[dict[str, Any], int]]:
+        """Each input as ``generate()`` takes it, and the decoder tokens before the new ones (the start token)."""
+        return [({**self._torch(item), "decoder_start_token_id": self.start}, 1) for item in self.items]
+
+    def log_probs(self, index: int, tokens: list[int]) -> float:
+        """PyTorch's log-probability of ``tokens`` for input ``index`` (teacher-forced after the start token)."""
+        decoder = torch.tensor([[self.start, *tokens[:-1]]])
+        with torch.no_grad():
+            logits = self.model(**self._torch(self.items[index]), decoder_input_ids=decoder).logits[0].float()
+        return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None]).sum())
+
     def reference(self) -> list[list[int]]:
         out = []
         for item in self.items:
@@ -55,8 +67,7 @@ class Seq2SeqParity:
                 if self.names == ("input_features",):  # Whisper's generate() adds its own task tokens: plain greedy
                     out.append(self._greedy(feed))
                     continue
-                ids = self.model.generate(**feed, max_new_tokens=self.new, min_new_tokens=self.new, do_sample=False,
-                                          pad_token_id=self.pad, eos_token_id=None)
+                ids = self.model.generate(**feed, **plain(1 + self.new, self.pad, decoder_start_token_id=self.start))
             out.append([int(t) for t in ids[0, 1:]])
         return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from ....errors import InvalidArgumentError
@@ -56,8 +57,39 @@ _BARE_MODEL_TASKS = {"clip": "zero-shot-image-classification",
                      "siglip": "zero-shot-image-classification"}
 
 
+# transformers' auto mappings of the generative classes -> task (read from transformers, so every class it
+# lists is known: MarianMTModel, *ForConditionalGeneration, *ForCausalLM, *ForSpeechSeq2Seq, ...)
+_GENERATIVE_MAPPINGS = (("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "automatic-speech-recognition"),
+                        ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "text2text-generation"),
+                        ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "text-generation"),
+                        ("MODEL_FOR_CTC_MAPPING_NAMES", "automatic-speech-recognition"))
+
+
+@lru_cache(maxsize=1)
+def generative_classes() -> dict[str, str]:
+    """Class name -> task for every generative class in transformers' auto mappings (first mapping wins)."""
+    from transformers.models.auto import modeling_auto
+
+    found: dict[str, str] = {}
+    for mapping, task in _GENERATIVE_MAPPINGS:
+        for names in getattr(modeling_auto, mapping, {}).values():
+            for name in (names,) if isinstance(names, str) else names:
+                found.setdefault(name, task)
+    return found
+
+
+def generative_task(class_name: str) -> str | None:
+    """``text-generation``, ``text2text-generation`` or ``automatic-speech-recognition`` for a class transformers'
+    auto mappings list as generative; None for the others."""
+    return generative_classes().get(class_name)
+
+
 def task_from_class_name(class_name: str, model_type: str | None) -> str:
-    """Infer the task from a model class name such as ``BertForSequenceClassification``."""
+    """Infer the task from a model class name such as ``BertForSequenceClassification`` (generative classes from
+    transformers' auto mappings, the rest by their suffix)."""
+    generative = generative_task(class_name)
+    if generative is not None:
+        return generative
     for suffix, task in _SUFFIX_TASKS:
         if class_name.endswith(suffix):
             if task == "feature-extraction" and model_type in _BARE_MODEL_TASKS:

@@ -1,0 +1,480 @@
+"""The exported files as a transformers model: :func:`to_transformers` wraps a decoder (with its cache), an
+encoder-decoder (T5, BART, Marian, mBART, M2M100, Pegasus) or Whisper in a ``PreTrainedModel`` with
+``GenerationMixin`` whose forward runs ONNX Runtime, so transformers' own ``generate()`` (every decoding strategy,
+logits processor, stopping criterion and streamer; beam search reorders the cache) and ``pipeline()`` run on the
+files, as Optimum's ``ORTModelFor*`` classes do.
+
+The cache between steps is an :class:`OnnxCache`: the decoder's own arrays (``past_key_values.*`` as ONNX Runtime
+returned them: numpy on the CPU, ``OrtValue``s on a GPU provider with I/O binding; a GroupQueryAttention file's
+shared buffers), never torch tensors, so a decode step moves only its ids in and its logits out. For an
+encoder-decoder, the encoder file's cross-attention keys and values ride in the encoder output as one stacked
+tensor (transformers repeats it per beam as it does the encoder's states). Only imported by functions that
+already need torch and transformers.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import ModelOutput
+
+from ...errors import InvalidArgumentError
+
+
+class OnnxCache:
+    """The decoder's key/value cache between two steps, as the runner keeps it (see the module's docstring)."""
+
+    def __init__(self, runner: Any, state: dict[str, Any], length: int) -> None:
+        self.runner, self.state, self.length = runner, state, length
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def reorder_cache(self, beam_idx: torch.Tensor) -> None:
+        """Beam search: row ``i`` becomes the old row ``beam_idx[i]`` (a beam of the same input: what the encoder
+        gave each input stays as it is)."""
+        self.state = self.runner.reorder(self.state, beam_idx.cpu().numpy(), beams_only=True)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        rows = np.repeat(np.arange(self.runner.batch_of(self.state)), repeats)
+        self.state = self.runner.reorder(self.state, rows)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.state = self.runner.reorder(self.state, indices.cpu().numpy())
+
+    def __len__(self) -> int:
+        return self.length
+
+
+@dataclass
+class OnnxLMOutput(ModelOutput):
+    logits: torch.Tensor | None = None
+    cache: Any = None
+
+
+@dataclass
+class OnnxEncoderOutput(ModelOutput):
+    last_hidden_state: torch.Tensor | None = None
+    # every decoder layer's cross-attention key and value: [batch, 2 * layers, heads, source length, head size]
+    cross_attention: torch.Tensor | None = None
+
+
+def _rows(value: Any, rows: np.ndarray) -> Any:
+    """``value`` (a numpy array or an OrtValue) with its batch rows taken in ``rows``' order."""
+    if isinstance(value, np.ndarray):
+        return value[rows]
+    import onnxruntime as ort
+
+    taken = np.ascontiguousarray(value.numpy()[rows])
+    return ort.OrtValue.ortvalue_from_numpy(taken, value.device_name(), 0)
+
+
+def _host(value: Any) -> np.ndarray:
+    return value if isinstance(value, np.ndarray) else value.numpy()
+
+
+class _DecoderSteps:
+    """A decoder file's steps for transformers: :class:`OnnxDecoder` (or the shared-buffer runner of a
+    GroupQueryAttention file) plus the batch reordering beam search needs."""
+
+    def __init__(self, decoder: Any) -> None:
+        from .runners import SharedBufferDecoder
+
+        self.decoder = decoder
+        self.shared = isinstance(decoder, SharedBufferDecoder)
+
+    def batch_of(self, state: dict[str, Any]) -> int:
+        if self.shared:
+            return int(state["batch"])
+        return int(_host(next(iter(state.values()))).shape[0])
+
+    def empty(self, batch: int, capacity: int | None) -> dict[str, Any]:
+        return self.decoder.empty_cache(batch, capacity=capacity)
+
+    def step(self, ids: np.ndarray, mask: np.ndarray, state: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
+        return self.decoder.step(ids, mask, state, keep=True)
+
+    def reorder(self, state: dict[str, Any], rows: np.ndarray, beams_only: bool = False) -> dict[str, Any]:
+        if not self.shared:
+            return {name: _rows(value, rows) for name, value in state.items()}
+        if state["lengths"] is None:
+            return {**state, "batch": len(rows)}
+        lengths = state["lengths"][rows]
+        moved = {name: _rows(value, rows) for name, value in state["buffers"].items()}
+        top = int(lengths.max())
+        return {**state, "batch": len(rows), "buffers": moved, "lengths": lengths, "binding": None, "bound": None,
+                "ones": np.ones(len(rows) * state["size"], np.int64), "top": top,
+                "even": len(rows) == 1 or int(lengths.min()) == top}
+
+
+class _Seq2SeqSteps:
+    """An encoder-decoder's decoder steps for transformers (:class:`~.seq2seq.OnnxSeq2Seq`)."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.moving = set(runner.self_names)
+
+    def batch_of(self, state: dict[str, Any]) -> int:
+        return int(state[self.runner.self_names[0]].shape[0])
+
+    def reorder(self, state: dict[str, Any], rows: np.ndarray, beams_only: bool = False) -> dict[str, Any]:
+        """Rows taken in ``rows``' order; between beams of one input (``beams_only``) the encoder's states, mask
+        and cross-attention cache are the same for every row concerned, so only the decoder's own cache moves."""
+        if beams_only:
+            return {name: value[rows] if name in self.moving else value for name, value in state.items()}
+        return {name: value[rows] for name, value in state.items()}
+
+
+def _config_of(model: Any, config: Any) -> tuple[Any, Any]:
+    """The transformers config and generation config of an export (or of ``config``: an object or a folder)."""
+    from ...results.export import export_of
+
+    if config is not None and not isinstance(config, (str, Path)):
+        return config, GenerationConfig.from_model_config(config)
+    export = export_of(model)
+    source = getattr(model, "source", None) or getattr(export, "source", None)
+    torch_model = getattr(source, "model", None)
+    if config is None and torch_model is not None and getattr(torch_model, "config", None) is not None:
+        generation = getattr(torch_model, "generation_config", None)  # a copy: the two models' stay apart
+        return torch_model.config, copy.deepcopy(generation) or GenerationConfig.from_model_config(torch_model.config)
+    location = config if config is not None else getattr(source, "location", None)
+    if location is None:
+        raise InvalidArgumentError(
+            "to_transformers() needs the model's transformers config: pass an export of a Hugging Face model, or "
+            "config=<the model's folder, hub id or config object> for a bare .onnx file.")
+    loaded = transformers.AutoConfig.from_pretrained(str(location))
+    try:
+        generation = GenerationConfig.from_pretrained(str(location))
+    except OSError:  # no generation_config.json: the model config's own fields
+        generation = GenerationConfig.from_model_config(loaded)
+    return loaded, generation
+
+
+class _OnnxModel(PreTrainedModel):
+    """What the three wrappers share: no torch parameters, the device and dtype of the logits they return."""
+
+    base_model_prefix = "onnx"
+    main_input_name = "input_ids"
+    _supports_sdpa = True  # attention runs in the files: any implementation transformers asks for is fine
+    _can_set_experts_implementation_cached_value = True  # so do a mixture of experts' experts
+
+    def __init__(self, config: Any, path: Path, provider: str) -> None:
+        super().__init__(copy.deepcopy(config))  # the user's model keeps its own config untouched
+        self.onnx_path, self.provider = path, provider
+        self.step_ms: list[float] = []  # each forward's time in ONNX Runtime (the encoder's added to the first)
+
+    @property
+    def device(self) -> torch.device:  # logits come back to the host; the cache stays where the provider keeps it
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the cache is the files' own (OnnxCache), made by the first forward
+
+    def _init_weights(self, module: Any) -> None:  # nothing to initialize: the weights are in the files
+        return None
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.config.model_type}, {self.onnx_path.name}, {self.provider}): "
+                "transformers' generate() and pipeline() on ONNX Runtime")
+
+
+# tensors generate() passes that the files take in another form: positions (from the mask, as transformers counts
+# them), the cache's positions, a decoder mask (causal already)
+_DERIVED = {"position_ids", "cache_position", "decoder_attention_mask", "decoder_position_ids"}
+
+
+def _refuse_unread(kwargs: dict[str, Any]) -> None:
+    """An input tensor the files do not take is an error, never silently dropped (GPT-2 adds token type
+    embeddings for ``token_type_ids`` a BERT tokenizer hands it: the file has no such input)."""
+    unread = sorted(k for k, v in kwargs.items() if isinstance(v, torch.Tensor) and k not in _DERIVED)
+    if unread:
+        raise InvalidArgumentError(
+            f"The ONNX file takes no {', '.join(unread)}; drop {'them' if len(unread) > 1 else 'it'} (a tokenizer "
+            "that makes them: tokenizer.model_input_names = ['input_ids', 'attention_mask']), or export the model "
+            "with that input.")
+
+
+def _logits(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+
+
+class OnnxForCausalLM(_OnnxModel, GenerationMixin):
+    """A decoder file exported with its cache, as a transformers causal LM."""
+
+    def __init__(self, config: Any, path: Path, provider: str, decoder: Any) -> None:
+        super().__init__(config, path, provider)
+        self.steps = _DecoderSteps(decoder)
+
+    def prepare_inputs_for_generation(self, input_ids: torch.Tensor, cache: OnnxCache | None = None,
+                                      attention_mask: torch.Tensor | None = None, **kwargs: Any) -> dict[str, Any]:
+        seen = cache.get_seq_length() if cache is not None else 0
+        return {"input_ids": input_ids[:, seen:], "attention_mask": attention_mask, "cache": cache,
+                "max_length": kwargs.get("max_length"),
+                **{k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                cache: OnnxCache | None = None, max_length: int | None = None, **kwargs: Any) -> OnnxLMOutput:
+        _refuse_unread(kwargs)
+        ids = input_ids.cpu().numpy().astype(np.int64)
+        seen = cache.length if cache is not None else 0
+        total = seen + ids.shape[1]
+        mask = (attention_mask.cpu().numpy() if attention_mask is not None
+                else np.ones((ids.shape[0], total), np.int64))
+        state = cache.state if cache is not None else self.steps.empty(ids.shape[0], max_length)
+        start = time.perf_counter()
+        logits, state = self.steps.step(ids, mask[:, :total], state)
+        self.step_ms.append((time.perf_counter() - start) * 1e3)
+        return OnnxLMOutput(logits=_logits(logits), cache=OnnxCache(self.steps, state, total))
+
+
+class _OnnxEncoder(torch.nn.Module):
+    """The encoder file as the module ``get_encoder()`` returns: its states and the cross-attention cache."""
+
+    def __init__(self, runner: Any) -> None:
+        super().__init__()
+        self.runner = runner
+        self.ms = 0.0
+        self.main_input_name = runner.encoder_names[0]
+
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                input_features: torch.Tensor | None = None, **kwargs: Any) -> OnnxEncoderOutput:
+        feed: dict[str, np.ndarray] = {}
+        if input_features is not None:
+            feed["input_features"] = input_features.cpu().numpy().astype(np.float32)
+        if input_ids is not None:
+            feed["input_ids"] = input_ids.cpu().numpy().astype(np.int64)
+            feed["attention_mask"] = (attention_mask.cpu().numpy().astype(np.int64) if attention_mask is not None
+                                      else np.ones_like(feed["input_ids"]))
+        missing = [n for n in self.runner.encoder_names if n not in feed]
+        if missing:
+            raise InvalidArgumentError(f"The encoder file takes {', '.join(self.runner.encoder_names)}; "
+                                       f"{', '.join(missing)} missing.")
+        start = time.perf_counter()
+        encoded = self.runner.encode(feed)
+        self.ms = (time.perf_counter() - start) * 1e3
+        layers = len(self.runner.self_names) // 2
+        cross = np.stack([encoded[f"present.{i}.encoder.{kv}"] for i in range(layers) for kv in ("key", "value")], 1)
+        return OnnxEncoderOutput(last_hidden_state=torch.from_numpy(encoded["encoder_hidden_states"]),
+                                 cross_attention=torch.from_numpy(cross))
+
+
+class OnnxForSeq2SeqLM(_OnnxModel, GenerationMixin):
+    """An encoder-decoder's two files (the encoder's computes the cross-attention cache once) as a transformers
+    sequence-to-sequence LM."""
+
+    def __init__(self, config: Any, path: Path, provider: str, runner: Any) -> None:
+        super().__init__(config, path, provider)
+        self.runner = runner
+        self.steps = _Seq2SeqSteps(runner)
+        self.encoder = _OnnxEncoder(runner)
+        self.main_input_name = runner.encoder_names[0]
+
+    def get_encoder(self, modality: str | None = None) -> _OnnxEncoder:
+        return self.encoder
+
+    def prepare_inputs_for_generation(self, decoder_input_ids: torch.Tensor, cache: OnnxCache | None = None,
+                                      attention_mask: torch.Tensor | None = None,
+                                      encoder_outputs: OnnxEncoderOutput | None = None,
+                                      **kwargs: Any) -> dict[str, Any]:
+        seen = cache.get_seq_length() if cache is not None else 0
+        return {"decoder_input_ids": decoder_input_ids[:, seen:], "attention_mask": attention_mask,
+                "encoder_outputs": encoder_outputs, "cache": cache,
+                **{k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}}
+
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                decoder_input_ids: torch.Tensor | None = None, encoder_outputs: Any = None,
+                cache: OnnxCache | None = None, input_features: torch.Tensor | None = None,
+                **kwargs: Any) -> OnnxLMOutput:
+        _refuse_unread(kwargs)
+        if decoder_input_ids is None:
+            raise InvalidArgumentError("decoder_input_ids are needed: the decoder file runs one step at a time "
+                                       "(generate() passes them).")
+        if cache is None:
+            if encoder_outputs is None:
+                encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                               input_features=input_features)
+            state = self._first_state(encoder_outputs, attention_mask)
+            seen = 0
+        else:
+            state, seen = cache.state, cache.length
+        ids = decoder_input_ids.cpu().numpy().astype(np.int64)
+        start = time.perf_counter()
+        logits, state = self.runner.step(ids, state)
+        self.step_ms.append((time.perf_counter() - start) * 1e3 + (self.encoder.ms if cache is None else 0.0))
+        return OnnxLMOutput(logits=_logits(logits), cache=OnnxCache(self.steps, state, seen + ids.shape[1]))
+
+    def _first_state(self, encoder_outputs: Any, attention_mask: torch.Tensor | None) -> dict[str, np.ndarray]:
+        cross = getattr(encoder_outputs, "cross_attention", None)
+        if cross is None:
+            raise InvalidArgumentError("encoder_outputs must come from this model's encoder (get_encoder()): the "
+                                       "decoder file reads the cross-attention cache the encoder file computes.")
+        hidden = encoder_outputs["last_hidden_state"].cpu().numpy()
+        stacked = cross.cpu().numpy()
+        encoded = {"encoder_hidden_states": hidden}
+        for i in range(stacked.shape[1] // 2):
+            encoded[f"present.{i}.encoder.key"] = stacked[:, 2 * i]
+            encoded[f"present.{i}.encoder.value"] = stacked[:, 2 * i + 1]
+        mask = attention_mask.cpu().numpy() if attention_mask is not None and "input_ids" in \
+            self.runner.encoder_names else None
+        return self.runner.start(encoded, mask)
+
+
+class _Strides(torch.nn.Module):
+    def __init__(self, stride: int) -> None:
+        super().__init__()
+        self.stride = (stride,)
+
+
+class _WhisperShape(torch.nn.Module):
+    """What Whisper's generate() reads of ``self.model``: its two convolutions' strides (1 and 2)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = torch.nn.Module()
+        self.encoder.conv1, self.encoder.conv2 = _Strides(1), _Strides(2)
+
+
+def _speech_class() -> type:
+    from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
+
+    class OnnxForSpeechSeq2Seq(WhisperGenerationMixin, OnnxForSeq2SeqLM):
+        """Whisper's two files with Whisper's own generate(): language and task tokens, timestamps, long-form
+        audio in 30-second windows, temperature fallback."""
+
+        def __init__(self, config: Any, path: Path, provider: str, runner: Any) -> None:
+            super().__init__(config, path, provider, runner)
+            self.model = _WhisperShape(config)
+
+    return OnnxForSpeechSeq2Seq
+
+
+def _named_like(cls: type, model: Any, config: Any) -> type:
+    """``cls`` under the name of the model's own class (``MarianMTModel``, ...): transformers' pipelines look the
+    class name up in their task's list and log an error for any other name."""
+    from ...results.export import export_of
+
+    source = getattr(model, "source", None) or getattr(export_of(model), "source", None)
+    torch_model = getattr(source, "model", None)
+    names = [type(torch_model).__name__] if torch_model is not None else getattr(config, "architectures", None) or []
+    if not names:
+        return cls
+    return type(names[0], (cls,), {"__module__": cls.__module__, "__doc__": cls.__doc__,
+                                   "__qualname__": f"{cls.__name__}({names[0]})"})
+
+
+def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | None = None, threads: int | None = None,
+                    config: Any = None) -> Any:
+    """The exported files of a generative model as a transformers model whose forward runs ONNX Runtime, so
+    transformers' own ``generate()`` (any generation config: beam search, every logits processor, stopping
+    criteria, streamers) and ``pipeline()`` run on them.
+
+    ``model``: an :class:`~onnx_nb.ExportResult` of a decoder exported with its cache (``*ForCausalLM``), of an
+    encoder-decoder (``*ForConditionalGeneration``, ``MarianMTModel``) or of Whisper; a variant of one
+    (``optimize()``'s, ``quantize()``'s); or an ``.onnx`` path with ``config=`` (the model's folder, hub id or
+    config object). ``provider``: ONNX Runtime's (``"cpu"``, ``"cuda"``, ...); on a GPU provider the decoder's
+    cache stays on the device between steps (I/O binding; ``io_binding=False`` turns it off). ``threads``: ONNX
+    Runtime's intra-op threads. The model's generation config comes along (``model.generation_config``).
+
+    Example::
+
+        r = onnx_nb.export("Helsinki-NLP/opus-mt-en-de")
+        m = onnx_nb.to_transformers(r)
+        from transformers import pipeline
+        pipeline("translation", model=m, tokenizer=r.source.preprocessor, num_beams=4)("Hello world")
+    """
+    from ...runtime.providers import providers_named
+    from .runners import _is_seq2seq_file, decoder_for
+
+    path = Path(getattr(model, "path", model))
+    if not path.is_file():
+        raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
+    named = providers_named([provider])[0].name
+    hf_config, generation = _config_of(model, config)
+    if _is_seq2seq_file(path):
+        from .seq2seq import OnnxSeq2Seq, encoder_of
+
+        runner = OnnxSeq2Seq(path, named, encoder_of(model), threads)
+        speech = runner.encoder_names == ["input_features"]
+        cls = _speech_class() if speech and hf_config.model_type == "whisper" else OnnxForSeq2SeqLM
+        wrapped = cls(hf_config, path, named, runner)
+    else:
+        wrapped = OnnxForCausalLM(hf_config, path, named, decoder_for(path, named, io_binding=io_binding,
+                                                                        threads=threads))
+    wrapped.__class__ = _named_like(type(wrapped), model, hf_config)
+    wrapped.generation_config = generation
+    wrapped.eval()
+    return wrapped
+
+
+def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: dict[str, Any], *,
+                               max_new_tokens: int, tokenizer: Any, eos: set[int], pad: int, provider: str,
+                               io_binding: bool | None, threads: int | None, stream: Any, seed: int,
+                               sampling: dict[str, Any], runtime: str) -> Any:
+    """:func:`onnx_nb.generate` with beam search: transformers' own ``generate()`` over the files (the model
+    :func:`to_transformers` makes, kept for the next call like the loops' runners), with the rules and beams of
+    the generation config (the wrapped model's) and the call's ``overrides``; the result as the loops give it
+    (new tokens per returned sequence, cut after EOS; the first forward's time, then each later one's)."""
+    from .runners import _LAST, GenerationResult, _is_seq2seq_file, _kept, _key, _prompts, left_pad
+    from .seq2seq import encoder_feed
+
+    if runtime != "onnx-nb":
+        raise InvalidArgumentError("Beam search runs on runtime='onnx-nb' (transformers' beam search over ONNX "
+                                   "Runtime sessions); onnxruntime-genai's runtime is not used for it.")
+    if stream is not None:
+        raise InvalidArgumentError("stream= shows tokens as a greedy or sampled search picks them; beam search "
+                                   "settles its tokens at the end. Pass num_beams=1 to stream.")
+    path = Path(getattr(model, "path", model))
+    how = (provider, io_binding, threads, "transformers")
+    wrapped = _kept(path, *how)
+    if wrapped is None:
+        _LAST.clear()  # one model kept at a time
+        wrapped = to_transformers(model, provider=provider, io_binding=io_binding, threads=threads)
+        _LAST.update(key=_key(path, *how), runner=wrapped)
+    seq2seq = _is_seq2seq_file(path)
+    if seq2seq:
+        feed = encoder_feed(inputs, tokenizer, tuple(wrapped.runner.encoder_names), pad)
+        tensors = {k: torch.from_numpy(v) for k, v in feed.items()}
+        prompts: list[list[int]] = []
+    else:
+        prompts = _prompts(inputs, tokenizer)
+        ids, mask = left_pad(prompts, pad)
+        tensors = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+    width = 0 if seq2seq else int(tensors["input_ids"].shape[1])
+    if sampling["do_sample"]:
+        torch.manual_seed(seed)
+    else:
+        sampling = {"do_sample": False}
+    from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
+
+    # Whisper's generate() returns the tokens after its prompt; the others, the decoder's start (and forced) tokens
+    whisper = isinstance(wrapped, WhisperGenerationMixin)
+    prompt = width if not seq2seq else 0 if whisper else len(rules.prefix) + 1
+    # the length in all (a config's max_length beside max_new_tokens would be a warning); Whisper counts its own
+    length = {"max_new_tokens": max_new_tokens} if whisper else {"max_length": prompt + max_new_tokens}
+    wrapped.step_ms = []
+    with torch.no_grad():
+        out = wrapped.generate(**tensors, **length, eos_token_id=sorted(eos) or None, pad_token_id=pad,
+                               **overrides, **sampling)
+    tokens = []
+    for row in out.tolist():
+        new = row[prompt:]
+        ends = [i for i, t in enumerate(new) if t in eos]
+        tokens.append(new[:ends[0] + 1] if ends else new)
+    text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
+    times = wrapped.step_ms or [0.0]
+    return GenerationResult(prompts, tokens, text, times[0], times[1:])
+

@@ -1,0 +1,323 @@
+"""Running a generative file step by step in ONNX Runtime: the decoder runners (:class:`OnnxDecoder`, and the
+shared key/value buffer of a GroupQueryAttention file), the one runner kept between calls, prompts into batches,
+and :class:`GenerationResult`. Used by :func:`onnx_nb.generate` (:mod:`.generation`), transformers' models over the
+files (:mod:`.hf_model`) and generation parity. Needs no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError
+from ...render import CSS, esc, html_table
+from .genai import cache_dims
+
+# -- running the file ------------------------------------------------------------------------------
+
+class OnnxDecoder:
+    """Prefill and decode steps over an exported decoder with a cache, in ONNX Runtime."""
+
+    def __init__(self, path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
+                 **options: Any) -> None:
+        from ...runtime.providers import DEVICES
+        from ...runtime.sessions import session
+
+        self.session = session(path, provider, **options)
+        # I/O binding: the cache stays where the provider computed it (GPU memory) between steps instead of a
+        # round trip through numpy; on by default for every provider but the CPU's, where numpy is already home
+        device = DEVICES.get(provider, "cpu")
+        wanted = device != "cpu" if io_binding is None else io_binding
+        self.device = device if wanted and hasattr(self.session, "io_binding") else None
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        self.past_names = [n for n in inputs if n.startswith("past_key_values.")]
+        if "input_ids" not in inputs or not self.past_names:
+            raise InvalidArgumentError(
+                f"{path} is not a decoder exported with its cache (no past_key_values inputs); export it with "
+                "onnx_nb.export(model, cache=True).")
+        first = inputs[self.past_names[0]]
+        self.kv_heads, self.head_size = cache_dims(path, first.shape)
+        self.float_type = np.float16 if "float16" in first.type else np.float32
+        self.uses_positions = "position_ids" in inputs
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, Any]:
+        shape = (batch, self.kv_heads, 0, self.head_size)
+        return {n: np.zeros(shape, self.float_type) for n in self.past_names}
+
+    def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, np.ndarray],
+             keep: bool = True) -> tuple[np.ndarray, dict]:
+        """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens. (``keep``:
+        see :meth:`SharedBufferDecoder.step`; these logits are always the caller's own.)"""
+        positions = np.cumsum(mask, axis=1) - 1
+        feed = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64), **cache}
+        if self.uses_positions:
+            feed["position_ids"] = np.maximum(positions[:, -ids.shape[1]:], 0).astype(np.int64)
+        if self.device is not None:
+            return self._bound_step(feed)
+        out = self.session.run(None, feed)
+        named = dict(zip(self.output_names, out))
+        grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
+        return named["logits"], grown
+
+    def _bound_step(self, feed: dict[str, Any]) -> tuple[np.ndarray, dict]:
+        """One step with I/O binding: cache values are ``OrtValue``s on the provider's device, in and out; only
+        the ids, mask and positions go in from the host and only the logits come back to it."""
+        import onnxruntime as ort
+
+        assert self.device is not None
+        binding = self.session.io_binding()
+        for name, value in feed.items():
+            if isinstance(value, np.ndarray) and name.startswith("past_key_values."):
+                value = ort.OrtValue.ortvalue_from_numpy(value, self.device, 0)  # the empty first cache
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for name in self.output_names:
+            binding.bind_output(name, "cpu" if name == "logits" else self.device, 0)
+        self.session.run_with_iobinding(binding)
+        named = dict(zip(self.output_names, binding.get_outputs()))
+        grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
+        return named["logits"].numpy(), grown
+
+
+class SharedBufferDecoder(OnnxDecoder):
+    """Steps over a GroupQueryAttention file (:mod:`onnx_nb.steps.generate.gqa`): one preallocated key/value
+    buffer per cache tensor, bound as both ``past_key_values.*`` and ``present.*`` (I/O binding), so each decode
+    step writes its token in place. The op reads each row's first ``seqlens_k + 1`` positions, so prompts go in
+    right-padded; callers still hand left-padded batches and get logits back in that layout. The ``cache`` dict
+    they pass around holds the buffers; it grows (copied into a buffer twice as long) when ``capacity`` runs out.
+    """
+
+    def __init__(self, path: Any, provider: str, max_positions: int, **options: Any) -> None:
+        super().__init__(path, provider, io_binding=True, **options)
+        self.max_positions = max_positions  # the rotary tables' length
+        self.where = self.device or "cpu"
+        logits = next(o for o in self.session.get_outputs() if o.name == "logits")
+        on_host = self.where == "cpu" and "float" in logits.type
+        # decode steps write their logits straight into a host array: no output objects to build per step
+        self.vocab = logits.shape[2] if on_host and isinstance(logits.shape[2], int) else None
+        self.logits_type = np.float16 if logits.type == "tensor(float16)" else np.float32
+
+    def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, Any]:
+        """``lengths``: each row's tokens at the prompt, ``added`` since; ``size``: the buffers' positions."""
+        return {"batch": batch, "capacity": capacity, "lengths": None, "added": 0, "buffers": {}, "size": 0}
+
+    def _grow(self, cache: dict[str, Any], needed: int) -> None:
+        """Buffers of at least ``needed`` positions (the caller's capacity, else twice the old size), the old
+        contents copied in; an all-ones mask of that many positions per row beside them."""
+        import onnxruntime as ort
+
+        if needed > self.max_positions:
+            raise InvalidArgumentError(f"{needed} tokens are more than the model's {self.max_positions} positions.")
+        old, have = cache["buffers"], cache["size"]
+        size = min(max(needed, cache["capacity"] or 0, 2 * have), self.max_positions)
+        shape = (cache["batch"], self.kv_heads, size, self.head_size)
+        grown = {}
+        for name in self.past_names:
+            array = np.zeros(shape, self.float_type)
+            if name in old:
+                array[:, :, :have] = old[name].numpy()
+            grown[name] = ort.OrtValue.ortvalue_from_numpy(array, self.where, 0)
+        cache.update(buffers=grown, size=size, ones=np.ones(cache["batch"] * size, np.int64))
+
+    def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, Any],
+             keep: bool = True) -> tuple[np.ndarray, dict]:
+        """As :meth:`OnnxDecoder.step`; ``keep=False`` returns the logits in the host array the next step
+        overwrites (no copy: for a caller done with them before then). Every token of a decode step counts (the
+        op has no holes in a row), so after the prompt the lengths are counted here and ``mask`` is not read.
+
+        A decode step does as little as it can between two runs: after a ~3 ms run has streamed the weights
+        through the caches, each numpy or binding call costs 5-20 us on a 2-core machine, and that Python is what
+        onnxruntime-genai's C++ loop does not pay. The ids go into an array bound once; the mask is a view of
+        ones kept beside the buffers while every row has the same length."""
+        width = ids.shape[1]
+        first = cache["lengths"] is None
+        if first:
+            lengths = mask.sum(axis=1)
+            top = int(lengths.max())
+            cache.update(lengths=lengths, top=top, added=0, even=len(lengths) == 1 or int(lengths.min()) == top)
+        else:
+            cache["added"] += width
+            if cache["even"]:
+                top = cache["top"] + cache["added"]
+            else:
+                lengths = cache["lengths"] + cache["added"]
+                top = int(lengths.max())
+        if top > cache["size"]:
+            self._grow(cache, top)
+        buffers, batch = cache["buffers"], cache["batch"]
+        binding = cache.get("binding")
+        if binding is None or cache.get("bound") is not buffers:  # bound once, again only when the buffers grow
+            binding = self.session.io_binding()
+            if self.vocab is None:
+                binding.bind_output("logits", "cpu")  # first: get_outputs() follows the binding order
+            for name, value in buffers.items():
+                binding.bind_ortvalue_input(name, value)
+                binding.bind_ortvalue_output(name.replace("past_key_values.", "present."), value)
+            cache.update(binding=binding, bound=buffers, out=None, ids=None)
+        if first:  # left-padded prompts -> right-padded
+            valid = mask[:, -width:].astype(bool)
+            feed_ids = np.zeros((batch, width), np.int64)
+            for row in range(batch):
+                feed_ids[row, :lengths[row]] = ids[row][valid[row]]
+            binding.bind_cpu_input("input_ids", feed_ids)
+        elif cache["ids"] is not None and cache["ids"].shape == ids.shape:
+            cache["ids"][...] = ids  # the bound array: ONNX Runtime reads it in place
+        else:
+            import onnxruntime as ort
+
+            cache["ids"] = np.array(ids, np.int64)
+            binding.bind_ortvalue_input("input_ids", ort.OrtValue.ortvalue_from_numpy(cache["ids"]))
+        if cache["even"]:  # every row full: a view of the ones kept beside the buffers
+            binding.bind_cpu_input("attention_mask", cache["ones"][:batch * top].reshape(batch, top))
+        else:
+            binding.bind_cpu_input("attention_mask", (np.arange(top) < lengths[:, None]).astype(np.int64))
+        out = cache["out"]
+        if self.vocab is None:  # a fresh logits output each step: the last run's has the last run's shape
+            binding.bind_output("logits", "cpu")
+        elif out is None or out.shape[1] != width or len(out) != batch:  # logits land in a host array
+            import onnxruntime as ort
+
+            out = cache["out"] = np.empty((batch, width, self.vocab), self.logits_type)
+            binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(out))
+        self.session.run_with_iobinding(binding)
+        logits = binding.get_outputs()[0].numpy() if out is None else out.copy() if keep or first else out
+        if first:
+            short = width - lengths
+            if short.any():  # back to the left-padded layout the caller's positions follow
+                aligned = np.empty_like(logits)
+                for row, pad in enumerate(short):
+                    aligned[row, pad:] = logits[row, :width - pad]
+                    aligned[row, :pad] = logits[row, width - pad:]
+                logits = aligned
+        return logits, cache
+
+
+def decoder_for(path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
+                **options: Any) -> OnnxDecoder:
+    """The step runner a decoder file needs: a shared key/value buffer for a GroupQueryAttention file."""
+    from ...runtime.onnxfile import gqa_node, load_proto, rotary_positions
+
+    proto = load_proto(path)  # read once here: parsing a large model's file takes seconds
+    gqa = gqa_node(proto)
+    if gqa is None:
+        return OnnxDecoder(path, provider, io_binding=io_binding, **options)
+    positions = rotary_positions(proto, gqa)  # the rotary tables bound the positions; none: no bound
+    return SharedBufferDecoder(path, provider, positions if positions is not None else 1 << 31, **options)
+
+
+_LAST: dict[str, Any] = {}
+
+
+def _key(path: Path, *how: Any) -> tuple[Any, ...]:
+    stat = path.stat()
+    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns, *how)
+
+
+def _kept(path: Path, *how: Any) -> Any:
+    """The runner of the last ``generate()`` call (a decoder, or an onnxruntime-genai model) if it was for the
+    same file (unchanged since: path, size and modification time) and the same provider, binding, threads and
+    runtime: calling again skips parsing the file and building a session (seconds for a large model)."""
+    return _LAST["runner"] if path.is_file() and _LAST.get("key") == _key(path, *how) else None
+
+
+def _last_runner(path: Path, provider: str, io_binding: bool | None, threads: int | None, runtime: str) -> Any:
+    """:func:`_kept`, else a new one kept in its place (one is kept: the old one goes first, never two models'
+    weights at once)."""
+    how = (provider, io_binding, threads, runtime)
+    kept = _kept(path, *how)
+    if kept is not None:
+        return kept
+    _LAST.clear()
+    if runtime == "onnxruntime-genai":
+        from .genai import GenaiRunner
+
+        runner: Any = GenaiRunner(path, provider, threads)
+    else:
+        runner = decoder_for(path, provider, io_binding=io_binding, threads=threads)
+    _LAST.update(key=_key(path, *how), runner=runner)
+    return runner
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token lists of different lengths as one left-padded batch (ids and mask)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise InvalidArgumentError("Every prompt needs at least one token.")
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), pad, np.int64)
+    mask = np.zeros((len(prompts), width), np.int64)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = p
+        mask[row, width - len(p):] = 1
+    return ids, mask
+
+
+@dataclass
+class GenerationResult:
+    """Tokens (and text when a tokenizer is known) generated in ONNX Runtime, with timings."""
+
+    prompts: list[list[int]]
+    tokens: list[list[int]]  # the new tokens of each prompt (stopped at EOS, which is kept)
+    text: list[str] | None
+    prefill_ms: float  # time to first token
+    decode_ms: list[float] = field(default_factory=list)  # each later step
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens)
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Decode speed: new tokens after the first, per second of decode steps (batch rows counted)."""
+        steps = sum(self.decode_ms) / 1e3
+        return (self.new_tokens - len(self.tokens)) / steps if steps > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompts": self.prompts, "tokens": self.tokens, "text": self.text, "prefill_ms": self.prefill_ms,
+                "decode_ms": self.decode_ms, "tokens_per_second": self.tokens_per_second}
+
+    def __repr__(self) -> str:
+        speed = self.tokens_per_second
+        lines = [f"GenerationResult: {len(self.tokens)} prompt(s), {self.new_tokens} new tokens, first token "
+                 f"{self.prefill_ms:.1f} ms" + (f", {speed:.1f} tokens/s after it" if speed else "")]
+        for i, toks in enumerate(self.tokens):
+            lines.append(f"[{i}] " + (repr(self.text[i]) if self.text else " ".join(map(str, toks))))
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        rows = [(i, esc(self.text[i]) if self.text else esc(" ".join(map(str, t))), len(t))
+                for i, t in enumerate(self.tokens)]
+        head = esc(repr(self).splitlines()[0])
+        return f'{CSS}<div class="onnxnb"><h4>{head}</h4>{html_table(["#", "generated", "tokens"], rows)}</div>'
+
+
+def _prompts(inputs: Any, tokenizer: Any) -> list[list[int]]:
+    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
+        if tokenizer is None:
+            raise InvalidArgumentError("Text prompts need a tokenizer: pass tokenizer=..., or token ids.")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        return [list(tokenizer(t)["input_ids"]) for t in texts]
+    if hasattr(inputs, "keys"):
+        ids = np.asarray(inputs["input_ids"].numpy() if hasattr(inputs["input_ids"], "numpy") else inputs["input_ids"])
+        mask = inputs.get("attention_mask")
+        mask = np.ones_like(ids) if mask is None else np.asarray(mask.numpy() if hasattr(mask, "numpy") else mask)
+        return [[int(t) for t, m in zip(row, mrow) if m] for row, mrow in zip(ids, mask)]
+    if isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], (list, tuple)):
+        return [[int(t) for t in row] for row in inputs]  # token lists of any lengths
+    array = np.asarray(inputs.numpy() if hasattr(inputs, "numpy") else inputs)
+    rows = [array] if array.ndim == 1 else list(array)
+    return [[int(t) for t in row] for row in rows]
+
+
+def _is_seq2seq_file(path: Path) -> bool:
+    from ...runtime.onnxfile import load_proto
+
+    return any(i.name.startswith("past_key_values.") and ".encoder." in i.name for i in load_proto(path).graph.input)
