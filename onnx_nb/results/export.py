@@ -182,3 +182,8 @@ def export_of(model: Any) -> Any:
             else model.reference
         seen += 1
     return None
+
+
+def source_of(model: Any) -> Any:
+    """The ModelSource of an export or of a variant (its own, else its export's); None for a bare file."""
+    return getattr(model, "source", None) or getattr(export_of(model), "source", None)

@@ -27,6 +27,7 @@ from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import ModelOutput
 
 from ...errors import InvalidArgumentError
+from .runners import SharedBufferDecoder, take_rows
 
 
 class OnnxCache:
@@ -67,16 +68,6 @@ class OnnxEncoderOutput(ModelOutput):
     cross_attention: torch.Tensor | None = None
 
 
-def _rows(value: Any, rows: np.ndarray) -> Any:
-    """``value`` (a numpy array or an OrtValue) with its batch rows taken in ``rows``' order."""
-    if isinstance(value, np.ndarray):
-        return value[rows]
-    import onnxruntime as ort
-
-    taken = np.ascontiguousarray(value.numpy()[rows])
-    return ort.OrtValue.ortvalue_from_numpy(taken, value.device_name(), 0)
-
-
 def _host(value: Any) -> np.ndarray:
     return value if isinstance(value, np.ndarray) else value.numpy()
 
@@ -86,8 +77,6 @@ class _DecoderSteps:
     GroupQueryAttention file) plus the batch reordering beam search needs."""
 
     def __init__(self, decoder: Any) -> None:
-        from .runners import SharedBufferDecoder
-
         self.decoder = decoder
         self.shared = isinstance(decoder, SharedBufferDecoder)
 
@@ -103,16 +92,9 @@ class _DecoderSteps:
         return self.decoder.step(ids, mask, state, keep=True)
 
     def reorder(self, state: dict[str, Any], rows: np.ndarray, beams_only: bool = False) -> dict[str, Any]:
-        if not self.shared:
-            return {name: _rows(value, rows) for name, value in state.items()}
-        if state["lengths"] is None:
-            return {**state, "batch": len(rows)}
-        lengths = state["lengths"][rows]
-        moved = {name: _rows(value, rows) for name, value in state["buffers"].items()}
-        top = int(lengths.max())
-        return {**state, "batch": len(rows), "buffers": moved, "lengths": lengths, "binding": None, "bound": None,
-                "ones": np.ones(len(rows) * state["size"], np.int64), "top": top,
-                "even": len(rows) == 1 or int(lengths.min()) == top}
+        if self.shared:
+            return self.decoder.reorder(state, rows)
+        return {name: take_rows(value, rows) for name, value in state.items()}
 
 
 class _Seq2SeqSteps:
@@ -128,19 +110,17 @@ class _Seq2SeqSteps:
     def reorder(self, state: dict[str, Any], rows: np.ndarray, beams_only: bool = False) -> dict[str, Any]:
         """Rows taken in ``rows``' order; between beams of one input (``beams_only``) the encoder's states, mask
         and cross-attention cache are the same for every row concerned, so only the decoder's own cache moves."""
-        if beams_only:
-            return {name: value[rows] if name in self.moving else value for name, value in state.items()}
-        return {name: value[rows] for name, value in state.items()}
+        moving = self.moving if beams_only else state.keys()
+        return {name: value[rows] if name in moving else value for name, value in state.items()}
 
 
 def _config_of(model: Any, config: Any) -> tuple[Any, Any]:
     """The transformers config and generation config of an export (or of ``config``: an object or a folder)."""
-    from ...results.export import export_of
+    from ...results.export import source_of
 
     if config is not None and not isinstance(config, (str, Path)):
         return config, GenerationConfig.from_model_config(config)
-    export = export_of(model)
-    source = getattr(model, "source", None) or getattr(export, "source", None)
+    source = source_of(model)
     torch_model = getattr(source, "model", None)
     if config is None and torch_model is not None and getattr(torch_model, "config", None) is not None:
         generation = getattr(torch_model, "generation_config", None)  # a copy: the two models' stay apart
@@ -365,10 +345,9 @@ def _speech_class() -> type:
 def _named_like(cls: type, model: Any, config: Any) -> type:
     """``cls`` under the name of the model's own class (``MarianMTModel``, ...): transformers' pipelines look the
     class name up in their task's list and log an error for any other name."""
-    from ...results.export import export_of
+    from ...results.export import source_of
 
-    source = getattr(model, "source", None) or getattr(export_of(model), "source", None)
-    torch_model = getattr(source, "model", None)
+    torch_model = getattr(source_of(model), "model", None)
     names = [type(torch_model).__name__] if torch_model is not None else getattr(config, "architectures", None) or []
     if not names:
         return cls

@@ -157,10 +157,9 @@ def generation_config_of(model: Any) -> dict[str, Any] | None:
     import json
     from pathlib import Path
 
-    from ...results.export import export_of
+    from ...results.export import source_of
 
-    export = export_of(model)
-    source = getattr(model, "source", None) or getattr(export, "source", None)
+    source = source_of(model)
     config = getattr(getattr(source, "model", None), "generation_config", None)
     if config is not None:
         return config.to_dict()

@@ -108,6 +108,18 @@ class SharedBufferDecoder(OnnxDecoder):
         """``lengths``: each row's tokens at the prompt, ``added`` since; ``size``: the buffers' positions."""
         return {"batch": batch, "capacity": capacity, "lengths": None, "added": 0, "buffers": {}, "size": 0}
 
+    def reorder(self, cache: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
+        """The cache with its batch rows taken in ``rows``' order (beam search): the buffers and each row's
+        length move; the binding is made again at the next step, the mask's ones and the rows' top derived again."""
+        if cache["lengths"] is None:
+            return {**cache, "batch": len(rows)}
+        lengths = cache["lengths"][rows]
+        top = int(lengths.max())
+        return {**cache, "batch": len(rows), "lengths": lengths, "binding": None, "bound": None, "top": top,
+                "buffers": {name: take_rows(value, rows) for name, value in cache["buffers"].items()},
+                "ones": np.ones(len(rows) * cache["size"], np.int64),
+                "even": len(rows) == 1 or int(lengths.min()) == top}
+
     def _grow(self, cache: dict[str, Any], needed: int) -> None:
         """Buffers of at least ``needed`` positions (the caller's capacity, else twice the old size), the old
         contents copied in; an all-ones mask of that many positions per row beside them."""
@@ -197,6 +209,16 @@ class SharedBufferDecoder(OnnxDecoder):
                     aligned[row, :pad] = logits[row, width - pad:]
                 logits = aligned
         return logits, cache
+
+
+def take_rows(value: Any, rows: np.ndarray) -> Any:
+    """``value`` (a numpy array or an OrtValue on its device) with its batch rows taken in ``rows``' order."""
+    if isinstance(value, np.ndarray):
+        return value[rows]
+    import onnxruntime as ort
+
+    taken = np.ascontiguousarray(value.numpy()[rows])
+    return ort.OrtValue.ortvalue_from_numpy(taken, value.device_name(), 0)
 
 
 def decoder_for(path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
