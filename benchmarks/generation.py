@@ -46,6 +46,7 @@ GENAI_INT4 = "onnxruntime-genai builder INT4 (accuracy level 4)"
 GENAI_RUNTIME = "onnx-nb generate(runtime='onnxruntime-genai') on its INT4 file"
 SWAPPED = ("onnxruntime-genai's runtime on onnx-nb's INT4 file", "onnx-nb generate() on the builder's INT4 file")
 sys.path.insert(0, str(ANCHORS))  # arguments.StepClock times Hugging Face generate()'s steps here too
+from arguments import Served  # noqa: E402
 
 
 def build(family: str, seed: int = 0) -> Any:
@@ -74,37 +75,18 @@ def save_folder(model: Any, folder: Path) -> Path:
     return folder
 
 
-class Anchor:
+class Anchor(Served):
     """A candidate in a process of its own (onnx-nb's files, or an anchor in a side environment), started once:
     it loads its model, then runs one generation per request (``anchors/arguments.serve``)."""
 
     def __init__(self, python: str, script: str, folder: Path, prompt: list[int], new: int, threads: int,
                  *extra: str) -> None:
-        self.command = [python, str(ANCHORS / script), str(folder), "--prompt", ",".join(map(str, prompt)),
-                        "--new-tokens", str(new), "--threads", str(threads), *extra]
-        self.process: Any = None
+        super().__init__([python, str(ANCHORS / script), str(folder), "--prompt", ",".join(map(str, prompt)),
+                          "--new-tokens", str(new), "--threads", str(threads), *extra])
 
     def __call__(self) -> tuple[list[int], float, float, list[float]]:
-        import json
-        import subprocess
-
-        if self.process is None:
-            self.errors = tempfile.TemporaryFile(mode="w+")  # stderr to a file: a full pipe would block the child
-            self.process = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=self.errors, text=True, cwd=ANCHORS)
-        self.process.stdin.write("go\n")
-        self.process.stdin.flush()
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                timed = json.loads(line)
-                return timed["tokens"], timed["ttft"], timed["decode"], timed["steps"]
-        self.errors.seek(0)
-        raise RuntimeError(f"{self.command[1]} failed: {self.errors.read()[-800:]}")
-
-    def close(self) -> None:
-        if self.process is not None:
-            self.process.stdin.close()
-            self.process.wait(timeout=60)
+        timed = self.request()
+        return timed["tokens"], timed["ttft"], timed["decode"], timed["steps"]
 
 
 def genai_folder(template: Path, model: Path, folder: Path) -> Path:

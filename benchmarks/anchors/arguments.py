@@ -47,6 +47,36 @@ def parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
+class Served:
+    """The other end of :func:`serve`: a candidate's script in a process of its own (a side environment's
+    python, or this one's), started at the first request and kept for the whole run."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.process: Any = None
+
+    def request(self) -> dict[str, Any]:
+        import subprocess
+        import tempfile
+
+        if self.process is None:
+            self.errors = tempfile.TemporaryFile(mode="w+")  # stderr to a file: a full pipe would block the child
+            self.process = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=self.errors, text=True, cwd=Path(__file__).parent)
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                return dict(json.loads(line))
+        self.errors.seek(0)
+        raise RuntimeError(f"{self.command[1]} failed: {self.errors.read()[-800:]}")
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait(timeout=60)
+
+
 def serve(generation: Callable[[], dict[str, Any]]) -> None:
     """One generation per line on stdin, its result as a JSON line on stdout, until stdin closes."""
     for _ in sys.stdin:

@@ -204,13 +204,15 @@ def _export_seq2seq(source: ModelSource, sample: Any, target: Path, opset: int, 
     """An encoder-decoder for generation: ``<name>.encoder.onnx`` (encoder states and the cross-attention
     cache, computed once) beside the decoder file at ``target`` (self-attention cache in and out)."""
     from . import seq2seq_cache
-    from .wrap import eval_mode
+    from .wrap import eager_attention, eval_mode
 
     s = build_sample(source, sample, True)
     warnings_seen: list[str] = list(source.load_warnings)
     branches: list[Any] = []
     steps.add(1)
-    with eval_mode(source.model):
+    # eager attention: SDPA's trace adds NaN guards and shape arithmetic per layer (a Marian-base decoder step:
+    # 1230 nodes, 14.0 ms; eager: 924 nodes, 13.1 ms on 2 cores)
+    with eval_mode(source.model), eager_attention(source.model):
         check_space(target.parent, sum(p.numel() * p.element_size() for p in source.model.parameters()) * 2)
         started = time.perf_counter()
         steps.step("exporting the encoder and the decoder with torchscript")

@@ -304,9 +304,9 @@ class OnnxForSeq2SeqLM(_OnnxModel, GenerationMixin):
         hidden = encoder_outputs["last_hidden_state"].cpu().numpy()
         stacked = cross.cpu().numpy()
         encoded = {"encoder_hidden_states": hidden}
-        for i in range(stacked.shape[1] // 2):
-            encoded[f"present.{i}.encoder.key"] = stacked[:, 2 * i]
-            encoded[f"present.{i}.encoder.value"] = stacked[:, 2 * i + 1]
+        for i in range(stacked.shape[1] // 2):  # contiguous once here, or ONNX Runtime copies them at every step
+            encoded[f"present.{i}.encoder.key"] = np.ascontiguousarray(stacked[:, 2 * i])
+            encoded[f"present.{i}.encoder.value"] = np.ascontiguousarray(stacked[:, 2 * i + 1])
         mask = attention_mask.cpu().numpy() if attention_mask is not None and "input_ids" in \
             self.runner.encoder_names else None
         return self.runner.start(encoded, mask)

@@ -27,7 +27,8 @@ class OnnxDecoder:
         from ...runtime.providers import DEVICES
         from ...runtime.sessions import session
 
-        self.session = session(path, provider, **options)
+        # between two steps the logits are processed outside ONNX Runtime: its threads stop spinning after each run
+        self.session = session(path, provider, **{"stop_spinning": True, **options})
         # I/O binding: the cache stays where the provider computed it (GPU memory) between steps instead of a
         # round trip through numpy; on by default for every provider but the CPU's, where numpy is already home
         device = DEVICES.get(provider, "cpu")

@@ -32,8 +32,9 @@ class OnnxSeq2Seq:
         if not encoder.exists():
             raise InvalidArgumentError(f"{decoder} has no encoder file beside it ({encoder.name}); export the model "
                                        "again with onnx_nb.export(model).")
-        self.encoder = session(encoder, provider, threads=threads)
-        self.decoder = session(decoder, provider, threads=threads)
+        # between two steps the logits are processed outside ONNX Runtime: its threads stop spinning after each run
+        self.encoder = session(encoder, provider, threads=threads, stop_spinning=True)
+        self.decoder = session(decoder, provider, threads=threads, stop_spinning=True)
         self.encoder_names = [i.name for i in self.encoder.get_inputs()]
         self.decoder_inputs = {i.name: i for i in self.decoder.get_inputs()}
         self.self_names = [n for n in self.decoder_inputs if ".decoder." in n]

@@ -64,23 +64,14 @@ def _onnxscript_fusions(src: Path, dst: Path) -> dict[str, int]:
 def _eager_reexport(source: Any, dst: Path) -> None:
     """Export the PyTorch source again with eager attention (TorchScript), which ORT fuses."""
     from ..export.exporting import export
+    from ..export.wrap import eager_attention
 
-    model = source.model
-    # the model itself, or the transformer inside a wrapper (a SentenceTransformer's chain)
-    holder = model if hasattr(model, "set_attn_implementation") else next(
-        (m for m in model.modules() if hasattr(m, "set_attn_implementation")), None)
-    setter = getattr(holder, "set_attn_implementation", None)
-    before = getattr(getattr(holder, "config", None), "_attn_implementation", None)
-    if setter is None:
-        raise OptimizationError("the model cannot switch to eager attention")
-    setter("eager")
-    try:
+    with eager_attention(source.model) as eager:
+        if not eager:
+            raise OptimizationError("the model cannot switch to eager attention")
         sample = {k: v for k, v in source.sample.items()} if source.sample else None
-        export(model, sample, out=dst, exporter="torchscript", overwrite=True, progress=False,
+        export(source.model, sample, out=dst, exporter="torchscript", overwrite=True, progress=False,
                dynamic=source.input_axes or True)
-    finally:
-        if before:
-            setter(before)
 
 
 def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: int,
