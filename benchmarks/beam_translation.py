@@ -15,9 +15,9 @@ equal, and the load average.
 ``--optimum-python``: a side environment with ``torch==2.13.0 optimum-onnx onnxruntime`` (optimum-onnx pins
 transformers < 4.58); the model is saved with ``save_pretrained``, exported by ``optimum-cli export onnx --task
 text2text-generation-with-past`` and run by Optimum's ``ORTModelForSeq2SeqLM`` in a process of its own
-(``anchors/optimum_seq2seq.py``, which waits on its pipe while the others run), as it comes and with the session
-option onnx-nb's runners set (``session.force_spinning_stop``: ONNX Runtime's threads stop spinning after a run,
-leaving the cores to the beam search in torch between runs).
+(``anchors/optimum_seq2seq.py``, which waits on its pipe while the others run), as it comes and with the thread
+settings ``to_transformers`` uses (ONNX Runtime's threads stop spinning after a run, ``session.force_spinning_stop``;
+torch's beam search between the runs on one thread), so that the two are also compared like with like.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def optimum_anchors(args: argparse.Namespace, model: object, ids: object, mask: 
     command = [args.optimum_python, str(Path(__file__).parent / "anchors" / "optimum_seq2seq.py"), str(exported),
                "--inputs", str(out / "batch.npz"), "--new-tokens", "24", "--threads", str(args.threads)]
     return {"Optimum ORTModelForSeq2SeqLM": OptimumAnchor(command),
-            "Optimum ORTModelForSeq2SeqLM, threads stop spinning": OptimumAnchor([*command, "--stop-spinning"])}
+            "Optimum ORTModelForSeq2SeqLM, onnx-nb's thread settings": OptimumAnchor([*command,
+                                                                                       "--threads-as-onnx-nb"])}
 
 
 if __name__ == "__main__":

@@ -96,17 +96,25 @@ def test_num_return_sequences_streamers_and_stopping(exports: dict[str, onnx_nb.
     assert len(mine.tokens) == 3 and mine.tokens[0] == [t for t in want[0, 5:].tolist()][:len(mine.tokens[0])]
 
     seen: list[list[int]] = []
+    threads: list[int] = []  # torch's threads inside generate() (one: the cores are ONNX Runtime's) and after it
 
     class Collect(transformers.generation.BaseStreamer):
         def put(self, value: torch.Tensor) -> None:
             seen.append(value.flatten().tolist())
+            threads.append(torch.get_num_threads())
 
         def end(self) -> None:
             seen.append([])
 
     stop = transformers.StoppingCriteriaList([transformers.MaxLengthCriteria(max_length=8)])
-    with torch.no_grad():
-        out = wrapped.generate(ids, max_new_tokens=20, num_beams=1, streamer=Collect(), stopping_criteria=stop)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.no_grad():
+            out = wrapped.generate(ids, max_new_tokens=20, num_beams=1, streamer=Collect(), stopping_criteria=stop)
+        assert set(threads) == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
     assert out.shape[1] == 8 and seen[0] == [5, 6, 7, 8, 9] and len(seen) == 1 + 3 + 1
 
 

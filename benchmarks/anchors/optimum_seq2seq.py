@@ -2,12 +2,13 @@
 --task text2text-generation-with-past`` wrote. Runs in a side environment (optimum-onnx pins transformers<4.58:
 ``pip install torch==2.13.0 optimum-onnx onnxruntime``), called by ``benchmarks/beam_translation.py``.
 
-    python optimum_seq2seq.py FOLDER --inputs batch.npz --new-tokens 24 --threads 2 [--stop-spinning]
+    python optimum_seq2seq.py FOLDER --inputs batch.npz --new-tokens 24 --threads 2 [--threads-as-onnx-nb]
 
 The model is loaded once, not timed; then one ``generate()`` (the folder's generation config: beams and all) of the
 batch in ``batch.npz`` (``input_ids``, ``attention_mask``) per line on stdin (``arguments.serve``), printed as one
-JSON line: the tokens and the seconds. ``--stop-spinning``: ONNX Runtime's threads stop spinning after each run
-(``session.force_spinning_stop``), the session option onnx-nb's runners use, so the two are also compared with it.
+JSON line: the tokens and the seconds. ``--threads-as-onnx-nb``: the thread settings ``onnx_nb.to_transformers``
+uses, so the two are also compared like with like: ONNX Runtime's threads stop spinning after each run
+(``session.force_spinning_stop``) and torch's work between the runs takes one thread.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def main() -> None:
     parser.add_argument("--inputs", type=Path, required=True)
     parser.add_argument("--new-tokens", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--stop-spinning", action="store_true")
+    parser.add_argument("--threads-as-onnx-nb", action="store_true")
     args = parser.parse_args()
 
     import numpy as np
@@ -36,7 +37,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
-    if args.stop_spinning:
+    if args.threads_as_onnx_nb:
         options.add_session_config_entry("session.force_spinning_stop", "1")
     model = ORTModelForSeq2SeqLM.from_pretrained(args.folder, session_options=options, use_cache=True)
     batch = np.load(args.inputs)
@@ -44,8 +45,10 @@ def main() -> None:
 
     def generation() -> dict:
         start = time.perf_counter()
+        torch.set_num_threads(1 if args.threads_as_onnx_nb else args.threads)
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.new_tokens)
+        torch.set_num_threads(args.threads)
         return {"tokens": out.tolist(), "seconds": time.perf_counter() - start}
 
     serve(generation)
