@@ -81,6 +81,25 @@ def test_greedy_and_beams_equal_pytorch_with_the_models_own_config(exports: dict
     assert max(lengths) > 1, "a model that stops at once checks nothing"
 
 
+@pytest.mark.parametrize("name", ["marian", "whisper", "llama"])
+def test_io_binding_keeps_the_cache_as_ortvalues(exports: dict[str, onnx_nb.ExportResult], name: str) -> None:
+    """With I/O binding (the default on GPU providers; asked for here on the CPU) the caches stay ONNX Runtime's
+    OrtValues between steps, reordered per beam, and the 4-beam tokens are still PyTorch's."""
+    import onnxruntime as ort
+
+    result = exports[name]
+    model, wrapped = result.source.model, onnx_nb.to_transformers(result, io_binding=True)
+    torch_inputs, _ = _inputs(model)
+    with torch.no_grad():
+        want = model.generate(**torch_inputs, max_new_tokens=6, num_beams=4)
+        got = wrapped.generate(**torch_inputs, max_new_tokens=6, num_beams=4)
+        out = wrapped(**torch_inputs, decoder_input_ids=torch.tensor([[1], [1]])) if model.config.is_encoder_decoder \
+            else wrapped(**torch_inputs)
+    assert torch.equal(got, want), (want, got)
+    pasts = [v for k, v in out.cache.state.items() if k.startswith("past_key_values.")]
+    assert pasts and all(isinstance(v, ort.OrtValue) for v in pasts)
+
+
 def test_num_return_sequences_streamers_and_stopping(exports: dict[str, onnx_nb.ExportResult]) -> None:
     """Beam search returning several beams, a streamer and stopping criteria: transformers' own, on the files;
     the cache is reordered per beam (a wrong reorder would change the tokens)."""

@@ -27,7 +27,7 @@ from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import ModelOutput
 
 from ...errors import InvalidArgumentError
-from .runners import SharedBufferDecoder, take_rows
+from .runners import SharedBufferDecoder, rows_in, take_rows
 
 
 class OnnxCache:
@@ -68,10 +68,6 @@ class OnnxEncoderOutput(ModelOutput):
     cross_attention: torch.Tensor | None = None
 
 
-def _host(value: Any) -> np.ndarray:
-    return value if isinstance(value, np.ndarray) else value.numpy()
-
-
 class _DecoderSteps:
     """A decoder file's steps for transformers: :class:`OnnxDecoder` (or the shared-buffer runner of a
     GroupQueryAttention file) plus the batch reordering beam search needs."""
@@ -83,7 +79,7 @@ class _DecoderSteps:
     def batch_of(self, state: dict[str, Any]) -> int:
         if self.shared:
             return int(state["batch"])
-        return int(_host(next(iter(state.values()))).shape[0])
+        return rows_in(next(iter(state.values())))
 
     def empty(self, batch: int, capacity: int | None) -> dict[str, Any]:
         return self.decoder.empty_cache(batch, capacity=capacity)
@@ -105,13 +101,13 @@ class _Seq2SeqSteps:
         self.moving = set(runner.self_names)
 
     def batch_of(self, state: dict[str, Any]) -> int:
-        return int(state[self.runner.self_names[0]].shape[0])
+        return rows_in(state[self.runner.self_names[0]])
 
     def reorder(self, state: dict[str, Any], rows: np.ndarray, beams_only: bool = False) -> dict[str, Any]:
         """Rows taken in ``rows``' order; between beams of one input (``beams_only``) the encoder's states, mask
         and cross-attention cache are the same for every row concerned, so only the decoder's own cache moves."""
         moving = self.moving if beams_only else state.keys()
-        return {name: value[rows] if name in moving else value for name, value in state.items()}
+        return {name: take_rows(value, rows) if name in moving else value for name, value in state.items()}
 
 
 def _config_of(model: Any, config: Any) -> tuple[Any, Any]:
@@ -399,7 +395,7 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
     if _is_seq2seq_file(path):
         from .seq2seq import OnnxSeq2Seq, encoder_of
 
-        runner = OnnxSeq2Seq(path, named, encoder_of(model), threads)
+        runner = OnnxSeq2Seq(path, named, encoder_of(model), threads, io_binding)
         speech = runner.encoder_names == ["input_features"]
         cls = _speech_class() if speech and hf_config.model_type == "whisper" else OnnxForSeq2SeqLM
         wrapped = cls(hf_config, path, named, runner)

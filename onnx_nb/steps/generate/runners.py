@@ -24,16 +24,13 @@ class OnnxDecoder:
 
     def __init__(self, path: Any, provider: str = "CPUExecutionProvider", io_binding: bool | None = None,
                  **options: Any) -> None:
-        from ...runtime.providers import DEVICES
         from ...runtime.sessions import session
 
         # between two steps the logits are processed outside ONNX Runtime: its threads stop spinning after each run
         self.session = session(path, provider, **{"stop_spinning": True, **options})
         # I/O binding: the cache stays where the provider computed it (GPU memory) between steps instead of a
-        # round trip through numpy; on by default for every provider but the CPU's, where numpy is already home
-        device = DEVICES.get(provider, "cpu")
-        wanted = device != "cpu" if io_binding is None else io_binding
-        self.device = device if wanted and hasattr(self.session, "io_binding") else None
+        # round trip through numpy
+        self.device = binding_device(self.session, provider, io_binding)
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.past_names = [n for n in inputs if n.startswith("past_key_values.")]
         if "input_ids" not in inputs or not self.past_names:
@@ -68,23 +65,51 @@ class OnnxDecoder:
     def _bound_step(self, feed: dict[str, Any]) -> tuple[np.ndarray, dict]:
         """One step with I/O binding: cache values are ``OrtValue``s on the provider's device, in and out; only
         the ids, mask and positions go in from the host and only the logits come back to it."""
-        import onnxruntime as ort
-
         assert self.device is not None
-        binding = self.session.io_binding()
-        for name, value in feed.items():
-            if isinstance(value, np.ndarray) and name.startswith("past_key_values."):
-                value = ort.OrtValue.ortvalue_from_numpy(value, self.device, 0)  # the empty first cache
-            if isinstance(value, np.ndarray):
-                binding.bind_cpu_input(name, value)
-            else:
-                binding.bind_ortvalue_input(name, value)
-        for name in self.output_names:
-            binding.bind_output(name, "cpu" if name == "logits" else self.device, 0)
-        self.session.run_with_iobinding(binding)
-        named = dict(zip(self.output_names, binding.get_outputs()))
+        feed = {name: on_device(value, self.device) if name.startswith("past_key_values.") else value
+                for name, value in feed.items()}  # the empty first cache
+        named = run_bound(self.session, feed, self.output_names, self.device)
         grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
         return named["logits"].numpy(), grown
+
+
+def binding_device(session: Any, provider: str, io_binding: bool | None) -> str | None:
+    """Where a runner keeps its cache between steps with I/O binding (the provider's device), or None (numpy):
+    on by default for every provider but the CPU's, where numpy is already home."""
+    from ...runtime.providers import DEVICES
+
+    device = DEVICES.get(provider, "cpu")
+    wanted = device != "cpu" if io_binding is None else io_binding
+    return device if wanted and hasattr(session, "io_binding") else None
+
+
+def on_device(value: Any, device: str) -> Any:
+    """A numpy array as an ``OrtValue`` on ``device``; an ``OrtValue`` as it is."""
+    if not isinstance(value, np.ndarray):
+        return value
+    import onnxruntime as ort
+
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), device, 0)
+
+
+def run_bound(session: Any, feed: dict[str, Any], output_names: list[str], device: str) -> dict[str, Any]:
+    """One run with I/O binding: numpy inputs from the host, ``OrtValue`` inputs where they are; the logits come
+    back to the host, every other output stays on ``device``. Returns ``OrtValue``s by name."""
+    binding = session.io_binding()
+    for name, value in feed.items():
+        if isinstance(value, np.ndarray):
+            binding.bind_cpu_input(name, value)
+        else:
+            binding.bind_ortvalue_input(name, value)
+    for name in output_names:
+        binding.bind_output(name, "cpu" if name == "logits" else device, 0)
+    session.run_with_iobinding(binding)
+    return dict(zip(output_names, binding.get_outputs()))
+
+
+def rows_in(value: Any) -> int:
+    """The batch rows of a numpy array or an ``OrtValue``."""
+    return int(value.shape[0] if isinstance(value, np.ndarray) else value.shape()[0])
 
 
 class SharedBufferDecoder(OnnxDecoder):

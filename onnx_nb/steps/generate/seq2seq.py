@@ -25,8 +25,9 @@ class OnnxSeq2Seq:
     """The encoder file once, then decoder steps with the self-attention cache, in ONNX Runtime."""
 
     def __init__(self, decoder: Path, provider: str = "CPUExecutionProvider", encoder: Path | None = None,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, io_binding: bool | None = None) -> None:
         from ...runtime.sessions import session
+        from .runners import binding_device
 
         encoder = encoder or encoder_path(decoder)
         if not encoder.exists():
@@ -41,6 +42,9 @@ class OnnxSeq2Seq:
         first = self.decoder_inputs[self.self_names[0]]
         self.heads, self.head_size = int(first.shape[1]), int(first.shape[3])
         self.decoder_outputs = [o.name for o in self.decoder.get_outputs()]
+        # I/O binding (default: providers other than the CPU's): the encoder's states, the cross-attention cache
+        # and the decoder's own cache stay on the provider's device between steps; only ids and logits move
+        self.device = binding_device(self.decoder, provider, io_binding)
 
     def encode(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = self.encoder.run(None, {n: feed[n] for n in self.encoder_names})
@@ -59,15 +63,26 @@ class OnnxSeq2Seq:
                 state[name] = encoded[name.replace("past_key_values.", "present.")]
         for name in self.self_names:
             state[name] = np.zeros((batch, self.heads, 0, self.head_size), np.float32)
+        if self.device is not None:
+            from .runners import on_device
+
+            state = {name: on_device(value, self.device) for name, value in state.items()}
         return state
 
-    def step(self, ids: np.ndarray, state: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        out = dict(zip(self.decoder_outputs, self.decoder.run(None, {"decoder_input_ids": ids.astype(np.int64),
-                                                                     **state})))
+    def step(self, ids: np.ndarray, state: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
+        feed = {"decoder_input_ids": ids.astype(np.int64), **state}
+        if self.device is not None:
+            from .runners import run_bound
+
+            out = run_bound(self.decoder, feed, self.decoder_outputs, self.device)
+            logits = out["logits"].numpy()
+        else:
+            out = dict(zip(self.decoder_outputs, self.decoder.run(None, feed)))
+            logits = out["logits"]
         grown = dict(state)
         for name in self.self_names:
             grown[name] = out[name.replace("past_key_values.", "present.")]
-        return out["logits"], grown
+        return logits, grown
 
 
 def encoder_feed(inputs: Any, tokenizer: Any, names: tuple[str, ...], pad: int) -> dict[str, np.ndarray]:
