@@ -68,6 +68,10 @@ _LAZY = {
     "IsolatedSession": ("onnx_nb.runtime.isolation", "IsolatedSession"),
     "check_model": ("onnx_nb.runtime.onnxfile", "check_model"),
     "generate": ("onnx_nb.steps.generate.generation", "generate"),
+    "to_diffusers": ("onnx_nb.steps.generate.diffusion", "to_diffusers"),
+    "check_diffusion": ("onnx_nb.steps.parity.diffusion", "check_diffusion"),
+    "DiffusionExport": ("onnx_nb.results.diffusion", "DiffusionExport"),
+    "DiffusionParity": ("onnx_nb.results.diffusion", "DiffusionParity"),
     "to_transformers": ("onnx_nb.steps.generate.hf_model", "to_transformers"),
     "summary": ("onnx_nb.steps.inspect.structure", "summary"),
     "compare": ("onnx_nb.steps.inspect.comparing", "compare"),
@@ -83,6 +87,8 @@ __all__ = [
     "Cluster",
     "ClusterError",
     "CompareView",
+    "DiffusionExport",
+    "DiffusionParity",
     "DiskFullError",
     "ExportError",
     "ExportResult",
@@ -125,6 +131,7 @@ __all__ = [
     "__version__",
     "autotune",
     "benchmark",
+    "check_diffusion",
     "check_model",
     "check_parity",
     "compare",
@@ -140,12 +147,14 @@ __all__ = [
     "quant_debug",
     "quantize",
     "summary",
+    "to_diffusers",
     "to_transformers",
 ]
 
 if TYPE_CHECKING:
     from .frontends.demo import default_model_path, hub_or_standin
     from .frontends.widgets import CompareView, GraphView, Studio
+    from .results.diffusion import DiffusionExport, DiffusionParity
     from .results.export import ExportResult, ModelSource
     from .results.latency import LatencyTable
     from .results.parity import ParityReport
@@ -159,11 +168,13 @@ if TYPE_CHECKING:
     from .runtime.profiling import parse_profile
     from .steps.benchmark.benchmarking import benchmark
     from .steps.export.exporting import export
+    from .steps.generate.diffusion import to_diffusers
     from .steps.generate.generation import GenerationResult, generate
     from .steps.generate.hf_model import to_transformers
     from .steps.inspect.comparing import compare
     from .steps.inspect.structure import summary
     from .steps.parity.check import check_parity
+    from .steps.parity.diffusion import check_diffusion
     from .steps.pipelines import pipeline
     from .steps.variants.autotuning import autotune
     from .steps.variants.debugging import quant_debug

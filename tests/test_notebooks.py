@@ -70,7 +70,7 @@ def test_all_tutorials_are_tested() -> None:
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
         ["01_quickstart.ipynb", "02_huggingface_tasks.ipynb", "03_debugging_parity.ipynb",
          "04_quantization_autotune.ipynb", "05_providers_latency.ipynb", "06_generation.ipynb",
-         "07_browser.ipynb"])
+         "07_browser.ipynb", "08_diffusion.ipynb"])
 
 
 @pytest.mark.lower_bounds
@@ -186,3 +186,19 @@ def test_browser_tutorial(tmp_path: Path) -> None:
     assert "browser p50" in latency and "ort-web:wasm (HeadlessChrome" in latency
     web = text(by_source(cells, "import onnx"))
     assert "IR version is 14" in web and "web(basic)" in web and "Parity PASSED" in web
+
+
+def test_diffusion_tutorial(tmp_path: Path) -> None:
+    cells = execute("08_diffusion.ipynb", tmp_path)
+    assert "local stand-in for hf-internal-testing/tiny-stable-diffusion-pipe" in text(cells[1])
+    exported = text(by_source(cells, "sd = onnx_nb.export"))
+    for name in ("text_encoder.onnx", "unet.onnx", "vae_decoder.onnx", "verified", "[2, 4, 64, 64]"):
+        assert name in exported
+    parity = text(by_source(cells, "parity = onnx_nb.check_diffusion"))
+    assert "image PSNR" in parity and "passed: at least 40 dB" in parity and "unet" in parity
+    assert outputs(by_source(cells, "from PIL import Image"), "image/png")
+    assert "image PSNR" in text(by_source(cells, "int8 = onnx_nb.quantize"))
+    assert "(96, 96)" in text(by_source(cells, "onnx_pipe = onnx_nb.to_diffusers"))
+    chatter = [line for c in cells for line in text(c).splitlines() if "[transformers]" in line]
+    assert not chatter, chatter
+

@@ -96,6 +96,30 @@ def test_static_export_fails_at_other_shapes(tmp_path: Path) -> None:
         report.raise_for_failure()
 
 
+class _Strided(torch.nn.Module):
+    """Halves an image and joins it to itself again (as a UNet's levels do), scaled by a scalar input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = torch.nn.Conv2d(2, 2, 3, stride=2, padding=1)
+        self.up = torch.nn.Upsample(scale_factor=2)
+
+    def forward(self, image: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return torch.cat([image, self.up(self.down(image))], 1) * scale
+
+
+def test_scalar_inputs_and_halved_images_are_checked_at_shapes_they_allow(tmp_path: Path) -> None:
+    """A 0-d input stays 0-d in every check and probe (numpy had made it 1-d: ONNX Runtime then broadcast it
+    wrongly), and an image axis is checked at lengths the network can halve (16 -> 48, not 33)."""
+    sample = {"image": torch.randn(1, 2, 16, 16), "scale": torch.tensor(3.0)}
+    result = onnx_nb.export(_Strided(), sample, dynamic={"image": {0: "batch", 2: "height", 3: "width"}},
+                            out=tmp_path / "s.onnx", progress=False)
+    assert result.check["passed"] and result.check["shapes"]["image"][2:] == [32, 32]
+    report = onnx_nb.check_parity(result, progress=False)
+    assert report and [r.status for r in report.rows] == ["pass"] * 6
+    assert "height=48, width=48" in report.rows[2].shape
+
+
 @pytest.mark.lower_bounds
 def test_variant_against_parent(bert_exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
     import onnxruntime as ort

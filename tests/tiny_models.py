@@ -135,3 +135,45 @@ def build_generative(name: str, seed: int | None = None, **changes: Any) -> Any:
     model = getattr(transformers, cls_name)(config).eval()
     model.generation_config = transformers.GenerationConfig(**generation)
     return model
+
+
+def clip_tokenizer(folder: Path) -> Any:
+    """A CLIP tokenizer with a tiny vocabulary (the letters, each alone and word-final, and a few merges), written
+    to ``folder`` and loaded from it: the hub's tokenizers are out of reach here."""
+    import json
+    import string
+
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokens = ["<|startoftext|>", "<|endoftext|>", *string.ascii_lowercase,
+              *(c + "</w>" for c in string.ascii_lowercase), "th", "the</w>", "an", "and</w>", "o</w>", "a</w>"]
+    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    (folder / "merges.txt").write_text("#version: 0.2\nt h\nth e</w>\na n\nan d</w>\n")
+    return transformers.CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=77)
+
+
+def build_diffusion(folder: Path, seed: int = 0) -> Any:
+    """A Stable Diffusion pipeline at a tiny size with random weights (diffusers' own test sizes): a 5-layer CLIP
+    text encoder, a two-level UNet with cross-attention, a two-level VAE, DDIM; 64x64 images from 32x32 latents."""
+    import diffusers
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    unet = diffusers.UNet2DConditionModel(
+        block_out_channels=(32, 64), layers_per_block=2, sample_size=32, in_channels=4, out_channels=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        cross_attention_dim=32)
+    vae = diffusers.AutoencoderKL(block_out_channels=[32, 64], in_channels=3, out_channels=3, latent_channels=4,
+                                  down_block_types=["DownEncoderBlock2D"] * 2, up_block_types=["UpDecoderBlock2D"] * 2)
+    text = transformers.CLIPTextModel(transformers.CLIPTextConfig(
+        bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=32, intermediate_size=37, layer_norm_eps=1e-5,
+        num_attention_heads=4, num_hidden_layers=5, vocab_size=1000, max_position_embeddings=77))
+    scheduler = diffusers.DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                        clip_sample=False, set_alpha_to_one=False, steps_offset=1)
+    pipe = diffusers.StableDiffusionPipeline(
+        unet=unet.eval(), vae=vae.eval(), text_encoder=text.eval(), tokenizer=clip_tokenizer(folder / "tokenizer"),
+        scheduler=scheduler, safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe

@@ -29,12 +29,23 @@ def axis_sizes(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -
     return sizes
 
 
+SPATIAL = ("height", "width", "depth")  # the axis names an image input's dynamic axes get
+
+
+def image_step(size: int) -> int:
+    """The power of two (up to 32) an image axis of this length is a multiple of: other lengths to check it at
+    move by multiples of it, so a network that halves the axis k times and joins the halves again still can."""
+    return min(32, size & -size) if size > 0 else 1
+
+
 def auto_shapes(sizes: dict[str, int]) -> list[ShapeSpec]:
     """The sample's shape, a larger batch, and batch 1 with other lengths."""
     specs: list[ShapeSpec] = [{}]
     if "batch" in sizes:
         specs.append({"batch": sizes["batch"] + 3})
-    longer = {n: 2 * s + 1 for n, s in sizes.items() if n != "batch"}
+    # an image axis: a multiple of the power of two (up to 32) its length is, so a UNet or a feature pyramid that
+    # halves it and joins the halves again still can; any other axis: an odd length
+    longer = {n: 2 * s + (image_step(s) if n in SPATIAL else 1) for n, s in sizes.items() if n != "batch"}
     if longer or "batch" in sizes:
         specs.append({**({"batch": 1} if "batch" in sizes else {}), **longer})
     return specs
@@ -77,7 +88,7 @@ def make_feed(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]], sp
             for axis, axis_name in axes.get(name, {}).items():
                 if axis_name in spec:
                     array = resize(array, axis, int(spec[axis_name]))
-        feed[name] = np.ascontiguousarray(array)
+        feed[name] = np.require(array, requirements="C")  # ascontiguousarray makes a scalar 1-d
     return feed
 
 

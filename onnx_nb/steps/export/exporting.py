@@ -74,6 +74,11 @@ def export(
         return export_lean(model, precision, out, overwrite, progress, name, (sample, task, opset, exporter,
                                                                                dynamic, cache))
     _check_args(exporter, opset, dynamic)
+    if type(model).__module__.startswith("diffusers."):
+        from .diffusion import export_diffusion, is_diffusion_pipeline
+
+        if is_diffusion_pipeline(model):  # its text encoder, UNet and VAE decoder: a DiffusionExport
+            return export_diffusion(model, out, overwrite, progress, opset, export)  # type: ignore[return-value]
     if cache not in ("auto", True, False):  # before the model is loaded
         raise InvalidArgumentError(f"cache={cache!r}: use True, False or 'auto' (for generative models).")
     from .sources import source_name

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ...errors import SampleError
+from ...runtime.shapes import SPATIAL, image_step
 from .wrap import forward_parameters
 
 AxisSpec = dict[str, dict[int, str]]
@@ -100,14 +101,20 @@ def check_axes(sample: Sample, axes: Mapping[str, Mapping[int, str]]) -> AxisSpe
 
 def growth(sample: Sample) -> dict[str, int]:
     """How much each named axis grows in the probe: batch by 1, the others by 3, 2, 4... or by a
-    third of their length when that is more (so strided convolutions see the change)."""
+    third of their length when that is more (so strided convolutions see the change). An image axis (height,
+    width, depth) grows by a multiple of the power of two (up to 32) its length is a multiple of, so a network that
+    halves it k times and joins the halves again (a UNet, a detector's feature pyramid) still can."""
     sizes: dict[str, int] = {}
     for name, tensor in zip(sample.names, sample.tensors):
         for axis, axis_name in sample.axes.get(name, {}).items():
             sizes.setdefault(axis_name, int(tensor.shape[axis]))
     names = sorted(sizes, key=lambda n: n != "batch")
-    return {n: 1 if n == "batch" else max(_GROWTH[i % len(_GROWTH)], sizes[n] // 3)
-            for i, n in enumerate(names)}
+    extra = {n: 1 if n == "batch" else max(_GROWTH[i % len(_GROWTH)], sizes[n] // 3) for i, n in enumerate(names)}
+    for n in names:
+        if n in SPATIAL:
+            step = image_step(sizes[n])
+            extra[n] = -(-extra[n] // step) * step
+    return extra
 
 
 def grow(sample: Sample) -> Sample:

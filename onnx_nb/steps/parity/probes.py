@@ -75,11 +75,12 @@ def probe_feeds(feed: dict[str, np.ndarray], vocab: dict[str, int], names: Seque
                 std = float(v.std()) or float(np.abs(v).max()) or 1.0
                 if name == "random":
                     drawn = v.mean() + std * (1.0 + 3.0 * rng.standard_normal(v.shape))
-                    new[k] = drawn.astype(feed[k].dtype)
                 elif name == "redrawn":
-                    new[k] = (v.mean() + std * rng.standard_normal(v.shape)).astype(feed[k].dtype)
+                    drawn = v.mean() + std * rng.standard_normal(v.shape)
                 else:
-                    new[k] = (v * (-1.0 if name == "negated" else 10.0)).astype(feed[k].dtype)
+                    drawn = v * (-1.0 if name == "negated" else 10.0)
+                # an array of the input's shape (a scalar input's arithmetic gives a numpy scalar)
+                new[k] = np.asarray(drawn, feed[k].dtype).reshape(feed[k].shape)
         elif name == "ids" and ids:
             for k in ids:
                 top = vocab.get(k) or int(feed[k].max()) + 1

@@ -1,0 +1,118 @@
+"""A diffusers Stable Diffusion-like pipeline to ONNX in one call: its text encoder, UNet and VAE decoder, each
+exported and checked in ONNX Runtime at other shapes (a second image size for the UNet and the decoder), into one
+folder (``text_encoder.onnx``, ``unet.onnx``, ``vae_decoder.onnx``). The scheduler, tokenizer and the rest of the
+pipeline stay Python: ``onnx_nb.to_diffusers`` puts the files in the pipeline's place. Only imported by
+:func:`onnx_nb.export` when it is given such a pipeline (torch and diffusers are loaded then)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...errors import InvalidArgumentError
+from ...results.diffusion import PARTS, DiffusionExport
+from ...runtime.files import check_target
+
+
+def is_diffusion_pipeline(model: Any) -> bool:
+    """A diffusers pipeline object with a UNet, a VAE and a text encoder (Stable Diffusion 1.x/2.x-like)."""
+    return all(hasattr(model, name) for name in ("unet", "vae", "text_encoder", "scheduler", "components")) and \
+        not isinstance(model, torch.nn.Module)
+
+
+class TextEncoderPart(torch.nn.Module):
+    """The text encoder's hidden states and pooled output from token ids (the pipeline pads to the tokenizer's
+    length: the sequence axis stays fixed, a CLIP encoder has that many positions)."""
+
+    def __init__(self, encoder: Any) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.encoder(input_ids, return_dict=False)
+        return out[0], out[1]
+
+
+class UNetPart(torch.nn.Module):
+    """The UNet's noise prediction from latents, a timestep (float, so every scheduler's timesteps fit) and the
+    text encoder's states."""
+
+    def __init__(self, unet: Any) -> None:
+        super().__init__()
+        self.unet = unet
+
+    def forward(self, sample: torch.Tensor, timestep: torch.Tensor,
+                encoder_hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.unet(sample, timestep, encoder_hidden_states, return_dict=False)[0]
+
+
+class VaeDecoderPart(torch.nn.Module):
+    """The VAE's decoder: latents (already divided by the scaling factor) to an image in [-1, 1]."""
+
+    def __init__(self, vae: Any) -> None:
+        super().__init__()
+        self.vae = vae
+
+    def forward(self, latent_sample: torch.Tensor) -> torch.Tensor:
+        return self.vae.decode(latent_sample, return_dict=False)[0]
+
+
+def _check_supported(pipe: Any) -> None:
+    unet = pipe.unet.config
+    if getattr(unet, "addition_embed_type", None) or getattr(unet, "time_cond_proj_dim", None) or \
+            getattr(pipe, "text_encoder_2", None) is not None:
+        raise InvalidArgumentError(
+            f"{type(pipe).__name__}: its UNet takes extra conditioning (SDXL's added time ids and pooled text, or a "
+            "guidance embedding); onnx-nb exports Stable Diffusion 1.x/2.x-like pipelines (one text encoder, a UNet "
+            "of latents, timestep and text states, a VAE). Export its parts one by one with onnx_nb.export(module, "
+            "sample).")
+    if pipe.text_encoder is None or pipe.tokenizer is None:
+        raise InvalidArgumentError(f"{type(pipe).__name__} has no text encoder or tokenizer to export.")
+
+
+def samples(pipe: Any) -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor], dict[str, dict[int, str]]]]:
+    """Each part's module, sample inputs (batch 1 at the UNet's own sample size) and dynamic axes."""
+    unet, vae, text = pipe.unet.config, pipe.vae.config, pipe.text_encoder.config
+    length = int(min(pipe.tokenizer.model_max_length, text.max_position_embeddings))
+    side = int(unet.sample_size if isinstance(unet.sample_size, int) else unet.sample_size[0])
+    gen = torch.Generator().manual_seed(0)
+    image = {0: "batch", 2: "height", 3: "width"}
+    ids = torch.randint(0, text.vocab_size, (1, length), generator=gen)
+    return {
+        "text_encoder": (TextEncoderPart(pipe.text_encoder), {"input_ids": ids}, {"input_ids": {0: "batch"}}),
+        "unet": (UNetPart(pipe.unet),
+                 {"sample": torch.randn(1, unet.in_channels, side, side, generator=gen),
+                  "timestep": torch.tensor(981.0),
+                  "encoder_hidden_states": torch.randn(1, length, text.hidden_size, generator=gen)},
+                 {"sample": image, "encoder_hidden_states": {0: "batch"}}),
+        "vae_decoder": (VaeDecoderPart(pipe.vae),
+                        {"latent_sample": torch.randn(1, vae.latent_channels, side, side, generator=gen)},
+                        {"latent_sample": image}),
+    }
+
+
+def export_diffusion(pipe: Any, out: Any, overwrite: bool, progress: bool, opset: int | None,
+                     export: Any) -> DiffusionExport:
+    """Every part into ``out`` (a folder) with ``export`` (:func:`onnx_nb.export`), each checked at another shape;
+    nothing half-written is left: each file is published whole, and an existing file needs ``overwrite=True``."""
+    from ...progress import Steps
+    from ...runtime.files import default_output
+
+    _check_supported(pipe)
+    folder = Path(out).expanduser() if out is not None else default_output(type(pipe).__name__).parent
+    if folder.suffix == ".onnx":
+        raise InvalidArgumentError(f"out={str(out)!r}: a pipeline is exported as several files; give a folder "
+                                   f"(they go to {folder.with_suffix('')}/{', '.join(f'{p}.onnx' for p in PARTS)}).")
+    for name in PARTS:  # every part's file checked before the first is written
+        check_target(folder / f"{name}.onnx", overwrite)
+    started = time.perf_counter()
+    parts = {}
+    with Steps(3, "export", progress) as steps:
+        for name, (module, sample, axes) in samples(pipe).items():
+            steps.step(f"exporting the {name.replace('_', ' ')}")
+            parts[name] = export(module.eval(), sample, out=folder / f"{name}.onnx", dynamic=axes, opset=opset,
+                                 overwrite=overwrite, progress=False, name=name)
+    return DiffusionExport(folder, parts, pipe, time.perf_counter() - started)

@@ -1,0 +1,59 @@
+"""Image parity of an exported diffusion pipeline: the same prompt, seed and scheduler through PyTorch's pipeline
+and the ONNX one (:func:`onnx_nb.to_diffusers`), the images compared by PSNR, each side timed per image and each
+ONNX part per call."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError
+from ...results.diffusion import DiffusionExport, DiffusionParity
+
+
+def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
+    """Peak signal-to-noise ratio in dB of two images with values in [0, peak] (inf when they are equal)."""
+    mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
+    return math.inf if mse == 0 else 10 * math.log10(peak * peak / mse)
+
+
+def check_diffusion(result: DiffusionExport, prompt: str | list[str] = "a photo of an astronaut riding a horse", *,
+                    steps: int = 4, seed: int = 0, guidance_scale: float = 7.5, height: int | None = None,
+                    width: int | None = None, threshold_db: float = 40.0, provider: str = "cpu",
+                    threads: int | None = None, **parts: Any) -> DiffusionParity:
+    """The ONNX pipeline's image against PyTorch's for ``prompt`` with the same seed (``torch.Generator``), scheduler
+    and ``steps``: PSNR in dB (pixels in [0, 1]) against ``threshold_db``, and milliseconds per image on each side
+    (each pipeline runs once untimed first). ``parts``: ``text_encoder=``/``unet=``/``vae_decoder=`` another file for
+    that part (an INT8 or fp16 variant), as :func:`onnx_nb.to_diffusers` takes them."""
+    import torch
+
+    from ..generate.diffusion import part_times, to_diffusers
+
+    if not isinstance(result, DiffusionExport):
+        raise InvalidArgumentError(f"check_diffusion takes what onnx_nb.export(pipeline) returns, not "
+                                   f"{type(result).__name__}.")
+    if steps < 1:
+        raise InvalidArgumentError(f"steps={steps}: at least 1.")
+    source = result.pipeline
+    onnx_pipe = to_diffusers(result, provider=provider, threads=threads, **parts)
+    kwargs = {"num_inference_steps": steps, "guidance_scale": guidance_scale, "output_type": "np",
+              "height": height, "width": width}
+
+    def image(pipe: Any) -> tuple[np.ndarray, float]:
+        with torch.no_grad():
+            pipe(prompt, generator=torch.Generator().manual_seed(seed), **kwargs)  # untimed: sessions warm up
+            if hasattr(pipe.unet, "ms"):
+                for part in (pipe.text_encoder, pipe.unet, pipe.vae):
+                    part.ms.clear()
+            start = time.perf_counter()
+            out = pipe(prompt, generator=torch.Generator().manual_seed(seed), **kwargs).images
+        return np.asarray(out, np.float32), (time.perf_counter() - start) * 1e3
+
+    want, torch_ms = image(source)
+    got, onnx_ms = image(onnx_pipe)
+    ms, calls = part_times(onnx_pipe)
+    return DiffusionParity(psnr(got, want), threshold_db, float(np.abs(got - want).max()), onnx_ms, torch_ms, ms,
+                           calls, steps, (int(got.shape[1]), int(got.shape[2])), (got[0], want[0]))
