@@ -3,8 +3,8 @@ against PyTorch's (same prompt, seed and scheduler), time per image and per part
 
     .venv/bin/python benchmarks/diffusion.py [--rounds 3] [--steps 10] [--threads 2] [--size small|tiny]
 
-``small``: a UNet with three levels (64/128/256 channels, cross-attention on the two lower ones, 18M parameters),
-a three-level VAE, a 4-layer CLIP text encoder (hidden 256), 256x256 images from 32x32 latents, DDIM, classifier-free
+``small``: a UNet with three levels (64/128/256 channels, cross-attention on the two lower ones, 24.8M parameters),
+a four-level VAE, a 4-layer CLIP text encoder (hidden 256), 256x256 images from 32x32 latents, DDIM, classifier-free
 guidance; ``tiny``: the tests' sizes (64x64 images). Candidates, visited in a shuffled order each round with an
 untimed image first (``onnx_nb.runtime.timing.interleaved``): PyTorch eager, the ONNX pipeline (fp32 files), and
 the ONNX pipeline with a dynamic INT8 UNet (re-validated by ``quantize``). Prints ms per image, each part's ms per

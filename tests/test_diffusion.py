@@ -29,6 +29,8 @@ def test_pipeline_exports_its_parts_checked_at_a_second_size(exported: onnx_nb.D
     assert sorted(exported.parts) == ["text_encoder", "unet", "vae_decoder"]
     assert sorted(p.name for p in exported.folder.glob("*.onnx")) == ["text_encoder.onnx", "unet.onnx",
                                                                       "vae_decoder.onnx"]
+    assert not list(exported.folder.glob(".onnx-nb-staging-*"))  # staged, then moved in together
+    assert all(part.path.parent == exported.folder and part.path.exists() for part in exported.parts.values())
     unet, vae = exported.parts["unet"], exported.parts["vae_decoder"]
     # exported at 32x32 latents, checked in ONNX Runtime at 64x64 (a UNet needs sizes its levels can halve)
     assert unet.check["passed"] and unet.check["shapes"]["sample"][2:] == [64, 64]
@@ -87,3 +89,17 @@ def test_bad_input_is_a_clear_error(exported: onnx_nb.DiffusionExport, tmp_path:
     pipe = onnx_nb.to_diffusers(exported)
     with pytest.raises(InvalidArgumentError, match="decoder"):
         pipe.vae.encode(None)
+    import torch
+
+    with pytest.raises(InvalidArgumentError, match="multiples of 2 latents"):  # 33 latents: not halvable
+        pipe.unet(torch.randn(1, 4, 33, 33), torch.tensor(1.0), torch.randn(1, 77, 32))
+    with pytest.raises(InvalidArgumentError, match="the UNet part takes"):
+        onnx_nb.to_diffusers(exported, unet=exported.parts["vae_decoder"])
+    with pytest.raises(InvalidArgumentError, match="unett: not a part"):
+        onnx_nb.check_diffusion(exported, unett=exported.parts["unet"])
+    with pytest.raises(InvalidArgumentError, match="sample: not for a diffusion pipeline"):
+        onnx_nb.export(exported.pipeline, {"x": 1}, out=tmp_path / "other", progress=False)
+    half = tiny_models.build_diffusion(tmp_path / "half").to(torch.float16)
+    with pytest.raises(InvalidArgumentError, match="float32 on the CPU"):
+        onnx_nb.export(half, out=tmp_path / "half-onnx", progress=False)
+    assert not (tmp_path / "half-onnx").exists()

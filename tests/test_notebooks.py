@@ -201,4 +201,3 @@ def test_diffusion_tutorial(tmp_path: Path) -> None:
     assert "(96, 96)" in text(by_source(cells, "onnx_pipe = onnx_nb.to_diffusers"))
     chatter = [line for c in cells for line in text(c).splitlines() if "[transformers]" in line]
     assert not chatter, chatter
-

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,8 @@ class DiffusionParity:
         return self.passed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"psnr_db": round(self.psnr_db, 2), "threshold_db": self.threshold_db, "passed": self.passed,
+        return {"psnr_db": round(self.psnr_db, 2) if math.isfinite(self.psnr_db) else None,  # JSON has no inf
+                "threshold_db": self.threshold_db, "passed": self.passed,
                 "max_abs_diff": self.max_abs_diff, "onnx_ms": round(self.onnx_ms, 1),
                 "torch_ms": round(self.torch_ms, 1), "part_ms": {k: round(v, 2) for k, v in self.part_ms.items()},
                 "calls": dict(self.calls), "steps": self.steps, "size": list(self.size)}

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BrowserError, InvalidModelError, NoWebGpuError
+from .shapes import contiguous
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 # ORT Web's builds: "wasm" for provider "browser", "webgpu" for "browser-webgpu" (sent to the page only when used)
@@ -362,7 +363,7 @@ class BrowserSession:
         for info in self._inputs:
             if info.name not in feed:
                 continue
-            value = np.ascontiguousarray(feed[info.name])
+            value = contiguous(feed[info.name])
             kind = "bool" if value.dtype == np.bool_ else str(value.dtype)
             specs.append({"name": info.name, "type": kind, "dims": list(value.shape)})
             data.append(value.astype(np.uint8).tobytes() if kind == "bool" else value.tobytes())

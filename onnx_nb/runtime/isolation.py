@@ -36,6 +36,7 @@ import numpy as np
 
 from ..errors import InvalidModelError, RuntimeCrashError, WorkerError
 from .onnxfile import NodeArg
+from .shapes import contiguous
 
 _ISOLATE: contextvars.ContextVar[bool | None] = contextvars.ContextVar("onnx_nb_isolate", default=None)
 
@@ -98,7 +99,7 @@ def _send(stream: IO[bytes], message: Any) -> None:
     chunks = [header]
     for array in arrays:
         buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+        np.save(buf, contiguous(array), allow_pickle=False)
         chunks.append(buf.getvalue())
     stream.write(struct.pack("<I", len(chunks)))
     for chunk in chunks:

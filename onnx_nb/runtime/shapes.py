@@ -29,6 +29,12 @@ def axis_sizes(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -
     return sizes
 
 
+def contiguous(array: Any) -> np.ndarray:
+    """``array`` as a C-contiguous numpy array of the same shape (``np.ascontiguousarray`` makes a 0-d array
+    1-d: a scalar input such as a UNet's timestep then has the wrong rank)."""
+    return np.require(array, requirements="C")
+
+
 SPATIAL = ("height", "width", "depth")  # the axis names an image input's dynamic axes get
 
 
@@ -88,7 +94,7 @@ def make_feed(sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]], sp
             for axis, axis_name in axes.get(name, {}).items():
                 if axis_name in spec:
                     array = resize(array, axis, int(spec[axis_name]))
-        feed[name] = np.require(array, requirements="C")  # ascontiguousarray makes a scalar 1-d
+        feed[name] = contiguous(array)
     return feed
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ...runtime.shapes import contiguous
+
 
 class OrtRunner:
     """An ONNX Runtime session on one provider; GPU providers bind inputs and outputs on the device."""
@@ -99,7 +101,7 @@ class TorchRunner:
         self.torch = torch
         self.flat = reference.flat
         self.model = reference.model
-        self.tensors = [torch.from_numpy(np.ascontiguousarray(feed[n])) for n in self.flat.input_names]
+        self.tensors = [torch.from_numpy(contiguous(feed[n])) for n in self.flat.input_names]
         self.threads = threads
         from ...runtime.memory import weight_bytes
 
@@ -124,7 +126,7 @@ class BucketedTorchRunner(TorchRunner):
         mask = feed["attention_mask"]
         own = {n: feed[n] for n in self.flat.input_names}
         sequence = {n for n, v in own.items() if np.ndim(v) > 1 and v.shape[1] == mask.shape[1]}
-        self.parts = [[self.torch.from_numpy(np.ascontiguousarray(part[n])) for n in self.flat.input_names]
+        self.parts = [[self.torch.from_numpy(contiguous(part[n])) for n in self.flat.input_names]
                       for _, _, part in trimmed_buckets(own, mask.sum(axis=1).astype(np.int64), sequence)]
         self.options["runtime"] = "skips padding"
 

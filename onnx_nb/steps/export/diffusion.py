@@ -61,16 +61,31 @@ class VaeDecoderPart(torch.nn.Module):
 
 
 def _check_supported(pipe: Any) -> None:
-    unet = pipe.unet.config
-    if getattr(unet, "addition_embed_type", None) or getattr(unet, "time_cond_proj_dim", None) or \
-            getattr(pipe, "text_encoder_2", None) is not None:
+    if not is_diffusion_pipeline(pipe):
         raise InvalidArgumentError(
-            f"{type(pipe).__name__}: its UNet takes extra conditioning (SDXL's added time ids and pooled text, or a "
-            "guidance embedding); onnx-nb exports Stable Diffusion 1.x/2.x-like pipelines (one text encoder, a UNet "
-            "of latents, timestep and text states, a VAE). Export its parts one by one with onnx_nb.export(module, "
-            "sample).")
-    if pipe.text_encoder is None or pipe.tokenizer is None:
+            f"{type(pipe).__name__}: onnx-nb exports Stable Diffusion 1.x/2.x-like pipelines (a text encoder and "
+            "tokenizer, a UNet, a VAE, a scheduler); this one has another make-up. Export its networks one by one "
+            "with onnx_nb.export(module, sample).")
+    unet = pipe.unet.config
+    extra = [key for key in ("addition_embed_type", "time_cond_proj_dim", "class_embed_type", "num_class_embeds",
+                             "encoder_hid_dim_type") if getattr(unet, key, None)]
+    if getattr(pipe, "text_encoder_2", None) is not None:
+        extra.append("a second text encoder")
+    if unet.in_channels != pipe.vae.config.latent_channels:
+        extra.append(f"{unet.in_channels} input channels for {pipe.vae.config.latent_channels} latent ones (an "
+                     "inpainting or depth UNet)")
+    if extra:
+        raise InvalidArgumentError(
+            f"{type(pipe).__name__}: its UNet takes more than latents, a timestep and text states ({', '.join(extra)}"
+            "); onnx-nb exports Stable Diffusion 1.x/2.x-like text-to-image pipelines (one text encoder, such a UNet, "
+            "a VAE). Export its parts one by one with onnx_nb.export(module, sample).")
+    if getattr(pipe, "text_encoder", None) is None or getattr(pipe, "tokenizer", None) is None:
         raise InvalidArgumentError(f"{type(pipe).__name__} has no text encoder or tokenizer to export.")
+    if pipe.unet.device.type != "cpu" or pipe.unet.dtype != torch.float32:
+        raise InvalidArgumentError(
+            f"The pipeline runs in {pipe.unet.dtype} on {pipe.unet.device}; onnx-nb exports from float32 on the CPU "
+            "(its parity reference too): pipe.to('cpu', torch.float32) first; quantize(sd.parts['unet'], "
+            "method='fp16') then makes an fp16 file.")
 
 
 def samples(pipe: Any) -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor], dict[str, dict[int, str]]]]:
@@ -87,22 +102,27 @@ def samples(pipe: Any) -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tenso
                  {"sample": torch.randn(1, unet.in_channels, side, side, generator=gen),
                   "timestep": torch.tensor(981.0),
                   "encoder_hidden_states": torch.randn(1, length, text.hidden_size, generator=gen)},
-                 {"sample": image, "encoder_hidden_states": {0: "batch"}}),
+                 {"sample": image, "encoder_hidden_states": {0: "batch", 1: "sequence"}}),
         "vae_decoder": (VaeDecoderPart(pipe.vae),
                         {"latent_sample": torch.randn(1, vae.latent_channels, side, side, generator=gen)},
                         {"latent_sample": image}),
     }
 
 
-def export_diffusion(pipe: Any, out: Any, overwrite: bool, progress: bool, opset: int | None,
-                     export: Any) -> DiffusionExport:
-    """Every part into ``out`` (a folder) with ``export`` (:func:`onnx_nb.export`), each checked at another shape;
-    nothing half-written is left: each file is published whole, and an existing file needs ``overwrite=True``."""
+def export_diffusion(pipe: Any, out: Any, overwrite: bool, progress: bool, opset: int | None, export: Any,
+                     name: str | None = None) -> DiffusionExport:
+    """Every part into ``out`` (a folder; default: one named after ``name`` or the pipeline's class) with
+    ``export`` (:func:`onnx_nb.export`), each checked at another shape. All or nothing: the parts are written to a
+    staging folder beside and moved into ``out`` together once all three passed their export; an existing file
+    there needs ``overwrite=True``."""
+    import os
+    import shutil
+
     from ...progress import Steps
     from ...runtime.files import default_output
 
     _check_supported(pipe)
-    folder = Path(out).expanduser() if out is not None else default_output(type(pipe).__name__).parent
+    folder = Path(out).expanduser() if out is not None else default_output(name or type(pipe).__name__).parent
     if folder.suffix == ".onnx":
         raise InvalidArgumentError(f"out={str(out)!r}: a pipeline is exported as several files; give a folder "
                                    f"(they go to {folder.with_suffix('')}/{', '.join(f'{p}.onnx' for p in PARTS)}).")
@@ -110,9 +130,18 @@ def export_diffusion(pipe: Any, out: Any, overwrite: bool, progress: bool, opset
         check_target(folder / f"{name}.onnx", overwrite)
     started = time.perf_counter()
     parts = {}
-    with Steps(3, "export", progress) as steps:
-        for name, (module, sample, axes) in samples(pipe).items():
-            steps.step(f"exporting the {name.replace('_', ' ')}")
-            parts[name] = export(module.eval(), sample, out=folder / f"{name}.onnx", dynamic=axes, opset=opset,
-                                 overwrite=overwrite, progress=False, name=name)
+    staging = folder / f".onnx-nb-staging-{os.getpid()}"
+    try:
+        with Steps(3, "export", progress) as steps:
+            for part, (module, sample, axes) in samples(pipe).items():
+                steps.step(f"exporting the {part.replace('_', ' ')}")
+                parts[part] = export(module.eval(), sample, out=staging / f"{part}.onnx", dynamic=axes, opset=opset,
+                                     overwrite=True, progress=False, name=part)
+        for result in parts.values():  # each file keeps its name; a part's weights file stays beside its .onnx
+            moved = [folder / f.name for f in result.files]
+            for src, dst in zip(result.files, moved):
+                os.replace(src, dst)
+            result.path, result.files = folder / result.path.name, moved
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return DiffusionExport(folder, parts, pipe, time.perf_counter() - started)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -68,17 +69,27 @@ def export(
     by layer from the safetensors checkpoint, each weight converted as it is read, so memory stays near one layer
     (:mod:`onnx_nb.steps.export.lean`); checked against PyTorch on a prefill and decode steps.
     """
+    diffusers = sys.modules.get("diffusers")  # a pipeline object means diffusers is loaded already
+    if diffusers is not None and isinstance(model, getattr(diffusers, "DiffusionPipeline", ())):
+        from .diffusion import export_diffusion
+
+        # its text encoder, UNet and VAE decoder: a DiffusionExport
+        given = {"sample": sample is not None, "task": task is not None, "precision": precision is not None,
+                 "dynamic": dynamic is not True, "exporter": exporter != "auto", "cache": cache != "auto"}
+        if any(given.values()):
+            raise InvalidArgumentError(
+                f"{', '.join(k for k, v in given.items() if v)}: not for a diffusion pipeline, whose parts get "
+                "their own samples and axes; export a part alone with onnx_nb.export(pipe.unet, sample, ...), "
+                "or quantize(sd.parts['unet'], method='fp16') for another precision.")
+        _check_args(exporter, opset, dynamic)
+        return export_diffusion(model, out, overwrite, progress, opset, export,  # type: ignore[return-value]
+                                name)
     if precision is not None:
         from .lean_export import export_lean
 
         return export_lean(model, precision, out, overwrite, progress, name, (sample, task, opset, exporter,
                                                                                dynamic, cache))
     _check_args(exporter, opset, dynamic)
-    if type(model).__module__.startswith("diffusers."):
-        from .diffusion import export_diffusion, is_diffusion_pipeline
-
-        if is_diffusion_pipeline(model):  # its text encoder, UNet and VAE decoder: a DiffusionExport
-            return export_diffusion(model, out, overwrite, progress, opset, export)  # type: ignore[return-value]
     if cache not in ("auto", True, False):  # before the model is loaded
         raise InvalidArgumentError(f"cache={cache!r}: use True, False or 'auto' (for generative models).")
     from .sources import source_name

@@ -175,9 +175,7 @@ class FixedAxis:
 def probe_size(size: int) -> int:
     """A second size for an axis: about a third longer (at least 3 more), keeping the power-of-two factor
     of ``size`` (up to 32), so strided and pooled models still divide evenly."""
-    step = 1
-    while step < 32 and size % (step * 2) == 0:
-        step *= 2
+    step = image_step(size)
     return size + step * max(1, -(-max(3, size // 3) // step))
 
 

@@ -5,6 +5,7 @@ imported by functions that already need torch and diffusers."""
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,20 @@ class _OnnxPart(torch.nn.Module):
     """One part's file in a session, standing where the pipeline expects its torch module: the module's config,
     a CPU device and fp32 dtype, and each call's time (``ms``)."""
 
+    INPUTS: tuple[str, ...] = ()
+
     def __init__(self, path: Path, provider: str, threads: int | None, config: Any) -> None:
         super().__init__()
         from ...runtime.sessions import session
 
-        self.session = session(path, provider, threads=threads)
+        # between two runs the scheduler steps in torch: ONNX Runtime's threads stop spinning after each run
+        self.session = session(path, provider, threads=threads, stop_spinning=True)
         self.path, self.config = path, config
-        self.names = [i.name for i in self.session.get_inputs()]
+        names = sorted(i.name for i in self.session.get_inputs())
+        if names != sorted(self.INPUTS):
+            raise InvalidArgumentError(
+                f"{path.name} takes {', '.join(names)}; the {type(self).__name__[4:]} part takes "
+                f"{', '.join(self.INPUTS)}: pass that part's file (an export's part, or a variant of it).")
         self.ms: list[float] = []
 
     @property
@@ -51,8 +59,14 @@ def _host(tensor: torch.Tensor, dtype: Any = np.float32) -> np.ndarray:
 
 
 class OnnxTextEncoder(_OnnxPart):
+    INPUTS = ("input_ids",)
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if attention_mask is not None:
+            raise InvalidArgumentError("The text encoder's file takes token ids only (CLIP's attention mask is "
+                                       "causal inside it); the pipeline passes a mask when the encoder's config "
+                                       "sets use_attention_mask: unset it.")
         if output_hidden_states:
             raise InvalidArgumentError("The text encoder's file returns its last hidden states and pooled output "
                                        "only: clip_skip needs the layers' states; leave clip_skip unset.")
@@ -61,6 +75,8 @@ class OnnxTextEncoder(_OnnxPart):
 
 
 class OnnxUNet(_OnnxPart):
+    INPUTS = ("sample", "timestep", "encoder_hidden_states")
+
     def forward(self, sample: torch.Tensor, timestep: Any, encoder_hidden_states: torch.Tensor,
                 timestep_cond: Any = None, cross_attention_kwargs: Any = None, added_cond_kwargs: Any = None,
                 return_dict: bool = True, **kwargs: Any) -> Any:
@@ -68,7 +84,16 @@ class OnnxUNet(_OnnxPart):
                 any(v is not None for v in kwargs.values()):
             raise InvalidArgumentError("The UNet's file takes latents, a timestep and text states only (no "
                                        "LoRA scale, IP-adapter or ControlNet residuals).")
-        step = np.asarray(timestep.item() if isinstance(timestep, torch.Tensor) else timestep, np.float32)
+        if isinstance(timestep, torch.Tensor) and timestep.numel() != 1:
+            raise InvalidArgumentError(f"The UNet's file takes one timestep for the batch, not {timestep.numel()}.")
+        levels = 2 ** (len(self.config.block_out_channels) - 1)
+        if sample.shape[-1] % levels or sample.shape[-2] % levels:
+            raise InvalidArgumentError(
+                f"Latents of {sample.shape[-2]}x{sample.shape[-1]}: the UNet's file joins its {levels}x halved "
+                f"levels again only at sizes that are multiples of {levels} latents (PyTorch's UNet resizes to fit "
+                f"other sizes; the exported path does not). Pick height and width that are multiples of "
+                f"{levels} x the VAE's scale (SD 1.x/2.x: 64 pixels).")
+        step = np.asarray(float(timestep) if isinstance(timestep, torch.Tensor) else timestep, np.float32)
         (noise,) = self.run(sample=_host(sample), timestep=step, encoder_hidden_states=_host(encoder_hidden_states))
         out = torch.from_numpy(noise)
         if not return_dict:
@@ -79,6 +104,8 @@ class OnnxUNet(_OnnxPart):
 
 
 class OnnxVaeDecoder(_OnnxPart):
+    INPUTS = ("latent_sample",)
+
     def decode(self, z: torch.Tensor, return_dict: bool = True, generator: Any = None) -> Any:
         (image,) = self.run(latent_sample=_host(z))
         out = torch.from_numpy(image)
@@ -117,12 +144,12 @@ def to_diffusers(result: Any, *, provider: str = "cpu", threads: int | None = No
     paths = {name: Path(getattr(chosen[name], "path", chosen[name]) if chosen[name] is not None else part.path)
              for name, part in result.parts.items()}
     components = dict(source.components)
+    components["scheduler"] = copy.deepcopy(source.scheduler)  # its state (timesteps, step index) is its own
     components["text_encoder"] = OnnxTextEncoder(paths["text_encoder"], named, threads, source.text_encoder.config)
     components["unet"] = OnnxUNet(paths["unet"], named, threads, source.unet.config)
     components["vae"] = OnnxVaeDecoder(paths["vae_decoder"], named, threads, source.vae.config)
-    extra = {}
-    if "requires_safety_checker" in getattr(source, "config", {}):
-        extra["requires_safety_checker"] = source.config.requires_safety_checker
+    _, optional = source._get_signature_keys(source)  # settings the class takes beside its modules
+    extra = {key: source.config[key] for key in optional if key not in components and key in source.config}
     pipe = type(source)(**components, **extra)
     pipe.set_progress_bar_config(**getattr(source, "_progress_bar_config", {}))
     return pipe

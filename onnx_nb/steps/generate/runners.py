@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...render import CSS, esc, html_table
+from ...runtime.shapes import contiguous
 from .genai import cache_dims
 
 # -- running the file ------------------------------------------------------------------------------
@@ -89,7 +90,7 @@ def on_device(value: Any, device: str) -> Any:
         return value
     import onnxruntime as ort
 
-    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), device, 0)
+    return ort.OrtValue.ortvalue_from_numpy(contiguous(value), device, 0)
 
 
 def run_bound(session: Any, feed: dict[str, Any], output_names: list[str], device: str) -> dict[str, Any]:

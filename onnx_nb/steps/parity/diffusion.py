@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from ...results.diffusion import DiffusionExport, DiffusionParity
+from ...results.diffusion import PARTS, DiffusionExport, DiffusionParity
 
 
 def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
@@ -35,6 +35,9 @@ def check_diffusion(result: DiffusionExport, prompt: str | list[str] = "a photo 
     if not isinstance(result, DiffusionExport):
         raise InvalidArgumentError(f"check_diffusion takes what onnx_nb.export(pipeline) returns, not "
                                    f"{type(result).__name__}.")
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        raise InvalidArgumentError(f"{', '.join(unknown)}: not a part; the parts are {', '.join(PARTS)}.")
     if steps < 1:
         raise InvalidArgumentError(f"steps={steps}: at least 1.")
     source = result.pipeline

@@ -22,6 +22,7 @@ import numpy as np
 from ...results.parity import DivergingNode
 from ...results.tolerance import Tolerance, measure, tolerance_for
 from ...runtime.files import scratch_dir
+from ...runtime.shapes import contiguous
 from .references import Reference
 
 WRAPPER_PREFIXES = ("inner.model.", "inner.model")
@@ -219,7 +220,7 @@ def _fresh_export(ref: Reference, exporter: str, opset: int, folder: Path) -> Pa
     from ..export.inputs import Sample
     from ..export.wrap import eval_mode, signature_module
 
-    tensors = [torch.from_numpy(np.ascontiguousarray(ref.sample[n])) for n in ref.flat.input_names]
+    tensors = [torch.from_numpy(contiguous(ref.sample[n])) for n in ref.flat.input_names]
     s = Sample(list(ref.flat.input_names), tensors, ref.flat.as_kwargs, dict(ref.axes))
     path = folder / "fresh.onnx"
     with eval_mode(ref.model):

@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, SampleError, first_line
 from ...runtime.feeds import export_sample, feed_for, to_numpy
+from ...runtime.shapes import contiguous
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Reference:
 
         from ..export.wrap import eval_mode
 
-        tensors = [torch.from_numpy(np.ascontiguousarray(feed[n])) for n in self.flat.input_names]
+        tensors = [torch.from_numpy(contiguous(feed[n])) for n in self.flat.input_names]
         with eval_mode(self.model), torch.no_grad():
             out = self.flat.flat(*tensors)
         return {n: t.detach().float().numpy() if t.is_floating_point() else t.numpy()
