@@ -66,7 +66,7 @@ def main() -> None:
 
     import onnx_nb
     from onnx_nb.runtime.timing import interleaved
-    from onnx_nb.steps.generate.diffusion import part_times
+    from onnx_nb.steps.generate.diffusion import part_times, reset_times
     from onnx_nb.steps.parity.diffusion import psnr
 
     torch.set_num_threads(args.threads)
@@ -88,8 +88,7 @@ def main() -> None:
 
     images = {name: image(candidate) for name, candidate in candidates.items()}
     for candidate in candidates.values():
-        for part in ("text_encoder", "unet", "vae"):
-            getattr(getattr(candidate, part), "ms", []).clear()
+        reset_times(candidate)
     times = interleaved({name: (lambda c=c: image(c)) for name, c in candidates.items()}, rounds=args.rounds,
                         warmup=1, runs=1)
     eager = statistics.median(times["PyTorch eager"])

@@ -113,35 +113,28 @@ def export_diffusion(pipe: Any, out: Any, overwrite: bool, progress: bool, opset
                      name: str | None = None) -> DiffusionExport:
     """Every part into ``out`` (a folder; default: one named after ``name`` or the pipeline's class) with
     ``export`` (:func:`onnx_nb.export`), each checked at another shape. All or nothing: the parts are written to a
-    staging folder beside and moved into ``out`` together once all three passed their export; an existing file
-    there needs ``overwrite=True``."""
-    import os
-    import shutil
-
+    staging folder beside (``runtime.files.staging_dir``, removed whatever happens) and published into ``out``
+    together once all three passed their export; an existing file there needs ``overwrite=True``."""
     from ...progress import Steps
-    from ...runtime.files import default_output
+    from ...runtime.files import default_output, deferred_interrupt, publish, staging_dir
 
     _check_supported(pipe)
     folder = Path(out).expanduser() if out is not None else default_output(name or type(pipe).__name__).parent
     if folder.suffix == ".onnx":
         raise InvalidArgumentError(f"out={str(out)!r}: a pipeline is exported as several files; give a folder "
                                    f"(they go to {folder.with_suffix('')}/{', '.join(f'{p}.onnx' for p in PARTS)}).")
-    for name in PARTS:  # every part's file checked before the first is written
-        check_target(folder / f"{name}.onnx", overwrite)
+    for part in PARTS:  # every part's file checked before the first is written
+        check_target(folder / f"{part}.onnx", overwrite)
     started = time.perf_counter()
     parts = {}
-    staging = folder / f".onnx-nb-staging-{os.getpid()}"
-    try:
-        with Steps(3, "export", progress) as steps:
-            for part, (module, sample, axes) in samples(pipe).items():
-                steps.step(f"exporting the {part.replace('_', ' ')}")
-                parts[part] = export(module.eval(), sample, out=staging / f"{part}.onnx", dynamic=axes, opset=opset,
-                                     overwrite=True, progress=False, name=part)
-        for result in parts.values():  # each file keeps its name; a part's weights file stays beside its .onnx
-            moved = [folder / f.name for f in result.files]
-            for src, dst in zip(result.files, moved):
-                os.replace(src, dst)
-            result.path, result.files = folder / result.path.name, moved
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with staging_dir(folder / f"{PARTS[0]}.onnx") as staging, Steps(3, "export", progress) as steps:
+        for part, (module, sample, axes) in samples(pipe).items():
+            steps.step(f"exporting the {part.replace('_', ' ')}")
+            # a folder per part: publish() moves a model's file with every data file beside it
+            parts[part] = export(module.eval(), sample, out=staging / part / f"{part}.onnx", dynamic=axes,
+                                 opset=opset, overwrite=True, progress=False, name=part)
+        with deferred_interrupt():  # the three parts appear together, or none of them
+            for result in parts.values():
+                result.files = publish(result.path, folder / result.path.name)
+                result.path = folder / result.path.name
     return DiffusionExport(folder, parts, pipe, time.perf_counter() - started)

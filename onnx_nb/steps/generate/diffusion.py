@@ -155,8 +155,20 @@ def to_diffusers(result: Any, *, provider: str = "cpu", threads: int | None = No
     return pipe
 
 
+def onnx_parts(pipe: Any) -> dict[str, _OnnxPart]:
+    """The ONNX Runtime parts of a pipeline by part name (none for a PyTorch pipeline)."""
+    found = {"text_encoder": pipe.text_encoder, "unet": pipe.unet, "vae_decoder": pipe.vae}
+    return {name: part for name, part in found.items() if isinstance(part, _OnnxPart)}
+
+
+def reset_times(pipe: Any) -> None:
+    """Forget the parts' timings so far (after untimed warm-up runs)."""
+    for part in onnx_parts(pipe).values():
+        part.ms.clear()
+
+
 def part_times(pipe: Any) -> tuple[dict[str, float], dict[str, int]]:
     """Each ONNX part's median milliseconds per call and its number of calls so far."""
-    parts = {"text_encoder": pipe.text_encoder, "unet": pipe.unet, "vae_decoder": pipe.vae}
+    parts = onnx_parts(pipe)
     return ({name: float(np.median(p.ms)) for name, p in parts.items() if p.ms},
             {name: len(p.ms) for name, p in parts.items()})

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ..export.seq2seq_cache import encoder_path
+from .runners import binding_device, on_device, run_bound
 
 
 class OnnxSeq2Seq:
@@ -27,7 +28,6 @@ class OnnxSeq2Seq:
     def __init__(self, decoder: Path, provider: str = "CPUExecutionProvider", encoder: Path | None = None,
                  threads: int | None = None, io_binding: bool | None = None) -> None:
         from ...runtime.sessions import session
-        from .runners import binding_device
 
         encoder = encoder or encoder_path(decoder)
         if not encoder.exists():
@@ -64,16 +64,12 @@ class OnnxSeq2Seq:
         for name in self.self_names:
             state[name] = np.zeros((batch, self.heads, 0, self.head_size), np.float32)
         if self.device is not None:
-            from .runners import on_device
-
             state = {name: on_device(value, self.device) for name, value in state.items()}
         return state
 
     def step(self, ids: np.ndarray, state: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
         feed = {"decoder_input_ids": ids.astype(np.int64), **state}
         if self.device is not None:
-            from .runners import run_bound
-
             out = run_bound(self.decoder, feed, self.decoder_outputs, self.device)
             logits = out["logits"].numpy()
         else:

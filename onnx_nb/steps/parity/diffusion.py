@@ -30,7 +30,7 @@ def check_diffusion(result: DiffusionExport, prompt: str | list[str] = "a photo 
     that part (an INT8 or fp16 variant), as :func:`onnx_nb.to_diffusers` takes them."""
     import torch
 
-    from ..generate.diffusion import part_times, to_diffusers
+    from ..generate.diffusion import part_times, reset_times, to_diffusers
 
     if not isinstance(result, DiffusionExport):
         raise InvalidArgumentError(f"check_diffusion takes what onnx_nb.export(pipeline) returns, not "
@@ -48,9 +48,7 @@ def check_diffusion(result: DiffusionExport, prompt: str | list[str] = "a photo 
     def image(pipe: Any) -> tuple[np.ndarray, float]:
         with torch.no_grad():
             pipe(prompt, generator=torch.Generator().manual_seed(seed), **kwargs)  # untimed: sessions warm up
-            if hasattr(pipe.unet, "ms"):
-                for part in (pipe.text_encoder, pipe.unet, pipe.vae):
-                    part.ms.clear()
+            reset_times(pipe)
             start = time.perf_counter()
             out = pipe(prompt, generator=torch.Generator().manual_seed(seed), **kwargs).images
         return np.asarray(out, np.float32), (time.perf_counter() - start) * 1e3
