@@ -70,7 +70,7 @@ def test_all_tutorials_are_tested() -> None:
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
         ["01_quickstart.ipynb", "02_huggingface_tasks.ipynb", "03_debugging_parity.ipynb",
          "04_quantization_autotune.ipynb", "05_providers_latency.ipynb", "06_generation.ipynb",
-         "07_browser.ipynb", "08_diffusion.ipynb"])
+         "07_browser.ipynb", "08_diffusion.ipynb", "09_yolo.ipynb"])
 
 
 @pytest.mark.lower_bounds
@@ -201,3 +201,22 @@ def test_diffusion_tutorial(tmp_path: Path) -> None:
     assert "(96, 96)" in text(by_source(cells, "onnx_pipe = onnx_nb.to_diffusers"))
     chatter = [line for c in cells for line in text(c).splitlines() if "[transformers]" in line]
     assert not chatter, chatter
+
+
+def test_yolo_tutorial(tmp_path: Path) -> None:
+    cells = execute("09_yolo.ipynb", tmp_path)
+    exported = text(by_source(cells, "result = onnx_nb.export"))
+    assert "verified" in exported and "images" in exported and "output0" in exported
+    predicted = text(by_source(cells, "bus = str("))
+    counts = re.findall(r"(\d+) boxes, (\d+) of them on a PyTorch box", predicted)
+    theirs = re.search(r"PyTorch: (\d+) boxes", predicted)
+    assert counts and theirs and theirs.group(1) == counts[0][0] == counts[0][1] != "0", predicted
+    assert "Parity PASSED" in text(by_source(cells, "boxed = onnx_nb.export"))
+    assert "score" in text(by_source(cells, "import onnxruntime as ort"))
+    int8 = text(by_source(cells, "calibration = Path(work)"))
+    assert "int8-static" in int8 and "box arithmetic" in int8 and "Parity PASSED" in int8
+    latency = text(by_source(cells, "onnx_nb.benchmark([result, int8]"))
+    assert "int8-static" in latency and "PyTorch eager" in latency
+    noise = [line for c in cells for line in text(c).splitlines()
+             if "Expected bias" in line or "Ultralytics Settings" in line]
+    assert not noise, noise

@@ -177,3 +177,30 @@ def build_diffusion(folder: Path, seed: int = 0) -> Any:
         scheduler=scheduler, safety_checker=None, feature_extractor=None, requires_safety_checker=False)
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+def build_yolo(yaml: str = "yolov8n.yaml", seed: int = 0, size: int = 320) -> Any:
+    """An Ultralytics YOLO from its yaml with random weights that behave like trained ones where parity can tell:
+    batch norm statistics taken from random images (a freshly built network's features are nearly constant,
+    so every anchor ties), class biases raised so some boxes pass the default 0.25 score threshold, and a pose
+    head's keypoint offsets scaled to a trained model's size."""
+    import torch
+    from ultralytics import YOLO
+
+    torch.manual_seed(seed)
+    model = YOLO(yaml, verbose=False)
+    net = model.model
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.momentum = 1.0
+    net.train()
+    with torch.no_grad():
+        net(torch.rand(2, 3, size, size))
+    net.eval()
+    head = net.model[-1]
+    with torch.no_grad():
+        for branch in getattr(head, "cv3", []):
+            branch[-1].bias += 4.5
+        for branch in getattr(head, "cv4", []) if hasattr(head, "kpt_shape") else []:
+            branch[-1].weight *= 0.05  # keypoint offsets of a trained model's size (a few strides, not hundreds)
+    return model

@@ -372,3 +372,52 @@ class BranchWatch(torch.overrides.TorchFunctionMode):
 def data_dependent_failure(message: str) -> bool:
     """Whether a dynamo export failed on a branch that depends on the inputs' values."""
     return any(m in message for m in ("data-dependent", "GuardOnDataDependent", "DataDependentOutputException"))
+
+
+CHECK_ATOL = 1e-3
+CHECK_RTOL = 1e-3
+CHECK_MIN_COSINE = 0.999
+
+
+def check_file(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) -> dict[str, Any]:
+    """Run the staged file in ONNX Runtime on ``probe`` and compare with PyTorch's outputs."""
+    from ...runtime.sessions import session as open_session
+
+    shapes = probe.shapes()
+    try:
+        session = open_session(path)
+        feed_names = [i.name for i in session.get_inputs()]
+        feed = {n: t.numpy() for n, t in zip(probe.names, probe.tensors) if n in feed_names}
+        got = session.run(None, feed)
+    except Exception as exc:  # noqa: BLE001 - ORT's own error types vary by version
+        return {"passed": False, "shapes": shapes,
+                "error": f"{type(exc).__name__}: {first_line(exc)}"}
+    from ...results import detections
+    from ...results.tolerance import Tolerance, measure
+
+    tol = Tolerance(CHECK_ATOL, CHECK_RTOL, min_cosine=CHECK_MIN_COSINE)
+    per_output: dict[str, float] = {}
+    notes: list[str] = []
+    passed = True
+    for name, ref, value in zip(names, expected, got):
+        ref_np = ref.detach().float().numpy() if ref.is_floating_point() else ref.numpy()
+        if name == detections.DETECTIONS:  # rows of kept boxes: matched, not compared element by element
+            min_iou, score_atol, _ = detections.rule("fp32", CHECK_ATOL)
+            found = detections.match(value, ref_np, min_iou, score_atol)
+            passed = passed and found.passed(0.0)
+            per_output[name] = found.max_score_diff or 0.0
+            notes.append(f"{name}: {found.note(min_iou, score_atol)}")
+            continue
+        if ref_np.shape != value.shape:
+            passed = False
+            per_output[name] = float("inf")
+            continue
+        stats, errors = measure(value, ref_np, name)
+        per_output[name] = float(stats["max_abs"] or 0.0)
+        verdict = errors.judge(tol)  # element-wise and at the output's own scale, as check_parity judges
+        passed = passed and verdict["passed"]
+        if verdict["note"]:
+            notes.append(f"{name}: {verdict['note']}")
+    worst = max(per_output.values(), default=0.0)
+    return {"passed": passed, "shapes": shapes, "max_abs_diff": worst, "per_output": per_output,
+            "summary": f"max abs diff {worst:.3g} at {shapes}" + (f" ({'; '.join(notes)})" if notes else "")}

@@ -18,9 +18,6 @@ from .sources import build_sample
 EXPORTER_CHOICES = ("auto", "dynamo", "torchscript")
 DEFAULT_OPSET = 18
 EXTERNAL_DATA_BYTES = 2**31 - 2**27  # leave room for the graph itself under protobuf's 2 GB
-CHECK_ATOL = 1e-3
-CHECK_RTOL = 1e-3
-CHECK_MIN_COSINE = 0.999
 
 
 def _check_args(exporter: str, opset: int | None, dynamic: Any) -> None:
@@ -52,6 +49,7 @@ def export(
     allow_pickle: bool = False,
     cache: bool | str = "auto",
     precision: str | None = None,
+    nms: bool | Mapping[str, Any] = False,
 ) -> ExportResult:
     """Export ``model`` to ONNX and check the file in ONNX Runtime at a shape other than the sample's.
 
@@ -68,7 +66,20 @@ def export(
     Qwen2/3, Phi-3, Gemma, Granite) given as a folder or hub id: ONNX Runtime's fused decoder graph written layer
     by layer from the safetensors checkpoint, each weight converted as it is read, so memory stays near one layer
     (:mod:`onnx_nb.steps.export.lean`); checked against PyTorch on a prefill and decode steps.
+
+    An Ultralytics YOLO model (``YOLO("yolov8n.pt")`` or its network) needs no sample: ``images`` at 640x640, any
+    batch and image size in the file, outputs as Ultralytics' own export names them, its metadata so
+    ``YOLO("model.onnx")`` predicts with it. ``nms=True`` (or a dict of ``conf``, ``iou``, ``max_det``,
+    ``agnostic``) puts the non-maximum suppression in the graph: one ``detections`` output, a row per kept box
+    (batch index, x1, y1, x2, y2, score, class, then mask coefficients or keypoints).
     """
+    if nms is not False or _is_yolo(model):
+        if not _is_yolo(model):
+            raise InvalidArgumentError("nms is for Ultralytics YOLO models (detect, segment, pose); a torchvision "
+                                       "detector has its suppression in the model already.")
+        from .yolo import as_module
+
+        model, sample, name = as_module(model, sample, name, nms)
     diffusers = sys.modules.get("diffusers")  # a pipeline object means diffusers is loaded already
     if diffusers is not None and isinstance(model, getattr(diffusers, "DiffusionPipeline", ())):
         from .diffusion import export_diffusion
@@ -119,6 +130,14 @@ def export(
                                            f"*ForConditionalGeneration); {type(source.model).__name__} is not one.")
         steps.step("preparing sample inputs")
         return _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)
+
+
+def _is_yolo(model: Any) -> bool:
+    if "ultralytics" not in sys.modules:  # a YOLO object means ultralytics is loaded already
+        return False
+    from .yolo import is_ultralytics
+
+    return is_ultralytics(model)
 
 
 def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic: Any,
@@ -182,7 +201,9 @@ def _export(source: ModelSource, sample: Any, target: Path, opset: int, dynamic:
                     steps.step(f"{name} failed")
                     continue
                 steps.step("checking in ONNX Runtime")
-                check = _check(staged, probe, after, flat.output_names)
+                from .exporters import check_file
+
+                check = check_file(staged, probe, after, flat.output_names)
                 if not check["passed"] and exporter == "auto" and name != order[-1]:
                     attempts[name] = f"its graph did not match PyTorch: {check.get('error') or check['summary']}"
                     continue
@@ -319,6 +340,9 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     import onnx
 
     proto = onnxfile.load_proto(staged)
+    own = getattr(flat.model, "onnx_metadata", None)  # a model's own metadata (YOLO's, in Ultralytics' keys)
+    if own:
+        onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, **own})
     onnxfile.strip_prefix(proto, "inner.model.")
     onnxfile.tie_transposed(proto)  # a tied embedding and LM head: stored once
     known = {n for spec in s.axes.values() for n in spec.values()}
@@ -331,42 +355,6 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
         if stray.is_file():
             stray.unlink()
     onnx.save(proto, str(staged))
-
-
-def _check(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) -> dict[str, Any]:
-    """Run the staged file in ONNX Runtime on ``probe`` and compare with PyTorch's outputs."""
-    from ...runtime.sessions import session as open_session
-
-    shapes = probe.shapes()
-    try:
-        session = open_session(path)
-        feed_names = [i.name for i in session.get_inputs()]
-        feed = {n: t.numpy() for n, t in zip(probe.names, probe.tensors) if n in feed_names}
-        got = session.run(None, feed)
-    except Exception as exc:  # noqa: BLE001 - ORT's own error types vary by version
-        return {"passed": False, "shapes": shapes,
-                "error": f"{type(exc).__name__}: {first_line(exc)}"}
-    from ...results.tolerance import Tolerance, measure
-
-    tol = Tolerance(CHECK_ATOL, CHECK_RTOL, min_cosine=CHECK_MIN_COSINE)
-    per_output: dict[str, float] = {}
-    notes: list[str] = []
-    passed = True
-    for name, ref, value in zip(names, expected, got):
-        ref_np = ref.detach().float().numpy() if ref.is_floating_point() else ref.numpy()
-        if ref_np.shape != value.shape:
-            passed = False
-            per_output[name] = float("inf")
-            continue
-        stats, errors = measure(value, ref_np, name)
-        per_output[name] = float(stats["max_abs"] or 0.0)
-        verdict = errors.judge(tol)  # element-wise and at the output's own scale, as check_parity judges
-        passed = passed and verdict["passed"]
-        if verdict["note"]:
-            notes.append(f"{name}: {verdict['note']}")
-    worst = max(per_output.values(), default=0.0)
-    return {"passed": passed, "shapes": shapes, "max_abs_diff": worst, "per_output": per_output,
-            "summary": f"max abs diff {worst:.3g} at {shapes}" + (f" ({'; '.join(notes)})" if notes else "")}
 
 
 def _result(target: Path, files: list[Path], exporter: str, attempts: dict[str, str],
@@ -440,6 +428,7 @@ def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, stag
     both in ONNX Runtime at other shapes. Returns the layout, the checks and the decoder's sample."""
     import torch
 
+    from .exporters import check_file
     from .inputs import Sample, grow
     from .seq2seq_cache import (
         SUFFIX,
@@ -477,6 +466,6 @@ def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, stag
         probe = Sample(list(in_names), [other[n] for n in in_names], False, dict(smp.axes))
         with torch.no_grad():
             expected = flat.flat(*probe.tensors)
-        checks["encoder" if filename.endswith(SUFFIX) else "decoder"] = _check(staged, probe, expected,
-                                                                                flat.output_names)
+        checks["encoder" if filename.endswith(SUFFIX) else "decoder"] = check_file(staged, probe, expected,
+                                                                                    flat.output_names)
     return layout, checks, parts[1][2]

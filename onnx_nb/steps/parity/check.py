@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import BrowserError, InvalidArgumentError, InvalidModelError, NoWebGpuError, first_line
 from ...progress import Steps
+from ...results import detections
 from ...results.export import export_of
 from ...results.parity import DivergingNode, ParityReport, Row
 from ...results.tolerance import measure, precision_of, tolerance_for
@@ -258,6 +259,9 @@ def _row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.nda
          tolerances: Mapping[str, Any] | None, seed: int) -> Row:
     if expected is None:
         return Row(name, tag, provider, "skipped", note="the reference has no output of this name")
+    if name == detections.DETECTIONS:
+        return _detections_row(name, tag, provider, value, expected, tolerance_for(precision, name, atol, rtol,
+                                                                                   tolerances), precision)
     if value.shape != expected.shape:
         return Row(name, tag, provider, "shape-mismatch",
                    note=f"ONNX gives shape {list(value.shape)}, the reference {list(expected.shape)}")
@@ -268,3 +272,12 @@ def _row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.nda
                max_abs=stats["max_abs"], max_rel=stats["max_rel"], mean_abs=stats["mean_abs"],
                frac_out=verdict["frac_out"], cosine=stats["cosine"], argmax_agreement=stats["argmax_agreement"],
                needed_atol=verdict["needed_atol"], note=verdict["note"], errors=errors)
+
+
+def _detections_row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.ndarray, tol: Any,
+                    precision: str) -> Row:
+    """A detector's kept boxes: matched by image, class, IoU and score (:mod:`onnx_nb.results.detections`)."""
+    min_iou, score_atol, allowed = detections.rule(precision, tol.atol)
+    found = detections.match(value, expected, min_iou, score_atol)
+    return Row(name, tag, provider, "pass" if found.passed(allowed) else "fail", tolerance=tol,
+               max_abs=found.max_score_diff, note=found.note(min_iou, score_atol))

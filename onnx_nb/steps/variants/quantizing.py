@@ -61,7 +61,8 @@ def int8_method(path: Path) -> tuple[str, str]:
 
 
 def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | None = None,
-             calibration: Iterable[dict[str, Any]] | str | None = None, exclude: Sequence[str] | str | None = "auto",
+             calibration: Iterable[dict[str, Any]] | str | os.PathLike[str] | None = None,
+             exclude: Sequence[str] | str | None = "auto",
              reference: Any = None, op_types: Sequence[str] | None = None, block_size: int = 32,
              accuracy_level: int | str | None = "auto",
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, validate: bool = True,
@@ -73,13 +74,15 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     given for convolutional networks, dynamic for transformers; the recipe says why), ``"dynamic"`` INT8
     (weights INT8, activations quantized on the fly; per-channel by default, which keeps transformer
     embeddings at cosine ≥ 0.99 where per-tensor drops), ``"static"``
-    INT8 in QDQ format (needs ``calibration``: a list of input dicts, or ``"generated"`` for synthetic
-    inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only MatMulNBits (``block_size``;
+    INT8 in QDQ format (needs ``calibration``: a list of input dicts, a folder of images for a file with one
+    image input, or ``"generated"`` for synthetic inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only
+    MatMulNBits (``block_size``;
     ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
     whose decoding is bound by reading weights, and in fp32 (None) for the rest, whose accuracy it keeps).
     ``exclude`` names nodes to keep in float; ``"auto"`` (INT8 default) quantizes once, measures every
     layer alone with :func:`quant_debug`, and keeps in float the few layers (at most 1 in 10) that fall
-    more than 3 dB below the median layer's SQNR; the recipe records which.
+    more than 3 dB below the median layer's SQNR; the recipe records which. An Ultralytics detector's box
+    decoding stays in float too (``float_rule`` in the recipe).
     """
     if method not in METHODS:
         raise InvalidArgumentError(f"method={method!r}: choose one of {', '.join(METHODS)}.")
@@ -105,6 +108,13 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     static_source: Path | None = None
     if method == "static":
         calib_items, static_source = _static_inputs(onnx_model, calibration, recipe)
+    kept_float: list[str] = []  # by a rule of the family, beside the exclude list
+    if auto_exclude:
+        from .vision import detector_decoding
+
+        kept_float, why = detector_decoding(static_source or parent_of(onnx_model)[0])
+        if kept_float:
+            recipe["float_rule"] = why
     if method == "int4":
         accuracy_level = _int4_settings(onnx_model, accuracy_level, block_size, recipe)
 
@@ -116,7 +126,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
             prepared = Path(scratch) / "prepared.onnx"
             try:
-                run_quantizer(method, static_source or src, prepared, staged, per_channel, excluded, op_types,
+                run_quantizer(method, static_source or src, prepared, staged, per_channel, [*kept_float, *excluded],
+                              op_types,
                               calib_items, block_size,
                               accuracy_level if isinstance(accuracy_level, int) else None,
                               bool(recipe.get("gemm_as_matmul")))
@@ -231,9 +242,15 @@ def _static_inputs(onnx_model: Any, calibration: Any,
                    recipe: dict[str, Any]) -> tuple[list[dict[str, Any]], Path | None]:
     """Static INT8's calibration items (checked against the model's inputs before any work) and the file to
     quantize when it is not the parent (the export, when the parent's ORT fusions hide its convolutions)."""
-    if isinstance(calibration, str):
+    if isinstance(calibration, (str, os.PathLike)) and Path(calibration).is_dir():
+        from .vision import image_calibration
+
+        items = image_calibration(Path(calibration), parent_of(onnx_model)[0])
+        recipe["calibration_images"] = str(calibration)
+    elif isinstance(calibration, str):
         if calibration != "generated":
-            raise CalibrationError(f"calibration={calibration!r}: pass a list of input dicts or 'generated'.")
+            raise CalibrationError(f"calibration={calibration!r}: pass a list of input dicts, a folder of images "
+                                   "or 'generated'.")
         items = generated_calibration(onnx_model)
     else:
         items = list(calibration or [])
