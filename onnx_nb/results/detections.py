@@ -7,7 +7,7 @@ that reorders near-equal scores is not called broken, and one that finds other o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,7 @@ class DetectionMatch:
     worst_iou: float | None
     max_score_diff: float | None
     max_extra_diff: float | None
+    pairs: list[tuple[int, int]] = field(default_factory=list)  # (reference row, matched row of the run)
 
     def passed(self, allowed: float) -> bool:
         """At most ``allowed`` (a fraction of the larger run) unexplained rows."""
@@ -56,6 +57,7 @@ def match(ours: np.ndarray, theirs: np.ndarray, min_iou: float, score_atol: floa
     ours, theirs = np.atleast_2d(np.asarray(ours, np.float64)), np.atleast_2d(np.asarray(theirs, np.float64))
     used = np.zeros(len(ours), bool)
     matched_ours: list[int] = []
+    pairs: list[tuple[int, int]] = []
     ious: list[float] = []
     score_diffs: list[float] = []
     extra_diffs: list[float] = []
@@ -70,6 +72,7 @@ def match(ours: np.ndarray, theirs: np.ndarray, min_iou: float, score_atol: floa
         j = int(np.argmax(np.where(ok, overlap[i], -1.0)))
         used[j] = True
         matched_ours.append(j)
+        pairs.append((int(i), j))
         ious.append(float(overlap[i, j]))
         score_diffs.append(float(abs(ours[j, 5] - theirs[i, 5])))
         if ours.shape[1] > 7:
@@ -81,7 +84,7 @@ def match(ours: np.ndarray, theirs: np.ndarray, min_iou: float, score_atol: floa
     unmatched = len(unmatched_theirs) + int((~used).sum())
     return DetectionMatch(len(ours), len(theirs), len(matched_ours), int(border), unmatched - int(border),
                           min(ious) if ious else None, max(score_diffs) if score_diffs else None,
-                          max(extra_diffs) if extra_diffs else None)
+                          max(extra_diffs) if extra_diffs else None, pairs)
 
 
 def rule(precision: str, atol: float) -> tuple[float, float, float]:
@@ -89,3 +92,42 @@ def rule(precision: str, atol: float) -> tuple[float, float, float]:
     if precision == "fp32":
         return 0.9, max(atol, 1e-3), 0.0
     return 0.5, max(atol, 0.05), 0.1
+
+
+def align_per_box(got: dict[str, np.ndarray], want: dict[str, np.ndarray], precision: str,
+                  atol: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Outputs with a row per detection (a Mask R-CNN's ``masks``, ``keypoints``) reordered to the matched boxes:
+    two runs may keep near-equal boxes in another order, so these compare box by box, not row by row."""
+    if DETECTIONS not in got or DETECTIONS not in want:
+        return got, want
+    ours_rows, their_rows = len(got[DETECTIONS]), len(want[DETECTIONS])
+    min_iou, score_atol, _ = rule(precision, atol)
+    pairs = match(got[DETECTIONS], want[DETECTIONS], min_iou, score_atol).pairs
+    theirs_idx = np.array([i for i, _ in pairs], dtype=np.int64)
+    ours_idx = np.array([j for _, j in pairs], dtype=np.int64)
+    got, want = dict(got), dict(want)
+    for name in set(got) & set(want) - {DETECTIONS}:
+        if got[name].ndim and want[name].ndim and len(got[name]) == ours_rows and len(want[name]) == their_rows:
+            got[name], want[name] = got[name][ours_idx], want[name][theirs_idx]
+    return got, want
+
+
+MASKS = "masks"
+
+
+def mask_agreement(ours: np.ndarray, theirs: np.ndarray, precision: str) -> tuple[bool, float | None, str]:
+    """Per-box masks (already aligned box by box: :func:`align_per_box`) judged by the IoU of their pixels above
+    0.5, as detection benchmarks judge masks: a mask's edge moves by a pixel when its box moves by a fraction of
+    one, which an element-wise rule reads as an error of 1.0. Every pair at IoU 0.9 or more for fp32 (0.5 for
+    reduced precision); masks empty on both sides agree."""
+    if ours.shape != theirs.shape:
+        return False, None, f"ONNX gives masks of shape {list(ours.shape)}, the reference {list(theirs.shape)}"
+    if not len(ours):
+        return True, None, "no boxes matched, no masks to compare"
+    a, b = ours.reshape(len(ours), -1) > 0.5, theirs.reshape(len(theirs), -1) > 0.5
+    union = (a | b).sum(1)
+    ious = np.where(union > 0, (a & b).sum(1) / np.maximum(union, 1), 1.0)
+    bar = 0.9 if precision == "fp32" else 0.5
+    worst = float(ious.min())
+    return worst >= bar, worst, (f"{len(ious)} masks of matched boxes: IoU of pixels above 0.5 at least {worst:.4f} "
+                                 f"(mean {ious.mean():.4f}; the bar {bar:g})")

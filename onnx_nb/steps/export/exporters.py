@@ -399,8 +399,16 @@ def check_file(path: Path, probe: Any, expected: tuple[Any, ...], names: list[st
     per_output: dict[str, float] = {}
     notes: list[str] = []
     passed = True
-    for name, ref, value in zip(names, expected, got):
-        ref_np = ref.detach().float().numpy() if ref.is_floating_point() else ref.numpy()
+    want = {n: (r.detach().float().numpy() if r.is_floating_point() else r.numpy()) for n, r in zip(names, expected)}
+    ours, want = detections.align_per_box(dict(zip(names, got)), want, "fp32", CHECK_ATOL)
+    for name in names:
+        ref_np, value = want[name], ours[name]
+        if name == detections.MASKS and detections.DETECTIONS in want:  # a detector's masks: by IoU
+            agree, worst, note = detections.mask_agreement(value, ref_np, "fp32")
+            passed = passed and agree
+            per_output[name] = 0.0 if worst is None else 1.0 - worst
+            notes.append(f"{name}: {note}")
+            continue
         if name == detections.DETECTIONS:  # rows of kept boxes: matched, not compared element by element
             min_iou, score_atol, _ = detections.rule("fp32", CHECK_ATOL)
             found = detections.match(value, ref_np, min_iou, score_atol)

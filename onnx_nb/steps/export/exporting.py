@@ -73,6 +73,7 @@ def export(
     ``agnostic``) puts the non-maximum suppression in the graph: one ``detections`` output, a row per kept box
     (batch index, x1, y1, x2, y2, score, class, then mask coefficients or keypoints).
     """
+    batch_note = None
     if nms is not False or _is_yolo(model):
         if not _is_yolo(model):
             raise InvalidArgumentError("nms is for Ultralytics YOLO models (detect, segment, pose); a torchvision "
@@ -80,6 +81,17 @@ def export(
         from .yolo import as_module
 
         model, sample, name = as_module(model, sample, name, nms)
+    elif "torchvision.models.detection" in sys.modules:
+        from .detection import is_torchvision_detector
+
+        if is_torchvision_detector(model):  # a list of images in, a list of dicts out: flat tensors in the file
+            from .detection import as_module as detector_module
+
+            model, sample, name, dynamic = detector_module(model, sample, name, dynamic)
+            from .detection import BATCH_NOTE
+            from .inputs import FixedAxis
+
+            batch_note = FixedAxis("images", 0, 1, BATCH_NOTE)
     diffusers = sys.modules.get("diffusers")  # a pipeline object means diffusers is loaded already
     if diffusers is not None and isinstance(model, getattr(diffusers, "DiffusionPipeline", ())):
         from .diffusion import export_diffusion
@@ -129,7 +141,10 @@ def export(
                 raise InvalidArgumentError(f"cache=True is for generative models (*ForCausalLM, "
                                            f"*ForConditionalGeneration); {type(source.model).__name__} is not one.")
         steps.step("preparing sample inputs")
-        return _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)
+        result = _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)
+        if batch_note is not None:
+            result.fixed_axes.insert(0, batch_note)
+        return result
 
 
 def _is_yolo(model: Any) -> bool:

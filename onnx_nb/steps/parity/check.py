@@ -243,9 +243,12 @@ def _run_case(sess: Any, provider: str, tag: str, feed: dict[str, np.ndarray], m
         notes.append("Output names differ from the reference's; outputs were matched by position.")
         expected = dict(zip(names, expected.values()))
     mask = padding_mask(feed, ref.axes)
-    return [_row(name, tag, provider, value, expected.get(name), mask, judge["precision"], judge["atol"],
-                 judge["rtol"], judge["tolerances"], judge["seed"])
-            for name, value in zip(names, got)], None, expected
+    ours, theirs = detections.align_per_box(dict(zip(names, got)), expected, judge["precision"],
+                                            tolerance_for(judge["precision"], detections.DETECTIONS, judge["atol"],
+                                                          judge["rtol"], judge["tolerances"]).atol)
+    return [_row(name, tag, provider, ours[name], theirs.get(name), mask, judge["precision"], judge["atol"],
+                 judge["rtol"], judge["tolerances"], judge["seed"], detections.DETECTIONS in names)
+            for name in names], None, expected
 
 
 def _changed(ref: Reference, feed: dict[str, np.ndarray]) -> str:
@@ -256,9 +259,13 @@ def _changed(ref: Reference, feed: dict[str, np.ndarray]) -> str:
 
 def _row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.ndarray | None,
          mask: np.ndarray | None, precision: str, atol: float | None, rtol: float | None,
-         tolerances: Mapping[str, Any] | None, seed: int) -> Row:
+         tolerances: Mapping[str, Any] | None, seed: int, detector: bool = False) -> Row:
     if expected is None:
         return Row(name, tag, provider, "skipped", note="the reference has no output of this name")
+    if name == detections.MASKS and detector:  # a detector's per-box masks: by IoU
+        agree, worst, note = detections.mask_agreement(value, expected, precision)
+        return Row(name, tag, provider, "pass" if agree else "fail", max_abs=None if worst is None else 1 - worst,
+                   note=note)
     if name == detections.DETECTIONS:
         return _detections_row(name, tag, provider, value, expected, tolerance_for(precision, name, atol, rtol,
                                                                                    tolerances), precision)
