@@ -217,6 +217,5 @@ def test_yolo_tutorial(tmp_path: Path) -> None:
     assert "int8-static" in int8 and "box arithmetic" in int8 and "Parity PASSED" in int8
     latency = text(by_source(cells, "onnx_nb.benchmark([result, int8]"))
     assert "int8-static" in latency and "PyTorch eager" in latency
-    noise = [line for c in cells for line in text(c).splitlines()
-             if "Expected bias" in line or "Ultralytics Settings" in line]
+    noise = [line for c in cells for line in text(c).splitlines() if "Expected bias" in line]  # the quantizer's
     assert not noise, noise
