@@ -71,7 +71,9 @@ def export(
     batch and image size in the file, outputs as Ultralytics' own export names them, its metadata so
     ``YOLO("model.onnx")`` predicts with it. ``nms=True`` (or a dict of ``conf``, ``iou``, ``max_det``,
     ``agnostic``) puts the non-maximum suppression in the graph: one ``detections`` output, a row per kept box
-    (batch index, x1, y1, x2, y2, score, class, then mask coefficients or keypoints).
+    (batch index, x1, y1, x2, y2, score, class, then mask coefficients or keypoints). A torchvision detector
+    (Faster R-CNN, RetinaNet, ...) needs no sample either: one image ``images`` in, ``detections`` in that layout
+    out (``masks``, ``keypoints`` beside it), height and width dynamic, the batch fixed at one.
     """
     batch_note = None
     if nms is not False or _is_yolo(model):
@@ -85,12 +87,11 @@ def export(
         from .detection import is_torchvision_detector
 
         if is_torchvision_detector(model):  # a list of images in, a list of dicts out: flat tensors in the file
-            from .detection import as_module as detector_module
-
-            model, sample, name, dynamic = detector_module(model, sample, name, dynamic)
             from .detection import BATCH_NOTE
+            from .detection import as_module as detector_module
             from .inputs import FixedAxis
 
+            model, sample, name, dynamic = detector_module(model, sample, name, dynamic)
             batch_note = FixedAxis("images", 0, 1, BATCH_NOTE)
     diffusers = sys.modules.get("diffusers")  # a pipeline object means diffusers is loaded already
     if diffusers is not None and isinstance(model, getattr(diffusers, "DiffusionPipeline", ())):
