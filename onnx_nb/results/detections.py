@@ -131,3 +131,20 @@ def mask_agreement(ours: np.ndarray, theirs: np.ndarray, precision: str) -> tupl
     worst = float(ious.min())
     return worst >= bar, worst, (f"{len(ious)} masks of matched boxes: IoU of pixels above 0.5 at least {worst:.4f} "
                                  f"(mean {ious.mean():.4f}; the bar {bar:g})")
+
+
+def owns(name: str, detector: bool) -> bool:
+    """Whether :func:`judge` judges an output (a detector's ``detections`` and ``masks``), not the element rule."""
+    return name == DETECTIONS or (detector and name == MASKS)
+
+
+def judge(name: str, value: np.ndarray, expected: np.ndarray, precision: str,
+          atol: float) -> tuple[bool, float | None, str]:
+    """A detector's output (:func:`owns`) judged by its own rule: (passed, the error shown as max_abs, a note):
+    ``detections`` by matched boxes, ``masks`` by IoU."""
+    if name == MASKS:
+        agree, worst, note = mask_agreement(value, expected, precision)
+        return agree, None if worst is None else 1.0 - worst, note
+    min_iou, score_atol, allowed = rule(precision, atol)
+    found = match(value, expected, min_iou, score_atol)
+    return found.passed(allowed), found.max_score_diff, found.note(min_iou, score_atol)

@@ -403,18 +403,11 @@ def check_file(path: Path, probe: Any, expected: tuple[Any, ...], names: list[st
     ours, want = detections.align_per_box(dict(zip(names, got)), want, "fp32", CHECK_ATOL)
     for name in names:
         ref_np, value = want[name], ours[name]
-        if name == detections.MASKS and detections.DETECTIONS in want:  # a detector's masks: by IoU
-            agree, worst, note = detections.mask_agreement(value, ref_np, "fp32")
+        if detections.owns(name, detections.DETECTIONS in want):  # boxes matched, not row by row; masks by IoU
+            agree, error, note = detections.judge(name, value, ref_np, "fp32", CHECK_ATOL)
             passed = passed and agree
-            per_output[name] = 0.0 if worst is None else 1.0 - worst
+            per_output[name] = error or 0.0
             notes.append(f"{name}: {note}")
-            continue
-        if name == detections.DETECTIONS:  # rows of kept boxes: matched, not compared element by element
-            min_iou, score_atol, _ = detections.rule("fp32", CHECK_ATOL)
-            found = detections.match(value, ref_np, min_iou, score_atol)
-            passed = passed and found.passed(0.0)
-            per_output[name] = found.max_score_diff or 0.0
-            notes.append(f"{name}: {found.note(min_iou, score_atol)}")
             continue
         if ref_np.shape != value.shape:
             passed = False

@@ -243,9 +243,11 @@ def _run_case(sess: Any, provider: str, tag: str, feed: dict[str, np.ndarray], m
         notes.append("Output names differ from the reference's; outputs were matched by position.")
         expected = dict(zip(names, expected.values()))
     mask = padding_mask(feed, ref.axes)
-    ours, theirs = detections.align_per_box(dict(zip(names, got)), expected, judge["precision"],
-                                            tolerance_for(judge["precision"], detections.DETECTIONS, judge["atol"],
-                                                          judge["rtol"], judge["tolerances"]).atol)
+    ours, theirs = dict(zip(names, got)), expected
+    if detections.DETECTIONS in names:  # a detector's per-box outputs follow its matched boxes
+        box_tol = tolerance_for(judge["precision"], detections.DETECTIONS, judge["atol"], judge["rtol"],
+                                judge["tolerances"])
+        ours, theirs = detections.align_per_box(ours, theirs, judge["precision"], box_tol.atol)
     return [_row(name, tag, provider, ours[name], theirs.get(name), mask, judge["precision"], judge["atol"],
                  judge["rtol"], judge["tolerances"], judge["seed"], detections.DETECTIONS in names)
             for name in names], None, expected
@@ -262,13 +264,11 @@ def _row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.nda
          tolerances: Mapping[str, Any] | None, seed: int, detector: bool = False) -> Row:
     if expected is None:
         return Row(name, tag, provider, "skipped", note="the reference has no output of this name")
-    if name == detections.MASKS and detector:  # a detector's per-box masks: by IoU
-        agree, worst, note = detections.mask_agreement(value, expected, precision)
-        return Row(name, tag, provider, "pass" if agree else "fail", max_abs=None if worst is None else 1 - worst,
-                   note=note)
-    if name == detections.DETECTIONS:
-        return _detections_row(name, tag, provider, value, expected, tolerance_for(precision, name, atol, rtol,
-                                                                                   tolerances), precision)
+    if detections.owns(name, detector):  # a detector's boxes (matched, not row by row) and masks (by IoU)
+        tol = tolerance_for(precision, name, atol, rtol, tolerances)
+        agree, error, note = detections.judge(name, value, expected, precision, tol.atol)
+        return Row(name, tag, provider, "pass" if agree else "fail", max_abs=error, note=note,
+                   tolerance=None if name == detections.MASKS else tol)
     if value.shape != expected.shape:
         return Row(name, tag, provider, "shape-mismatch",
                    note=f"ONNX gives shape {list(value.shape)}, the reference {list(expected.shape)}")
@@ -280,11 +280,3 @@ def _row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.nda
                frac_out=verdict["frac_out"], cosine=stats["cosine"], argmax_agreement=stats["argmax_agreement"],
                needed_atol=verdict["needed_atol"], note=verdict["note"], errors=errors)
 
-
-def _detections_row(name: str, tag: str, provider: str, value: np.ndarray, expected: np.ndarray, tol: Any,
-                    precision: str) -> Row:
-    """A detector's kept boxes: matched by image, class, IoU and score (:mod:`onnx_nb.results.detections`)."""
-    min_iou, score_atol, allowed = detections.rule(precision, tol.atol)
-    found = detections.match(value, expected, min_iou, score_atol)
-    return Row(name, tag, provider, "pass" if found.passed(allowed) else "fail", tolerance=tol,
-               max_abs=found.max_score_diff, note=found.note(min_iou, score_atol))

@@ -69,7 +69,8 @@ def detector_decoding(path: Path) -> tuple[list[str], str]:
         head = dfl[: dfl.index("dfl")].rstrip(".")
         keep = [name for name, m in modules.items() if m == head]  # the head's own code, not its submodules
     # after the head: the suppression and the code around it, outside any module (graph order is run order)
-    first = min((i for i, n in enumerate(proto.graph.node) if n.name in set(keep)), default=len(proto.graph.node))
+    head_nodes = set(keep)
+    first = min((i for i, n in enumerate(proto.graph.node) if n.name in head_nodes), default=len(proto.graph.node))
     nms = any(n.op_type == "NonMaxSuppression" for n in proto.graph.node)
     after = [n.name for n in proto.graph.node[first:] if nms and not modules[n.name]]
     names = sorted(set(keep) | set(after))
