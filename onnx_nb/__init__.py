@@ -72,6 +72,11 @@ _LAZY = {
     "check_diffusion": ("onnx_nb.steps.parity.diffusion", "check_diffusion"),
     "DiffusionExport": ("onnx_nb.results.diffusion", "DiffusionExport"),
     "DiffusionParity": ("onnx_nb.results.diffusion", "DiffusionParity"),
+    "unet_calibration": ("onnx_nb.steps.parity.diffusion", "unet_calibration"),
+    "check_sam": ("onnx_nb.steps.parity.sam", "check_sam"),
+    "SamExport": ("onnx_nb.results.sam", "SamExport"),
+    "SamParity": ("onnx_nb.results.sam", "SamParity"),
+    "PartsExport": ("onnx_nb.results.parts", "PartsExport"),
     "to_transformers": ("onnx_nb.steps.generate.hf_model", "to_transformers"),
     "summary": ("onnx_nb.steps.inspect.structure", "summary"),
     "compare": ("onnx_nb.steps.inspect.comparing", "compare"),
@@ -112,10 +117,13 @@ __all__ = [
     "OutputExistsError",
     "OutputNotWritableError",
     "ParityReport",
+    "PartsExport",
     "ProviderUnavailableError",
     "QuantizationError",
     "Report",
     "RuntimeCrashError",
+    "SamExport",
+    "SamParity",
     "SampleError",
     "ShapeMismatch",
     "Studio",
@@ -134,6 +142,7 @@ __all__ = [
     "check_diffusion",
     "check_model",
     "check_parity",
+    "check_sam",
     "compare",
     "default_model_path",
     "export",
@@ -149,6 +158,7 @@ __all__ = [
     "summary",
     "to_diffusers",
     "to_transformers",
+    "unet_calibration",
 ]
 
 if TYPE_CHECKING:
@@ -158,7 +168,9 @@ if TYPE_CHECKING:
     from .results.export import ExportResult, ModelSource
     from .results.latency import LatencyTable
     from .results.parity import ParityReport
+    from .results.parts import PartsExport
     from .results.report import Report
+    from .results.sam import SamExport, SamParity
     from .results.summary import GraphComparison, ModelSummary
     from .results.tolerance import Tolerance
     from .results.variant import Variant
@@ -174,7 +186,8 @@ if TYPE_CHECKING:
     from .steps.inspect.comparing import compare
     from .steps.inspect.structure import summary
     from .steps.parity.check import check_parity
-    from .steps.parity.diffusion import check_diffusion
+    from .steps.parity.diffusion import check_diffusion, unet_calibration
+    from .steps.parity.sam import check_sam
     from .steps.pipelines import pipeline
     from .steps.variants.autotuning import autotune
     from .steps.variants.debugging import quant_debug

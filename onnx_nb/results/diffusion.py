@@ -6,63 +6,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..render import CSS, esc, html_table, human_bytes, human_count, shape_text
-from .export import ExportResult
+from ..render import CSS, html_table
+from .parts import PartsExport
 
 PARTS = ("text_encoder", "unet", "vae_decoder")
 
 
-@dataclass
-class DiffusionExport:
+@dataclass(repr=False)
+class DiffusionExport(PartsExport):
     """The parts of a Stable Diffusion-like pipeline, one file each, in one folder; ``onnx_nb.to_diffusers`` runs
     them as a diffusers pipeline (same class, same scheduler), ``onnx_nb.check_diffusion`` compares its image with
-    PyTorch's."""
+    PyTorch's.
 
-    folder: Path
-    parts: dict[str, ExportResult]
-    pipeline: Any = field(repr=False, default=None)  # the PyTorch pipeline the parts came from
-    export_seconds: float = 0.0
+    >>> sd = onnx_nb.export(pipe, out="sd-onnx")                    # doctest: +SKIP
+    >>> sd.parts["unet"].status                                     # doctest: +SKIP
+    'verified'
+    """
 
-    def __bool__(self) -> bool:
-        return all(bool(p) for p in self.parts.values())
-
-    @property
-    def path(self) -> Path:
-        return self.folder
+    TITLE = "Diffusion pipeline exported"
 
     @property
-    def status(self) -> str:
-        states = {p.status for p in self.parts.values()}
-        return "failed" if "failed" in states else "unverified" if "unverified" in states else "verified"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"folder": str(self.folder), "status": self.status, "export_seconds": round(self.export_seconds, 3),
-                "parts": {name: part.to_dict() for name, part in self.parts.items()}}
-
-    def _rows(self) -> list[tuple[str, ...]]:
-        rows: list[tuple[str, ...]] = []
-        for name, part in self.parts.items():
-            shapes = part.check.get("shapes", {})
-            rows.append((name, part.path.name, human_count(part.parameters), human_bytes(part.file_size),
-                         part.exporter, f"{part.export_seconds:.1f} s", part.status,
-                         ", ".join(f"{k} {shape_text(v)}" for k, v in shapes.items()) or "-",
-                         f"{part.check.get('max_abs_diff', float('nan')):.1e}"))
-        return rows
-
-    _HEADERS = ("part", "file", "parameters", "size", "exporter", "time", "status", "checked at", "max abs diff")
-
-    def __repr__(self) -> str:
-        lines = [f"DiffusionExport({self.folder}, {self.status}, {self.export_seconds:.1f} s)"]
-        lines += ["  " + " | ".join(row) for row in self._rows()]
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        return (f"{CSS}<div class='onnxnb'><b>Diffusion pipeline exported</b>: {esc(self.folder)} "
-                f"({esc(self.status)}, {self.export_seconds:.1f} s)" + html_table(self._HEADERS, self._rows())
-                + "</div>")
+    def pipeline(self) -> Any:
+        """The PyTorch pipeline the parts came from."""
+        return self.model
 
 
 @dataclass

@@ -93,27 +93,19 @@ def export(
 
             model, sample, name, dynamic = detector_module(model, sample, name, dynamic)
             batch_note = FixedAxis("images", 0, 1, BATCH_NOTE)
-    diffusers = sys.modules.get("diffusers")  # a pipeline object means diffusers is loaded already
-    if diffusers is not None and isinstance(model, getattr(diffusers, "DiffusionPipeline", ())):
-        from .diffusion import export_diffusion
+    from .parts import parts_export
 
-        # its text encoder, UNet and VAE decoder: a DiffusionExport
-        given = {"sample": sample is not None, "task": task is not None, "precision": precision is not None,
-                 "dynamic": dynamic is not True, "exporter": exporter != "auto", "cache": cache != "auto"}
-        if any(given.values()):
-            raise InvalidArgumentError(
-                f"{', '.join(k for k, v in given.items() if v)}: not for a diffusion pipeline, whose parts get "
-                "their own samples and axes; export a part alone with onnx_nb.export(pipe.unet, sample, ...), "
-                "or quantize(sd.parts['unet'], method='fp16') for another precision.")
-        _check_args(exporter, opset, dynamic)
-        return export_diffusion(model, out, overwrite, progress, opset, export,  # type: ignore[return-value]
-                                name)
+    given = {"sample": sample is not None, "task": task is not None, "precision": precision is not None,
+             "dynamic": dynamic is not True, "exporter": exporter != "auto", "cache": cache != "auto"}
+    _check_args(exporter, opset, dynamic)
+    several = parts_export(model, given, out, overwrite, progress, opset, name, export)
+    if several is not None:  # a diffusion pipeline, SAM: a file per part
+        return several
     if precision is not None:
         from .lean_export import export_lean
 
         return export_lean(model, precision, out, overwrite, progress, name, (sample, task, opset, exporter,
                                                                                dynamic, cache))
-    _check_args(exporter, opset, dynamic)
     if cache not in ("auto", True, False):  # before the model is loaded
         raise InvalidArgumentError(f"cache={cache!r}: use True, False or 'auto' (for generative models).")
     from .sources import source_name
