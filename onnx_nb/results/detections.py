@@ -42,6 +42,9 @@ class DetectionMatch:
         return text
 
 
+DEGENERATE_PX = 1e-2
+
+
 def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """IoU of every box in ``a`` (n, 4 corners) with every box in ``b`` (m, 4): an (n, m) array."""
     lt = np.maximum(a[:, None, :2], b[None, :, :2])
@@ -49,7 +52,10 @@ def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     inter = np.clip(rb - lt, 0, None).prod(axis=2)
     area = lambda x: np.clip(x[:, 2] - x[:, 0], 0, None) * np.clip(x[:, 3] - x[:, 1], 0, None)  # noqa: E731
     union = area(a)[:, None] + area(b)[None, :] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+    # two boxes of no area (a point or a line, as an untrained regressor makes) have no overlap to measure: the same
+    # corners (within DEGENERATE_PX) are the same box, other corners another one
+    same = np.abs(a[:, None, :] - b[None, :, :]).max(axis=2) <= DEGENERATE_PX
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), np.where(same, 1.0, 0.0))
 
 
 def match(ours: np.ndarray, theirs: np.ndarray, min_iou: float, score_atol: float) -> DetectionMatch:
@@ -115,22 +121,32 @@ def align_per_box(got: dict[str, np.ndarray], want: dict[str, np.ndarray], preci
 MASKS = "masks"
 
 
-def mask_agreement(ours: np.ndarray, theirs: np.ndarray, precision: str) -> tuple[bool, float | None, str]:
+def mask_agreement(ours: np.ndarray, theirs: np.ndarray, precision: str,
+                   tie: float = 0.0) -> tuple[bool, float | None, str]:
     """Per-box masks (already aligned box by box: :func:`align_per_box`) judged by the IoU of their pixels above
     0.5, as detection benchmarks judge masks: a mask's edge moves by a pixel when its box moves by a fraction of
     one, which an element-wise rule reads as an error of 1.0. Every pair at IoU 0.9 or more for fp32 (0.5 for
-    reduced precision); masks empty on both sides agree."""
+    reduced precision); masks empty on both sides agree. A pixel on the two sides of 0.5 with values within
+    ``tie`` of each other is a tie, counted as the reference has it: a mask pasted by bilinear interpolation from a
+    saturated one puts whole rows of pixels at exactly 0.5, which a rounding of 1e-6 moves to either side."""
     if ours.shape != theirs.shape:
         return False, None, f"ONNX gives masks of shape {list(ours.shape)}, the reference {list(theirs.shape)}"
     if not len(ours):
         return True, None, "no boxes matched, no masks to compare"
-    a, b = ours.reshape(len(ours), -1) > 0.5, theirs.reshape(len(theirs), -1) > 0.5
+    ours, theirs = ours.reshape(len(ours), -1), theirs.reshape(len(theirs), -1)
+    a, b = ours > 0.5, theirs > 0.5
+    flipped = np.nonzero(a != b)
+    tied = np.abs(ours[flipped].astype(np.float64) - theirs[flipped]) <= tie
+    a[flipped[0][tied], flipped[1][tied]] = b[flipped[0][tied], flipped[1][tied]]
     union = (a | b).sum(1)
     ious = np.where(union > 0, (a & b).sum(1) / np.maximum(union, 1), 1.0)
     bar = 0.9 if precision == "fp32" else 0.5
     worst = float(ious.min())
-    return worst >= bar, worst, (f"{len(ious)} masks of matched boxes: IoU of pixels above 0.5 at least {worst:.4f} "
-                                 f"(mean {ious.mean():.4f}; the bar {bar:g})")
+    note = (f"{len(ious)} masks of matched boxes: IoU of pixels above 0.5 at least {worst:.4f} "
+            f"(mean {ious.mean():.4f}; the bar {bar:g})")
+    if tied.any():
+        note += f"; {int(tied.sum())} pixels at 0.5 within {tie:g} on both sides counted as ties"
+    return worst >= bar, worst, note
 
 
 def owns(name: str, detector: bool) -> bool:
@@ -142,8 +158,8 @@ def judge(name: str, value: np.ndarray, expected: np.ndarray, precision: str,
           atol: float) -> tuple[bool, float | None, str]:
     """A detector's output (:func:`owns`) judged by its own rule: (passed, the error shown as max_abs, a note):
     ``detections`` by matched boxes, ``masks`` by IoU."""
-    if name == MASKS:
-        agree, worst, note = mask_agreement(value, expected, precision)
+    if name == MASKS:  # pixels at the 0.5 cut within the score tolerance are ties, as scores at a cut are
+        agree, worst, note = mask_agreement(value, expected, precision, rule(precision, atol)[1])
         return agree, None if worst is None else 1.0 - worst, note
     min_iou, score_atol, allowed = rule(precision, atol)
     found = match(value, expected, min_iou, score_atol)

@@ -137,6 +137,10 @@ def export(
         result = _export(source, sample, target, opset or DEFAULT_OPSET, dynamic, exporter, steps)
         if batch_note is not None:
             result.fixed_axes.insert(0, batch_note)
+            if result.exporter == "torchscript" and not result.unverified:  # exporter="torchscript" asked for
+                from .detection import TRACED_NOTE
+
+                result.unverified = [TRACED_NOTE]
         return result
 
 
