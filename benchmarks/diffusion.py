@@ -7,7 +7,8 @@ against PyTorch's (same prompt, seed and scheduler), time per image and per part
 a four-level VAE, a 4-layer CLIP text encoder (hidden 256), 256x256 images from 32x32 latents, DDIM, classifier-free
 guidance; ``tiny``: the tests' sizes (64x64 images). Candidates, visited in a shuffled order each round with an
 untimed image first (``onnx_nb.runtime.timing.interleaved``): PyTorch eager, the ONNX pipeline (fp32 files), and
-the ONNX pipeline with a dynamic INT8 UNet (re-validated by ``quantize``). Prints ms per image, each part's ms per
+the ONNX pipeline with a dynamic INT8 UNet and with a static QDQ INT8 UNet calibrated on the pipeline's own UNet
+inputs (``onnx_nb.unet_calibration``), each re-validated by ``quantize``. Prints ms per image, each part's ms per
 call, the PSNR of each image against PyTorch's, and the load average.
 """
 
@@ -74,10 +75,14 @@ def main() -> None:
     pipe = build(args.size, work / "tokenizer")
     result = onnx_nb.export(pipe, out=work / "onnx")
     print(result)
-    int8 = onnx_nb.quantize(result.parts["unet"], method="dynamic")
-    print(f"INT8 UNet: parity {'passed' if int8.parity else 'FAILED'}")
+    dynamic = onnx_nb.quantize(result.parts["unet"], method="dynamic")
+    calibration = onnx_nb.unet_calibration(result, steps=4)  # 4 prompts x 4 steps of the PyTorch pipeline
+    static = onnx_nb.quantize(result.parts["unet"], method="static", calibration=calibration)
+    for label, variant in (("dynamic", dynamic), ("static", static)):
+        print(f"{label} INT8 UNet: parity {'passed' if variant.parity else 'FAILED'}, {variant.recipe.get('op_types')}")
     candidates = {"PyTorch eager": pipe, "onnx-nb (fp32 files)": onnx_nb.to_diffusers(result, threads=args.threads),
-                  "onnx-nb, INT8 UNet": onnx_nb.to_diffusers(result, threads=args.threads, unet=int8)}
+                  "onnx-nb, dynamic INT8 UNet": onnx_nb.to_diffusers(result, threads=args.threads, unet=dynamic),
+                  "onnx-nb, static INT8 UNet": onnx_nb.to_diffusers(result, threads=args.threads, unet=static)}
     prompt = "a photo of an astronaut riding a horse on the moon"
 
     def image(candidate: object) -> np.ndarray:

@@ -13,6 +13,7 @@ import pytest
 import onnx_nb
 import tiny_models
 from onnx_nb.errors import InvalidArgumentError, OutputExistsError
+from onnx_nb.steps.variants.quantizing import int8_method
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -77,6 +78,25 @@ def test_an_int8_unet_takes_the_unets_place(exported: onnx_nb.DiffusionExport) -
     assert report.psnr_db > 20 and onnx_nb.to_diffusers(exported, unet=int8).unet.path == int8.path
 
 
+def test_static_int8_and_fp16_unets(exported: onnx_nb.DiffusionExport) -> None:
+    """Static QDQ (the INT8 that serves convolutions) calibrated on what the UNet sees while PyTorch's pipeline
+    makes images: every timestep the scheduler visits, the guidance batch, the text encoder's states."""
+    calibration = onnx_nb.unet_calibration(exported, ["a cat", "a dog"], steps=3)
+    assert len(calibration) == 6 and calibration[0]["sample"].shape == (2, 4, 32, 32)  # guidance: 2 per call
+    assert len({float(item["timestep"]) for item in calibration}) == 3  # one per step
+    int8 = onnx_nb.quantize(exported.parts["unet"], method="static", calibration=calibration)
+    assert int8.parity is not None and int8.parity.passed, int8.parity
+    assert int8.recipe["op_types"] == ["Conv", "MatMul", "Gemm"] and "UNet" in int8.recipe["op_types_rule"]
+    assert int8_method(exported.parts["unet"].path)[0] == "static"  # what method="auto" picks for a UNet
+    assert int8_method(exported.parts["text_encoder"].path)[0] == "dynamic"
+    assert int8.recipe["format"] == "QDQ" and "QuantizeLinear" in onnx_nb.summary(int8.path).ops
+    report = onnx_nb.check_diffusion(exported, "a photo of the cat", steps=2, unet=int8)
+    assert report.psnr_db > 20, report
+    fp16 = onnx_nb.quantize(exported.parts["unet"], method="fp16")  # for GPU providers, re-validated the same way
+    assert fp16.parity is not None and fp16.parity.passed, fp16.parity
+    assert onnx_nb.to_diffusers(exported, unet=fp16).unet.path == fp16.path
+
+
 def test_bad_input_is_a_clear_error(exported: onnx_nb.DiffusionExport, tmp_path: Path) -> None:
     with pytest.raises(OutputExistsError, match="overwrite=True"):
         onnx_nb.export(exported.pipeline, out=exported.folder, progress=False)
@@ -86,6 +106,8 @@ def test_bad_input_is_a_clear_error(exported: onnx_nb.DiffusionExport, tmp_path:
         onnx_nb.to_diffusers(exported.parts["unet"])
     with pytest.raises(InvalidArgumentError, match="steps=0"):
         onnx_nb.check_diffusion(exported, steps=0)
+    with pytest.raises(InvalidArgumentError, match="unet_calibration takes"):
+        onnx_nb.unet_calibration(exported.parts["unet"])  # type: ignore[arg-type]
     pipe = onnx_nb.to_diffusers(exported)
     with pytest.raises(InvalidArgumentError, match="decoder"):
         pipe.vae.encode(None)

@@ -197,7 +197,7 @@ def test_diffusion_tutorial(tmp_path: Path) -> None:
     parity = text(by_source(cells, "parity = onnx_nb.check_diffusion"))
     assert "image PSNR" in parity and "passed: at least 40 dB" in parity and "unet" in parity
     assert outputs(by_source(cells, "from PIL import Image"), "image/png")
-    assert "image PSNR" in text(by_source(cells, "int8 = onnx_nb.quantize"))
+    assert "image PSNR" in text(by_source(cells, "calibration = onnx_nb.unet_calibration"))
     assert "(96, 96)" in text(by_source(cells, "onnx_pipe = onnx_nb.to_diffusers"))
     chatter = [line for c in cells for line in text(c).splitlines() if "[transformers]" in line]
     assert not chatter, chatter

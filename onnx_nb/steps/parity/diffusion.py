@@ -58,3 +58,44 @@ def check_diffusion(result: DiffusionExport, prompt: str | list[str] = "a photo 
     ms, calls = part_times(onnx_pipe)
     return DiffusionParity(psnr(got, want), threshold_db, float(np.abs(got - want).max()), onnx_ms, torch_ms, ms,
                            calls, steps, (int(got.shape[1]), int(got.shape[2])), (got[0], want[0]))
+
+
+def unet_calibration(result: DiffusionExport, prompts: str | list[str] | None = None, *, steps: int = 4,
+                     seed: int = 0, guidance_scale: float = 7.5, height: int | None = None,
+                     width: int | None = None) -> list[dict[str, np.ndarray]]:
+    """The UNet's own inputs while PyTorch's pipeline makes an image for each prompt (``steps`` calls each, with
+    the classifier-free guidance batch): latents at every noise level the scheduler visits, those timesteps and the
+    text encoder's states, as ``quantize(sd.parts["unet"], method="static", calibration=...)`` takes them. Noise
+    around one sample (``calibration="generated"``) never shows a UNet its late, nearly clean latents."""
+    import torch
+
+    if not isinstance(result, DiffusionExport):
+        raise InvalidArgumentError(f"unet_calibration takes what onnx_nb.export(pipeline) returns, not "
+                                   f"{type(result).__name__}.")
+    if steps < 1:
+        raise InvalidArgumentError(f"steps={steps}: at least 1.")
+    prompts = [prompts] if isinstance(prompts, str) else list(prompts or CALIBRATION_PROMPTS)
+    items: list[dict[str, np.ndarray]] = []
+
+    def keep(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        sample, timestep = (list(args) + [kwargs.get("sample"), kwargs.get("timestep")][len(args):])[:2]
+        states = kwargs["encoder_hidden_states"] if "encoder_hidden_states" in kwargs else args[2]
+        items.append({"sample": sample.detach().float().numpy().copy(),
+                      "timestep": np.asarray(float(timestep.reshape(-1)[0]) if torch.is_tensor(timestep)
+                                             else float(timestep), np.float32),
+                      "encoder_hidden_states": states.detach().float().numpy().copy()})
+
+    pipe = result.pipeline
+    handle = pipe.unet.register_forward_pre_hook(keep, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            for n, prompt in enumerate(prompts):
+                pipe(prompt, num_inference_steps=steps, guidance_scale=guidance_scale, height=height, width=width,
+                     generator=torch.Generator().manual_seed(seed + n), output_type="latent")
+    finally:
+        handle.remove()
+    return items
+
+
+CALIBRATION_PROMPTS = ("a photo of an astronaut riding a horse", "a watercolor painting of a lighthouse at dusk",
+                       "a close-up of a cat's face", "a city street in the rain at night")

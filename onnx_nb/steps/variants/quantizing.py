@@ -14,6 +14,7 @@ from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, Quant
 from ...results.variant import Variant
 from .ort_quantizer import CalibrationReader, gemm_to_matmul, run_quantizer
 from .variants import make, parent_of
+from .vision import UNET_INPUTS
 
 __all__ = ["gemm_to_matmul", "quantize"]
 
@@ -52,7 +53,11 @@ def int8_method(path: Path) -> tuple[str, str]:
     the rest (transformers keep their accuracy only with per-batch activation scales)."""
     from ...runtime.onnxfile import load_proto, op_histogram
 
-    ops = op_histogram(load_proto(path))
+    proto = load_proto(path)
+    if {i.name for i in proto.graph.input} == UNET_INPUTS:
+        return "static", ("auto: a diffusion UNet: static QDQ on its convolutions and weight MatMuls (dynamic INT8 "
+                          "runs it slower than fp32); calibrate on onnx_nb.unet_calibration(sd)")
+    ops = op_histogram(proto)
     convs = sum(n for op, n in ops.items() if op.split(".")[-1] in ("Conv", "FusedConv", "NhwcConv"))
     matmuls = ops.get("MatMul", 0) + ops.get("Gemm", 0)
     if convs and convs >= matmuls:
@@ -108,6 +113,13 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     static_source: Path | None = None
     if method == "static":
         calib_items, static_source = _static_inputs(onnx_model, calibration, recipe)
+        if op_types is None:
+            from .vision import unet_op_types
+
+            found, why = unet_op_types(static_source or parent_of(onnx_model)[0])
+            if found:
+                op_types = found
+                recipe.update(op_types=found, op_types_rule=why)
     kept_float: list[str] = []  # by a rule of the family, beside the exclude list
     if auto_exclude:
         from .vision import detector_decoding
