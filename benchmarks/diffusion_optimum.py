@@ -193,7 +193,7 @@ def main() -> None:
         marker.write_text(json.dumps(fingerprint(pipe)))
 
     start = time.perf_counter()
-    result = onnx_nb.export(pipe, out=folder / "onnx")
+    result = onnx_nb.export(pipe, out=folder / "onnx", overwrite=True)
     onnx_nb_export_s = time.perf_counter() - start
     print(result)
     ours = onnx_nb.to_diffusers(result, threads=args.threads)

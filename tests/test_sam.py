@@ -90,6 +90,8 @@ def test_batches_of_images_and_prompts(exported: SamExport) -> None:
     labels[0, 1, -1] = -10  # a padding point, as SamProcessor pads prompts of fewer points
     report = onnx_nb.check_sam(exported, coords, labels)
     assert report.passed and report.masks == [2, 3, 3, 32, 32], report.summary
+    two = torch.randn(2, 3, 128, 128, generator=torch.Generator().manual_seed(2))  # the batch follows the images
+    assert onnx_nb.check_sam(exported, 2, pixel_values=two).masks == [2, 1, 3, 32, 32]
 
 
 def test_the_mask_check_tells_another_model_apart(exported: SamExport) -> None:

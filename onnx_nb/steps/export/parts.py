@@ -29,9 +29,10 @@ def _sam_location(model: Any) -> bool:
             return json.loads((folder / "config.json").read_text()).get("model_type") == "sam"
         except (OSError, ValueError):
             return False
+    from .checkpoints import SUFFIXES as CHECKPOINT_SUFFIXES
     from .hf.loading import _HUB_ID, load_config
 
-    if folder.suffix or not _HUB_ID.match(str(model)):
+    if folder.suffix.lower() in (*CHECKPOINT_SUFFIXES, ".onnx", ".ort") or not _HUB_ID.match(str(model)):
         return False
     try:
         return getattr(load_config(str(model))[0], "model_type", None) == "sam"
@@ -58,7 +59,8 @@ def parts_export(model: Any, given: dict[str, bool], out: Any, overwrite: bool, 
                  "precision")
     elif _sam_object(model) or _sam_location(model):
         kind, what = "sam", "a SAM model"
-        alone = "onnx_nb.export(module, sample, ...)"
+        alone = ("onnx_nb.export(SamVisionEncoderPart(model), sample, ...) (onnx_nb.steps.export.sam), or "
+                 "quantize(sam.parts['vision_encoder'], method='fp16') for another precision")
     else:
         return None
     if any(given.values()):

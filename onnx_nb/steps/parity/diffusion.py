@@ -80,10 +80,10 @@ def unet_calibration(result: DiffusionExport, prompts: str | list[str] | None = 
     def keep(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         sample, timestep = (list(args) + [kwargs.get("sample"), kwargs.get("timestep")][len(args):])[:2]
         states = kwargs["encoder_hidden_states"] if "encoder_hidden_states" in kwargs else args[2]
-        items.append({"sample": sample.detach().float().numpy().copy(),
+        items.append({"sample": sample.detach().float().cpu().numpy().copy(),
                       "timestep": np.asarray(float(timestep.reshape(-1)[0]) if torch.is_tensor(timestep)
                                              else float(timestep), np.float32),
-                      "encoder_hidden_states": states.detach().float().numpy().copy()})
+                      "encoder_hidden_states": states.detach().float().cpu().numpy().copy()})
 
     pipe = result.pipeline
     handle = pipe.unet.register_forward_pre_hook(keep, with_kwargs=True)

@@ -5,6 +5,7 @@ tolerance."""
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -44,10 +45,12 @@ def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, p
         raise InvalidArgumentError(f"check_sam takes what onnx_nb.export(sam_model) returns, not "
                                    f"{type(result).__name__}.")
     model = result.model
-    if isinstance(points, int):
+    if pixel_values is not None and np.ndim(pixel_values) == 4:
+        batch = int(np.shape(pixel_values)[0])  # one prompt batch per image given
+    if isinstance(points, numbers.Integral):
         if isinstance(points, bool) or points < 1:
             raise InvalidArgumentError(f"points={points!r}: at least 1 point per prompt.")
-        coords, default_labels = sample_points(model, batch, points, seed=seed)
+        coords, default_labels = sample_points(model, batch, int(points), seed=seed)
     else:
         coords = torch.as_tensor(np.asarray(points, np.float32))
         default_labels = torch.ones(coords.shape[:-1], dtype=torch.long)

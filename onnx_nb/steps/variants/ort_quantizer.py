@@ -126,7 +126,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
         # quantizer gives the normalization's output its input's parameters and fails on the shared weight ("shared
         # mode is not supported for weight"); ORT's CPU kernels have no INT8 normalization, so it stays float
         excluded = [*excluded, *(n.name for n in load_proto(prepared).graph.node
-                                 if n.op_type == "InstanceNormalization")]
+                                 if n.op_type == "InstanceNormalization" and n.name)]
         assert calib is not None
         quantize_static(str(prepared), str(staged), CalibrationReader(prepared, calib), quant_format=QuantFormat.QDQ,
                         per_channel=per_channel, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,

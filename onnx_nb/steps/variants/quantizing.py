@@ -56,7 +56,8 @@ def int8_method(path: Path) -> tuple[str, str]:
     proto = load_proto(path)
     if {i.name for i in proto.graph.input} == UNET_INPUTS:
         return "static", ("auto: a diffusion UNet: static QDQ on its convolutions and weight MatMuls (dynamic INT8 "
-                          "runs it slower than fp32); calibrate on onnx_nb.unet_calibration(sd)")
+                          "runs it slower than fp32); calibration=onnx_nb.unet_calibration(sd) gives it the "
+                          "pipeline's own inputs, else they are generated from the sample")
     ops = op_histogram(proto)
     convs = sum(n for op, n in ops.items() if op.split(".")[-1] in ("Conv", "FusedConv", "NhwcConv"))
     matmuls = ops.get("MatMul", 0) + ops.get("Gemm", 0)
