@@ -122,6 +122,12 @@ def align_per_box(got: dict[str, np.ndarray], want: dict[str, np.ndarray], preci
 MASKS = "masks"
 
 
+def pixel_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of boolean masks flattened on their last axis (one per row; 1 where both are empty)."""
+    union = (a | b).sum(-1)
+    return np.where(union > 0, (a & b).sum(-1) / np.maximum(union, 1), 1.0)
+
+
 def mask_agreement(ours: np.ndarray, theirs: np.ndarray, precision: str,
                    tie: float = 0.0) -> tuple[bool, float | None, str]:
     """Per-box masks (already aligned box by box: :func:`align_per_box`) judged by the IoU of their pixels above
@@ -139,8 +145,7 @@ def mask_agreement(ours: np.ndarray, theirs: np.ndarray, precision: str,
     flipped = np.nonzero(a != b)
     tied = np.abs(ours[flipped].astype(np.float64) - theirs[flipped]) <= tie
     a[flipped[0][tied], flipped[1][tied]] = b[flipped[0][tied], flipped[1][tied]]
-    union = (a | b).sum(1)
-    ious = np.where(union > 0, (a & b).sum(1) / np.maximum(union, 1), 1.0)
+    ious = pixel_iou(a, b)
     bar = 0.9 if precision == "fp32" else 0.5
     worst = float(ious.min())
     note = (f"{len(ious)} masks of matched boxes: IoU of pixels above 0.5 at least {worst:.4f} "

@@ -6,15 +6,12 @@ pipeline stay Python: ``onnx_nb.to_diffusers`` puts the files in the pipeline's 
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from ...errors import InvalidArgumentError
 from ...results.diffusion import PARTS, DiffusionExport
-from ...runtime.files import check_target
 
 
 def is_diffusion_pipeline(model: Any) -> bool:
@@ -112,29 +109,12 @@ def samples(pipe: Any) -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tenso
 def export_diffusion(pipe: Any, out: Any, overwrite: bool, progress: bool, opset: int | None, export: Any,
                      name: str | None = None) -> DiffusionExport:
     """Every part into ``out`` (a folder; default: one named after ``name`` or the pipeline's class) with
-    ``export`` (:func:`onnx_nb.export`), each checked at another shape. All or nothing: the parts are written to a
-    staging folder beside (``runtime.files.staging_dir``, removed whatever happens) and published into ``out``
-    together once all three passed their export; an existing file there needs ``overwrite=True``."""
-    from ...progress import Steps
-    from ...runtime.files import default_output, deferred_interrupt, publish, staging_dir
+    ``export`` (:func:`onnx_nb.export`), each checked at another shape, all or nothing
+    (:func:`~onnx_nb.steps.export.staged.write_parts`)."""
+    from .staged import write_parts
 
     _check_supported(pipe)
-    folder = Path(out).expanduser() if out is not None else default_output(name or type(pipe).__name__).parent
-    if folder.suffix == ".onnx":
-        raise InvalidArgumentError(f"out={str(out)!r}: a pipeline is exported as several files; give a folder "
-                                   f"(they go to {folder.with_suffix('')}/{', '.join(f'{p}.onnx' for p in PARTS)}).")
-    for part in PARTS:  # every part's file checked before the first is written
-        check_target(folder / f"{part}.onnx", overwrite)
-    started = time.perf_counter()
-    parts = {}
-    with staging_dir(folder / f"{PARTS[0]}.onnx") as staging, Steps(3, "export", progress) as steps:
-        for part, (module, sample, axes) in samples(pipe).items():
-            steps.step(f"exporting the {part.replace('_', ' ')}")
-            # a folder per part: publish() moves a model's file with every data file beside it
-            parts[part] = export(module.eval(), sample, out=staging / part / f"{part}.onnx", dynamic=axes,
-                                 opset=opset, overwrite=True, progress=False, name=part)
-        with deferred_interrupt():  # the three parts appear together, or none of them
-            for result in parts.values():
-                result.files = publish(result.path, folder / result.path.name)
-                result.path = folder / result.path.name
-    return DiffusionExport(folder, parts, pipe, time.perf_counter() - started)
+    folder, parts, seconds = write_parts(
+        "a pipeline", PARTS, lambda: {k: (m.eval(), s, a) for k, (m, s, a) in samples(pipe).items()},
+        name or type(pipe).__name__, out, overwrite, progress, opset, export)
+    return DiffusionExport(folder, parts, pipe, seconds)

@@ -1,7 +1,7 @@
 """Models that :func:`onnx_nb.export` writes as several files: a diffusers pipeline (text encoder, UNet, VAE
 decoder; :mod:`.diffusion`) and SAM (vision encoder, prompt encoder and mask decoder; :mod:`.sam`). Each part is
 exported and checked by ``export`` itself; this module only recognizes such a model and refuses the arguments
-that would be one part's."""
+that would be one part's; :mod:`.staged` writes the parts into one folder together."""
 
 from __future__ import annotations
 

@@ -9,7 +9,6 @@ given a transformers ``SamModel``, its folder or hub id (torch and transformers 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ import torch
 
 from ...errors import InvalidArgumentError
 from ...results.sam import PARTS, SamExport
-from ...runtime.files import check_target
 
 
 def is_sam(model: Any) -> bool:
@@ -156,29 +154,12 @@ def export_sam(model: Any, out: Any, overwrite: bool, progress: bool, opset: int
                name: str | None = None) -> SamExport:
     """Both parts into ``out`` (a folder; default: one named after ``name`` or the model's class) with ``export``
     (:func:`onnx_nb.export`), each checked at other shapes (two images; two images of three prompts of five
-    points). All or nothing, as :func:`~onnx_nb.steps.export.diffusion.export_diffusion`: staged beside, published
-    together once both passed their export; an existing file there needs ``overwrite=True``."""
-    from ...progress import Steps
-    from ...runtime.files import default_output, deferred_interrupt, publish, staging_dir
+    points), all or nothing (:func:`~onnx_nb.steps.export.staged.write_parts`)."""
+    from .staged import write_parts
     from .wrap import eval_mode
 
     _check_supported(model)
-    folder = Path(out).expanduser() if out is not None else default_output(name or type(model).__name__).parent
-    if folder.suffix == ".onnx":
-        raise InvalidArgumentError(f"out={str(out)!r}: SAM is exported as two files; give a folder "
-                                   f"(they go to {folder.with_suffix('')}/{', '.join(f'{p}.onnx' for p in PARTS)}).")
-    for part in PARTS:  # both files checked before the first is written
-        check_target(folder / f"{part}.onnx", overwrite)
-    started = time.perf_counter()
-    parts = {}
-    with eval_mode(model), staging_dir(folder / f"{PARTS[0]}.onnx") as staging, \
-            Steps(len(PARTS), "export", progress) as steps:
-        for part, (module, sample, axes) in samples(model).items():
-            steps.step(f"exporting the {part.replace('_', ' ')}")
-            parts[part] = export(module, sample, out=staging / part / f"{part}.onnx", dynamic=axes, opset=opset,
-                                 overwrite=True, progress=False, name=part)
-        with deferred_interrupt():  # both files appear together, or neither
-            for result in parts.values():
-                result.files = publish(result.path, folder / result.path.name)
-                result.path = folder / result.path.name
-    return SamExport(folder, parts, model, time.perf_counter() - started)
+    with eval_mode(model):
+        folder, parts, seconds = write_parts("SAM", PARTS, lambda: samples(model), name or type(model).__name__,
+                                             out, overwrite, progress, opset, export)
+    return SamExport(folder, parts, model, seconds)

@@ -11,19 +11,11 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
+from ...results.detections import pixel_iou
 from ...results.sam import PARTS, SamExport, SamParity
 
 MIN_MASK_IOU = 0.9
 SCORE_ATOL = 1e-3
-
-
-def _mask_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of the binarized masks (logits above 0), one per mask over its last two axes (1 where both are
-    empty)."""
-    a, b = a > 0, b > 0
-    inter = np.logical_and(a, b).sum(axis=(-2, -1))
-    union = np.logical_or(a, b).sum(axis=(-2, -1))
-    return np.where(union == 0, 1.0, inter / np.maximum(union, 1))
 
 
 def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, pixel_values: Any = None,
@@ -85,6 +77,7 @@ def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, p
                  f"{list(want_masks.shape)} and {list(want_scores.shape)}")
         return SamParity(0.0, 0.0, min_iou, float("inf"), score_atol, float("inf"), list(masks.shape),
                          list(coords.shape), error)
-    ious = _mask_iou(masks, want_masks)
+    flat = (*masks.shape[:-2], -1)  # each mask's pixels, binarized at logit 0
+    ious = pixel_iou(masks.reshape(flat) > 0, want_masks.reshape(flat) > 0)
     return SamParity(float(ious.min()), float(ious.mean()), min_iou, float(np.abs(scores - want_scores).max()),
                      score_atol, float(np.abs(masks - want_masks).max()), list(masks.shape), list(coords.shape))

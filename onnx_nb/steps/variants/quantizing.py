@@ -14,7 +14,7 @@ from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, Quant
 from ...results.variant import Variant
 from .ort_quantizer import CalibrationReader, gemm_to_matmul, run_quantizer
 from .variants import make, parent_of
-from .vision import UNET_INPUTS
+from .vision import is_unet
 
 __all__ = ["gemm_to_matmul", "quantize"]
 
@@ -54,7 +54,7 @@ def int8_method(path: Path) -> tuple[str, str]:
     from ...runtime.onnxfile import load_proto, op_histogram
 
     proto = load_proto(path)
-    if {i.name for i in proto.graph.input} == UNET_INPUTS:
+    if is_unet(proto):
         return "static", ("auto: a diffusion UNet: static QDQ on its convolutions and weight MatMuls (dynamic INT8 "
                           "runs it slower than fp32); calibration=onnx_nb.unet_calibration(sd) gives it the "
                           "pipeline's own inputs, else they are generated from the sample")

@@ -83,6 +83,11 @@ UNET_INPUTS = {"sample", "timestep", "encoder_hidden_states"}
 UNET_OP_TYPES = ("Conv", "MatMul", "Gemm")
 
 
+def is_unet(proto: Any) -> bool:
+    """A diffusion UNet's graph (``export(pipeline)``'s ``unet.onnx``), by its inputs."""
+    return {i.name for i in proto.graph.input} == UNET_INPUTS
+
+
 def unet_op_types(path: Path) -> tuple[list[str], str]:
     """Static INT8 for a diffusion UNet (``export(pipeline)``'s ``unet.onnx``): its convolutions and weight
     MatMuls in QDQ, the rest float (ORT's default list also quantizes the normalizations, reshapes and resizes
@@ -90,7 +95,7 @@ def unet_op_types(path: Path) -> tuple[list[str], str]:
     and run faster). Nothing for other graphs."""
     from ...runtime.onnxfile import load_proto
 
-    if {i.name for i in load_proto(path).graph.input} != UNET_INPUTS:
+    if not is_unet(load_proto(path)):
         return [], ""
     return list(UNET_OP_TYPES), ("a diffusion UNet: convolutions and weight MatMuls in INT8; normalizations, "
                                  "attention scores and the rest float (quantizing them fails parity)")
