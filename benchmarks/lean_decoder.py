@@ -3,13 +3,14 @@ onnxruntime-genai's model builder (``python -m onnxruntime_genai.models.builder 
 other in one run, then the decode speed of each file under both loops (onnx-nb's ``generate()`` and
 onnxruntime-genai's runtime).
 
-    .venv/bin/python benchmarks/lean_decoder.py [--size 1b|7b] [--work onnx_nb_out/lean] [--rounds 3]
-        [--new-tokens 64] [--prompt 16] [--no-builder]
+    .venv/bin/python benchmarks/lean_decoder.py [--size 1b|7b|7b-4l] [--work onnx_nb_out/lean] [--rounds 3]
+        [--new-tokens 64] [--prompt 16] [--no-builder] [--int8]
 
 ``--size 1b``: a TinyLlama-shaped Llama (22 layers, hidden 2048, 4 kv heads, 1.10B parameters) saved in float32
 (4.1 GiB). ``--size 7b``: a Llama-2-7B-shaped one (32 layers, hidden 4096, 6.74B parameters) saved in bfloat16
-(12.6 GiB). Random weights (std 0.02, as transformers initializes), written tensor by tensor into safetensors
-shards (the model is never built: its names and shapes come from a model on the meta device).
+(12.6 GiB); ``--size 7b-4l``: its first 4 layers only (2.0 GiB), which the builder can build here. Random
+weights (std 0.02, as transformers initializes), written tensor by tensor into safetensors shards (the model is
+never built: its names and shapes come from a model on the meta device).
 
 Each build runs in a process of its own, started by a small watcher that samples its resident memory every 20 ms
 and stops it above ``--cap`` GiB (so a build that cannot fit here reports so instead of taking the machine down);
@@ -48,6 +49,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "num_key_value_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
         "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}},
 }
+# Llama-2-7B's layers, 4 of them (1.07B parameters, 2.0 GiB bf16): what the builder can build here (at 7B it cannot),
+# so both files' decode per layer and their logits are compared at 7B's widths
+SIZES["7b-4l"] = {"dtype": "bfloat16", "config": {**SIZES["7b"]["config"], "num_hidden_layers": 4}}
 SHARD_BYTES = 2 * 2**30
 
 
@@ -188,6 +192,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cap", type=float, default=20.0, help="stop a build above this resident memory (GiB)")
     parser.add_argument("--no-builder", action="store_true", help="skip onnxruntime-genai's model builder")
+    parser.add_argument("--int8", action="store_true", help="also onnx-nb's INT8 file, in the logits comparison")
     parser.add_argument("--decode-only", action="store_true", help="only time decoding of the files already made")
     args = parser.parse_args()
 
@@ -242,13 +247,21 @@ def main() -> int:
     if detail is None:
         return 1
     files = [str(ours)] + ([str(builder / "model.onnx")] if b is not None and b["rc"] == 0 else [])
+    labels = ["onnx-nb INT4"] + (["builder INT4"] if len(files) > 1 else [])
+    if args.int8:
+        int8 = work / "onnx-nb-int8" / "model.onnx"
+        done = watched([sys.executable, "-c", ONNXNB, str(folder), str(int8), "int8"], args.cap)
+        if done["rc"] == 0:
+            files.append(str(int8))
+            labels.append("onnx-nb INT8")
+            print(f"onnx-nb export(precision=int8): {done['seconds']:.1f} s, peak {gib(done['peak'])}")
     acc = watched([sys.executable, "-c", ACCURACY, str(folder), *files], args.cap)
     if acc["rc"] == 0:
         found = json.loads([line for line in acc["tail"].splitlines() if line.startswith("{")][-1])
         print(f"\nnext-token logits against PyTorch ({found['reference']}), a prefill of {8} tokens + 3 decode "
               "steps (random weights: a deep random network amplifies any rounding, so INT4 cosines are low for "
               "both files)")
-        for f, label in zip(files, ("onnx-nb INT4", "builder INT4")):
+        for f, label in zip(files, labels):
             print(f"  {label:14s} cosine per step {found[f]['cosine']}, top-1 agreement {found[f]['top1']:.2f}")
     else:
         print(f"accuracy run failed: {acc['tail'][-800:]}")

@@ -214,6 +214,21 @@ def test_steps_report_memory_and_refuse_what_cannot_fit(checkpoints: dict[str, P
     lean = onnx_nb.export(checkpoints["llama"], precision="int4", out=tmp_path / "lean.onnx", progress=False)
     assert lean.status == "unverified" and not lean
     assert "not checked against PyTorch" in lean.unverified[0] and "check_parity" in repr(lean)
+    # parity and benchmark too: the PyTorch reference loaded again from the checkpoint, a session's weights
+    with pytest.raises(onnx_nb.InsufficientMemoryError, match=r"parity loads llama in PyTorch as its reference \(.* "
+                       r"of weights\) needs about .* has 1000 B available\. Check the file against another ONNX"):
+        onnx_nb.check_parity(lean, progress=False)
+    from onnx_nb.runtime import sessions
+
+    monkeypatch.setattr(sessions, "CHECK_ABOVE", 0)  # the tiny file counts as big
+    for step in (lambda: onnx_nb.check_parity(export, progress=False),
+                 lambda: onnx_nb.check_parity(variant, progress=False),
+                 lambda: onnx_nb.benchmark(export, providers="cpu", runs=2, progress=False)):
+        with pytest.raises(onnx_nb.InsufficientMemoryError, match=r"Opening (generic|q)\.onnx in ONNX Runtime \(.* "
+                           r"of weights, held in memory\) needs about .* Free what this kernel holds"):
+            step()
+    monkeypatch.undo()
+    assert onnx_nb.check_parity(variant, progress=False).rows  # the kernel goes on
 
 
 def test_nbits_files_keep_their_packed_weights(checkpoints: dict[str, Path], tmp_path: Path,

@@ -9,6 +9,10 @@ from ..errors import InvalidModelError, first_line
 from .providers import chain, options
 
 MAP_WEIGHTS_ABOVE = 2**30
+# A CPU session holding its weights in memory (prepacked) peaks at 1.13x them (a 2.25 GiB fp32 MLP, one run); below
+# CHECK_ABOVE a session is never refused. Mapped weights are file pages the kernel can drop again: not counted.
+SESSION_PEAK = 1.15
+CHECK_ABOVE = 256 * 2**20
 PACKED_ONLY = ("MatMulNBits", "QMoE")  # kernels that are only fast on their prepacked weights
 
 
@@ -36,6 +40,8 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
             not any(n.op_type in PACKED_ONLY for n in proto.graph.node)
     if map_weights:
         settings["prepack"] = False
+    else:
+        _check_fits(Path(path), total_file_size(Path(path), proto))
     if provider.startswith("browser:"):  # ONNX Runtime Web in a browser page
         from .browser import BrowserSession
 
@@ -54,3 +60,18 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
             if full is not None:
                 raise full from exc
         raise InvalidModelError(f"ONNX Runtime cannot load {Path(path).name}: {first_line(exc)}") from exc
+
+
+def _check_fits(path: Path, weights: int) -> None:
+    """Refuse a session whose weights cannot be held in memory here (:class:`~onnx_nb.InsufficientMemoryError`,
+    how much and what to do) before ONNX Runtime starts on it and the kernel dies halfway."""
+    if SESSION_PEAK * weights < CHECK_ABOVE:
+        return
+    from ..render import human_bytes
+    from .memory import require
+
+    require(int(SESSION_PEAK * weights), f"Opening {path.name} in ONNX Runtime ({human_bytes(weights)} of weights, "
+            "held in memory)",
+            "Free what this kernel holds (del the results and models you no longer need, or restart it), use a "
+            "smaller file of the model (quantize(..., method=\"int4\") or \"fp16\"; a decoder straight from its "
+            "checkpoint: export(folder, precision=\"int4\")), or run this step on a machine with more memory.")

@@ -243,11 +243,10 @@ def _reference_and_feed(reference: Any, sample: Any,
 
     ref = None
     if reference is not None:
-        from ..export.sources import load_source
+        from ..export.sources import load_source, reload_source
 
-        source = reference.source if hasattr(reference, "source") else load_source(reference, None)
-        if source.model is None:
-            source = load_source(source.location or "", source.task)
+        source = reload_source(reference.source if hasattr(reference, "source") else load_source(reference, None),
+                               "benchmark")
         if sample is None and source.kind == "module":
             sample = export_sample(entries[0][1])
         ref = torch_reference(source, sample, "PyTorch eager")

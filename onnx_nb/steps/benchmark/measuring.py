@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import InsufficientMemoryError
 from ...results.latency import LatencyRow
 from ...runtime.timing import Clock, interleaved, time_runs
 
@@ -35,6 +36,8 @@ def measure(variant: str, backend: str, tag: str, batch: int, make: Callable[[],
                 times = runner.session.time(runner.feed, warmup=warmup, runs=runs, min_seconds=min_seconds)
             else:
                 times = time_runs(runner, warmup=warmup, runs=runs, min_seconds=min_seconds, clock=clock)
+        except InsufficientMemoryError:
+            raise  # refused before the session was made: no row of this step can run here
         except Exception as exc:  # noqa: BLE001 - a backend that fails is a row, not a crash
             from ...errors import telling_lines
 

@@ -24,8 +24,9 @@ def check_memory(model: Any) -> None:
     if not isinstance(model, (str, os.PathLike)) or not Path(model).expanduser().is_dir():
         return
     folder = Path(model).expanduser()
-    weights = sum(p.stat().st_size for p in folder.glob("*.safetensors")) or \
-        sum(p.stat().st_size for p in folder.glob("*.bin"))
+    from .sources import checkpoint_bytes
+
+    weights = checkpoint_bytes(folder)
     if not weights:
         return
     from ...runtime.memory import require

@@ -78,6 +78,35 @@ def source_name(model: Any) -> str:
     return type(model).__name__
 
 
+RELOAD_PEAK = 1.1  # a checkpoint loaded again in its own dtype: 12.76 GiB for a 12.55 GiB bf16 7B
+
+
+def checkpoint_bytes(folder: Path) -> int:
+    """Bytes of a Hugging Face folder's weights (safetensors, else .bin); 0 when it has none."""
+    return sum(p.stat().st_size for p in folder.glob("*.safetensors")) or \
+        sum(p.stat().st_size for p in folder.glob("*.bin"))
+
+
+def reload_source(source: ModelSource, step: str) -> ModelSource:
+    """``source`` with its PyTorch model, loaded again from where it came from when the export no longer holds it
+    (a lean export, a result from an earlier session). Refused with :class:`~onnx_nb.InsufficientMemoryError` before
+    loading when the machine has not the memory for it (the kernel would die halfway); ``step`` names who asks."""
+    if source.model is not None:
+        return source
+    folder = Path(source.location or "").expanduser()
+    weights = checkpoint_bytes(folder) if source.location and folder.is_dir() else 0
+    if weights:
+        from ...render import human_bytes
+        from ...runtime.memory import require
+
+        require(int(RELOAD_PEAK * weights),
+                f"{step} loads {folder.name} in PyTorch as its reference ({human_bytes(weights)} of weights)",
+                "Check the file against another ONNX file of the model instead (check_parity(file, "
+                "reference=\"model.onnx\"): an fp32 or fp16 export), free what this kernel holds (del results you "
+                "no longer need), or run the check on a machine with more memory.")
+    return load_source(source.location or "", source.task)
+
+
 def load_source(model: Any, task: str | None, allow_pickle: bool = False) -> ModelSource:
     """Load or wrap the model; returns a :class:`ModelSource` with ``model`` set.
 

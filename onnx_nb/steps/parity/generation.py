@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...errors import InsufficientMemoryError
 from ..export.hf_cache import cache_kwargs, cache_of
 from ..generate.generation import generate
 from ..generate.runners import OnnxDecoder, _is_seq2seq_file, decoder_for, left_pad
@@ -132,13 +133,9 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     from ...results.tolerance import measure, precision_of, tolerance_for
     from ...runtime.onnxfile import load_proto
     from ...runtime.providers import providers_named
+    from ..export.sources import reload_source
 
-    source = export.source
-    model = source.model
-    if model is None:
-        from ..export.sources import load_source
-
-        model = load_source(source.location or "", source.task).model
+    model = reload_source(export.source, "generation parity").model
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
     if _is_seq2seq_file(path):
@@ -162,6 +159,8 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
             try:
                 forced = family.forced(p.name, reference)
                 generated = family.generated(p.short)
+            except InsufficientMemoryError:
+                raise  # refused before the session was made: the step cannot run here at all
             except Exception as exc:  # noqa: BLE001 - ONNX Runtime's failure is a row, not a crash
                 rows.append(Row("*", "generation", p.short, "error", note=f"{type(exc).__name__}: {first_line(exc)}"))
                 continue
@@ -205,7 +204,7 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
              f"logits for the two picks were within {NEAR_TIE:g} of the logits' scale, or within twice the logits' "
              "error measured under teacher forcing (random weights make them common); for a beam, where PyTorch scores "
              "ONNX's beam within that error of its own (summed log-probabilities)."]
-    report = ParityReport(model=path.name, reference=f"PyTorch {source.name} (generate, with cache)",
+    report = ParityReport(model=path.name, reference=f"PyTorch {export.source.name} (generate, with cache)",
                           precision=precision, rows=rows, shapes={}, notes=notes,
                           unverified=list(getattr(export, "unverified", []) or []), generation=checks)
     return report

@@ -98,11 +98,9 @@ def reference_and_model(reference: Any, onnx_model: Any, sample: Any, seed: int)
     candidate = _path_of(onnx_model if onnx_model is not None else reference, "onnx_model")
     exporter = onnx_model.exporter if isinstance(onnx_model, ExportResult) else None
     if isinstance(reference, ExportResult):
-        source = reference.source
-        if source.model is None:
-            from ..export.sources import load_source
+        from ..export.sources import reload_source
 
-            source = load_source(source.location or "", source.task)
+        source = reload_source(reference.source, "check_parity")
         return torch_reference(source, sample, f"PyTorch {reference.source.name}",
                                exporter or reference.exporter), candidate
     parent = getattr(reference, "path", None) if not isinstance(reference, (str, os.PathLike)) else None
