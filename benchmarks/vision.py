@@ -7,8 +7,8 @@ INT8, side by side in one run, at batch 1 and batch 8 of 224x224 images.
     <side venv>/bin/python benchmarks/vision.py \
         --models resnet,vit,tv-resnet50,tv-mobilenet_v3_large,timm-efficientnet_b0
 
-(torchvision does not import beside torch 2.13.0 on this machine: the README says how to make the side venv with
-torch 2.14.1 and torchvision 0.29.1 that runs the torchvision and timm rows.)
+(torchvision does not import beside torch 2.13.0 on this machine: docs/performance.md says how to make the side venv
+with torch 2.14.1 and torchvision 0.29.1 that runs the torchvision and timm rows.)
 
 Per model, in plain sessions (the file alone), every candidate on the same images, visited in a new shuffled
 order each round with untimed runs first (``onnx_nb.runtime.timing.interleaved``):

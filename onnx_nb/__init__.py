@@ -207,7 +207,12 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext onnx_nb``: register the ``%onnx_*`` magics."""
+    """``%load_ext onnx_nb``: register the ``%onnx_*`` magics.
+
+    Example::
+
+        %load_ext onnx_nb
+    """
     from .frontends.magics import OnnxMagics
 
     ipython.register_magics(OnnxMagics)

@@ -15,6 +15,13 @@ import tiny_models
 from deprecations import Watch
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The docs site last: it renders the tutorials tests/test_notebooks.py executed (and executes only those it
+    finds no fresh copy of), so in a whole run no tutorial runs twice."""
+    items.sort(key=lambda item: item.nodeid.startswith("tests/test_docs.py") or
+               item.nodeid.startswith("test_docs.py"))
+
+
 @pytest.fixture(autouse=True)
 def no_deprecated_calls() -> Iterator[None]:
     """A deprecation raised by onnx-nb's own call into a library fails the test (tests/deprecations.py)."""

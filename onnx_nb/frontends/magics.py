@@ -61,6 +61,12 @@ class OnnxMagics(Magics):
 
         ``model`` is a variable holding a torch or Hugging Face model, a local Hugging Face
         folder, or a hub id. The result is displayed and returned.
+
+        Example::
+
+            %onnx_export model --sample x --out model.onnx     # model and x are notebook variables
+            %onnx_export path/to/hf-folder --task text-classification
+            r = %onnx_export 'gpt2'                           # quote a hub id that looks like a name
         """
         args = parse_argstring(self.onnx_export, line)
         model = self._model(args.model, line)
@@ -77,6 +83,11 @@ class OnnxMagics(Magics):
         ``model`` is a variable (a torch or Hugging Face model, or an ExportResult), a Hugging Face
         folder, or a parent .onnx file. In a notebook the report has tolerance sliders that re-judge
         pass/fail from the stored errors without running the models again.
+
+        Example::
+
+            %onnx_parity result                                # an ExportResult knows its PyTorch source
+            %onnx_parity model model.onnx --sample x --providers cpu,cuda --shapes "batch=1;batch=8"
         """
         args = parse_argstring(self.onnx_parity, line)
         ns = self.shell.user_ns if self.shell is not None else {}
@@ -95,6 +106,11 @@ class OnnxMagics(Magics):
 
         Each model is an .onnx path or a variable (ExportResult, variant); ``--reference`` adds the
         PyTorch eager row. A progress bar runs across the rows.
+
+        Example::
+
+            %onnx_bench result fast int8 --reference result --shapes "batch=8,sequence=128"
+            %onnx_bench model.onnx --providers cpu,openvino --profile
         """
         args = parse_argstring(self.onnx_bench, line)
         ns = self.shell.user_ns if self.shell is not None else {}
@@ -123,7 +139,13 @@ class OnnxMagics(Magics):
     @line_magic
     @_apply(specs.OPTIMIZE)
     def onnx_optimize(self, line: str) -> Any:
-        """Optimize and re-validate: ``%onnx_optimize result [--level auto|extended|transformer] [--no-unpad]``."""
+        """Optimize and re-validate: ``%onnx_optimize result [--level auto|extended|transformer] [--no-unpad]``.
+
+        Example::
+
+            fast = %onnx_optimize result
+            %onnx_optimize model.onnx --level extended --no-unpad
+        """
         args = parse_argstring(self.onnx_optimize, line)
         from ..steps.variants.optimizing import optimize
 
@@ -133,7 +155,13 @@ class OnnxMagics(Magics):
     @line_magic
     @_apply(specs.QUANTIZE)
     def onnx_quantize(self, line: str) -> Any:
-        """Quantize and re-validate: ``%onnx_quantize variant [--method dynamic|static|fp16|int4] ...``."""
+        """Quantize and re-validate: ``%onnx_quantize variant [--method dynamic|static|fp16|int4] ...``.
+
+        Example::
+
+            int8 = %onnx_quantize fast
+            %onnx_quantize result --method static --calibration generated
+        """
         args = parse_argstring(self.onnx_quantize, line)
         from ..steps.variants.quantizing import quantize
 
@@ -146,7 +174,12 @@ class OnnxMagics(Magics):
     @line_magic
     @_apply(specs.AUTOTUNE)
     def onnx_autotune(self, line: str) -> Any:
-        """Fastest variant within an accuracy budget: ``%onnx_autotune result [--metric cosine] [--budget 0.99]``."""
+        """Fastest variant within an accuracy budget: ``%onnx_autotune result [--metric cosine] [--budget 0.99]``.
+
+        Example::
+
+            tuned = %onnx_autotune result --budget 0.99
+        """
         args = parse_argstring(self.onnx_autotune, line)
         from ..steps.variants.autotuning import autotune
 
@@ -158,7 +191,13 @@ class OnnxMagics(Magics):
     def onnx_generate(self, line: str) -> Any:
         """Generate with a decoder exported with its cache: ``%onnx_generate result "Once upon a time"
         [--max-new-tokens 20] [--sample --temperature 0.8 --top-k 50 --top-p 0.9]``. Tokens stream in as
-        they come."""
+        they come.
+
+        Example::
+
+            %onnx_generate result "Once upon a time" --max-new-tokens 20
+            %onnx_generate result --ids 5,6,7 --sample --temperature 0.8 --top-k 50
+        """
         args = parse_argstring(self.onnx_generate, line)
         from ..steps.generate.generation import generate
 
@@ -172,7 +211,12 @@ class OnnxMagics(Magics):
     @line_magic
     @_apply(specs.PIPELINE)
     def onnx_pipeline(self, line: str) -> Any:
-        """The whole pipeline with a report: ``%onnx_pipeline model [--quantize dynamic] [--html report.html]``."""
+        """The whole pipeline with a report: ``%onnx_pipeline model [--quantize dynamic] [--html report.html]``.
+
+        Example::
+
+            %onnx_pipeline model --quantize dynamic --html report.html
+        """
         args = parse_argstring(self.onnx_pipeline, line)
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from ..steps.pipelines import pipeline

@@ -31,6 +31,11 @@ class GraphView(anywidget.AnyWidget):
     ``GraphView(model, overlay=report)`` where ``model`` is an .onnx path, an ExportResult or a variant,
     and ``overlay`` a ParityReport (per-node error, first diverging node highlighted), a ProfileTable
     (time per node), a QuantDebugReport (dB lost per layer) or a dict node name -> value.
+
+    Example::
+
+        onnx_nb.GraphView(result)                          # the export's graph, grouped by module
+        onnx_nb.GraphView(result, overlay=report)          # coloured by a parity report's per-node error
     """
 
     _esm = _asset("graph.js")
@@ -141,7 +146,12 @@ class Studio:
     """``Studio(model)``: the whole pipeline as a dashboard. Its tabs are the pipeline's own plan
     (:mod:`onnx_nb.steps.plan`): each button runs a step the way :func:`onnx_nb.pipeline` does (what it needs first), a
     failure shows in the tab of the step that failed, moving a tolerance slider re-judges the stored parity errors
-    at once, and each step's chart shows in its tab (inline SVG)."""
+    at once, and each step's chart shows in its tab (inline SVG).
+
+    Example::
+
+        onnx_nb.Studio("path/to/bert-folder")              # export, parity, optimize, quantize, latency as tabs
+    """
 
     def __init__(self, model: Any, sample: Any = None, *, threaded: bool = True) -> None:
         from ..runtime.providers import providers_named

@@ -36,7 +36,13 @@ class DiffusionExport(PartsExport):
 @dataclass
 class DiffusionParity:
     """One prompt through the ONNX pipeline and PyTorch's with the same seed and scheduler: the images' PSNR
-    (dB, pixels in [0, 1]), milliseconds per image on each side, and each ONNX part's time per call."""
+    (dB, pixels in [0, 1]), milliseconds per image on each side, and each ONNX part's time per call.
+
+    Example::
+
+        p = onnx_nb.check_diffusion(sd, "a photo of an astronaut", steps=4)
+        assert p, p.psnr_db                                # truthy at or above threshold_db
+    """
 
     psnr_db: float
     threshold_db: float

@@ -12,7 +12,13 @@ from ..runtime.onnxfile import TensorInfo
 
 @dataclass
 class ModelSource:
-    """What is needed to re-create the PyTorch reference of an export."""
+    """What is needed to re-create the PyTorch reference of an export.
+
+    Example::
+
+        source = onnx_nb.export("path/to/bert-folder").source
+        source.kind, source.task, source.sample.keys()
+    """
 
     kind: str  # "module", "hf-object", "hf-dir" or "hub-id"
     name: str
@@ -37,6 +43,18 @@ class ModelSource:
 
 @dataclass
 class ExportResult:
+    """What :func:`onnx_nb.export` returns: the file (``path``, ``files``), its named inputs and outputs with their
+    axes, the exporter used and why the other was not (``exporter``, ``fallback_reason``), the axes that stay fixed
+    and why (``fixed_axes``), and the check in ONNX Runtime at a shape the sample did not have (``check``).
+    Truthy when that check passed and the export is verified (``status``).
+
+    Example::
+
+        result = onnx_nb.export(model)
+        result.path, result.exporter, result.fixed_axes
+        result.to_pandas()                                 # its inputs and outputs as a table
+    """
+
     path: Path
     exporter: str
     fallback_reason: dict[str, str]

@@ -106,6 +106,16 @@ def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]
 
 @dataclass
 class LatencyTable:
+    """What :func:`onnx_nb.benchmark` returns: one row per model, backend and shape (p50/p90/p99, throughput, speed-up
+    against the PyTorch eager row of the same shape, first run, noisy flag, session options), per-operator profiles
+    when asked, and notes. Truthy when a row ran and none failed with an error.
+
+    Example::
+
+        table = onnx_nb.benchmark([result, int8], reference=result)
+        table.best(), table.to_pandas(), table.figure()
+    """
+
     rows: list[LatencyRow]
     profiles: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

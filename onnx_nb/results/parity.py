@@ -91,6 +91,20 @@ class DivergingNode:
 
 @dataclass
 class ParityReport:
+    """What :func:`onnx_nb.check_parity` returns: one row per output, shape and provider (max abs and relative error,
+    cosine, argmax agreement, the tolerance and ``needed_atol``), the first diverging node when localized
+    (``divergence``), and notes. Truthy when every row passed; ``raise_for_failure()`` raises on request and
+    ``rejudge()`` applies other tolerances to the stored errors without running the models again.
+
+    Example::
+
+        report = onnx_nb.check_parity(result)
+        assert report                                      # truthy when every row passed
+        report.failures                                    # the rows that did not
+        report.rejudge(atol=1e-3)                          # other tolerances, same stored errors
+        report.raise_for_failure()                         # ToleranceExceeded / ShapeMismatch
+    """
+
     model: str
     reference: str
     precision: str

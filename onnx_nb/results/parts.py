@@ -14,7 +14,13 @@ from .export import ExportResult
 @dataclass
 class PartsExport:
     """A model exported as several files (a diffusion pipeline's networks, SAM's encoder and decoder), one
-    :class:`~onnx_nb.ExportResult` each, checked at other shapes, published into one folder together."""
+    :class:`~onnx_nb.ExportResult` each, checked at other shapes, published into one folder together.
+
+    Example::
+
+        parts = onnx_nb.export(sam_model)                  # a model written as several files
+        parts.folder, list(parts.parts)                    # name -> ExportResult
+    """
 
     TITLE = "Exported"
 

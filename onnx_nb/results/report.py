@@ -27,6 +27,16 @@ class StepResult:
 
 @dataclass
 class Report:
+    """What :func:`onnx_nb.pipeline` returns: every step's result (or its error) by name, truthy when no step failed;
+    ``save_html`` writes one self-contained file (plotly inside), ``to_json`` a file for CI.
+
+    Example::
+
+        report = onnx_nb.pipeline("path/to/bert-folder")
+        report["parity"], report["quantize"]                # each step's own result
+        report.save_html("report.html"); report.to_json("report.json")
+    """
+
     model: str
     steps: list[StepResult]
 

@@ -30,7 +30,13 @@ class SamExport(PartsExport):
 class SamParity:
     """One image and its prompts through the two files chained in ONNX Runtime and through ``SamModel``: the IoU
     of each mask binarized at logit 0 (passed at ``min_iou``) and the predicted IoU scores (within
-    ``score_atol``)."""
+    ``score_atol``).
+
+    Example::
+
+        p = onnx_nb.check_sam(sam)
+        assert p, (p.mask_iou_min, p.score_max_abs_diff)
+    """
 
     mask_iou_min: float
     mask_iou_mean: float

@@ -67,6 +67,15 @@ def _shape(dims: list[Any]) -> str:
 
 @dataclass
 class ModelSummary:
+    """What :func:`onnx_nb.summary` returns: a file's inputs and outputs, opsets, producer, size, nodes, parameters,
+    the operator histogram, and parameters, MACs and FLOPs per module at the shapes given.
+
+    Example::
+
+        s = onnx_nb.summary("model.onnx", shapes={"batch": 1, "sequence": 128})
+        s.macs, s.by_module()
+    """
+
     path: Path
     ir_version: int
     opsets: dict[str, int]
@@ -145,7 +154,13 @@ class ModelSummary:
 class GraphComparison:
     """Two files node by node: each node of ``a`` and ``b`` marked same, changed (other op or inputs), fused
     (replaced by a fused operator of ``b``), quantized, added or removed; ``matched`` pairs ``a``'s node names to
-    ``b``'s; ``errors`` holds per-node error from a parity or quant_debug report when one was given or found."""
+    ``b``'s; ``errors`` holds per-node error from a parity or quant_debug report when one was given or found.
+
+    Example::
+
+        c = onnx_nb.compare("model.onnx", "model.int8.onnx")
+        c.counts(), c.fusions()
+    """
 
     a: Path
     b: Path

@@ -30,6 +30,10 @@ class Tolerance:
     ``mode="task"``: cosine similarity at least ``min_cosine`` and, for logits, argmax
     agreement at least ``min_argmax`` (for fp16 and quantized variants), a top-1 swap between two logits the
     reference itself nearly ties counted as agreeing and named in the row's note (:class:`Ranks`).
+
+    Example::
+
+        onnx_nb.check_parity(result, tolerances={"logits": onnx_nb.Tolerance(atol=1e-3, rtol=1e-2)})
     """
 
     atol: float = 1e-4

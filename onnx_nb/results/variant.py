@@ -17,6 +17,18 @@ FUSED_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "SkipLaye
 
 @dataclass
 class Variant:
+    """What :func:`onnx_nb.optimize` and :func:`onnx_nb.quantize` return: the new file (``path``), how it was made
+    (``recipe``), what changed (``nodes_before``/``nodes_after``, ``op_diff``, ``fused``, sizes) and its own parity
+    report against the fp32 reference (``parity``). Truthy when that report passed; ``session()`` runs the file the
+    way it was validated.
+
+    Example::
+
+        int8 = onnx_nb.quantize(onnx_nb.optimize(result))
+        int8.recipe, int8.op_diff, int8.parity
+        int8.session().run(None, feed)                     # as it was validated (padding skipped when chosen)
+    """
+
     name: str  # e.g. "optimized(transformer)+unpad", "int8-dynamic(per-channel)"
     path: Path
     parent: Path

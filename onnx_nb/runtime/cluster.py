@@ -42,6 +42,11 @@ class Cluster:
     ``timeout_s``: a job not done by then is cancelled and its rows fail with the reason. ``retries``: Ray's
     retries of a job whose worker or node died. ``runtime_env``: Ray's, e.g. ``{"pip": ["onnx-nb[hf]"]}``
     for nodes that lack onnx-nb.
+
+    Example::
+
+        cluster = onnx_nb.Cluster("ray://head:10001")
+        onnx_nb.benchmark([result, int8], providers=["cuda", "cpu"], cluster=cluster)
     """
 
     address: str | None = "auto"

@@ -55,7 +55,13 @@ def wanted(isolate: bool | None = None) -> bool:
 @contextlib.contextmanager
 def isolated(on: bool | None = True) -> Iterator[None]:
     """Every ONNX Runtime session opened inside the block runs in a worker process (``on=None``
-    leaves the current setting alone)."""
+    leaves the current setting alone).
+
+    Example::
+
+        with onnx_nb.isolated():
+            onnx_nb.benchmark("from_a_stranger.onnx")
+    """
     token = _ISOLATE.set(on) if on is not None else None
     try:
         yield
@@ -190,7 +196,14 @@ def main() -> None:
 class IsolatedSession:
     """An ``onnxruntime.InferenceSession`` in a worker process, with the same ``run`` /
     ``get_inputs`` / ``get_outputs`` / ``get_providers`` / ``end_profiling``; ``time`` measures
-    latency inside the worker, so the numbers carry no copying between processes."""
+    latency inside the worker, so the numbers carry no copying between processes.
+
+    Example::
+
+        session = onnx_nb.IsolatedSession("from_a_stranger.onnx")
+        outputs = session.run(None, feed)                  # a crash raises RuntimeCrashError; the kernel lives on
+        session.close()
+    """
 
     def __init__(self, path: str | Path, provider: str = "CPUExecutionProvider", **options: Any) -> None:
         self.path = Path(path)

@@ -163,7 +163,12 @@ def check_external_data(path: Path, proto: Any) -> None:
 def check_model(path: str | Path, graph: bool = True) -> Any:
     """Everything onnx-nb checks before ONNX Runtime sees a file: it exists, parses, its external data
     stays in its folder, and (``graph=True``) it is a valid ONNX graph (``onnx.checker``). Returns the
-    proto (without external data)."""
+    proto (without external data).
+
+    Example::
+
+        proto = onnx_nb.check_model("from_a_stranger.onnx")   # raises InvalidModelError / UnsafeModelError
+    """
     import onnx
 
     p = Path(path)

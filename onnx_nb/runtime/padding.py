@@ -50,7 +50,14 @@ def trimmed_buckets(feed: dict[str, np.ndarray], lengths: np.ndarray,
 
 
 class UnpaddedSession:
-    """An ORT session wrapper that runs each length bucket of a padded batch separately."""
+    """An ORT session wrapper that runs each length bucket of a padded batch separately.
+
+    Example::
+
+        fast = onnx_nb.optimize(result)                    # unpad="auto"
+        session = fast.session()                           # an UnpaddedSession when padding is skipped
+        outputs = session.run(None, feed)                  # as onnxruntime.InferenceSession.run
+    """
 
     def __init__(self, session: Any, mask_input: str = "attention_mask") -> None:
         self.session = session

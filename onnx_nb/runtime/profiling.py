@@ -58,7 +58,12 @@ class ProfileTable:
 
 
 def parse_profile(path: str | Path) -> ProfileTable:
-    """Aggregate the ``Node`` events (``*_kernel_time``) of an ORT profile file."""
+    """Aggregate the ``Node`` events (``*_kernel_time``) of an ORT profile file.
+
+    Example::
+
+        onnx_nb.parse_profile("onnxruntime_profile.json").to_pandas()
+    """
     p = Path(path)
     try:
         events = json.loads(p.read_text())

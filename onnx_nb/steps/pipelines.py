@@ -25,6 +25,11 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
     static QDQ for CNNs and dynamic for transformers; ``"dynamic"``, ``"static"`` with generated
     calibration, ``"fp16"``, ``"int4"``) or None. ``benchmark``: time the export and each variant
     against PyTorch eager on ``shapes`` (default: the sample's shape).
+
+    Example::
+
+        report = onnx_nb.pipeline("path/to/bert-folder", shapes=[{"batch": 8, "sequence": 128}])
+        report.save_html("report.html")
     """
     from .plan import Run, Settings, plan
     from .variants import autotuning  # noqa: F401 - warm the import so timings are not charged to a step

@@ -112,6 +112,12 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     ``cluster=`` (True, a Ray address or :class:`onnx_nb.Cluster`) measures every row on a Ray node instead
     (:mod:`onnx_nb.steps.benchmark.remote`); there ``providers="available"`` means the CPU provider: name the
     others (``["cuda", "cpu"]``) and the rows go to nodes that have them.
+
+    Example::
+
+        table = onnx_nb.benchmark([result, fast, int8], reference=result,
+                                  shapes=[{"batch": 1}, {"batch": 8, "sequence": 128}], threads=2)
+        table.to_pandas(), table.figure()
     """
     from ...runtime.cluster import as_cluster
     from ...runtime.files import scratch_dir

@@ -74,6 +74,12 @@ def export(
     (batch index, x1, y1, x2, y2, score, class, then mask coefficients or keypoints). A torchvision detector
     (Faster R-CNN, RetinaNet, ...) needs no sample either: one image ``images`` in, ``detections`` in that layout
     out (``masks``, ``keypoints`` beside it), height and width dynamic, the batch fixed at one.
+
+    Example::
+
+        result = onnx_nb.export("path/to/bert-folder")      # a Hugging Face folder (or hub id, or model object)
+        result = onnx_nb.export(net, torch.randn(1, 3, 224, 224), out="net.onnx")   # a plain module and its sample
+        assert result, result.check                        # falsy when the file disagrees with PyTorch
     """
     batch_note = None
     if nms is not False or _is_yolo(model):

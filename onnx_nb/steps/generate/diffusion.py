@@ -128,7 +128,13 @@ def to_diffusers(result: Any, *, provider: str = "cpu", threads: int | None = No
     """The pipeline ``onnx_nb.export(pipe)`` came from, rebuilt with ONNX Runtime in place of its text encoder,
     UNet and VAE decoder: the same class, scheduler and tokenizer, so ``pipe(prompt, generator=...)`` runs as it
     did. ``text_encoder``/``unet``/``vae_decoder``: another file for that part (a variant from ``optimize()`` or
-    ``quantize()``, or a path), e.g. an INT8 UNet."""
+    ``quantize()``, or a path), e.g. an INT8 UNet.
+
+    Example::
+
+        onnx_pipe = onnx_nb.to_diffusers(sd)
+        image = onnx_pipe("a photo of an astronaut riding a horse").images[0]
+    """
     from ...results.diffusion import DiffusionExport
     from ...runtime.providers import providers_named
 

@@ -309,7 +309,13 @@ def left_pad(prompts: Sequence[Sequence[int]], pad: int) -> tuple[np.ndarray, np
 
 @dataclass
 class GenerationResult:
-    """Tokens (and text when a tokenizer is known) generated in ONNX Runtime, with timings."""
+    """Tokens (and text when a tokenizer is known) generated in ONNX Runtime, with timings.
+
+    Example::
+
+        out = onnx_nb.generate(result, ["Hello, my dog"], max_new_tokens=20)
+        out.text, out.new_tokens, out.tokens_per_second
+    """
 
     prompts: list[list[int]]
     tokens: list[list[int]]  # the new tokens of each prompt (stopped at EOS, which is kept)

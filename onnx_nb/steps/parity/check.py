@@ -44,6 +44,13 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     record a single branch); raises only for bad input. ``cluster=`` (True, a Ray address or
     :class:`onnx_nb.Cluster`) runs the ONNX side on Ray nodes that offer each provider
     (:mod:`onnx_nb.steps.parity.remote`); the reference runs, and the rows are judged, here.
+
+    Example::
+
+        report = onnx_nb.check_parity(result)                          # an ExportResult knows its PyTorch source
+        report = onnx_nb.check_parity(model, "model.onnx", sample)     # any torch / Hugging Face model and a file
+        report = onnx_nb.check_parity("model.onnx", "model.int8.onnx")  # a variant against its fp32 parent
+        assert report, report.failures                                # falsy rows say by how much (needed_atol)
     """
     from ...runtime.cluster import as_cluster
     from ...runtime.onnxfile import load_proto

@@ -27,7 +27,14 @@ def check_diffusion(result: DiffusionExport, prompt: str | list[str] = "a photo 
     """The ONNX pipeline's image against PyTorch's for ``prompt`` with the same seed (``torch.Generator``), scheduler
     and ``steps``: PSNR in dB (pixels in [0, 1]) against ``threshold_db``, and milliseconds per image on each side
     (each pipeline runs once untimed first). ``parts``: ``text_encoder=``/``unet=``/``vae_decoder=`` another file for
-    that part (an INT8 or fp16 variant), as :func:`onnx_nb.to_diffusers` takes them."""
+    that part (an INT8 or fp16 variant), as :func:`onnx_nb.to_diffusers` takes them.
+
+    Example::
+
+        sd = onnx_nb.export(pipe, out="sd-onnx")
+        parity = onnx_nb.check_diffusion(sd, "a photo of an astronaut riding a horse", steps=4)
+        assert parity, parity.psnr_db
+    """
     import torch
 
     from ..generate.diffusion import part_times, reset_times, to_diffusers
@@ -66,7 +73,13 @@ def unet_calibration(result: DiffusionExport, prompts: str | list[str] | None = 
     """The UNet's own inputs while PyTorch's pipeline makes an image for each prompt (``steps`` calls each, with
     the classifier-free guidance batch): latents at every noise level the scheduler visits, those timesteps and the
     text encoder's states, as ``quantize(sd.parts["unet"], method="static", calibration=...)`` takes them. Noise
-    around one sample (``calibration="generated"``) never shows a UNet its late, nearly clean latents."""
+    around one sample (``calibration="generated"``) never shows a UNet its late, nearly clean latents.
+
+    Example::
+
+        int8 = onnx_nb.quantize(sd.parts["unet"], method="static", calibration=onnx_nb.unet_calibration(sd))
+        onnx_pipe = onnx_nb.to_diffusers(sd, unet=int8)
+    """
     import torch
 
     if not isinstance(result, DiffusionExport):

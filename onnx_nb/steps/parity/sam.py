@@ -25,7 +25,14 @@ def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, p
     with the same image and points. ``points``: how many per prompt (random ones inside the image, see
     :func:`sample_points`) or the coordinates themselves ([batch, point_batch, points, 2], image pixels) with
     ``labels``; ``pixel_values``: the image (default: seeded noise, ``batch`` images). Passed when every mask's
-    IoU (binarized at logit 0) is at least ``min_iou`` and the IoU scores are within ``score_atol``."""
+    IoU (binarized at logit 0) is at least ``min_iou`` and the IoU scores are within ``score_atol``.
+
+    Example::
+
+        sam = onnx_nb.export(transformers.SamModel.from_pretrained(folder), out="sam-onnx")
+        parity = onnx_nb.check_sam(sam, points=3)
+        assert parity, (parity.mask_iou_min, parity.score_max_abs_diff)
+    """
     import torch
 
     from ...runtime.providers import providers_named

@@ -151,6 +151,11 @@ def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None,
     ``cluster=`` (True, a Ray address or :class:`onnx_nb.Cluster`) builds and validates the candidates as Ray
     jobs, side by side on the nodes (INT8 and INT4 after the fused graph they start from), and times them there
     with ``benchmark(cluster=...)``; the files come back into ``out``.
+
+    Example::
+
+        tuned = onnx_nb.autotune(result, budget=0.99)
+        tuned.best, tuned.figure()
     """
     from ...runtime.cluster import as_cluster
     from ..benchmark.benchmarking import benchmark

@@ -117,7 +117,13 @@ def quant_debug(reference: Any, variant: Any, sample: Any = None, *, max_suggest
     """Per-layer SQNR of a quantized ``variant`` against the fp32 ``reference`` ONNX model (its parent by
     default), each layer measured in isolation: its quantized block runs on the fp32 model's own input
     tensor, so error inherited from earlier layers does not count against it. Layers far below the median
-    (``gap_db``) are suggested for ``exclude``; ``report.requantize()`` quantizes again without them."""
+    (``gap_db``) are suggested for ``exclude``; ``report.requantize()`` quantizes again without them.
+
+    Example::
+
+        debug = onnx_nb.quant_debug(None, int8)            # the variant's own reference
+        debug.requantize()                                 # again, without the layers it suggests
+    """
     from ...runtime.feeds import feed_for
     from ...runtime.onnxfile import load_proto
     from ..parity.localize import module_of, run_all

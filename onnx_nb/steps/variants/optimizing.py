@@ -232,6 +232,11 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     share: :mod:`onnx_nb.steps.generate.gqa`); ``"standard"`` keeps ONNX's own ops (any runtime); ``"auto"``:
     GroupQueryAttention when every validation provider is the CPU's (its fp32 kernel is CPU-only) and the model
     matches, else standard, the reason in ``recipe["attention_route"]``.
+
+    Example::
+
+        fast = onnx_nb.optimize(result)                    # attention fused, padding skipped, re-validated
+        fast.recipe["attention_route"], fast.parity
     """
     if target not in (None, "web"):
         raise InvalidArgumentError(f"target={target!r}: None (this machine's ONNX Runtime) or 'web'.")

@@ -89,6 +89,12 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     layer alone with :func:`quant_debug`, and keeps in float the few layers (at most 1 in 10) that fall
     more than 3 dB below the median layer's SQNR; the recipe records which. An Ultralytics detector's box
     decoding stays in float too (``float_rule`` in the recipe).
+
+    Example::
+
+        int8 = onnx_nb.quantize(onnx_nb.optimize(result))                  # dynamic INT8, per channel
+        qdq = onnx_nb.quantize(result, method="auto", calibration=batches) # static QDQ for a CNN
+        int4 = onnx_nb.quantize(decoder_result, method="int4")
     """
     if method not in METHODS:
         raise InvalidArgumentError(f"method={method!r}: choose one of {', '.join(METHODS)}.")
