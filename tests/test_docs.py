@@ -89,7 +89,7 @@ def test_every_public_function_and_result_has_an_example(ip: object) -> None:
     for name in public_names():
         obj = getattr(onnx_nb, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
-            continue  # an error's docstring says when it is raised; troubleshooting.md has the messages
+            continue  # an error's docstring says when it is raised; docs/bad-input.md has the messages
         doc = inspect.getdoc(obj) or ""
         if "Example::" not in doc and ">>>" not in doc:
             lacking.append(name)

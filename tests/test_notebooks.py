@@ -14,7 +14,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-# where each executed tutorial is kept for the documentation site (docs/_ext/tutorials.py renders it, and
+# where each executed tutorial is kept for the documentation site (docs/_ext/onnx_nb_docs.py renders it, and
 # executes a tutorial itself only when no copy made from the notebook's current content is here)
 EXECUTED = NOTEBOOKS.parent / "build" / "executed"
 WIDGET = "application/vnd.jupyter.widget-view+json"

@@ -54,7 +54,7 @@ class Tolerance:
         return f"atol={self.atol:g}, rtol={self.rtol:g}{scale}{cosine}"
 
 
-# Stated defaults (design.md's parity policy).
+# Stated defaults (docs/guides/parity.md, the tolerances by precision).
 POLICY: dict[str, Tolerance] = {
     "fp32": Tolerance(1e-4, 1e-3, min_cosine=0.999),
     "fp16": Tolerance(1e-2, 1e-2, "task", min_cosine=0.999, min_argmax=0.99),
