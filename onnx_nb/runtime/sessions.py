@@ -35,13 +35,14 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
     from .onnxfile import check_model, total_file_size
 
     proto = check_model(path, graph=check_graph)
+    weights = total_file_size(Path(path), proto)  # the model's bytes, its external data files included
     if map_weights is None:  # bytes of external data: every file of the model but the .onnx itself
-        map_weights = total_file_size(Path(path), proto) - Path(path).stat().st_size > MAP_WEIGHTS_ABOVE and \
+        map_weights = weights - Path(path).stat().st_size > MAP_WEIGHTS_ABOVE and \
             not any(n.op_type in PACKED_ONLY for n in proto.graph.node)
     if map_weights:
         settings["prepack"] = False
     else:
-        _check_fits(Path(path), total_file_size(Path(path), proto))
+        _check_fits(Path(path), weights)
     if provider.startswith("browser:"):  # ONNX Runtime Web in a browser page
         from .browser import BrowserSession
 
