@@ -6,7 +6,8 @@ import re
 import subprocess
 import sys
 
-HEAVY = ["torch", "transformers", "onnxruntime", "IPython", "plotly", "onnx", "pandas", "numpy"]
+HEAVY = ["torch", "transformers", "onnxruntime", "IPython", "plotly", "onnx", "pandas", "numpy", "tensorflow", "keras",
+         "sklearn", "tf2onnx", "skl2onnx"]
 
 
 def test_import_pulls_in_no_heavy_module() -> None:

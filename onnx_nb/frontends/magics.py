@@ -145,6 +145,7 @@ class OnnxMagics(Magics):
 
             fast = %onnx_optimize result
             %onnx_optimize model.onnx --level extended --no-unpad
+            phone = %onnx_optimize result --target mobile   # .ort + reduced-build operator config beside the .onnx
         """
         args = parse_argstring(self.onnx_optimize, line)
         from ..steps.variants.optimizing import optimize

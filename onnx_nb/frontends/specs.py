@@ -18,8 +18,9 @@ EXPORT: list[Spec] = [
     (("--task",), {"help": "Hugging Face task, e.g. text-classification (inferred by default)"}, "both"),
     (("--out",), {"help": "output .onnx path (default ./onnx_nb_out/<model>/model.onnx)"}, "both"),
     (("--opset",), {"type": int, "help": "ONNX opset (default 18)"}, "both"),
-    (("--exporter",), {"choices": ["auto", "dynamo", "torchscript"], "default": "auto",
-                       "help": "auto tries dynamo, then TorchScript"}, "both"),
+    (("--exporter",), {"choices": ["auto", "dynamo", "torchscript", "keras", "tf2onnx", "skl2onnx"],
+                       "default": "auto", "help": "auto tries dynamo, then TorchScript (Keras: tf2onnx, then "
+                       "Keras's own export)"}, "both"),
     (("--static",), {"action": "store_true", "help": "export fixed shapes (no dynamic axes)"}, "both"),
     (("--overwrite",), {"action": "store_true", "help": "replace an existing output file"}, "both"),
     (("--precision",), {"choices": ["int4", "int8", "fp16", "fp32"],
@@ -90,6 +91,10 @@ OPTIMIZE: list[Spec] = [
     (("--attention",), {"default": "auto", "choices": ["auto", "gqa", "standard"],
                         "help": "a decoder's attention: ONNX Runtime's GroupQueryAttention with a shared key/value "
                                 "buffer, or ONNX's standard Attention (any runtime); auto: gqa where it applies"},
+     "both"),
+    (("--target",), {"choices": ["web", "mobile"],
+                     "help": "a file for another runtime: web (ONNX Runtime Web in a browser) or mobile (ONNX "
+                             "Runtime Mobile: a .ort file and a reduced build's operator config beside the .onnx)"},
      "both"),
     (("--out",), {"help": "output .onnx path (default <model>.optimized.onnx)"}, "both"),
     (("--overwrite",), {"action": "store_true", "help": "replace an existing output"}, "both"),
@@ -218,7 +223,7 @@ def bench_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
 def optimize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"level": ns.level, "model_type": ns.model_type, "num_heads": ns.num_heads,
             "hidden_size": ns.hidden_size, "unpad": False if ns.no_unpad else "auto", "simplify": ns.simplify,
-            "attention": ns.attention, "out": ns.out, "overwrite": ns.overwrite}
+            "attention": ns.attention, "target": ns.target, "out": ns.out, "overwrite": ns.overwrite}
 
 
 def quantize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

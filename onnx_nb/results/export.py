@@ -20,7 +20,7 @@ class ModelSource:
         source.kind, source.task, source.sample.keys()
     """
 
-    kind: str  # "module", "hf-object", "hf-dir" or "hub-id"
+    kind: str  # "module", "hf-object", "hf-dir", "hub-id"; from beyond PyTorch "keras", "tensorflow", "sklearn", "onnx"
     name: str
     location: str | None = None
     task: str | None = None
@@ -32,6 +32,8 @@ class ModelSource:
     as_kwargs: bool = True
     cache_layout: Any = None  # generation.CacheLayout when the export is a decoder with its key/value cache
     load_warnings: list[str] = field(default_factory=list, repr=False, compare=False)  # the libraries', at load
+    # outputs the user saved beside the sample (an adopted file's .npz): the reference for those inputs
+    recorded: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "location": self.location,
@@ -153,7 +155,7 @@ class ExportResult:
         if "cosine" in c:  # the lean route's check: teacher-forced decode steps
             return f"{status}: {c['summary']}"
         shapes = ", ".join(f"{k} {shape_text(v)}" for k, v in c.get("shapes", {}).items())
-        return f"{status}: ORT vs PyTorch max abs diff {c.get('max_abs_diff', 0):.2e} at {shapes}"
+        return f"{status}: ORT vs {c.get('against', 'PyTorch')} max abs diff {c.get('max_abs_diff', 0):.2e} at {shapes}"
 
     def _io_rows(self) -> list[tuple[str, str, str, str]]:
         return [(io, t.name, t.dtype, shape_text(t.shape))

@@ -259,6 +259,9 @@ def measure(candidate: np.ndarray, reference: np.ndarray, name: str, mask: np.nd
             seed: int = 0) -> tuple[dict[str, float | None], Errors]:
     """Error statistics of ``candidate`` against ``reference`` (same shape)."""
     integer = not np.issubdtype(reference.dtype, np.floating)
+    if reference.dtype.kind in "OUS" or candidate.dtype.kind in "OUS":  # string labels (a classifier's): equal or not
+        candidate = (np.asarray(candidate).astype(str) != np.asarray(reference).astype(str))
+        reference = np.zeros(reference.shape, bool)
     c = candidate.astype(np.float64)
     r = reference.astype(np.float64)
     argmax, ranks = None, None

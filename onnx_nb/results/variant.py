@@ -91,6 +91,8 @@ class Variant:
                                                       "the parent file's")))
         if self.runtime.get("unpad"):
             rows.append(("runtime", "skips padding (length buckets)"))
+        if self.runtime.get("mobile"):
+            rows.append(("ONNX Runtime Mobile", mobile_text(self.runtime["mobile"])))
         return rows
 
     def __repr__(self) -> str:
@@ -121,3 +123,18 @@ class Variant:
 
     def _repr_html_(self) -> str:
         return CSS + self.html_body()
+
+
+def mobile_text(mobile: dict[str, Any]) -> str:
+    """A mobile variant's ``.ort`` file in one line: name, size, load time (against the .onnx's), operator config."""
+    load = mobile.get("load_ms")
+    onnx_load = mobile.get("onnx_load_ms")
+    loads = "does not load" if load is None else f"loads in {load:.3g} ms" + (
+        f" (the .onnx: {onnx_load:.3g} ms)" if onnx_load is not None else "")
+    count = sum(len(line.split(";")[-1].split(",")) for line in mobile.get("operators") or [])
+    config = Path(mobile.get("config_file", "")).name
+    diff = mobile.get("max_abs_vs_onnx")
+    same = "" if diff is None else "; outputs identical to the .onnx's" if diff == 0 else \
+        f"; outputs within {diff:.3g} of the .onnx's"
+    return (f"{Path(mobile.get('ort_file', '')).name}: {human_bytes(mobile.get('ort_bytes', 0))}, {loads}{same}; "
+            f"reduced build: {config} ({count} operator{'s' if count != 1 else ''})")

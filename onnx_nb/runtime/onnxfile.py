@@ -64,7 +64,30 @@ def _existing(path: str | Path) -> Path:
         raise InvalidModelError(f"{p} is a folder; pass the path of its .onnx file.")
     if p.stat().st_size == 0:
         raise InvalidModelError(f"{p} is empty (0 bytes); re-export the model.")
+    if is_ort_format(p):
+        raise InvalidModelError(
+            f"{p} is an ORT-format file for ONNX Runtime Mobile; pass the .onnx it was made from "
+            "(optimize(model, target='mobile') writes the .ort beside its .onnx).")
     return p
+
+
+ORT_FILE_ID = b"ORTM"  # the ORT format's flatbuffer file identifier, at bytes 4..8
+
+
+def is_ort_format(path: str | Path) -> bool:
+    """Whether ``path`` is an ONNX Runtime ORT-format file (``.ort``): by its suffix, or by the flatbuffer's head (a
+    small root offset, then the file identifier ``ORTM``), so a renamed one is told apart too. An ONNX protobuf
+    starts with field tags, never with such an offset (a producer name "ORTM..." at byte 4 is not enough)."""
+    p = Path(path)
+    if p.suffix.lower() == ".ort":
+        return True
+    try:
+        with open(p, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    root = int.from_bytes(head[:4], "little")
+    return head[4:8] == ORT_FILE_ID and root % 4 == 0 and 8 <= root < 1 << 16
 
 
 def _unreadable(p: Path, exc: BaseException) -> InvalidModelError:

@@ -30,6 +30,31 @@ SHORT = {v: k for k, v in reversed(ALIASES.items())}
 DEVICES = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda", "ROCMExecutionProvider": "cuda",
            "DmlExecutionProvider": "dml"}
 NOT_COMPUTE = {"AzureExecutionProvider"}
+# What a user needs to run the providers no desktop onnxruntime wheel here has: the package, the call that registers
+# the provider, and the file to give it (optimize(model, target="mobile") writes the .ort and its operator config).
+RUNTIME_STYLE = (
+    "ONNX Runtime advises the Runtime optimization style for {ep}: python -m "
+    "onnxruntime.tools.convert_onnx_models_to_ort --optimization_style Runtime <the exported .onnx> "
+    "(optimize(target='mobile') writes the Fixed style, with fusions {ep} does not take); a reduced build with it: "
+    "./build.sh {flags} --minimal_build extended --include_ops_by_config <that conversion's "
+    "required_operators.with_runtime_opt.config>")
+ELSEWHERE = {
+    "NnapiExecutionProvider": (
+        "NNAPI runs on Android (8.1 or later) only: the onnxruntime-android package (Maven) has it, registered with "
+        "SessionOptions.addNnapi() in Java/Kotlin (C/C++: OrtSessionOptionsAppendExecutionProvider_Nnapi). "
+        + RUNTIME_STYLE.format(ep="NNAPI", flags="--android --use_nnapi")),
+    "CoreMLExecutionProvider": (
+        "Core ML runs on Apple devices: on iOS the onnxruntime-objc or onnxruntime-c CocoaPods have it "
+        "(appendCoreMLExecutionProvider in Objective-C/Swift, OrtSessionOptionsAppendExecutionProvider_CoreML in "
+        "C/C++); on a Mac the onnxruntime wheel itself has it (providers=['coreml'] there). "
+        + RUNTIME_STYLE.format(ep="Core ML", flags="--ios --use_coreml")),
+    "XnnpackExecutionProvider": (
+        "XNNPACK (optimized ARM and x86 CPU kernels) is in onnxruntime-android (SessionOptions.addXnnpack(options) in "
+        "Java/Kotlin) and the onnxruntime-objc/onnxruntime-c CocoaPods, not in the desktop wheels: elsewhere build "
+        "ONNX Runtime with ./build.sh --use_xnnpack --build_wheel and pass providers=['xnnpack']; a reduced build: "
+        "add --minimal_build extended --include_ops_by_config <the mobile variant's .required_operators.config>"),
+    "DmlExecutionProvider": "DirectML runs on Windows: pip install onnxruntime-directml (in place of onnxruntime)",
+}
 
 
 @dataclass(frozen=True)
@@ -81,9 +106,10 @@ def providers_named(names: str | Any) -> list[Provider]:
         elif full in have:
             result.append(Provider(raw, full, True))
         else:
+            elsewhere = f". {ELSEWHERE[full]}" if full in ELSEWHERE else ""
             result.append(Provider(raw, full, False,
                                    f"{full} is not in this onnxruntime build; available: "
-                                   f"{', '.join(SHORT.get(h, h) for h in have)}"))
+                                   f"{', '.join(SHORT.get(h, h) for h in have)}{elsewhere}"))
     if not result:
         raise InvalidArgumentError("No execution provider given; use e.g. providers=('cpu',).")
     return result

@@ -248,6 +248,11 @@ def _reference_and_feed(reference: Any, sample: Any,
     from ..parity.references import torch_reference
 
     ref = None
+    kind = getattr(getattr(reference, "source", None), "kind", None)
+    if kind in ("keras", "tensorflow", "sklearn", "onnx"):
+        raise InvalidArgumentError(f"reference= sets PyTorch eager as the baseline row; this export's source is "
+                                   f"{'an ONNX file made elsewhere' if kind == 'onnx' else 'a ' + kind + ' model'}, "
+                                   "with no PyTorch model: leave reference out and compare the files themselves.")
     if reference is not None:
         from ..export.sources import load_source, reload_source
 

@@ -374,51 +374,10 @@ def data_dependent_failure(message: str) -> bool:
     return any(m in message for m in ("data-dependent", "GuardOnDataDependent", "DataDependentOutputException"))
 
 
-CHECK_ATOL = 1e-3
-CHECK_RTOL = 1e-3
-CHECK_MIN_COSINE = 0.999
-
-
 def check_file(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) -> dict[str, Any]:
     """Run the staged file in ONNX Runtime on ``probe`` and compare with PyTorch's outputs."""
-    from ...runtime.sessions import session as open_session
+    from .checks import check_arrays
 
-    shapes = probe.shapes()
-    try:
-        session = open_session(path)
-        feed_names = [i.name for i in session.get_inputs()]
-        feed = {n: t.numpy() for n, t in zip(probe.names, probe.tensors) if n in feed_names}
-        got = session.run(None, feed)
-    except Exception as exc:  # noqa: BLE001 - ORT's own error types vary by version
-        return {"passed": False, "shapes": shapes,
-                "error": f"{type(exc).__name__}: {first_line(exc)}"}
-    from ...results import detections
-    from ...results.tolerance import Tolerance, measure
-
-    tol = Tolerance(CHECK_ATOL, CHECK_RTOL, min_cosine=CHECK_MIN_COSINE)
-    per_output: dict[str, float] = {}
-    notes: list[str] = []
-    passed = True
+    feed = {n: t.numpy() for n, t in zip(probe.names, probe.tensors)}
     want = {n: (r.detach().float().numpy() if r.is_floating_point() else r.numpy()) for n, r in zip(names, expected)}
-    ours, want = detections.align_per_box(dict(zip(names, got)), want, "fp32", CHECK_ATOL)
-    for name in names:
-        ref_np, value = want[name], ours[name]
-        if detections.owns(name, detections.DETECTIONS in want):  # boxes matched, not row by row; masks by IoU
-            agree, error, note = detections.judge(name, value, ref_np, "fp32", CHECK_ATOL)
-            passed = passed and agree
-            per_output[name] = error or 0.0
-            notes.append(f"{name}: {note}")
-            continue
-        if ref_np.shape != value.shape:
-            passed = False
-            per_output[name] = float("inf")
-            continue
-        stats, errors = measure(value, ref_np, name)
-        per_output[name] = float(stats["max_abs"] or 0.0)
-        verdict = errors.judge(tol)  # element-wise and at the output's own scale, as check_parity judges
-        passed = passed and verdict["passed"]
-        if verdict["note"]:
-            notes.append(f"{name}: {verdict['note']}")
-    worst = max(per_output.values(), default=0.0)
-    return {"passed": passed, "shapes": shapes, "max_abs_diff": worst, "per_output": per_output,
-            "summary": f"max abs diff {worst:.3g} at {shapes}" + (f" ({'; '.join(notes)})" if notes else "")}
+    return check_arrays(path, feed, want, probe.shapes())

@@ -15,7 +15,7 @@ from ...results.export import ExportResult, ModelSource
 from ...runtime.files import check_space, check_target, default_output, disk_error, publish, staging_dir, total_size
 from .sources import build_sample
 
-EXPORTER_CHOICES = ("auto", "dynamo", "torchscript")
+EXPORTER_CHOICES = ("auto", "dynamo", "torchscript", "keras", "tf2onnx", "skl2onnx")
 DEFAULT_OPSET = 18
 EXTERNAL_DATA_BYTES = 2**31 - 2**27  # leave room for the graph itself under protobuf's 2 GB
 
@@ -104,6 +104,15 @@ def export(
     given = {"sample": sample is not None, "task": task is not None, "precision": precision is not None,
              "dynamic": dynamic is not True, "exporter": exporter != "auto", "cache": cache != "auto"}
     _check_args(exporter, opset, dynamic)
+    from .foreign import foreign_export, keras_on_torch
+
+    beyond = foreign_export(model, sample, given, out, overwrite, progress, opset, name, exporter, dynamic)
+    if beyond is not None:  # Keras / TensorFlow, scikit-learn, an .onnx file made elsewhere
+        return beyond
+    if keras_on_torch(model):  # a torch.nn.Module: the PyTorch route, with a sample from its declared inputs
+        from .keras_tf import keras_sample
+
+        sample = keras_sample(model, sample, tensors=True)
     several = parts_export(model, given, out, overwrite, progress, opset, name, export)
     if several is not None:  # a diffusion pipeline, SAM: a file per part
         return several

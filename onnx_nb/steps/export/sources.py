@@ -142,7 +142,8 @@ def load_source(model: Any, task: str | None, allow_pickle: bool = False) -> Mod
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(
             f"model is a {type(model).__name__}. Pass a torch.nn.Module, a Hugging Face model "
-            "object, the path of a local Hugging Face folder, or a hub id such as 'bert-base-uncased'."
+            "object, the path of a local Hugging Face folder, a hub id such as 'bert-base-uncased', a Keras model, "
+            "a TensorFlow SavedModel folder or tf.Module, a fitted scikit-learn estimator, or an .onnx file."
         )
     from .hf.sentence import is_sentence_transformer
     from .wrap import is_hf_model

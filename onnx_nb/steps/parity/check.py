@@ -35,7 +35,7 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
                  providers: Any = ("cpu",), atol: float | None = None, rtol: float | None = None,
                  tolerances: Mapping[str, Any] | None = None, localize: bool = True, seed: int = 0,
                  progress: bool = True, isolate: bool | None = None, probes: Any = "auto",
-                 cluster: Any = None) -> ParityReport:
+                 cluster: Any = None, against: Any = None) -> ParityReport:
     """Compare ``onnx_model`` with ``reference`` output by output, on several shapes and providers.
 
     Besides the shapes, ``probes`` (default ``"auto"``: every one that applies) runs the first shape with
@@ -45,11 +45,17 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     :class:`onnx_nb.Cluster`) runs the ONNX side on Ray nodes that offer each provider
     (:mod:`onnx_nb.steps.parity.remote`); the reference runs, and the rows are judged, here.
 
+    A Keras, TensorFlow or scikit-learn export is checked against its own framework. A file with no source
+    (``check_parity("model.onnx")`` alone, or a file adopted with ``export("model.onnx")``) is checked against a
+    reference that is not ONNX Runtime: ``against="auto"`` (ONNX's reference evaluator where it runs the file, else
+    OpenVINO), ``"evaluator"``, ``"openvino"``, or a ``.npz`` of inputs and the outputs you trust (that sample only).
+
     Example::
 
         report = onnx_nb.check_parity(result)                          # an ExportResult knows its PyTorch source
         report = onnx_nb.check_parity(model, "model.onnx", sample)     # any torch / Hugging Face model and a file
         report = onnx_nb.check_parity("model.onnx", "model.int8.onnx")  # a variant against its fp32 parent
+        report = onnx_nb.check_parity("downloaded.onnx")                # ONNX Runtime vs ONNX's reference evaluator
         assert report, report.failures                                # falsy rows say by how much (needed_atol)
     """
     from ...runtime.cluster import as_cluster
@@ -67,15 +73,22 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
         from .generation import generation_parity
 
         return generation_parity(generative[0], generative[1], providers=providers, progress=progress)
-    ref, path = reference_and_model(reference, onnx_model, sample, seed)
+    ref, path = reference_and_model(reference, onnx_model, sample, seed, against)
     proto = load_proto(path)
     precision = precision_of(proto)
     probe_names = chosen(probes, precision)
+    if ref.fixed_feed:  # saved outputs: the saved inputs only
+        from .foreign import SAVED_NOTE
+
+        shapes, probe_names = "sample", []
     candidate_obj = onnx_model if onnx_model is not None else reference
     export = export_of(candidate_obj)
-    if probes == "auto" and not type(ref.model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
+    if probes == "auto" and "left-padded" in probe_names and \
+            not type(ref.model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
         probe_names.remove("left-padded")  # left padding is how decoders batch prompts; encoders pad right
     cases, notes = _cases(ref, shapes, candidate_obj, proto, probe_names, seed)
+    if ref.fixed_feed:
+        notes.append(SAVED_NOTE)
     rows: list[Row] = []
     first_failure: tuple[dict[str, np.ndarray], str] | None = None
     divergence: DivergingNode | None = None

@@ -3,50 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ...errors import InvalidArgumentError, SampleError, first_line
 from ...runtime.feeds import export_sample, feed_for, to_numpy
-from ...runtime.shapes import contiguous
-
-
-@dataclass
-class Reference:
-    """Runs the reference on named numpy inputs; ``kind`` is ``"torch"`` or ``"onnx"``."""
-
-    kind: str
-    label: str
-    sample: dict[str, np.ndarray]
-    axes: dict[str, dict[int, str]]
-    output_names: list[str]
-    model: Any = None  # torch module, for kind == "torch"
-    flat: Any = None  # onnx_nb.steps.export.wrap.FlatModule
-    path: Path | None = None  # for kind == "onnx"
-    exporter: str | None = None  # how the ONNX model under test was exported, when known
-    session: Any = field(default=None, repr=False)
-
-    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.kind == "onnx":
-            if self.session is None:
-                from ...runtime.sessions import session
-
-                self.session = session(self.path or "", "CPUExecutionProvider")
-            wanted = {i.name for i in self.session.get_inputs()}
-            out = self.session.run(None, {k: v for k, v in feed.items() if k in wanted})
-            return dict(zip([o.name for o in self.session.get_outputs()], out))
-        import torch
-
-        from ..export.wrap import eval_mode
-
-        tensors = [torch.from_numpy(contiguous(feed[n])) for n in self.flat.input_names]
-        with eval_mode(self.model), torch.no_grad():
-            out = self.flat.flat(*tensors)
-        return {n: t.detach().float().numpy() if t.is_floating_point() else t.numpy()
-                for n, t in zip(self.output_names, out)}
+from ...runtime.shapes import contiguous  # noqa: F401 - kept for importers
+from .reference import Reference, onnx_reference
 
 
 def torch_reference(source: Any, sample: Any, label: str, exporter: str | None = None) -> Reference:
@@ -78,18 +41,19 @@ def torch_reference(source: Any, sample: Any, label: str, exporter: str | None =
                      model=source.model, flat=flat, exporter=exporter)
 
 
-def onnx_reference(path: Path, sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> Reference:
-    from ...runtime.sessions import session
-
-    sess = session(path, "CPUExecutionProvider")
-    return Reference("onnx", f"ONNX {path.name}", sample, axes, [o.name for o in sess.get_outputs()],
-                     path=path, session=sess)
-
-
-def reference_and_model(reference: Any, onnx_model: Any, sample: Any, seed: int) -> tuple[Reference, Path]:
+def reference_and_model(reference: Any, onnx_model: Any, sample: Any, seed: int,
+                        against: Any = None) -> tuple[Reference, Path]:
     """The reference to compare against and the path of the ONNX model under test."""
     from ...results.export import ExportResult
+    from .foreign import foreign_reference, independent_reference
 
+    if onnx_model is None and isinstance(reference, (str, os.PathLike)) and str(reference).endswith(".onnx"):
+        path = Path(reference)  # a file alone: ONNX Runtime against an implementation that is not ONNX Runtime
+        return independent_reference(path, against, sample, seed), path
+    if against is not None and not (isinstance(reference, ExportResult) and reference.source.kind == "onnx"
+                                    and onnx_model is None):
+        raise InvalidArgumentError("against= chooses the reference of a file checked alone (check_parity('model.onnx', "
+                                   "against=...), or an adopted file's ExportResult); here the reference is given.")
     if onnx_model is None and not hasattr(reference, "path"):
         raise InvalidArgumentError(
             "Which ONNX model should be checked? Pass it as onnx_model (a .onnx path or an ExportResult); "
@@ -97,6 +61,9 @@ def reference_and_model(reference: Any, onnx_model: Any, sample: Any, seed: int)
         )
     candidate = _path_of(onnx_model if onnx_model is not None else reference, "onnx_model")
     exporter = onnx_model.exporter if isinstance(onnx_model, ExportResult) else None
+    beyond = foreign_reference(reference, candidate, sample, seed, against)
+    if beyond is not None:  # Keras, TensorFlow, scikit-learn; an adopted file
+        return beyond, candidate
     if isinstance(reference, ExportResult):
         from ..export.sources import reload_source
 

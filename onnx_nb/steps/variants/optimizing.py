@@ -20,6 +20,7 @@ from ...results.variant import Variant
 from .variants import make, parent_of
 
 LEVELS = ("auto", "basic", "extended", "all", "transformer")
+TARGETS = (None, "web", "mobile")  # None: this machine's ONNX Runtime
 # Hugging Face model_type -> ORT transformer optimizer model_type.
 ORT_MODEL_TYPES = {"bert": "bert", "roberta": "bert", "distilbert": "bert", "xlm-roberta": "bert",
                    "camembert": "bert", "electra": "bert", "mpnet": "bert", "albert": "bert",
@@ -225,7 +226,9 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     this one: for a transformer with two attention routes (onnxscript's fusions, or a re-export with eager
     attention that ORT's quantizer turns into QAttention) each route's INT8 file is timed on the sample and the
     faster route kept (``recipe["routes_int8_ms"]``). ``target="web"``: a variant ONNX Runtime Web runs in a
-    browser (:func:`for_web`).
+    browser (:func:`for_web`); ``target="mobile"``: the ORT-format file ONNX Runtime Mobile loads (``.ort``) and the
+    reduced-operator config of a custom build beside the optimized ``.onnx`` it holds, the ``.ort`` re-checked in an
+    ORT-format session (:func:`onnx_nb.steps.variants.mobile.for_mobile`).
 
     ``attention`` (a decoder's export with its cache): ``"gqa"`` rewrites the opset-23 re-export into one ONNX
     Runtime ``GroupQueryAttention`` per layer (packed QKV, rotary inside, a key/value buffer that past and present
@@ -238,11 +241,17 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
         fast = onnx_nb.optimize(result)                    # attention fused, padding skipped, re-validated
         fast.recipe["attention_route"], fast.parity
     """
-    if target not in (None, "web"):
-        raise InvalidArgumentError(f"target={target!r}: None (this machine's ONNX Runtime) or 'web'.")
+    if target not in TARGETS:
+        raise InvalidArgumentError(f"target={target!r}: None (this machine's ONNX Runtime), 'web' (ONNX Runtime "
+                                   "Web in a browser) or 'mobile' (ONNX Runtime Mobile: a .ort file).")
     if target == "web":
         return for_web(onnx_model, reference=reference, out=out, overwrite=overwrite, validate=validate,
                        providers=providers, sample=sample)
+    if target == "mobile":
+        from .mobile import for_mobile
+
+        return for_mobile(onnx_model, reference=reference, out=out, overwrite=overwrite, validate=validate,
+                          providers=providers, sample=sample)
     if attention not in ATTENTION_CHOICES:
         raise InvalidArgumentError(f"attention={attention!r}: one of {', '.join(ATTENTION_CHOICES)}.")
     if then not in (None, "fp32", "int8"):

@@ -1,0 +1,62 @@
+"""The export's own check: the written file run in ONNX Runtime at a shape the sample did not have, compared output
+by output with what the source framework computed there (PyTorch, Keras, TensorFlow, scikit-learn or, for a file
+made elsewhere, an independent reference). Numpy only: no framework is imported here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import first_line
+
+CHECK_ATOL = 1e-3
+CHECK_RTOL = 1e-3
+CHECK_MIN_COSINE = 0.999
+
+
+def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.ndarray], shapes: dict[str, Any],
+                 against: str = "PyTorch") -> dict[str, Any]:
+    """Run the file at ``path`` in ONNX Runtime on ``feed`` and compare with ``want`` (output name -> array, in the
+    file's output order); ``against`` names who computed ``want`` in the check's text."""
+    from ...runtime.sessions import session as open_session
+
+    try:
+        session = open_session(path)
+        wanted = {i.name for i in session.get_inputs()}
+        got = session.run(None, {n: v for n, v in feed.items() if n in wanted})
+    except Exception as exc:  # noqa: BLE001 - ORT's own error types vary by version
+        return {"passed": False, "shapes": shapes, "against": against,
+                "error": f"{type(exc).__name__}: {first_line(exc)}"}
+    from ...results import detections
+    from ...results.tolerance import Tolerance, measure
+
+    names = list(want)
+    tol = Tolerance(CHECK_ATOL, CHECK_RTOL, min_cosine=CHECK_MIN_COSINE)
+    per_output: dict[str, float] = {}
+    notes: list[str] = []
+    passed = True
+    ours, want = detections.align_per_box(dict(zip(names, got)), want, "fp32", CHECK_ATOL)
+    for name in names:
+        ref_np, value = want[name], ours[name]
+        if detections.owns(name, detections.DETECTIONS in want):  # boxes matched, not row by row; masks by IoU
+            agree, error, note = detections.judge(name, value, ref_np, "fp32", CHECK_ATOL)
+            passed = passed and agree
+            per_output[name] = error or 0.0
+            notes.append(f"{name}: {note}")
+            continue
+        if ref_np.shape != value.shape:
+            passed = False
+            per_output[name] = float("inf")
+            notes.append(f"{name}: ONNX Runtime gives shape {list(value.shape)}, {against} {list(ref_np.shape)}")
+            continue
+        stats, errors = measure(value, ref_np, name)
+        per_output[name] = float(stats["max_abs"] or 0.0)
+        verdict = errors.judge(tol)  # element-wise and at the output's own scale, as check_parity judges
+        passed = passed and verdict["passed"]
+        if verdict["note"]:
+            notes.append(f"{name}: {verdict['note']}")
+    worst = max(per_output.values(), default=0.0)
+    return {"passed": passed, "shapes": shapes, "max_abs_diff": worst, "per_output": per_output, "against": against,
+            "summary": f"max abs diff {worst:.3g} at {shapes}" + (f" ({'; '.join(notes)})" if notes else "")}

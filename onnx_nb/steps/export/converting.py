@@ -1,0 +1,113 @@
+"""What the routes of :mod:`.foreign` share: converting with each converter in turn into a staging folder, the
+check in ONNX Runtime at other sizes, and the :class:`~onnx_nb.ExportResult`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import ExportError, UnsupportedOperatorError, first_line
+from ...results.export import ExportResult, ModelSource
+
+TF2ONNX_MAX_OPSET = 18  # tf2onnx 1.17 knows IR versions up to opset 18
+WHAT = {"keras": "a Keras model", "tensorflow": "a TensorFlow model", "sklearn": "a scikit-learn model",
+        "onnx": "an ONNX file made elsewhere"}
+
+
+def grown(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]], seed: int = 1,
+          vocab: int | None = None) -> dict[str, np.ndarray]:
+    """Inputs at other sizes along every axis in ``axes`` (batch 3, image sides +16, sequences +5): fresh values
+    drawn like the sample's (integers within the sample's range, floats from a normal distribution scaled to it)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, value in feed.items():
+        shape = list(value.shape)
+        for axis, axis_name in axes.get(name, {}).items():
+            shape[axis] = 3 if axis_name == "batch" else shape[axis] + (16 if axis_name in ("height", "width")
+                                                                         else 5)
+        if value.dtype.kind in "iu":
+            high = int(vocab or value.max() + 1 if value.size else 2)
+            out[name] = rng.integers(int(value.min()) if value.size else 0, max(high, 1), shape).astype(value.dtype)
+        elif value.dtype.kind == "f":
+            scale = float(value.std()) if value.size > 1 and value.std() > 0 else 1.0
+            out[name] = (rng.standard_normal(shape) * scale + float(value.mean() if value.size else 0)).astype(
+                value.dtype)
+        else:
+            out[name] = np.resize(value, shape)
+    return out
+
+
+def shapes_of(feed: dict[str, np.ndarray]) -> dict[str, list[int]]:
+    return {k: list(v.shape) for k, v in feed.items()}
+
+
+def convert_checked(kind: str, target: Path, order: list[str], convert: Callable[[str, Path], None],
+                    axes: dict[str, dict[int, str]], probe: dict[str, np.ndarray],
+                    want: Callable[[dict[str, np.ndarray], list[str]], dict[str, np.ndarray]],
+                    source: ModelSource, against: str, steps: Any, warnings_seen: list[str],
+                    fixed: list[Any], dynamic: bool) -> ExportResult:
+    """Convert with each exporter in ``order`` into a staging folder until one gives a file that ONNX Runtime runs
+    like the source framework at ``probe`` (``want(probe, output names)``), then publish it at ``target``.
+    ``convert(name, staged)`` writes the file; an :class:`UnsupportedOperatorError` stops at once (no other
+    converter knows the operator either)."""
+    from ...runtime import onnxfile
+    from ...runtime.files import disk_error, publish, staging_dir
+    from .checks import check_arrays
+
+    attempts: dict[str, str] = {}
+    started = time.perf_counter()
+    for i, name in enumerate(order):
+        if i:
+            steps.add(2)
+        steps.step(f"converting with {name}")
+        with staging_dir(target) as tmp:
+            staged = tmp / target.name
+            try:
+                convert(name, staged)
+            except (KeyboardInterrupt, MemoryError, UnsupportedOperatorError):
+                raise
+            except Exception as exc:
+                full = disk_error(exc, target.parent)
+                if full is not None:
+                    raise full from exc
+                attempts[name] = f"{type(exc).__name__}: {first_line(exc, 300)}"
+                steps.step(f"{name} failed")
+                continue
+            proto = onnxfile.load_proto(staged)
+            outputs = [o.name for o in proto.graph.output]
+            onnxfile.name_dims(proto, {**axes, **{o: {0: "batch"} for o in outputs if dynamic}})
+            import onnx
+
+            onnx.save(proto, str(staged))
+            steps.step("checking in ONNX Runtime")
+            check = check_arrays(staged, probe, want(probe, outputs), shapes_of(probe), against)
+            if not check["passed"] and name != order[-1]:
+                attempts[name] = f"its graph did not match {against}: {check.get('error') or check['summary']}"
+                continue
+            steps.step("saving")
+            files = publish(staged, target)
+            if not check["passed"]:
+                warnings_seen.append(f"ONNX Runtime does not match {against}: {check.get('error') or check['summary']}")
+            return foreign_result(target, files, name, attempts, time.perf_counter() - started, warnings_seen,
+                                  source, check, fixed, dynamic)
+    listing = "; ".join(f"{k}: {v}" for k, v in attempts.items())
+    raise ExportError(f"Every converter failed for {WHAT[kind]}: {listing}.", attempts)
+
+
+def foreign_result(target: Path, files: list[Path], exporter: str, attempts: dict[str, str], seconds: float,
+                   warnings_seen: list[str], source: ModelSource, check: dict[str, Any], fixed: list[Any],
+                   dynamic: bool, unverified: list[str] | None = None) -> ExportResult:
+    from ...runtime import onnxfile
+    from ...runtime.files import total_size
+
+    proto = onnxfile.load_proto(target)
+    ins, outs = onnxfile.signature(proto)
+    return ExportResult(
+        path=target, exporter=exporter, fallback_reason=attempts, opset=onnxfile.opset(proto), inputs=ins,
+        outputs=outs, op_histogram=onnxfile.op_histogram(proto), parameters=onnxfile.parameter_count(proto),
+        file_size=total_size(files), files=files, export_seconds=seconds, warnings=warnings_seen, source=source,
+        check=check, fixed_axes=fixed, dynamic=dynamic, unverified=list(unverified or []))
