@@ -4,12 +4,12 @@
   pipeline (StandardScaler + GradientBoostingClassifier) each exported in one call, then checked at a second batch
   size against their own framework (MobileNetV2's image size is fixed in its Keras model);
 - a "downloaded" file: the same MobileNetV2 converted by tf2onnx outside onnx-nb, handed over with the inputs and
-  outputs its author saved (io.npz), adopted with ``export(path, sample="io.npz")``, quantized with
-  ``quantize(method="auto")`` of its ``optimize()``d file (the graph decides the method) and checked against the file as it came; then the fp32 file and the
-  INT8 file timed in one ``onnx_nb.benchmark`` run (plain sessions, shuffled order per round, untimed runs first) at
-  batch 1 and 8.
+  outputs its author saved (io.npz), adopted with ``export(path, sample="io.npz")``, optimized, quantized with
+  ``quantize(method="auto")`` (the graph decides the method) and checked against the file as it came; then the
+  fp32 file, the optimized one and the INT8 file timed in one ``onnx_nb.benchmark`` run (plain sessions, shuffled
+  order per round, untimed runs first) at batch 1 and 8.
 
-    .venv/bin/python benchmarks/foreign.py [--threads 2] [--side 96]
+    .venv/bin/python benchmarks/foreign.py [--threads 2] [--side 96]   # --side 224: the measured table in docs/performance.md
 
 Prints export seconds, parity verdicts and worst differences, the p50 latencies, the INT8/fp32 ratio, which row the
 table calls best, and the load average.

@@ -118,6 +118,7 @@ def test_an_ort_file_where_an_onnx_is_needed(cnn: onnx_nb.ExportResult, phone: o
     shutil.copyfile(ort_file, renamed)
     calls: list[Any] = [
         lambda p: onnx_nb.check_parity(cnn, p, progress=False),
+        lambda p: onnx_nb.check_parity(p, progress=False),  # a file checked alone
         lambda p: onnx_nb.quantize(p, out=tmp_path / "q.onnx"),
         lambda p: onnx_nb.optimize(p, out=tmp_path / "o.onnx"),
         lambda p: onnx_nb.benchmark(p, providers="cpu", runs=2, progress=False),

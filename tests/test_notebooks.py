@@ -77,7 +77,7 @@ def test_all_tutorials_are_tested() -> None:
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
         ["01_quickstart.ipynb", "02_huggingface_tasks.ipynb", "03_debugging_parity.ipynb",
          "04_quantization_autotune.ipynb", "05_providers_latency.ipynb", "06_generation.ipynb",
-         "07_browser.ipynb", "08_diffusion.ipynb", "09_yolo.ipynb"])
+         "07_browser.ipynb", "08_diffusion.ipynb", "09_yolo.ipynb", "10_beyond_pytorch.ipynb"])
 
 
 @pytest.mark.lower_bounds
@@ -228,3 +228,42 @@ def test_yolo_tutorial(tmp_path: Path) -> None:
     assert "int8-static" in latency and "PyTorch eager" in latency
     noise = [line for c in cells for line in text(c).splitlines() if "Expected bias" in line]  # the quantizer's
     assert not noise, noise
+
+
+def test_beyond_pytorch_tutorial(tmp_path: Path) -> None:
+    for module in ("tensorflow", "keras", "tf2onnx", "sklearn", "skl2onnx"):  # onnx-nb[tensorflow,sklearn]
+        pytest.importorskip(module)
+    cells = execute("10_beyond_pytorch.ipynb", tmp_path)
+    cnn = text(by_source(cells, "keras.utils.set_random_seed(0)"))
+    assert "tiny_cnn [keras]" in cnn and re.search(r"exporter\s+tf2onnx", cnn) and "verified" in cnn
+    assert "passed: ORT vs Keras (tensorflow)" in cnn and "[batch, height, width, 3]" in cnn
+    parity = text(by_source(cells, "onnx_nb.check_parity(result"))
+    assert "Parity PASSED" in parity and "vs Keras tiny_cnn" in parity and "batch=4, height=96, width=80" in parity
+    lstm = text(by_source(cells, "keras.utils.set_random_seed(1)"))
+    assert "text_classifier [keras]" in lstm and "verified" in lstm and "[batch, sequence]" in lstm
+    tabular = text(by_source(cells, "from sklearn.datasets"))
+    assert "Pipeline [sklearn]" in tabular and re.search(r"exporter\s+skl2onnx", tabular) and "verified" in tabular
+    assert re.search(r"output\s+label\s+int64\s+\[batch\]", tabular), tabular
+    assert re.search(r"output\s+probabilities\s+float32\s+\[batch, 3\]", tabular), tabular
+    assert "ZipMap" not in tabular
+    shown = text(by_source(cells, "import onnxruntime as ort"))
+    labels = re.search(r"label\s+(\[[\d ]+\])\s+scikit-learn: (\[[\d ]+\])", shown)
+    assert labels and labels[1] == labels[2] and "float32 [4, 3]" in shown, shown
+    tabular_parity = text(by_source(cells, "onnx_nb.check_parity(tabular"))
+    assert "Parity PASSED" in tabular_parity and "vs scikit-learn Pipeline" in tabular_parity
+    assert "batch=1" in tabular_parity, "checked at other batch sizes than the sample's 20 rows"
+    adopted = text(by_source(cells, "adopted = onnx_nb.export"))
+    assert "['io.npz', 'model.onnx']" in adopted, "adopted in place: nothing copied"
+    assert re.search(r"exporter\s+adopted", adopted) and "passed: ORT vs ONNX reference evaluator" in adopted
+    assert "verified" in adopted
+    alone = text(by_source(cells, 'onnx_nb.check_parity(vendor / "model.onnx")'))
+    assert "Parity PASSED" in alone and "vs ONNX reference evaluator on model.onnx" in alone
+    saved = text(by_source(cells, 'onnx_nb.check_parity(vendor / "model.onnx", against='))
+    assert "Parity PASSED" in saved and "the outputs saved beside the sample" in saved
+    int8 = text(by_source(cells, "int8 = onnx_nb.quantize"))
+    assert "int8-static(QDQ)" in int8 and "Parity PASSED" in int8 and "vs ONNX model.onnx" in int8
+    mobile = text(by_source(cells, "mobile = onnx_nb.optimize"))
+    assert "model.mobile.ort" in mobile and "cpu:ort-format" in mobile and "Parity PASSED" in mobile
+    noise = [line for c in cells for line in text(c).splitlines()
+             if "oneDNN" in line or "absl::" in line or ("tf2onnx" in line.lower() and "WARNING" in line)]
+    assert not noise, noise  # TensorFlow's and tf2onnx's log lines stay out of the cells

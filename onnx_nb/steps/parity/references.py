@@ -47,7 +47,7 @@ def reference_and_model(reference: Any, onnx_model: Any, sample: Any, seed: int,
     from ...results.export import ExportResult
     from .foreign import foreign_reference, independent_reference
 
-    if onnx_model is None and isinstance(reference, (str, os.PathLike)) and str(reference).endswith(".onnx"):
+    if onnx_model is None and isinstance(reference, (str, os.PathLike)) and str(reference).endswith((".onnx", ".ort")):
         path = Path(reference)  # a file alone: ONNX Runtime against an implementation that is not ONNX Runtime
         return independent_reference(path, against, sample, seed), path
     if against is not None and not (isinstance(reference, ExportResult) and reference.source.kind == "onnx"
