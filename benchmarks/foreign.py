@@ -9,7 +9,7 @@
   fp32 file, the optimized one and the INT8 file timed in one ``onnx_nb.benchmark`` run (plain sessions, shuffled
   order per round, untimed runs first) at batch 1 and 8.
 
-    .venv/bin/python benchmarks/foreign.py [--threads 2] [--side 96]   # --side 224: the measured table in docs/performance.md
+    .venv/bin/python benchmarks/foreign.py [--threads 2] [--side 96]   # --side 224: docs/performance.md
 
 Prints export seconds, parity verdicts and worst differences, the p50 latencies, the INT8/fp32 ratio, which row the
 table calls best, and the load average.

@@ -55,7 +55,8 @@ def test_tutorials_only_import_what_binder_installs() -> None:
     allowed = {"os", "tempfile", "numpy", "torch", "transformers", "onnx", "onnx_nb", "pandas", "sys", "pathlib",
                "json", "string",
                "diffusers", "PIL",  # onnx-nb[all] has the diffusion extra: diffusers, and pillow with it
-               "shutil", "ultralytics", "onnxruntime"}  # and the vision extra (onnxruntime: a dependency)
+               "shutil", "ultralytics", "onnxruntime",  # and the vision extra (onnxruntime: a dependency)
+               "keras", "tensorflow", "tf2onnx", "sklearn"}  # and the tensorflow and sklearn extras
     for nb in (ROOT / "notebooks").glob("*.ipynb"):
         for cell in json.loads(nb.read_text())["cells"]:
             if cell["cell_type"] != "code":
