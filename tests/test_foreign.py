@@ -316,3 +316,14 @@ def test_bad_files_and_references(downloaded: Path, tmp_path: Path) -> None:
     pytest.importorskip("openvino")
     report = onnx_nb.check_parity(fused.path, progress=False)
     assert report and report.reference.startswith("OpenVINO")
+
+
+def test_the_whole_pipeline_takes_a_scikit_learn_model_and_an_adopted_file(data: tuple, downloaded: Path,
+                                                                            tmp_path: Path) -> None:
+    """No PyTorch model, so the latency step has no eager row (it used to be asked for one and fail)."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = data
+    for model, sample, out in ((LogisticRegression().fit(x, y), x[:8], tmp_path / "lr.onnx"), (downloaded, None, None)):
+        report = onnx_nb.pipeline(model, sample, out=out, min_seconds=0.1, overwrite=True, progress=False)
+        assert report, repr(report)

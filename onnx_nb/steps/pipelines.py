@@ -23,15 +23,21 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
 
     ``quantize``: a :func:`onnx_nb.quantize` method (``"auto"``: the INT8 method that serves the family,
     static QDQ for CNNs and dynamic for transformers; ``"dynamic"``, ``"static"`` with generated
-    calibration, ``"fp16"``, ``"int4"``) or None. ``benchmark``: time the export and each variant
-    against PyTorch eager on ``shapes`` (default: the sample's shape).
+    calibration, ``"fp16"``, ``"int4"``) or None; ``"auto"`` for a scikit-learn model means None (its file holds
+    trees and linear models in ``ai.onnx.ml``, nothing INT8 applies to). ``benchmark``: time the export and each
+    variant against PyTorch eager on ``shapes`` (default: the sample's shape; no eager row for a model from beyond
+    PyTorch or a file made elsewhere).
 
     Example::
 
         report = onnx_nb.pipeline("path/to/bert-folder", shapes=[{"batch": 8, "sequence": 128}])
         report.save_html("report.html")
     """
+    from .export.foreign import kind_of
     from .plan import Run, Settings, plan
+
+    if quantize == "auto" and kind_of(model) == "sklearn":
+        quantize = None
     from .variants import autotuning  # noqa: F401 - warm the import so timings are not charged to a step
 
     run = Run(model, Settings(sample=sample, task=task, optimize=optimize, quantize=quantize, benchmark=benchmark,

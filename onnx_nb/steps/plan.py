@@ -93,8 +93,10 @@ def _latency(_model: Any, s: Settings, done: dict[str, Any]) -> Any:
 
     models = {"export (fp32)": done["export"]}
     models.update({done[k].name: done[k] for k in ("optimize", "quantize") if done.get(k) is not None})
-    return benchmark(models, providers=s.providers, reference=done["export"], shapes=s.shapes, threads=s.threads,
-                     min_seconds=s.min_seconds, progress=False)
+    export = done["export"]
+    from_torch = getattr(export.source, "kind", None) not in ("keras", "tensorflow", "sklearn", "onnx")
+    return benchmark(models, providers=s.providers, reference=export if from_torch else None, shapes=s.shapes,
+                     threads=s.threads, min_seconds=s.min_seconds, progress=False)  # PyTorch eager, when there is one
 
 
 def plan(s: Settings) -> list[Step]:
