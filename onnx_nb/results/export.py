@@ -9,6 +9,8 @@ from typing import Any
 from ..render import CSS, esc, folded, html_table, human_bytes, human_count, peak_text, shape_text, text_table
 from ..runtime.onnxfile import TensorInfo
 
+FOREIGN_KINDS = ("keras", "tensorflow", "sklearn", "onnx")  # sources with no PyTorch model behind them
+
 
 @dataclass
 class ModelSource:
@@ -34,6 +36,11 @@ class ModelSource:
     load_warnings: list[str] = field(default_factory=list, repr=False, compare=False)  # the libraries', at load
     # outputs the user saved beside the sample (an adopted file's .npz): the reference for those inputs
     recorded: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def has_torch_model(self) -> bool:
+        """False for a Keras, TensorFlow or scikit-learn model and a file made elsewhere: no PyTorch eager to run."""
+        return self.kind not in FOREIGN_KINDS
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "location": self.location,

@@ -94,9 +94,10 @@ def _latency(_model: Any, s: Settings, done: dict[str, Any]) -> Any:
     models = {"export (fp32)": done["export"]}
     models.update({done[k].name: done[k] for k in ("optimize", "quantize") if done.get(k) is not None})
     export = done["export"]
-    from_torch = getattr(export.source, "kind", None) not in ("keras", "tensorflow", "sklearn", "onnx")
-    return benchmark(models, providers=s.providers, reference=export if from_torch else None, shapes=s.shapes,
-                     threads=s.threads, min_seconds=s.min_seconds, progress=False)  # PyTorch eager, when there is one
+    source = getattr(export, "source", None)  # a diffusion or SAM export has its parts' sources
+    eager = source is None or source.has_torch_model  # PyTorch eager as the baseline, when there is one
+    return benchmark(models, providers=s.providers, reference=export if eager else None, shapes=s.shapes,
+                     threads=s.threads, min_seconds=s.min_seconds, progress=False)
 
 
 def plan(s: Settings) -> list[Step]:

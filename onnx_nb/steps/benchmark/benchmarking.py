@@ -248,8 +248,9 @@ def _reference_and_feed(reference: Any, sample: Any,
     from ..parity.references import torch_reference
 
     ref = None
-    kind = getattr(getattr(reference, "source", None), "kind", None)
-    if kind in ("keras", "tensorflow", "sklearn", "onnx"):
+    source = getattr(reference, "source", None)
+    if source is not None and not source.has_torch_model:
+        kind = source.kind
         raise InvalidArgumentError(f"reference= sets PyTorch eager as the baseline row; this export's source is "
                                    f"{'an ONNX file made elsewhere' if kind == 'onnx' else 'a ' + kind + ' model'}, "
                                    "with no PyTorch model: leave reference out and compare the files themselves.")

@@ -17,7 +17,7 @@ from ...results.parity import DivergingNode, ParityReport, Row
 from ...results.tolerance import measure, precision_of, tolerance_for
 from ...runtime.isolation import honours_isolate
 from ...runtime.shapes import axis_sizes, cast_feed, label, make_feed, right_padded, shape_specs, static_conflict
-from .references import Reference
+from .reference import Reference
 
 _ORT_NODE = re.compile(r"running (?P<op>\w+) node\. Name:'(?P<name>[^']+)'")
 

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError, OnnxNbError
+from ...results.export import FOREIGN_KINDS
 from .reference import Reference, onnx_reference
 
-NATIVE = ("keras", "tensorflow", "sklearn")
+NATIVE = tuple(k for k in FOREIGN_KINDS if k != "onnx")  # run by their own framework
 SAVED_NOTE = ("The reference is the outputs saved beside the sample: they hold for the saved inputs only, so only "
               "the sample's shape is checked and no probe runs.")
 
@@ -97,7 +98,7 @@ def independent_reference(path: Path, against: Any, sample: Any, seed: int,
 def object_kind(reference: Any) -> str | None:
     """``keras``, ``tensorflow`` or ``sklearn`` for a model object (or SavedModel folder / .keras file) passed as the
     reference; None otherwise."""
-    if not any(m in sys.modules for m in ("keras", "tensorflow", "sklearn")) and not isinstance(
+    if not any(m in sys.modules for m in NATIVE) and not isinstance(
             reference, (str, os.PathLike)):
         return None
     from ..export.foreign import keras_on_torch, kind_of

@@ -23,7 +23,7 @@ from ...results.parity import DivergingNode
 from ...results.tolerance import Tolerance, measure, tolerance_for
 from ...runtime.files import scratch_dir
 from ...runtime.shapes import contiguous
-from .references import Reference
+from .reference import Reference
 
 WRAPPER_PREFIXES = ("inner.model.", "inner.model")
 

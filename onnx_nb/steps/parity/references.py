@@ -8,7 +8,6 @@ from typing import Any
 
 from ...errors import InvalidArgumentError, SampleError, first_line
 from ...runtime.feeds import export_sample, feed_for, to_numpy
-from ...runtime.shapes import contiguous  # noqa: F401 - kept for importers
 from .reference import Reference, onnx_reference
 
 

@@ -212,7 +212,7 @@ def ort_format_rows(variant: Variant, sess: Any, sample: Any = None) -> tuple[li
     from ...runtime.onnxfile import load_proto
     from ..parity.check import _cases, _run_case
     from ..parity.probes import chosen
-    from ..parity.references import Reference
+    from ..parity.reference import Reference
 
     feed, axes = feed_for(variant.path, variant, sample)
     plain = _onnx_session(variant.path, as_converted=True)
