@@ -116,7 +116,9 @@ def read_saved(sample: Any, inputs: list[str], outputs: list[str]) -> tuple[dict
     if not hasattr(sample, "keys"):
         raise SampleError(f"Pass the sample as a dict of input name -> array (it is a {type(sample).__name__}): an "
                           "ONNX file's inputs are named.")
-    given = {k: np.asarray(v.detach().numpy() if hasattr(v, "detach") else v) for k, v in sample.items()}
+    from .feeds import to_numpy
+
+    given = to_numpy(sample)
     unknown = sorted(set(given) - set(inputs) - set(outputs))
     missing = [n for n in inputs if n not in given]
     if unknown or missing:

@@ -28,8 +28,9 @@ def adopt(path: Path, sample: Any, out: Any, overwrite: bool, name: str | None) 
     started = time.perf_counter()
     proto = onnxfile.check_model(path)
     ins, outs = onnxfile.signature(proto)
-    feed, recorded = read_saved(sample, [i.name for i in ins], [o.name for o in outs])
-    # the first dynamic axis is the batch whatever the file calls it (tf2onnx writes unk__398): shapes={"batch": 8}
+    order = [o.name for o in outs]
+    feed, recorded = read_saved(sample, [i.name for i in ins], order)
+    # a dynamic axis 0 is the batch whatever the file calls it (tf2onnx writes unk__398): shapes={"batch": 8}
     axes = {i.name: {a: "batch" if a == 0 else n for a, n in i.dynamic_dims.items()} for i in ins if i.dynamic_dims}
     if feed is None:
         feed, _ = graph_sample(path, 0)
@@ -41,25 +42,25 @@ def adopt(path: Path, sample: Any, out: Any, overwrite: bool, name: str | None) 
                          input_axes=axes, as_kwargs=False, recorded=recorded)
     unverified: list[str] = []
     if recorded:
-        check = _check(path, feed, recorded, RECORDED)
+        check = _check(path, feed, recorded, RECORDED, order)
     else:
         label, runner, why = independent_runner(path)
         if runner is None:
             check, unverified = {"passed": True, "skipped": True}, [NO_REFERENCE.format(why=why)]
         else:
             probe = grown(feed, {k: {a: n for a, n in v.items() if a == 0} for k, v in axes.items()})  # batch 3
-            check = _check(path, probe, runner(probe), label or "")
+            check = _check(path, probe, runner(probe), label or "", order)
     warnings = [] if check.get("passed", True) else [
         f"ONNX Runtime does not compute this file as {check['against']} does: {check.get('error') or check['summary']}"]
     return foreign_result(path, files, "adopted", {}, time.perf_counter() - started, warnings, source, check, [],
                           bool(axes), unverified)
 
 
-def _check(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.ndarray], against: str) -> dict[str, Any]:
-    from ...runtime.onnxfile import load_proto
+def _check(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.ndarray], against: str,
+           order: list[str]) -> dict[str, Any]:
+    """ONNX Runtime on ``feed`` against ``want``, in the file's output order ``order``."""
     from .checks import check_arrays
 
-    order = [o.name for o in load_proto(path).graph.output]
     return check_arrays(path, feed, {n: want[n] for n in order if n in want}, shapes_of(feed), against)
 
 

@@ -32,14 +32,14 @@ _UNSUPPORTED = re.compile(r"Tensorflow op \[(?P<node>[^:\]]+): (?P<op>[^\]]+)\] 
 IMAGE_SIDE, SEQUENCE = 32, 8  # the sizes of open axes in a sample onnx-nb makes
 
 
-def _tensorflow() -> Any:
+def import_tensorflow() -> Any:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up lines stay off the cell
     import tensorflow as tf
 
     return tf
 
 
-def _keras_model(model: Any) -> Any:
+def load_keras(model: Any) -> Any:
     if isinstance(model, (str, os.PathLike)):
         import keras
 
@@ -142,18 +142,19 @@ def _tf2onnx_watch(collected: list[str], unsupported: list[tuple[str, str]]) -> 
     """tf2onnx's log lines and the warnings of TensorFlow and Keras go to ``collected`` (the result's warnings);
     the operators tf2onnx could not translate (it logs them and goes on) to ``unsupported``."""
 
-    class Watch(logging.Handler):
+    from .sources import LogCollector
+
+    class Watch(LogCollector):
         def emit(self, record: logging.LogRecord) -> None:
-            text = record.getMessage()
-            found = _UNSUPPORTED.search(text)
+            found = _UNSUPPORTED.search(record.getMessage())
             if found:
                 unsupported.append((found["node"], found["op"]))
-            elif record.levelno >= logging.WARNING and text.strip() and text.strip()[:300] not in collected:
-                collected.append(text.strip()[:300])
+            else:
+                super().emit(record)
 
     logger = logging.getLogger("tf2onnx")
     saved = logger.handlers[:], logger.propagate, logger.level
-    logger.handlers, logger.propagate = [Watch()], False
+    logger.handlers, logger.propagate = [Watch(collected)], False
     logger.setLevel(logging.WARNING)
     try:
         with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()), \
@@ -200,12 +201,12 @@ def export_tensorflow(model: Any, kind: str, sample: Any, out: Any, overwrite: b
     warnings_seen: list[str] = []
     with Steps(4, "export", progress) as steps:
         steps.step("loading the model")
-        tf = _tensorflow()
+        tf = import_tensorflow()
         route: Any
         if kind == "keras":
-            route = _KerasRoute(_keras_model(model), sample, dynamic, tf)
+            route = KerasRoute(load_keras(model), sample, dynamic, tf)
         else:
-            route = _SignatureRoute(model, sample, dynamic, tf)
+            route = SignatureRoute(model, sample, dynamic, tf)
         order = list(route.order) if exporter == "auto" else [exporter]
         source = ModelSource(kind, label, location=str(model) if isinstance(model, (str, os.PathLike)) else None,
                              model_type=route.model_type, model=route.model, sample=route.feed,
@@ -224,7 +225,7 @@ def export_tensorflow(model: Any, kind: str, sample: Any, out: Any, overwrite: b
                                route.against, steps, warnings_seen, route.fixed(), dynamic)
 
 
-class _KerasRoute:
+class KerasRoute:
     def __init__(self, model: Any, sample: Any, dynamic: bool, tf: Any) -> None:
         import keras
 
@@ -282,7 +283,7 @@ class _KerasRoute:
         return [FixedAxis(n, a, size, "fixed in the Keras model's input shape") for n, a, size in static]
 
 
-class _SignatureRoute:
+class SignatureRoute:
     """A SavedModel folder (its serving signature) or a ``tf.Module`` whose ``__call__`` is a ``tf.function``."""
 
     order = ("tf2onnx",)

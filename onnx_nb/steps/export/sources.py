@@ -17,7 +17,9 @@ from ...results.export import ModelSource
 LOG_NOISE = ("pre-processing before quantization",)
 
 
-class _Collect(logging.Handler):
+class LogCollector(logging.Handler):
+    """Library log lines of WARNING and above into ``collected`` (once each, 300 characters at most)."""
+
     def __init__(self, collected: list[str]) -> None:
         super().__init__(logging.WARNING)
         self.collected = collected
@@ -34,7 +36,7 @@ def library_logs(collected: list[str]) -> Iterator[None]:
     go to ``collected``, the result's warnings, instead of the terminal or the cell: a handler on the root logger
     also stops ``logging.warning()`` from installing its own stderr handler."""
     root = logging.getLogger()
-    handler = _Collect(collected)
+    handler = LogCollector(collected)
     root.addHandler(handler)
     try:
         yield
@@ -55,7 +57,7 @@ def quiet_loading(collected: list[str], local: bool) -> Iterator[None]:
     logger = hf_logging.get_logger()
     saved = logger.handlers[:], logger.propagate
     bars = hf_logging.is_progress_bar_enabled()
-    logger.handlers, logger.propagate = [_Collect(collected)], False
+    logger.handlers, logger.propagate = [LogCollector(collected)], False
     if local:
         hf_logging.disable_progress_bar()
     try:

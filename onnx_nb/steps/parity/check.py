@@ -60,7 +60,6 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     """
     from ...runtime.cluster import as_cluster
     from ...runtime.onnxfile import load_proto
-    from .probes import chosen
     from .references import reference_and_model
 
     on = as_cluster(cluster)
@@ -76,18 +75,15 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     ref, path = reference_and_model(reference, onnx_model, sample, seed, against)
     proto = load_proto(path)
     precision = precision_of(proto)
-    probe_names = chosen(probes, precision)
+    probe_names = probes_for(probes, precision, ref.model)
     if ref.fixed_feed:  # saved outputs: the saved inputs only
-        from .foreign import SAVED_NOTE
-
         shapes, probe_names = "sample", []
     candidate_obj = onnx_model if onnx_model is not None else reference
     export = export_of(candidate_obj)
-    if probes == "auto" and "left-padded" in probe_names and \
-            not type(ref.model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
-        probe_names.remove("left-padded")  # left padding is how decoders batch prompts; encoders pad right
-    cases, notes = _cases(ref, shapes, candidate_obj, proto, probe_names, seed)
+    cases, notes = make_cases(ref, shapes, candidate_obj, proto, probe_names, seed)
     if ref.fixed_feed:
+        from .foreign import SAVED_NOTE
+
         notes.append(SAVED_NOTE)
     rows: list[Row] = []
     first_failure: tuple[dict[str, np.ndarray], str] | None = None
@@ -116,7 +112,7 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
                 notes.append("Padded token positions (attention_mask == 0) are excluded from the statistics.")
             for short, sess, provider in slots:
                 steps.step(f"{tag} on {short}")
-                new_rows, named, expected = _run_case(sess, short, tag, feed, moved, expected, ref, export, judge,
+                new_rows, named, expected = run_case(sess, short, tag, feed, moved, expected, ref, export, judge,
                                                       notes)
                 rows += new_rows
                 if named is not None and divergence is None:
@@ -212,7 +208,19 @@ def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:
     return None
 
 
-def _cases(ref: Reference, shapes: Any, candidate: Any, proto: Any, probe_names: list[str],
+def probes_for(probes: Any, precision: str, model: Any) -> list[str]:
+    """The probe inputs ``probes`` asks for at this precision; ``"auto"`` leaves left padding to decoders (how they
+    batch prompts; encoders pad right)."""
+    from .probes import chosen
+
+    names = chosen(probes, precision)
+    if probes == "auto" and "left-padded" in names and \
+            not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
+        names.remove("left-padded")
+    return names
+
+
+def make_cases(ref: Reference, shapes: Any, candidate: Any, proto: Any, probe_names: list[str],
            seed: int) -> tuple[list[tuple[str, dict[str, np.ndarray], bool]], list[str]]:
     """``(label, inputs, shape moved)`` for every check: the shapes, then the probes at the first shape."""
     from ...runtime.feeds import vocab_sizes
@@ -242,7 +250,7 @@ def _cases(ref: Reference, shapes: Any, candidate: Any, proto: Any, probe_names:
     return cases, notes
 
 
-def _run_case(sess: Any, provider: str, tag: str, feed: dict[str, np.ndarray], moved: bool,
+def run_case(sess: Any, provider: str, tag: str, feed: dict[str, np.ndarray], moved: bool,
               expected: dict[str, np.ndarray], ref: Reference, export: Any, judge: dict[str, Any],
               notes: list[str]) -> tuple[list[Row], DivergingNode | None, dict[str, np.ndarray]]:
     """The rows of one input case on one provider (and a node ORT's own error names)."""

@@ -32,7 +32,7 @@ def _names(path: Path) -> list[str]:
 
 def native_reference(source: Any, candidate: Path, sample: Any = None) -> Reference:
     """The Keras, TensorFlow or scikit-learn model behind an export, as the reference for ``candidate``."""
-    from ..export.keras_tf import _KerasRoute, _SignatureRoute, _tensorflow, keras_sample
+    from ..export.keras_tf import KerasRoute, SignatureRoute, import_tensorflow, keras_sample
 
     names = _names(candidate)
     model = source.model
@@ -50,13 +50,13 @@ def native_reference(source: Any, candidate: Path, sample: Any = None) -> Refere
         return Reference(source.kind, f"scikit-learn {source.name}", {"X": x}, dict(source.input_axes) or
                          {"X": {0: "batch"}}, names, model=model,
                          runner=lambda f: native_outputs(model, f["X"], names))
-    tf = _tensorflow()
+    tf = import_tensorflow()
     route: Any
     if source.kind == "keras":
-        route = _KerasRoute(model, feed if feed is not None else keras_sample(model, sample), True, tf)
+        route = KerasRoute(model, feed if feed is not None else keras_sample(model, sample), True, tf)
         label = f"Keras {source.name}"
     else:
-        route = _SignatureRoute(model, feed if feed is not None else sample, True, tf)
+        route = SignatureRoute(model, feed if feed is not None else sample, True, tf)
         label = f"TensorFlow {source.name}"
     axes = dict(source.input_axes) if feed is not None else route.axes
     return Reference(source.kind, label, dict(route.feed), axes, names, model=route.model,
@@ -127,9 +127,9 @@ def foreign_reference(reference: Any, candidate: Path, sample: Any, seed: int, a
     kind = object_kind(reference)
     if kind is not None:
         from ...results.export import ModelSource
-        from ..export.keras_tf import _keras_model
+        from ..export.keras_tf import load_keras
 
-        model = _keras_model(reference) if kind == "keras" else reference
+        model = load_keras(reference) if kind == "keras" else reference
         location = str(reference) if isinstance(reference, (str, os.PathLike)) else None
         return native_reference(ModelSource(kind, type(model).__name__, location=location, model=model), candidate,
                                 sample if sample is not None else _sample_from(candidate, seed))

@@ -210,8 +210,7 @@ def ort_format_rows(variant: Variant, sess: Any, sample: Any = None) -> tuple[li
     from ...results.tolerance import precision_of
     from ...runtime.feeds import feed_for
     from ...runtime.onnxfile import load_proto
-    from ..parity.check import _cases, _run_case
-    from ..parity.probes import chosen
+    from ..parity.check import make_cases, probes_for, run_case
     from ..parity.reference import Reference
 
     feed, axes = feed_for(variant.path, variant, sample)
@@ -222,11 +221,8 @@ def ort_format_rows(variant: Variant, sess: Any, sample: Any = None) -> tuple[li
     precision = precision_of(proto)
     export = export_of(variant)
     generative = export is not None and export.cache_layout is not None
-    probes = [] if generative else chosen("auto", precision)
-    model = getattr(variant.source, "model", None)
-    if "left-padded" in probes and not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
-        probes.remove("left-padded")  # as check_parity: left padding is how decoders batch prompts
-    cases, notes = _cases(ref, "sample" if generative else "auto", variant, proto, probes, 0)
+    probes = [] if generative else probes_for("auto", precision, getattr(variant.source, "model", None))
+    cases, notes = make_cases(ref, "sample" if generative else "auto", variant, proto, probes, 0)
     judge = {"precision": precision, "atol": None, "rtol": None, "tolerances": None, "seed": 0}
     rows: list[Row] = []
     for tag, case, moved in cases:
@@ -236,5 +232,5 @@ def ort_format_rows(variant: Variant, sess: Any, sample: Any = None) -> tuple[li
             rows.append(Row("*", tag, ORT_FORMAT, "skipped",
                             note=f"the .onnx variant itself fails here: {type(exc).__name__}: {first_line(exc, 150)}"))
             continue
-        rows += _run_case(sess, ORT_FORMAT, tag, case, moved, expected, ref, export, judge, notes)[0]
+        rows += run_case(sess, ORT_FORMAT, tag, case, moved, expected, ref, export, judge, notes)[0]
     return rows, notes
