@@ -53,7 +53,7 @@ def adopt(path: Path, sample: Any, out: Any, overwrite: bool, name: str | None) 
     warnings = [] if check.get("passed", True) else [
         f"ONNX Runtime does not compute this file as {check['against']} does: {check.get('error') or check['summary']}"]
     return foreign_result(path, files, "adopted", {}, time.perf_counter() - started, warnings, source, check, [],
-                          bool(axes), unverified)
+                          bool(axes), proto, unverified)
 
 
 def _check(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.ndarray], against: str,

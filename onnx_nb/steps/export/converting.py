@@ -93,18 +93,18 @@ def convert_checked(kind: str, target: Path, order: list[str], convert: Callable
             if not check["passed"]:
                 warnings_seen.append(f"ONNX Runtime does not match {against}: {check.get('error') or check['summary']}")
             return foreign_result(target, files, name, attempts, time.perf_counter() - started, warnings_seen,
-                                  source, check, fixed, dynamic)
+                                  source, check, fixed, dynamic, proto)
     listing = "; ".join(f"{k}: {v}" for k, v in attempts.items())
     raise ExportError(f"Every converter failed for {WHAT[kind]}: {listing}.", attempts)
 
 
 def foreign_result(target: Path, files: list[Path], exporter: str, attempts: dict[str, str], seconds: float,
                    warnings_seen: list[str], source: ModelSource, check: dict[str, Any], fixed: list[Any],
-                   dynamic: bool, unverified: list[str] | None = None) -> ExportResult:
+                   dynamic: bool, proto: Any, unverified: list[str] | None = None) -> ExportResult:
+    """The result of the file at ``target``, whose graph ``proto`` the caller has read already (without weights)."""
     from ...runtime import onnxfile
     from ...runtime.files import total_size
 
-    proto = onnxfile.load_proto(target)
     ins, outs = onnxfile.signature(proto)
     return ExportResult(
         path=target, exporter=exporter, fallback_reason=attempts, opset=onnxfile.opset(proto), inputs=ins,
