@@ -35,10 +35,10 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
     """
     from .export.foreign import kind_of
     from .plan import Run, Settings, plan
+    from .variants import autotuning  # noqa: F401 - warm the import so timings are not charged to a step
 
     if quantize == "auto" and kind_of(model) == "sklearn":
-        quantize = None
-    from .variants import autotuning  # noqa: F401 - warm the import so timings are not charged to a step
+        quantize = None  # its file is ai.onnx.ml trees and linear models: nothing INT8 applies to
 
     run = Run(model, Settings(sample=sample, task=task, optimize=optimize, quantize=quantize, benchmark=benchmark,
                               providers=providers, shapes=shapes, threads=threads, min_seconds=min_seconds, out=out,
