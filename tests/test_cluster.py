@@ -115,6 +115,8 @@ def test_ctrl_c_cancels_the_remote_jobs(cluster: LocalRayCluster, bert: Any, tmp
 
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # even when the suite runs as a background job
         import onnx_nb
         on = onnx_nb.Cluster(address={cluster.address!r}, targets={{"edge": {{"edge": 1}}}})
         try:

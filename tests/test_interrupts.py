@@ -19,6 +19,7 @@ import pytest
 
 CHILD = """
 import os, signal, sys, tempfile, threading, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (a background job)
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 import numpy as np, torch

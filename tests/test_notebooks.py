@@ -29,6 +29,7 @@ def execute(name: str, tmp_path: Path) -> list[Any]:
     shutil.copy(NOTEBOOKS / name, src)
     nb = nbformat.read(src, as_version=4)
     NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
+                   extra_arguments=["--IPKernelApp.log_level=ERROR"],  # ipykernel's notice about TCP: not ours
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     nb.metadata["onnx_nb_source_sha256"] = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()
     EXECUTED.mkdir(parents=True, exist_ok=True)

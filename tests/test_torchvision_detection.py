@@ -26,6 +26,10 @@ detection = pytest.importorskip("torchvision.models.detection")
 def test_faster_rcnn_exports_in_one_default_call_and_matches_at_another_size(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = detection.fasterrcnn_mobilenet_v3_large_320_fpn(weights=None, weights_backbone=None, num_classes=5)
+    # scores spread as the small detectors' are: straight from the constructor every box scores the same 0.2066,
+    # and which of hundreds of tied boxes comes first is then a rounding of the CPU at hand (AVX2 vs AVX-512)
+    _scaled(model.roi_heads.box_predictor.cls_score, 10.0)
+    model = _calibrated(model.eval())
     r = onnx_nb.export(model, out=tmp_path / "frcnn.onnx", progress=False)
     assert [i.name for i in r.inputs] == ["images"] and r.inputs[0].shape == [1, 3, "height", "width"]
     assert [o.name for o in r.outputs] == ["detections"] and r.exporter == "torchscript"
@@ -43,9 +47,12 @@ def test_faster_rcnn_exports_in_one_default_call_and_matches_at_another_size(tmp
     got = ort.InferenceSession(str(r.path)).run(None, {"images": x.numpy()})[0]
     with torch.no_grad():
         want = model([x[0]])[0]
-    assert len(want["boxes"]) > 0 and got.shape == (len(want["boxes"]), 7)
-    np.testing.assert_allclose(got[:, 1:5], want["boxes"].numpy(), atol=1e-3)
-    np.testing.assert_array_equal(got[:, 6], want["labels"].numpy())
+    assert len(want["boxes"]) > 0 and got.shape[1] == 7
+    rows = torch.cat([torch.zeros(len(want["boxes"]), 1), want["boxes"], want["scores"][:, None],
+                      want["labels"][:, None].float()], dim=1).numpy()
+    assert len(set(np.round(rows[:, 5], 4))) > len(rows) // 2, "the scores must spread for the rows to compare"
+    found = detections.match(got, rows, 0.99, 1e-4)  # fp32: the same boxes, same classes, same scores
+    assert found.matched == len(rows) == len(got) and found.worst_iou > 0.999, found.note(0.99, 1e-4)
 
 
 def test_per_box_outputs_follow_the_matched_boxes_and_masks_compare_by_iou() -> None:

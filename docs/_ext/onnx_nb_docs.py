@@ -220,7 +220,10 @@ def executed(notebook: Path) -> Any:
     nb = nbformat.read(notebook, as_version=4)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory() as scratch:
+        # the kernel's own log stays quiet below errors (ipykernel warns that it runs over TCP): a library's
+        # notice on the kernel's stderr is never a problem of the page
         NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
+                       extra_arguments=["--IPKernelApp.log_level=ERROR"],
                        resources={"metadata": {"path": scratch}}).execute()
     nb.metadata[STAMP] = _sha(notebook)
     EXECUTED.mkdir(parents=True, exist_ok=True)
