@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,12 +15,32 @@ sys.path.insert(0, str(Path(__file__).parent))
 import tiny_models
 from deprecations import Watch
 
+# A suite started in the background from a non-interactive shell inherits SIGINT ignored, and so would every child
+# it starts (an ignored signal stays ignored across exec): the Ctrl-C tests would see no interrupt land. Python's own
+# handler here means the children start with the default disposition and install theirs.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The docs site last: it renders the tutorials tests/test_notebooks.py executed (and executes only those it
     finds no fresh copy of), so in a whole run no tutorial runs twice."""
     items.sort(key=lambda item: item.nodeid.startswith("tests/test_docs.py") or
                item.nodeid.startswith("test_docs.py"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def leaves_the_checkout_as_it_found_it() -> Iterator[None]:
+    """Exports given no out= write under ./onnx_nb_out: what the run added there is removed at its end."""
+    import shutil
+
+    root = Path("onnx_nb_out")
+    before = set(root.iterdir()) if root.is_dir() else None
+    yield
+    if root.is_dir():
+        for entry in set(root.iterdir()) - (before or set()):
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        if before is None and not any(root.iterdir()):
+            root.rmdir()
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,9 @@ the user had is replaced unless ``overwrite=True`` was given.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
+import functools
 import os
 import re
 import shutil
@@ -17,6 +19,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ..errors import DiskFullError, OnnxNbError, OutputExistsError, OutputNotWritableError, first_line
 from ..render import human_bytes
@@ -35,8 +38,43 @@ def default_output(model_name: str, filename: str = "model.onnx") -> Path:
     return Path(DEFAULT_ROOT) / safe_name(model_name) / filename
 
 
+_MADE: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("onnx_nb_made_folders", default=None)
+
+
+@contextlib.contextmanager
+def no_empty_folders() -> Iterator[None]:
+    """Output folders :func:`check_target` creates inside the block are removed again when the block fails and
+    they are still empty: a failed step leaves no folder behind (a bad model path made ``onnx_nb_out/<name>/``)."""
+    outer = _MADE.get()
+    made: list[Path] = []
+    token = _MADE.set(made)
+    try:
+        yield
+    except BaseException:
+        with deferred_interrupt():
+            for folder in reversed(made):  # deepest first
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty
+        raise
+    finally:
+        _MADE.reset(token)
+        if outer is not None:
+            outer.extend(f for f in made if f.exists())
+
+
+def cleans_up_folders(fn: Any) -> Any:
+    """:func:`no_empty_folders` around a step's whole call."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with no_empty_folders():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 def check_target(path: str | os.PathLike[str], overwrite: bool) -> Path:
-    """Validate an output path before any work is done; returns it as an absolute ``Path``."""
+    """Validate an output path before any work is done; returns it as an absolute ``Path``. The folders it
+    creates are removed again if the step fails (:func:`no_empty_folders`)."""
     target = Path(path).expanduser()
     if target.exists() and target.is_dir():
         raise OutputExistsError(
@@ -49,8 +87,12 @@ def check_target(path: str | os.PathLike[str], overwrite: bool) -> Path:
             "to replace it, or choose another output path."
         )
     folder = target.parent
+    missing = [f for f in [folder, *folder.parents] if not f.exists()][::-1]  # outermost first
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        made = _MADE.get()
+        if made is not None:
+            made.extend(f.resolve() for f in missing)
     except OSError as exc:
         raise OutputNotWritableError(
             f"Cannot create the output folder {folder}: {exc.strerror or exc}. "

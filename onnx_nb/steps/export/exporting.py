@@ -12,7 +12,16 @@ from typing import Any
 from ...errors import ExportError, InvalidArgumentError, OnnxNbError, UnsupportedOperatorError, first_line
 from ...progress import Steps
 from ...results.export import ExportResult, ModelSource
-from ...runtime.files import check_space, check_target, default_output, disk_error, publish, staging_dir, total_size
+from ...runtime.files import (
+    check_space,
+    check_target,
+    cleans_up_folders,
+    default_output,
+    disk_error,
+    publish,
+    staging_dir,
+    total_size,
+)
 from .sources import build_sample
 
 EXPORTER_CHOICES = ("auto", "dynamo", "torchscript", "keras", "tf2onnx", "skl2onnx")
@@ -34,6 +43,7 @@ def _check_args(exporter: str, opset: int | None, dynamic: Any) -> None:
         )
 
 
+@cleans_up_folders
 def export(
     model: Any,
     sample: Any = None,
