@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 def test_model_over_2gb(tmp_path: Path) -> None:
     from big_model import build
 
-    model = build(layers=9, width=8192)
+    model = build(layers=8, width=8192)  # 2.15 GB: just over what one protobuf message holds
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     assert weights > 2**31
     result = onnx_nb.export(model, torch.randn(2, 8192), out=tmp_path / "mlp.onnx", progress=False)
@@ -49,7 +49,7 @@ def test_model_over_2gb(tmp_path: Path) -> None:
                                                        for r in made[method].parity.rows), repr(made[method].parity)
         assert made[method].memory["added_bytes"] is not None and made[method].memory["weights_bytes"] >= weights
     debug = onnx_nb.quant_debug(result, made["dynamic"])
-    assert len(debug.layers) == 9, repr(debug)  # every Linear measured
+    assert len(debug.layers) == 8, repr(debug)  # every Linear measured
     optimized = onnx_nb.optimize(result, level="basic", out=tmp_path / "mlp.opt.onnx", validate=False)
     onnx_nb.check_model(optimized.path)
     # its own data file (ONNX Runtime's saved graph referred to the parent's: 26 KB that broke with the parent)

@@ -77,8 +77,11 @@ def test_cli_demo(tmp_path: Path) -> None:
     assert (folder / "model.onnx").exists() and (folder / "report.html").exists()
     assert "all-MiniLM-L6-v2" in (folder / "report.html").read_text()
     assert "passed" in done.stdout
-    rerun = cli("demo", "--out", str(folder))
-    assert rerun.returncode == 0, "the demo may replace its own files"
+    from onnx_nb.frontends.demo import demo_folder
+
+    # the demo may replace its own files: its folder is accepted again (the pipeline then runs with overwrite=True,
+    # as tests/test_plan.py checks; a second whole demo here cost 48 s of the suite)
+    assert demo_folder(folder) == folder and (folder / "report.html").exists()
     other = tmp_path / "mine"
     other.mkdir()
     (other / "notes.txt").write_text("keep")

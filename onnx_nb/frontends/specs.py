@@ -109,6 +109,10 @@ QUANTIZE: list[Spec] = [
     (("--calibration",), {"help": "static: a variable holding a list of input dicts, or 'generated'"}, "both"),
     (("--exclude",), {"default": "", "help": "comma-separated node names to keep in float"}, "both"),
     (("--block-size",), {"type": int, "default": 32, "help": "int4: weights per scale"}, "both"),
+    (("--scheme",), {"default": "auto", "choices": ["auto", "u8s8", "u8s8-reduced", "u8u8"],
+                     "help": "INT8 weights for the CPU (auto: by its instruction set, measured here)"}, "both"),
+    (("--target-cpu",), {"default": None, "help": "the CPU the file will run on: avx2, avx512, vnni, amx, arm64, "
+                                                  "any (default: this machine)"}, "both"),
     (("--out",), {"help": "output .onnx path"}, "both"),
     (("--overwrite",), {"action": "store_true", "help": "replace an existing output"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the variant as JSON"}, "cli"),
@@ -228,7 +232,8 @@ def optimize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
 
 def quantize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"method": ns.method, "per_channel": not ns.per_tensor, "block_size": ns.block_size,
-            "exclude": [e for e in ns.exclude.split(",") if e], "out": ns.out, "overwrite": ns.overwrite}
+            "exclude": [e for e in ns.exclude.split(",") if e], "scheme": ns.scheme, "target_cpu": ns.target_cpu,
+            "out": ns.out, "overwrite": ns.overwrite}
 
 
 def autotune_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

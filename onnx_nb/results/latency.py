@@ -40,6 +40,9 @@ class LatencyRow:
     peak_mb: float | None = None  # resident memory the row needed at its peak: weights, session, activations, cache
     node: str = ""  # the cluster node that measured it (cluster=); '' for this machine
     hardware: dict[str, Any] = field(default_factory=dict)  # that node's CPU, cores, GPUs, library versions
+    parent: str = ""  # the variant this row's file was made from, when it is in the table too
+    slower: bool = False  # no faster than its parent's row (same backend, shape, node): never the best
+    failed_parity: bool = False  # its file failed its parity check: timed, never the best
 
     @classmethod
     def from_times(cls, variant: str, backend: str, shape: str, batch: int, times: list[float], first: float,
@@ -60,8 +63,9 @@ class LatencyRow:
         for col in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms", "throughput", "first_run_ms",
                     "peak_mb"):
             cells[COLUMNS.index(col)] = sig(getattr(self, col))
-        if self.noisy:
-            cells[COLUMNS.index("status")] = f"{self.status} (noisy)"
+        # short words in the key column (the note under "All columns" says against what and why)
+        status = "slower" if self.slower else "✗ parity" if self.failed_parity else self.status
+        cells[COLUMNS.index("status")] = f"{status} (noisy)" if self.noisy else status
         return cells
 
     def cells(self) -> list[str]:
@@ -80,7 +84,22 @@ def skips_padding(row: LatencyRow) -> bool:
     return row.options.get("runtime") == "skips padding"
 
 
-def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]) -> LatencyTable:
+def mark_slower(rows: list[LatencyRow], why: dict[str, str] | None = None) -> None:
+    """A variant's row no faster than its parent's (same backend, shape and node) is marked and says so, with the
+    reason when known (``why``: variant -> reason)."""
+    by_key = {(r.variant, r.backend, r.shape, r.node): r for r in rows if r.status == "ok" and r.p50_ms}
+    for r in rows:
+        parent = by_key.get((r.parent, r.backend, r.shape, r.node)) if r.parent else None
+        if parent is None or not r.p50_ms or r.status != "ok" or r.p50_ms < (parent.p50_ms or 0.0):
+            continue
+        r.slower = True
+        reason = (why or {}).get(r.variant, "")
+        r.note = (f"slower than its parent {parent.variant} ({sig(r.p50_ms)} vs {sig(parent.p50_ms)} ms)"
+                  + (f": {reason}" if reason else "") + (f". {r.note}" if r.note else ""))
+
+
+def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str],
+              why: dict[str, str] | None = None) -> LatencyTable:
     """Fill in speed-ups against the PyTorch row of the same shape (and the same node, on a cluster), and flag
     noise."""
     base: dict[tuple[str, str, bool], float] = {}
@@ -93,6 +112,7 @@ def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]
         baseline = base.get((r.shape, r.node, skips_padding(r))) or base.get((r.shape, r.node, False))
         if r.p50_ms and baseline:
             r.speedup = baseline / r.p50_ms
+    mark_slower(rows, why)
     if any(skips_padding(r) and r.backend.startswith("torch") for r in rows):
         notes.append("Rows that skip padding (runtime=skips padding) are compared with 'PyTorch eager, padding "
                      "skipped': the same length buckets, run trimmed in PyTorch. The other rows run the padded "
@@ -124,8 +144,8 @@ class LatencyTable:
         return any(r.status == "ok" for r in self.rows) and not any(r.status == "error" for r in self.rows)
 
     def best(self, exclude_torch: bool = True) -> LatencyRow | None:
-        ok = [r for r in self.rows
-              if r.status == "ok" and r.p50_ms and not (exclude_torch and r.backend.startswith("torch"))]
+        ok = [r for r in self.rows if r.status == "ok" and r.p50_ms and not r.slower and not r.failed_parity
+              and not (exclude_torch and r.backend.startswith("torch"))]
         return min(ok, key=lambda r: r.p50_ms or 0.0) if ok else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,9 +175,11 @@ class LatencyTable:
                                                   "arrayminus": [0] * len(pts)}))
             fig.update_layout(xaxis_title="batch size", yaxis_title="p50 latency (ms), whisker to p90")
         else:  # horizontal bars: long variant names read on the left instead of squashing the bars
-            labels = [f"{r.variant} · {r.backend}" + (f" · {r.shape}" if len(shapes) > 1 else "") for r in ok]
+            labels = [f"{r.variant} · {r.backend}" + (f" · {r.shape}" if len(shapes) > 1 else "") +
+                      (" (slower than parent)" if r.slower else "") for r in ok]
             fig.add_trace(go.Bar(y=labels, x=[r.p50_ms for r in ok], name="p50", orientation="h",
-                                 marker_color=["#d93025" if r.speedup and r.speedup < 1 else "#1a73e8" for r in ok],
+                                 marker_color=["#d93025" if r.slower or (r.speedup and r.speedup < 1) else "#1a73e8"
+                                               for r in ok],
                                  error_x={"type": "data", "symmetric": False,
                                           "array": [(r.p90_ms or 0) - (r.p50_ms or 0) for r in ok],
                                           "arrayminus": [0] * len(ok), "color": "#333"},
@@ -188,7 +210,7 @@ class LatencyTable:
         several = len({r.shape for r in ok}) > 1
         items = [{"label": f"{r.variant} · {r.backend}" + (f" · {r.shape}" if several else ""), "value": r.p50_ms,
                   "hi": r.p90_ms, "text": f"{r.speedup:.2f}x" if r.speedup else "",
-                  "bad": bool(r.speedup and r.speedup < 1.0)} for r in ok]
+                  "bad": bool(r.slower or (r.speedup and r.speedup < 1.0))} for r in ok]
         return svg_hbars(items, axis="p50 latency, ms (whisker to p90; speed-up vs PyTorch after it)",
                          title="Latency")
 

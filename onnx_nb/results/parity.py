@@ -114,6 +114,7 @@ class ParityReport:
     notes: list[str] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)  # the export traced one branch: never "passed"
     generation: list[Any] = field(default_factory=list)  # parity.generation.TokenCheck per prompt (cache exports)
+    cpu: str = ""  # the CPU the ONNX side ran on (its INT8 kernel named: results differ between instruction sets)
 
     def __bool__(self) -> bool:
         return not any(r.failed for r in self.rows) and any(r.passed for r in self.rows) and not self.unverified
@@ -175,7 +176,7 @@ class ParityReport:
         return {"model": self.model, "reference": self.reference, "precision": self.precision,
                 "passed": bool(self), "rows": [r.to_dict() for r in self.rows], "shapes": self.shapes,
                 "divergence": self.divergence.to_dict() if self.divergence else None, "notes": list(self.notes),
-                "unverified": list(self.unverified)}
+                "unverified": list(self.unverified), "cpu": self.cpu}
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """The report as JSON (written atomically to ``path`` if given). Saved as ``<model>.parity.json`` beside
@@ -229,7 +230,9 @@ class ParityReport:
         n_fail, n_pass = len(self.failures), sum(r.passed for r in self.rows)
         verdict = "PASSED" if self else "UNVERIFIED" if self.unverified and not n_fail else "FAILED"
         extra = f", {len(self.unavailable)} unavailable" if self.unavailable else ""
-        return f"Parity {verdict}: {n_pass} passed, {n_fail} failed{extra} ({self.precision} model vs {self.reference})"
+        where = f", on {self.cpu}" if self.cpu else ""
+        return (f"Parity {verdict}: {n_pass} passed, {n_fail} failed{extra} ({self.precision} model vs "
+                f"{self.reference}{where})")
 
     def __repr__(self) -> str:
         cols = ["output", "shape", "provider", "status", "max_abs", "cosine", "tolerance", "needed_atol"]

@@ -147,7 +147,11 @@ def _headline(result: Any) -> str:
     if name == "ParityReport":
         return result._headline()
     if name == "Variant":
-        return f"{result.name}: {result.nodes_before}→{result.nodes_after} nodes"
+        line = f"{result.name}: {result.nodes_before}→{result.nodes_after} nodes"
+        if result.slower_than_parent:  # the pipeline keeps the fp32 parent, and says why
+            line += (f"; slower than its fp32 parent on {result.speed['cpu']} ({result.speed['ms']:.3g} vs "
+                     f"{result.speed['parent_ms']:.3g} ms): the fp32 file is the one to keep here")
+        return line
     if name == "LatencyTable":
         best = result.best()
         return f"best: {best.variant} on {best.backend}, {best.p50_ms:.1f} ms" + \

@@ -48,6 +48,12 @@ class Variant:
     remake: Any = field(default=None, repr=False, compare=False)  # quantize(): the call that made it, to run again
     warnings: list[str] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)  # the step's peak: added_bytes, process_bytes, weights_bytes
+    speed: dict[str, Any] = field(default_factory=dict)  # quantize(): ms against the fp32 parent's, cpu, shape
+
+    @property
+    def slower_than_parent(self) -> bool:
+        """Timed on this CPU against its fp32 parent (``speed``) and no faster: never the one to pick."""
+        return bool(self.speed) and self.speed["ms"] >= self.speed["parent_ms"]
 
     def __bool__(self) -> bool:
         return self.parity is None or bool(self.parity)
@@ -69,6 +75,7 @@ class Variant:
                 "op_diff": {k: list(v) for k, v in self.op_diff.items()}, "fused": self.fused,
                 "size_before": self.size_before, "size_after": self.size_after, "seconds": round(self.seconds, 3),
                 "runtime": self.runtime, "warnings": self.warnings, "memory": dict(self.memory),
+                "speed": dict(self.speed),
                 "parity": self.parity.to_dict() if self.parity is not None else None}
 
     def to_pandas(self) -> Any:
@@ -89,6 +96,11 @@ class Variant:
         if self.memory.get("added_bytes") is not None:
             rows.insert(-1, ("peak memory", peak_text(self.memory["added_bytes"], self.memory["weights_bytes"],
                                                       "the parent file's")))
+        if self.speed:
+            ratio = self.speed["parent_ms"] / self.speed["ms"] if self.speed["ms"] else 0.0
+            rows.append(("speed here", f"{self.speed['ms']:.3g} ms vs {self.speed['parent_ms']:.3g} ms fp32 parent "
+                         f"({ratio:.2f}x{', SLOWER than its parent' if self.slower_than_parent else ''}) on "
+                         f"{self.speed['cpu']}"))
         if self.runtime.get("unpad"):
             rows.append(("runtime", "skips padding (length buckets)"))
         if self.runtime.get("mobile"):

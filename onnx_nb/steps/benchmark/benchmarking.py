@@ -213,7 +213,44 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     notes = []
     if load is not None:
         notes.append(f"1-minute load average at start: {load:.2f} on {os.cpu_count()} cores")
-    return summarize(rows, profiles, notes)
+    from ...runtime.cpu import this_cpu
+
+    notes.append(f"CPU: {this_cpu().label}")
+    return summarize(rows, profiles, notes, lineage(entries, rows))
+
+
+def lineage(entries: list[tuple[str, Any, Path]], rows: list[LatencyRow]) -> dict[str, str]:
+    """Each row's parent (the entry whose file its variant was made from, when benchmarked too) set on the row;
+    returns what is known of why a variant may be slower than its parent (variant name -> reason)."""
+    from ...runtime.cpu import this_cpu
+
+    by_path = {_resolved(path): name for name, _obj, path in entries}
+    parents, why, failed = {}, {}, set()
+    for name, obj, _path in entries:
+        if getattr(obj, "parity", None) is not None and not obj:  # a variant whose own parity check failed
+            failed.add(name)
+        parent = getattr(obj, "parent", None)
+        if parent is not None and _resolved(Path(parent)) in by_path:
+            parents[name] = by_path[_resolved(Path(parent))]
+        recipe = getattr(obj, "recipe", None) or {}
+        if recipe.get("method") in ("dynamic", "static"):
+            cpu = this_cpu()
+            why[name] = (f"INT8 products on {cpu.kernel} take 16-bit steps (no VNNI here)" if cpu.saturates else
+                         "the INT8 products do not outweigh quantizing the activations at this size"
+                         if recipe["method"] == "dynamic" else "")
+    for row in rows:
+        row.parent = parents.get(row.variant, row.parent)
+        if row.variant in failed and not row.failed_parity:
+            row.failed_parity = True
+            row.note = f"its file failed its parity check: timed, never the one to pick. {row.note}".strip()
+    return why
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return Path(path).resolve()
+    except OSError:
+        return Path(path)
 
 
 def _on_cluster(on: Any, entries: list[tuple[str, Any, Path]], backends: list[tuple[str, str | None, str]],
@@ -237,7 +274,7 @@ def _on_cluster(on: Any, entries: list[tuple[str, Any, Path]], backends: list[tu
         rows = remote_rows(on, entries, backends, cases, torch_rows, ref, made, settings, progress)
     nodes = sorted({r.hardware.get("summary", "") for r in rows if r.hardware})
     notes = ["Measured on a Ray cluster: " + "; ".join(nodes) + ". Speed-ups compare rows of the same node."]
-    return summarize(rows, {}, notes)
+    return summarize(rows, {}, notes, lineage(entries, rows))
 
 
 def _reference_and_feed(reference: Any, sample: Any,

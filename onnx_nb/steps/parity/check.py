@@ -59,6 +59,7 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
         assert report, report.failures                                # falsy rows say by how much (needed_atol)
     """
     from ...runtime.cluster import as_cluster
+    from ...runtime.cpu import file_notes, this_cpu
     from ...runtime.onnxfile import load_proto
     from .references import reference_and_model
 
@@ -126,7 +127,8 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
             divergence = divergence or found
     return ParityReport(model=path.name, reference=ref.label, precision=precision, rows=rows,
                         shapes={tag: {k: list(v.shape) for k, v in feed.items()} for tag, feed, _ in cases},
-                        divergence=divergence, notes=list(dict.fromkeys(notes)), unverified=unverified)
+                        divergence=divergence, notes=list(dict.fromkeys(notes + file_notes(proto))),
+                        unverified=unverified, cpu=this_cpu().label if on is None else "")
 
 
 def _local_sessions(model: Any, wanted: list[Any], notes: list[str]) -> tuple[list[tuple[str, Any, str]], list[Row]]:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ...errors import InsufficientMemoryError
+from ...runtime.cpu import file_notes, this_cpu
 from ..export.hf_cache import cache_kwargs, cache_of
 from ..generate.generation import generate
 from ..generate.runners import OnnxDecoder, _is_seq2seq_file, decoder_for, left_pad
@@ -206,7 +207,11 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
              "ONNX's beam within that error of its own (summed log-probabilities)."]
     report = ParityReport(model=path.name, reference=f"PyTorch {export.source.name} (generate, with cache)",
                           precision=precision, rows=rows, shapes={}, notes=notes,
-                          unverified=list(getattr(export, "unverified", []) or []), generation=checks)
+                          unverified=list(getattr(export, "unverified", []) or []), generation=checks,
+                          cpu=this_cpu().label)
+    from ...runtime.onnxfile import load_proto
+
+    report.notes += file_notes(load_proto(path))
     return report
 
 

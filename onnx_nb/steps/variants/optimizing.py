@@ -156,6 +156,7 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
     with a bias input that onnxscript's fusions write. The timings and the rule go into the recipe."""
     import shutil
 
+    from ...runtime.cpu import schemes_for, this_cpu
     from ..benchmark.measuring import time_files
     from ..export.exporters import quiet
     from .ort_quantizer import run_quantizer
@@ -168,7 +169,7 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
         quantized[name] = scratch / f"route{i}.int8.onnx"
         with quiet([], []):  # ORT's quantizer logs to the root logger: nothing of it is about the route chosen
             run_quantizer("dynamic", finished[name], scratch / f"route{i}.prepared.onnx", quantized[name], True, [],
-                          None, None, 32)
+                          None, None, 32, scheme=schemes_for(this_cpu())[0][0])
     ms = time_files(quantized, _timing_feed(source))
     best = min(ms, key=lambda k: ms[k])
     recipe["routes_int8_ms"] = {k: round(v, 3) for k, v in ms.items()}

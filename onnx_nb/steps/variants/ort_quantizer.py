@@ -107,19 +107,28 @@ def kept_in_float(path: Path) -> list[str]:
 
 def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
                   op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
-                  accuracy_level: int | None = None, gemm_as_matmul: bool = False) -> None:
+                  accuracy_level: int | None = None, gemm_as_matmul: bool = False, scheme: str = "u8s8",
+                  made_for: str = "") -> None:
+    """Quantize ``src`` into ``staged``. INT8 takes ``scheme`` (:data:`onnx_nb.runtime.cpu.SCHEMES`: the weights'
+    type and range, chosen for the CPU the file is made for, ``made_for``), written into the file's metadata."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    from ...runtime.cpu import SCHEMES
 
     big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
     if method in ("dynamic", "static"):
         excluded = [*excluded, *kept_in_float(src)]
+    weights, reduce_range, _ = SCHEMES[scheme]
+    weight_type = QuantType.QInt8 if weights == "int8" else QuantType.QUInt8
     if method == "dynamic":
         prepare_for_quantization(src, prepared, big)
-        quantize_dynamic(str(prepared), str(staged), weight_type=QuantType.QInt8, per_channel=per_channel,
+        quantize_dynamic(str(prepared), str(staged), weight_type=weight_type, per_channel=per_channel,
+                         reduce_range=reduce_range,
                          nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
                          # float for weights whose type shape inference cannot see (behind contrib ops)
                          extra_options={"MatMulConstBOnly": True, "DefaultTensorType": 1},
                          use_external_data_format=big)
+        stamp_scheme(staged, scheme, made_for)
     elif method == "static":
         prepare_for_quantization(src, prepared, big)
         # GroupNorm exported as Reshape -> InstanceNormalization -> Reshape (diffusers' UNet and VAE): ORT's QDQ
@@ -129,9 +138,11 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                                  if n.op_type == "InstanceNormalization" and n.name)]
         assert calib is not None
         quantize_static(str(prepared), str(staged), CalibrationReader(prepared, calib), quant_format=QuantFormat.QDQ,
-                        per_channel=per_channel, weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8,
+                        per_channel=per_channel, weight_type=weight_type, activation_type=QuantType.QUInt8,
+                        reduce_range=reduce_range,
                         nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
                         extra_options={"MatMulConstBOnly": True}, use_external_data_format=big)
+        stamp_scheme(staged, scheme, made_for)
     elif method == "fp16":
         import onnx
         from onnxruntime.transformers.float16 import convert_float_to_float16
@@ -153,6 +164,23 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                                          accuracy_level=accuracy_level, nodes_to_exclude=excluded)
         quantizer.process()
         quantizer.model.save_model_to_file(str(staged), use_external_data_format=big)
+
+
+def stamp_scheme(path: Path, scheme: str, made_for: str) -> None:
+    """The INT8 scheme and the CPU it was chosen for, in the file's metadata (its weights left where they are):
+    a file opened on another kind of CPU says so (:func:`onnx_nb.runtime.cpu.mismatch`)."""
+    import onnx
+
+    from ...runtime.cpu import SCHEME_KEY, TARGET_KEY
+
+    model = onnx.load(str(path), load_external_data=False)
+    keep = [p for p in model.metadata_props if p.key not in (SCHEME_KEY, TARGET_KEY)]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    for key, value in ((SCHEME_KEY, scheme), (TARGET_KEY, made_for)):
+        if value:
+            model.metadata_props.add(key=key, value=value)
+    save_proto(model, path, False)
 
 
 def gemm_to_matmul(model: Any) -> int:

@@ -71,6 +71,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
              exclude: Sequence[str] | str | None = "auto",
              reference: Any = None, op_types: Sequence[str] | None = None, block_size: int = 32,
              accuracy_level: int | str | None = "auto",
+             scheme: str = "auto", target_cpu: Any = None,
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, validate: bool = True,
              providers: Any = ("cpu",), sample: Any = None) -> Variant:
     """A quantized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated
@@ -85,6 +86,13 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     MatMulNBits (``block_size``;
     ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
     whose decoding is bound by reading weights, and in fp32 (None) for the rest, whose accuracy it keeps).
+    INT8 follows the CPU the file will run on (``target_cpu``: None is this machine; ``"avx2"``, ``"avx512"``,
+    ``"vnni"``, ``"amx"``, ``"arm64"`` or ``"any"`` for another): ``scheme="auto"`` writes full-range u8s8 where
+    the INT8 products accumulate in 32 bits (VNNI, AMX, Arm) and, on AVX2 / AVX-512 CPUs without VNNI, where they
+    saturate in 16 bits, makes both of ONNX Runtime's remedies (7-bit weights, ``"u8s8-reduced"``, and uint8
+    weights, ``"u8u8"``) and keeps the faster one that passes parity. On this machine the chosen file is timed
+    against its fp32 parent (``variant.speed``); when no INT8 file beats it there, the variant says so. The
+    scheme, the CPU and the timings are in ``variant.recipe`` and the file's metadata.
     ``exclude`` names nodes to keep in float; ``"auto"`` (INT8 default) quantizes once, measures every
     layer alone with :func:`quant_debug`, and keeps in float the few layers (at most 1 in 10) that fall
     more than 3 dB below the median layer's SQNR; the recipe records which. An Ultralytics detector's box
@@ -114,7 +122,10 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     excluded = [] if isinstance(exclude, str) else list(exclude or [])
     recipe: dict[str, Any] = {"method": method, **({"method_rule": rule} if rule else {})}
     if method in ("dynamic", "static"):
-        recipe.update(per_channel=per_channel, weight_type="int8", exclude=excluded)
+        recipe.update(per_channel=per_channel, exclude=excluded)
+    from . import int8_schemes
+
+    cpu, schemes = int8_schemes.choose(method, scheme, target_cpu, recipe)  # bad names refused before any work
     runtime = dict(getattr(onnx_model, "runtime", None) or {})
     calib_items: list[dict[str, Any]] | None = None
     static_source: Path | None = None
@@ -137,25 +148,40 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     if method == "int4":
         accuracy_level = _int4_settings(onnx_model, accuracy_level, block_size, recipe)
 
-    def write(src: Path, staged: Path) -> list[str]:
-        from ...runtime.files import scratch_dir, temp_inside
-        from ..export.exporters import quiet
+    def build(chosen: str, out: Any, overwrite: bool) -> Variant:
+        """The variant with INT8 scheme ``chosen`` (re-validated, layers kept float as the exclude rule says)."""
+        own = dict(recipe, **(int8_schemes.settings(chosen) if chosen else {}))
+        dropped = list(excluded)
 
-        warnings: list[str] = []
-        with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
-            prepared = Path(scratch) / "prepared.onnx"
-            try:
-                run_quantizer(method, static_source or src, prepared, staged, per_channel, [*kept_float, *excluded],
-                              op_types,
-                              calib_items, block_size,
-                              accuracy_level if isinstance(accuracy_level, int) else None,
-                              bool(recipe.get("gemm_as_matmul")))
-            except OnnxNbError:
-                raise
-            except Exception as exc:
-                raise QuantizationError(f"{method} quantization failed: {type(exc).__name__}: "
-                                        f"{first_line(exc)}") from exc
-        return warnings  # ORT's ask for its pre-processing is left out by quiet() (sources.LOG_NOISE)
+        def write(src: Path, staged: Path) -> list[str]:
+            from ...runtime.files import scratch_dir, temp_inside
+            from ..export.exporters import quiet
+
+            warnings: list[str] = []
+            with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
+                prepared = Path(scratch) / "prepared.onnx"
+                try:
+                    run_quantizer(method, static_source or src, prepared, staged, per_channel,
+                                  [*kept_float, *dropped], op_types, calib_items, block_size,
+                                  accuracy_level if isinstance(accuracy_level, int) else None,
+                                  bool(own.get("gemm_as_matmul")), chosen or "u8s8", cpu.label if chosen else "")
+                except OnnxNbError:
+                    raise
+                except Exception as exc:
+                    raise QuantizationError(f"{method} quantization failed: {type(exc).__name__}: "
+                                            f"{first_line(exc)}") from exc
+            return warnings  # ORT's ask for its pre-processing is left out by quiet() (sources.LOG_NOISE)
+
+        # the exclusion rounds ask quant_debug which layer loses the most: no diverging-node search per round
+        made = make(onnx_model, tag, name, own, write, out=out, overwrite=overwrite, validate=validate,
+                    runtime=runtime, providers=providers, sample=sample, reference=reference,
+                    needs=PEAKS.get(method), localize=not auto_exclude)
+        if auto_exclude:
+            made = _auto_exclude(made, dropped, own, validate, sample,
+                                 lambda: make(onnx_model, tag, name, own, write, out=made.path, overwrite=True,
+                                              validate=validate, runtime=runtime, providers=providers,
+                                              sample=sample, reference=reference, localize=False))
+        return made
 
     tag, name = _tag_and_name(method, per_channel, block_size, bool(runtime.get("unpad")))
     from ...runtime.files import scratch_dir
@@ -163,18 +189,14 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     with scratch_dir("onnx-nb-route-") as route_dir:
         if method == "dynamic" and _fused_route(onnx_model):
             static_source = _int8_route(onnx_model, route_dir, recipe)
-        variant = make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite, validate=validate,
-                       runtime=runtime, providers=providers, sample=sample, reference=reference,
-                       needs=PEAKS.get(method))
-        if auto_exclude:
-            variant = _auto_exclude(variant, excluded, recipe, validate, sample,
-                                    lambda: make(onnx_model, tag, name, recipe, write, out=variant.path,
-                                                 overwrite=True, validate=validate, runtime=runtime,
-                                                 providers=providers, sample=sample, reference=reference))
+        variant = build(schemes[0], out, overwrite)
+        if schemes[0] and validate and cpu.here:
+            variant = int8_schemes.measured(variant, schemes, build, Path(route_dir), cpu)
     # the call that made this variant, for quant_debug's requantize(): every setting and the calibration data kept
     call = {"method": method, "per_channel": per_channel, "calibration": calibration if calib_items is None else
             calib_items, "exclude": exclude, "reference": reference, "op_types": op_types, "block_size": block_size,
-            "accuracy_level": accuracy_level, "validate": validate, "providers": providers, "sample": sample}
+            "accuracy_level": accuracy_level, "validate": validate, "providers": providers, "sample": sample,
+            "scheme": variant.recipe.get("int8_scheme", scheme), "target_cpu": target_cpu}
     variant.remake = functools.partial(quantize, onnx_model, **call, out=variant.path, overwrite=True)
     return variant
 
@@ -243,6 +265,12 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: dict[str, Any],
         report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
     recipe["exclude"] = list(excluded)
     variant.recipe = dict(recipe)
+    if not variant and variant.parity is not None:
+        worst = ", ".join(f"{layer.parent_node} ({layer.sqnr_db:.1f} dB)" for layer in report.layers[:3])
+        variant.parity.notes.append(
+            f"INT8 does not serve this model: {len(excluded)} layer(s) kept in float (at most 1 in "
+            f"{AUTO_EXCLUDE_SHARE}) and its parity still fails. The layers that lose the most alone: {worst} "
+            "(onnx_nb.quant_debug). Keep the fp32 file, or try another method (fp16 on a GPU, INT4 weights).")
     return variant
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from ...errors import InvalidArgumentError
 from ...render import human_bytes
 from ...results.variant import FUSED_OPS, Variant
-from ...runtime.files import check_target, publish, staging_dir
+from ...runtime.files import check_target, cleans_up_folders, publish, staging_dir
 
 
 def parent_of(model: Any) -> tuple[Path, Any, Any]:
@@ -43,11 +43,12 @@ def too_big_advice(source: Any) -> str:
     return "Run this step on a machine with more memory, or make a smaller file first (fp16 halves the weights)."
 
 
+@cleans_up_folders
 def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: dict[str, Any],
          write: Callable[[Path, Path], list[str]],
          *, out: Any, overwrite: bool, validate: bool, runtime: dict[str, Any] | None = None,
          providers: Any = ("cpu",), sample: Any = None, reference: Any = None,
-         needs: float | None = None) -> Variant:
+         needs: float | None = None, localize: bool = True) -> Variant:
     """Run ``write(parent_path, staged_path) -> warnings`` into a staging folder, publish the file
     atomically, and return the Variant with its parity report. ``name`` may be a function, asked after
     ``write`` (which may decide what the variant is). ``needs``: the step's measured peak as a multiple of the
@@ -84,5 +85,5 @@ def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: dic
     if validate:
         from ..parity.check import check_parity
 
-        variant.parity = check_parity(ref, variant, sample, providers=providers, progress=False)
+        variant.parity = check_parity(ref, variant, sample, providers=providers, progress=False, localize=localize)
     return variant
