@@ -236,6 +236,9 @@ def test_bad_input(world: World, case: Case, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(world.root / "hf"))
     before = digest(world.root / "mine"), digest(world.root / "good")
+    here = world.root / "cwd" / ident  # where a step given no out= would write (./onnx_nb_out/<name>/)
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
     with pytest.raises(expected) as info:
         call(world)
     message = str(info.value)
@@ -246,6 +249,7 @@ def test_bad_input(world: World, case: Case, monkeypatch: pytest.MonkeyPatch) ->
     assert (digest(world.root / "mine"), digest(world.root / "good")) == before, "the user's files are untouched"
     leftovers = [p for p in world.root.rglob("*") if p.name.startswith(".") and p.name.endswith(".tmp")]
     assert not leftovers, leftovers
+    assert not list(here.rglob("*")), f"{ident}: a failed step left {list(here.rglob('*'))}"  # no empty folder
 
 
 @pytest.mark.parametrize("case", CLI_CASES, ids=[c[0] for c in CLI_CASES])

@@ -213,9 +213,12 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     notes = []
     if load is not None:
         notes.append(f"1-minute load average at start: {load:.2f} on {os.cpu_count()} cores")
-    from ...runtime.cpu import this_cpu
+    from ...runtime.cpu import file_notes, this_cpu
+    from ...runtime.onnxfile import load_proto
 
     notes.append(f"CPU: {this_cpu().label}")
+    for name, _obj, path in entries:  # an INT8 file made for another kind of CPU says so
+        notes += [f"{name}: {note}" for note in file_notes(load_proto(path))]
     return summarize(rows, profiles, notes, lineage(entries, rows))
 
 
