@@ -32,15 +32,13 @@ def feed_for(path: Path, model: Any = None, sample: Any = None,
 def as_prefill_if_gqa(path: Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A decoder's sample (new tokens after a cache, in a batch) for a GroupQueryAttention file, which takes a
     batch of several new tokens only with an empty cache: the same tokens as a prompt, the cache empty."""
-    if not any(k.startswith("past_key_values.") for k in feed):
-        return feed
-    from .onnxfile import is_gqa_file, load_proto
+    from .facts import file_facts, is_cache
 
-    if not is_gqa_file(load_proto(path)):
+    if not any(is_cache(k) for k in feed) or not file_facts(path).gqa:
         return feed
     out = dict(feed)
     for name, value in feed.items():
-        if name.startswith("past_key_values."):
+        if is_cache(name):
             out[name] = value[:, :, :0]
     if "input_ids" in feed and "attention_mask" in feed:
         out["attention_mask"] = np.ones_like(feed["input_ids"], dtype=feed["attention_mask"].dtype)

@@ -472,11 +472,6 @@ def rotary_positions(proto: Any, gqa: Any) -> int | None:
     return next((int(t.dims[0]) for t in proto.graph.initializer if table and t.name == table), None)
 
 
-def is_gqa_file(proto: Any) -> bool:
-    """A decoder whose attention is ONNX Runtime's GroupQueryAttention (its cache can be one shared buffer)."""
-    return gqa_node(proto) is not None
-
-
 def contrib_ops(path: str | Path, microsoft_only: bool = False) -> list[str]:
     """Operator types outside ONNX's own domain (or, ``microsoft_only``, ONNX Runtime's com.microsoft ones): what a
     runtime other than ONNX Runtime (OpenVINO, ORT Web) may not read."""

@@ -309,10 +309,10 @@ def _reference_and_feed(reference: Any, sample: Any,
 
 
 def _has_cache(path: Path) -> bool:
-    from ...runtime.onnxfile import load_proto
+    from ...runtime.facts import file_facts
 
     try:
-        return any(i.name.startswith("past_key_values.") for i in load_proto(path).graph.input)
+        return file_facts(path).generative
     except Exception:  # noqa: BLE001 - a bad file fails later, with its own clear error
         return False
 

@@ -12,11 +12,11 @@ import numpy as np
 import torch
 
 from ...errors import InvalidArgumentError
+from ...runtime.facts import file_facts, is_cache, is_cross_cache, present_of
 from ..export.decoder_cache import layout_of
 from ..export.hf_cache import cache_kwargs
 from ..export.seq2seq_cache import EncoderWithCross, _new_cache, encoder_inputs
 from ..export.seq2seq_cache import layout_of as seq2seq_layout
-from ..generate.runners import _is_seq2seq_file
 
 DEFAULT_GENERATION_SHAPES = ({"prompt": 32}, {"past": 32})
 
@@ -37,9 +37,7 @@ class _OrtStep:
         def size(dim: Any, default: int) -> int:
             return dim if isinstance(dim, int) else default
 
-        from ...runtime.onnxfile import is_gqa_file, load_proto
-
-        self.shared = is_gqa_file(load_proto(path))  # past and present bound to one buffer, as generate() does
+        self.shared = file_facts(path).gqa  # past and present bound to one buffer, as generate() does
         self.feed: dict[str, np.ndarray] = {}
         for info in self.session.get_inputs():
             name, shape = info.name, info.shape
@@ -52,9 +50,9 @@ class _OrtStep:
                 value = np.ones((1, size(shape[1], ENCODER_SEQUENCE)))
             elif name == "position_ids":
                 value = np.arange(past, past + length)[None]
-            elif name.startswith("past_key_values.") and ".encoder." in name:
+            elif is_cross_cache(name):
                 value = rng.standard_normal((1, shape[1], size(shape[2], ENCODER_SEQUENCE), shape[3]))
-            elif name.startswith("past_key_values."):  # a shared buffer holds the new token too
+            elif is_cache(name):  # a shared buffer holds the new token too
                 value = rng.standard_normal((1, shape[1], past + (length if self.shared else 0), shape[3]))
             else:  # encoder_hidden_states
                 value = rng.standard_normal((1, size(shape[1], ENCODER_SEQUENCE), shape[2]))
@@ -69,12 +67,12 @@ class _OrtStep:
             self.binding = self.session.io_binding()
             self.binding.bind_output("logits", "cpu")
             for name, value in self.feed.items():
-                if not name.startswith("past_key_values."):
+                if not is_cache(name):
                     self.binding.bind_cpu_input(name, value)
                     continue
                 buffer = ort.OrtValue.ortvalue_from_numpy(value)  # the feed's own memory, in and out
                 self.binding.bind_ortvalue_input(name, buffer)
-                self.binding.bind_ortvalue_output(name.replace("past_key_values.", "present."), buffer)
+                self.binding.bind_ortvalue_output(present_of(name), buffer)
             self.options["key/value cache"] = "one buffer shared by past and present"
 
     def __call__(self) -> None:
@@ -135,7 +133,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
             raise InvalidArgumentError(f"For a decoder with its cache, shapes are {{'prompt': N}} (prefill of N "
                                        f"tokens) or {{'past': N}} (one token after N cached ones), not {spec!r}.")
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 100) or 100) if model is not None else 100
-    seq2seq = _is_seq2seq_file(Path(entries[0][2]))
+    seq2seq = file_facts(Path(entries[0][2])).generation == "seq2seq"
     rows: list[Any] = []
     kept: list[tuple[Any, Any]] = []
     total = len(specs) * (len(entries) * len(backends) + (2 if model is not None else 0)) + 1

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
+from ...runtime.facts import file_facts
 from .rules import generation_config_of, rules_for
 from .runners import (
     GenerationResult,
     OnnxDecoder,
     SharedBufferDecoder,
-    _is_seq2seq_file,
     _kept,
     _last_runner,
     _prompts,
@@ -136,7 +136,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
                                              eos=eos_set, stream=stream)
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in made] if tokenizer is not None else None
         return GenerationResult(prompts, made, text, first, steps)
-    if _kept(path, named, io_binding, threads, runtime) is None and _is_seq2seq_file(path):
+    if _kept(path, named, io_binding, threads, runtime) is None and file_facts(path).generation == "seq2seq":
         from . import seq2seq
 
         start_id = _setting("decoder_start_token_id", generation, config)

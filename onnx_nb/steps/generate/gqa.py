@@ -27,11 +27,12 @@ from typing import Any
 import numpy as np
 
 from ...errors import NotRewritableError as NotRewritable
-from ...runtime.onnxfile import GQA_OP, is_gqa_file, save_proto
+from ...runtime.facts import PRESENT_PREFIX
+from ...runtime.onnxfile import GQA_OP, save_proto
 from ..export.gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
 from ..export.gqa_io import rotary_tables as tables_of
 
-__all__ = ["GQA_OP", "NotRewritable", "is_gqa_file", "rewrite", "rotary_tables"]
+__all__ = ["GQA_OP", "NotRewritable", "rewrite", "rotary_tables"]
 
 def rotary_tables(model: Any) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin for every position (:func:`~onnx_nb.steps.export.gqa_io.rotary_tables`) from the rotary module
@@ -200,7 +201,7 @@ def rewrite(src: Path, dst: Path, model: Any, big: bool = False) -> dict[str, in
     norms = _fuse_norms(proto)
     _prune(proto)
     for o in proto.graph.output:
-        if o.name.startswith("present."):
+        if o.name.startswith(PRESENT_PREFIX):
             o.type.tensor_type.shape.dim[2].dim_param = PRESENT_AXIS
     if not any(op.domain == "com.microsoft" for op in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid("com.microsoft", 1))

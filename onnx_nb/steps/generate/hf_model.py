@@ -384,15 +384,16 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
         from transformers import pipeline
         pipeline("translation", model=m, tokenizer=r.source.preprocessor, num_beams=4)("Hello world")
     """
+    from ...runtime.facts import file_facts
     from ...runtime.providers import providers_named
-    from .runners import _is_seq2seq_file, decoder_for
+    from .runners import decoder_for
 
     path = Path(getattr(model, "path", model))
     if not path.is_file():
         raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
     named = providers_named([provider])[0].name
     hf_config, generation = _config_of(model, config)
-    if _is_seq2seq_file(path):
+    if file_facts(path).generation == "seq2seq":
         from .seq2seq import OnnxSeq2Seq, encoder_of
 
         runner = OnnxSeq2Seq(path, named, encoder_of(model), threads, io_binding)
@@ -416,7 +417,8 @@ def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: d
     :func:`to_transformers` makes, kept for the next call like the loops' runners), with the rules and beams of
     the generation config (the wrapped model's) and the call's ``overrides``; the result as the loops give it
     (new tokens per returned sequence, cut after EOS; the first forward's time, then each later one's)."""
-    from .runners import _LAST, GenerationResult, _is_seq2seq_file, _kept, _key, _prompts, left_pad
+    from ...runtime.facts import file_facts
+    from .runners import _LAST, GenerationResult, _kept, _key, _prompts, left_pad
     from .seq2seq import encoder_feed
 
     if runtime != "onnx-nb":
@@ -432,7 +434,7 @@ def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: d
         _LAST.clear()  # one model kept at a time
         wrapped = to_transformers(model, provider=provider, io_binding=io_binding, threads=threads)
         _LAST.update(key=_key(path, *how), runner=wrapped)
-    seq2seq = _is_seq2seq_file(path)
+    seq2seq = file_facts(path).generation == "seq2seq"
     if seq2seq:
         feed = encoder_feed(inputs, tokenizer, tuple(wrapped.runner.encoder_names), pad)
         tensors = {k: torch.from_numpy(v) for k, v in feed.items()}

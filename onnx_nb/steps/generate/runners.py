@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...render import CSS, esc, html_table
+from ...runtime.facts import is_cache, present_of
 from ...runtime.shapes import contiguous
 from .genai import cache_dims
 
@@ -33,7 +34,7 @@ class OnnxDecoder:
         # round trip through numpy
         self.device = binding_device(self.session, provider, io_binding)
         inputs = {i.name: i for i in self.session.get_inputs()}
-        self.past_names = [n for n in inputs if n.startswith("past_key_values.")]
+        self.past_names = [n for n in inputs if is_cache(n)]
         if "input_ids" not in inputs or not self.past_names:
             raise InvalidArgumentError(
                 f"{path} is not a decoder exported with its cache (no past_key_values inputs); export it with "
@@ -60,17 +61,17 @@ class OnnxDecoder:
             return self._bound_step(feed)
         out = self.session.run(None, feed)
         named = dict(zip(self.output_names, out))
-        grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
+        grown = {p: named[present_of(p)] for p in self.past_names}
         return named["logits"], grown
 
     def _bound_step(self, feed: dict[str, Any]) -> tuple[np.ndarray, dict]:
         """One step with I/O binding: cache values are ``OrtValue``s on the provider's device, in and out; only
         the ids, mask and positions go in from the host and only the logits come back to it."""
         assert self.device is not None
-        feed = {name: on_device(value, self.device) if name.startswith("past_key_values.") else value
+        feed = {name: on_device(value, self.device) if is_cache(name) else value
                 for name, value in feed.items()}  # the empty first cache
         named = run_bound(self.session, feed, self.output_names, self.device)
-        grown = {p: named[p.replace("past_key_values.", "present.")] for p in self.past_names}
+        grown = {p: named[present_of(p)] for p in self.past_names}
         return named["logits"].numpy(), grown
 
 
@@ -198,7 +199,7 @@ class SharedBufferDecoder(OnnxDecoder):
                 binding.bind_output("logits", "cpu")  # first: get_outputs() follows the binding order
             for name, value in buffers.items():
                 binding.bind_ortvalue_input(name, value)
-                binding.bind_ortvalue_output(name.replace("past_key_values.", "present."), value)
+                binding.bind_ortvalue_output(present_of(name), value)
             cache.update(binding=binding, bound=buffers, out=None, ids=None)
         if first:  # left-padded prompts -> right-padded
             valid = mask[:, -width:].astype(bool)
@@ -370,9 +371,3 @@ def _prompts(inputs: Any, tokenizer: Any) -> list[list[int]]:
     array = np.asarray(inputs.numpy() if hasattr(inputs, "numpy") else inputs)
     rows = [array] if array.ndim == 1 else list(array)
     return [[int(t) for t in row] for row in rows]
-
-
-def _is_seq2seq_file(path: Path) -> bool:
-    from ...runtime.onnxfile import load_proto
-
-    return any(i.name.startswith("past_key_values.") and ".encoder." in i.name for i in load_proto(path).graph.input)

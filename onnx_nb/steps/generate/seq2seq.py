@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
+from ...runtime.facts import is_cross_cache, present_of
 from ..export.seq2seq_cache import encoder_path
 from .runners import binding_device, on_device, run_bound
 
@@ -59,8 +60,8 @@ class OnnxSeq2Seq:
         if "encoder_attention_mask" in self.decoder_inputs and mask is not None:
             state["encoder_attention_mask"] = mask.astype(np.int64)
         for name in self.decoder_inputs:
-            if ".encoder." in name:
-                state[name] = encoded[name.replace("past_key_values.", "present.")]
+            if is_cross_cache(name):
+                state[name] = encoded[present_of(name)]
         for name in self.self_names:
             state[name] = np.zeros((batch, self.heads, 0, self.head_size), np.float32)
         if self.device is not None:
@@ -77,7 +78,7 @@ class OnnxSeq2Seq:
             logits = out["logits"]
         grown = dict(state)
         for name in self.self_names:
-            grown[name] = out[name.replace("past_key_values.", "present.")]
+            grown[name] = out[present_of(name)]
         return logits, grown
 
 

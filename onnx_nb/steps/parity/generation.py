@@ -15,9 +15,10 @@ import torch
 
 from ...errors import InsufficientMemoryError
 from ...runtime.cpu import file_notes, this_cpu
+from ...runtime.facts import file_facts
 from ..export.hf_cache import cache_kwargs, cache_of
 from ..generate.generation import generate
-from ..generate.runners import OnnxDecoder, _is_seq2seq_file, decoder_for, left_pad
+from ..generate.runners import OnnxDecoder, decoder_for, left_pad
 from .probes import default_prompts, plain
 
 NEAR_TIE = 1e-3  # PyTorch's logit margin between its pick and ONNX's (relative to the logits' scale): a tie below
@@ -139,7 +140,7 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     model = reload_source(export.source, "generation parity").model
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
-    if _is_seq2seq_file(path):
+    if file_facts(path).generation == "seq2seq":
         from ..export.seq2seq_cache import encoder_path
         from .seq2seq import Seq2SeqParity
 

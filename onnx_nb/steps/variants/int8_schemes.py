@@ -104,6 +104,7 @@ def worst_error(variant: Variant) -> float:
 def serving_feed(variant: Variant) -> tuple[dict[str, np.ndarray], str]:
     """Inputs at a size the file will serve at: a transformer's token inputs tiled to 8 x 128 (INT8's gain is in
     its large products, the sample's few tokens hide it); other models' samples as they are."""
+    from ...runtime.facts import file_facts
     from ...runtime.feeds import feed_for
     from ...runtime.onnxfile import load_proto, signature
     from .optimizing import _timing_feed
@@ -113,7 +114,7 @@ def serving_feed(variant: Variant) -> tuple[dict[str, np.ndarray], str]:
     source = variant.source
     tokens = [n for n in names if n in feed and feed[n].ndim == 2 and feed[n].dtype.kind in "iu"]
     if tokens and source is not None and getattr(source, "model", None) is not None and \
-            not any(n.startswith("past_key_values.") for n in names):
+            not file_facts(variant.path).generative:
         tiled = _timing_feed(source)
         if all(n in tiled for n in names):
             feed = {n: tiled[n] for n in names}

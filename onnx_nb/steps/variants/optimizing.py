@@ -198,16 +198,6 @@ def _timing_feed(source: Any) -> dict[str, np.ndarray]:
     return feed
 
 
-def has_mask_input(path: Path) -> bool:
-    from ...runtime.onnxfile import load_proto, signature
-
-    inputs = {i.name: i for i in signature(load_proto(path))[0]}
-    mask = inputs.get("attention_mask")
-    if any(n.startswith("past_key_values.") for n in inputs):  # a decoder with its cache: nothing to unpad
-        return False
-    return mask is not None and len(mask.shape) == 2 and isinstance(mask.shape[1], str)
-
-
 PEAK_OF_DECODER_ROUTE = 2.5  # re-export + GroupQueryAttention rewrite of a decoder: +2.43x its weights (1.1B Llama)
 
 
@@ -273,7 +263,9 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
             "Transformer fusion needs the model type, number of heads and hidden size; they come from the "
             "Hugging Face config when optimizing an ExportResult, or pass model_type=, num_heads=, hidden_size=."
         )
-    skip_padding = has_mask_input(parent) if unpad == "auto" else bool(unpad)
+    from ...runtime.facts import file_facts
+
+    skip_padding = file_facts(parent).padded_tokens if unpad == "auto" else bool(unpad)
     # a decoder's own export (a variant's changes would be lost): re-exported with standard attention ops
     reexport_decoder = decoder and chosen == "transformer" and not simplify
     recipe: dict[str, Any] = {"level": chosen, "simplify": simplify, "unpad": skip_padding,

@@ -14,7 +14,6 @@ from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, Quant
 from ...results.variant import Variant
 from .ort_quantizer import CalibrationReader, gemm_to_matmul, run_quantizer
 from .variants import make, parent_of
-from .vision import is_unet
 
 __all__ = ["gemm_to_matmul", "quantize"]
 
@@ -51,10 +50,11 @@ def int8_method(path: Path) -> tuple[str, str]:
     """The INT8 method that serves this graph: static QDQ for convolutional networks (dynamic quantization
     re-measures every activation at run time and leaves convolutions slower than fp32 on CPU), dynamic for
     the rest (transformers keep their accuracy only with per-batch activation scales)."""
+    from ...runtime.facts import facts_of_proto
     from ...runtime.onnxfile import load_proto, op_histogram
 
     proto = load_proto(path)
-    if is_unet(proto):
+    if facts_of_proto(proto).unet:
         return "static", ("auto: a diffusion UNet: static QDQ on its convolutions and weight MatMuls (dynamic INT8 "
                           "runs it slower than fp32); calibration=onnx_nb.unet_calibration(sd) gives it the "
                           "pipeline's own inputs, else they are generated from the sample")
@@ -323,9 +323,9 @@ def _int4_settings(onnx_model: Any, accuracy_level: int | str | None, block_size
                    recipe: dict[str, Any]) -> int | str | None:
     """INT4 for a decoder with its cache (decoding reads every weight per token): int8 compute (accuracy level 4)
     and its Gemm projections (GPT-2's) in INT4 too; elsewhere accuracy comes first (fp32 compute)."""
-    from ...runtime.onnxfile import load_proto
+    from ...runtime.facts import file_facts
 
-    decoder = any(i.name.startswith("past_key_values.") for i in load_proto(parent_of(onnx_model)[0]).graph.input)
+    decoder = file_facts(parent_of(onnx_model)[0]).generative
     if accuracy_level == "auto":
         accuracy_level = 4 if decoder else None
     recipe.update(block_size=block_size, symmetric=True, accuracy_level=accuracy_level, gemm_as_matmul=decoder)

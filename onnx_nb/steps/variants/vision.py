@@ -79,13 +79,7 @@ def detector_decoding(path: Path) -> tuple[list[str], str]:
                    "scores together flattens the scores); its convolutions and softmax quantized")
 
 
-UNET_INPUTS = {"sample", "timestep", "encoder_hidden_states"}
 UNET_OP_TYPES = ("Conv", "MatMul", "Gemm")
-
-
-def is_unet(proto: Any) -> bool:
-    """A diffusion UNet's graph (``export(pipeline)``'s ``unet.onnx``), by its inputs."""
-    return {i.name for i in proto.graph.input} == UNET_INPUTS
 
 
 def unet_op_types(path: Path) -> tuple[list[str], str]:
@@ -93,9 +87,9 @@ def unet_op_types(path: Path) -> tuple[list[str], str]:
     MatMuls in QDQ, the rest float (ORT's default list also quantizes the normalizations, reshapes and resizes
     between them: on the benchmark's UNet that failed parity, cosine below 0.98, where these three pass at 0.988
     and run faster). Nothing for other graphs."""
-    from ...runtime.onnxfile import load_proto
+    from ...runtime.facts import file_facts
 
-    if not is_unet(load_proto(path)):
+    if not file_facts(path).unet:
         return [], ""
     return list(UNET_OP_TYPES), ("a diffusion UNet: convolutions and weight MatMuls in INT8; normalizations, "
                                  "attention scores and the rest float (quantizing them fails parity)")

@@ -1,0 +1,83 @@
+"""What a bare ONNX file is, read from its inputs and nodes: the one place a file's input names are read for meaning.
+
+Every step that holds only a path (a file made elsewhere, a variant, a file an earlier session wrote) asks
+:func:`file_facts` instead of sniffing names itself: whether the file is a decoder with its key/value cache (and of
+which family: a decoder-only model, or an encoder-decoder's decoder with cross-attention caches), whether its
+attention is ONNX Runtime's GroupQueryAttention (its cache can be one shared buffer), whether it is a diffusion
+UNet, and whether its token inputs carry a padding mask that a session may skip. The answer is kept per path and
+modification time. A model that onnx-nb exported knows all this from its source record
+(:class:`~onnx_nb.ModelSource`); these facts are for files.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CACHE_PREFIX = "past_key_values."  # onnx-nb's (and Optimum's, and the builder's) cache input names
+PRESENT_PREFIX = "present."
+ENCODER_CACHE = ".encoder."  # an encoder-decoder's cross-attention cache, computed once from the encoder
+UNET_INPUTS = frozenset({"sample", "timestep", "encoder_hidden_states"})  # export(pipeline)'s unet.onnx
+
+
+def is_cache(name: str) -> bool:
+    """``name`` is a cache input (``past_key_values.{i}.key`` ...)."""
+    return name.startswith(CACHE_PREFIX)
+
+
+def is_cross_cache(name: str) -> bool:
+    """``name`` is an encoder-decoder's cross-attention cache input (computed once by the encoder file)."""
+    return is_cache(name) and ENCODER_CACHE in name
+
+
+def present_of(name: str) -> str:
+    """The output a cache input is carried to (``past_key_values.0.key`` -> ``present.0.key``)."""
+    return PRESENT_PREFIX + name[len(CACHE_PREFIX):] if is_cache(name) else name
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    inputs: tuple[str, ...]
+    generation: str | None  # "decoder" (a decoder-only model with its cache), "seq2seq" (an encoder-decoder's
+    # decoder file, cross-attention caches included), None (one forward)
+    gqa: bool  # attention in ONNX Runtime's GroupQueryAttention: past and present may share one buffer
+    unet: bool  # a diffusion UNet (sample, timestep, encoder_hidden_states)
+    padded_tokens: bool  # an attention_mask [batch, sequence] and no cache: a session may skip padding
+
+    @property
+    def cache_inputs(self) -> list[str]:
+        return [n for n in self.inputs if is_cache(n)]
+
+    @property
+    def generative(self) -> bool:
+        return self.generation is not None
+
+
+def facts_of_proto(proto: Any) -> FileFacts:
+    """The facts of a loaded model proto (its weights need not be loaded)."""
+    from .onnxfile import gqa_node
+
+    inputs = tuple(i.name for i in proto.graph.input)
+    names = set(inputs)
+    cache = [n for n in inputs if is_cache(n)]
+    generation = ("seq2seq" if any(is_cross_cache(n) for n in cache) else "decoder") if cache else None
+    mask = next((i for i in proto.graph.input if i.name == "attention_mask"), None)
+    dims = list(mask.type.tensor_type.shape.dim) if mask is not None else []
+    padded = not cache and len(dims) == 2 and bool(dims[1].dim_param)
+    return FileFacts(inputs, generation, gqa_node(proto) is not None, names == UNET_INPUTS, padded)
+
+
+def file_facts(path: str | Path) -> FileFacts:
+    """The facts of the ONNX file at ``path`` (read once per path and modification time)."""
+    p = Path(path)
+    stat = p.stat()
+    return _cached(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached(path: str, _mtime: int, _size: int) -> FileFacts:
+    from .onnxfile import load_proto
+
+    return facts_of_proto(load_proto(path))
