@@ -3,7 +3,7 @@ all-MiniLM-L6-v2 (real weights), wall time side by side in one run.
 
     python benchmarks/cluster.py [--workers 2] [--rounds 2]
 
-The cluster is real `ray start` nodes on this machine (onnx_nb.runtime.cluster.LocalRayCluster): a head that
+The cluster is real `ray start` nodes on this machine (onnx_nb.runtime.local_cluster.LocalRayCluster): a head that
 runs no jobs and --workers nodes of one CPU each. Each round runs both, in a new shuffled order; one untimed run of
 each comes first (Ray's workers start, files are cached). Printed: the wall time of each run, the ratio, each
 candidate's p50 as each run measured it, the load average before and after.
@@ -31,7 +31,7 @@ def main() -> None:
 
     import onnx_nb
     from onnx_nb.frontends.demo import default_model_path
-    from onnx_nb.runtime.cluster import LocalRayCluster
+    from onnx_nb.runtime.local_cluster import LocalRayCluster
 
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
     root = Path(tempfile.mkdtemp(prefix="onnx-nb-cluster-bench-"))

@@ -88,7 +88,8 @@ def main() -> int:
     import onnx_nb
     from onnx_nb.runtime.timing import interleaved
     from onnx_nb.steps.benchmark.benchmarking import BucketedTorchRunner, OrtRunner, TorchRunner
-    from onnx_nb.steps.parity.references import torch_reference
+    from onnx_nb.steps.export.references import torch_reference
+    from onnx_nb.steps.export.sources.hf import HfSource
 
     load = os.getloadavg()[0]
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.processor() or platform.platform()}; "
@@ -129,7 +130,8 @@ def main() -> int:
 
     # 2. Like with like, interleaved: every file alone in a plain session (what a server running the file gets),
     #    then padding skipping as an extra that the PyTorch baseline and the anchor get too (same bucket plan).
-    ref = torch_reference(export.source, {k: torch.from_numpy(v) for k, v in feed.items()}, "PyTorch eager")
+    ref = torch_reference(export.source, {k: torch.from_numpy(v) for k, v in feed.items()}, "PyTorch eager",
+                          adapter=HfSource)
     torch.set_num_threads(args.threads)
     plain: dict[str, Any] = {"PyTorch eager (sdpa)": TorchRunner(ref, feed, args.threads)}
     for name, model in candidates.items():

@@ -77,7 +77,7 @@ _LAZY = {
     "SamExport": ("onnx_nb.results.sam", "SamExport"),
     "SamParity": ("onnx_nb.results.sam", "SamParity"),
     "PartsExport": ("onnx_nb.results.parts", "PartsExport"),
-    "to_transformers": ("onnx_nb.steps.generate.hf_model", "to_transformers"),
+    "to_transformers": ("onnx_nb.steps.generate.transformers_api", "to_transformers"),
     "summary": ("onnx_nb.steps.inspect.structure", "summary"),
     "compare": ("onnx_nb.steps.inspect.comparing", "compare"),
     "ModelSummary": ("onnx_nb.results.summary", "ModelSummary"),
@@ -182,7 +182,7 @@ if TYPE_CHECKING:
     from .steps.export.exporting import export
     from .steps.generate.diffusion import to_diffusers
     from .steps.generate.generation import GenerationResult, generate
-    from .steps.generate.hf_model import to_transformers
+    from .steps.generate.transformers_api import to_transformers
     from .steps.inspect.comparing import compare
     from .steps.inspect.structure import summary
     from .steps.parity.check import check_parity

@@ -108,6 +108,8 @@ CASES: list[Case] = [
      lambda w: onnx_nb.export(w.model, torch.randn(2, 4), opset=99)),
     ("export-unknown-task", "export()", onnx_nb.InvalidArgumentError, r"task only applies to Hugging Face",
      lambda w: onnx_nb.export(w.model, torch.randn(2, 4), task="translate-klingon")),
+    ("export-cache-on-a-module", "export()", onnx_nb.InvalidArgumentError, r"cache=True is for generative models",
+     lambda w: onnx_nb.export(w.model, torch.randn(2, 4), cache=True)),
     ("export-existing-output", "export()", onnx_nb.OutputExistsError, r"overwrite=True",
      lambda w: onnx_nb.export(w.model, torch.randn(2, 4), out=w.kept, progress=False)),
     ("export-output-is-folder", "export()", onnx_nb.OutputExistsError, r"is a folder",

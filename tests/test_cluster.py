@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("ray")
 import onnx_nb
 import tiny_models
-from onnx_nb.runtime.cluster import LocalRayCluster
+from onnx_nb.runtime.local_cluster import LocalRayCluster
 
 
 @pytest.fixture(scope="module")

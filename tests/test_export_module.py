@@ -123,9 +123,9 @@ def test_progress_line_on_terminal(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_external_data_above_threshold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The >2 GB path, exercised by lowering the threshold: weights go beside the .onnx."""
-    import onnx_nb.steps.export.exporting as export_module
+    from onnx_nb.runtime import onnxfile
 
-    monkeypatch.setattr(export_module, "EXTERNAL_DATA_BYTES", 1024)
+    monkeypatch.setattr(onnxfile, "EXTERNAL_DATA_BYTES", 1024)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
     result = onnx_nb.export(model, torch.randn(2, 64), out=tmp_path / "big.onnx", progress=False)
     assert result.exporter == "dynamo" and result.external_data

@@ -337,8 +337,8 @@ def test_generate_keeps_its_session_and_reads_builder_folders(exports: dict[str,
     a changed file gets a new one. A GroupQueryAttention file as onnxruntime-genai's builder writes it (cache dims
     named, not fixed; its own rotary table names) generates the same tokens with the genai_config.json beside it,
     and is refused, saying what is missing, without."""
+    from onnx_nb.steps.export.gqa_io import COS, SIN
     from onnx_nb.steps.generate import runners
-    from onnx_nb.steps.generate.gqa import COS, SIN
 
     fast = onnx_nb.optimize(exports["llama"], out=tmp_path / "gqa.onnx", validate=False)
     first = onnx_nb.generate(fast, [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1, threads=1)

@@ -270,7 +270,7 @@ def test_loose_weight_files_fold_into_one(tmp_path: Path) -> None:
     becomes one page-aligned data file beside the model, read back by ONNX Runtime to the same outputs."""
     import onnxruntime as ort
 
-    from onnx_nb.runtime.onnxfile import consolidate_external
+    from onnx_nb.runtime.onnxedit import consolidate_external
 
     net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
     x = torch.randn(3, 64)
@@ -308,7 +308,8 @@ def test_quantize_a_decoder_file_by_path(checkpoints: dict[str, Path], tmp_path:
 def test_saving_again_in_place_does_not_grow_the_data(checkpoints: dict[str, Path], tmp_path: Path) -> None:
     """onnx.save appends to an existing data file: optimize()'s in-place GroupQueryAttention rewrite of a 4.4 GB
     decoder wrote an 8.8 GB data file. save_proto starts the data file afresh when nothing still reads it."""
-    from onnx_nb.runtime.onnxfile import load_proto, save_proto
+    from onnx_nb.runtime.onnxedit import save_proto
+    from onnx_nb.runtime.onnxfile import load_proto
 
     result = onnx_nb.export(checkpoints["llama"], precision="fp32", out=tmp_path / "m.onnx", progress=False)
     data = tmp_path / "m.onnx.data"

@@ -16,6 +16,7 @@ import onnx_nb
 from onnx_nb.errors import InvalidArgumentError, OnnxNbError, OutputExistsError
 from onnx_nb.results.sam import SamExport
 from onnx_nb.steps.export import sam
+from onnx_nb.steps.export.sources.sam import is_sam
 
 transformers = pytest.importorskip("transformers")
 
@@ -107,7 +108,7 @@ def test_the_mask_check_tells_another_model_apart(exported: SamExport) -> None:
 
 def test_bad_input_is_a_clear_error(exported: SamExport, tmp_path: Path) -> None:
     model = exported.model
-    assert sam.is_sam(model) and not sam.is_sam(model.vision_encoder) and not sam.is_sam(torch.nn.Linear(2, 2))
+    assert is_sam(model) and not is_sam(model.vision_encoder) and not is_sam(torch.nn.Linear(2, 2))
     with pytest.raises(OutputExistsError, match="overwrite=True"):
         onnx_nb.export(model, out=exported.folder, progress=False)
     with pytest.raises(InvalidArgumentError, match="give a folder"):

@@ -15,7 +15,7 @@ import pytest
 
 import onnx_nb
 import tiny_models
-from onnx_nb.runtime import browser
+from onnx_nb.runtime import browser, browser_pages
 
 pytestmark = pytest.mark.skipif(bool(browser.unavailable_reason()) and not os.environ.get("CI"),
                                 reason=browser.unavailable_reason() or "browser backend available")
@@ -26,7 +26,7 @@ def software_webgpu() -> Any:
     """This machine has no GPU: its headless Chromium offers WebGPU on SwiftShader, a software adapter, which the
     rows name (a fresh page for this module, started with that flag)."""
     saved = os.environ.get("ONNX_NB_CHROMIUM_ARGS")
-    os.environ["ONNX_NB_CHROMIUM_ARGS"] = browser.WEBGPU_FLAGS + " --use-webgpu-adapter=swiftshader"
+    os.environ["ONNX_NB_CHROMIUM_ARGS"] = browser_pages.WEBGPU_FLAGS + " --use-webgpu-adapter=swiftshader"
     browser._PAGES.pop("headless", None)
     yield
     browser._PAGES.pop("headless", None)

@@ -9,28 +9,32 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..steps.export.args import ARGUMENTS
+
 Spec = tuple[tuple[str, ...], dict[str, Any], str]
 
-EXPORT: list[Spec] = [
-    (("model",), {"help": "a variable holding a model (magic only), a local Hugging Face folder, "
-                          "or a hub id"}, "both"),
-    (("--sample",), {"help": "a variable holding the sample inputs (tensor, tuple or dict)"}, "magic"),
-    (("--task",), {"help": "Hugging Face task, e.g. text-classification (inferred by default)"}, "both"),
-    (("--out",), {"help": "output .onnx path (default ./onnx_nb_out/<model>/model.onnx)"}, "both"),
-    (("--opset",), {"type": int, "help": "ONNX opset (default 18)"}, "both"),
-    (("--exporter",), {"choices": ["auto", "dynamo", "torchscript", "keras", "tf2onnx", "skl2onnx"],
-                       "default": "auto", "help": "auto tries dynamo, then TorchScript (Keras: tf2onnx, then "
-                       "Keras's own export)"}, "both"),
-    (("--static",), {"action": "store_true", "help": "export fixed shapes (no dynamic axes)"}, "both"),
-    (("--overwrite",), {"action": "store_true", "help": "replace an existing output file"}, "both"),
-    (("--precision",), {"choices": ["int4", "int8", "fp16", "fp32"],
-                        "help": "a decoder folder or hub id written layer by layer from its checkpoint in this "
-                                "precision (the lean route: Llama, Mistral, Qwen, Phi-3, Gemma, Granite, MoE)"},
-     "both"),
-    (("--allow-pickle",), {"action": "store_true",
-                           "help": "load a checkpoint that pickles a whole model (only for files you trust)"},
-     "both"),
-]
+def _export_specs() -> list[Spec]:
+    """``%onnx_export`` and ``onnx-nb export`` from export()'s own argument table
+    (:data:`onnx_nb.steps.export.args.ARGUMENTS`): every argument with a flag, its help, its default and choices."""
+    out: list[Spec] = [(("model",), {"help": "a variable holding a model (magic only), a local Hugging Face folder, "
+                                             "a hub id or a file"}, "both")]
+    for arg in ARGUMENTS:
+        if arg.flag is None:
+            continue
+        options: dict[str, Any] = {"help": arg.help}
+        if arg.kind == "flag":
+            options["action"] = "store_true"
+        elif arg.kind == "int":
+            options["type"] = int
+        elif arg.kind == "choice":
+            options["choices"] = list(arg.choices)
+            options["default"] = None if arg.default is None else str(arg.default).lower()
+        out.append(((arg.flag,), options, "magic" if arg.name == "sample" else "both"))
+    return out
+
+
+EXPORT: list[Spec] = _export_specs()
+
 
 PARITY: list[Spec] = [
     (("model",), {"help": "the reference: a variable (magic only: a model, an ExportResult), a Hugging Face "
@@ -181,10 +185,36 @@ def add_arguments(parser: argparse.ArgumentParser, specs: list[Spec], where: str
 
 
 def export_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
-    """Keyword arguments for :func:`onnx_nb.export` from parsed ``EXPORT`` arguments."""
-    return {"task": ns.task, "out": ns.out, "opset": ns.opset, "exporter": ns.exporter,
-            "dynamic": not ns.static, "overwrite": ns.overwrite,
-            "allow_pickle": ns.allow_pickle, "precision": ns.precision}
+    """Keyword arguments for :func:`onnx_nb.export` from parsed ``EXPORT`` arguments (the sample, a variable, is the
+    magic's to look up)."""
+    kwargs: dict[str, Any] = {}
+    for arg in ARGUMENTS:
+        if arg.flag is None or arg.name == "sample":
+            continue
+        value = getattr(ns, arg.flag.lstrip("-").replace("-", "_"))
+        if arg.name == "dynamic":  # --static
+            value = not value
+        elif arg.name == "cache":
+            value = {"auto": "auto", "true": True, "false": False}[value]
+        elif arg.name == "nms":
+            value = nms_from_text(value)
+        kwargs[arg.name] = value
+    return kwargs
+
+
+def nms_from_text(text: str | None) -> Any:
+    """``--nms``: absent (False), ``true``, or ``conf=0.3,iou=0.5,max_det=100,agnostic=true``."""
+    if text is None or text.lower() in ("false", "no", "0"):
+        return False
+    if text.lower() in ("true", "yes", "1", ""):
+        return True
+    out: dict[str, Any] = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        key, _, value = item.partition("=")
+        low = value.strip().lower()
+        out[key.strip()] = low == "true" if low in ("true", "false") else \
+            int(low) if low.isdigit() else float(low) if low.replace(".", "", 1).isdigit() else value
+    return out
 
 
 def shapes_from_text(text: str) -> Any:

@@ -9,8 +9,6 @@ from typing import Any
 from ..render import CSS, esc, folded, html_table, human_bytes, human_count, peak_text, shape_text, text_table
 from ..runtime.onnxfile import TensorInfo
 
-FOREIGN_KINDS = ("keras", "tensorflow", "sklearn", "onnx")  # sources with no PyTorch model behind them
-
 
 @dataclass
 class ModelSource:
@@ -36,18 +34,27 @@ class ModelSource:
     load_warnings: list[str] = field(default_factory=list, repr=False, compare=False)  # the libraries', at load
     # outputs the user saved beside the sample (an adopted file's .npz): the reference for those inputs
     recorded: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # the source layer's answers, recorded once by the adapter that opened the model (steps/export/sources):
+    adapter: str = ""  # the registry row ("hf", "torch", "yolo", "keras", "onnx", ...): later steps ask it
+    generation: str | None = None  # "decoder" (with its key/value cache), "seq2seq" (encoder + decoder), None
+    eager: bool = True  # a PyTorch model exists for the eager baseline row (False beyond PyTorch, adopted files)
+
+    def __post_init__(self) -> None:
+        if self.generation is None and self.cache_layout:  # a decoder written from its checkpoint (the lean route)
+            self.generation = "decoder"
 
     @property
     def has_torch_model(self) -> bool:
         """False for a Keras, TensorFlow or scikit-learn model and a file made elsewhere: no PyTorch eager to run."""
-        return self.kind not in FOREIGN_KINDS
+        return bool(self.eager)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "location": self.location,
                 "task": self.task, "model_type": self.model_type,
                 "sample_shapes": {k: list(v.shape) for k, v in self.sample.items()},
                 "input_axes": {k: {str(a): n for a, n in v.items()} for k, v in self.input_axes.items()},
-                "cache_layout": self.cache_layout.to_dict() if self.cache_layout is not None else None}
+                "cache_layout": self.cache_layout.to_dict() if self.cache_layout else None,
+                "adapter": self.adapter, "generation": self.generation, "eager": self.eager}
 
 
 @dataclass
@@ -148,7 +155,7 @@ class ExportResult:
                      "UNVERIFIED: see below"))
         if self.fixed_axes:
             rows.append(("fixed axes", "; ".join(f.text() for f in self.fixed_axes)))
-        if self.cache_layout is not None:
+        if self.source.generation and self.cache_layout:
             rows.append(("key/value cache", self.cache_layout.text()))
         return rows
 

@@ -72,7 +72,13 @@ def facts_of_proto(proto: Any) -> FileFacts:
 def file_facts(path: str | Path) -> FileFacts:
     """The facts of the ONNX file at ``path`` (read once per path and modification time)."""
     p = Path(path)
-    stat = p.stat()
+    try:
+        stat = p.stat()
+    except OSError:
+        from .onnxfile import load_proto
+
+        load_proto(p)  # the clear error for a missing or unreadable file
+        raise
     return _cached(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
 
 

@@ -33,12 +33,12 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
         report = onnx_nb.pipeline("path/to/bert-folder", shapes=[{"batch": 8, "sequence": 128}])
         report.save_html("report.html")
     """
-    from .export.foreign import kind_of
+    from .export.sources.registry import resolve
     from .plan import Run, Settings, plan
     from .variants import autotuning  # noqa: F401 - warm the import so timings are not charged to a step
 
-    if quantize == "auto" and kind_of(model) == "sklearn":
-        quantize = None  # its file is ai.onnx.ml trees and linear models: nothing INT8 applies to
+    if quantize == "auto":  # what "auto" means is the kind's own answer (None for scikit-learn's ai.onnx.ml file)
+        quantize = resolve(model).quantize_auto
 
     run = Run(model, Settings(sample=sample, task=task, optimize=optimize, quantize=quantize, benchmark=benchmark,
                               providers=providers, shapes=shapes, threads=threads, min_seconds=min_seconds, out=out,

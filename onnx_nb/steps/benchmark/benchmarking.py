@@ -143,8 +143,9 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
         source = getattr(reference, "source", None) or getattr(entries[0][1], "source", None)
         model = reference if reference is not None and not hasattr(reference, "source") else \
             getattr(source, "model", None)
+        layout = getattr(source, "cache_layout", None) if model is getattr(source, "model", None) else None
         return benchmark_generation(entries, model, backends, shapes, warmup, runs, min_seconds, threads, clock,
-                                    progress)
+                                    progress, layout)
     ref, feed0, axes = _reference_and_feed(reference, sample, entries)
     specs = shape_specs(shapes if shapes is not None else "sample", axis_sizes(feed0, axes), list(feed0))
     if on is not None:
@@ -284,24 +285,22 @@ def _reference_and_feed(reference: Any, sample: Any,
                         entries: list[tuple[str, Any, Path]]) -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
     """PyTorch eager as the baseline when there is a reference (loaded again from its location when the result
     no longer holds it), and the inputs every row runs on, with their variable axes."""
-    from ...runtime.feeds import export_sample, feed_for
-    from ..parity.references import torch_reference
+    from ...runtime.feeds import feed_for
+    from ..export.references import torch_reference
+    from ..export.sources.registry import adapter_of, resolve
 
     ref = None
-    source = getattr(reference, "source", None)
-    if source is not None and not source.has_torch_model:
-        kind = source.kind
-        raise InvalidArgumentError(f"reference= sets PyTorch eager as the baseline row; this export's source is "
-                                   f"{'an ONNX file made elsewhere' if kind == 'onnx' else 'a ' + kind + ' model'}, "
-                                   "with no PyTorch model: leave reference out and compare the files themselves.")
     if reference is not None:
-        from ..export.sources import load_source, reload_source
-
-        source = reload_source(reference.source if hasattr(reference, "source") else load_source(reference, None),
-                               "benchmark")
-        if sample is None and source.kind == "module":
-            sample = export_sample(entries[0][1])
-        ref = torch_reference(source, sample, "PyTorch eager")
+        source = getattr(reference, "source", None)
+        adapter = adapter_of(reference) if source is not None else resolve(reference)
+        if not adapter.eager or (source is not None and not source.eager):
+            raise InvalidArgumentError(f"reference= sets PyTorch eager as the baseline row; this export's source is "
+                                       f"{adapter.what}, with no PyTorch model: leave reference out and compare the "
+                                       "files themselves.")
+        if source is not None:  # an export: its model, loaded again when the result no longer holds it
+            ref = torch_reference(adapter.reload(source, "benchmark"), sample, "PyTorch eager", adapter=adapter)
+        else:  # the model itself, made flat and fed as its export was
+            ref = adapter.reference_of_model(reference, entries[0][1], sample, label="PyTorch eager")
     if ref is not None and not hasattr(sample, "keys"):
         return ref, ref.sample, ref.axes
     feed, axes = feed_for(entries[0][2], entries[0][1], sample)

@@ -86,7 +86,8 @@ class _TorchStep:
     """PyTorch eager: a prefill with the cache on, a decode step on a cache of ``past`` tokens, or (``cache=False``)
     the whole ``past + 1`` tokens again, which is what each new token costs without a cache."""
 
-    def __init__(self, model: Any, length: int, past: int, cache: bool, threads: int | None) -> None:
+    def __init__(self, model: Any, length: int, past: int, cache: bool, threads: int | None,
+                 layout: Any = None) -> None:
         from transformers import DynamicCache
 
         from ...runtime.memory import weight_bytes
@@ -98,7 +99,7 @@ class _TorchStep:
         self.ids = torch.randint(min(3, vocab - 1), vocab, (1, total), generator=g)
         self.cache = None
         if cache and past:
-            layout = layout_of(model)
+            layout = layout or layout_of(model)
             self.cache = DynamicCache(config=model.config)
             for i in range(layout.layers):
                 shape = (1, layout.kv_heads, past, layout.head_size)
@@ -118,9 +119,10 @@ class _TorchStep:
 
 def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backends: list[tuple[str, Any, str]],
                          shapes: Any, warmup: int, runs: int | None, min_seconds: float, threads: int | None,
-                         clock: Any, progress: bool) -> Any:
+                         clock: Any, progress: bool, layout: Any = None) -> Any:
     """Latency of decoders exported with their cache: prefill (time to first token) at prompt lengths and one
-    decode step at past lengths (tokens/s), against PyTorch eager with its cache and without one."""
+    decode step at past lengths (tokens/s), against PyTorch eager with its cache and without one. ``layout``: the
+    cache layout the export recorded (read from the model again only when the model came without its export)."""
     from functools import partial
 
     from ...progress import Steps
@@ -154,7 +156,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
                     if seq2seq:
                         make: Any = partial(TorchDecodeStep, model, past, cache, threads, ENCODER_SEQUENCE)
                     else:
-                        make = partial(_TorchStep, model, length, past, cache, threads)
+                        make = partial(_TorchStep, model, length, past, cache, threads, layout)
                     makers.append((label, "torch:cpu", make))
             for name, _obj, path in entries:
                 for backend, provider, reason in backends:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from ...results.latency import LatencyRow
-from ...runtime.cluster import Cluster, Job, describe
+from ...runtime.cluster import Cluster, Job
+from ...runtime.local_cluster import describe
 from .measuring import measure, remeasure
 
 

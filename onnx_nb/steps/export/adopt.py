@@ -39,7 +39,7 @@ def adopt(path: Path, sample: Any, out: Any, overwrite: bool, name: str | None) 
         path, files = _copy(path, files, Path(out).expanduser(), overwrite)
     producer = " ".join(p for p in (proto.producer_name, proto.producer_version) if p) or None
     source = ModelSource("onnx", name or path.stem, location=str(path), model_type=producer, sample=feed,
-                         input_axes=axes, as_kwargs=False, recorded=recorded)
+                         input_axes=axes, as_kwargs=False, recorded=recorded, adapter="onnx", eager=False)
     unverified: list[str] = []
     if recorded:
         check = _check(path, feed, recorded, RECORDED, order)

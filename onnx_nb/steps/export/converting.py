@@ -54,7 +54,7 @@ def convert_checked(kind: str, target: Path, order: list[str], convert: Callable
     like the source framework at ``probe`` (``want(probe, output names)``), then publish it at ``target``.
     ``convert(name, staged)`` writes the file; an :class:`UnsupportedOperatorError` stops at once (no other
     converter knows the operator either)."""
-    from ...runtime import onnxfile
+    from ...runtime import onnxedit, onnxfile
     from ...runtime.files import disk_error, publish, staging_dir
     from .checks import check_arrays
 
@@ -79,7 +79,7 @@ def convert_checked(kind: str, target: Path, order: list[str], convert: Callable
                 continue
             proto = onnxfile.load_proto(staged)
             outputs = [o.name for o in proto.graph.output]
-            onnxfile.name_dims(proto, {**axes, **{o: {0: "batch"} for o in outputs if dynamic}})
+            onnxedit.name_dims(proto, {**axes, **{o: {0: "batch"} for o in outputs if dynamic}})
             import onnx
 
             onnx.save(proto, str(staged))

@@ -10,14 +10,7 @@ from typing import Any
 
 import torch
 
-from ...errors import InvalidArgumentError
 from ...results.diffusion import PARTS, DiffusionExport
-
-
-def is_diffusion_pipeline(model: Any) -> bool:
-    """A diffusers pipeline object with a UNet, a VAE and a text encoder (Stable Diffusion 1.x/2.x-like)."""
-    return all(hasattr(model, name) for name in ("unet", "vae", "text_encoder", "scheduler", "components")) and \
-        not isinstance(model, torch.nn.Module)
 
 
 class TextEncoderPart(torch.nn.Module):
@@ -57,34 +50,6 @@ class VaeDecoderPart(torch.nn.Module):
         return self.vae.decode(latent_sample, return_dict=False)[0]
 
 
-def _check_supported(pipe: Any) -> None:
-    if not is_diffusion_pipeline(pipe):
-        raise InvalidArgumentError(
-            f"{type(pipe).__name__}: onnx-nb exports Stable Diffusion 1.x/2.x-like pipelines (a text encoder and "
-            "tokenizer, a UNet, a VAE, a scheduler); this one has another make-up. Export its networks one by one "
-            "with onnx_nb.export(module, sample).")
-    unet = pipe.unet.config
-    extra = [key for key in ("addition_embed_type", "time_cond_proj_dim", "class_embed_type", "num_class_embeds",
-                             "encoder_hid_dim_type") if getattr(unet, key, None)]
-    if getattr(pipe, "text_encoder_2", None) is not None:
-        extra.append("a second text encoder")
-    if unet.in_channels != pipe.vae.config.latent_channels:
-        extra.append(f"{unet.in_channels} input channels for {pipe.vae.config.latent_channels} latent ones (an "
-                     "inpainting or depth UNet)")
-    if extra:
-        raise InvalidArgumentError(
-            f"{type(pipe).__name__}: its UNet takes more than latents, a timestep and text states ({', '.join(extra)}"
-            "); onnx-nb exports Stable Diffusion 1.x/2.x-like text-to-image pipelines (one text encoder, such a UNet, "
-            "a VAE). Export its parts one by one with onnx_nb.export(module, sample).")
-    if getattr(pipe, "text_encoder", None) is None or getattr(pipe, "tokenizer", None) is None:
-        raise InvalidArgumentError(f"{type(pipe).__name__} has no text encoder or tokenizer to export.")
-    if pipe.unet.device.type != "cpu" or pipe.unet.dtype != torch.float32:
-        raise InvalidArgumentError(
-            f"The pipeline runs in {pipe.unet.dtype} on {pipe.unet.device}; onnx-nb exports from float32 on the CPU "
-            "(its parity reference too): pipe.to('cpu', torch.float32) first; quantize(sd.parts['unet'], "
-            "method='fp16') then makes an fp16 file.")
-
-
 def samples(pipe: Any) -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor], dict[str, dict[int, str]]]]:
     """Each part's module, sample inputs (batch 1 at the UNet's own sample size) and dynamic axes."""
     unet, vae, text = pipe.unet.config, pipe.vae.config, pipe.text_encoder.config
@@ -113,7 +78,6 @@ def export_diffusion(pipe: Any, out: Any, overwrite: bool, progress: bool, opset
     (:func:`~onnx_nb.steps.export.staged.write_parts`)."""
     from .staged import write_parts
 
-    _check_supported(pipe)
     folder, parts, seconds = write_parts(
         "a pipeline", PARTS, lambda: {k: (m.eval(), s, a) for k, (m, s, a) in samples(pipe).items()},
         name or type(pipe).__name__, out, overwrite, progress, opset, export)

@@ -96,7 +96,7 @@ def _native_output(captured: list[str]) -> Iterator[None]:
 def quiet(collected: list[str], native: list[str]) -> Iterator[None]:
     """Silence the exporters' console chatter; keep their warnings (and transformers' log lines, as the model runs
     while it is traced) for the result and their native output in ``native``."""
-    from .sources import library_logs, quiet_loading
+    from .logs import library_logs, quiet_loading
 
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo",
                                               "torch.fx.experimental.symbolic_shapes",
@@ -159,7 +159,8 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     if varargs_from is not None:  # the axis names in place of the exporter's symbols
         import onnx
 
-        from ...runtime.onnxfile import load_proto, name_dims
+        from ...runtime.onnxedit import name_dims
+        from ...runtime.onnxfile import load_proto
 
         proto = load_proto(path)
         name_dims(proto, axes)

@@ -82,6 +82,15 @@ def default_axes(sample: Sample) -> AxisSpec:
     return {n: {0: "batch"} for n, t in zip(sample.names, sample.tensors) if t.dim() >= 1}
 
 
+def restrict_axes(sample: Sample, dynamic: Any) -> Sample:
+    """``sample`` with the axes ``dynamic`` asks for: a dict names them (checked), False fixes every one."""
+    if isinstance(dynamic, Mapping):
+        sample.axes = check_axes(sample, dynamic)
+    elif not dynamic:
+        sample.axes = {}
+    return sample
+
+
 def check_axes(sample: Sample, axes: Mapping[str, Mapping[int, str]]) -> AxisSpec:
     checked: AxisSpec = {}
     for name, spec in axes.items():

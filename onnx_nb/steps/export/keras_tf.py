@@ -142,7 +142,7 @@ def _tf2onnx_watch(collected: list[str], unsupported: list[tuple[str, str]]) -> 
     """tf2onnx's log lines and the warnings of TensorFlow and Keras go to ``collected`` (the result's warnings);
     the operators tf2onnx could not translate (it logs them and goes on) to ``unsupported``."""
 
-    from .sources import LogCollector
+    from .logs import LogCollector
 
     class Watch(LogCollector):
         def emit(self, record: logging.LogRecord) -> None:
@@ -191,7 +191,7 @@ def export_tensorflow(model: Any, kind: str, sample: Any, out: Any, overwrite: b
     """A Keras model (object or ``.keras`` file) or a TensorFlow SavedModel folder / ``tf.Module``, exported."""
     from ...progress import Steps
     from ...runtime.files import check_target, default_output
-    from .sources import source_name
+    from .sources.base import source_name
 
     label = name or (Path(str(model)).name if isinstance(model, (str, os.PathLike)) else
                      getattr(model, "name", None) or type(model).__name__)
@@ -210,7 +210,7 @@ def export_tensorflow(model: Any, kind: str, sample: Any, out: Any, overwrite: b
         order = list(route.order) if exporter == "auto" else [exporter]
         source = ModelSource(kind, label, location=str(model) if isinstance(model, (str, os.PathLike)) else None,
                              model_type=route.model_type, model=route.model, sample=route.feed,
-                             input_axes=route.axes, as_kwargs=False)
+                             input_axes=route.axes, as_kwargs=False, adapter=kind, eager=False)
         unsupported: list[tuple[str, str]] = []
 
         def convert(which: str, staged: Path) -> None:

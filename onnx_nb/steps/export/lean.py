@@ -5,7 +5,7 @@ The generic route traces the whole PyTorch model, saves an fp32 graph, re-export
 then quantizes: the model, the graph and the quantizer's copy sit in memory together (about 4x the weights at its
 peak). This route never builds the model: for the families ONNX Runtime's ``GroupQueryAttention`` covers (Llama,
 Mistral, Qwen2, Qwen3, Phi-3, Gemma, Granite) it writes the graph onnxruntime-genai's model builder writes, and the
-same file :func:`~onnx_nb.steps.generate.gqa.rewrite` makes (same inputs and outputs, so ``generate()``, generation
+same file :func:`~onnx_nb.steps.variants.gqa.rewrite` makes (same inputs and outputs, so ``generate()``, generation
 parity, onnxruntime-genai's loop and ``benchmark()`` take it as they take that one):
 
 - ``Gather`` embedding; per layer ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization`` (the
@@ -24,23 +24,17 @@ Only imported by functions that already need torch.
 
 from __future__ import annotations
 
-import importlib
-import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from ...errors import InvalidArgumentError, ModelLoadError
-from ...runtime.onnxfile import pad_to_page, point_external
-from .gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes, rotary_tables
+from ...runtime.onnxedit import pad_to_page, point_external
+from .gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
+from .lean_families import PRECISIONS, Family, family_of, rotary_of
 from .safetensors_file import Checkpoint
 
-PRECISIONS = ("int4", "int8", "fp16", "fp32")
-DENSE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "granite")
-MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")  # mixtures of experts: ONNX Runtime's MoE / QMoE op
-FAMILIES = DENSE + MOE
 BLOCK = 32  # MatMulNBits block size (onnxruntime-genai's default)
 ACCURACY_LEVEL = 4  # INT8 compute of MatMulNBits on CPU
 INLINE_BYTES = 1024  # smaller tensors stay in the graph
@@ -108,92 +102,6 @@ def quantize_nbits(w_nk: np.ndarray, bits: int, block: int = BLOCK) -> tuple[np.
     quantize = ort_c.quantize_matmul_4bits if bits == 4 else ort_c.quantize_matmul_8bits
     quantize(packed, wt, scales, zero_points, block, n, k, True)
     return packed, scales
-
-
-@dataclass
-class Family:
-    """How one model type's checkpoint maps onto the graph."""
-
-    model_type: str
-    config: Any
-    heads: int
-    kv_heads: int
-    head_size: int
-    hidden: int
-    layers: int
-    eps: float
-    activation: str  # "silu" or "gelu_tanh"
-    norm_offset: float = 0.0  # Gemma's RMSNorm scales by (1 + weight)
-    embed_scale: float = 1.0  # Gemma: sqrt(hidden); Granite: embedding_multiplier
-    residual_scale: float = 1.0  # Granite's residual_multiplier
-    logits_scale: float = 1.0  # Granite: 1 / logits_scaling
-    attention_scale: float | None = None  # Granite's attention_multiplier; else the op's 1/sqrt(head)
-    windows: list[int] = field(default_factory=list)  # per layer: sliding window, -1 for full attention
-    packed: bool = False  # Phi-3: qkv_proj and gate_up_proj
-    experts: int = 0  # a mixture of experts: experts per sparse layer, each token routed to top_k of them
-    top_k: int = 0
-    renormalize: bool = False  # the top-k routing weights rescaled to sum to 1 (Mixtral; norm_topk_prob)
-    sparse: list[bool] = field(default_factory=list)  # per layer: a mixture of experts (else a dense MLP)
-
-
-def family_of(config: Any) -> Family:
-    """The layout of a supported decoder's config; refuses (with what to do) anything else."""
-    kind = str(getattr(config, "model_type", ""))
-    if kind not in FAMILIES:
-        raise InvalidArgumentError(
-            f"precision= builds decoders of the families {', '.join(FAMILIES)} straight from their checkpoint; "
-            f"this one is {kind or 'unknown'!r}. Export it with export(model) (no precision=) and make the "
-            "precision with quantize(export, method=...).")
-    heads = int(config.num_attention_heads)
-    hidden = int(config.hidden_size)
-    head = int(getattr(config, "head_dim", None) or hidden // heads)
-    layers = int(config.num_hidden_layers)
-    if head % 16:
-        raise InvalidArgumentError(f"ONNX Runtime's GroupQueryAttention takes head sizes that are multiples of 16; "
-                                   f"this {kind} has {head}. Export it with export(model) (no precision=).")
-    act = str(getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu"))
-    if act not in ("silu", "gelu_pytorch_tanh", "gelu_tanh"):
-        raise InvalidArgumentError(f"{kind}'s activation {act!r} is not one the lean route writes (silu, gelu tanh); "
-                                   "export it with export(model) (no precision=).")
-    fam = Family(kind, config, heads, int(getattr(config, "num_key_value_heads", None) or heads), head, hidden,
-                 layers, float(config.rms_norm_eps), "silu" if act == "silu" else "gelu_tanh",
-                 packed=kind == "phi3")
-    if kind == "gemma":
-        fam.norm_offset, fam.embed_scale = 1.0, math.sqrt(hidden)
-    if kind == "granite":
-        fam.embed_scale = float(config.embedding_multiplier)
-        fam.residual_scale = float(config.residual_multiplier)
-        fam.logits_scale = 1.0 / float(config.logits_scaling)
-        fam.attention_scale = float(config.attention_multiplier)
-    if kind in MOE:
-        experts: Any = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", 0)
-        fam.experts = int(experts)
-        fam.top_k = int(config.num_experts_per_tok)
-        fam.renormalize = kind == "mixtral" or bool(getattr(config, "norm_topk_prob", False))
-        step = int(getattr(config, "decoder_sparse_step", 1) or 1)
-        dense_only = set(getattr(config, "mlp_only_layers", None) or [])
-        fam.sparse = [i not in dense_only and (i + 1) % step == 0 for i in range(layers)]
-    else:
-        fam.sparse = [False] * layers
-    window: Any = getattr(config, "sliding_window", None)
-    types = getattr(config, "layer_types", None)
-    if types:
-        fam.windows = [int(window) if t == "sliding_attention" and window else -1 for t in types]
-    else:
-        on = bool(window) and getattr(config, "use_sliding_window", True)
-        fam.windows = [int(window) if on else -1] * layers
-    return fam
-
-
-def rotary_of(config: Any) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin tables from the family's own rotary module (built from the config alone: no weights)."""
-    kind = config.model_type
-    module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
-    names = [n for n in dir(module) if n.endswith("RotaryEmbedding")]
-    if not names:
-        raise InvalidArgumentError(f"transformers' {kind} has no rotary embedding module; export it with "
-                                   "export(model) (no precision=).")
-    return rotary_tables(getattr(module, names[0])(config=config), config)
 
 
 class Writer:

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError
-from .lean import FAMILIES, PRECISIONS, build, family_of
+from .lean import build
+from .lean_families import FAMILIES, family_of
 from .safetensors_file import Checkpoint
 
 PEAK_OF_EXPORT = 3.1  # the loaded model (1x) + tracing and writing it (+2.06x, a 1.1B decoder with its cache)
@@ -24,7 +24,7 @@ def check_memory(model: Any) -> None:
     if not isinstance(model, (str, os.PathLike)) or not Path(model).expanduser().is_dir():
         return
     folder = Path(model).expanduser()
-    from .sources import checkpoint_bytes
+    from .hf.loading import checkpoint_bytes
 
     weights = checkpoint_bytes(folder)
     if not weights:
@@ -41,26 +41,6 @@ def check_memory(model: Any) -> None:
                if kind in FAMILIES else "Export it on a machine with more memory.")
     require(int(PEAK_OF_EXPORT * weights), f"export() of {folder.name} ({weights / 2**30:.2f} GiB of weights)",
             instead)
-
-
-def export_lean(model: Any, precision: str, out: Any, overwrite: bool, progress: bool, name: str | None,
-                others: tuple[Any, ...]) -> Any:
-    from ...runtime.files import check_target, default_output
-    from .sources import source_name
-
-    if precision not in PRECISIONS:
-        raise InvalidArgumentError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}.")
-    if not isinstance(model, (str, os.PathLike)):
-        raise InvalidArgumentError(
-            "precision= builds a decoder straight from its checkpoint: give its folder or hub id. For a model "
-            "object, model.save_pretrained(folder) then export(folder, precision=...), or export(model) then "
-            "quantize(export, method=...).")
-    if others != (None, None, None, "auto", True, "auto"):
-        raise InvalidArgumentError("precision= writes a decoder with its cache from the checkpoint alone: sample=, "
-                                   "task=, opset=, exporter=, dynamic= and cache= do not apply to it.")
-    label = name or source_name(model)
-    target = check_target(out if out is not None else default_output(label), overwrite)
-    return export_checkpoint(model, precision, target, label, progress)
 
 
 CHECK_PROMPT, CHECK_DECODE = 8, 3  # the export's own check: a prefill of 8 tokens, then 3 decode steps
@@ -164,7 +144,7 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
     from ...runtime.memory import available_bytes, peak_memory
     from .decoder_cache import CacheLayout
     from .hf.loading import load_config, load_preprocessor
-    from .sources import quiet_loading
+    from .logs import quiet_loading
 
     warnings_seen: list[str] = []
     with Steps(4, f"export ({precision}, layer by layer)", progress) as steps:
@@ -205,7 +185,7 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
     layout = CacheLayout(info["layers"], info["kv_heads"], info["head_size"], info["cache_dtype"])
     source = ModelSource(kind, label, location=str(folder), task="text-generation", model_type=fam.model_type,
                          preprocessor=load_preprocessor(str(folder)), cache_layout=layout,
-                         load_warnings=list(warnings_seen))
+                         load_warnings=list(warnings_seen), adapter="lean", generation="decoder")
     memory = {"weights_bytes": ckpt.bytes, "weights_dtype": stored, "build_peak_bytes": build_peak.added_bytes,
               "build_process_peak_bytes": build_peak.high_bytes,
               "check_peak_bytes": check_peak.added_bytes}

@@ -14,25 +14,7 @@ from typing import Any
 
 import torch
 
-from ...errors import InvalidArgumentError
 from ...results.sam import PARTS, SamExport
-
-
-def is_sam(model: Any) -> bool:
-    """A transformers ``SamModel`` (SAM, SlimSAM checkpoints), or facebookresearch/segment-anything's ``Sam``."""
-    return is_hf_sam(model) or _is_meta_sam(model)
-
-
-def is_hf_sam(model: Any) -> bool:
-    return isinstance(model, torch.nn.Module) and \
-        getattr(getattr(model, "config", None), "model_type", None) == "sam" and \
-        all(hasattr(model, n) for n in ("vision_encoder", "prompt_encoder", "mask_decoder",
-                                         "get_image_wide_positional_embeddings"))
-
-
-def _is_meta_sam(model: Any) -> bool:
-    return isinstance(model, torch.nn.Module) and not hasattr(model, "config") and \
-        all(hasattr(model, n) for n in ("image_encoder", "prompt_encoder", "mask_decoder", "pixel_mean"))
 
 
 class SamVisionEncoderPart(torch.nn.Module):
@@ -87,26 +69,10 @@ def load_sam(model: Any) -> Any:
     if not isinstance(model, (str, Path)):
         return model
     from .hf.loading import load_model
-    from .sources import quiet_loading
+    from .logs import quiet_loading
 
     with quiet_loading([], local=Path(str(model)).expanduser().exists()):
         return load_model(str(model)).model
-
-
-def _check_supported(model: Any) -> None:
-    if _is_meta_sam(model):
-        raise InvalidArgumentError(
-            f"{type(model).__name__} (facebookresearch/segment-anything): onnx-nb exports transformers' SamModel. "
-            "Convert the checkpoint with transformers' models/sam/convert_sam_to_hf.py and load it with "
-            "SamModel.from_pretrained, or use segment-anything's own scripts/export_onnx_model.py for its decoder.")
-    if not is_hf_sam(model):
-        raise InvalidArgumentError(f"{type(model).__name__} is not a transformers SamModel.")
-    first = next(model.parameters())
-    if first.device.type != "cpu" or first.dtype != torch.float32:
-        raise InvalidArgumentError(
-            f"The model runs in {first.dtype} on {first.device}; onnx-nb exports from float32 on the CPU (its "
-            "parity reference too): model.to('cpu', torch.float32) first; quantize(sam.parts['vision_encoder'], "
-            "method='fp16') then makes an fp16 file.")
 
 
 def side_of(value: Any) -> int:
@@ -158,7 +124,6 @@ def export_sam(model: Any, out: Any, overwrite: bool, progress: bool, opset: int
     from .staged import write_parts
     from .wrap import eval_mode
 
-    _check_supported(model)
     with eval_mode(model):
         folder, parts, seconds = write_parts("SAM", PARTS, lambda: samples(model), name or type(model).__name__,
                                              out, overwrite, progress, opset, export)

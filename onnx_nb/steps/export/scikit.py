@@ -114,7 +114,7 @@ def export_sklearn(model: Any, sample: Any, out: Any, overwrite: bool, progress:
     axes = {"X": {0: "batch"}} if dynamic else {}
     feed = {"X": x}
     source = ModelSource("sklearn", label, model_type=describe(model), model=model, sample=feed, input_axes=axes,
-                         as_kwargs=False)
+                         as_kwargs=False, adapter="sklearn", eager=False)
 
     def convert(_: str, staged: Path) -> None:
         import onnx

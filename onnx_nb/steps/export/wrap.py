@@ -26,10 +26,6 @@ _HF_SKIP = {"cache", "past_key_values", "cache_params", "hidden_states", "attent
             "decoder_attentions", "loss"}
 
 
-def is_hf_model(model: Any) -> bool:
-    return hasattr(model, "config") and hasattr(model, "main_input_name")
-
-
 @contextlib.contextmanager
 def eval_mode(model: torch.nn.Module) -> Iterator[None]:
     """Run in eval mode and give every submodule its own training flag back afterwards."""
@@ -108,7 +104,7 @@ class FlatModule(torch.nn.Module):
     """``forward(*tensors)`` in the order of ``input_names``; a tuple of tensors out."""
 
     def __init__(self, model: torch.nn.Module, input_names: Sequence[str], as_kwargs: bool,
-                 call_kwargs: Mapping[str, Any]) -> None:
+                 call_kwargs: Mapping[str, Any], hf: bool = False) -> None:
         super().__init__()
         self.model = model
         self.input_names = list(input_names)
@@ -116,7 +112,7 @@ class FlatModule(torch.nn.Module):
         self.call_kwargs = dict(call_kwargs)
         self.paths: list[OutputPath] = []
         self.output_names: list[str] = []
-        self.hf = is_hf_model(model)
+        self.hf = hf  # a Hugging Face model: its ModelOutput's fields are the outputs
 
     def call(self, tensors: Sequence[torch.Tensor]) -> Any:
         if self.as_kwargs:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ...errors import InvalidArgumentError
+from ..export.sources.diffusers import DiffusersSource
 
 
 class _OnnxPart(torch.nn.Module):
@@ -135,12 +136,9 @@ def to_diffusers(result: Any, *, provider: str = "cpu", threads: int | None = No
         onnx_pipe = onnx_nb.to_diffusers(sd)
         image = onnx_pipe("a photo of an astronaut riding a horse").images[0]
     """
-    from ...results.diffusion import DiffusionExport
     from ...runtime.providers import providers_named
 
-    if not isinstance(result, DiffusionExport):
-        raise InvalidArgumentError(f"to_diffusers takes what onnx_nb.export(pipeline) returns (a DiffusionExport), "
-                                   f"not {type(result).__name__}.")
+    DiffusersSource.expect(result, "to_diffusers")
     source = result.pipeline
     if source is None:
         raise InvalidArgumentError("This DiffusionExport has no source pipeline (its scheduler and tokenizer); "

@@ -32,32 +32,8 @@ from .runners import (
 )
 from .sampling import accept, next_ids, pick
 
-__all__ = ["GenerationResult", "OnnxDecoder", "SharedBufferDecoder", "decoder_for", "export_standard_ops",
+__all__ = ["GenerationResult", "OnnxDecoder", "SharedBufferDecoder", "decoder_for",
            "generate", "left_pad"]
-
-STANDARD_OPS_OPSET = 23  # ONNX's own Attention (with its cache), RMSNormalization and RotaryEmbedding
-
-
-def export_standard_ops(model: Any, path: Path) -> None:
-    """The decoder with its cache again, through ``torch.export`` at opset 23: each layer's attention becomes one
-    ONNX ``Attention`` op (past and present keys/values in and out), RMS norms ``RMSNormalization``, rotary
-    embeddings ``RotaryEmbedding``, and the shape arithmetic a trace records goes away (a 2,145-node TorchScript
-    graph of an 8-layer Llama becomes 428 nodes). Same inputs, outputs and axis names as :func:`export`'s file."""
-    import torch
-
-    from ...runtime.memory import weight_bytes
-    from ..export.decoder_cache import DecoderWithCache, cache_axes, cache_sample, input_names, layout_of, output_names
-    from ..export.exporters import export_dynamo, quiet
-    from ..export.exporting import EXTERNAL_DATA_BYTES
-
-    layout = layout_of(model)
-    wrapper = DecoderWithCache(model, layout).eval()
-    sample = cache_sample(model, layout)
-    names = input_names(layout)
-    big = weight_bytes(model) > EXTERNAL_DATA_BYTES
-    with torch.no_grad(), quiet([], []):
-        export_dynamo(wrapper, tuple(sample[n] for n in names), path, names, output_names(layout),
-                      cache_axes(layout), STANDARD_OPS_OPSET, big, varargs_from=3)
 
 
 def _setting(name: str, generation: Any, config: Any) -> Any:
@@ -117,7 +93,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     named = providers_named([provider])[0].name
     rules = rules_for(generation, eos_set, settings)
     if rules.num_beams > 1 or rules.beams.get("num_return_sequences", 1) > 1:
-        from .hf_model import generate_with_transformers
+        from .transformers_api import generate_with_transformers
 
         return generate_with_transformers(
             model, inputs, rules, settings, max_new_tokens=max_new_tokens, tokenizer=tokenizer, eos=eos_set, pad=pad,

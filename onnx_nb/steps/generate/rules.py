@@ -22,7 +22,8 @@ NOT_RUN = {"num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0
            "exponential_decay_length_penalty": None, "typical_p": 1.0,
            "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None, "watermarking_config": None,
            "assistant_model": None, "prompt_lookup_num_tokens": None}
-# beam search: run by transformers' own generate() over the files (:func:`~.hf_model.generate_with_transformers`)
+# beam search: run by transformers' own generate() over the files
+# (:func:`~.transformers_api.generate_with_transformers`)
 BEAMS = {"num_beams": 1, "length_penalty": 1.0, "early_stopping": False, "num_return_sequences": 1}
 RUN = ("forced_bos_token_id", "forced_eos_token_id", "min_length", "min_new_tokens", "repetition_penalty",
        "no_repeat_ngram_size", "bad_words_ids", "suppress_tokens", "begin_suppress_tokens")

@@ -115,7 +115,7 @@ def rows_in(value: Any) -> int:
 
 
 class SharedBufferDecoder(OnnxDecoder):
-    """Steps over a GroupQueryAttention file (:mod:`onnx_nb.steps.generate.gqa`): one preallocated key/value
+    """Steps over a GroupQueryAttention file (:mod:`onnx_nb.steps.variants.gqa`): one preallocated key/value
     buffer per cache tensor, bound as both ``past_key_values.*`` and ``present.*`` (I/O binding), so each decode
     step writes its token in place. The op reads each row's first ``seqlens_k + 1`` positions, so prompts go in
     right-padded; callers still hand left-padded batches and get logits back in that layout. The ``cache`` dict

@@ -17,7 +17,7 @@ from ...results.parity import DivergingNode, ParityReport, Row
 from ...results.tolerance import measure, precision_of, tolerance_for
 from ...runtime.isolation import honours_isolate
 from ...runtime.shapes import axis_sizes, cast_feed, label, make_feed, right_padded, shape_specs, static_conflict
-from .reference import Reference
+from ..export.references import Reference
 
 _ORT_NODE = re.compile(r"running (?P<op>\w+) node\. Name:'(?P<name>[^']+)'")
 
@@ -83,7 +83,7 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     export = export_of(candidate_obj)
     cases, notes = make_cases(ref, shapes, candidate_obj, proto, probe_names, seed)
     if ref.fixed_feed:
-        from .foreign import SAVED_NOTE
+        from ..export.references import SAVED_NOTE
 
         notes.append(SAVED_NOTE)
     rows: list[Row] = []
@@ -205,7 +205,7 @@ def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:
     a variant of it, or any file checked against it): such files are checked by generating."""
     candidate = onnx_model if onnx_model is not None else reference
     for export in (export_of(reference), export_of(candidate)):
-        if export is not None and export.cache_layout is not None:
+        if export is not None and export.source.generation is not None:
             return export, getattr(candidate, "path", candidate)
     return None
 

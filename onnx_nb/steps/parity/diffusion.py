@@ -12,6 +12,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...results.diffusion import PARTS, DiffusionExport, DiffusionParity
+from ..export.sources.diffusers import DiffusersSource
 
 
 def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
@@ -39,9 +40,7 @@ def check_diffusion(result: DiffusionExport, prompt: str | list[str] = "a photo 
 
     from ..generate.diffusion import part_times, reset_times, to_diffusers
 
-    if not isinstance(result, DiffusionExport):
-        raise InvalidArgumentError(f"check_diffusion takes what onnx_nb.export(pipeline) returns, not "
-                                   f"{type(result).__name__}.")
+    DiffusersSource.expect(result, "check_diffusion")
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise InvalidArgumentError(f"{', '.join(unknown)}: not a part; the parts are {', '.join(PARTS)}.")
@@ -82,9 +81,7 @@ def unet_calibration(result: DiffusionExport, prompts: str | list[str] | None = 
     """
     import torch
 
-    if not isinstance(result, DiffusionExport):
-        raise InvalidArgumentError(f"unet_calibration takes what onnx_nb.export(pipeline) returns, not "
-                                   f"{type(result).__name__}.")
+    DiffusersSource.expect(result, "unet_calibration")
     if steps < 1:
         raise InvalidArgumentError(f"steps={steps}: at least 1.")
     prompts = [prompts] if isinstance(prompts, str) else list(prompts or CALIBRATION_PROMPTS)

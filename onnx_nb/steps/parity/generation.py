@@ -135,9 +135,9 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     from ...results.tolerance import measure, precision_of, tolerance_for
     from ...runtime.onnxfile import load_proto
     from ...runtime.providers import providers_named
-    from ..export.sources import reload_source
+    from ..export.sources.registry import adapter_of
 
-    model = reload_source(export.source, "generation parity").model
+    model = adapter_of(export).reload(export.source, "generation parity").model
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
     if file_facts(path).generation == "seq2seq":
@@ -237,8 +237,8 @@ def _beam_checks(family: Any, export: Any, path: Path, provider: str, level: flo
     scores it within the logits' error of its own beam (summed log-probabilities, twice the error per token)."""
     from transformers import GenerationMixin
 
-    from ..generate.hf_model import to_transformers
     from ..generate.seq2seq import _Beside
+    from ..generate.transformers_api import to_transformers
 
     wrapped = to_transformers(path if getattr(family, "encoder", None) is None else
                               _Beside(path, family.encoder), provider=provider, config=family.model.config)

@@ -23,7 +23,7 @@ from ...results.parity import DivergingNode
 from ...results.tolerance import Tolerance, measure, tolerance_for
 from ...runtime.files import scratch_dir
 from ...runtime.shapes import contiguous
-from .reference import Reference
+from ..export.references import Reference
 
 WRAPPER_PREFIXES = ("inner.model.", "inner.model")
 
@@ -216,8 +216,8 @@ def compare_modules(ref: Reference, cand_path: Path, feed: dict[str, np.ndarray]
 def _fresh_export(ref: Reference, exporter: str, opset: int, folder: Path) -> Path:
     import torch
 
-    from ..export.exporting import run_exporter
     from ..export.inputs import Sample
+    from ..export.torch_route import run_exporter
     from ..export.wrap import eval_mode, signature_module
 
     tensors = [torch.from_numpy(contiguous(ref.sample[n])) for n in ref.flat.input_names]
@@ -234,8 +234,8 @@ def first_divergence(path: Path, ref: Reference, feed: dict[str, np.ndarray], pr
     from ...runtime.onnxfile import load_proto, opset
 
     tol = tolerance_for(precision, "", atol, rtol, None)
-    if ref.kind == "onnx" and ref.path is not None:
-        return compare_graphs(ref.path, path, feed, tol, "tensor by tensor against the reference ONNX model")
+    if ref.graph is not None:
+        return compare_graphs(ref.graph, path, feed, tol, "tensor by tensor against the reference ONNX model")
     proto = load_proto(path)
     exporter = ref.exporter or exporter_of(proto)
     strategies: list[Callable[[], DivergingNode | None]] = []

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from ...results.parity import Row
-from ...runtime.cluster import Cluster, Job, describe
+from ...runtime.cluster import Cluster, Job
+from ...runtime.local_cluster import describe
 
 
 def feed_key(feed: dict[str, np.ndarray]) -> str:

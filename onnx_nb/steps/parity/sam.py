@@ -12,7 +12,8 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...results.detections import pixel_iou
-from ...results.sam import PARTS, SamExport, SamParity
+from ...results.sam import SamExport, SamParity
+from ..export.sources.sam import SamSource
 
 MIN_MASK_IOU = 0.9
 SCORE_ATOL = 1e-3
@@ -37,12 +38,10 @@ def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, p
 
     from ...runtime.providers import providers_named
     from ...runtime.sessions import session
-    from ..export.sam import is_hf_sam, sample_points, side_of
+    from ..export.sam import sample_points, side_of
     from ..export.wrap import eval_mode
 
-    if not isinstance(result, SamExport) or set(result.parts) != set(PARTS) or not is_hf_sam(result.model):
-        raise InvalidArgumentError(f"check_sam takes what onnx_nb.export(sam_model) returns, not "
-                                   f"{type(result).__name__}.")
+    SamSource.expect(result, "check_sam")
     model = result.model
     if pixel_values is not None and np.ndim(pixel_values) == 4:
         batch = int(np.shape(pixel_values)[0])  # one prompt batch per image given

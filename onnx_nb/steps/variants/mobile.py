@@ -210,17 +210,17 @@ def ort_format_rows(variant: Variant, sess: Any, sample: Any = None) -> tuple[li
     from ...results.tolerance import precision_of
     from ...runtime.feeds import feed_for
     from ...runtime.onnxfile import load_proto
+    from ..export.references import Reference
     from ..parity.check import make_cases, probes_for, run_case
-    from ..parity.reference import Reference
 
     feed, axes = feed_for(variant.path, variant, sample)
     plain = _onnx_session(variant.path, as_converted=True)
     ref = Reference("onnx", f"ONNX {variant.path.name}", feed, axes, [o.name for o in plain.get_outputs()],
-                    path=variant.path, session=plain)
+                    path=variant.path, graph=variant.path, session=plain)
     proto = load_proto(variant.path)
     precision = precision_of(proto)
     export = export_of(variant)
-    generative = export is not None and export.cache_layout is not None
+    generative = export is not None and export.source.generation is not None
     probes = [] if generative else probes_for("auto", precision, getattr(variant.source, "model", None))
     cases, notes = make_cases(ref, "sample" if generative else "auto", variant, proto, probes, 0)
     judge = {"precision": precision, "atol": None, "rtol": None, "tolerances": None, "seed": 0}

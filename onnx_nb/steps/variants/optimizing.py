@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, NotRewritableError, OptimizationError, first_line
+from ...errors import InvalidArgumentError, OptimizationError
 from ...results.variant import Variant
+from .decoders import ATTENTION_CHOICES, PEAK_OF_DECODER_ROUTE, decoder_export, decoder_route
+from .levels import fastest_level, ort_level
 from .variants import make, parent_of
 
 LEVELS = ("auto", "basic", "extended", "all", "transformer")
@@ -91,58 +93,9 @@ def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: 
         optimized.save_model_to_file(str(dst))
 
 
-def _ort_level(src: Path, dst: Path, level: str) -> None:
-    from ...runtime.onnxfile import files_of, load_proto
-    from ...runtime.sessions import session
-
-    external = len(files_of(Path(src), load_proto(src))) > 1  # the optimized file gets a data file of its own
-    session(src, level=level, save_to=dst, save_external=external)
-
-
-AUTO_LEVELS = ("extended", "basic")  # what level="auto" tries on a model with no transformer fusion
-
-
-def _fastest_level(src: Path, staged: Path, scratch: Path, feed: dict[str, np.ndarray],
-                   recipe: dict[str, Any]) -> str:
-    """Save ``src`` at each of :data:`AUTO_LEVELS`, time the files interleaved on ``feed`` (each loaded the way a
-    plain ONNX Runtime session loads a file, graph level "all"), and keep the fastest. A file saved at "extended"
-    carries ORT's fused ops (FusedConv...), which can run slower than what ORT makes of the plain graph at load
-    (ResNet-50: 55.2 against 51.4 ms); a "basic" file keeps standard ops and leaves the rest to the runtime."""
-    import shutil
-
-    from ..benchmark.measuring import time_files
-
-    files = {}
-    for level in AUTO_LEVELS:
-        files[level] = scratch / f"level-{level}.onnx"
-        _ort_level(src, files[level], level)
-    ms = time_files(files, feed)
-    best = min(ms, key=lambda k: ms[k])
-    recipe["levels_ms"] = {k: round(v, 3) for k, v in ms.items()}
-    recipe["level_rule"] = "the graph level whose file ran fastest on the sample (level='auto')"
-    shutil.copyfile(files[best], staged)
-    return best
-
-
-DECODER_ROUTE = "re-exported with torch.export at opset 23, standard ONNX ops: "
-
-
 def precision_after(quantize_method: str | None) -> str | None:
     """What ``then`` to optimize for when a quantize step with this method follows (pipeline, Studio)."""
     return "int8" if quantize_method in ("auto", "dynamic") else None
-
-
-def _decoder_export(onnx_model: Any) -> bool:
-    """A decoder-only model's export with its cache, its PyTorch model at hand."""
-    from ...results.export import ExportResult
-
-    if not isinstance(onnx_model, ExportResult) or onnx_model.source.model is None:
-        return False
-    if onnx_model.cache_layout is None:
-        return False
-    from ..export.decoder_cache import CacheLayout
-
-    return isinstance(onnx_model.cache_layout, CacheLayout)
 
 
 EAGER_ROUTE = "re-exported with eager attention"
@@ -198,9 +151,6 @@ def _timing_feed(source: Any) -> dict[str, np.ndarray]:
     return feed
 
 
-PEAK_OF_DECODER_ROUTE = 2.5  # re-export + GroupQueryAttention rewrite of a decoder: +2.43x its weights (1.1B Llama)
-
-
 def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, model_type: str | None = None,
              num_heads: int | None = None, hidden_size: int | None = None, unpad: bool | str = "auto",
              simplify: bool = False, out: str | os.PathLike[str] | None = None, overwrite: bool = False,
@@ -223,7 +173,7 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
 
     ``attention`` (a decoder's export with its cache): ``"gqa"`` rewrites the opset-23 re-export into one ONNX
     Runtime ``GroupQueryAttention`` per layer (packed QKV, rotary inside, a key/value buffer that past and present
-    share: :mod:`onnx_nb.steps.generate.gqa`); ``"standard"`` keeps ONNX's own ops (any runtime); ``"auto"``:
+    share: :mod:`onnx_nb.steps.variants.gqa`); ``"standard"`` keeps ONNX's own ops (any runtime); ``"auto"``:
     GroupQueryAttention when every validation provider is the CPU's (its fp32 kernel is CPU-only) and the model
     matches, else standard, the reason in ``recipe["attention_route"]``.
 
@@ -236,6 +186,8 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
         raise InvalidArgumentError(f"target={target!r}: None (this machine's ONNX Runtime), 'web' (ONNX Runtime "
                                    "Web in a browser) or 'mobile' (ONNX Runtime Mobile: a .ort file).")
     if target == "web":
+        from .web import for_web
+
         return for_web(onnx_model, reference=reference, out=out, overwrite=overwrite, validate=validate,
                        providers=providers, sample=sample)
     if target == "mobile":
@@ -252,7 +204,7 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     parent, _ref, source = parent_of(onnx_model)
     ort_type, heads, hidden = transformer_params(source, model_type, num_heads, hidden_size)
     chosen = level
-    decoder = _decoder_export(onnx_model)
+    decoder = decoder_export(onnx_model)
     if attention != "auto" and not decoder:
         raise InvalidArgumentError(f"attention={attention!r} is for a decoder's own export with its cache "
                                    "(onnx_nb.export(causal_lm)); leave it 'auto' here.")
@@ -285,13 +237,13 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
         if chosen != "transformer" and level == "auto":
             from ...runtime.feeds import feed_for
 
-            recipe["level"] = _fastest_level(work, staged, scratch, feed_for(work, onnx_model, sample)[0], recipe)
+            recipe["level"] = fastest_level(work, staged, scratch, feed_for(work, onnx_model, sample)[0], recipe)
         elif chosen != "transformer":
-            _ort_level(work, staged, chosen)
-        elif reexport_decoder and _decoder_route(source, staged, recipe, warnings, attention, providers):
+            ort_level(work, staged, chosen)
+        elif reexport_decoder and decoder_route(source, staged, recipe, warnings, attention, providers):
             pass
         elif not (ort_type and heads and hidden):  # a decoder whose re-export failed, with no optimizer settings
-            _ort_level(work, staged, "extended")
+            ort_level(work, staged, "extended")
             recipe["attention_route"] = "ONNX Runtime's extended graph level (no re-export, no optimizer settings)"
         else:
             recipe.update(model_type=ort_type, num_heads=heads, hidden_size=hidden)
@@ -319,65 +271,6 @@ def _simplified(src: Path, scratch: Path) -> Path:
     out = scratch / "simplified.onnx"
     onnx.save(model, str(out))
     return out
-
-
-ATTENTION_CHOICES = ("auto", "gqa", "standard")
-GQA_ROUTE = "GroupQueryAttention (ONNX Runtime contrib op: packed QKV, rotary inside, shared key/value buffer) x"
-
-
-def _decoder_route(source: Any, staged: Path, recipe: dict[str, Any], warnings: list[str], attention: str = "auto",
-                   providers: Any = ("cpu",)) -> bool:
-    """A decoder's export re-exported at opset 23 with standard Attention, RMSNormalization and RotaryEmbedding,
-    then (``attention``) rewritten for GroupQueryAttention; False (and a warning) when the re-export failed."""
-    from ...runtime.onnxfile import load_proto, op_histogram
-    from ..generate.generation import export_standard_ops
-
-    try:
-        export_standard_ops(source.model, staged)
-    except Exception as exc:  # noqa: BLE001 - the transformer optimizer's route follows
-        warnings.append(f"re-export at opset 23 failed: {type(exc).__name__}: {first_line(exc)[:150]}")
-        return False
-    counts = op_histogram(load_proto(staged))
-    recipe["attention_route"] = DECODER_ROUTE + ", ".join(
-        f"{op} x{counts[op]}" for op in ("Attention", "RMSNormalization", "RotaryEmbedding") if counts.get(op))
-    if attention == "standard":
-        return True
-    why = _gqa_refusal(providers)
-    if why is None:
-        why = _gqa_rewrite(source.model, staged, recipe)
-    if why is not None and attention == "gqa":
-        raise NotRewritableError(f"attention='gqa': {why}. attention='standard' keeps ONNX's own attention op.")
-    if why is not None:
-        recipe["attention_route"] += f" (not GroupQueryAttention: {why})"
-    return True
-
-
-def _gqa_refusal(providers: Any) -> str | None:
-    from ...runtime.providers import providers_named
-
-    names = [p.name for p in providers_named(providers)]
-    others = [n for n in names if n != "CPUExecutionProvider"]
-    if others:
-        return f"its fp32 kernel is the CPU's, and this variant is validated on {', '.join(others)}"
-    return None
-
-
-def _gqa_rewrite(model: Any, staged: Path, recipe: dict[str, Any]) -> str | None:
-    """The opset-23 file at ``staged`` rewritten in place for GroupQueryAttention; the reason when it does not
-    match (the file stays as it was)."""
-    from ...runtime.memory import weight_bytes
-    from ..export.exporting import EXTERNAL_DATA_BYTES
-    from ..generate.gqa import NotRewritable, rewrite
-
-    try:
-        done = rewrite(staged, staged, model, big=weight_bytes(model) > EXTERNAL_DATA_BYTES)
-    except NotRewritable as exc:
-        return str(exc)
-    recipe["attention_route"] = (f"{GQA_ROUTE}{done['layers']}, RMS norms as ORT's "
-                                 f"(Skip)SimplifiedLayerNormalization x{done['norms']} ({done['nodes']} nodes), from "
-                                 "the opset-23 re-export")
-    recipe["kv_cache"] = "one buffer per key/value tensor, shared by past and present (generate() binds it)"
-    return None
 
 
 def _transformer_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],
@@ -428,63 +321,3 @@ def _attention_route(work: Path, staged: Path, scratch: Path, source: Any, param
         warnings.append("Attention could not be fused; the variant keeps unfused attention.")
 
 
-def for_web(onnx_model: Any, *, reference: Any = None, out: str | os.PathLike[str] | None = None,
-            overwrite: bool = False, validate: bool = True, providers: Any = ("cpu",), sample: Any = None) -> Variant:
-    """A variant for ONNX Runtime Web (the ``"browser"`` backend): standard ONNX operators only (ONNX Runtime's
-    "basic" level: constant folding and fusions into standard ops), an IR version the bundled ORT Web reads
-    (<= :data:`WEB_MAX_IR`), the weights inside the one file (a page receives one buffer; under 2 GB). A file with
-    ONNX Runtime's contrib operators (a transformer-fused or GPU-fused variant) is made again from its export; a
-    dynamic or static INT8 file keeps its standard quantized operators (MatMulInteger, QDQ). Re-validated on the
-    browser backend as well as ``providers`` when a browser is at hand."""
-    import onnx
-
-    from ...runtime.browser import ORT_WEB_VERSION, WEB_MAX_BYTES, WEB_MAX_IR, unavailable_reason
-    from ...runtime.onnxfile import contrib_ops
-
-    parent, ref, _source = parent_of(onnx_model)
-    start = onnx_model
-    recipe: dict[str, Any] = {"target": "web", "level": "basic", "runtime": f"onnxruntime-web {ORT_WEB_VERSION}"}
-    contrib = contrib_ops(parent)
-    if contrib:
-        export_path = getattr(ref, "path", ref)
-        if ref is None or ref is onnx_model or contrib_ops(Path(export_path)):
-            raise OptimizationError(
-                f"{parent.name} uses ONNX Runtime contrib operators ({', '.join(contrib)}) and no export without them "
-                "is known: pass the ExportResult (or the plain .onnx export) to optimize(..., target='web').")
-        start = ref
-        recipe["started_from"] = (f"the export {Path(export_path).name}: {parent.name} has ONNX Runtime contrib "
-                                  f"operators ({', '.join(contrib)}); quantize(web_variant, method='dynamic') makes "
-                                  "an INT8 file with standard operators")
-
-    def write(src: Path, staged: Path) -> list[str]:
-        from ...runtime.files import scratch_dir
-
-        with scratch_dir("onnx-nb-web-") as scratch:
-            model = onnx.load(str(src), load_external_data=True)  # the weights into the one file first
-            if model.ByteSize() > WEB_MAX_BYTES:
-                raise OptimizationError(
-                    f"{src.name} is {model.ByteSize() / 2**30:.1f} GB with its weights: a browser page takes the "
-                    "model as one buffer of at most 2 GB. Quantize it first (INT8 is a quarter of the size).")
-            inline, basic = Path(scratch) / "inline.onnx", Path(scratch) / "basic.onnx"
-            onnx.save(model, str(inline))
-            _ort_level(inline, basic, "basic")
-            model = onnx.load(str(basic))
-            recipe["ir_version"] = min(int(model.ir_version), WEB_MAX_IR)
-            model.ir_version = recipe["ir_version"]
-            onnx.save(model, str(staged))
-        left = contrib_ops(staged)
-        if left:
-            raise OptimizationError(f"ONNX Runtime's basic level kept contrib operators ({', '.join(left)}).")
-        return []
-
-    checked = providers
-    if validate and not unavailable_reason():
-        from ...runtime.providers import providers_named
-
-        names = [p.short for p in providers_named(providers)]
-        checked = [*names, "browser"] if "browser" not in names else names
-    variant = make(start, "web", "web(basic)", recipe, write, out=out, overwrite=overwrite, validate=validate,
-                   providers=checked, sample=sample, reference=reference)
-    if validate and unavailable_reason():
-        variant.warnings.append(f"Checked on {', '.join(map(str, providers))} only: {unavailable_reason()}.")
-    return variant

@@ -13,15 +13,16 @@ from typing import Any
 import numpy as np
 
 from ...errors import CalibrationError
-from ...runtime.onnxfile import load_proto, save_proto, signature, total_file_size, untie
+from ...runtime.onnxedit import save_proto, untie
+from ...runtime.onnxfile import load_proto, signature, total_file_size
 
 
 def is_big(path: Path) -> bool:
     """The file and its external data hold more than one protobuf message can (2 GB, less room for the graph):
     every step that writes it writes its weights as external data."""
-    from ..export.exporting import EXTERNAL_DATA_BYTES
+    from ...runtime import onnxfile
 
-    return total_file_size(Path(path), load_proto(path)) > EXTERNAL_DATA_BYTES
+    return total_file_size(Path(path), load_proto(path)) > onnxfile.EXTERNAL_DATA_BYTES
 
 
 def prepare_for_quantization(src: Path, dst: Path, big: bool | None = None) -> None:

@@ -11,7 +11,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ...runtime.cluster import Cluster, Job, describe
+from ...runtime.cluster import Cluster, Job
+from ...runtime.local_cluster import describe
 
 
 def step_named(step: str) -> Any:

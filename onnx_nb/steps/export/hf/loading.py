@@ -135,3 +135,9 @@ def load_model(name: str, task: str | None = None) -> LoadedModel:
     model.eval()
     preprocessor = load_preprocessor(location)
     return LoadedModel(model, config, preprocessor, task, location, kind)
+
+
+def checkpoint_bytes(folder: Path) -> int:
+    """Bytes of a Hugging Face folder's weights (safetensors, else .bin); 0 when it has none."""
+    return sum(p.stat().st_size for p in folder.glob("*.safetensors")) or \
+        sum(p.stat().st_size for p in folder.glob("*.bin"))

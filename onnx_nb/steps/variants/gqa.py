@@ -28,7 +28,8 @@ import numpy as np
 
 from ...errors import NotRewritableError as NotRewritable
 from ...runtime.facts import PRESENT_PREFIX
-from ...runtime.onnxfile import GQA_OP, save_proto
+from ...runtime.onnxedit import save_proto
+from ...runtime.onnxfile import GQA_OP
 from ..export.gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
 from ..export.gqa_io import rotary_tables as tables_of
 

@@ -1,0 +1,173 @@
+"""Changing a model proto before it is saved: axis names, tied weights stored once (and untied for a quantizer), a
+wrapper's name prefix stripped, external data written as one page-aligned file beside the model."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from .onnxfile import _tensors
+
+
+def name_dims(proto: Any, axes: dict[str, dict[int, str]]) -> None:
+    """Give the graph's inputs and outputs the dynamic-axis names in ``axes``."""
+    for value in [*proto.graph.input, *proto.graph.output]:
+        spec = axes.get(value.name)
+        if not spec:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        for axis, name in spec.items():
+            if axis < len(dims) and not dims[axis].HasField("dim_value"):
+                dims[axis].dim_param = name
+
+
+TIE_MIN_ELEMENTS = 4096  # smaller weights are not worth a node
+
+
+def tie_transposed(proto: Any) -> int:
+    """A weight stored twice, once as the other's transpose (a tied embedding and LM head: the exporter folds the
+    head's Transpose into a second initializer), becomes a ``Transpose`` node of the one kept, so the file stores
+    it once (ONNX Runtime folds the node again when it loads the file). Weights in external data are left as they
+    are. Returns how many copies were tied."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inits = [i for i in proto.graph.initializer if len(i.dims) == 2 and math.prod(i.dims) >= TIE_MIN_ELEMENTS
+             and i.data_location != onnx.TensorProto.EXTERNAL]
+    by_shape: dict[tuple[int, ...], list[Any]] = {}
+    for init in inits:
+        by_shape.setdefault(tuple(init.dims), []).append(init)
+    inputs = {v.name for v in proto.graph.input}
+    gone: set[str] = set()
+    tied = []
+    for kept in inits:
+        if kept.name in gone:
+            continue
+        for copy in by_shape.get((kept.dims[1], kept.dims[0]), []):
+            if copy is kept or copy.name in gone or copy.name in inputs or copy.data_type != kept.data_type:
+                continue
+            if np.array_equal(numpy_helper.to_array(kept).T, numpy_helper.to_array(copy)):
+                gone.add(copy.name)
+                tied.append(helper.make_node("Transpose", [kept.name], [copy.name], name=f"tied/{copy.name}",
+                                             perm=[1, 0]))
+    if tied:
+        keep = [i for i in proto.graph.initializer if i.name not in gone]
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(keep)
+        nodes = list(proto.graph.node)
+        del proto.graph.node[:]
+        proto.graph.node.extend([*tied, *nodes])
+    return len(tied)
+
+
+def untie(proto: Any) -> int:
+    """The opposite of :func:`tie_transposed`, for the quantizers (ONNX Runtime's only quantize a MatMul whose weight
+    is an initializer): each ``tied/`` Transpose node becomes its transposed initializer again. Returns how many."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in proto.graph.initializer}
+    tied = [n for n in proto.graph.node if n.op_type == "Transpose" and n.name.startswith("tied/")
+            and n.input[0] in inits]
+    for node in tied:
+        copy = numpy_helper.from_array(numpy_helper.to_array(inits[node.input[0]]).T.copy(), node.output[0])
+        proto.graph.initializer.append(copy)
+        proto.graph.node.remove(node)
+    return len(tied)
+
+
+def strip_prefix(proto: Any, prefix: str) -> None:
+    """Rename initializers ``<prefix>encoder.weight`` -> ``encoder.weight`` (onnx-nb's wrapper
+    modules add the prefix; users know their parameters by their own names)."""
+    renames = {i.name: i.name[len(prefix):] for i in proto.graph.initializer if i.name.startswith(prefix)}
+    taken = {v.name for v in [*proto.graph.input, *proto.graph.output]} | {
+        o for n in proto.graph.node for o in n.output}
+    renames = {k: v for k, v in renames.items() if v and v not in taken}
+    if not renames:
+        return
+    for init in proto.graph.initializer:
+        init.name = renames.get(init.name, init.name)
+    for value in [*proto.graph.input, *proto.graph.value_info]:
+        value.name = renames.get(value.name, value.name)
+    for node in proto.graph.node:
+        for i, name in enumerate(node.input):
+            if name in renames:
+                node.input[i] = renames[name]
+
+
+def save_proto(proto: Any, path: Path, external: bool) -> None:
+    """``onnx.save``; with ``external`` the weights go to one data file beside it (``<name>.data``), as a model over
+    2 GB must (one protobuf message holds 2 GB)."""
+    import onnx
+
+    if external:
+        data = Path(path).with_name(Path(path).name + ".data")
+        still_read = any(t.data_location == onnx.TensorProto.EXTERNAL and any(
+            e.key == "location" and e.value == data.name for e in t.external_data) for t in _tensors(proto.graph))
+        if data.exists() and not still_read:  # onnx appends to an existing data file: a rewrite in place doubled it
+            data.unlink()
+        onnx.save(proto, str(path), save_as_external_data=True, location=data.name)
+    else:
+        onnx.save(proto, str(path))
+
+
+ALIGN = 4096  # external-data offsets aligned to pages: ONNX Runtime maps them instead of copying
+
+
+def pad_to_page(f: Any, offset: int) -> int:
+    """Zeros up to the next page boundary of the data file being written; the new offset."""
+    pad = (-offset) % ALIGN
+    f.write(b"\0" * pad)
+    return offset + pad
+
+
+def point_external(t: Any, location: str, offset: int, length: int) -> None:
+    """Make ``t`` a tensor whose bytes are ``length`` bytes at ``offset`` of the data file ``location``."""
+    from onnx import TensorProto
+
+    t.data_location = TensorProto.EXTERNAL
+    del t.external_data[:]
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def consolidate_external(proto: Any, folder: Path, name: str) -> int:
+    """Move the weights of ``proto``'s external tensors, wherever they live in ``folder`` (an exporter leaves one
+    file per tensor), into one page-aligned data file ``name`` there, a tensor at a time (never the whole model in
+    memory), and remove the files they came from. Returns how many files were folded in."""
+    from onnx import TensorProto
+
+    moved: set[Path] = set()
+    out = folder / name
+    tmp = folder / (name + ".part")
+    offset = 0
+    with open(tmp, "wb") as f:
+        for t in _tensors(proto.graph):
+            if t.data_location != TensorProto.EXTERNAL:
+                continue
+            info = {e.key: e.value for e in t.external_data}
+            source = folder / info["location"]
+            start, length = int(info.get("offset", 0)), info.get("length")
+            with open(source, "rb") as src:
+                src.seek(start)
+                data = src.read(int(length)) if length is not None else src.read()
+            moved.add(source)
+            if not data:  # an empty tensor (torch writes those out too): kept in the graph
+                del t.external_data[:]
+                t.data_location = TensorProto.DEFAULT
+                t.raw_data = b""
+                continue
+            offset = pad_to_page(f, offset)
+            f.write(data)
+            point_external(t, name, offset, len(data))
+            offset += len(data)
+    if offset:
+        os.replace(tmp, out)
+    else:
+        tmp.unlink()
+    for source in moved - {out}:
+        source.unlink(missing_ok=True)
+    return len(moved)

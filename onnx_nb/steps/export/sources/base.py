@@ -1,0 +1,130 @@
+"""What every kind of model answers: :class:`Source`, the adapter's protocol and its defaults.
+
+An adapter is recognised once (:mod:`.registry`), opens the model once into a :class:`~onnx_nb.ModelSource` record
+(``adapter``, ``generation``, ``eager`` and what the export learnt: sample, axes, cache layout), exports it, and is
+asked by every later step instead of the step recognising the model again: its reference for parity, whether a
+PyTorch eager baseline exists, what ``quantize="auto"`` means for it in the pipeline, how its PyTorch model comes
+back when a result no longer holds it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ....errors import InvalidArgumentError
+from ..args import ExportArgs
+
+
+def source_name(model: Any) -> str:
+    """A short, file-safe-able name for the default output folder and the result's label."""
+    if isinstance(model, (str, os.PathLike)):
+        text = str(model).rstrip("/\\")
+        return Path(text).name if os.sep in text and Path(text).expanduser().exists() else text
+    config = getattr(model, "config", None)
+    name = getattr(config, "_name_or_path", "") or ""
+    if name:
+        return Path(name.rstrip("/")).name if Path(name).exists() else name
+    return type(model).__name__
+
+
+class Source:
+    """One kind of model. Subclasses set the class attributes and implement :meth:`export`; the policies below have
+    the defaults of a model with a PyTorch module behind it."""
+
+    key: ClassVar[str] = ""  # the registry row, and ModelSource.adapter
+    what: ClassVar[str] = ""  # "a Hugging Face model", for messages
+    # export() arguments this kind takes beyond model, out, overwrite, progress and name (ExportArgs.given)
+    takes: ClassVar[frozenset[str]] = frozenset()
+    instead: ClassVar[str] = ""  # the rest of a refusal's sentence, from its punctuation: what to do instead
+    exporters: ClassVar[tuple[str, ...]] = ("auto", "dynamo", "torchscript")  # the exporter= values it takes
+    quantize_auto: ClassVar[str | None] = "auto"  # what the pipeline's quantize="auto" means for this kind
+    takes_against: ClassVar[bool] = False  # check_parity(export, against=...) chooses its reference
+    eager: ClassVar[bool] = True  # a PyTorch model exists to time as the eager baseline
+
+    # --- recognising and exporting ---------------------------------------------------------------------------
+    @staticmethod
+    def recognises(model: Any, args: ExportArgs) -> bool:  # pragma: no cover - every row defines its own
+        raise NotImplementedError
+
+    @classmethod
+    def refuse(cls, model: Any, args: ExportArgs) -> None:
+        """The given arguments this kind does not take, refused in one format before anything is loaded."""
+        extra = [name for name in args.given if name not in cls.takes]
+        if "nms" in extra:
+            raise InvalidArgumentError("nms is for Ultralytics YOLO models (detect, segment, pose); a torchvision "
+                                       "detector has its suppression in the model already.")
+        if extra:
+            raise InvalidArgumentError(f"{', '.join(ExportArgs.shown(n, args) for n in extra)}: not for "
+                                       f"{cls.what}{cls.instead or '.'}")
+        if args.exporter not in cls.exporters:
+            which = "scikit-learn" if args.exporter == "skl2onnx" else "Keras and TensorFlow"
+            raise InvalidArgumentError(f"exporter={args.exporter!r} is for {which} models; this is a "
+                                       f"{type(model).__name__}: use {_either(cls.exporters)}.")
+
+    @classmethod
+    def export(cls, model: Any, args: ExportArgs) -> Any:  # pragma: no cover - every row defines its own
+        raise NotImplementedError
+
+    # --- what later steps ask -----------------------------------------------------------------------------------
+    @classmethod
+    def reference(cls, export: Any, candidate: Path, sample: Any, seed: int, exporter: str | None = None,
+                  against: Any = None) -> Any:
+        """The reference ``candidate`` (a file of this export, or a variant of it) is checked against: the model
+        run by its own framework, made flat and fed the way the export did."""
+        from ..references import torch_reference
+
+        record = cls.reload(export.source, "check_parity")
+        return torch_reference(record, sample, f"PyTorch {export.source.name}", exporter or export.exporter,
+                               adapter=cls)
+
+    @classmethod
+    def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,
+                           exporter: str | None = None) -> Any:
+        """The reference when the model itself is given (``check_parity(model, file)``)."""
+        raise InvalidArgumentError(f"check_parity(model, file) cannot run {cls.what} as one reference: check each "
+                                   "part's file against its own export (check_parity(result.parts[name])), or the "
+                                   "whole with check_diffusion / check_sam.")
+
+    @classmethod
+    def reload(cls, record: Any, step: str) -> Any:
+        """``record`` with its model, loaded again from where it came from when the result no longer holds it."""
+        if record.model is None:
+            raise InvalidArgumentError(f"This export of {record.name} no longer holds its model (a result from "
+                                       f"another session?): pass the model itself to {step}.")
+        return record
+
+    @classmethod
+    def sample(cls, record: Any, sample: Any, dynamic: Any = True) -> Any:
+        """Named sample tensors with their dynamic axes (an ``inputs.Sample``), the caller's or made for the model."""
+        from .. import inputs
+
+        s = inputs.normalise(record.model, sample)
+        s.axes = inputs.default_axes(s)
+        return inputs.restrict_axes(s, dynamic)
+
+    @classmethod
+    def flat(cls, record: Any, names: list[str], as_kwargs: bool) -> Any:
+        """The model as one flat ``forward(*tensors)`` (a :class:`~onnx_nb.steps.export.wrap.FlatModule`)."""
+        from ..wrap import FlatModule
+
+        return FlatModule(record.model, names, as_kwargs, {})
+
+    @classmethod
+    def natural_axes(cls, record: Any, sample: Any) -> dict[str, dict[int, str]]:
+        """The axes the model's inputs naturally vary along, even when an export fixed them (parity shows that a
+        static export fails at other shapes)."""
+        from .. import inputs
+
+        return inputs.default_axes(sample)
+
+    @classmethod
+    def static_axes(cls, record: Any) -> dict[str, str]:
+        """Input axes that stay fixed for this model, with the reason (its architecture's quirk)."""
+        return {}
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    quoted = [repr(c) for c in choices]
+    return ", ".join(quoted[:-1]) + f" or {quoted[-1]}" if len(quoted) > 1 else quoted[0]

@@ -1,0 +1,245 @@
+"""A Hugging Face model: an object, a local folder or a hub id, or a SentenceTransformer (its pooling inside the
+graph). Generative models plan their parts here: a decoder-only model is one file with its key/value cache, an
+encoder-decoder two files (encoder, decoder with its caches); ``cache=False`` keeps one whole-sequence file."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ....errors import InvalidArgumentError
+from ..args import ExportArgs
+from .base import Source, source_name
+
+RELOAD_PEAK = 1.1  # a checkpoint loaded again in its own dtype: 12.76 GiB for a 12.55 GiB bf16 7B
+
+
+def folder_config(model: Any) -> dict[str, Any]:
+    """A local folder's ``config.json`` (read once per folder and modification time); {} for anything else."""
+    if not isinstance(model, (str, os.PathLike)):
+        return {}
+    path = Path(str(model)).expanduser() / "config.json"
+    try:
+        return _config(str(path.resolve()), path.stat().st_mtime_ns)
+    except OSError:
+        return {}
+
+
+@functools.lru_cache(maxsize=64)
+def _config(path: str, _mtime: int) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+class HfSource(Source):
+    key = "hf"
+    what = "a Hugging Face model"
+    takes: ClassVar[frozenset[str]] = frozenset({"sample", "task", "dynamic", "exporter", "opset", "cache",
+                                                 "allow_pickle"})
+
+    @staticmethod
+    def is_object(model: Any) -> bool:
+        """A Hugging Face model object (``config`` and ``main_input_name``) or a SentenceTransformer."""
+        return (hasattr(model, "config") and hasattr(model, "main_input_name")) or any(
+            c.__name__ == "SentenceTransformer" and c.__module__.startswith("sentence_transformers")
+            for c in type(model).__mro__)
+
+    @staticmethod
+    def recognises(model: Any, args: ExportArgs) -> bool:
+        if isinstance(model, (str, os.PathLike)):
+            from ..checkpoints import is_checkpoint
+
+            return not is_checkpoint(Path(str(model)).expanduser())
+        return "torch" in sys.modules and HfSource.is_object(model)
+
+    @classmethod
+    def open(cls, model: Any, args: ExportArgs) -> Any:
+        """Load (a folder or hub id) or wrap (an object) into the record; nothing about a cache decided yet."""
+        from ....results.export import ModelSource
+        from ..logs import quiet_loading
+
+        task = args.task
+        said: list[str] = []
+        if isinstance(model, (str, os.PathLike)):
+            path = Path(str(model)).expanduser()
+            if task == "sentence-embedding":
+                from ..hf import sentence
+
+                location = str(path.resolve()) if path.exists() else str(model)
+                with quiet_loading(said, local=path.exists()):
+                    record = _sentence_record(sentence.load(location), source_name(model), location)
+                record.load_warnings = said
+                return record
+            from ..hf.loading import load_model
+
+            with quiet_loading(said, local=path.exists()):
+                loaded = load_model(str(model), task)
+            return ModelSource(kind=loaded.kind, name=source_name(model), location=loaded.location,
+                               task=loaded.task, model_type=getattr(loaded.config, "model_type", None),
+                               model=loaded.model, preprocessor=loaded.preprocessor, load_warnings=said,
+                               adapter=cls.key)
+        from ..hf.sentence import is_sentence_transformer
+
+        if is_sentence_transformer(model):
+            if task not in (None, "sentence-embedding"):
+                raise InvalidArgumentError(f"A SentenceTransformer exports for task 'sentence-embedding', not "
+                                           f"{task!r}; export model[0].auto_model for the bare transformer.")
+            return _sentence_record(model, None, None)
+        from ..hf.loading import load_preprocessor
+        from ..hf.tasks import check_task, infer_task
+
+        config = model.config
+        where = getattr(config, "_name_or_path", "") or None
+        pre = load_preprocessor(where) if where and Path(where).is_dir() else None
+        return ModelSource(kind="hf-object", name=source_name(model), location=where,
+                           task=check_task(task) if task else infer_task(config, model),
+                           model_type=getattr(config, "model_type", None), model=model, preprocessor=pre,
+                           adapter=cls.key)
+
+    @classmethod
+    def export(cls, model: Any, args: ExportArgs) -> Any:
+        from ....progress import Steps
+        from ..lean_export import check_memory
+        from ..writing import target_for
+
+        label, target = target_for(model, args)
+        check_memory(model)
+        with Steps(5, "export", args.progress) as steps:
+            steps.step("loading the model")
+            record = cls.open(model, args)
+            record.name = label
+            return cls.export_record(record, args, target, steps)
+
+    @classmethod
+    def export_record(cls, record: Any, args: ExportArgs, target: Path, steps: Any) -> Any:
+        """The plan for a loaded model: an encoder-decoder's two files, a decoder with its cache, or one file."""
+        from ..torch_route import export_module
+
+        if args.cache is not False and record.kind != "sentence-transformers":
+            from ..decoder_cache import is_causal_lm, layout_of
+            from ..seq2seq_cache import is_seq2seq
+
+            if is_seq2seq(record.model):
+                from ..seq2seq_route import export_seq2seq
+
+                steps.step("preparing sample inputs")
+                record.generation = "seq2seq"
+                return export_seq2seq(cls, record, args.sample, target, args.opset_or_default, steps)
+            if is_causal_lm(record.model):
+                record.cache_layout = layout_of(record.model)
+                record.generation = "decoder"
+            elif args.cache is True:
+                raise InvalidArgumentError(f"cache=True is for generative models (*ForCausalLM, "
+                                           f"*ForConditionalGeneration); {type(record.model).__name__} is not one.")
+        steps.step("preparing sample inputs")
+        return export_module(cls, record, args, target, steps)
+
+    # --- what later steps ask -----------------------------------------------------------------------------------
+    @classmethod
+    def reload(cls, record: Any, step: str) -> Any:
+        """The record with its PyTorch model, loaded again from its folder or hub id when the result no longer holds
+        it (a lean export, a result from an earlier session); refused with InsufficientMemoryError before loading
+        when the machine has not the memory for it (the kernel would die halfway)."""
+        if record.model is not None:
+            return record
+        from ..hf.loading import checkpoint_bytes
+
+        folder = Path(record.location or "").expanduser()
+        weights = checkpoint_bytes(folder) if record.location and folder.is_dir() else 0
+        if weights:
+            from ....render import human_bytes
+            from ....runtime.memory import require
+
+            require(int(RELOAD_PEAK * weights),
+                    f"{step} loads {folder.name} in PyTorch as its reference ({human_bytes(weights)} of weights)",
+                    "Check the file against another ONNX file of the model instead (check_parity(file, "
+                    "reference=\"model.onnx\"): an fp32 or fp16 export), free what this kernel holds (del results "
+                    "you no longer need), or run the check on a machine with more memory.")
+        loaded = cls.open(record.location or "", ExportArgs(task=record.task))
+        if record.cache_layout is not None:  # what the export learnt stays: the reference runs the same graph
+            loaded.cache_layout, loaded.generation = record.cache_layout, record.generation
+        return loaded
+
+    @classmethod
+    def sample(cls, record: Any, sample: Any, dynamic: Any = True) -> Any:
+        from .. import inputs
+
+        if record.generation == "decoder":
+            from .. import decoder_cache
+
+            layout = record.cache_layout
+            given = dict(sample) if sample is not None else decoder_cache.cache_sample(record.model, layout)
+            names = decoder_cache.input_names(layout)
+            missing = [n for n in names if n not in given]
+            if missing:
+                raise inputs.SampleError(f"A decoder with its cache takes {', '.join(names[:4])}, ...; the sample "
+                                         f"lacks {', '.join(missing[:3])}. Leave sample=None for one built from the "
+                                         "config.")
+            axes = decoder_cache.cache_axes(layout)
+            s = inputs.Sample(names, [inputs.to_tensor(given[n], n) for n in names], False,
+                              {n: axes[n] for n in names})
+            if not dynamic:
+                s.axes = {}
+            return s
+        from ..hf import samples
+
+        s = samples.build(record.model, record.preprocessor) if sample is None \
+            else samples.from_user(record.model, sample)
+        return inputs.restrict_axes(s, dynamic)
+
+    @classmethod
+    def flat(cls, record: Any, names: list[str], as_kwargs: bool) -> Any:
+        """A decoder with its cache through :class:`decoder_cache.DecoderWithCache`; every other model gets its
+        call keywords (no cache, ModelOutput results)."""
+        from ..wrap import FlatModule, forward_parameters
+
+        if record.generation == "decoder":
+            from ..decoder_cache import DecoderWithCache
+
+            return FlatModule(DecoderWithCache(record.model, record.cache_layout), names, False, {})
+        params = forward_parameters(record.model)
+        kwargs = {k: v for k, v in (("use_cache", False), ("return_dict", True)) if k in params}
+        return FlatModule(record.model, names, as_kwargs, kwargs, hf=True)
+
+    @classmethod
+    def natural_axes(cls, record: Any, sample: Any) -> dict[str, dict[int, str]]:
+        from ..hf.samples import AXES, QUIRKS, Quirk
+
+        quirk = QUIRKS.get(record.model_type or "", Quirk())
+        return {n: ({0: "batch"} if n in quirk.static_axes else dict(AXES.get(n, {0: "batch"})))
+                for n, t in zip(sample.names, sample.tensors) if t.dim() >= 1}
+
+    @classmethod
+    def static_axes(cls, record: Any) -> dict[str, str]:
+        from ..hf.samples import QUIRKS, Quirk
+
+        quirk = QUIRKS.get(record.model_type or "", Quirk())
+        return {n: quirk.static_reason or "fixed for this architecture" for n in quirk.static_axes}
+
+    @classmethod
+    def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,
+                           exporter: str | None = None) -> Any:
+        from ..references import torch_reference
+
+        record = cls.open(model, ExportArgs())
+        return torch_reference(record, sample, label or f"PyTorch {record.name}", exporter, adapter=cls)
+
+
+def _sentence_record(st: Any, name: str | None, location: str | None) -> Any:
+    """A SentenceTransformer as a model with token inputs and ``token_embeddings`` + ``sentence_embedding``
+    outputs (its pooling and normalisation inside the graph), its tokenizer as the preprocessor; named after
+    its transformer's folder or hub id unless ``name`` says otherwise."""
+    from ....results.export import ModelSource
+    from ..hf.sentence import TASK, wrap
+
+    wrapper = wrap(st)
+    return ModelSource(kind="sentence-transformers", name=name or source_name(wrapper), location=location, task=TASK,
+                       model_type=getattr(wrapper.config, "model_type", None), model=wrapper,
+                       preprocessor=st.tokenizer, adapter=HfSource.key)

@@ -1,0 +1,46 @@
+"""``export(folder, precision=...)``: a decoder written layer by layer from its safetensors checkpoint, no PyTorch model
+built (:mod:`onnx_nb.steps.export.lean`). Its record is a Hugging Face decoder's: later steps load the PyTorch model
+from the same folder when they need a reference."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, ClassVar
+
+from ....errors import InvalidArgumentError
+from ..args import ExportArgs
+from .hf import HfSource
+
+
+class LeanSource(HfSource):
+    key = "lean"
+    what = "the lean route (precision=)"
+    takes: ClassVar[frozenset[str]] = frozenset({"precision"})
+
+    @staticmethod
+    def recognises(model: Any, args: ExportArgs) -> bool:
+        if args.precision is None:
+            return False
+        torch = sys.modules.get("torch")
+        return isinstance(model, (str, os.PathLike)) or (torch is not None and isinstance(model, torch.nn.Module))
+
+    @classmethod
+    def refuse(cls, model: Any, args: ExportArgs) -> None:
+        if set(args.given) - cls.takes:
+            raise InvalidArgumentError("precision= writes a decoder with its cache from the checkpoint alone: "
+                                       "sample=, task=, opset=, exporter=, dynamic= and cache= do not apply to it.")
+
+    @classmethod
+    def export(cls, model: Any, args: ExportArgs) -> Any:
+        from ..lean_export import export_checkpoint
+        from ..writing import target_for
+
+        if not isinstance(model, (str, os.PathLike)):
+            raise InvalidArgumentError(
+                "precision= builds a decoder straight from its checkpoint: give its folder or hub id. For a model "
+                "object, model.save_pretrained(folder) then export(folder, precision=...), or export(model) then "
+                "quantize(export, method=...).")
+        label, target = target_for(model, args)
+        assert args.precision is not None
+        return export_checkpoint(model, args.precision, target, label, args.progress)

@@ -1,0 +1,112 @@
+"""SAM (transformers' ``SamModel``, segment-anything's ``Sam``; an object, or a folder or hub id whose config says
+sam): its vision encoder and its prompt encoder + mask decoder as two files in one folder
+(:mod:`onnx_nb.steps.export.sam`); the result is a :class:`~onnx_nb.SamExport`, checked whole by
+:func:`onnx_nb.check_sam`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ....errors import InvalidArgumentError, OnnxNbError
+from ..args import ExportArgs
+from .base import Source
+
+
+class SamSource(Source):
+    key = "sam"
+    what = "a SAM model"
+    instead = (", whose parts get their own samples and axes; export a part alone with "
+               "onnx_nb.export(SamVisionEncoderPart(model), sample, ...) (onnx_nb.steps.export.sam), or "
+               "quantize(sam.parts['vision_encoder'], method='fp16') for another precision")
+    takes: ClassVar[frozenset[str]] = frozenset({"opset"})
+
+    @staticmethod
+    def recognises(model: Any, args: ExportArgs) -> bool:
+        if isinstance(model, (str, os.PathLike)):
+            return _sam_location(model)
+        if getattr(getattr(model, "config", None), "model_type", None) == "sam" or \
+                (type(model).__name__ == "Sam" and hasattr(model, "image_encoder")):  # segment-anything's own
+            return is_sam(model)
+        return False
+
+    @classmethod
+    def export(cls, model: Any, args: ExportArgs) -> Any:
+        from ..sam import export_sam, load_sam
+        from .torch import export_part as export
+
+        loaded = load_sam(model)
+        check_supported(loaded)
+        return export_sam(loaded, args.out, args.overwrite, args.progress, args.opset, export, args.name)
+
+    @classmethod
+    def expect(cls, result: Any, what: str) -> Any:
+        """``result`` when it is a transformers SAM's export with both parts (what ``check_sam`` takes)."""
+        from ....results.sam import PARTS, SamExport
+
+        if not isinstance(result, SamExport) or set(result.parts) != set(PARTS) or not is_hf_sam(result.model):
+            raise InvalidArgumentError(f"{what} takes what onnx_nb.export(sam_model) returns, not "
+                                       f"{type(result).__name__}.")
+        return result
+
+
+def _sam_location(model: Any) -> bool:
+    """A folder or hub id whose config says SAM (a folder's config.json is read; a hub id's config is fetched as
+    the export would fetch it)."""
+    from .hf import folder_config
+
+    folder = Path(str(model)).expanduser()
+    if folder.is_dir():
+        return folder_config(folder).get("model_type") == "sam"
+    from ..checkpoints import SUFFIXES as CHECKPOINT_SUFFIXES
+    from ..hf.loading import _HUB_ID, load_config
+
+    if folder.suffix.lower() in (*CHECKPOINT_SUFFIXES, ".onnx", ".ort") or not _HUB_ID.match(str(model)):
+        return False
+    try:
+        return getattr(load_config(str(model))[0], "model_type", None) == "sam"
+    except OnnxNbError:
+        return False  # the export's own loading says what is wrong
+
+
+def is_sam(model: Any) -> bool:
+    """A transformers ``SamModel`` (SAM, SlimSAM checkpoints), or facebookresearch/segment-anything's ``Sam``."""
+    return is_hf_sam(model) or _is_meta_sam(model)
+
+
+def is_hf_sam(model: Any) -> bool:
+    return _is_module(model) and \
+        getattr(getattr(model, "config", None), "model_type", None) == "sam" and \
+        all(hasattr(model, n) for n in ("vision_encoder", "prompt_encoder", "mask_decoder",
+                                         "get_image_wide_positional_embeddings"))
+
+
+def _is_meta_sam(model: Any) -> bool:
+    return _is_module(model) and not hasattr(model, "config") and \
+        all(hasattr(model, n) for n in ("image_encoder", "prompt_encoder", "mask_decoder", "pixel_mean"))
+
+
+def check_supported(model: Any) -> None:
+    """Refuse what the converter cannot take: segment-anything's own Sam, a model off the CPU or not float32."""
+    import torch
+
+    if _is_meta_sam(model):
+        raise InvalidArgumentError(
+            f"{type(model).__name__} (facebookresearch/segment-anything): onnx-nb exports transformers' SamModel. "
+            "Convert the checkpoint with transformers' models/sam/convert_sam_to_hf.py and load it with "
+            "SamModel.from_pretrained, or use segment-anything's own scripts/export_onnx_model.py for its decoder.")
+    if not is_hf_sam(model):
+        raise InvalidArgumentError(f"{type(model).__name__} is not a transformers SamModel.")
+    first = next(model.parameters())
+    if first.device.type != "cpu" or first.dtype != torch.float32:
+        raise InvalidArgumentError(
+            f"The model runs in {first.dtype} on {first.device}; onnx-nb exports from float32 on the CPU (its "
+            "parity reference too): model.to('cpu', torch.float32) first; quantize(sam.parts['vision_encoder'], "
+            "method='fp16') then makes an fp16 file.")
+
+
+def _is_module(model: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)

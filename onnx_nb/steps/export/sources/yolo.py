@@ -1,0 +1,72 @@
+"""An Ultralytics YOLO model (``YOLO("yolov8n.pt")`` or the network inside it), prepared as Ultralytics' own exporter
+prepares it (:mod:`onnx_nb.steps.export.yolo`: images in, ``output0`` or, with ``nms=``, ``detections`` out, its
+metadata in the file), then the PyTorch route. ``check_parity(network, file)`` builds the same graph as its
+reference, the suppression settings read back from the file's metadata."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from ..args import ExportArgs
+from .base import Source
+
+
+class YoloSource(Source):
+    key = "yolo"
+    what = "an Ultralytics YOLO model"
+    takes: ClassVar[frozenset[str]] = frozenset({"sample", "nms", "dynamic", "exporter", "opset"})
+
+    @staticmethod
+    def recognises(model: Any, args: ExportArgs) -> bool:
+        if "ultralytics" not in sys.modules:  # a YOLO object means ultralytics is loaded already
+            return False
+        from ..yolo import is_ultralytics
+
+        return is_ultralytics(model)
+
+    @classmethod
+    def prepared(cls, model: Any, args: ExportArgs) -> tuple[Any, Any]:
+        """(the record of the prepared graph, the args with its default sample)."""
+        from ....results.export import ModelSource
+        from ..yolo import as_module
+
+        graph, sample, name = as_module(model, args.sample, args.name, args.nms)
+        return ModelSource(kind="module", name=name, model=graph, adapter=cls.key), replace(args, sample=sample)
+
+    @classmethod
+    def export(cls, model: Any, args: ExportArgs) -> Any:
+        from ....progress import Steps
+        from ..torch_route import export_module
+        from ..writing import target_for
+
+        record, args = cls.prepared(model, args)
+        label, target = target_for(model, args, record.name)
+        record.name = label
+        with Steps(5, "export", args.progress) as steps:
+            steps.step("loading the model")
+            steps.step("preparing sample inputs")
+            return export_module(cls, record, args, target, steps)
+
+    @classmethod
+    def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,
+                           exporter: str | None = None) -> Any:
+        from ..references import torch_reference
+
+        record, args = cls.prepared(model, ExportArgs(sample=sample, nms=_nms_of(candidate)))
+        return torch_reference(record, args.sample, label or f"PyTorch {record.name}", exporter, adapter=cls)
+
+
+def _nms_of(candidate: Any) -> Any:
+    """The suppression settings a YOLO file was exported with (its metadata), False for a file without."""
+    from pathlib import Path
+
+    from ....runtime.onnxfile import load_proto
+
+    path = getattr(candidate, "path", candidate)
+    if path is None:
+        return False
+    meta = {p.key: p.value for p in load_proto(Path(path)).metadata_props}
+    return ast.literal_eval(meta["nms"]) if "nms" in meta else False

@@ -1,0 +1,257 @@
+"""The PyTorch route every torch adapter shares (plain modules, Hugging Face models, YOLO, torchvision detectors,
+Keras on torch): trace with each exporter into a staging folder, check the file in ONNX Runtime at a shape the sample
+did not have, publish the first that matches, build the :class:`~onnx_nb.ExportResult`. The adapter supplies the
+flat module and the sample (:class:`~onnx_nb.steps.export.sources.base.Source`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ...errors import ExportError, OnnxNbError, UnsupportedOperatorError, first_line
+from ...progress import Steps
+from ...results.export import ExportResult, ModelSource
+from ...runtime import onnxedit, onnxfile
+from ...runtime.files import check_space, disk_error, publish, staging_dir, total_size
+from .args import ExportArgs
+
+
+def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: Path, steps: Steps) -> ExportResult:
+    """The PyTorch route every torch adapter shares: the model made flat by ``adapter``, its sample, its axes
+    probed, each exporter tried into a staging folder and checked in ONNX Runtime at another shape, the first that
+    matches published. ``source`` is the adapter's record (the model loaded, a decoder's cache layout set)."""
+    from .wrap import eval_mode, signature_module
+
+    model = source.model
+    dynamic, exporter, opset = args.dynamic, args.exporter, args.opset_or_default
+    s = adapter.sample(source, args.sample, dynamic)
+    warnings_seen: list[str] = list(source.load_warnings)
+    with eval_mode(model):
+        flat = adapter.flat(source, s.names, s.as_kwargs)
+        try:
+            before = flat.discover(s.tensors)
+        except OnnxNbError:
+            raise
+        except Exception as exc:
+            raise _sample_failed(model, s, exc) from exc
+        decoder = source.generation == "decoder"
+        if decoder:
+            probe, after, out_axes = _cache_check(source, flat, s)
+            fixed: list[Any] = []
+            if exporter == "auto":
+                exporter = "torchscript"
+        else:
+            fixed = probe_axes(adapter.static_axes(source), flat, s) if dynamic is True else []
+            probe, after, out_axes = _grown_check(s, flat, before, warnings_seen)
+        source.sample = s.as_dict()
+        source.input_axes = dict(s.axes)
+        source.as_kwargs = s.as_kwargs
+        module = signature_module(flat)
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) + \
+            sum(b.numel() * b.element_size() for b in model.buffers())
+        check_space(target.parent, param_bytes)
+        order = ["dynamo", "torchscript"] if exporter == "auto" else [exporter]
+        attempts: dict[str, str] = {"dynamo": CACHE_NOT_DYNAMO} if decoder else {}
+        errors: dict[str, BaseException] = {}
+        logs: dict[str, str] = {}
+        started = time.perf_counter()  # export time counts every attempt, failed ones included
+        for i, name in enumerate(order):
+            if i:
+                steps.add(2)  # another exporter: its export and its check
+            steps.step(f"exporting with {name}")
+            branches: list[Any] = []
+            with staging_dir(target) as tmp:
+                staged = tmp / target.name
+                native: list[str] = []
+                try:
+                    run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset,
+                                 param_bytes > onnxfile.EXTERNAL_DATA_BYTES, warnings_seen, native, branches)
+                except (KeyboardInterrupt, MemoryError):
+                    raise
+                except Exception as exc:
+                    from .exporters import first_line as exporter_error
+
+                    full = disk_error(exc, target.parent)
+                    if full is not None:  # no other exporter would fare better
+                        raise full from exc
+                    attempts[name] = exporter_error(exc)
+                    errors[name] = exc
+                    logs[name] = "".join(native)
+                    steps.step(f"{name} failed")
+                    continue
+                steps.step("checking in ONNX Runtime")
+                from .exporters import check_file
+
+                check = check_file(staged, probe, after, flat.output_names)
+                if not check["passed"] and exporter == "auto" and name != order[-1]:
+                    attempts[name] = f"its graph did not match PyTorch: {check.get('error') or check['summary']}"
+                    continue
+                steps.step("saving")
+                files = publish(staged, target)
+                seconds = time.perf_counter() - started
+                unverified = unverified_of(branches, attempts)
+                return make_result(target, files, name, attempts, seconds, warnings_seen, source, check, s,
+                               fixed, dynamic, unverified)
+    raise _all_failed(model, flat, s, attempts, errors, logs)
+
+
+CACHE_NOT_DYNAMO = ("not tried for a decoder with its cache: the mask spans past_sequence + sequence, a sum of two "
+                    "dynamic axes that torch.export cannot declare; TorchScript traces it")
+
+
+def _cache_check(source: ModelSource, flat: Any, s: Any) -> tuple[Any, Any, Any]:
+    """A second decode-step sample (other batch, new and cached lengths) and PyTorch's outputs there, for the
+    export's check; the output axes of a cache graph are known."""
+    import torch
+
+    from . import decoder_cache
+    from .inputs import Sample
+
+    layout = source.cache_layout
+    other = decoder_cache.cache_sample(source.model, layout, seed=1, batch=3, sequence=2, past=6)
+    probe = Sample(list(s.names), [other[n] for n in s.names], False, dict(s.axes))
+    with torch.no_grad():
+        after = flat.flat(*probe.tensors)
+    axes = decoder_cache.cache_axes(layout)
+    return probe, after, {n: axes[n] for n in flat.output_names} if s.axes else {}
+
+
+def probe_axes(static: dict[str, str], flat: Any, s: Any) -> list[Any]:
+    """Make every input axis that can vary dynamic (by running the model at a second size along it), but the ones
+    ``static`` names (axis -> why); the ones that stay fixed come back with the reason."""
+    from .inputs import probe_axes as probe
+
+    return probe(lambda tensors: flat.flat(*tensors), s, static)
+
+
+def _grown_check(s: Any, flat: Any, before: tuple[Any, ...], warnings_seen: list[str]) -> tuple[Any, Any, Any]:
+    """The sample with every dynamic axis longer, PyTorch's outputs there, and the output axes that follow
+    the input axes (found by comparing the two runs)."""
+    import torch
+
+    from . import inputs
+
+    if not s.axes:
+        return s, before, {}
+    grown = inputs.grow(s)
+    try:
+        with torch.no_grad():
+            after = flat.flat(*grown.tensors)
+    except Exception as exc:  # noqa: BLE001 - reported, export goes on statically checked
+        warnings_seen.append(f"The PyTorch model itself fails at shapes {grown.shapes()} "
+                             f"({type(exc).__name__}: {first_line(exc, 200)}); checked at the sample's shape only.")
+        return s, before, {}
+    return grown, after, inputs.output_axes(s, grown, before, after, flat.output_names)
+
+
+def unverified_of(branches: list[Any], attempts: dict[str, str]) -> list[str]:
+    """Why the file is not verified: the trace recorded one branch of data-dependent control flow."""
+    from .exporters import FIX_HINT, data_dependent_failure
+
+    found = [b.text() for b in branches]
+    if branches or not data_dependent_failure(attempts.get("dynamo", "")):
+        return found
+    return [f"dynamo failed on a branch that depends on the inputs' values ({attempts['dynamo'][:200]}) and the "
+            f"TorchScript fallback traced only the path this sample took. {FIX_HINT}"]
+
+
+def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
+                  axes: dict[str, dict[int, str]], opset: int, external: bool,
+                  warnings_seen: list[str], native: list[str], branches: list[Any] | None = None) -> None:
+    """Run one exporter into ``staged``. TorchScript traces are watched for data-dependent branches
+    (appended to ``branches``): such a file only computes the path the sample took."""
+    from .exporters import BranchWatch, export_dynamo, export_torchscript, quiet
+
+    args = tuple(s.tensors)
+    existing = set(staged.parent.iterdir())
+    with quiet(warnings_seen, native):
+        if name == "dynamo":
+            export_dynamo(module, args, staged, s.names, flat.output_names, s.axes, opset, external)
+        else:
+            with BranchWatch(args, flat.model) as watch:
+                export_torchscript(module, args, staged, s.names, flat.output_names, axes, opset)
+            if branches is not None:
+                branches.extend(watch.found)
+    import onnx
+
+    proto = onnxfile.load_proto(staged)
+    own = getattr(flat.model, "onnx_metadata", None)  # a model's own metadata (YOLO's, in Ultralytics' keys)
+    if own:
+        onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, **own})
+    onnxedit.strip_prefix(proto, "inner.model.")
+    onnxedit.tie_transposed(proto)  # a tied embedding and LM head: stored once
+    known = {n for spec in s.axes.values() for n in spec.values()}
+    # dynamo names derived lengths itself ("((audio_length//10)) - 1"); keep those.
+    onnxedit.name_dims(proto, axes if name == "torchscript" else
+                       {k: {a: n for a, n in v.items() if n in known} for k, v in axes.items()})
+    data = staged.with_name(staged.name + ".data")
+    onnxedit.consolidate_external(proto, staged.parent, data.name)  # one data file, not one loose file per weight
+    for stray in set(staged.parent.iterdir()) - existing - {staged, data}:  # weights dropped since (tied ones)
+        if stray.is_file():
+            stray.unlink()
+    onnx.save(proto, str(staged))
+
+
+def make_result(target: Path, files: list[Path], exporter: str, attempts: dict[str, str],
+            seconds: float, warnings_seen: list[str], source: ModelSource,
+            check: dict[str, Any], s: Any, fixed: list[Any], dynamic: Any, unverified: list[str]) -> ExportResult:
+    from .inputs import FixedAxis
+
+    proto = onnxfile.load_proto(target)
+    ins, outs = onnxfile.signature(proto)
+    if not check["passed"]:
+        warnings_seen.append(f"ONNX Runtime does not match PyTorch: {check.get('error') or check['summary']}")
+    fixed = list(fixed)
+    for info in ins:  # axes asked to be dynamic that the exporter fixed in the graph anyway
+        for axis, axis_name in s.axes.get(info.name, {}).items():
+            if axis < len(info.shape) and isinstance(info.shape[axis], int):
+                fixed.append(FixedAxis(info.name, axis, info.shape[axis],
+                                       f"the {exporter} exporter fixed it ({axis_name}) in the graph"))
+    return ExportResult(
+        path=target, exporter=exporter, fallback_reason=attempts, opset=onnxfile.opset(proto),
+        inputs=ins, outputs=outs, op_histogram=onnxfile.op_histogram(proto),
+        parameters=onnxfile.parameter_count(proto), file_size=total_size(files), files=files,
+        export_seconds=seconds, warnings=warnings_seen, source=source, check=check,
+        fixed_axes=fixed, dynamic=dynamic if isinstance(dynamic, bool) else "custom", unverified=unverified,
+    )
+
+
+def _sample_failed(model: Any, s: Any, exc: Exception) -> Exception:
+    from ...errors import SampleError
+
+    return SampleError(
+        f"{type(model).__name__} fails on the sample inputs {s.shapes()} "
+        f"({type(exc).__name__}: {first_line(exc)}). "
+        "Pass inputs the model accepts as sample=..."
+    )
+
+
+def _all_failed(model: Any, flat: Any, s: Any, attempts: dict[str, str],
+                errors: dict[str, BaseException], logs: dict[str, str]) -> ExportError:
+    from .exporters import locate_operator, scope_of, unsupported_operator
+    from .lean_families import FAMILIES
+
+    listing = "; ".join(f"{k}: {v}" for k, v in attempts.items())
+    kind = str(getattr(getattr(model, "config", None), "model_type", ""))
+    lean = (f" This is a {kind} decoder: export(its folder or hub id, precision='fp32') (or 'int4', 'int8', 'fp16') "
+            "writes it straight from its checkpoint, without tracing (the lean route)." if kind in FAMILIES else "")
+    op = next((o for o in (unsupported_operator(str(e)) for e in errors.values()) if o), None)
+    if op:
+        where = next((w for w in (scope_of(f"{errors[k]}\n{logs.get(k, '')}", op) for k in errors) if w is not None),
+                     None)
+        if where is None:
+            where = locate_operator(model, lambda: flat.flat(*s.tensors), op)
+        place = (f" in module '{where}'" if where else
+                 f" in {type(model).__name__}.forward itself" if where == "" else "")
+        return UnsupportedOperatorError(
+            f"The operator {op}{place} has no ONNX translation in any exporter ({listing}). "
+            "Replace it with supported operations, or register a custom ONNX translation "
+            "(torch.onnx.export(..., custom_translation_table=...))." + lean,
+            operator=op, module_path=where, attempts=attempts,
+        )
+    if not attempts:
+        attempts = {"all": "no exporter produced a model"}
+    return ExportError(f"Every exporter failed: {listing}. See the lines above for each exporter's "
+                       "first error; try exporter='torchscript' or exporter='dynamo' to see one in full." + lean,
+                       attempts)

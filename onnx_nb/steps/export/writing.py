@@ -1,0 +1,29 @@
+"""Where an export goes and what it is called, decided once for every kind: the label (``name=``, else the model's
+own name) and the target file (``out=``, else ``./onnx_nb_out/<label>/model.onnx``), checked before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ...runtime.files import check_target, default_output
+from .args import ExportArgs
+
+
+def label_of(model: Any, args: ExportArgs, default: str | None = None) -> str:
+    """The model's name in results and in the default output folder."""
+    from .sources.base import source_name
+
+    return args.name or default or source_name(model)
+
+
+def target_for(model: Any, args: ExportArgs, default: str | None = None) -> tuple[str, Path]:
+    """(label, the checked target path) of a one-file export."""
+    label = label_of(model, args, default)
+    return label, check_target(args.out if args.out is not None else default_output(label), args.overwrite)
+
+
+def folder_for(model: Any, args: ExportArgs, default: str | None = None) -> tuple[str, Path]:
+    """(label, the folder) of an export written as several files (a diffusion pipeline, SAM)."""
+    label = label_of(model, args, default)
+    return label, Path(args.out).expanduser() if args.out is not None else default_output(label).parent

@@ -1,0 +1,130 @@
+"""The ONNX files as a transformers model: :func:`to_transformers` (its ``generate()``, its pipelines) and
+``onnx_nb.generate``'s beam search through it (:func:`generate_with_transformers`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...errors import InvalidArgumentError
+from .hf_model import OnnxForCausalLM, OnnxForSeq2SeqLM, _config_of, _speech_class
+
+
+def _named_like(cls: type, model: Any, config: Any) -> type:
+    """``cls`` under the name of the model's own class (``MarianMTModel``, ...): transformers' pipelines look the
+    class name up in their task's list and log an error for any other name."""
+    from ...results.export import source_of
+
+    torch_model = getattr(source_of(model), "model", None)
+    names = [type(torch_model).__name__] if torch_model is not None else getattr(config, "architectures", None) or []
+    if not names:
+        return cls
+    return type(names[0], (cls,), {"__module__": cls.__module__, "__doc__": cls.__doc__,
+                                   "__qualname__": f"{cls.__name__}({names[0]})"})
+
+
+def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | None = None, threads: int | None = None,
+                    config: Any = None) -> Any:
+    """The exported files of a generative model as a transformers model whose forward runs ONNX Runtime, so
+    transformers' own ``generate()`` (any generation config: beam search, every logits processor, stopping
+    criteria, streamers) and ``pipeline()`` run on them.
+
+    ``model``: an :class:`~onnx_nb.ExportResult` of a decoder exported with its cache (``*ForCausalLM``), of an
+    encoder-decoder (``*ForConditionalGeneration``, ``MarianMTModel``) or of Whisper; a variant of one
+    (``optimize()``'s, ``quantize()``'s); or an ``.onnx`` path with ``config=`` (the model's folder, hub id or
+    config object). ``provider``: ONNX Runtime's (``"cpu"``, ``"cuda"``, ...); on a GPU provider the decoder's
+    cache stays on the device between steps (I/O binding; ``io_binding=False`` turns it off). ``threads``: ONNX
+    Runtime's intra-op threads. The model's generation config comes along (``model.generation_config``).
+
+    Example::
+
+        r = onnx_nb.export("Helsinki-NLP/opus-mt-en-de")
+        m = onnx_nb.to_transformers(r)
+        from transformers import pipeline
+        pipeline("translation", model=m, tokenizer=r.source.preprocessor, num_beams=4)("Hello world")
+    """
+    from ...runtime.facts import file_facts
+    from ...runtime.providers import providers_named
+    from .runners import decoder_for
+
+    path = Path(getattr(model, "path", model))
+    if not path.is_file():
+        raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
+    named = providers_named([provider])[0].name
+    hf_config, generation = _config_of(model, config)
+    if file_facts(path).generation == "seq2seq":
+        from .seq2seq import OnnxSeq2Seq, encoder_of
+
+        runner = OnnxSeq2Seq(path, named, encoder_of(model), threads, io_binding)
+        speech = runner.encoder_names == ["input_features"]
+        cls = _speech_class() if speech and hf_config.model_type == "whisper" else OnnxForSeq2SeqLM
+        wrapped = cls(hf_config, path, named, runner)
+    else:
+        wrapped = OnnxForCausalLM(hf_config, path, named, decoder_for(path, named, io_binding=io_binding,
+                                                                        threads=threads))
+    wrapped.__class__ = _named_like(type(wrapped), model, hf_config)
+    wrapped.generation_config = generation
+    wrapped.eval()
+    return wrapped
+
+
+def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: dict[str, Any], *,
+                               max_new_tokens: int, tokenizer: Any, eos: set[int], pad: int, provider: str,
+                               io_binding: bool | None, threads: int | None, stream: Any, seed: int,
+                               sampling: dict[str, Any], runtime: str) -> Any:
+    """:func:`onnx_nb.generate` with beam search: transformers' own ``generate()`` over the files (the model
+    :func:`to_transformers` makes, kept for the next call like the loops' runners), with the rules and beams of
+    the generation config (the wrapped model's) and the call's ``overrides``; the result as the loops give it
+    (new tokens per returned sequence, cut after EOS; the first forward's time, then each later one's)."""
+    from ...runtime.facts import file_facts
+    from .runners import _LAST, GenerationResult, _kept, _key, _prompts, left_pad
+    from .seq2seq import encoder_feed
+
+    if runtime != "onnx-nb":
+        raise InvalidArgumentError("Beam search runs on runtime='onnx-nb' (transformers' beam search over ONNX "
+                                   "Runtime sessions); onnxruntime-genai's runtime is not used for it.")
+    if stream is not None:
+        raise InvalidArgumentError("stream= shows tokens as a greedy or sampled search picks them; beam search "
+                                   "settles its tokens at the end. Pass num_beams=1 to stream.")
+    path = Path(getattr(model, "path", model))
+    how = (provider, io_binding, threads, "transformers")
+    wrapped = _kept(path, *how)
+    if wrapped is None:
+        _LAST.clear()  # one model kept at a time
+        wrapped = to_transformers(model, provider=provider, io_binding=io_binding, threads=threads)
+        _LAST.update(key=_key(path, *how), runner=wrapped)
+    seq2seq = file_facts(path).generation == "seq2seq"
+    if seq2seq:
+        feed = encoder_feed(inputs, tokenizer, tuple(wrapped.runner.encoder_names), pad)
+        tensors = {k: torch.from_numpy(v) for k, v in feed.items()}
+        prompts: list[list[int]] = []
+    else:
+        prompts = _prompts(inputs, tokenizer)
+        ids, mask = left_pad(prompts, pad)
+        tensors = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+    width = 0 if seq2seq else int(tensors["input_ids"].shape[1])
+    if sampling["do_sample"]:
+        torch.manual_seed(seed)
+    else:
+        sampling = {"do_sample": False}
+    from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
+
+    # Whisper's generate() returns the tokens after its prompt; the others, the decoder's start (and forced) tokens
+    whisper = isinstance(wrapped, WhisperGenerationMixin)
+    prompt = width if not seq2seq else 0 if whisper else len(rules.prefix) + 1
+    # the length in all (a config's max_length beside max_new_tokens would be a warning); Whisper counts its own
+    length = {"max_new_tokens": max_new_tokens} if whisper else {"max_length": prompt + max_new_tokens}
+    wrapped.step_ms = []
+    with torch.no_grad():
+        out = wrapped.generate(**tensors, **length, eos_token_id=sorted(eos) or None, pad_token_id=pad,
+                               **overrides, **sampling)
+    tokens = []
+    for row in out.tolist():
+        new = row[prompt:]
+        ends = [i for i, t in enumerate(new) if t in eos]
+        tokens.append(new[:ends[0] + 1] if ends else new)
+    text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
+    times = wrapped.step_ms or [0.0]
+    return GenerationResult(prompts, tokens, text, times[0], times[1:])
