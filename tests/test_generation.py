@@ -473,6 +473,7 @@ def test_encoder_decoder_with_caches(name: str, tmp_path: Path) -> None:
     assert result, repr(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.encoder.onnx", "m.onnx"]
     assert len(result.files) == 2 and result.exporter == "torchscript"
+    assert result.parts == {"encoder": (tmp_path / "m.encoder.onnx").resolve()}  # a named part of its result
     names = [i.name for i in result.inputs]
     assert names[0] == "decoder_input_ids" and "past_key_values.0.decoder.key" in names
     assert "past_key_values.0.encoder.key" in names, "the cross-attention cache comes from the encoder file"

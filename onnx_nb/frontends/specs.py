@@ -22,11 +22,11 @@ def _export_specs() -> list[Spec]:
         if arg.flag is None:
             continue
         options: dict[str, Any] = {"help": arg.help}
-        if arg.kind == "flag":
+        if arg.reads == "flag":
             options["action"] = "store_true"
-        elif arg.kind == "int":
+        elif arg.reads == "int":
             options["type"] = int
-        elif arg.kind == "choice":
+        elif arg.reads == "choice":
             options["choices"] = list(arg.choices)
             options["default"] = None if arg.default is None else str(arg.default).lower()
         out.append(((arg.flag,), options, "magic" if arg.name == "sample" else "both"))

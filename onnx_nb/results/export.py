@@ -89,6 +89,7 @@ class ExportResult:
     dynamic: bool | str = True  # what was asked: True, False or "custom" (a dict of axes)
     unverified: list[str] = field(default_factory=list)  # why the file is not verified (one traced branch)
     memory: dict[str, Any] = field(default_factory=dict)  # the lean route: weights' bytes, the build's peak
+    parts: dict[str, Path] = field(default_factory=dict)  # other files it needs: an encoder-decoder's encoder
 
     def __bool__(self) -> bool:
         return bool(self.check.get("passed", True)) and not self.unverified
@@ -122,6 +123,7 @@ class ExportResult:
             "source": self.source.to_dict(), "check": dict(self.check), "status": self.status,
             "fixed_axes": [f.to_dict() for f in self.fixed_axes], "dynamic": self.dynamic,
             "unverified": list(self.unverified), "memory": dict(self.memory),
+            "parts": {k: str(v) for k, v in self.parts.items()},
         }
 
     def to_pandas(self) -> Any:

@@ -14,6 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# Each step's peak memory above the process's, as a multiple of the weights it reads: measured (the comments say on
+# what), and a step that would not fit is refused before it starts (require). One table: every step reads it.
+FACTORS = {
+    "session": 1.15,  # a CPU session holding its weights in memory (prepacked): 1.13x a 2.25 GiB fp32 MLP, one run
+    "reload": 1.1,  # a checkpoint loaded again in PyTorch in its own dtype: 12.76 GiB for a 12.55 GiB bf16 7B
+    "export": 3.1,  # a folder loaded (1x), traced and written (+2.06x): a 1.1B decoder with its cache
+    "decoder route": 2.5,  # a decoder re-exported and rewritten for GroupQueryAttention: +2.43x (1.1B Llama)
+    # quantize(): ONNX Runtime's quantizers on a 1.1B Llama export (benchmarks/lean_decoder.py --generic)
+    "dynamic": 3.2, "static": 3.2, "fp16": 1.8, "int4": 2.4,
+}
+
 _STATUS = Path("/proc/self/status")
 _CLEAR = Path("/proc/self/clear_refs")
 

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidModelError, first_line
+from .memory import FACTORS
 from .providers import chain, options
 
 MAP_WEIGHTS_ABOVE = 2**30
-# A CPU session holding its weights in memory (prepacked) peaks at 1.13x them (a 2.25 GiB fp32 MLP, one run); below
-# CHECK_ABOVE a session is never refused. Mapped weights are file pages the kernel can drop again: not counted.
-SESSION_PEAK = 1.15
+# A CPU session holding its weights in memory peaks at memory.FACTORS["session"] times them; below CHECK_ABOVE a
+# session is never refused. Mapped weights are file pages the kernel can drop again: not counted.
 CHECK_ABOVE = 256 * 2**20
 PACKED_ONLY = ("MatMulNBits", "QMoE")  # kernels that are only fast on their prepacked weights
 
@@ -51,8 +51,10 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
         return IsolatedSession(path, provider, **settings)
     import onnxruntime as ort
 
+    disabled = settings.pop("disabled_optimizers", None)
     try:
-        return ort.InferenceSession(str(path), options(**settings), providers=chain(provider))
+        return ort.InferenceSession(str(path), options(**settings), providers=chain(provider),
+                                    **({"disabled_optimizers": list(disabled)} if disabled else {}))
     except Exception as exc:
         if settings.get("save_to") is not None:  # it was writing the optimized graph: a full disk?
             from .files import disk_error
@@ -63,16 +65,34 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
         raise InvalidModelError(f"ONNX Runtime cannot load {Path(path).name}: {first_line(exc)}") from exc
 
 
+def graph_session(model: Any, **settings: Any) -> Any:
+    """A CPU session of a small graph onnx-nb built in memory (a block of a model measured alone, a micro-benchmark):
+    no file to check, :func:`options` as every other session."""
+    import onnxruntime as ort
+
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return ort.InferenceSession(data, options(**settings), providers=["CPUExecutionProvider"])
+
+
+def ort_format_session(path: str | Path) -> Any:
+    """A CPU session of an ONNX Runtime Mobile ``.ort`` file, as ONNX Runtime Mobile opens it."""
+    import onnxruntime as ort
+
+    so = options()
+    so.add_session_config_entry("session.load_model_format", "ORT")
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
 def _check_fits(path: Path, weights: int) -> None:
     """Refuse a session whose weights cannot be held in memory here (:class:`~onnx_nb.InsufficientMemoryError`,
     how much and what to do) before ONNX Runtime starts on it and the kernel dies halfway."""
-    if SESSION_PEAK * weights < CHECK_ABOVE:
+    if FACTORS["session"] * weights < CHECK_ABOVE:
         return
     from ..render import human_bytes
     from .memory import require
 
-    require(int(SESSION_PEAK * weights), f"Opening {path.name} in ONNX Runtime ({human_bytes(weights)} of weights, "
-            "held in memory)",
+    require(int(FACTORS["session"] * weights),
+            f"Opening {path.name} in ONNX Runtime ({human_bytes(weights)} of weights, held in memory)",
             "Free what this kernel holds (del the results and models you no longer need, or restart it), use a "
             "smaller file of the model (quantize(..., method=\"int4\") or \"fp16\"; a decoder straight from its "
             "checkpoint: export(folder, precision=\"int4\")), or run this step on a machine with more memory.")

@@ -25,7 +25,7 @@ class Argument:
     default: Any
     help: str
     flag: str | None = None  # the command line's flag ("--opset"); None: not on the command line
-    kind: str = "str"  # how the command line reads it: str, int, flag, choice, dict (key=value,...)
+    reads: str = "str"  # how the command line reads it: str, int, flag, choice, dict (key=value,...)
     choices: tuple[Any, ...] = ()
 
 

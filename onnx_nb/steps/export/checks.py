@@ -11,10 +11,6 @@ import numpy as np
 
 from ...errors import first_line
 
-CHECK_ATOL = 1e-3
-CHECK_RTOL = 1e-3
-CHECK_MIN_COSINE = 0.999
-
 
 def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.ndarray], shapes: dict[str, Any],
                  against: str = "PyTorch") -> dict[str, Any]:
@@ -30,18 +26,18 @@ def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.nda
         return {"passed": False, "shapes": shapes, "against": against,
                 "error": f"{type(exc).__name__}: {first_line(exc)}"}
     from ...results import detections
-    from ...results.tolerance import Tolerance, measure
+    from ...results.tolerance import EXPORT_CHECK, measure
 
     names = list(want)
-    tol = Tolerance(CHECK_ATOL, CHECK_RTOL, min_cosine=CHECK_MIN_COSINE)
+    tol = EXPORT_CHECK
     per_output: dict[str, float] = {}
     notes: list[str] = []
     passed = True
-    ours, want = detections.align_per_box(dict(zip(names, got)), want, "fp32", CHECK_ATOL)
+    ours, want = detections.align_per_box(dict(zip(names, got)), want, "fp32", tol.atol)
     for name in names:
         ref_np, value = want[name], ours[name]
         if detections.owns(name, detections.DETECTIONS in want):  # boxes matched, not row by row; masks by IoU
-            agree, error, note = detections.judge(name, value, ref_np, "fp32", CHECK_ATOL)
+            agree, error, note = detections.judge(name, value, ref_np, "fp32", tol.atol)
             passed = passed and agree
             per_output[name] = error or 0.0
             notes.append(f"{name}: {note}")

@@ -15,8 +15,6 @@ from .lean import build
 from .lean_families import FAMILIES, family_of
 from .safetensors_file import Checkpoint
 
-PEAK_OF_EXPORT = 3.1  # the loaded model (1x) + tracing and writing it (+2.06x, a 1.1B decoder with its cache)
-
 
 def check_memory(model: Any) -> None:
     """Before loading a checkpoint folder: refuse an export that would not fit in memory (the kernel would die
@@ -29,7 +27,7 @@ def check_memory(model: Any) -> None:
     weights = checkpoint_bytes(folder)
     if not weights:
         return
-    from ...runtime.memory import require
+    from ...runtime.memory import FACTORS, require
     kind = ""
     config = folder / "config.json"
     if config.is_file():
@@ -39,7 +37,7 @@ def check_memory(model: Any) -> None:
     instead = (f"This {kind} decoder can take the lean route: export(folder, precision='int4') (or 'int8', 'fp16', "
                "'fp32') writes it layer by layer in a fraction of the weights' memory."
                if kind in FAMILIES else "Export it on a machine with more memory.")
-    require(int(PEAK_OF_EXPORT * weights), f"export() of {folder.name} ({weights / 2**30:.2f} GiB of weights)",
+    require(int(FACTORS["export"] * weights), f"export() of {folder.name} ({weights / 2**30:.2f} GiB of weights)",
             instead)
 
 
@@ -141,7 +139,7 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
     from ...results.export import ExportResult, ModelSource
     from ...runtime import onnxfile
     from ...runtime.files import check_space, publish, staging_dir, total_size
-    from ...runtime.memory import available_bytes, peak_memory
+    from ...runtime.memory import FACTORS, available_bytes, peak_memory
     from .decoder_cache import CacheLayout
     from .hf.loading import load_config, load_preprocessor
     from .logs import quiet_loading
@@ -166,7 +164,7 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
                 info = build(ckpt, config, staged, precision, steps.step)
             seconds = time.perf_counter() - started
             steps.step("checking against PyTorch")
-            have, needed = available_bytes(), int(ckpt.bytes * 1.15)  # PyTorch's model in its own dtype
+            have, needed = available_bytes(), int(ckpt.bytes * FACTORS["reload"])  # PyTorch's, in its own dtype
             unverified: list[str] = []
             if have is not None and needed > have:
                 check: dict[str, Any] = {"passed": True, "skipped": True}

@@ -48,8 +48,12 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
              "parts": {k: dict(c) for k, c in checks.items()}}
     attempts = {"dynamo": "not tried for an encoder-decoder with its caches: the decoder's cache grows by a sum of "
                           "dynamic axes that torch.export cannot declare; TorchScript traces both files"}
-    return make_result(target, files, "torchscript", attempts, time.perf_counter() - started, warnings_seen, source,
-                   check, s, [], True, unverified_of(branches, {}))
+    result = make_result(target, files, "torchscript", attempts, time.perf_counter() - started, warnings_seen, source,
+                         check, s, [], True, unverified_of(branches, {}))
+    from .seq2seq_cache import encoder_path
+
+    result.parts = {"encoder": encoder_path(target)}  # the decoder is the result's own file
+    return result
 
 
 def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, staged_dir: Path,

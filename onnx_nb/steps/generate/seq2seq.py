@@ -117,7 +117,9 @@ def encoder_of(model: Any) -> Path | None:
     if encoder_path(path).exists():
         return encoder_path(path)
     export = export_of(model)
-    return encoder_path(export.path) if export is not None else None
+    if export is None:
+        return None
+    return export.parts.get("encoder") or encoder_path(export.path)  # a result from before parts were named
 
 
 def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: set[int], pad: int, start: int,

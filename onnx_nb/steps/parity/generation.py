@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ...errors import InsufficientMemoryError
+from ...results.tolerance import NEAR_TIE
 from ...runtime.cpu import file_notes, this_cpu
 from ...runtime.facts import file_facts
 from ..export.hf_cache import cache_kwargs, cache_of
@@ -21,7 +22,6 @@ from ..generate.generation import generate
 from ..generate.runners import OnnxDecoder, decoder_for, left_pad
 from .probes import default_prompts, plain
 
-NEAR_TIE = 1e-3  # PyTorch's logit margin between its pick and ONNX's (relative to the logits' scale): a tie below
 BEAMS = 4  # beam search's check: this many beams, each kept beam's tokens against PyTorch's
 
 
@@ -144,7 +144,8 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
         from ..export.seq2seq_cache import encoder_path
         from .seq2seq import Seq2SeqParity
 
-        family: Any = Seq2SeqParity(model, path, max_new_tokens, encoder=encoder_path(Path(export.path)))
+        family: Any = Seq2SeqParity(model, path, max_new_tokens,
+                                    encoder=export.parts.get("encoder") or encoder_path(Path(export.path)))
     else:
         family = _DecoderOnly(model, path, prompts, max_new_tokens)
     rows: list[Row] = []

@@ -13,15 +13,13 @@ import numpy as np
 from ...errors import InvalidArgumentError
 from ...results.detections import pixel_iou
 from ...results.sam import SamExport, SamParity
+from ...results.tolerance import SAM_MIN_MASK_IOU, SAM_SCORE_ATOL
 from ..export.sources.sam import SamSource
-
-MIN_MASK_IOU = 0.9
-SCORE_ATOL = 1e-3
 
 
 def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, pixel_values: Any = None,
-              batch: int = 1, seed: int = 0, min_iou: float = MIN_MASK_IOU, score_atol: float = SCORE_ATOL,
-              provider: str = "cpu") -> SamParity:
+              batch: int = 1, seed: int = 0, min_iou: float = SAM_MIN_MASK_IOU,
+              score_atol: float = SAM_SCORE_ATOL, provider: str = "cpu") -> SamParity:
     """The two files chained in ONNX Runtime (encoder, then decoder on its outputs) against ``SamModel``'s forward
     with the same image and points. ``points``: how many per prompt (random ones inside the image, see
     :func:`sample_points`) or the coordinates themselves ([batch, point_batch, points, 2], image pixels) with

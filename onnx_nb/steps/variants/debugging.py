@@ -228,8 +228,9 @@ def _run_block(proto: Any, block: list[Any], inputs: list[str], out: str, inits:
     """The block alone in a session; its weights read here when the file keeps them as external data (``folder``:
     the file's), a block at a time."""
     import onnx
-    import onnxruntime as ort
     from onnx import numpy_helper
+
+    from ...runtime.sessions import graph_session
 
     used = {i for n in block for i in n.input} & set(inits)
     tensors = [numpy_helper.from_array(numpy_helper.to_array(inits[i], base_dir=str(folder)), i)
@@ -241,9 +242,7 @@ def _run_block(proto: Any, block: list[Any], inputs: list[str], out: str, inits:
          for i in inputs],
         [onnx.ValueInfoProto(name=out)], tensors)
     model = onnx.helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = graph_session(model)
     return np.asarray(sess.run([out], {i: ref_vals[i] for i in inputs})[0])
 
 

@@ -20,7 +20,6 @@ def decoder_export(onnx_model: Any) -> bool:
         onnx_model.source.generation == "decoder"
 
 
-PEAK_OF_DECODER_ROUTE = 2.5  # re-export + GroupQueryAttention rewrite of a decoder: +2.43x its weights (1.1B Llama)
 
 ATTENTION_CHOICES = ("auto", "gqa", "standard")
 

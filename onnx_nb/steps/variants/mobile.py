@@ -137,13 +137,9 @@ def operators(config_file: Path) -> list[str]:
 
 def ort_session(path: Path) -> Any:
     """An ORT-format session on the CPU, as ONNX Runtime Mobile opens a ``.ort`` file."""
-    import onnxruntime as ort
+    from ...runtime.sessions import ort_format_session
 
-    from ...runtime.providers import options
-
-    so = options()
-    so.add_session_config_entry("session.load_model_format", "ORT")
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return ort_format_session(path)
 
 
 def _load_ms(opener: Any, path: Path) -> tuple[float, Any]:
@@ -159,12 +155,9 @@ def _load_ms(opener: Any, path: Path) -> tuple[float, Any]:
 def _onnx_session(path: Path, as_converted: bool = False) -> Any:
     """A plain CPU session of the ``.onnx`` (as a user opens it); ``as_converted``: without the optimizers the
     converter leaves out for ARM (the NCHWc layout, x86 only), so that the graph runs as the ``.ort`` holds it."""
-    import onnxruntime as ort
+    from ...runtime.sessions import session
 
-    from ...runtime.providers import options
-
-    return ort.InferenceSession(str(path), options(), providers=["CPUExecutionProvider"],
-                                disabled_optimizers=list(NOT_FOR_ARM) if as_converted else None)
+    return session(path, check_graph=False, disabled_optimizers=NOT_FOR_ARM if as_converted else None)
 
 
 NOT_FOR_ARM = ("NchwcTransformer",)  # what convert_onnx_models_to_ort leaves out unless the platform is amd64

@@ -32,8 +32,9 @@ def written(proto: Any) -> list[str]:
 def timings(hidden: int, threads: int = 0) -> tuple[float, float]:
     """(fused ms, unfused ms) of one norm on ``[8, 128, hidden]`` in ONNX Runtime on CPU, each timed after warm-up
     runs, the two taking turns."""
-    import onnxruntime as ort
     from onnx import helper, numpy_helper
+
+    from ...runtime.sessions import graph_session
 
     rng = np.random.default_rng(0)
     x, skip = (rng.standard_normal((8, 128, hidden)).astype(np.float32) for _ in range(2))
@@ -50,10 +51,7 @@ def timings(hidden: int, threads: int = 0) -> tuple[float, float]:
                                   [helper.make_tensor_value_info(n, 1, None) for n in ("y", "sum")], weights)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                         helper.make_opsetid("com.microsoft", 1)])
-        opts = ort.SessionOptions()
-        if threads:
-            opts.intra_op_num_threads = threads
-        sessions[name] = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sessions[name] = graph_session(model, threads=threads, level=None)
     feed = {"x": x, "s": skip}
     best = {name: float("inf") for name in sessions}
     for _ in range(5):

@@ -17,7 +17,8 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, OptimizationError
 from ...results.variant import Variant
-from .decoders import ATTENTION_CHOICES, PEAK_OF_DECODER_ROUTE, decoder_export, decoder_route
+from ...runtime.memory import FACTORS
+from .decoders import ATTENTION_CHOICES, decoder_export, decoder_route
 from .levels import fastest_level, ort_level
 from .variants import make, parent_of
 
@@ -259,7 +260,7 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     tag = "optimized" if level == "auto" or chosen == "transformer" else f"optimized-{chosen}"
     return make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite, validate=validate,
                 runtime={"unpad": True} if skip_padding else {}, providers=providers, sample=sample,
-                reference=reference, needs=PEAK_OF_DECODER_ROUTE if reexport_decoder else None)
+                reference=reference, needs=FACTORS["decoder route"] if reexport_decoder else None)
 
 
 def _simplified(src: Path, scratch: Path) -> Path:

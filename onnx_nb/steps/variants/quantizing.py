@@ -12,15 +12,13 @@ import numpy as np
 
 from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, QuantizationError, first_line
 from ...results.variant import Variant
+from ...runtime.memory import FACTORS
 from .ort_quantizer import CalibrationReader, gemm_to_matmul, run_quantizer
 from .variants import make, parent_of
 
 __all__ = ["gemm_to_matmul", "quantize"]
 
 METHODS = ("dynamic", "static", "fp16", "int4", "auto")
-# each method's peak memory above the process's, as a multiple of the parent file's weights, measured on a 1.1B Llama
-# export (benchmarks/lean_decoder.py --generic): a step that would not fit is refused before it starts
-PEAKS = {"dynamic": 3.2, "static": 3.2, "fp16": 1.8, "int4": 2.4}
 AUTO_EXCLUDE_GAP_DB = 3.0
 AUTO_EXCLUDE_SHARE = 10  # at most 1 in 10 quantized layers stays float
 
@@ -175,7 +173,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         # the exclusion rounds ask quant_debug which layer loses the most: no diverging-node search per round
         made = make(onnx_model, tag, name, own, write, out=out, overwrite=overwrite, validate=validate,
                     runtime=runtime, providers=providers, sample=sample, reference=reference,
-                    needs=PEAKS.get(method), localize=not auto_exclude)
+                    needs=FACTORS.get(method), localize=not auto_exclude)
         if auto_exclude:
             made = _auto_exclude(made, dropped, own, validate, sample,
                                  lambda: make(onnx_model, tag, name, own, write, out=made.path, overwrite=True,

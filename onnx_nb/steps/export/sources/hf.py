@@ -15,8 +15,6 @@ from ....errors import InvalidArgumentError
 from ..args import ExportArgs
 from .base import Source, source_name
 
-RELOAD_PEAK = 1.1  # a checkpoint loaded again in its own dtype: 12.76 GiB for a 12.55 GiB bf16 7B
-
 
 def folder_config(model: Any) -> dict[str, Any]:
     """A local folder's ``config.json`` (read once per folder and modification time); {} for anything else."""
@@ -155,9 +153,9 @@ class HfSource(Source):
         weights = checkpoint_bytes(folder) if record.location and folder.is_dir() else 0
         if weights:
             from ....render import human_bytes
-            from ....runtime.memory import require
+            from ....runtime.memory import FACTORS, require
 
-            require(int(RELOAD_PEAK * weights),
+            require(int(FACTORS["reload"] * weights),
                     f"{step} loads {folder.name} in PyTorch as its reference ({human_bytes(weights)} of weights)",
                     "Check the file against another ONNX file of the model instead (check_parity(file, "
                     "reference=\"model.onnx\"): an fp32 or fp16 export), free what this kernel holds (del results "
