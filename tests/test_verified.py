@@ -72,7 +72,11 @@ class MeanPool(torch.nn.Module):
         return (self.emb(input_ids) * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
-@pytest.mark.parametrize("make, sample", [(TinyHead, torch.randn(2, 8)), (TinyCNN, torch.randn(2, 3, 8, 8))])
+def _seeded(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("make, sample", [(TinyHead, _seeded(2, 8)), (TinyCNN, _seeded(2, 3, 8, 8))])
 def test_tiny_outputs_of_another_model_fail(make: Any, sample: torch.Tensor, tmp_path: Path) -> None:
     result = onnx_nb.export(make(0), sample, out=tmp_path / "m.onnx", progress=False)
     assert result, repr(result)
@@ -82,8 +86,10 @@ def test_tiny_outputs_of_another_model_fail(make: Any, sample: torch.Tensor, tmp
     other = onnx_nb.check_parity(make(1), result.path, sample, progress=False)
     assert not other and all(r.status == "fail" for r in other.rows), repr(other)
     assert all(r.max_abs is not None and r.max_abs < 1e-4 for r in other.rows), "atol alone would have passed"
-    assert all(r.cosine is not None and r.cosine < 0.99 for r in other.rows)
-    assert "error/RMS" in other.rows[0].note
+    # each row fails on its error against the output's own scale; the cosine alone can be near 1 on a probe
+    # whose outputs all share a sign (seen on one CI run's unseeded sample), so it is the error/RMS that decides
+    assert all(r.cosine is not None and "error/RMS" in r.note for r in other.rows)
+    assert other.rows[0].cosine is not None and other.rows[0].cosine < 0.99
     with pytest.raises(onnx_nb.ToleranceExceeded, match="judged against the output's own scale"):
         other.raise_for_failure()
     rejudged = other.rejudge(atol=1e-3)  # the sliders use the same rule: atol alone cannot pass it

@@ -87,9 +87,11 @@ class DecoderWithCache(torch.nn.Module):
                 *past: torch.Tensor) -> dict[str, torch.Tensor]:
         from transformers import DynamicCache
 
-        cache = DynamicCache(config=self.model.config)
-        for i in range(self.layout.layers):
-            cache.update(past[2 * i], past[2 * i + 1], i)
+        # Every layer a plain DynamicLayer, whatever the config says (not DynamicCache(config=...)): a sliding-window
+        # layer keeps its length as a Python int, which a trace bakes into the graph (right at the traced length,
+        # out of bounds past the window); with full layers the window is the mask's (transformers' sliding window
+        # overlay), the graph's cache grows with the tokens, and every length is right.
+        cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layout.layers)])
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
         present = [t for k, v in _layers_of(cache_of(out)) for t in (k, v)]

@@ -36,11 +36,9 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
         except Exception as exc:
             raise _sample_failed(model, s, exc) from exc
         decoder = source.generation == "decoder"
-        if decoder:
+        if decoder:  # dynamo first, as for every model: the mask's length is an axis of its own (total_sequence)
             probe, after, out_axes = _cache_check(source, flat, s)
             fixed: list[Any] = []
-            if exporter == "auto":
-                exporter = "torchscript"
         else:
             fixed = probe_axes(adapter.static_axes(source), flat, s) if dynamic is True else []
             probe, after, out_axes = _grown_check(s, flat, before, warnings_seen)
@@ -52,7 +50,7 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
             sum(b.numel() * b.element_size() for b in model.buffers())
         check_space(target.parent, param_bytes)
         order = ["dynamo", "torchscript"] if exporter == "auto" else [exporter]
-        attempts: dict[str, str] = {"dynamo": CACHE_NOT_DYNAMO} if decoder else {}
+        attempts: dict[str, str] = {}
         errors: dict[str, BaseException] = {}
         logs: dict[str, str] = {}
         started = time.perf_counter()  # export time counts every attempt, failed ones included
@@ -94,10 +92,6 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
                 return make_result(target, files, name, attempts, seconds, warnings_seen, source, check, s,
                                fixed, dynamic, unverified)
     raise _all_failed(model, flat, s, attempts, errors, logs)
-
-
-CACHE_NOT_DYNAMO = ("not tried for a decoder with its cache: the mask spans past_sequence + sequence, a sum of two "
-                    "dynamic axes that torch.export cannot declare; TorchScript traces it")
 
 
 def _cache_check(source: ModelSource, flat: Any, s: Any) -> tuple[Any, Any, Any]:
