@@ -154,8 +154,18 @@ def test_cache_false_keeps_whole_sequence_logits(tmp_path: Path) -> None:
     result = onnx_nb.export(tiny_models.build("gpt2"), out=tmp_path / "g.onnx", cache=False, progress=False)
     assert [i.name for i in result.inputs] == ["input_ids", "attention_mask"]
     assert [o.name for o in result.outputs] == ["logits"] and result.cache_layout is None
-    with pytest.raises(onnx_nb.InvalidArgumentError, match="not a decoder exported with its cache"):
-        onnx_nb.generate(result, [[1, 2]], max_new_tokens=2)
+    # generate() runs such a file on the whole sequence at each step: PyTorch's tokens, more slowly
+    model = tiny_models.build("gpt2")
+    for prompt in ([1, 2], [5, 6, 7, 8]):
+        with torch.no_grad():
+            eager = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                   max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
+        assert onnx_nb.generate(result, [prompt], max_new_tokens=6, min_new_tokens=6).tokens == \
+            [eager[0, len(prompt):].tolist()]
+    classifier = onnx_nb.export(tiny_models.build("bert"), out=tmp_path / "classifier.onnx", progress=False)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"is not a decoder: generate.. needs an input_ids input "
+                                                           "and a logits output per token"):
+        onnx_nb.generate(classifier, [[1, 2]], max_new_tokens=2)
     with pytest.raises(onnx_nb.InvalidArgumentError, match="cache='yes': use True, False or 'auto'"):
         onnx_nb.export(tmp_path / "nowhere", cache="yes")  # said before any model is looked for
     with pytest.raises(onnx_nb.InvalidArgumentError, match="cache=True is for generative models"):
@@ -239,8 +249,8 @@ def test_optimize_reexports_decoders_with_standard_attention(exports: dict[str, 
                                                              tmp_path: Path) -> None:
     """optimize(attention="standard") on a decoder's export (and "auto" on GPT-2, which has no rotary embedding for
     GroupQueryAttention): torch.export at opset 23, one ONNX Attention per layer (its cache in and out), a
-    smaller graph (no Softmax left) with the same signature; generation parity passes, and so does its dynamic INT8 (ORT's
-    quantizer would turn the standard Attention into a QAttention the runtime rejects)."""
+    smaller graph (no Softmax left) with the same signature; generation parity passes, and so does its dynamic INT8
+    (ORT's quantizer would turn the standard Attention into a QAttention the runtime rejects)."""
     result = exports[name]
     fast = onnx_nb.optimize(result, out=tmp_path / "fast.onnx", attention="standard" if name == "llama" else "auto")
     assert fast, repr(fast.parity)

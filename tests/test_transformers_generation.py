@@ -137,21 +137,26 @@ def test_num_return_sequences_streamers_and_stopping(exports: dict[str, onnx_nb.
     assert out.shape[1] == 8 and seen[0] == [5, 6, 7, 8, 9] and len(seen) == 1 + 3 + 1
 
 
-def test_settings_not_run_name_themselves(exports: dict[str, onnx_nb.ExportResult]) -> None:
+def test_settings_the_loop_lacks_run_in_transformers(exports: dict[str, onnx_nb.ExportResult]) -> None:
+    """A generation-config setting onnx-nb's own loop does not run (here ``sequence_bias``) sends the call through
+    transformers' generate() over the files, without the user asking: PyTorch's tokens under that setting."""
     result = exports["gpt2"]
-    with pytest.raises(InvalidArgumentError, match=r"penalty_alpha=0\.6 .*this call.*to_transformers"):
-        onnx_nb.generate(result, [[5, 6]], penalty_alpha=0.6, top_k=4)
     with pytest.raises(InvalidArgumentError, match="unknown setting"):
         onnx_nb.generate(result, [[5, 6]], num_beam=4)
-    with pytest.raises(InvalidArgumentError, match="settles its tokens at the end"):
+    with pytest.raises(InvalidArgumentError, match="settles them at the end"):
         onnx_nb.generate(result, [[5, 6]], num_beams=2, stream=print)
     model = tiny_models.build_generative("gpt2")
-    model.generation_config.typical_p = 0.5
-    model.generation_config.do_sample = True
-    configured = onnx_nb.export(model, out=Path(result.path).parent / "typical.onnx", progress=False)
-    with pytest.raises(InvalidArgumentError, match=r"typical_p=0\.5 \(from the model's generation config"):
-        onnx_nb.generate(configured, [[5, 6]])
-    assert onnx_nb.generate(configured, [[5, 6]], typical_p=1.0, max_new_tokens=2).tokens  # overridden: runs
+    prompt = torch.tensor([[5, 6]])
+    with torch.no_grad():
+        plain = model.generate(prompt, max_new_tokens=4, do_sample=False)[0, 2:].tolist()
+        model.generation_config.sequence_bias = {(plain[0],): -100.0}
+        biased = model.generate(prompt, max_new_tokens=4, do_sample=False)[0, 2:].tolist()
+    assert biased[0] != plain[0]
+    configured = onnx_nb.export(model, out=Path(result.path).parent / "biased.onnx", progress=False)
+    got = onnx_nb.generate(configured, [[5, 6]], max_new_tokens=4)
+    assert got.tokens == [biased[:len(got.tokens[0])]] and plain[0] not in got.tokens[0][:1]
+    with pytest.raises(InvalidArgumentError, match=r"sequence_bias=.*runs in transformers' generate\(\)"):
+        onnx_nb.generate(configured, [[5, 6]], max_new_tokens=2, stream=print)
     with pytest.raises(InvalidArgumentError, match="config="):
         onnx_nb.to_transformers(result.path)  # a bare file: its config must be named
     bare = onnx_nb.to_transformers(result.path, config=result.source.model.config)

@@ -103,7 +103,8 @@ class _TorchStep:
             self.cache = DynamicCache(config=model.config)
             for i in range(layout.layers):
                 shape = (1, layout.kv_heads, past, layout.head_size)
-                self.cache.update(torch.randn(shape, generator=g), torch.randn(shape, generator=g), i)
+                value = (1, layout.kv_heads, past, layout.value_head_size)
+                self.cache.update(torch.randn(shape, generator=g), torch.randn(value, generator=g), i)
         self.mask = torch.ones(1, (past if cache else 0) + total, dtype=torch.long)
         self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
                         "cache": "on" if cache else "off (whole sequence each token)"}

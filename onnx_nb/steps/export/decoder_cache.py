@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...errors import SampleError
 from ...render import human_bytes
 from .hf_cache import cache_kwargs, cache_of
 
@@ -43,17 +42,26 @@ class CacheLayout:
     kv_heads: int
     head_size: int
     dtype: str = "float32"
+    value_size: int | None = None  # when the value's last axis differs from the key's (DeepSeek's latent cache)
+
+    @property
+    def value_head_size(self) -> int:
+        return self.value_size if self.value_size is not None else self.head_size
 
     @property
     def bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_size * int(np.dtype(self.dtype).itemsize)
+        return (self.layers * self.kv_heads * (self.head_size + self.value_head_size)
+                * int(np.dtype(self.dtype).itemsize))
 
     def text(self) -> str:
-        return (f"{self.layers} layers x (key + value) x {self.kv_heads} kv heads x {self.head_size} head size, "
+        size = (f"{self.head_size} head size" if self.value_size is None else
+                f"{self.head_size} key and {self.value_size} value size")
+        return (f"{self.layers} layers x (key + value) x {self.kv_heads} kv heads x {size}, "
                 f"{self.dtype}: {human_bytes(self.bytes_per_token)} per token")
 
     def to_dict(self) -> dict[str, Any]:
         return {"layers": self.layers, "kv_heads": self.kv_heads, "head_size": self.head_size, "dtype": self.dtype,
+                **({"value_size": self.value_size} if self.value_size is not None else {}),
                 "bytes_per_token": self.bytes_per_token}
 
 
@@ -63,15 +71,36 @@ def _layers_of(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(k, v) for k, v in cache]  # a legacy tuple of (key, value) pairs
 
 
+class NoKeyValueCache(Exception):
+    """A causal LM whose cache is not one key and one value per layer (none at all: GPT-1, an encoder used as a
+    decoder; a state: Mamba, RWKV, linear attention): its file takes the whole sequence each step."""
+
+
 def layout_of(model: Any) -> CacheLayout:
-    """Run the model once on one token with its cache on, and read the cache it returns."""
+    """Run the model once on one token with its cache on, and read the cache it returns (NoKeyValueCache when it
+    is not per-layer keys and values)."""
+    name = type(model).__name__
     with torch.no_grad():
         out = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, return_dict=True)
-    layers = _layers_of(cache_of(out))
-    if not layers:
-        raise SampleError(f"{type(model).__name__} returned no key/value cache; export it with cache=False.")
-    key = layers[0][0]
-    return CacheLayout(len(layers), int(key.shape[1]), int(key.shape[3]), str(key.dtype).replace("torch.", ""))
+    try:
+        cache = cache_of(out)
+    except KeyError as exc:
+        raise NoKeyValueCache(f"{name} returns no cache") from exc
+    if cache is None:
+        raise NoKeyValueCache(f"{name} returns no cache" + (
+            " (it is an encoder: is_decoder=False in its config)"
+            if getattr(getattr(model, "config", None), "is_decoder", True) is False else ""))
+    kinds = {type(layer).__name__ for layer in getattr(cache, "layers", [])
+             if not (hasattr(layer, "keys") and hasattr(layer, "values"))}
+    if kinds or not (hasattr(cache, "layers") or isinstance(cache, (tuple, list))):
+        raise NoKeyValueCache(f"{name} keeps a {', '.join(sorted(kinds)) or type(cache).__name__} cache, not one "
+                              "key and one value per layer")
+    layers = _layers_of(cache)
+    if not layers or any(k is None or getattr(k, "dim", lambda: 0)() != 4 for k, _ in layers):
+        raise NoKeyValueCache(f"{name} returned no key/value cache of [batch, heads, sequence, head size]")
+    key, value = layers[0]
+    return CacheLayout(len(layers), int(key.shape[1]), int(key.shape[3]), str(key.dtype).replace("torch.", ""),
+                       int(value.shape[3]) if value.shape[3] != key.shape[3] else None)
 
 
 class DecoderWithCache(torch.nn.Module):
@@ -130,6 +159,6 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
         "position_ids": torch.arange(p, p + s).expand(b, s).contiguous(),
     }
     for i in range(layout.layers):
-        for kv in ("key", "value"):
-            sample[PAST.format(i, kv)] = torch.randn(b, layout.kv_heads, p, layout.head_size, generator=g)
+        for kv, size in (("key", layout.head_size), ("value", layout.value_head_size)):
+            sample[PAST.format(i, kv)] = torch.randn(b, layout.kv_heads, p, size, generator=g)
     return sample

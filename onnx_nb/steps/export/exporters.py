@@ -137,6 +137,8 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     """``torch.export`` then ONNX. ``varargs_from``: the module takes ``*tensors`` from that input on (a decoder's
     cache); its axes are then declared ``Dim.AUTO`` (torch.export relates them itself, e.g. a mask as long as the
     cache plus the new tokens, which named dims cannot say) and named after ``axes`` in the saved file."""
+    from . import translations
+
     dims: dict[str, Any] = {}
     shapes: list[Any] = []
     for name in input_names:
@@ -151,7 +153,7 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     program = torch.onnx.export(
         module, args, dynamo=True, input_names=input_names, output_names=output_names,
         dynamic_shapes=tuple(shapes) if axes else None, opset_version=opset,
-        optimize=True, verify=False, report=False,
+        optimize=True, verify=False, report=False, custom_translation_table=translations.table(),
     )
     if program is None:  # pragma: no cover - torch always returns a program with dynamo=True
         raise RuntimeError("torch.onnx.export returned no program")

@@ -68,8 +68,9 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     ``length_penalty``, ``early_stopping``, ``num_return_sequences``: Marian, BART, T5 and Pegasus default to 4-8
     beams), run by transformers' own beam search over the files (:func:`onnx_nb.to_transformers`); pass any of them
     here to override the config (``num_beams=1`` for greedy). Sampling follows this call's arguments (greedy unless
-    ``do_sample``). A setting none of these runs (contrastive search, constraints, ...) is an error that names it
-    and points to :func:`onnx_nb.to_transformers`, whose ``generate()`` runs every setting.
+    ``do_sample``). A setting the loop does not run (``encoder_no_repeat_ngram_size``, Blenderbot's; contrastive
+    search, constraints, ``typical_p``, ...), from the config or this call, sends the call through transformers'
+    own ``generate()`` over the files (:func:`onnx_nb.to_transformers`), which runs every setting.
 
     Example::
 
@@ -92,7 +93,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     path = Path(getattr(model, "path", model))
     named = providers_named([provider])[0].name
     rules = rules_for(generation, eos_set, settings)
-    if rules.num_beams > 1 or rules.beams.get("num_return_sequences", 1) > 1:
+    if rules.through_transformers:
         from .transformers_api import generate_with_transformers
 
         return generate_with_transformers(

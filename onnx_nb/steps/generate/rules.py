@@ -51,6 +51,14 @@ class Rules:
     begin_suppress: list[int] = field(default_factory=list)
     prefix: list[int] = field(default_factory=list)  # forced_decoder_ids (Whisper's language and task): after start
     beams: dict[str, Any] = field(default_factory=dict)  # BEAMS' settings as the call and the config give them
+    # settings onnx-nb's loops do not run (NOT_RUN's, on): the call goes through transformers' generate() instead
+    elsewhere: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def through_transformers(self) -> bool:
+        """Whether transformers' own generate() over the files runs this call (beam search, or a setting the
+        loops lack)."""
+        return self.num_beams > 1 or self.beams.get("num_return_sequences", 1) > 1 or bool(self.elsewhere)
 
     @property
     def num_beams(self) -> int:
@@ -118,14 +126,9 @@ def rules_for(model_config: Any, eos: set[int], overrides: dict[str, Any]) -> Ru
                                    f"it takes: {', '.join((*RUN, *BEAMS))}. For any other, run transformers' "
                                    "generate() on the files: onnx_nb.to_transformers(result).generate(...).")
     settings.update(overrides)
-    for name, neutral in NOT_RUN.items():
-        value = settings.get(name)
-        if value is not None and value != neutral and not (isinstance(value, (list, dict)) and not value):
-            whence = "this call" if name in overrides else "the model's generation config"
-            raise InvalidArgumentError(
-                f"{name}={value!r} (from {whence}) is not run by onnx_nb.generate (greedy, sampling or beam "
-                f"search). Run transformers' generate() on the files, which runs it: "
-                f"onnx_nb.to_transformers(result).generate(..., {name}=...); or pass {name}={neutral!r} here.")
+    elsewhere = {name: settings[name] for name, neutral in NOT_RUN.items()
+                 if settings.get(name) is not None and settings[name] != neutral
+                 and not (isinstance(settings[name], (list, dict)) and not settings[name])}
     eos_ids = sorted(eos)
     bad = [list(map(int, w)) for w in settings.get("bad_words_ids") or [] if list(w) not in ([e] for e in eos_ids)]
     return Rules(
@@ -136,7 +139,7 @@ def rules_for(model_config: Any, eos: set[int], overrides: dict[str, Any]) -> Ru
         no_repeat_ngram_size=int(settings.get("no_repeat_ngram_size") or 0), bad_words=bad,
         suppress=_ids(settings.get("suppress_tokens")), begin_suppress=_ids(settings.get("begin_suppress_tokens")),
         prefix=_prefix(settings.get("forced_decoder_ids")),
-        beams={k: settings.get(k) for k in BEAMS if settings.get(k) is not None})
+        beams={k: settings.get(k) for k in BEAMS if settings.get(k) is not None}, elsewhere=elsewhere)
 
 
 def _prefix(forced: Any) -> list[int]:

@@ -41,13 +41,14 @@ class OnnxDecoder:
                 "onnx_nb.export(model, cache=True).")
         first = inputs[self.past_names[0]]
         self.kv_heads, self.head_size = cache_dims(path, first.shape)
+        # each tensor's own heads and last axis (a latent cache's key and value differ: DeepSeek's)
+        self.dims = {n: cache_dims(path, inputs[n].shape) for n in self.past_names}
         self.float_type = np.float16 if "float16" in first.type else np.float32
         self.uses_positions = "position_ids" in inputs
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, Any]:
-        shape = (batch, self.kv_heads, 0, self.head_size)
-        return {n: np.zeros(shape, self.float_type) for n in self.past_names}
+        return {n: np.zeros((batch, self.dims[n][0], 0, self.dims[n][1]), self.float_type) for n in self.past_names}
 
     def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, np.ndarray],
              keep: bool = True) -> tuple[np.ndarray, dict]:
@@ -256,6 +257,10 @@ def decoder_for(path: Any, provider: str = "CPUExecutionProvider", io_binding: b
 
     proto = load_proto(path)  # read once here: parsing a large model's file takes seconds
     gqa = gqa_node(proto)
+    if not any(is_cache(i.name) for i in proto.graph.input):
+        from .whole_sequence import WholeSequenceDecoder
+
+        return WholeSequenceDecoder(path, provider, **options)  # type: ignore[return-value]
     if gqa is None:
         return OnnxDecoder(path, provider, io_binding=io_binding, **options)
     positions = rotary_positions(proto, gqa)  # the rotary tables bound the positions; none: no bound

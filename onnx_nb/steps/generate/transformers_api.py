@@ -82,12 +82,15 @@ def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: d
     from .runners import _LAST, GenerationResult, _kept, _key, _prompts, left_pad
     from .seq2seq import encoder_feed
 
+    what = "Beam search" if rules.num_beams > 1 or not rules.elsewhere else \
+        f"{', '.join(f'{k}={v!r}' for k, v in rules.elsewhere.items())} (the generation config's or this call's)"
     if runtime != "onnx-nb":
-        raise InvalidArgumentError("Beam search runs on runtime='onnx-nb' (transformers' beam search over ONNX "
-                                   "Runtime sessions); onnxruntime-genai's runtime is not used for it.")
+        raise InvalidArgumentError(f"{what} runs on runtime='onnx-nb' (transformers' generate() over ONNX Runtime "
+                                   "sessions); onnxruntime-genai's runtime is not used for it.")
     if stream is not None:
-        raise InvalidArgumentError("stream= shows tokens as a greedy or sampled search picks them; beam search "
-                                   "settles its tokens at the end. Pass num_beams=1 to stream.")
+        raise InvalidArgumentError(f"stream= shows tokens as onnx-nb's own loop picks them; {what} runs in "
+                                   "transformers' generate(), which settles them at the end. Pass num_beams=1 (or "
+                                   "the setting's neutral value) to stream.")
     path = Path(getattr(model, "path", model))
     how = (provider, io_binding, threads, "transformers")
     wrapped = _kept(path, *how)

@@ -88,6 +88,9 @@ def _text(tokenizer: Any, names: list[str]) -> dict[str, torch.Tensor]:
         enc = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     except Exception:  # noqa: BLE001 - a tokenizer that cannot pad: fall back to the config
         return {}
+    ids = enc.get("input_ids")
+    if ids is None or ids.ndim != 2 or ids.shape[1] < 2:  # a tokenizer without a vocabulary (a folder saved
+        return {}  # without one gets transformers' empty default): the config's ids instead
     return {k: v for k, v in enc.items() if k in names}
 
 

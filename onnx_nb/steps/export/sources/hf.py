@@ -131,8 +131,20 @@ class HfSource(Source):
                 record.generation = "seq2seq"
                 return export_seq2seq(cls, record, args.sample, target, args.opset_or_default, steps)
             if is_causal_lm(record.model):
-                record.cache_layout = layout_of(record.model)
-                record.generation = "decoder"
+                from ..decoder_cache import NoKeyValueCache
+
+                try:
+                    record.cache_layout = layout_of(record.model)
+                    record.generation = "decoder"
+                except NoKeyValueCache as why:
+                    if args.cache is True:
+                        raise InvalidArgumentError(
+                            f"cache=True: {why}, which onnx-nb cannot carry between steps yet. Export with "
+                            "cache=False (the default picks it for this model): the file takes the whole sequence "
+                            "each step, and onnx_nb.generate() runs it so.") from None
+                    record.load_warnings.append(
+                        f"exported without a cache: {why}; the file takes the whole sequence at each step, which "
+                        "onnx_nb.generate() runs (slower per token than a cache, the same tokens)")
             elif args.cache is True:
                 raise InvalidArgumentError(f"cache=True is for generative models (*ForCausalLM, "
                                            f"*ForConditionalGeneration); {type(record.model).__name__} is not one.")

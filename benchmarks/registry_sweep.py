@@ -1,0 +1,283 @@
+"""Which of the causal LMs transformers registers onnx-nb serves, measured on the registry itself: every model type
+in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` built tiny from its own default config (2 layers, width 64, random
+weights), saved as a folder, then: can PyTorch build it and greedy-generate? does one default
+``onnx_nb.export(folder)`` succeed, and does ``onnx_nb.generate`` give PyTorch's tokens (a difference judged a
+near-tie or a divergence by ``generation_parity``)? do INT8 (``quantize()``) and INT4 (``method="int4"``) pass
+their parity? Each model runs in a process of its own with a time limit, so one crash or hang costs one row.
+
+    .venv/bin/python benchmarks/registry_sweep.py [--only llama,gpt2] [--timeout 300] [--no-variants]
+        [--json benchmarks/results/causal_lm_sweep.json] [--page docs/supported-architectures.md]
+
+The whole registry takes about an hour on 2 cores; ``--only`` runs some types. Rows already in ``--json`` for
+the same transformers version are kept unless ``--again``. The page is written from the JSON: the coverage line
+(of the types PyTorch can build and generate at tiny size, how many export and give its tokens) and one row per
+type with the reason for every gap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = [[5, 9, 14, 3, 22, 17], [8, 30, 11]]
+NEW_TOKENS = 8
+# the size every type is shrunk to, by whichever of these names its config has (attribute_map included)
+TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "ffn_dim": 128, "d_ff": 128, "n_inner": 128,
+        "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32, "n_shared_experts": 1,
+        "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
+        "num_layers": 2, "n_layer": 2, "encoder_layers": 2, "decoder_layers": 2, "state_size": 8,
+        "expand": 2, "conv_kernel": 4, "time_step_rank": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16, "linear_value_head_dim": 16, "ssm_state_size": 8, "mamba_n_heads": 4,
+        "mamba_d_head": 32, "d_head": 16, "rotary_dim": 8, "index_head_dim": 16, "index_n_heads": 2,
+        "first_k_dense_replace": 1, "decoder_sparse_step": 1}
+
+
+def registry() -> dict[str, str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return dict(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+# the second try, for a config whose widths are tied in ways one shrink cannot know: depth and experts only
+DEPTH = {k: v for k, v in TINY.items() if k in ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
+                                                "decoder_layers", "num_experts", "num_local_experts",
+                                                "n_routed_experts", "num_experts_per_tok", "first_k_dense_replace",
+                                                "decoder_sparse_step")}
+MAX_PARAMETERS = 300_000_000  # a depth-only config larger than this is not built (it would not be tiny)
+
+
+def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
+    import transformers
+
+    config = transformers.AutoConfig.for_model(model_type)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for target in {id(config): config, id(text): text}.values():
+        for name, value in sizes.items():
+            if hasattr(target, name) and isinstance(getattr(target, name), int) and not isinstance(
+                    getattr(target, name), bool):
+                try:
+                    setattr(target, name, value)
+                except Exception:  # noqa: BLE001 - a read-only alias: the real name is set too
+                    pass
+        layers = getattr(target, "num_hidden_layers", None)
+        for name in ("layer_types", "layers_block_type", "hybrid_override_pattern", "block_types"):
+            kinds = getattr(target, name, None)
+            if isinstance(kinds, list) and layers and len(kinds) != layers:
+                distinct = list(dict.fromkeys(kinds))  # one layer of each kind, the first kinds first
+                setattr(target, name, (distinct + kinds)[:layers] if len(distinct) < layers else distinct[:layers])
+        for name in ("n_group", "topk_group"):  # expert groups: one group of the few experts left
+            if hasattr(target, name):
+                setattr(target, name, 1)
+        rope = getattr(target, "qk_rope_head_dim", None)  # latent attention (DeepSeek): head sizes tied to rope's
+        if sizes is TINY and isinstance(rope, int):
+            for name, value in (("head_dim", rope), ("qk_head_dim", rope + getattr(target, "qk_nope_head_dim", 0))):
+                if isinstance(getattr(target, name, None), int):
+                    setattr(target, name, value)
+    return config
+
+
+def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[str, Any]:
+    """Everything about one type (in a child process)."""
+    import torch
+    import transformers
+
+    import onnx_nb
+    from onnx_nb.errors import first_line
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name}
+    started = time.perf_counter()
+    for size, sizes in (("tiny", TINY), ("depth only", DEPTH)):  # the first that PyTorch builds and runs
+        try:
+            config = tiny_config(model_type, sizes)
+            with torch.device("meta"):
+                count = sum(p.numel() for p in getattr(transformers, class_name)(config).parameters())
+            if count > MAX_PARAMETERS:
+                raise ValueError(f"{count / 1e6:.0f}M parameters with only its depth shrunk")
+            torch.manual_seed(0)
+            model = getattr(transformers, class_name)(config).eval()
+        except Exception as exc:  # noqa: BLE001 - a row, not a crash
+            row["pytorch"] = f"cannot build: {type(exc).__name__}: {first_line(exc)}"[:300]
+            continue
+        vocab = int(getattr(config.get_text_config() if hasattr(config, "get_text_config") else config,
+                            "vocab_size", 100) or 100)
+        prompts = [[t % vocab for t in p] for p in PROMPT]
+        try:
+            torch_tokens = []
+            with torch.no_grad():
+                for p in prompts:
+                    out = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                         max_new_tokens=NEW_TOKENS, do_sample=False, num_beams=1)
+                    torch_tokens.append(out[0, len(p):].tolist())
+        except Exception as exc:  # noqa: BLE001
+            row["pytorch"] = f"cannot generate: {type(exc).__name__}: {first_line(exc)}"[:300]
+            continue
+        row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()))
+        model.save_pretrained(folder)
+        break
+    if row.get("pytorch") != "ok":
+        return row
+    try:
+        t = time.perf_counter()
+        result = onnx_nb.export(folder, out=folder.parent / "onnx" / "model.onnx", progress=False)
+        row["export_s"] = round(time.perf_counter() - t, 1)
+        row["exporter"] = getattr(result, "exporter", None)
+        row["export"] = "ok" if result else f"check {getattr(result, 'status', 'failed')}"
+    except Exception as exc:  # noqa: BLE001
+        row["export"] = f"{type(exc).__name__}: {first_line(exc)}"[:400]
+        row["seconds"] = round(time.perf_counter() - started, 1)
+        return row
+    try:
+        made = [onnx_nb.generate(result, [p], max_new_tokens=NEW_TOKENS, num_beams=1).tokens[0] for p in prompts]
+        same = all(m == t[:len(m)] and (len(m) == len(t)) for m, t in zip(made, torch_tokens))
+        row["generate"] = "same" if same else "differs"
+        if not same:
+            report = onnx_nb.check_parity(result, progress=False)  # a decoder with its cache: generation parity
+            ties = [c for c in report.generation if c.verdict == "near-tie"]
+            row["generate"] = "near-tie" if report and ties else "differs"
+            row["generate_note"] = next((r.note for r in report.rows if r.status != "pass"), "")[:300]
+    except Exception as exc:  # noqa: BLE001
+        row["generate"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    if variants and row.get("generate") in ("same", "near-tie"):
+        for name, kwargs in (("int8", {}), ("int4", {"method": "int4"})):
+            try:
+                variant = onnx_nb.quantize(result, out=folder.parent / "onnx" / f"model.{name}.onnx", **kwargs)
+                row[name] = "ok" if variant else "parity failed"
+            except Exception as exc:  # noqa: BLE001
+                row[name] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def served(row: dict[str, Any]) -> bool:
+    return row.get("export") == "ok" and row.get("generate") in ("same", "near-tie")
+
+
+def counted(row: dict[str, Any]) -> bool:
+    return row.get("pytorch") == "ok"
+
+
+def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    import html
+
+    base = [r for r in rows if counted(r)]
+    good = [r for r in base if served(r)]
+    lines = [
+        "# Supported architectures",
+        "",
+        "Measured, not listed by hand: `benchmarks/registry_sweep.py` builds every model type transformers "
+        "registers for `AutoModelForCausalLM` at a tiny size from its own default config (2 layers, width 64, random "
+        "weights), saves it as a folder and runs one default `onnx_nb.export(folder)`, then `onnx_nb.generate` "
+        f"against PyTorch's greedy `generate()` ({NEW_TOKENS} new tokens for each of two prompts of different "
+        "lengths), then "
+        "INT8 (`quantize()`) and INT4 (`quantize(method=\"int4\")`), each with its parity. Types PyTorch itself cannot "
+        "build or generate with at that size are listed but not counted.",
+        "",
+        f"Swept {meta['date']} on transformers {meta['transformers']}, torch {meta['torch']}, onnxruntime "
+        f"{meta['onnxruntime']}: **{len(good)} of the {len(base)} causal LMs PyTorch can build and run "
+        f"({100 * len(good) / max(1, len(base)):.0f}%) export with one default call and generate PyTorch's tokens** "
+        f"({sum(r.get('generate') == 'near-tie' for r in good)} of them after a near-tie); "
+        f"{len(rows)} types registered.",
+        "",
+        "| type | class | export | generate | INT8 | INT4 | what stopped it |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(value: Any) -> str:
+        return "✓" if value in ("ok", "same") else ("near-tie" if value == "near-tie" else ("✗" if value else ""))
+
+    for r in sorted(rows, key=lambda r: (not counted(r), not served(r), r["type"])):
+        if not counted(r):
+            why = f"PyTorch {r.get('pytorch', 'did not finish')}"
+            lines.append(f"| {r['type']} | {r['class']} | – | – | – | – | {html.escape(why)} |")
+            continue
+        why = ""
+        if r.get("export") != "ok":
+            why = r.get("export", "did not finish")
+        elif not served(r):
+            why = r.get("generate_note") or r.get("generate", "")
+        else:
+            why = "; ".join(f"{k.upper()}: {r[k]}" for k in ("int8", "int4") if r.get(k) not in (None, "ok"))
+        lines.append(f"| {r['type']} | {r['class']} | {cell(r.get('export'))} | {cell(r.get('generate'))} | "
+                     f"{cell(r.get('int8'))} | {cell(r.get('int4'))} | {html.escape(why).replace('|', '/')} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="")
+    parser.add_argument("--timeout", type=int, default=300)
+    parser.add_argument("--no-variants", action="store_true")
+    parser.add_argument("--again", action="store_true")
+    parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "causal_lm_sweep.json"))
+    parser.add_argument("--page", default=str(ROOT / "docs" / "supported-architectures.md"))
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print("ROW " + json.dumps(one(args.one, registry()[args.one], Path(args.folder), not args.no_variants)))
+        return
+    import onnxruntime
+    import torch
+    import transformers
+
+    meta = {"date": datetime.date.today().isoformat(), "transformers": transformers.__version__,
+            "torch": torch.__version__.split("+")[0], "onnxruntime": onnxruntime.__version__}
+    path = Path(args.json)
+    kept: dict[str, Any] = {}
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("meta", {}).get("transformers") == meta["transformers"] and not args.again:
+            kept = {r["type"]: r for r in saved["rows"]}
+    types = registry()
+    wanted = [t for t in args.only.split(",") if t] or list(types)
+    print(f"load average at the start: {os.getloadavg()[0]:.2f}; {len(wanted)} types", flush=True)
+    for i, model_type in enumerate(wanted):
+        if model_type in kept and not args.only:
+            continue
+        with tempfile.TemporaryDirectory(prefix=f"sweep_{model_type}_") as tmp:
+            try:
+                done = subprocess.run([sys.executable, __file__, "--one", model_type, "--folder", f"{tmp}/model"]
+                                      + (["--no-variants"] if args.no_variants else []), capture_output=True,
+                                      text=True, timeout=args.timeout, cwd=tmp)
+                found = [ln for ln in done.stdout.splitlines() if ln.startswith("ROW ")]
+                row = json.loads(found[-1][4:]) if found else {
+                    "type": model_type, "class": types[model_type], "pytorch": "ok",
+                    "export": f"the process ended with code {done.returncode}: "
+                              f"{(done.stderr.strip().splitlines() or [''])[-1][:300]}"}
+            except subprocess.TimeoutExpired:
+                row = {"type": model_type, "class": types[model_type], "pytorch": "ok",
+                       "export": f"did not finish in {args.timeout} s"}
+        kept[model_type] = row
+        print(f"[{i + 1}/{len(wanted)}] {model_type}: pytorch {row.get('pytorch', '')[:60]} | export "
+              f"{str(row.get('export', '-'))[:90]} | generate {row.get('generate', '-')} | int8 {row.get('int8', '-')}"
+              f" | int4 {row.get('int4', '-')}", flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = sorted(kept.values(), key=lambda r: r["type"])
+        tmp_json = path.with_suffix(".json.tmp")
+        tmp_json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        tmp_json.replace(path)
+    rows = sorted(kept.values(), key=lambda r: r["type"])
+    Path(args.page).write_text(page(rows, meta))
+    base = [r for r in rows if counted(r)]
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    print(f"served: {sum(served(r) for r in base)} of {len(base)} that PyTorch builds and generates "
+          f"({len(rows)} swept)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""ONNX translations the dynamo exporter's own table lacks, given to every ``torch.onnx.export(dynamo=True)`` call
+(``custom_translation_table``): generic operators, never one family's module.
+
+- ``transformers::grouped_mm_fallback`` and ``aten::_grouped_mm``: the expert dispatch of transformers' mixtures of
+  experts (its default ``grouped_mm`` experts implementation on CPU): rows sorted by expert, ``offs`` the running
+  count per expert. The number of experts is static, so it unrolls into one MatMul per expert on that expert's
+  rows (a Gather of a Range), concatenated: the file does the router's work, never every expert on every token.
+  transformers' own exporter (``transformers.exporters.exporter_onnx``) translates it the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def _grouped_mm(mat_a: Any, mat_b: Any, offs: Any, bias: Any = None, out_dtype: Any = None) -> Any:
+    """``out[r] = mat_a[r] @ mat_b[group(r)]``: ``mat_a`` (M, K) sorted by group, ``mat_b`` (G, K, N), ``offs``
+    (G,) each group's end row."""
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18  # onnxscript traces these calls; its stubs type each op narrower than the values met here
+
+    groups = mat_b.shape[0]
+    if not isinstance(groups, int):
+        raise ValueError("grouped_mm: the number of experts (mat_b.shape[0]) must be static")
+
+    def each(x: Any) -> list[Any]:
+        return list(op.Split(x, axis=0, num_outputs=groups)) if groups > 1 else [x]
+
+    zero_axis = op.Constant(value_ints=[0])
+    ends, weights = each(op.Cast(offs, to=7)), each(mat_b)
+    biases = each(bias) if bias is not None else None
+    start = op.Constant(value_ints=[0])
+    one = op.Constant(value_int=1)
+    parts = []
+    for g in range(groups):
+        rows = op.Range(op.Squeeze(start, zero_axis), op.Squeeze(ends[g], zero_axis), one)
+        out = op.MatMul(op.Gather(mat_a, rows, axis=0), op.Squeeze(weights[g], zero_axis))
+        if biases is not None:
+            out = op.Add(out, op.Squeeze(biases[g], zero_axis))
+        parts.append(out)
+        start = ends[g]
+    result = op.Concat(*parts, axis=0)
+    return result if out_dtype is None else op.CastLike(result, mat_a)
+
+
+def _grouped_mm_fallback(mat_a: Any, mat_b: Any, offs: Any) -> Any:
+    return _grouped_mm(mat_a, mat_b, offs)
+
+
+def table() -> dict[Any, Any]:
+    """The translations for the operators this torch and transformers have (an operator a version lacks is left
+    out: the table never asks for one)."""
+    import torch
+
+    found: dict[Any, Any] = {}
+    grouped = getattr(torch.ops.aten, "_grouped_mm", None)
+    if grouped is not None and hasattr(grouped, "default"):
+        found[grouped.default] = _grouped_mm
+    if "transformers.integrations.moe" in sys.modules:  # a model using it has imported it, registering the op
+        fallback = getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None)
+        if fallback is not None:
+            found[fallback.default] = _grouped_mm_fallback
+    return found

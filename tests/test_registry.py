@@ -1,0 +1,91 @@
+"""A fixed, representative subset of the registry sweep (benchmarks/registry_sweep.py), run as the sweep runs it:
+each type built tiny from transformers' own default config, one default export of its folder, and generate() against
+PyTorch's greedy tokens. The whole sweep (every causal LM type) is the supported-architectures page."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import onnx_nb
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import registry_sweep
+
+# one of each road a causal LM takes: a mixture of experts through the grouped-matmul translation (Mixtral, Qwen2-MoE),
+# an encoder registered as a causal LM (BERT, is_decoder=False: no cache), a decoder with no cache at all (GPT-1),
+# Blenderbot's decoder (its generation config sets a rule onnx-nb's loop does not run), and Gemma 3's text model
+# (sliding-window layers between global ones)
+SUBSET = ["mixtral", "qwen2_moe", "bert", "openai-gpt", "blenderbot", "gemma3_text"]
+
+
+@pytest.mark.parametrize("model_type", SUBSET)
+def test_registry_type_exports_and_generates_pytorchs_tokens(model_type: str, tmp_path: Path) -> None:
+    row = registry_sweep.one(model_type, registry_sweep.registry()[model_type], tmp_path / "model", variants=False)
+    assert row["pytorch"] == "ok", row
+    assert row["export"] == "ok", row
+    assert row["generate"] == "same", row
+
+
+def test_moe_file_runs_each_expert_on_its_own_tokens_only(tmp_path: Path) -> None:
+    """The grouped-matmul translation: one MatMul per expert on that expert's rows, never every expert on every
+    token (the file's MatMuls on the expert weights see a dynamic row count)."""
+    import onnx
+
+    config = registry_sweep.tiny_config("mixtral")
+    torch.manual_seed(0)
+    import transformers
+
+    model = transformers.MixtralForCausalLM(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "m.onnx", progress=False)
+    assert result and result.exporter == "dynamo", repr(result)
+    graph = onnx.load(str(result.path), load_external_data=False).graph
+    experts = config.num_local_experts * config.num_hidden_layers
+    assert sum(n.op_type == "Range" for n in graph.node) >= experts  # each expert's rows (up and down share them)
+    assert sum(n.op_type == "MatMul" for n in graph.node) >= 2 * experts  # each expert's up and down projections
+
+
+def test_uncached_decoder_says_so_and_cache_true_is_refused(tmp_path: Path) -> None:
+    import transformers
+
+    config = registry_sweep.tiny_config("openai-gpt")
+    torch.manual_seed(0)
+    model = transformers.OpenAIGPTLMHeadModel(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "g.onnx", progress=False)
+    assert result and result.cache_layout is None
+    assert any("exported without a cache: OpenAIGPTLMHeadModel returns no cache" in w for w in result.warnings)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"cache=True: OpenAIGPTLMHeadModel returns no cache.*"
+                                                           "cache=False"):
+        onnx_nb.export(model, out=tmp_path / "h.onnx", cache=True, progress=False)
+
+
+def test_page_counts_only_what_pytorch_runs_and_escapes() -> None:
+    rows = [{"type": "a", "class": "AForCausalLM", "pytorch": "ok", "export": "ok", "generate": "same"},
+            {"type": "b", "class": "BForCausalLM", "pytorch": "ok", "export": "SampleError: <bad> | x"},
+            {"type": "c", "class": "CForCausalLM", "pytorch": "cannot build: ValueError: no"}]
+    text = registry_sweep.page(rows, {"date": "2026-11-26", "transformers": "5.24.0", "torch": "2.13.0",
+                                      "onnxruntime": "1.32.0"})
+    assert "**1 of the 2 causal LMs PyTorch can build and run (50%)" in text
+    assert "&lt;bad&gt; / x" in text and "<bad>" not in text
+    assert "| c | CForCausalLM | – | – | – | – | PyTorch cannot build: ValueError: no |" in text
+
+
+def test_sliding_window_decoder_is_right_past_its_window(tmp_path: Path) -> None:
+    """A sliding-window model (Mistral, window 4) gives PyTorch's tokens long after the window: the file's cache is
+    built of full layers, the window the mask's (a trace of transformers' sliding layer baked its length in)."""
+    import transformers
+
+    config = registry_sweep.tiny_config("mistral")
+    config.sliding_window = 4
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "m.onnx", progress=False)
+    assert result and result.cache_layout is not None, repr(result)
+    prompt = [5, 9, 14, 3, 22, 17]
+    with torch.no_grad():
+        eager = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 6, dtype=torch.long),
+                               max_new_tokens=14, min_new_tokens=14, do_sample=False)[0, 6:].tolist()
+    assert onnx_nb.generate(result, [prompt], max_new_tokens=14, min_new_tokens=14).tokens == [eager]
