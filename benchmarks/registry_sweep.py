@@ -125,8 +125,13 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
         except Exception as exc:  # noqa: BLE001
             row["pytorch"] = f"cannot generate: {type(exc).__name__}: {first_line(exc)}"[:300]
             continue
+        try:
+            model.save_pretrained(folder)  # (transformers validates the config again here)
+        except Exception as exc:  # noqa: BLE001
+            row["pytorch"] = f"cannot save: {type(exc).__name__}: {first_line(exc)}"[:300]
+            continue
         row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()))
-        model.save_pretrained(folder)
+        print("PYTORCH_OK", flush=True)
         break
     if row.get("pytorch") != "ok":
         return row
@@ -255,10 +260,12 @@ def main() -> None:
                                       + (["--no-variants"] if args.no_variants else []), capture_output=True,
                                       text=True, timeout=args.timeout, cwd=tmp)
                 found = [ln for ln in done.stdout.splitlines() if ln.startswith("ROW ")]
-                row = json.loads(found[-1][4:]) if found else {
+                row = json.loads(found[-1][4:]) if found else {  # a crash (not an exception) inside onnx-nb
                     "type": model_type, "class": types[model_type], "pytorch": "ok",
                     "export": f"the process ended with code {done.returncode}: "
                               f"{(done.stderr.strip().splitlines() or [''])[-1][:300]}"}
+                if not found and "PYTORCH_OK" not in done.stdout:  # it ended before PyTorch had run the model
+                    row["pytorch"] = f"the sweep's process ended first: {row.pop('export')}"
             except subprocess.TimeoutExpired:
                 row = {"type": model_type, "class": types[model_type], "pytorch": "ok",
                        "export": f"did not finish in {args.timeout} s"}
