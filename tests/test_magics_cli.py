@@ -149,3 +149,25 @@ def test_cli_shows_no_library_noise(tiny_dirs: dict[str, Path], tmp_path: Path) 
         assert done.returncode in (0, 1), (command, done.stderr[-2000:])
         noise = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("onnx-nb ")]
         assert not noise, (command[0], noise[:10])
+
+
+def test_readme_magic_example_runs_as_written(ip: object, tiny_dirs: dict[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's magic block, cell by cell, with its placeholder folder a real one: ``result`` is bound by the
+    assignment, and ``--reference result`` is that variable (it was looked up on the Hugging Face Hub)."""
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"```ipython\n(.*?)```", readme, re.S)
+    assert block, "the README's magic example"
+    monkeypatch.chdir(tmp_path)  # the export writes under ./onnx_nb_out
+    ip.user_ns.pop("result", None)  # type: ignore[attr-defined]
+    for line in block.group(1).strip().splitlines():
+        line = line.replace("path/to/hf-folder", str(tiny_dirs["bert"]))
+        outcome = ip.run_cell(line)  # type: ignore[attr-defined]
+        assert outcome.success, (line, outcome.error_in_exec)
+    table = outcome.result
+    assert isinstance(ip.user_ns["result"], onnx_nb.ExportResult)  # type: ignore[attr-defined]
+    assert any(row.backend.startswith("torch") and row.status == "ok" for row in table.rows), table
+    with pytest.raises(UsageError, match="No variable or folder named 'reslt'. Did you mean 'result'"):
+        ip.run_line_magic("onnx_bench", "result --reference reslt")  # type: ignore[attr-defined]

@@ -114,8 +114,10 @@ class OnnxMagics(Magics):
         """
         args = parse_argstring(self.onnx_bench, line)
         ns = self.shell.user_ns if self.shell is not None else {}
-        models = [ns[m] if m in ns else m.strip("'\"") for m in args.models]
-        reference = (ns[args.reference] if args.reference in ns else args.reference) if args.reference else None
+        models = [self._model(m, line) for m in args.models]
+        # the reference as every model name: a variable, else a folder or file; an unbound name said at once (it
+        # was looked up on the Hugging Face Hub)
+        reference = self._model(args.reference, line) if args.reference else None
         from ..steps.benchmark.benchmarking import benchmark
 
         return self._shown("onnx_bench", _short(lambda: benchmark(models, reference=reference,
