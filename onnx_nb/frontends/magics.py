@@ -113,7 +113,6 @@ class OnnxMagics(Magics):
             %onnx_bench model.onnx --providers cpu,openvino --profile
         """
         args = parse_argstring(self.onnx_bench, line)
-        ns = self.shell.user_ns if self.shell is not None else {}
         models = [self._model(m, line) for m in args.models]
         # the reference as every model name: a variable, else a folder or file; an unbound name said at once (it
         # was looked up on the Hugging Face Hub)
