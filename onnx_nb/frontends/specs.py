@@ -113,6 +113,8 @@ QUANTIZE: list[Spec] = [
     (("--calibration",), {"help": "static: a variable holding a list of input dicts, or 'generated'"}, "both"),
     (("--exclude",), {"default": "", "help": "comma-separated node names to keep in float"}, "both"),
     (("--block-size",), {"type": int, "default": 32, "help": "int4: weights per scale"}, "both"),
+    (("--algorithm",), {"default": "auto", "choices": ["auto", "rtn", "k_quant", "hqq"],
+                        "help": "int4: how blocks are quantized (auto: each made, the most accurate kept)"}, "both"),
     (("--scheme",), {"default": "auto", "choices": ["auto", "u8s8", "u8s8-reduced", "u8u8"],
                      "help": "INT8 weights for the CPU (auto: by its instruction set, measured here)"}, "both"),
     (("--target-cpu",), {"default": None, "help": "the CPU the file will run on: avx2, avx512, vnni, amx, arm64, "
@@ -263,7 +265,7 @@ def optimize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
 def quantize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"method": ns.method, "per_channel": not ns.per_tensor, "block_size": ns.block_size,
             "exclude": [e for e in ns.exclude.split(",") if e], "scheme": ns.scheme, "target_cpu": ns.target_cpu,
-            "out": ns.out, "overwrite": ns.overwrite}
+            "algorithm": ns.algorithm, "out": ns.out, "overwrite": ns.overwrite}
 
 
 def autotune_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

@@ -68,7 +68,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
              calibration: Iterable[dict[str, Any]] | str | os.PathLike[str] | None = None,
              exclude: Sequence[str] | str | None = "auto",
              reference: Any = None, op_types: Sequence[str] | None = None, block_size: int = 32,
-             accuracy_level: int | str | None = "auto",
+             accuracy_level: int | str | None = "auto", algorithm: str = "auto",
              scheme: str = "auto", target_cpu: Any = None,
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, validate: bool = True,
              providers: Any = ("cpu",), sample: Any = None) -> Variant:
@@ -81,7 +81,9 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     embeddings at cosine ≥ 0.99 where per-tensor drops), ``"static"``
     INT8 in QDQ format (needs ``calibration``: a list of input dicts, a folder of images for a file with one
     image input, or ``"generated"`` for synthetic inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only
-    MatMulNBits (``block_size``;
+    MatMulNBits (``block_size``; ``algorithm``: ``"auto"`` makes round-to-nearest, k-quant and HQQ blocks, checks
+    each against the fp32 parent and keeps the most accurate that passes, or one of ``"rtn"``, ``"k_quant"``,
+    ``"hqq"``: :mod:`onnx_nb.steps.variants.int4_algorithms`;
     ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
     whose decoding is bound by reading weights, and in fp32 (None) for the rest, whose accuracy it keeps).
     INT8 follows the CPU the file will run on (``target_cpu``: None is this machine; ``"avx2"``, ``"avx512"``,
@@ -121,9 +123,10 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     recipe: dict[str, Any] = {"method": method, **({"method_rule": rule} if rule else {})}
     if method in ("dynamic", "static"):
         recipe.update(per_channel=per_channel, exclude=excluded)
-    from . import int8_schemes
+    from . import int4_algorithms, int8_schemes
 
     cpu, schemes = int8_schemes.choose(method, scheme, target_cpu, recipe)  # bad names refused before any work
+    algorithms = int4_algorithms.choose(method, algorithm, recipe)
     runtime = dict(getattr(onnx_model, "runtime", None) or {})
     calib_items: list[dict[str, Any]] | None = None
     static_source: Path | None = None
@@ -148,7 +151,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
 
     def build(chosen: str, out: Any, overwrite: bool) -> Variant:
         """The variant with INT8 scheme ``chosen`` (re-validated, layers kept float as the exclude rule says)."""
-        own = dict(recipe, **(int8_schemes.settings(chosen) if chosen else {}))
+        own = dict(recipe, **(int8_schemes.settings(chosen) if chosen and method != "int4" else {}),
+                   **({"int4_algorithm": chosen, "symmetric": chosen == "rtn"} if method == "int4" else {}))
         dropped = list(excluded)
 
         def write(src: Path, staged: Path) -> list[str]:
@@ -162,7 +166,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
                     run_quantizer(method, static_source or src, prepared, staged, per_channel,
                                   [*kept_float, *dropped], op_types, calib_items, block_size,
                                   accuracy_level if isinstance(accuracy_level, int) else None,
-                                  bool(own.get("gemm_as_matmul")), chosen or "u8s8", cpu.label if chosen else "")
+                                  bool(own.get("gemm_as_matmul")), chosen if chosen and method != "int4" else "u8s8",
+                                  cpu.label if chosen and method != "int4" else "", algorithm=chosen or "rtn")
                 except OnnxNbError:
                     raise
                 except Exception as exc:
@@ -187,14 +192,17 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     with scratch_dir("onnx-nb-route-") as route_dir:
         if method == "dynamic" and _fused_route(onnx_model):
             static_source = _int8_route(onnx_model, route_dir, recipe)
-        variant = build(schemes[0], out, overwrite)
+        variant = build(algorithms[0] if method == "int4" else schemes[0], out, overwrite)
         if schemes[0] and validate and cpu.here:
             variant = int8_schemes.measured(variant, schemes, build, Path(route_dir), cpu)
+        if method == "int4" and validate and len(algorithms) > 1:
+            variant = int4_algorithms.most_accurate(variant, algorithms, build, Path(route_dir))
     # the call that made this variant, for quant_debug's requantize(): every setting and the calibration data kept
     call = {"method": method, "per_channel": per_channel, "calibration": calibration if calib_items is None else
             calib_items, "exclude": exclude, "reference": reference, "op_types": op_types, "block_size": block_size,
             "accuracy_level": accuracy_level, "validate": validate, "providers": providers, "sample": sample,
-            "scheme": variant.recipe.get("int8_scheme", scheme), "target_cpu": target_cpu}
+            "scheme": variant.recipe.get("int8_scheme", scheme), "target_cpu": target_cpu,
+            "algorithm": variant.recipe.get("int4_algorithm", algorithm) if method == "int4" else algorithm}
     variant.remake = functools.partial(quantize, onnx_model, **call, out=variant.path, overwrite=True)
     return variant
 
@@ -326,7 +334,7 @@ def _int4_settings(onnx_model: Any, accuracy_level: int | str | None, block_size
     decoder = file_facts(parent_of(onnx_model)[0]).generative
     if accuracy_level == "auto":
         accuracy_level = 4 if decoder else None
-    recipe.update(block_size=block_size, symmetric=True, accuracy_level=accuracy_level, gemm_as_matmul=decoder)
+    recipe.update(block_size=block_size, accuracy_level=accuracy_level, gemm_as_matmul=decoder)
     return accuracy_level
 
 

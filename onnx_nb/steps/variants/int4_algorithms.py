@@ -1,0 +1,83 @@
+"""Which INT4 weight-only algorithm writes a file's MatMulNBits weights, chosen by measured error.
+
+ONNX Runtime's ``matmul_nbits_quantizer`` ships several ways to pick each block's INT4 values and scale:
+
+- ``"rtn"``: symmetric round-to-nearest per block of ``block_size`` (the quantizer's default; what onnx-nb wrote
+  before this choice existed);
+- ``"k_quant"``: a k-quant-style search of each block's scale and offset (asymmetric), the kind onnxruntime-genai's
+  builder defaults to;
+- ``"hqq"``: half-quadratic quantization (asymmetric; each block's zero point and scale fitted to the weights by a
+  few optimisation steps), no calibration data needed.
+
+``quantize(method="int4", algorithm="auto")`` makes each (the file under ``BUILD_EVERY_BELOW`` of weights: one file
+each to quantize and check; above it, RTN only, and the recipe says so), checks each against the fp32 parent on the
+same inputs (a decoder's: generation parity, logits per step and greedy tokens), and keeps the one whose largest
+error is smallest among those that pass. Every algorithm writes the same MatMulNBits kernel, so speed does not
+tell them apart; the errors do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...errors import InvalidArgumentError, QuantizationError, first_line
+from .int8_schemes import BUILD_EVERY_BELOW, worst_error
+
+ALGORITHMS = ("rtn", "k_quant", "hqq")
+
+
+def choose(method: str, algorithm: str, recipe: dict[str, Any]) -> list[str]:
+    """The algorithms to make (the first is made first; ``[""]`` for a method that is not INT4)."""
+    if algorithm != "auto" and algorithm not in ALGORITHMS:
+        raise InvalidArgumentError(f"algorithm={algorithm!r}: choose 'auto' or one of "
+                                   f"{', '.join(map(repr, ALGORITHMS))} (INT4 weight-only).")
+    if method != "int4":
+        if algorithm != "auto":
+            raise InvalidArgumentError(f"algorithm={algorithm!r} is for method='int4' (the INT4 weight-only "
+                                       f"algorithm); method={method!r} has none.")
+        return [""]
+    if algorithm != "auto":
+        recipe["int4_algorithm_rule"] = f"given (algorithm={algorithm!r})"
+        return [algorithm]
+    recipe["int4_algorithm_rule"] = ("auto: " + ", ".join(ALGORITHMS) + " each made and checked against the fp32 "
+                                     "parent; the smallest largest-error that passes kept")
+    return list(ALGORITHMS)
+
+
+def config(algorithm: str, block_size: int) -> tuple[Any, bool]:
+    """ONNX Runtime's algorithm configuration for ``algorithm`` and whether its blocks are symmetric."""
+    from onnxruntime.quantization import matmul_nbits_quantizer as q
+
+    if algorithm == "hqq":
+        return q.HQQWeightOnlyQuantConfig(block_size=block_size, bits=4), False
+    if algorithm == "k_quant":
+        return q.KQuantWeightOnlyQuantConfig(), False
+    return None, True  # rtn: the quantizer's default (symmetric blocks)
+
+
+def most_accurate(first: Any, algorithms: list[str], build: Callable[[str, Any, bool], Any], scratch: Path) -> Any:
+    """Every algorithm in ``algorithms`` made (``first``, the first, already at its place; the others in
+    ``scratch``) and the one with the smallest largest error that passes parity kept (made again at ``first``'s
+    place when it is not the first). The errors go into the recipe."""
+    made = {algorithms[0]: first}
+    if first.size_before > BUILD_EVERY_BELOW:  # quantizing a big file again costs minutes: RTN only
+        first.recipe["int4_algorithm_rule"] += (f"; {', '.join(algorithms[1:])} not made: over "
+                                                f"{BUILD_EVERY_BELOW >> 30} GiB of weights")
+        return first
+    failed: dict[str, str] = {}
+    for algorithm in algorithms[1:]:
+        try:
+            made[algorithm] = build(algorithm, scratch / f"{algorithm}.onnx", True)
+        except QuantizationError as exc:  # ONNX Runtime's implementation refuses this file: the others still run
+            failed[algorithm] = first_line(exc).split("failed: ", 1)[-1][:160]
+    errors = {a: worst_error(v) for a, v in made.items()}
+    passing = [a for a, v in made.items() if v]
+    best = min(passing, key=lambda a: errors[a]) if passing else algorithms[0]
+    variant = made[best] if best == algorithms[0] else build(best, first.path, True)
+    variant.recipe["int4_errors"] = {a: float(f"{e:.4g}") for a, e in errors.items()}
+    variant.recipe["int4_algorithm_rule"] += "; " + ", ".join(
+        [f"{a} largest error {errors[a]:.3g}{'' if made[a] else ' (failed parity)'}" for a in made]
+        + [f"{a} not made ({why})" for a, why in failed.items()]) + f": {best} kept"
+    return variant

@@ -1,0 +1,53 @@
+"""INT4 weight-only: the algorithm (round-to-nearest, k-quant, HQQ) chosen by measured error on the model in front of
+it, each candidate re-validated against the fp32 parent."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+import onnx_nb
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import registry_sweep
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory: pytest.TempPathFactory) -> onnx_nb.ExportResult:
+    import transformers
+
+    config = registry_sweep.tiny_config("qwen2")  # width 64: every algorithm's blocks of 32 fit
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    return onnx_nb.export(model, out=tmp_path_factory.mktemp("int4") / "q.onnx", progress=False)
+
+
+def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, tmp_path: Path) -> None:
+    variant = onnx_nb.quantize(decoder, method="int4", out=tmp_path / "auto.onnx")
+    assert variant, repr(variant.parity)
+    errors = variant.recipe["int4_errors"]
+    assert sorted(errors) == ["hqq", "k_quant", "rtn"], variant.recipe["int4_algorithm_rule"]
+    assert variant.recipe["int4_algorithm"] == min(errors, key=errors.get)
+    assert f": {variant.recipe['int4_algorithm']} kept" in variant.recipe["int4_algorithm_rule"]
+    for name in errors:  # each made by itself gives the error auto measured for it (same inputs, same seed)
+        alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, out=tmp_path / f"{name}.onnx")
+        assert alone and alone.recipe["int4_algorithm_rule"] == f"given (algorithm={name!r})"
+        worst = max(float(r.max_abs) for r in alone.parity.rows if r.max_abs is not None)
+        assert worst == pytest.approx(errors[name], rel=1e-3), (name, worst, errors)
+        graph = onnx.load(str(alone.path), load_external_data=False).graph
+        nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
+        assert nbits, name
+        # symmetric blocks (round-to-nearest) carry no zero points; k-quant's and HQQ's asymmetric ones do
+        assert all((len(n.input) > 3 and n.input[3] != "") == (name != "rtn") for n in nbits), name
+        assert alone.recipe["symmetric"] == (name == "rtn")
+
+
+def test_algorithm_is_checked_before_any_work(decoder: onnx_nb.ExportResult) -> None:
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"algorithm='gptq2': choose 'auto' or one of 'rtn'"):
+        onnx_nb.quantize(decoder, method="int4", algorithm="gptq2")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"algorithm='hqq' is for method='int4'"):
+        onnx_nb.quantize(decoder, method="dynamic", algorithm="hqq")
