@@ -34,7 +34,7 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
     assert variant.recipe["int4_algorithm"] == min(errors, key=errors.get)
     assert f": {variant.recipe['int4_algorithm']} kept" in variant.recipe["int4_algorithm_rule"]
     for name in errors:  # each made by itself gives the error auto measured for it (same inputs, same seed)
-        alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, out=tmp_path / f"{name}.onnx")
+        alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, lm_head_bits=4, out=tmp_path / f"{name}.onnx")
         assert alone and alone.recipe["int4_algorithm_rule"] == f"given (algorithm={name!r})"
         worst = max(float(r.max_abs) for r in alone.parity.rows if r.max_abs is not None)
         assert worst == pytest.approx(errors[name], rel=1e-3), (name, worst, errors)
@@ -51,3 +51,20 @@ def test_algorithm_is_checked_before_any_work(decoder: onnx_nb.ExportResult) -> 
         onnx_nb.quantize(decoder, method="int4", algorithm="gptq2")
     with pytest.raises(onnx_nb.InvalidArgumentError, match=r"algorithm='hqq' is for method='int4'"):
         onnx_nb.quantize(decoder, method="dynamic", algorithm="hqq")
+
+
+def test_lm_head_bits(decoder: onnx_nb.ExportResult, tmp_path: Path) -> None:
+    """A decoder's LM head at 8 bits (onnxruntime-genai's mixed precision; an INT4 LM head made Phi-4-mini repeat
+    itself, onnxruntime#24384): given, the head's MatMulNBits has 8 bits and the rest 4; "auto" makes both and says
+    which it kept and why."""
+    def bits(variant: onnx_nb.Variant) -> list[int]:
+        graph = onnx.load(str(variant.path), load_external_data=False).graph
+        return [next(a.i for a in n.attribute if a.name == "bits") for n in graph.node if n.op_type == "MatMulNBits"]
+
+    eight = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", lm_head_bits=8, out=tmp_path / "8.onnx")
+    assert eight and bits(eight)[-1] == 8 and set(bits(eight)[:-1]) == {4}
+    auto = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", out=tmp_path / "auto.onnx")
+    assert auto.recipe["lm_head_bits"] in (4, 8) and bits(auto)[-1] == auto.recipe["lm_head_bits"]
+    assert auto.recipe["lm_head_rule"].startswith("auto: LM head at 4 bits largest error")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="lm_head_bits=3"):
+        onnx_nb.quantize(decoder, method="int4", lm_head_bits=3)

@@ -81,3 +81,38 @@ def most_accurate(first: Any, algorithms: list[str], build: Callable[[str, Any, 
         [f"{a} largest error {errors[a]:.3g}{'' if made[a] else ' (failed parity)'}" for a in made]
         + [f"{a} not made ({why})" for a, why in failed.items()]) + f": {best} kept"
     return variant
+
+
+def lm_head(model: Any) -> str | None:
+    """The name of the MatMul with a constant weight that makes the ``logits`` output (through an Add, Reshape or
+    Cast at most), or None."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    weights = {i.name for i in model.graph.initializer}
+    name = next((o.name for o in model.graph.output if o.name == "logits"), None)
+    for _ in range(4):
+        node = producer.get(name) if name else None
+        if node is None:
+            return None
+        if node.op_type == "MatMul" and len(node.input) > 1 and node.input[1] in weights:
+            return str(node.name) or None
+        name = node.input[0] if node.op_type in ("Add", "Reshape", "Cast", "Identity") else None
+    return None
+
+
+LM_HEAD_GAIN = 1.25  # 8-bit LM head kept when it cuts the largest error by this much (or saves a failed parity)
+
+
+def lm_head_measured(four: Any, build: Callable[[int, Any, bool], Any], scratch: Path) -> Any:
+    """A decoder's INT4 file with its LM head at 8 bits beside the one at 4 (``four``): the 8-bit head kept when
+    it passes where 4 bits fail, or cuts the largest error by :data:`LM_HEAD_GAIN`; the recipe says which and why."""
+    eight = build(8, scratch / "lm_head_8bit.onnx", True)
+    e4, e8 = worst_error(four), worst_error(eight)
+    keep = bool(eight) and (not four or (e8 > 0 and e4 >= LM_HEAD_GAIN * e8))
+    chosen = build(8, four.path, True) if keep else four
+    chosen.recipe["lm_head_bits"] = 8 if keep else 4
+    chosen.recipe["lm_head_rule"] = (f"auto: LM head at 4 bits largest error {e4:.3g}"
+                                     f"{'' if four else ' (failed parity)'}, at 8 bits {e8:.3g}"
+                                     f"{'' if eight else ' (failed parity)'}: "
+                                     f"{8 if keep else 4} bits kept (8 when it passes where 4 fails or cuts the error "
+                                     f"{LM_HEAD_GAIN}x)")
+    return chosen

@@ -109,7 +109,7 @@ def kept_in_float(path: Path) -> list[str]:
 def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
                   op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
                   accuracy_level: int | None = None, gemm_as_matmul: bool = False, scheme: str = "u8s8",
-                  made_for: str = "", algorithm: str = "rtn") -> None:
+                  made_for: str = "", algorithm: str = "rtn", lm_head_bits: int = 4) -> None:
     """Quantize ``src`` into ``staged``. INT8 takes ``scheme`` (:data:`onnx_nb.runtime.cpu.SCHEMES`: the weights'
     type and range, chosen for the CPU the file is made for, ``made_for``), written into the file's metadata."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
@@ -160,14 +160,25 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
         untie(model)
         if gemm_as_matmul:
             gemm_to_matmul(model)
-        from .int4_algorithms import config
+        from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig
+
+        from .int4_algorithms import config, lm_head
 
         algo_config, symmetric = config(algorithm, block_size)
+        head = lm_head(model) if lm_head_bits == 8 else None
         # accuracy level 4: int8 compute on CPU, the fast path for decoding (as onnxruntime-genai uses)
         quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=symmetric,
-                                         accuracy_level=accuracy_level, nodes_to_exclude=excluded,
+                                         accuracy_level=accuracy_level,
+                                         nodes_to_exclude=[*excluded, *([head] if head else [])],
                                          algo_config=algo_config)
         quantizer.process()
+        if head:  # the LM head at 8 bits (onnxruntime-genai's mixed precision keeps it so)
+            quantizer = MatMulNBitsQuantizer(
+                quantizer.model.model, bits=8, block_size=block_size, is_symmetric=True,
+                accuracy_level=accuracy_level, nodes_to_include=[head],
+                algo_config=DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True,
+                                                         accuracy_level=accuracy_level, bits=8))
+            quantizer.process()
         proto = quantizer.model.model  # k-quant's path writes com.microsoft ops without declaring their domain
         if not any(o.domain == "com.microsoft" for o in proto.opset_import):
             proto.opset_import.add(domain="com.microsoft", version=1)

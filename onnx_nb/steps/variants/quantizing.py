@@ -68,7 +68,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
              calibration: Iterable[dict[str, Any]] | str | os.PathLike[str] | None = None,
              exclude: Sequence[str] | str | None = "auto",
              reference: Any = None, op_types: Sequence[str] | None = None, block_size: int = 32,
-             accuracy_level: int | str | None = "auto", algorithm: str = "auto",
+             accuracy_level: int | str | None = "auto", algorithm: str = "auto", lm_head_bits: int | str = "auto",
              scheme: str = "auto", target_cpu: Any = None,
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, validate: bool = True,
              providers: Any = ("cpu",), sample: Any = None) -> Variant:
@@ -83,7 +83,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     image input, or ``"generated"`` for synthetic inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only
     MatMulNBits (``block_size``; ``algorithm``: ``"auto"`` makes round-to-nearest, k-quant and HQQ blocks, checks
     each against the fp32 parent and keeps the most accurate that passes, or one of ``"rtn"``, ``"k_quant"``,
-    ``"hqq"``: :mod:`onnx_nb.steps.variants.int4_algorithms`;
+    ``"hqq"``: :mod:`onnx_nb.steps.variants.int4_algorithms`; ``lm_head_bits``: a decoder's LM head at 4 or 8
+    bits, ``"auto"`` makes both and keeps 8 where it passes where 4 fails or cuts the largest error 1.25x;
     ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
     whose decoding is bound by reading weights, and in fp32 (None) for the rest, whose accuracy it keeps).
     INT8 follows the CPU the file will run on (``target_cpu``: None is this machine; ``"avx2"``, ``"avx512"``,
@@ -127,6 +128,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
 
     cpu, schemes = int8_schemes.choose(method, scheme, target_cpu, recipe)  # bad names refused before any work
     algorithms = int4_algorithms.choose(method, algorithm, recipe)
+    if lm_head_bits not in ("auto", 4, 8):
+        raise InvalidArgumentError(f"lm_head_bits={lm_head_bits!r}: choose 'auto', 4 or 8 (an INT4 decoder's LM head).")
     runtime = dict(getattr(onnx_model, "runtime", None) or {})
     calib_items: list[dict[str, Any]] | None = None
     static_source: Path | None = None
@@ -149,10 +152,13 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     if method == "int4":
         accuracy_level = _int4_settings(onnx_model, accuracy_level, block_size, recipe)
 
-    def build(chosen: str, out: Any, overwrite: bool) -> Variant:
-        """The variant with INT8 scheme ``chosen`` (re-validated, layers kept float as the exclude rule says)."""
+    def build(chosen: str, out: Any, overwrite: bool, head_bits: int | None = None) -> Variant:
+        """The variant with INT8 scheme or INT4 algorithm ``chosen`` (re-validated, layers kept float as the exclude
+        rule says; ``head_bits``: an INT4 decoder's LM head bits, else the call's)."""
+        bits = head_bits if head_bits is not None else (lm_head_bits if isinstance(lm_head_bits, int) else 4)
         own = dict(recipe, **(int8_schemes.settings(chosen) if chosen and method != "int4" else {}),
-                   **({"int4_algorithm": chosen, "symmetric": chosen == "rtn"} if method == "int4" else {}))
+                   **({"int4_algorithm": chosen, "symmetric": chosen == "rtn", "lm_head_bits": bits}
+                      if method == "int4" else {}))
         dropped = list(excluded)
 
         def write(src: Path, staged: Path) -> list[str]:
@@ -167,7 +173,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
                                   [*kept_float, *dropped], op_types, calib_items, block_size,
                                   accuracy_level if isinstance(accuracy_level, int) else None,
                                   bool(own.get("gemm_as_matmul")), chosen if chosen and method != "int4" else "u8s8",
-                                  cpu.label if chosen and method != "int4" else "", algorithm=chosen or "rtn")
+                                  cpu.label if chosen and method != "int4" else "", algorithm=chosen or "rtn",
+                                  lm_head_bits=int(own.get("lm_head_bits", 4)))
                 except OnnxNbError:
                     raise
                 except Exception as exc:
@@ -197,12 +204,17 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             variant = int8_schemes.measured(variant, schemes, build, Path(route_dir), cpu)
         if method == "int4" and validate and len(algorithms) > 1:
             variant = int4_algorithms.most_accurate(variant, algorithms, build, Path(route_dir))
+        if method == "int4" and lm_head_bits == "auto" and validate and _generative(onnx_model):
+            best = variant.recipe["int4_algorithm"]
+            variant = int4_algorithms.lm_head_measured(
+                variant, lambda bits, at, ow: build(best, at, ow, head_bits=bits), Path(route_dir))
     # the call that made this variant, for quant_debug's requantize(): every setting and the calibration data kept
     call = {"method": method, "per_channel": per_channel, "calibration": calibration if calib_items is None else
             calib_items, "exclude": exclude, "reference": reference, "op_types": op_types, "block_size": block_size,
             "accuracy_level": accuracy_level, "validate": validate, "providers": providers, "sample": sample,
             "scheme": variant.recipe.get("int8_scheme", scheme), "target_cpu": target_cpu,
-            "algorithm": variant.recipe.get("int4_algorithm", algorithm) if method == "int4" else algorithm}
+            "algorithm": variant.recipe.get("int4_algorithm", algorithm) if method == "int4" else algorithm,
+            "lm_head_bits": variant.recipe.get("lm_head_bits", lm_head_bits) if method == "int4" else lm_head_bits}
     variant.remake = functools.partial(quantize, onnx_model, **call, out=variant.path, overwrite=True)
     return variant
 
@@ -343,3 +355,9 @@ def _tag_and_name(method: str, per_channel: bool, block_size: int, unpad: bool) 
     name = {"dynamic": f"int8-dynamic({'per-channel' if per_channel else 'per-tensor'})",
             "static": "int8-static(QDQ)", "fp16": "fp16", "int4": f"int4-weight(block {block_size})"}[method]
     return tag, name + ("+unpad" if unpad else "")
+
+
+def _generative(onnx_model: Any) -> bool:
+    from ...runtime.facts import file_facts
+
+    return bool(file_facts(parent_of(onnx_model)[0]).generative)
