@@ -33,7 +33,7 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
     assert sorted(errors) == ["hqq", "k_quant", "rtn"], variant.recipe["int4_algorithm_rule"]
     assert variant.recipe["int4_algorithm"] == min(errors, key=errors.get)
     assert f": {variant.recipe['int4_algorithm']} kept" in variant.recipe["int4_algorithm_rule"]
-    for name in errors:  # each made by itself gives the error auto measured for it (same inputs, same seed)
+    for name in ("hqq", "rtn"):  # made by itself: the error auto measured for it (same inputs, same seed)
         alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, lm_head_bits=4, out=tmp_path / f"{name}.onnx")
         assert alone and alone.recipe["int4_algorithm_rule"] == f"given (algorithm={name!r})"
         worst = max(float(r.max_abs) for r in alone.parity.rows if r.max_abs is not None)
@@ -68,3 +68,18 @@ def test_lm_head_bits(decoder: onnx_nb.ExportResult, tmp_path: Path) -> None:
     assert auto.recipe["lm_head_rule"].startswith("auto: LM head at 4 bits largest error")
     with pytest.raises(onnx_nb.InvalidArgumentError, match="lm_head_bits=3"):
         onnx_nb.quantize(decoder, method="int4", lm_head_bits=3)
+
+
+def test_accuracy_level_is_measured_for_decoders(decoder: onnx_nb.ExportResult, tmp_path: Path) -> None:
+    """accuracy_level='auto' on a decoder: level 4 (INT8 compute) made beside fp32 compute, level 4 kept unless it
+    fails where fp32 compute passes (onnxruntime#29849); a given level is used as given."""
+    auto = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", lm_head_bits=4, out=tmp_path / "a.onnx")
+    rule = auto.recipe["accuracy_level_rule"]
+    assert rule.startswith("auto: level 4 (INT8 compute) largest error") and "fp32 compute" in rule
+    graph = onnx.load(str(auto.path), load_external_data=False).graph
+    levels = {next((a.i for a in n.attribute if a.name == "accuracy_level"), 0) for n in graph.node
+              if n.op_type == "MatMulNBits"}
+    assert levels == ({4} if auto.recipe["accuracy_level"] == 4 else {0}), (levels, rule)
+    given = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", lm_head_bits=4, accuracy_level=None,
+                             out=tmp_path / "g.onnx")
+    assert "accuracy_level_rule" not in given.recipe and given.recipe["accuracy_level"] is None

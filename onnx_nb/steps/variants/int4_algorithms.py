@@ -116,3 +116,20 @@ def lm_head_measured(four: Any, build: Callable[[int, Any, bool], Any], scratch:
                                      f"{8 if keep else 4} bits kept (8 when it passes where 4 fails or cuts the error "
                                      f"{LM_HEAD_GAIN}x)")
     return chosen
+
+
+def level_measured(fast: Any, build: Callable[[Any, bool], Any], scratch: Path) -> Any:
+    """A decoder's INT4 file at accuracy level 4 (activations quantized to INT8 inside MatMulNBits: the fast CPU
+    path), ``fast``, beside the same file computing in fp32: level 4 kept unless its parity fails where fp32
+    compute passes (onnxruntime#29849: level 4 flips the argmax on models with massive activations)."""
+    exact = build(scratch / "accuracy_level_fp32.onnx", True)
+    e4, e0 = worst_error(fast), worst_error(exact)
+    keep_fast = bool(fast) or not exact
+    chosen = fast if keep_fast else build(fast.path, True)
+    chosen.recipe["accuracy_level"] = 4 if keep_fast else None
+    chosen.recipe["accuracy_level_rule"] = (
+        f"auto: level 4 (INT8 compute) largest error {e4:.3g}{'' if fast else ' (failed parity)'}, fp32 compute "
+        f"{e0:.3g}{'' if exact else ' (failed parity)'}: "
+        + ("level 4 kept (the fast path; fp32 compute only where level 4 fails and it passes)" if keep_fast else
+           "fp32 compute kept: level 4 failed where it passes"))
+    return chosen

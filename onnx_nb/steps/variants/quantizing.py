@@ -149,16 +149,19 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         kept_float, why = detector_decoding(static_source or parent_of(onnx_model)[0])
         if kept_float:
             recipe["float_rule"] = why
+    level_asked = accuracy_level
     if method == "int4":
         accuracy_level = _int4_settings(onnx_model, accuracy_level, block_size, recipe)
 
-    def build(chosen: str, out: Any, overwrite: bool, head_bits: int | None = None) -> Variant:
+    def build(chosen: str, out: Any, overwrite: bool, head_bits: int | None = None, level: Any = "call") -> Variant:
         """The variant with INT8 scheme or INT4 algorithm ``chosen`` (re-validated, layers kept float as the exclude
-        rule says; ``head_bits``: an INT4 decoder's LM head bits, else the call's)."""
+        rule says; ``head_bits``, ``level``: an INT4 decoder's LM head bits and accuracy level, else the call's)."""
         bits = head_bits if head_bits is not None else (lm_head_bits if isinstance(lm_head_bits, int) else 4)
         own = dict(recipe, **(int8_schemes.settings(chosen) if chosen and method != "int4" else {}),
                    **({"int4_algorithm": chosen, "symmetric": chosen == "rtn", "lm_head_bits": bits}
                       if method == "int4" else {}))
+        if level != "call":
+            own["accuracy_level"] = level
         dropped = list(excluded)
 
         def write(src: Path, staged: Path) -> list[str]:
@@ -171,7 +174,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
                 try:
                     run_quantizer(method, static_source or src, prepared, staged, per_channel,
                                   [*kept_float, *dropped], op_types, calib_items, block_size,
-                                  accuracy_level if isinstance(accuracy_level, int) else None,
+                                  own.get("accuracy_level") if isinstance(own.get("accuracy_level"), int) else None,
                                   bool(own.get("gemm_as_matmul")), chosen if chosen and method != "int4" else "u8s8",
                                   cpu.label if chosen and method != "int4" else "", algorithm=chosen or "rtn",
                                   lm_head_bits=int(own.get("lm_head_bits", 4)))
@@ -208,10 +211,15 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             best = variant.recipe["int4_algorithm"]
             variant = int4_algorithms.lm_head_measured(
                 variant, lambda bits, at, ow: build(best, at, ow, head_bits=bits), Path(route_dir))
+        if method == "int4" and level_asked == "auto" and accuracy_level == 4 and validate:
+            best, bits = variant.recipe["int4_algorithm"], variant.recipe["lm_head_bits"]
+            variant = int4_algorithms.level_measured(
+                variant, lambda at, ow: build(best, at, ow, head_bits=bits, level=None), Path(route_dir))
     # the call that made this variant, for quant_debug's requantize(): every setting and the calibration data kept
     call = {"method": method, "per_channel": per_channel, "calibration": calibration if calib_items is None else
             calib_items, "exclude": exclude, "reference": reference, "op_types": op_types, "block_size": block_size,
-            "accuracy_level": accuracy_level, "validate": validate, "providers": providers, "sample": sample,
+            "accuracy_level": variant.recipe.get("accuracy_level", accuracy_level) if method == "int4" else
+            accuracy_level, "validate": validate, "providers": providers, "sample": sample,
             "scheme": variant.recipe.get("int8_scheme", scheme), "target_cpu": target_cpu,
             "algorithm": variant.recipe.get("int4_algorithm", algorithm) if method == "int4" else algorithm,
             "lm_head_bits": variant.recipe.get("lm_head_bits", lm_head_bits) if method == "int4" else lm_head_bits}
