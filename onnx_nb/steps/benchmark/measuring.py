@@ -45,7 +45,13 @@ def measure(variant: str, backend: str, tag: str, batch: int, make: Callable[[],
                               note=f"{type(exc).__name__}: {telling_lines(exc, 400)}"), None
     row = LatencyRow.from_times(variant, backend, tag, batch, times, first, runner.options)
     if peak.added_bytes is not None and not getattr(runner, "isolated", False):  # a worker's memory is its own
-        row.peak_mb = (peak.added_bytes + getattr(runner, "held_bytes", 0)) / 2**20
+        grown = peak.added_bytes + getattr(runner, "held_bytes", 0)
+        floor = getattr(runner, "floor_bytes", 0)  # a session holds its file's weights whatever the process had
+        row.peak_mb = max(grown, floor) / 2**20
+        if floor > grown:
+            row.note = (row.note + "; " if row.note else "") + (
+                f"peak_mb: the file's weights ({floor / 2**20:.1f} MB), which the session holds; the process grew "
+                f"only {grown / 2**20:.2f} MB (memory it had touched before was reused)")
     return row, runner
 
 
