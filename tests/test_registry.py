@@ -89,3 +89,21 @@ def test_sliding_window_decoder_is_right_past_its_window(tmp_path: Path) -> None
         eager = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 6, dtype=torch.long),
                                max_new_tokens=14, min_new_tokens=14, do_sample=False)[0, 6:].tolist()
     assert onnx_nb.generate(result, [prompt], max_new_tokens=14, min_new_tokens=14).tokens == [eager]
+
+
+def test_histc_translation_counts_as_torch_does(tmp_path: Path) -> None:
+    """aten::histc (a router's tokens per expert) through the dynamo exporter: given and data ranges, values outside
+    left out, the top edge in the last bin; checked on inputs the export never saw."""
+    import onnxruntime as ort
+
+    class Counts(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.histc(x, bins=5, min=0, max=4), torch.histc(x * 1.5, bins=7)
+
+    sample = torch.tensor([0.0, 1, 1, 2, 4, 4, 3, 5, -1, 2.5])
+    result = onnx_nb.export(Counts(), (sample,), out=tmp_path / "h.onnx", exporter="dynamo", progress=False)
+    assert result, repr(result)
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    for values in (torch.tensor([3.0, 3, 0, 1.2, 9]), torch.arange(16.0) % 7):
+        got = session.run(None, {session.get_inputs()[0].name: values.numpy()})
+        assert [g.tolist() for g in got] == [t.tolist() for t in Counts()(values)]

@@ -6,6 +6,7 @@
   count per expert. The number of experts is static, so it unrolls into one MatMul per expert on that expert's
   rows (a Gather of a Range), concatenated: the file does the router's work, never every expert on every token.
   transformers' own exporter (``transformers.exporters.exporter_onnx``) translates it the same way.
+- ``aten::histc``: the per-expert token counts of the routers that count with it.
 """
 
 from __future__ import annotations
@@ -49,12 +50,35 @@ def _grouped_mm_fallback(mat_a: Any, mat_b: Any, offs: Any) -> Any:
     return _grouped_mm(mat_a, mat_b, offs)
 
 
+def _histc(values: Any, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Any:  # noqa: A002 - aten's names
+    """``torch.histc``: counts of ``values`` in ``bins`` equal bins over [min, max] (the data's own range when both
+    are 0), values outside left out, the top edge counted in the last bin; the routers of mixtures of experts count
+    their tokens per expert with it."""
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    flat = op.Reshape(values, op.Constant(value_ints=[-1]))
+    if min == max == 0:
+        low, high = op.ReduceMin(flat, keepdims=0), op.ReduceMax(flat, keepdims=0)
+    else:
+        low, high = op.CastLike(op.Constant(value_float=float(min)), flat), \
+            op.CastLike(op.Constant(value_float=float(max)), flat)
+    width = op.Div(op.Sub(high, low), op.CastLike(op.Constant(value_float=float(bins)), flat))
+    index = op.Cast(op.Floor(op.Div(op.Sub(flat, low), width)), to=7)
+    index = op.Min(index, op.Constant(value_int=bins - 1))
+    inside = op.And(op.GreaterOrEqual(flat, low), op.LessOrEqual(flat, high))
+    every = op.Range(op.Constant(value_int=0), op.Constant(value_int=bins), op.Constant(value_int=1))
+    rows, columns = op.Constant(value_ints=[0]), op.Constant(value_ints=[1])
+    hits = op.And(op.Equal(op.Unsqueeze(index, columns), op.Unsqueeze(every, rows)), op.Unsqueeze(inside, columns))
+    return op.ReduceSum(op.CastLike(hits, flat), rows, keepdims=0)
+
+
 def table() -> dict[Any, Any]:
     """The translations for the operators this torch and transformers have (an operator a version lacks is left
     out: the table never asks for one)."""
     import torch
 
-    found: dict[Any, Any] = {}
+    found: dict[Any, Any] = {torch.ops.aten.histc.default: _histc}
     grouped = getattr(torch.ops.aten, "_grouped_mm", None)
     if grouped is not None and hasattr(grouped, "default"):
         found[grouped.default] = _grouped_mm
