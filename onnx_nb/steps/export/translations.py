@@ -50,7 +50,7 @@ def _grouped_mm_fallback(mat_a: Any, mat_b: Any, offs: Any) -> Any:
     return _grouped_mm(mat_a, mat_b, offs)
 
 
-def _histc(values: Any, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Any:  # noqa: A002 - aten's names
+def _histc(values: Any, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Any:
     """``torch.histc``: counts of ``values`` in ``bins`` equal bins over [min, max] (the data's own range when both
     are 0), values outside left out, the top edge counted in the last bin; the routers of mixtures of experts count
     their tokens per expert with it."""
