@@ -67,6 +67,27 @@ class Source:
     def export(cls, model: Any, args: ExportArgs) -> Any:  # pragma: no cover - every row defines its own
         raise NotImplementedError
 
+    @classmethod
+    def prepared(cls, model: Any, args: ExportArgs) -> tuple[Any, ExportArgs]:  # pragma: no cover
+        """(the record of the model as one flat graph, the args with its sample): for the rows that export through
+        :meth:`export_prepared`."""
+        raise NotImplementedError
+
+    @classmethod
+    def export_prepared(cls, model: Any, args: ExportArgs) -> Any:
+        """The PyTorch route on what :meth:`prepared` made of ``model`` (a detector as one flat graph)."""
+        from ....progress import Steps
+        from ..torch_route import export_module
+        from ..writing import target_for
+
+        record, args = cls.prepared(model, args)
+        label, target = target_for(model, args, record.name)
+        record.name = label
+        with Steps(5, "export", args.progress) as steps:
+            steps.step("loading the model")
+            steps.step("preparing sample inputs")
+            return export_module(cls, record, args, target, steps)
+
     # --- what later steps ask -----------------------------------------------------------------------------------
     @classmethod
     def reference(cls, export: Any, candidate: Path, sample: Any, seed: int, exporter: str | None = None,

@@ -39,19 +39,10 @@ class TorchvisionSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ....progress import Steps
         from ..detection import BATCH_NOTE, TRACED_NOTE
         from ..inputs import FixedAxis
-        from ..torch_route import export_module
-        from ..writing import target_for
 
-        record, args = cls.prepared(model, args)
-        label, target = target_for(model, args, record.name)
-        record.name = label
-        with Steps(5, "export", args.progress) as steps:
-            steps.step("loading the model")
-            steps.step("preparing sample inputs")
-            result = export_module(cls, record, args, target, steps)
+        result = cls.export_prepared(model, args)
         result.fixed_axes.insert(0, FixedAxis("images", 0, 1, BATCH_NOTE))
         if result.exporter == "torchscript" and not result.unverified:  # exporter="torchscript" asked for
             result.unverified = [TRACED_NOTE]

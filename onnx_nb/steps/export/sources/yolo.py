@@ -38,17 +38,7 @@ class YoloSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ....progress import Steps
-        from ..torch_route import export_module
-        from ..writing import target_for
-
-        record, args = cls.prepared(model, args)
-        label, target = target_for(model, args, record.name)
-        record.name = label
-        with Steps(5, "export", args.progress) as steps:
-            steps.step("loading the model")
-            steps.step("preparing sample inputs")
-            return export_module(cls, record, args, target, steps)
+        return cls.export_prepared(model, args)
 
     @classmethod
     def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,
