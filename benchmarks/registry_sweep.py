@@ -110,7 +110,8 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
             torch.manual_seed(0)
             model = getattr(transformers, class_name)(config).eval()
         except Exception as exc:  # noqa: BLE001 - a row, not a crash
-            row["pytorch"] = f"cannot build: {type(exc).__name__}: {first_line(exc)}"[:300]
+            said = f"cannot build ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
+            row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
             continue
         vocab = int(getattr(config.get_text_config() if hasattr(config, "get_text_config") else config,
                             "vocab_size", 100) or 100)
@@ -123,12 +124,14 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
                                          max_new_tokens=NEW_TOKENS, do_sample=False, num_beams=1)
                     torch_tokens.append(out[0, len(p):].tolist())
         except Exception as exc:  # noqa: BLE001
-            row["pytorch"] = f"cannot generate: {type(exc).__name__}: {first_line(exc)}"[:300]
+            said = f"cannot generate ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
+            row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
             continue
         try:
             model.save_pretrained(folder)  # (transformers validates the config again here)
         except Exception as exc:  # noqa: BLE001
-            row["pytorch"] = f"cannot save: {type(exc).__name__}: {first_line(exc)}"[:300]
+            said = f"cannot save ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
+            row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
             continue
         row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()))
         print("PYTORCH_OK", flush=True)

@@ -29,6 +29,8 @@ def hf_inputs(path: Any, model: Any, batch: int, seq: int, dec: int = 6, audio: 
             feed[i.name] = torch.ones(batch, seq, dtype=torch.long)
         elif i.name == "token_type_ids":
             feed[i.name] = torch.zeros(batch, seq, dtype=torch.long)
+        elif i.name == "position_ids":
+            feed[i.name] = torch.arange(seq).expand(batch, seq).contiguous()
         elif i.name == "decoder_input_ids":
             feed[i.name] = torch.randint(3, vocab, (batch, dec), generator=g)
         elif i.name == "input_values":

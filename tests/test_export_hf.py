@@ -14,8 +14,8 @@ from helpers import compare, hf_inputs, torch_outputs
 EXPECTED = {
     # name: (task, input names, output names)
     "bert": ("text-classification", ["input_ids", "attention_mask", "token_type_ids"], ["logits"]),
-    "gpt2": ("text-generation", ["input_ids", "attention_mask"], ["logits"]),
-    "llama": ("text-generation", ["input_ids", "attention_mask"], ["logits"]),
+    "gpt2": ("text-generation", ["input_ids", "attention_mask", "position_ids"], ["logits"]),  # as generate() feeds
+    "llama": ("text-generation", ["input_ids", "attention_mask", "position_ids"], ["logits"]),
     "t5": ("text2text-generation", ["input_ids", "attention_mask", "decoder_input_ids"],
            ["logits", "encoder_last_hidden_state"]),
     "vit": ("image-classification", ["pixel_values"], ["logits"]),

@@ -152,7 +152,7 @@ def test_a_damaged_decoder_diverges(exports: dict[str, onnx_nb.ExportResult], tm
 
 def test_cache_false_keeps_whole_sequence_logits(tmp_path: Path) -> None:
     result = onnx_nb.export(tiny_models.build("gpt2"), out=tmp_path / "g.onnx", cache=False, progress=False)
-    assert [i.name for i in result.inputs] == ["input_ids", "attention_mask"]
+    assert [i.name for i in result.inputs] == ["input_ids", "attention_mask", "position_ids"]  # as generate() passes
     assert [o.name for o in result.outputs] == ["logits"] and result.cache_layout is None
     # generate() runs such a file on the whole sequence at each step: PyTorch's tokens, more slowly
     model = tiny_models.build("gpt2")

@@ -65,12 +65,25 @@ def tie_transposed(proto: Any) -> int:
 
 def untie(proto: Any) -> int:
     """The opposite of :func:`tie_transposed`, for the quantizers (ONNX Runtime's only quantize a MatMul whose weight
-    is an initializer): each ``tied/`` Transpose node becomes its transposed initializer again. Returns how many."""
+    is an initializer): each ``tied/`` Transpose node, and each Transpose of a 2-D initializer that only feeds MatMul
+    weights (the dynamo exporter keeps a tied LM head's ``F.linear`` transpose so), becomes its transposed initializer
+    again. Returns how many."""
     from onnx import numpy_helper
 
     inits = {i.name: i for i in proto.graph.initializer}
-    tied = [n for n in proto.graph.node if n.op_type == "Transpose" and n.name.startswith("tied/")
-            and n.input[0] in inits]
+    users: dict[str, list[tuple[Any, int]]] = {}
+    for node in proto.graph.node:
+        for slot, name in enumerate(node.input):
+            users.setdefault(name, []).append((node, slot))
+
+    def weight_only(node: Any) -> bool:
+        init = inits.get(node.input[0])
+        feeds = users.get(node.output[0], [])
+        return init is not None and len(init.dims) == 2 and bool(feeds) and all(
+            u.op_type == "MatMul" and slot == 1 for u, slot in feeds)
+
+    tied = [n for n in proto.graph.node if n.op_type == "Transpose" and n.input[0] in inits
+            and (n.name.startswith("tied/") or weight_only(n))]
     for node in tied:
         copy = numpy_helper.from_array(numpy_helper.to_array(inits[node.input[0]]).T.copy(), node.output[0])
         proto.graph.initializer.append(copy)

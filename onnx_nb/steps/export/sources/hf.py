@@ -202,6 +202,8 @@ class HfSource(Source):
 
         s = samples.build(record.model, record.preprocessor) if sample is None \
             else samples.from_user(record.model, sample)
+        if sample is None and record.task == "text-generation":
+            s = _with_positions(record.model, s)
         return inputs.restrict_axes(s, dynamic)
 
     @classmethod
@@ -253,3 +255,23 @@ def _sentence_record(st: Any, name: str | None, location: str | None) -> Any:
     return ModelSource(kind="sentence-transformers", name=name or source_name(wrapper), location=location, task=TASK,
                        model_type=getattr(wrapper.config, "model_type", None), model=wrapper,
                        preprocessor=st.tokenizer, adapter=HfSource.key)
+
+
+def _with_positions(model: Any, s: Any) -> Any:
+    """A causal LM exported without its cache takes ``position_ids`` when its forward does, as generate() passes
+    them (the mask's running count): the file then gives generate()'s tokens for left-padded batches, and for the
+    encoders registered as causal LMs (RoBERTa's own default positions start after its padding id)."""
+    import torch
+
+    from ..decoder_cache import is_causal_lm
+    from ..wrap import forward_parameters
+
+    if "position_ids" in s.names or "position_ids" not in forward_parameters(model) or not is_causal_lm(model) \
+            or "attention_mask" not in s.names:
+        return s
+    mask = s.as_dict()["attention_mask"]
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    axes = dict(s.axes)
+    if "attention_mask" in axes:
+        axes["position_ids"] = dict(axes["attention_mask"])
+    return type(s)([*s.names, "position_ids"], [*s.tensors, positions], s.as_kwargs, axes)
