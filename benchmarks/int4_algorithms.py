@@ -14,6 +14,7 @@ import argparse
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -33,7 +34,7 @@ SENTENCES = [
 ]
 
 
-def embeddings(path: Path, feed: dict, mask) -> "np.ndarray":  # noqa: F821 - numpy is imported in main
+def embeddings(path: Path, feed: dict[str, Any], mask: Any) -> Any:
     import numpy as np
     import onnxruntime as ort
 

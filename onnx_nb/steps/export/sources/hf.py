@@ -261,7 +261,6 @@ def _with_positions(model: Any, s: Any) -> Any:
     """A causal LM exported without its cache takes ``position_ids`` when its forward does, as generate() passes
     them (the mask's running count): the file then gives generate()'s tokens for left-padded batches, and for the
     encoders registered as causal LMs (RoBERTa's own default positions start after its padding id)."""
-    import torch
 
     from ..decoder_cache import is_causal_lm
     from ..wrap import forward_parameters
