@@ -66,7 +66,13 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
     config = transformers.AutoConfig.for_model(model_type)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     for target in {id(config): config, id(text): text}.values():
+        # multi-head attention stays multi-head (latent attention's kv_b_proj makes a key per query head): only a
+        # config with fewer key/value heads than query heads gets fewer at the tiny size too
+        heads, kv_heads = getattr(target, "num_attention_heads", None), getattr(target, "num_key_value_heads", None)
+        mha = isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads >= heads
         for name, value in sizes.items():
+            if name == "num_key_value_heads" and mha:
+                value = sizes.get("num_attention_heads", heads)
             if hasattr(target, name) and isinstance(getattr(target, name), int) and not isinstance(
                     getattr(target, name), bool):
                 try:
