@@ -197,8 +197,11 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "weights), saves it as a folder and runs one default `onnx_nb.export(folder)`, then `onnx_nb.generate` "
         f"against PyTorch's greedy `generate()` ({NEW_TOKENS} new tokens for each of two prompts of different "
         "lengths), then "
-        "INT8 (`quantize()`) and INT4 (`quantize(method=\"int4\")`), each with its parity. Types PyTorch itself cannot "
-        "build or generate with at that size are listed but not counted.",
+        "INT8 (`quantize()`) and INT4 (`quantize(method=\"int4\")`), each with its parity (left empty when the sweep "
+        "ran with `--no-variants`). Types PyTorch itself cannot build or generate with at that size are listed but not "
+        "counted (the shrink is generic: some configs tie widths in ways it does not know, and it retries with only "
+        "the depth shrunk up to 300M parameters). Each row is from the last run for its type (`--only` re-runs "
+        "some).",
         "",
         f"Swept {meta['date']} on transformers {meta['transformers']}, torch {meta['torch']}, onnxruntime "
         f"{meta['onnxruntime']}: **{len(good)} of the {len(base)} causal LMs PyTorch can build and run "
@@ -239,6 +242,7 @@ def main() -> None:
     parser.add_argument("--again", action="store_true")
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "causal_lm_sweep.json"))
     parser.add_argument("--page", default=str(ROOT / "docs" / "supported-architectures.md"))
+    parser.add_argument("--page-only", action="store_true", help="write the page from --json without running")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -252,6 +256,10 @@ def main() -> None:
     meta = {"date": datetime.date.today().isoformat(), "transformers": transformers.__version__,
             "torch": torch.__version__.split("+")[0], "onnxruntime": onnxruntime.__version__}
     path = Path(args.json)
+    if args.page_only:
+        saved = json.loads(path.read_text())
+        Path(args.page).write_text(page(saved["rows"], saved["meta"]))
+        return
     kept: dict[str, Any] = {}
     if path.exists():
         saved = json.loads(path.read_text())
