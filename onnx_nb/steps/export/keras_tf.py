@@ -191,7 +191,7 @@ def export_tensorflow(model: Any, kind: str, sample: Any, out: Any, overwrite: b
     """A Keras model (object or ``.keras`` file) or a TensorFlow SavedModel folder / ``tf.Module``, exported."""
     from ...progress import Steps
     from ...runtime.files import check_target, default_output
-    from .sources.base import source_name
+    from .writing import source_name
 
     label = name or (Path(str(model)).name if isinstance(model, (str, os.PathLike)) else
                      getattr(model, "name", None) or type(model).__name__)

@@ -3,6 +3,7 @@ own name) and the target file (``out=``, else ``./onnx_nb_out/<label>/model.onnx
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,6 @@ from .args import ExportArgs
 
 def label_of(model: Any, args: ExportArgs, default: str | None = None) -> str:
     """The model's name in results and in the default output folder."""
-    from .sources.base import source_name
-
     return args.name or default or source_name(model)
 
 
@@ -27,3 +26,15 @@ def folder_for(model: Any, args: ExportArgs, default: str | None = None) -> tupl
     """(label, the folder) of an export written as several files (a diffusion pipeline, SAM)."""
     label = label_of(model, args, default)
     return label, Path(args.out).expanduser() if args.out is not None else default_output(label).parent
+
+
+def source_name(model: Any) -> str:
+    """A short, file-safe-able name for the default output folder and the result's label."""
+    if isinstance(model, (str, os.PathLike)):
+        text = str(model).rstrip("/\\")
+        return Path(text).name if os.sep in text and Path(text).expanduser().exists() else text
+    config = getattr(model, "config", None)
+    name = getattr(config, "_name_or_path", "") or ""
+    if name:
+        return Path(name.rstrip("/")).name if Path(name).exists() else name
+    return type(model).__name__

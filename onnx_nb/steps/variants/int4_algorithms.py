@@ -46,17 +46,6 @@ def choose(method: str, algorithm: str, recipe: dict[str, Any]) -> list[str]:
     return list(ALGORITHMS)
 
 
-def config(algorithm: str, block_size: int) -> tuple[Any, bool]:
-    """ONNX Runtime's algorithm configuration for ``algorithm`` and whether its blocks are symmetric."""
-    from onnxruntime.quantization import matmul_nbits_quantizer as q
-
-    if algorithm == "hqq":
-        return q.HQQWeightOnlyQuantConfig(block_size=block_size, bits=4), False
-    if algorithm == "k_quant":
-        return q.KQuantWeightOnlyQuantConfig(), False
-    return None, True  # rtn: the quantizer's default (symmetric blocks)
-
-
 def most_accurate(first: Any, algorithms: list[str], build: Callable[[str, Any, bool], Any], scratch: Path) -> Any:
     """Every algorithm in ``algorithms`` made (``first``, the first, already at its place; the others in
     ``scratch``) and the one with the smallest largest error that passes parity kept (made again at ``first``'s
@@ -81,22 +70,6 @@ def most_accurate(first: Any, algorithms: list[str], build: Callable[[str, Any, 
         [f"{a} largest error {errors[a]:.3g}{'' if made[a] else ' (failed parity)'}" for a in made]
         + [f"{a} not made ({why})" for a, why in failed.items()]) + f": {best} kept"
     return variant
-
-
-def lm_head(model: Any) -> str | None:
-    """The name of the MatMul with a constant weight that makes the ``logits`` output (through an Add, Reshape or
-    Cast at most), or None."""
-    producer = {o: n for n in model.graph.node for o in n.output}
-    weights = {i.name for i in model.graph.initializer}
-    name = next((o.name for o in model.graph.output if o.name == "logits"), None)
-    for _ in range(4):
-        node = producer.get(name) if name else None
-        if node is None:
-            return None
-        if node.op_type == "MatMul" and len(node.input) > 1 and node.input[1] in weights:
-            return str(node.name) or None
-        name = node.input[0] if node.op_type in ("Add", "Reshape", "Cast", "Identity") else None
-    return None
 
 
 LM_HEAD_GAIN = 1.25  # 8-bit LM head kept when it cuts the largest error by this much (or saves a failed parity)

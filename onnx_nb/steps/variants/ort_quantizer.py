@@ -162,9 +162,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
             gemm_to_matmul(model)
         from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig
 
-        from .int4_algorithms import config, lm_head
-
-        algo_config, symmetric = config(algorithm, block_size)
+        algo_config, symmetric = int4_config(algorithm, block_size)
         head = lm_head(model) if lm_head_bits == 8 else None
         # accuracy level 4: int8 compute on CPU, the fast path for decoding (as onnxruntime-genai uses)
         quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=symmetric,
@@ -238,3 +236,29 @@ def gemm_to_matmul(model: Any) -> int:
     model.graph.initializer.extend(keep)
     del onnx
     return done
+
+
+def int4_config(algorithm: str, block_size: int) -> tuple[Any, bool]:
+    """ONNX Runtime's algorithm configuration for ``algorithm`` and whether its blocks are symmetric."""
+    from onnxruntime.quantization import matmul_nbits_quantizer as q
+
+    if algorithm == "hqq":
+        return q.HQQWeightOnlyQuantConfig(block_size=block_size, bits=4), False
+    if algorithm == "k_quant":
+        return q.KQuantWeightOnlyQuantConfig(), False
+    return None, True  # rtn: the quantizer's default (symmetric blocks)
+
+def lm_head(model: Any) -> str | None:
+    """The name of the MatMul with a constant weight that makes the ``logits`` output (through an Add, Reshape or
+    Cast at most), or None."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    weights = {i.name for i in model.graph.initializer}
+    name = next((o.name for o in model.graph.output if o.name == "logits"), None)
+    for _ in range(4):
+        node = producer.get(name) if name else None
+        if node is None:
+            return None
+        if node.op_type == "MatMul" and len(node.input) > 1 and node.input[1] in weights:
+            return str(node.name) or None
+        name = node.input[0] if node.op_type in ("Add", "Reshape", "Cast", "Identity") else None
+    return None

@@ -9,24 +9,11 @@ back when a result no longer holds it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
-
-
-def source_name(model: Any) -> str:
-    """A short, file-safe-able name for the default output folder and the result's label."""
-    if isinstance(model, (str, os.PathLike)):
-        text = str(model).rstrip("/\\")
-        return Path(text).name if os.sep in text and Path(text).expanduser().exists() else text
-    config = getattr(model, "config", None)
-    name = getattr(config, "_name_or_path", "") or ""
-    if name:
-        return Path(name.rstrip("/")).name if Path(name).exists() else name
-    return type(model).__name__
 
 
 class Source:

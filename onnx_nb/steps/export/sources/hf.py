@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
-from .base import Source, source_name
+from ..writing import source_name
+from .base import Source
 
 
 def folder_config(model: Any) -> dict[str, Any]:

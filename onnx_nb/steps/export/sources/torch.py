@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
-from .base import Source, source_name
+from ..writing import source_name
+from .base import Source
 
 NOT_A_MODEL = ("Pass a torch.nn.Module, a Hugging Face model object, the path of a local Hugging Face folder, a hub id "
                "such as 'bert-base-uncased', a Keras model, a TensorFlow SavedModel folder or tf.Module, a fitted "
