@@ -187,7 +187,8 @@ CASES: list[Case] = [
     ("autotune-unknown-metric", "autotune()", onnx_nb.InvalidArgumentError, r"metric='speed'",
      lambda w: onnx_nb.autotune(w.result, metric="speed")),
     ("generate-not-a-decoder", "generate()", onnx_nb.InvalidArgumentError,
-     r"not a decoder exported with its cache .*cache=True", lambda w: onnx_nb.generate(w.path, [[1, 2]])),
+     r"is not a decoder: generate\(\) needs an input_ids input and a logits output per token .*onnx_nb.export",
+     lambda w: onnx_nb.generate(w.path, [[1, 2]])),
     ("quant-debug-no-reference", "quant_debug()", onnx_nb.InvalidArgumentError, r"fp32 parent",
      lambda w: onnx_nb.quant_debug(w.path, w.model)),
     # report, magics (short UsageError naming the onnx-nb error), command line (exit 2, no traceback)
@@ -220,7 +221,7 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
     ("cli-quantize-static-no-data", ["quantize", "{path}", "--method", "static"], r"CalibrationError|calibration"),
     ("cli-autotune-not-onnx", ["autotune", "{text}"], r"InvalidModelError: .*notes\.onnx"),
     ("cli-demo-out-is-a-file", ["demo", "--out", "{kept}"], r"OutputExistsError|is a file"),
-    ("cli-generate-not-a-decoder", ["generate", "{path}", "--ids", "1,2"], r"not a decoder exported with its cache"),
+    ("cli-generate-not-a-decoder", ["generate", "{path}", "--ids", "1,2"], r"is not a decoder: generate\(\) needs"),
     # pipeline reports a failed step (exit 1) with the same error, rather than raising
     ("cli-pipeline-missing", ["pipeline", "{root}/nowhere"], r"ModelNotFoundError: No such folder"),
 ]
