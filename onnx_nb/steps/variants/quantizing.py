@@ -150,8 +150,9 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         if kept_float:
             recipe["float_rule"] = why
     level_asked = accuracy_level
+    decoder = False  # an INT4 file of a decoder with its cache: its own compute level and LM head
     if method == "int4":
-        accuracy_level = _int4_settings(onnx_model, accuracy_level, block_size, recipe)
+        accuracy_level, decoder = _int4_settings(onnx_model, accuracy_level, block_size, recipe)
 
     def build(chosen: str, out: Any, overwrite: bool, head_bits: int | None = None, level: Any = "call") -> Variant:
         """The variant with INT8 scheme or INT4 algorithm ``chosen`` (re-validated, layers kept float as the exclude
@@ -207,7 +208,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             variant = int8_schemes.measured(variant, schemes, build, Path(route_dir), cpu)
         if method == "int4" and validate and len(algorithms) > 1:
             variant = int4_algorithms.most_accurate(variant, algorithms, build, Path(route_dir))
-        if method == "int4" and lm_head_bits == "auto" and validate and _generative(onnx_model):
+        if method == "int4" and lm_head_bits == "auto" and validate and decoder:
             best = variant.recipe["int4_algorithm"]
             variant = int4_algorithms.lm_head_measured(
                 variant, lambda bits, at, ow: build(best, at, ow, head_bits=bits), Path(route_dir))
@@ -346,16 +347,16 @@ def _static_inputs(onnx_model: Any, calibration: Any,
 
 
 def _int4_settings(onnx_model: Any, accuracy_level: int | str | None, block_size: int,
-                   recipe: dict[str, Any]) -> int | str | None:
+                   recipe: dict[str, Any]) -> tuple[int | str | None, bool]:
     """INT4 for a decoder with its cache (decoding reads every weight per token): int8 compute (accuracy level 4)
     and its Gemm projections (GPT-2's) in INT4 too; elsewhere accuracy comes first (fp32 compute)."""
     from ...runtime.facts import file_facts
 
-    decoder = file_facts(parent_of(onnx_model)[0]).generative
+    decoder = bool(file_facts(parent_of(onnx_model)[0]).generative)
     if accuracy_level == "auto":
         accuracy_level = 4 if decoder else None
     recipe.update(block_size=block_size, accuracy_level=accuracy_level, gemm_as_matmul=decoder)
-    return accuracy_level
+    return accuracy_level, decoder
 
 
 def _tag_and_name(method: str, per_channel: bool, block_size: int, unpad: bool) -> tuple[str, str]:
@@ -363,9 +364,3 @@ def _tag_and_name(method: str, per_channel: bool, block_size: int, unpad: bool) 
     name = {"dynamic": f"int8-dynamic({'per-channel' if per_channel else 'per-tensor'})",
             "static": "int8-static(QDQ)", "fp16": "fp16", "int4": f"int4-weight(block {block_size})"}[method]
     return tag, name + ("+unpad" if unpad else "")
-
-
-def _generative(onnx_model: Any) -> bool:
-    from ...runtime.facts import file_facts
-
-    return bool(file_facts(parent_of(onnx_model)[0]).generative)

@@ -9,11 +9,30 @@ back when a result no longer holds it.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
+
+
+def is_torch_module(model: Any) -> bool:
+    """A ``torch.nn.Module``, asked without importing torch (a model of another framework never loads it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
+
+
+def require_float32_cpu(dtype: Any, device: Any, who: str, call: str, part: str) -> None:
+    """Multi-part exports run and check in float32 on the CPU: anything else is refused, saying how to get there
+    and how to make fp16 files afterwards (``who``: "The pipeline"; ``call``: the user's variable; ``part``: an
+    example part)."""
+    import torch
+
+    if device.type != "cpu" or dtype != torch.float32:
+        raise InvalidArgumentError(
+            f"{who} runs in {dtype} on {device}; onnx-nb exports from float32 on the CPU (its parity reference too): "
+            f"{call}.to('cpu', torch.float32) first; quantize({part}, method='fp16') then makes an fp16 file.")
 
 
 class Source:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
-from .base import Source
+from .base import Source, is_torch_module, require_float32_cpu
 
 
 class DiffusersSource(Source):
@@ -46,12 +46,11 @@ class DiffusersSource(Source):
 def is_diffusion_pipeline(model: Any) -> bool:
     """A diffusers pipeline object with a UNet, a VAE and a text encoder (Stable Diffusion 1.x/2.x-like)."""
     return all(hasattr(model, name) for name in ("unet", "vae", "text_encoder", "scheduler", "components")) and \
-        not _is_module(model)
+        not is_torch_module(model)
 
 
 def check_supported(pipe: Any) -> None:
     """Refuse a pipeline of another make-up than Stable Diffusion 1.x/2.x's (what the converter knows)."""
-    import torch
 
     if not is_diffusion_pipeline(pipe):
         raise InvalidArgumentError(
@@ -73,13 +72,4 @@ def check_supported(pipe: Any) -> None:
             "a VAE). Export its parts one by one with onnx_nb.export(module, sample).")
     if getattr(pipe, "text_encoder", None) is None or getattr(pipe, "tokenizer", None) is None:
         raise InvalidArgumentError(f"{type(pipe).__name__} has no text encoder or tokenizer to export.")
-    if pipe.unet.device.type != "cpu" or pipe.unet.dtype != torch.float32:
-        raise InvalidArgumentError(
-            f"The pipeline runs in {pipe.unet.dtype} on {pipe.unet.device}; onnx-nb exports from float32 on the CPU "
-            "(its parity reference too): pipe.to('cpu', torch.float32) first; quantize(sd.parts['unet'], "
-            "method='fp16') then makes an fp16 file.")
-
-
-def _is_module(model: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(model, torch.nn.Module)
+    require_float32_cpu(pipe.unet.dtype, pipe.unet.device, "The pipeline", "pipe", "sd.parts['unet']")

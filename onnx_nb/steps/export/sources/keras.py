@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
+from .base import is_torch_module
 from .beyond import TF2ONNX_MAX_OPSET, BeyondSource
 from .torch import TorchSource
 
@@ -25,18 +26,13 @@ def _is_keras(model: Any) -> bool:
     return keras is not None and isinstance(model, getattr(keras, "Model", ()))
 
 
-def _on_torch(model: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(model, torch.nn.Module)
-
-
 class KerasOnTorchSource(TorchSource):
     key = "keras-torch"
     what = "a Keras model on the torch backend"
 
     @staticmethod
     def recognises(model: Any, args: ExportArgs) -> bool:
-        return not isinstance(model, (str, os.PathLike)) and _is_keras(model) and _on_torch(model)
+        return not isinstance(model, (str, os.PathLike)) and _is_keras(model) and is_torch_module(model)
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:

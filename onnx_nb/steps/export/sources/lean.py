@@ -5,11 +5,11 @@ from the same folder when they need a reference."""
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
+from .base import is_torch_module
 from .hf import HfSource
 
 
@@ -22,8 +22,7 @@ class LeanSource(HfSource):
     def recognises(model: Any, args: ExportArgs) -> bool:
         if args.precision is None:
             return False
-        torch = sys.modules.get("torch")
-        return isinstance(model, (str, os.PathLike)) or (torch is not None and isinstance(model, torch.nn.Module))
+        return isinstance(model, (str, os.PathLike)) or is_torch_module(model)
 
     @classmethod
     def refuse(cls, model: Any, args: ExportArgs) -> None:

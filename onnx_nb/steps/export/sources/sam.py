@@ -6,13 +6,12 @@ sam): its vision encoder and its prompt encoder + mask decoder as two files in o
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError, OnnxNbError
 from ..args import ExportArgs
-from .base import Source
+from .base import Source, is_torch_module, require_float32_cpu
 
 
 class SamSource(Source):
@@ -77,20 +76,19 @@ def is_sam(model: Any) -> bool:
 
 
 def is_hf_sam(model: Any) -> bool:
-    return _is_module(model) and \
+    return is_torch_module(model) and \
         getattr(getattr(model, "config", None), "model_type", None) == "sam" and \
         all(hasattr(model, n) for n in ("vision_encoder", "prompt_encoder", "mask_decoder",
                                          "get_image_wide_positional_embeddings"))
 
 
 def _is_meta_sam(model: Any) -> bool:
-    return _is_module(model) and not hasattr(model, "config") and \
+    return is_torch_module(model) and not hasattr(model, "config") and \
         all(hasattr(model, n) for n in ("image_encoder", "prompt_encoder", "mask_decoder", "pixel_mean"))
 
 
 def check_supported(model: Any) -> None:
     """Refuse what the converter cannot take: segment-anything's own Sam, a model off the CPU or not float32."""
-    import torch
 
     if _is_meta_sam(model):
         raise InvalidArgumentError(
@@ -100,13 +98,4 @@ def check_supported(model: Any) -> None:
     if not is_hf_sam(model):
         raise InvalidArgumentError(f"{type(model).__name__} is not a transformers SamModel.")
     first = next(model.parameters())
-    if first.device.type != "cpu" or first.dtype != torch.float32:
-        raise InvalidArgumentError(
-            f"The model runs in {first.dtype} on {first.device}; onnx-nb exports from float32 on the CPU (its "
-            "parity reference too): model.to('cpu', torch.float32) first; quantize(sam.parts['vision_encoder'], "
-            "method='fp16') then makes an fp16 file.")
-
-
-def _is_module(model: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(model, torch.nn.Module)
+    require_float32_cpu(first.dtype, first.device, "The model", "model", "sam.parts['vision_encoder']")
