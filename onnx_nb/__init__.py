@@ -77,6 +77,7 @@ _LAZY = {
     "SamExport": ("onnx_nb.results.sam", "SamExport"),
     "SamParity": ("onnx_nb.results.sam", "SamParity"),
     "PartsExport": ("onnx_nb.results.parts", "PartsExport"),
+    "VlmExport": ("onnx_nb.results.vlm", "VlmExport"),
     "to_transformers": ("onnx_nb.steps.generate.transformers_api", "to_transformers"),
     "summary": ("onnx_nb.steps.inspect.structure", "summary"),
     "compare": ("onnx_nb.steps.inspect.comparing", "compare"),
@@ -159,6 +160,7 @@ __all__ = [
     "to_diffusers",
     "to_transformers",
     "unet_calibration",
+    "VlmExport",
 ]
 
 if TYPE_CHECKING:
@@ -174,6 +176,7 @@ if TYPE_CHECKING:
     from .results.summary import GraphComparison, ModelSummary
     from .results.tolerance import Tolerance
     from .results.variant import Variant
+    from .results.vlm import VlmExport
     from .runtime.isolation import IsolatedSession, isolated
     from .runtime.onnxfile import check_model
     from .runtime.padding import UnpaddedSession

@@ -75,7 +75,7 @@ def test_the_table_recognises_each_kind_and_records_it(tmp_path: Path) -> None:
 
     keys = [s.key for s in SOURCES]
     assert keys == ["yolo", "torchvision", "diffusers", "sam", "onnx", "keras-torch", "keras", "tensorflow",
-                    "sklearn", "lean", "hf", "torch"]
+                    "sklearn", "vlm", "lean", "hf", "torch"]
     bert = tiny_models.build("bert")
     folder = tiny_models.save("bert", tmp_path / "bert")
     assert resolve(bert).key == "hf" and resolve(str(folder)).key == "hf" and resolve(folder).key == "hf"

@@ -43,6 +43,10 @@ class CacheLayout:
     head_size: int
     dtype: str = "float32"
     value_size: int | None = None  # when the value's last axis differs from the key's (DeepSeek's latent cache)
+    # a vision-language model's decoder part takes the merged embeddings ([batch, sequence, embeds]) instead of
+    # input_ids, and token_type_ids where its forward reads them (Gemma 3, PaliGemma: the image block bidirectional)
+    embeds: int = 0
+    token_types: bool = False
 
     @property
     def value_head_size(self) -> int:
@@ -62,6 +66,7 @@ class CacheLayout:
     def to_dict(self) -> dict[str, Any]:
         return {"layers": self.layers, "kv_heads": self.kv_heads, "head_size": self.head_size, "dtype": self.dtype,
                 **({"value_size": self.value_size} if self.value_size is not None else {}),
+                **({"embeds": self.embeds, "token_types": self.token_types} if self.embeds else {}),
                 "bytes_per_token": self.bytes_per_token}
 
 
@@ -112,23 +117,29 @@ class DecoderWithCache(torch.nn.Module):
         self.model = model
         self.layout = layout
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                *past: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, first: torch.Tensor, *rest: torch.Tensor) -> dict[str, torch.Tensor]:
         from transformers import DynamicCache
+
+        layout = self.layout
+        extra = {"token_type_ids": rest[0]} if layout.token_types else {}
+        attention_mask, position_ids, *past = rest[1:] if layout.token_types else rest
+        tokens = {"inputs_embeds": first} if layout.embeds else {"input_ids": first}
 
         # Every layer a plain DynamicLayer, whatever the config says (not DynamicCache(config=...)): a sliding-window
         # layer keeps its length as a Python int, which a trace bakes into the graph (right at the traced length,
         # out of bounds past the window); with full layers the window is the mask's (transformers' sliding window
         # overlay), the graph's cache grows with the tokens, and every length is right.
         cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layout.layers)])
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        out = self.model(**tokens, **extra, attention_mask=attention_mask, position_ids=position_ids,
                          **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
         present = [t for k, v in _layers_of(cache_of(out)) for t in (k, v)]
         return dict(zip(output_names(self.layout), (out.logits, *present)))
 
 
 def input_names(layout: CacheLayout) -> list[str]:
-    return ["input_ids", "attention_mask", "position_ids"] + [
+    first = ["inputs_embeds", "token_type_ids"] if layout.token_types else ["inputs_embeds"] if layout.embeds \
+        else ["input_ids"]
+    return [*first, "attention_mask", "position_ids"] + [
         PAST.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
 
 
@@ -138,12 +149,20 @@ def output_names(layout: CacheLayout) -> list[str]:
 
 def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
-            "position_ids": {0: "batch", 1: "sequence"}, "logits": {0: "batch", 1: "sequence"}}
+            "position_ids": {0: "batch", 1: "sequence"}, "logits": {0: "batch", 1: "sequence"},
+            "inputs_embeds": {0: "batch", 1: "sequence"}, "token_type_ids": {0: "batch", 1: "sequence"}}
     for i in range(layout.layers):
         for kv in ("key", "value"):
             axes[PAST.format(i, kv)] = {0: "batch", 2: "past_sequence"}
             axes[PRESENT.format(i, kv)] = {0: "batch", 2: "total_sequence"}
     return axes
+
+
+def _token_types(batch: int, sequence: int) -> torch.Tensor:
+    """An image block (type 1) inside the new tokens: what a prompt with an image gives."""
+    types = torch.zeros(batch, sequence, dtype=torch.long)
+    types[:, 1:max(sequence - 1, 1)] = 1
+    return types
 
 
 def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SAMPLE_BATCH,
@@ -154,7 +173,9 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
     vocab = int(getattr(model.config, "vocab_size", 100) or 100)
     b, s, p = batch, max(sequence, 1), past
     sample: dict[str, torch.Tensor] = {
-        "input_ids": torch.randint(min(3, vocab - 1), vocab, (b, s), generator=g),
+        **({"inputs_embeds": torch.randn(b, s, layout.embeds, generator=g) * 0.5} if layout.embeds else
+           {"input_ids": torch.randint(min(3, vocab - 1), vocab, (b, s), generator=g)}),
+        **({"token_type_ids": _token_types(b, s)} if layout.token_types else {}),
         "attention_mask": torch.ones(b, p + s, dtype=torch.long),
         "position_ids": torch.arange(p, p + s).expand(b, s).contiguous(),
     }

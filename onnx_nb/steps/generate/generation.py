@@ -36,6 +36,26 @@ __all__ = ["GenerationResult", "OnnxDecoder", "SharedBufferDecoder", "decoder_fo
            "generate", "left_pad"]
 
 
+def _own_runner(model: Any, inputs: Any, images: Any, provider: str, threads: int | None) -> Any:
+    """The step runner an export's adapter makes for it (a vision-language model's chain of files), else None;
+    ``images`` given to anything else is refused."""
+    from ...results.export import source_of
+    from ..export.sources.registry import adapter_of
+
+    files = None if isinstance(model, (str, Path)) else adapter_of(model).step_files(model)
+    if files is None:
+        if images is not None:
+            raise InvalidArgumentError("images= is for a vision-language model's export (onnx_nb.export of an "
+                                       "image-text-to-text model); this model takes text only.")
+        return None
+    from .vlm import VlmDecoder, pixels_of
+
+    runner = VlmDecoder(files["folder"], files["image_token"], provider, threads=threads)
+    runner.set_images(pixels_of(inputs, images, getattr(source_of(model), "preprocessor", None),
+                                runner.vision_inputs))
+    return runner
+
+
 def _setting(name: str, generation: Any, config: Any) -> Any:
     """A token id from the generation config (a dict), else from the model config (transformers' order)."""
     value = generation.get(name) if isinstance(generation, dict) else None
@@ -46,7 +66,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_token_id: int | None = None,
              pad_token_id: int | None = None, seed: int = 0, provider: str = "cpu", tokenizer: Any = None,
              stream: Any = None, io_binding: bool | None = None, threads: int | None = None,
-             runtime: str = "onnx-nb", **settings: Any) -> GenerationResult:
+             runtime: str = "onnx-nb", images: Any = None, **settings: Any) -> GenerationResult:
     """Generate tokens with an exported decoder (an ExportResult, a variant or an .onnx path) in ONNX
     Runtime, keeping the key/value cache between steps.
 
@@ -71,6 +91,11 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     ``do_sample``). A setting the loop does not run (``encoder_no_repeat_ngram_size``, Blenderbot's; contrastive
     search, constraints, ``typical_p``, ...), from the config or this call, sends the call through transformers'
     own ``generate()`` over the files (:func:`onnx_nb.to_transformers`), which runs every setting.
+
+    A vision-language model's export (``onnx_nb.export`` of an image-text-to-text model) takes its images as
+    ``images=`` (the processor's output, pixel values, or pictures when the processor was saved with the model)
+    or inside ``inputs`` (``processor(text=..., images=..., return_tensors="np")``); the prompts hold the image
+    tokens the processor put there.
 
     Example::
 
@@ -113,7 +138,9 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
                                              eos=eos_set, stream=stream)
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in made] if tokenizer is not None else None
         return GenerationResult(prompts, made, text, first, steps)
-    if _kept(path, named, io_binding, threads, runtime) is None and file_facts(path).generation == "seq2seq":
+    own = _own_runner(model, inputs, images, named, threads)
+    if own is None and _kept(path, named, io_binding, threads, runtime) is None and \
+            file_facts(path).generation == "seq2seq":
         from . import seq2seq
 
         start_id = _setting("decoder_start_token_id", generation, config)
@@ -124,8 +151,8 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
             pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
         return GenerationResult([], tokens, text, steps[0], steps[1:])
-    decoder = _last_runner(path, named, io_binding, threads, runtime)
-    prompts = _prompts(inputs, tokenizer)
+    decoder = own or _last_runner(path, named, io_binding, threads, runtime)
+    prompts = _prompts(inputs, getattr(tokenizer, "tokenizer", tokenizer))
     ids, mask = left_pad(prompts, pad)
     width = ids.shape[1]
     cache = decoder.empty_cache(len(prompts), capacity=width + max_new_tokens)

@@ -35,7 +35,8 @@ class OnnxDecoder:
         self.device = binding_device(self.session, provider, io_binding)
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.past_names = [n for n in inputs if is_cache(n)]
-        if "input_ids" not in inputs or not self.past_names:
+        self.tokens_input = "inputs_embeds" if "inputs_embeds" in inputs else "input_ids"
+        if self.tokens_input not in inputs or not self.past_names:
             raise InvalidArgumentError(
                 f"{path} is not a decoder exported with its cache (no past_key_values inputs); export it with "
                 "onnx_nb.export(model, cache=True).")
@@ -55,7 +56,7 @@ class OnnxDecoder:
         """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens. (``keep``:
         see :meth:`SharedBufferDecoder.step`; these logits are always the caller's own.)"""
         positions = np.cumsum(mask, axis=1) - 1
-        feed = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64), **cache}
+        feed = {**self.token_feed(ids), "attention_mask": mask.astype(np.int64), **cache}
         if self.uses_positions:
             feed["position_ids"] = np.maximum(positions[:, -ids.shape[1]:], 0).astype(np.int64)
         if self.device is not None:
@@ -64,6 +65,10 @@ class OnnxDecoder:
         named = dict(zip(self.output_names, out))
         grown = {p: named[present_of(p)] for p in self.past_names}
         return named["logits"], grown
+
+    def token_feed(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """What the file takes for the new tokens (a vision-language model's decoder: their embeddings)."""
+        return {"input_ids": ids.astype(np.int64)}
 
     def _bound_step(self, feed: dict[str, Any]) -> tuple[np.ndarray, dict]:
         """One step with I/O binding: cache values are ``OrtValue``s on the provider's device, in and out; only

@@ -103,4 +103,4 @@ def export_standard_ops(model: Any, path: Path) -> None:
     big = weight_bytes(model) > onnxfile.EXTERNAL_DATA_BYTES
     with torch.no_grad(), quiet([], []):
         export_dynamo(wrapper, tuple(sample[n] for n in names), path, names, output_names(layout),
-                      cache_axes(layout), STANDARD_OPS_OPSET, big, varargs_from=3)
+                      cache_axes(layout), STANDARD_OPS_OPSET, big, varargs_from=1)  # forward(first, *rest)

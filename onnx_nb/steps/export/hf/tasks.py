@@ -24,6 +24,7 @@ TASK_AUTO_CLASS: dict[str, str] = {
     "audio-classification": "AutoModelForAudioClassification",
     "zero-shot-image-classification": "AutoModelForZeroShotImageClassification",
     "image-to-text": "AutoModelForVision2Seq",
+    "image-text-to-text": "AutoModelForImageTextToText",  # vision-language models: exported as parts (sources/vlm)
     "sentence-embedding": "AutoModel",  # loaded with sentence-transformers: its pooling and normalisation too
 }
 

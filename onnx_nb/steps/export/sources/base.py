@@ -147,6 +147,12 @@ class Source:
         return inputs.default_axes(sample)
 
     @classmethod
+    def step_files(cls, result: Any) -> dict[str, Any] | None:
+        """The files :func:`onnx_nb.generate` chains for a result of this kind (a vision-language model's three),
+        or None: the result's one file is the decoder."""
+        return None
+
+    @classmethod
     def static_axes(cls, record: Any) -> dict[str, str]:
         """Input axes that stay fixed for this model, with the reason (its architecture's quirk)."""
         return {}

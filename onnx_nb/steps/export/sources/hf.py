@@ -28,6 +28,32 @@ def folder_config(model: Any) -> dict[str, Any]:
         return {}
 
 
+def location_config(model: Any) -> dict[str, Any]:
+    """The config of a folder (its config.json, read once) or of a hub id (fetched as the export would fetch it:
+    cached after the first time), as a dict; {} for a checkpoint file, an ONNX file or what cannot be read (the
+    export's own loading then says what is wrong)."""
+    folder = Path(str(model)).expanduser()
+    if folder.is_dir():
+        return folder_config(folder)
+    from ..checkpoints import SUFFIXES as CHECKPOINT_SUFFIXES
+    from ..hf.loading import _HUB_ID
+
+    if folder.suffix.lower() in (*CHECKPOINT_SUFFIXES, ".onnx", ".ort") or not _HUB_ID.match(str(model)):
+        return {}
+    return _hub_config(str(model))
+
+
+@functools.lru_cache(maxsize=16)
+def _hub_config(name: str) -> dict[str, Any]:
+    from ....errors import OnnxNbError
+    from ..hf.loading import load_config
+
+    try:
+        return load_config(name)[0].to_dict()
+    except OnnxNbError:
+        return {}
+
+
 @functools.lru_cache(maxsize=64)
 def _config(path: str, _mtime: int) -> dict[str, Any]:
     try:

@@ -27,6 +27,7 @@ from .sam import SamSource
 from .sklearn import SklearnSource
 from .torch import TorchSource
 from .torchvision import TorchvisionSource
+from .vlm import VlmSource
 from .yolo import YoloSource
 
 SOURCES: tuple[type[Source], ...] = (
@@ -39,6 +40,7 @@ SOURCES: tuple[type[Source], ...] = (
     KerasSource,         # a Keras model (TensorFlow or JAX backend), or a .keras file
     TensorflowSource,    # a SavedModel folder or a tf.Module
     SklearnSource,       # a fitted scikit-learn estimator or pipeline
+    VlmSource,           # a vision-language model (image-text-to-text): vision, embed and decoder files
     LeanSource,          # precision= given: a decoder written layer by layer from its checkpoint folder or hub id
     HfSource,            # a Hugging Face model object, folder or hub id; a SentenceTransformer
     TorchSource,         # a torch.nn.Module and its sample; a PyTorch checkpoint file

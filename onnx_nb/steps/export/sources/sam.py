@@ -6,10 +6,9 @@ sam): its vision encoder and its prompt encoder + mask decoder as two files in o
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, ClassVar
 
-from ....errors import InvalidArgumentError, OnnxNbError
+from ....errors import InvalidArgumentError
 from ..args import ExportArgs
 from .base import Source, is_torch_module, require_float32_cpu
 
@@ -52,22 +51,10 @@ class SamSource(Source):
 
 
 def _sam_location(model: Any) -> bool:
-    """A folder or hub id whose config says SAM (a folder's config.json is read; a hub id's config is fetched as
-    the export would fetch it)."""
-    from .hf import folder_config
+    """A folder or hub id whose config says SAM."""
+    from .hf import location_config
 
-    folder = Path(str(model)).expanduser()
-    if folder.is_dir():
-        return folder_config(folder).get("model_type") == "sam"
-    from ..checkpoints import SUFFIXES as CHECKPOINT_SUFFIXES
-    from ..hf.loading import _HUB_ID, load_config
-
-    if folder.suffix.lower() in (*CHECKPOINT_SUFFIXES, ".onnx", ".ort") or not _HUB_ID.match(str(model)):
-        return False
-    try:
-        return getattr(load_config(str(model))[0], "model_type", None) == "sam"
-    except OnnxNbError:
-        return False  # the export's own loading says what is wrong
+    return location_config(model).get("model_type") == "sam"
 
 
 def is_sam(model: Any) -> bool:

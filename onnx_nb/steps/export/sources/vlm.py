@@ -1,0 +1,154 @@
+"""A vision-language model (transformers' image-text-to-text: an object, a folder or a hub id whose config has a
+vision tower and an image token): three files in one folder, ``vision``, ``embed`` and ``decoder``
+(:mod:`onnx_nb.steps.export.vlm`), the decoder through the causal-LM route with its cache and embeddings in place of
+token ids. The result is a :class:`~onnx_nb.results.vlm.VlmExport`; ``onnx_nb.generate(result, inputs,
+images=...)`` runs the chain (:meth:`VlmSource.step_files`)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ....errors import InvalidArgumentError
+from ..args import ExportArgs
+from .base import is_torch_module, require_float32_cpu
+from .hf import HfSource, location_config
+
+TASK = "image-text-to-text"
+
+
+class VlmSource(HfSource):
+    key = "vlm"
+    what = "a vision-language model"
+    instead = ("; its three parts get their own samples and axes. Quantize a part afterwards: "
+               "quantize(vlm.parts['decoder'], method='int4').")
+    takes: ClassVar[frozenset[str]] = frozenset({"opset", "task"})
+    quantize_auto = None  # the pipeline quantizes one file; a part is quantized by name
+
+    @staticmethod
+    def recognises(model: Any, args: ExportArgs) -> bool:
+        if args.task not in (None, TASK):
+            return False
+        if isinstance(model, (str, os.PathLike)):
+            config = location_config(model)
+            return bool(config.get("vision_config")) and any(
+                isinstance(config.get(k), int) for k in ("image_token_id", "image_token_index")) and \
+                not config.get("is_encoder_decoder", False)
+        if not is_torch_module(model):
+            return False
+        from ..vlm import is_vlm
+
+        return is_vlm(model)
+
+    @classmethod
+    def export(cls, model: Any, args: ExportArgs) -> Any:
+        from ....results.export import ModelSource
+        from ....results.vlm import VlmExport
+        from ..decoder_cache import layout_of
+        from ..logs import quiet_loading
+        from ..staged import write_parts
+        from ..vlm import PARTS, image_token_of, parts, takes_token_types
+        from ..wrap import eval_mode
+        from ..writing import folder_for, source_name
+
+        if isinstance(model, (str, os.PathLike)):
+            from ..hf.loading import load_model
+
+            said: list[str] = []
+            path = Path(str(model)).expanduser()
+            with quiet_loading(said, local=path.exists()):
+                loaded = load_model(str(model), TASK)
+            vlm, location, pre = loaded.model, loaded.location, loaded.preprocessor
+        else:
+            from ..hf.loading import load_preprocessor
+
+            vlm, said = model, []
+            location = getattr(vlm.config, "_name_or_path", "") or None
+            pre = load_preprocessor(location) if location and Path(location).is_dir() else None
+        first = next(vlm.parameters())
+        require_float32_cpu(first.dtype, first.device, "The model", "model", "vlm.parts['vision']")
+        label, folder = folder_for(model, args, source_name(model))
+        token = image_token_of(vlm.config)
+        assert token is not None
+        with eval_mode(vlm):
+            layout = layout_of(vlm)
+            layout.embeds = int(vlm.get_input_embeddings().embedding_dim)
+            layout.token_types = takes_token_types(vlm)
+            record = ModelSource(kind="hf-object" if location is None else "hf-dir", name=label, location=location,
+                                 task=TASK, model_type=getattr(vlm.config, "model_type", None), model=vlm,
+                                 preprocessor=pre, load_warnings=said, adapter=cls.key, generation="decoder",
+                                 cache_layout=layout)
+
+            def export_part(module: Any, sample: Any, **settings: Any) -> Any:
+                if settings["name"] != "decoder":
+                    from .torch import export_part as plain
+
+                    return plain(module, sample, **settings)
+                return cls.export_decoder(record, settings)
+
+            built = {**parts(vlm), "decoder": (None, None, None)}
+            folder, files, seconds = write_parts("A vision-language model", PARTS, lambda: built, label, folder,
+                                                 args.overwrite, args.progress, args.opset, export_part)
+        result = VlmExport(folder, files, vlm, seconds, image_token=token)
+        started = time.perf_counter()
+        result.chain = check_chain(result)
+        result.export_seconds += time.perf_counter() - started
+        return result
+
+    @classmethod
+    def export_decoder(cls, record: Any, settings: dict[str, Any]) -> Any:
+        """The decoder part through the causal-LM route (dynamo first, its check at another batch and cache
+        length), fed embeddings."""
+        from ....progress import Steps
+        from ....runtime.files import check_target
+        from ..torch_route import export_module
+
+        args = ExportArgs(out=settings["out"], overwrite=True, progress=False, opset=settings.get("opset"))
+        with Steps(3, "export", False) as steps:
+            return export_module(cls, record, args, check_target(Path(settings["out"]), True), steps)
+
+    # --- what later steps ask -----------------------------------------------------------------------------------
+    @classmethod
+    def reload(cls, record: Any, step: str) -> Any:
+        if record.model is None:
+            raise InvalidArgumentError(f"This export of {record.name} no longer holds its model: export it again "
+                                       f"in this session to {step} it.")
+        return record
+
+    @classmethod
+    def step_files(cls, result: Any) -> dict[str, Any] | None:
+        """What :func:`onnx_nb.generate` chains for this export: the folder of its three files and the image
+        token their features go to (:class:`onnx_nb.steps.generate.vlm.VlmDecoder`)."""
+        folder = getattr(result, "folder", None)
+        return {"folder": Path(folder), "image_token": result.image_token} if folder is not None else None
+
+
+def check_chain(result: Any) -> dict[str, Any]:
+    """The three files chained in ONNX Runtime (vision, embed, decoder prefill and one decode step) against the
+    model's own forward with pixels, on a prompt of two images' tokens in a batch of two, judged as every export's
+    check is."""
+    import numpy as np
+    import torch
+
+    from ....results.tolerance import EXPORT_CHECK, measure
+    from ..vlm import chain_logits, features_of, pixel_sample, prompt_sample
+
+    model = result.model
+    pixels = pixel_sample(model, images=2, seed=3)
+    rows = features_of(model, pixels).shape[0]
+    ids = prompt_sample(result.image_token, rows, 2, int(model.get_input_embeddings().num_embeddings), seed=3)
+    mask = torch.ones_like(ids)
+    extra = {"token_type_ids": (ids == result.image_token).long()} if \
+        result.source.cache_layout.token_types else {}
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, **pixels, **extra, return_dict=True).logits.float().numpy()
+    got = chain_logits(Path(result.folder), {k: v.numpy() for k, v in pixels.items()}, ids.numpy(),
+                       result.image_token)
+    stats, errors = measure(np.asarray(got, np.float32), want, "logits")
+    verdict = errors.judge(EXPORT_CHECK)
+    worst = float(stats["max_abs"] or 0.0)
+    return {"passed": bool(verdict["passed"]), "max_abs_diff": worst, "images": 2, "image_tokens": int(rows),
+            "summary": f"logits of 2 prompts with an image each: max abs diff {worst:.3g}"
+                       + (f" ({verdict['note']})" if verdict["note"] else "")}

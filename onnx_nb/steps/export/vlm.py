@@ -1,0 +1,209 @@
+"""Vision-language models (transformers' image-text-to-text: LLaVA, Gemma 3, SmolVLM, ...) as three files, the shape
+onnxruntime-genai's builder gives them: ``vision`` (pixels and the family's extras -> one row of features per image
+token), ``embed`` (token ids and those features -> the embeddings the decoder reads, each image token's row replaced
+by the next feature row, as the model's own ``masked_scatter`` does) and ``decoder`` (embeddings -> logits, with its
+key/value cache: the causal-LM route, :mod:`.decoder_cache`).
+
+The samples come from the model itself: an image of the vision tower's size (in the layout the family's
+``get_image_features`` takes: tiles, patch masks, sizes), run once to count the features, and a prompt with that
+many image tokens. Only imported by functions that already need torch.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from ...errors import InvalidArgumentError
+
+PARTS = ("vision", "embed", "decoder")
+IMAGE_TOKEN_KEYS = ("image_token_id", "image_token_index")
+
+
+def is_vlm(model: Any) -> bool:
+    """A transformers image-text-to-text model with the multimodal interface of transformers 5
+    (``get_image_features`` -> features placed at the image tokens, a language model fed embeddings)."""
+    config = getattr(model, "config", None)
+    return (getattr(config, "vision_config", None) is not None and image_token_of(config) is not None
+            and callable(getattr(model, "get_image_features", None))
+            and callable(getattr(model, "get_input_embeddings", None))
+            and "inputs_embeds" in inspect.signature(model.forward).parameters)
+
+
+def image_token_of(config: Any) -> int | None:
+    for key in IMAGE_TOKEN_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def takes_token_types(model: Any) -> bool:
+    """The forward reads ``token_type_ids`` (Gemma 3, PaliGemma: an image's tokens see each other both ways)."""
+    return "token_type_ids" in inspect.signature(model.forward).parameters
+
+
+class ImageFeatures(torch.nn.Module):
+    """``forward(pixel_values, [pixel_attention_mask], [image_sizes]) -> image_features``: the vision tower and
+    projector, one row per image token (every image's rows one after another, as the model concatenates them)."""
+
+    EXTRAS = ("pixel_attention_mask", "image_sizes")  # what a family's get_image_features takes beside pixels
+
+    def __init__(self, model: Any, extras: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model = model
+        self.extras = extras
+
+    def forward(self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None = None,
+                image_sizes: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        given = {"pixel_attention_mask": pixel_attention_mask, "image_sizes": image_sizes}
+        out = self.model.get_image_features(pixel_values=pixel_values,
+                                            **{k: v for k, v in given.items() if v is not None}, return_dict=True)
+        pooled = out.pooler_output if hasattr(out, "pooler_output") else out
+        if isinstance(pooled, (list, tuple)):
+            pooled = torch.cat([p.reshape(-1, p.shape[-1]) for p in pooled], 0)
+        return {"image_features": pooled.reshape(-1, pooled.shape[-1])}
+
+
+class MergedEmbedding(torch.nn.Module):
+    """``forward(input_ids, image_features) -> inputs_embeds``: the token embeddings with the k-th image token's
+    row taken from the k-th feature row (row-major over the batch, as ``masked_scatter`` fills). A graph of gathers:
+    with no features (a decode step, a prompt without images) every token is embedded as text, as the model does
+    without pixels; an image token past the last feature reuses it, and callers check the counts first
+    (:func:`check_counts`)."""
+
+    def __init__(self, model: Any, image_token: int) -> None:
+        super().__init__()
+        self.embed = model.get_input_embeddings()
+        self.image_token = image_token
+
+    def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> dict[str, torch.Tensor]:
+        any_features = image_features.new_ones(image_features.shape[0]).sum() > 0
+        is_image = (input_ids == self.image_token) & any_features
+        # an image token id may lie outside the text vocabulary (its row is replaced anyway)
+        embeds = self.embed(torch.where(is_image, torch.zeros_like(input_ids), input_ids))
+        flat = is_image.reshape(-1).long()
+        index = torch.clamp(torch.cumsum(flat, 0) * flat, max=image_features.shape[0])
+        table = torch.cat([image_features.new_zeros(1, image_features.shape[-1]), image_features], 0)
+        picked = table.index_select(0, index).reshape(embeds.shape).to(embeds.dtype)
+        return {"inputs_embeds": torch.where(is_image.unsqueeze(-1), picked, embeds)}
+
+
+def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random pixels of the vision tower's size in the layout the family's ``get_image_features`` takes: tiles
+    and their sizes (LLaVA-NeXT's grid), an image per prompt with its patch mask (Idefics 3, SmolVLM), the image's
+    size beside it (Pixtral's towers), else one ``[images, 3, size, size]`` tensor."""
+    config = model.config
+    vision = config.vision_config
+    size = getattr(vision, "image_size", 224)
+    size = int(size[0] if isinstance(size, (list, tuple)) else size)
+    channels = int(getattr(vision, "num_channels", 3) or 3)
+    g = torch.Generator().manual_seed(seed)
+    takes = inspect.signature(model.get_image_features).parameters
+    sample: dict[str, torch.Tensor] = {}
+    if "pixel_attention_mask" in takes:
+        sample["pixel_values"] = torch.randn(images, 1, channels, size, size, generator=g)
+        sample["pixel_attention_mask"] = torch.ones(images, 1, size, size, dtype=torch.bool)
+    elif getattr(config, "image_grid_pinpoints", None):
+        from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+
+        tiles = image_size_to_num_patches((size, size), config.image_grid_pinpoints, size)
+        sample["pixel_values"] = torch.randn(images, tiles, channels, size, size, generator=g)
+        sample["image_sizes"] = torch.tensor([[size, size]] * images)
+    else:
+        sample["pixel_values"] = torch.randn(images, channels, size, size, generator=g)
+        if getattr(vision, "model_type", "") == "pixtral":
+            sample["image_sizes"] = torch.tensor([[size, size]] * images)
+    return sample
+
+
+def features_of(model: Any, pixels: dict[str, torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        return ImageFeatures(model, tuple(pixels)[1:])(**pixels)["image_features"]
+
+
+def prompt_sample(image_token: int, features: int, images: int, vocab: int, seed: int = 0) -> torch.Tensor:
+    """A batch of one prompt per image: two text tokens, the image's tokens, three text tokens."""
+    g = torch.Generator().manual_seed(seed)
+    each = features // images
+    rows = []
+    for _ in range(images):
+        text = torch.randint(3, max(min(vocab, image_token), 4), (5,), generator=g).tolist()
+        rows.append(text[:2] + [image_token] * each + text[2:])
+    return torch.tensor(rows)
+
+
+def check_counts(input_ids: Any, image_token: int, features: int) -> None:
+    """A prompt's image tokens against the images' feature rows: refused, saying both counts, when they differ."""
+    import numpy as np
+
+    tokens = int((np.asarray(input_ids) == image_token).sum())
+    if tokens != features:
+        raise InvalidArgumentError(
+            f"The prompts hold {tokens} image tokens (id {image_token}) and the images give {features} feature rows: "
+            "they must match. Make the prompts with the model's processor (processor(text=..., images=...) expands "
+            "each image placeholder to the family's count), or put that many image tokens in the token ids.")
+
+
+def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], dict[str, dict[int, str]]]]:
+    """The vision and embedding parts: (module, sample, dynamic axes) each."""
+    token = image_token_of(model.config)
+    assert token is not None
+    pixels = pixel_sample(model)
+    features = features_of(model, pixels)
+    vocab = int(model.get_input_embeddings().num_embeddings)
+    ids = prompt_sample(token, features.shape[0], 1, vocab)
+    return {
+        # one image per run (the families split and loop over images in Python: a trace fixes their count); the
+        # runners run it per image and join the rows
+        "vision": (ImageFeatures(model, tuple(pixels)[1:]), pixels, False),
+        "embed": (MergedEmbedding(model, token), {"input_ids": ids, "image_features": features},
+                  {"input_ids": {0: "batch", 1: "sequence"}, "image_features": {0: "image_tokens"}}),
+    }
+
+
+def image_features(vision: Any, pixels: dict[str, Any]) -> Any:
+    """The feature rows of every image, the vision file run once per image (its inputs' first axis)."""
+    import numpy as np
+
+    from ...runtime.feeds import typed
+
+    inputs = vision.get_inputs()
+    for i in inputs:
+        shape = list(np.shape(pixels[i.name]))
+        want = list(i.shape[1:])
+        if shape[1:] != want:
+            raise InvalidArgumentError(
+                f"{i.name} has shape {shape}; this model's vision encoder takes [images, "
+                f"{', '.join(map(str, want))}] (one image per row, {want[-1]}x{want[-2]} pixels for its tower, "
+                f"{want[-3] if len(want) >= 3 else '-'} channels): give the processor's output, which resizes "
+                "pictures to that.")
+    count = int(np.asarray(pixels[inputs[0].name]).shape[0])
+    rows = [vision.run(None, {i.name: typed(np.asarray(pixels[i.name])[k:k + 1], i.type) for i in inputs})[0]
+            for k in range(count)]
+    return np.concatenate(rows, 0)
+
+
+def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int) -> Any:
+    """The prompt's logits through the three files in ONNX Runtime (vision, embed, the decoder's prefill with an
+    empty cache): what the export's check compares with the model's own forward."""
+    import numpy as np
+
+    from ...runtime.facts import is_cache
+    from ...runtime.sessions import session
+
+    vision, embed, decoder = (session(folder / f"{part}.onnx") for part in PARTS)
+    features = image_features(vision, pixels)
+    check_counts(ids, image_token, int(features.shape[0]))
+    embeds = embed.run(None, {"input_ids": ids.astype(np.int64), "image_features": features})[0]
+    batch, width = ids.shape
+    feed = {"inputs_embeds": embeds, "attention_mask": np.ones((batch, width), np.int64),
+            "position_ids": np.tile(np.arange(width, dtype=np.int64), (batch, 1)),
+            "token_type_ids": (ids == image_token).astype(np.int64)}
+    for i in decoder.get_inputs():
+        if is_cache(i.name):
+            feed[i.name] = np.zeros((batch, i.shape[1], 0, i.shape[3]), np.float32)
+    wanted = {i.name for i in decoder.get_inputs()}
+    return decoder.run(["logits"], {k: v for k, v in feed.items() if k in wanted})[0]

@@ -1,0 +1,88 @@
+"""A vision-language model's three files (:mod:`onnx_nb.steps.export.vlm`) as one step runner: the images through
+``vision.onnx`` once, each step's tokens through ``embed.onnx`` (the image features merged at the first step), the
+embeddings through ``decoder.onnx`` with its cache. Needs no torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError
+from .runners import OnnxDecoder
+
+
+class VlmDecoder(OnnxDecoder):
+    """:class:`OnnxDecoder` over ``decoder.onnx``, its tokens embedded by ``embed.onnx`` with the features of the
+    images given to :meth:`set_images` (used by the next step, the prompt's)."""
+
+    def __init__(self, folder: Path, image_token: int, provider: str = "CPUExecutionProvider",
+                 **options: Any) -> None:
+        from ...runtime.sessions import session
+
+        super().__init__(folder / "decoder.onnx", provider, **options)
+        options.pop("io_binding", None)
+        self.vision = session(folder / "vision.onnx", provider, **options)
+        self.embed = session(folder / "embed.onnx", provider, **options)
+        self.image_token = image_token
+        self.vision_inputs = [i.name for i in self.vision.get_inputs()]
+        width = self.embed.get_inputs()[1].shape[-1]
+        self.features_width = int(width) if isinstance(width, int) else int(
+            self.session.get_inputs()[0].shape[-1])
+        self.token_types = "token_type_ids" in {i.name for i in self.session.get_inputs()}
+        self.pending: np.ndarray | None = None
+        self.vision_ms = 0.0
+
+    def set_images(self, pixels: dict[str, np.ndarray] | None) -> None:
+        """The images of the next prompt (the vision file's inputs by name), encoded now; None: a prompt
+        without images."""
+        import time
+
+        if not pixels:
+            self.pending = None
+            return
+        missing = [n for n in self.vision_inputs if n not in pixels]
+        if missing:
+            raise InvalidArgumentError(f"The images lack {', '.join(missing)}, which this model's vision encoder "
+                                       f"takes ({', '.join(self.vision_inputs)}): pass the processor's whole output.")
+        from ..export.vlm import image_features
+
+        started = time.perf_counter()
+        self.pending = image_features(self.vision, pixels)
+        self.vision_ms = (time.perf_counter() - started) * 1e3
+
+    def token_feed(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        from ..export.vlm import check_counts
+
+        features = self.pending
+        if features is None:  # a decode step, or a prompt without images: every token is text
+            features = np.zeros((0, self.features_width), np.float32)
+        else:
+            check_counts(ids, self.image_token, int(features.shape[0]))
+        self.pending = None
+        ids = ids.astype(np.int64)
+        embeds = self.embed.run(None, {"input_ids": ids, "image_features": features})[0]
+        feed = {"inputs_embeds": embeds}
+        if self.token_types:
+            feed["token_type_ids"] = (ids == self.image_token).astype(np.int64) * (features.shape[0] > 0)
+        return feed
+
+
+def pixels_of(inputs: Any, images: Any, processor: Any, names: list[str]) -> dict[str, Any] | None:
+    """The vision file's inputs: ``images`` as a processor's output (a dict) or a pixel array, else the pixel
+    entries of ``inputs`` (a processor's output with text and images); PIL images go through ``processor``."""
+    if images is None:
+        if hasattr(inputs, "keys") and names[0] in inputs:
+            return {n: inputs[n] for n in names if n in inputs}
+        return None
+    if hasattr(images, "keys"):
+        return {n: images[n] for n in names if n in images}
+    if hasattr(images, "shape"):
+        return {names[0]: images}
+    if processor is None or not hasattr(processor, "image_processor"):
+        raise InvalidArgumentError(
+            "images= given as pictures needs the model's processor (none was saved with the model): pass the "
+            "processor's output instead (processor(text=..., images=..., return_tensors='np')), or pixel_values.")
+    out = processor.image_processor(images, return_tensors="np")
+    return {n: out[n] for n in names if n in out}

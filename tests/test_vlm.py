@@ -1,0 +1,123 @@
+"""Vision-language models (image-text-to-text) as one adapter of the source layer: tiny random models of nine families
+exported as vision, embed and decoder files, the chain checked against the model's forward, and onnx_nb.generate with
+images giving PyTorch's greedy tokens, which change when the image does."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import onnx_nb
+from tests.tiny_vlms import VLMS, build_vlm
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+NEW = 8
+# llava_next: its tiles' count follows image_sizes' values (every exporter fails on it); paligemma: the prefix's
+# two-way attention is applied only while the cache is empty, which the decoder part does not see (the chain check
+# fails, and says so)
+NOT_YET = ("llava_next", "paligemma")
+
+
+def _torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> list[list[int]]:
+    import torch
+
+    kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **pixels}
+    if "token_type_ids" in inspect.signature(model.forward).parameters:
+        kwargs["token_type_ids"] = (ids == token).long()
+    with torch.no_grad():
+        out = model.generate(**kwargs, max_new_tokens=NEW, do_sample=False)
+    eos = model.generation_config.eos_token_id
+    rows = out[:, ids.shape[1]:].tolist()
+    return [row[:row.index(eos) + 1] if eos in row else row for row in rows]  # a finished row's padding cut
+
+
+def _prompt(model: Any, token: int, images: int, seed: int) -> tuple[Any, dict[str, Any]]:
+    from onnx_nb.steps.export.vlm import features_of, pixel_sample, prompt_sample
+
+    pixels = pixel_sample(model, images, seed=seed)
+    rows = features_of(model, pixels).shape[0]
+    return prompt_sample(token, rows, images, int(model.get_input_embeddings().num_embeddings), seed=seed), pixels
+
+
+@pytest.mark.parametrize("family", sorted(set(VLMS) - set(NOT_YET)))
+def test_a_family_exports_as_three_files_and_generates_pytorchs_tokens(family: str, tmp_path: Path) -> None:
+    model = build_vlm(family)
+    result = onnx_nb.export(model, out=tmp_path / family, progress=False)
+    assert isinstance(result, onnx_nb.VlmExport)
+    assert sorted(p.name for p in (tmp_path / family).glob("*.onnx")) == ["decoder.onnx", "embed.onnx",
+                                                                           "vision.onnx"]
+    assert result.status in ("verified", "unverified"), result
+    assert result.chain["passed"], result.chain
+    assert result.source.adapter == "vlm" and result.source.cache_layout.embeds == 64
+    made = []
+    for seed in (5, 6):  # two images: the tokens follow the image
+        ids, pixels = _prompt(model, result.image_token, 1, seed)
+        want = _torch_tokens(model, ids, pixels, result.image_token)
+        got = onnx_nb.generate(result, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()},
+                               max_new_tokens=NEW)
+        assert got.tokens == want, (family, seed)
+        made.append(got.tokens[0])
+    assert made[0] != made[1], f"{family}: the image does not change the tokens"
+
+
+@pytest.fixture(scope="module")
+def llava(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    model = build_vlm("llava")
+    return model, onnx_nb.export(model, out=tmp_path_factory.mktemp("vlm") / "llava", progress=False)
+
+
+def test_a_chain_that_differs_from_the_model_fails_the_export(tmp_path: Path) -> None:
+    result = onnx_nb.export(build_vlm("paligemma"), out=tmp_path / "pg", progress=False)
+    assert not result.chain["passed"] and result.status == "failed" and not result
+    assert "chained against PyTorch" in repr(result) and "FAILED" in repr(result)
+
+
+def test_a_batch_of_prompts_with_an_image_each_and_the_processors_whole_output(llava: tuple[Any, Any]) -> None:
+    model, result = llava
+    ids, pixels = _prompt(model, result.image_token, 2, seed=9)
+    want = _torch_tokens(model, ids, pixels, result.image_token)
+    # the images inside the inputs, as processor(text=..., images=..., return_tensors="np") gives them
+    inputs = {"input_ids": ids.numpy(), "attention_mask": np.ones_like(ids.numpy()),
+              **{k: v.numpy() for k, v in pixels.items()}}
+    got = onnx_nb.generate(result, inputs, max_new_tokens=NEW)
+    assert got.tokens == want
+    # a prompt without images is text: the image token embedded as the model embeds it without pixels
+    text = onnx_nb.generate(result, [[5, 6, 7]], max_new_tokens=3, eos_token_id=-1)
+    assert len(text.tokens[0]) == 3
+
+
+def test_a_folder_is_recognised_and_exported_as_its_parts(llava: tuple[Any, Any], tmp_path: Path) -> None:
+    from onnx_nb.steps.export.args import ExportArgs
+    from onnx_nb.steps.export.sources.registry import resolve
+
+    model, _ = llava
+    model.save_pretrained(tmp_path / "llava")
+    assert resolve(str(tmp_path / "llava"), ExportArgs()).key == "vlm"
+    assert resolve(model, ExportArgs()).key == "vlm"
+    result = onnx_nb.export(str(tmp_path / "llava"), out=tmp_path / "out", progress=False)
+    assert isinstance(result, onnx_nb.VlmExport) and result.chain["passed"]
+    assert result.source.location == str((tmp_path / "llava").resolve())
+
+
+def test_bad_images_and_prompts_are_refused_naming_what_to_pass(llava: tuple[Any, Any], tmp_path: Path) -> None:
+    model, result = llava
+    ids, pixels = _prompt(model, result.image_token, 1, seed=3)
+    images = {k: v.numpy() for k, v in pixels.items()}
+    short = ids.tolist()[0]
+    short.remove(result.image_token)  # one image token too few
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"15 image tokens .* 16 feature rows"):
+        onnx_nb.generate(result, [short], images=images, max_new_tokens=2)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"vision encoder takes \[images, 3, 32, 32\]"):
+        onnx_nb.generate(result, ids.tolist(), images=np.zeros((1, 3, 64, 64), np.float32), max_new_tokens=2)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"vision encoder takes \[images, 3, 32, 32\]"):
+        onnx_nb.generate(result, ids.tolist(), images=np.zeros((1, 1, 32, 32), np.float32), max_new_tokens=2)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"needs the model's processor"):
+        onnx_nb.generate(result, ids.tolist(), images=["a picture"], max_new_tokens=2)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"not for a vision-language model"):
+        onnx_nb.export(model, out=tmp_path / "x", sample={"pixel_values": pixels["pixel_values"]})
+    # the kernel stays usable: the same export generates after the refusals
+    assert onnx_nb.generate(result, ids.tolist(), images=images, max_new_tokens=2, eos_token_id=-1).tokens
