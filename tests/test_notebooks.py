@@ -78,7 +78,8 @@ def test_all_tutorials_are_tested() -> None:
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(
         ["01_quickstart.ipynb", "02_huggingface_tasks.ipynb", "03_debugging_parity.ipynb",
          "04_quantization_autotune.ipynb", "05_providers_latency.ipynb", "06_generation.ipynb",
-         "07_browser.ipynb", "08_diffusion.ipynb", "09_yolo.ipynb", "10_beyond_pytorch.ipynb"])
+         "07_browser.ipynb", "08_diffusion.ipynb", "09_yolo.ipynb", "10_beyond_pytorch.ipynb",
+         "11_vision_language.ipynb"])
 
 
 @pytest.mark.lower_bounds
@@ -268,3 +269,17 @@ def test_beyond_pytorch_tutorial(tmp_path: Path) -> None:
     noise = [line for c in cells for line in text(c).splitlines()
              if "oneDNN" in line or "absl::" in line or ("tf2onnx" in line.lower() and "WARNING" in line)]
     assert not noise, noise  # TensorFlow's and tf2onnx's log lines stay out of the cells
+
+
+def test_vision_language_tutorial(tmp_path: Path) -> None:
+    cells = execute("11_vision_language.ipynb", tmp_path)
+    assert "a tiny LLaVA from a config" in text(cells[0])
+    shown = text(by_source(cells, "vlm = onnx_nb.export"))
+    assert all(f"{part}.onnx" in shown for part in ("vision", "embed", "decoder"))
+    assert "chained against PyTorch" in shown and "(passed)" in shown
+    generated = text(by_source(cells, "rng = np.random"))
+    lines = [line for line in generated.splitlines() if line.startswith("image ")]
+    assert len(lines) == 2 and all("same: True" in line for line in lines), generated
+    assert lines[0].split("PyTorch")[0] != lines[1].split("PyTorch")[0].replace("image 1", "image 0")
+    refused = text(by_source(cells, "try:"))
+    assert refused.startswith("InvalidArgumentError") and "14 image tokens" in refused and "16 feature rows" in refused

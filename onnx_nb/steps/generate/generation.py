@@ -179,4 +179,5 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         if finished:
             break
     text = [tokenizer.decode(t, skip_special_tokens=True) for t in new] if tokenizer is not None else None
-    return GenerationResult(prompts, new, text, times[0], times[1:])
+    # time to first token: a vision-language model's image encoding counts too
+    return GenerationResult(prompts, new, text, times[0] + getattr(decoder, "vision_ms", 0.0), times[1:])
