@@ -27,6 +27,7 @@ def is_vlm(model: Any) -> bool:
     (``get_image_features`` -> features placed at the image tokens, a language model fed embeddings)."""
     config = getattr(model, "config", None)
     return (getattr(config, "vision_config", None) is not None and image_token_of(config) is not None
+            and not getattr(config, "is_encoder_decoder", False)
             and callable(getattr(model, "get_image_features", None))
             and callable(getattr(model, "get_input_embeddings", None))
             and "inputs_embeds" in inspect.signature(model.forward).parameters)
