@@ -22,14 +22,21 @@ NEW = 8
 NOT_YET = ("llava_next", "paligemma")
 
 
-def _torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> list[list[int]]:
+def _inputs(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> dict[str, Any]:
+    """What the family's processor gives: ids, mask, pixels (and Gemma 3's token types: 1 at the image)."""
     import torch
 
     kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **pixels}
     if "token_type_ids" in inspect.signature(model.forward).parameters:
         kwargs["token_type_ids"] = (ids == token).long()
+    return kwargs
+
+
+def _torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> list[list[int]]:
+    import torch
+
     with torch.no_grad():
-        out = model.generate(**kwargs, max_new_tokens=NEW, do_sample=False)
+        out = model.generate(**_inputs(model, ids, pixels, token), max_new_tokens=NEW, do_sample=False)
     eos = model.generation_config.eos_token_id
     rows = out[:, ids.shape[1]:].tolist()
     return [row[:row.index(eos) + 1] if eos in row else row for row in rows]  # a finished row's padding cut
@@ -62,6 +69,19 @@ def test_a_family_exports_as_three_files_and_generates_pytorchs_tokens(family: s
         assert got.tokens == want, (family, seed)
         made.append(got.tokens[0])
     assert made[0] != made[1], f"{family}: the image does not change the tokens"
+    # transformers' own generate() over the files: two prompts with an image each, greedy and 2 beams
+    import torch
+
+    wrapped = onnx_nb.to_transformers(result)
+    assert type(wrapped).__name__ == type(model).__name__
+    ids, pixels = _prompt(model, result.image_token, 2, seed=7)
+    for beams in (1, 2):
+        with torch.no_grad():
+            want_ids = model.generate(**_inputs(model, ids, pixels, result.image_token), max_new_tokens=NEW,
+                                      do_sample=False, num_beams=beams)
+            got_ids = wrapped.generate(**_inputs(model, ids, pixels, result.image_token), max_new_tokens=NEW,
+                                       do_sample=False, num_beams=beams)
+        assert got_ids.tolist() == want_ids.tolist(), (family, beams)
 
 
 @pytest.fixture(scope="module")

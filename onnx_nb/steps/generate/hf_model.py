@@ -229,6 +229,37 @@ class OnnxForCausalLM(_OnnxModel, GenerationMixin):
         return OnnxLMOutput(logits=_logits(logits), cache=OnnxCache(self.steps, state, total))
 
 
+class OnnxForImageTextToText(OnnxForCausalLM):
+    """A vision-language model's three files (:class:`~.vlm.VlmDecoder`) as a transformers image-text-to-text
+    model: the first forward's pixels (and the family's extras) go through the vision file, the later ones are text;
+    beam search repeats the pixels per beam as it repeats the prompt."""
+
+    def prepare_inputs_for_generation(self, input_ids: torch.Tensor, cache: OnnxCache | None = None,
+                                      attention_mask: torch.Tensor | None = None, **kwargs: Any) -> dict[str, Any]:
+        inputs = super().prepare_inputs_for_generation(input_ids, cache, attention_mask, **kwargs)
+        if cache is not None:  # the images were the prompt's
+            for name in (*self.steps.decoder.vision_inputs, "token_type_ids"):
+                inputs.pop(name, None)
+        return inputs
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                cache: OnnxCache | None = None, max_length: int | None = None,
+                pixel_values: torch.Tensor | None = None, pixel_attention_mask: torch.Tensor | None = None,
+                image_sizes: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                **kwargs: Any) -> OnnxLMOutput:
+        """``token_type_ids`` are read from the image tokens (what the processor makes of them)."""
+        decoder = self.steps.decoder
+        given = {"pixel_values": pixel_values, "pixel_attention_mask": pixel_attention_mask,
+                 "image_sizes": image_sizes}
+        pixels = {n: v.cpu().numpy() for n, v in given.items() if v is not None and n in decoder.vision_inputs}
+        if cache is None:
+            decoder.set_images(pixels or None)
+        out = super().forward(input_ids, attention_mask, cache, max_length, **kwargs)
+        if cache is None:
+            self.step_ms[-1] += decoder.vision_ms  # time to first token: the image encoding too
+        return out
+
+
 class _OnnxEncoder(torch.nn.Module):
     """The encoder file as the module ``get_encoder()`` returns: its states and the cross-attention cache."""
 

@@ -32,7 +32,8 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
     criteria, streamers) and ``pipeline()`` run on them.
 
     ``model``: an :class:`~onnx_nb.ExportResult` of a decoder exported with its cache (``*ForCausalLM``), of an
-    encoder-decoder (``*ForConditionalGeneration``, ``MarianMTModel``) or of Whisper; a variant of one
+    encoder-decoder (``*ForConditionalGeneration``, ``MarianMTModel``) or of Whisper; a vision-language model's
+    export (:class:`~onnx_nb.VlmExport`: ``generate(**processor(text=..., images=..., return_tensors="pt"))``); a variant of one
     (``optimize()``'s, ``quantize()``'s); or an ``.onnx`` path with ``config=`` (the model's folder, hub id or
     config object). ``provider``: ONNX Runtime's (``"cpu"``, ``"cuda"``, ...); on a GPU provider the decoder's
     cache stays on the device between steps (I/O binding; ``io_binding=False`` turns it off). ``threads``: ONNX
@@ -49,7 +50,21 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
     from ...runtime.providers import providers_named
     from .runners import decoder_for
 
+    from ..export.sources.registry import adapter_of
+
     path = Path(getattr(model, "path", model))
+    files = None if isinstance(model, (str, Path)) else adapter_of(model).step_files(model)
+    if files is not None:  # several files chained (a vision-language model's)
+        from .hf_model import OnnxForImageTextToText
+        from .vlm import VlmDecoder
+
+        named = providers_named([provider])[0].name
+        hf_config, generation = _config_of(model, config)
+        wrapped = OnnxForImageTextToText(hf_config, files["folder"], named,
+                                         VlmDecoder(files["folder"], files["image_token"], named, threads=threads))
+        wrapped.__class__ = _named_like(type(wrapped), model, hf_config)
+        wrapped.generation_config = generation
+        return wrapped.eval()
     if not path.is_file():
         raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
     named = providers_named([provider])[0].name

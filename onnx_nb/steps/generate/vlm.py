@@ -40,7 +40,7 @@ class VlmDecoder(OnnxDecoder):
         import time
 
         if not pixels:
-            self.pending = None
+            self.pending, self.vision_ms = None, 0.0
             return
         missing = [n for n in self.vision_inputs if n not in pixels]
         if missing:
