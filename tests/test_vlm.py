@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import onnx_nb
-from tests.tiny_vlms import VLMS, build_vlm
+from tests.tiny_vlms import VLMS, build_vlm, llava_with_processor
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NEW = 8
@@ -141,3 +141,29 @@ def test_bad_images_and_prompts_are_refused_naming_what_to_pass(llava: tuple[Any
         onnx_nb.export(model, out=tmp_path / "x", sample={"pixel_values": pixels["pixel_values"]})
     # the kernel stays usable: the same export generates after the refusals
     assert onnx_nb.generate(result, ids.tolist(), images=images, max_new_tokens=2, eos_token_id=-1).tokens
+
+
+def test_a_folder_with_its_processor_takes_text_and_pictures(tmp_path: Path) -> None:
+    """The way a real checkpoint comes: a folder with its processor. Text and pictures go through it (each
+    <image> expanded to the tower's 16 tokens); generate(), to_transformers(...).generate and transformers'
+    image-text-to-text pipeline over the files give PyTorch's text."""
+    import torch
+    import transformers
+    from PIL import Image
+
+    model, processor = llava_with_processor(tmp_path / "llava")
+    picture = Image.fromarray((np.random.default_rng(0).random((40, 48, 3)) * 255).astype("uint8"))
+    prompt = "<image> what is this?"
+    inputs = processor(text=[prompt], images=[picture], return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False)
+    want = processor.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    vlm = onnx_nb.export(str(tmp_path / "llava"), out=tmp_path / "out", progress=False)
+    assert type(vlm.preprocessor).__name__ == "LlavaProcessor" and vlm
+    assert onnx_nb.generate(vlm, prompt, images=[picture], max_new_tokens=NEW).text == want
+    given = dict(processor(text=[prompt], images=[picture], return_tensors="np"))
+    assert onnx_nb.generate(vlm, given, max_new_tokens=NEW).text == want
+    pipe = transformers.pipeline("image-text-to-text", model=onnx_nb.to_transformers(vlm), processor=processor)
+    said = pipe(images=picture, text=prompt, max_new_tokens=NEW, generate_kwargs={"do_sample": False})
+    assert said[0]["generated_text"] == f"{prompt} {want[0]}"

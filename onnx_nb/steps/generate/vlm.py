@@ -86,3 +86,19 @@ def pixels_of(inputs: Any, images: Any, processor: Any, names: list[str]) -> dic
             "processor's output instead (processor(text=..., images=..., return_tensors='np')), or pixel_values.")
     out = processor.image_processor(images, return_tensors="np")
     return {n: out[n] for n in names if n in out}
+
+
+def with_processor(inputs: Any, images: Any, processor: Any) -> tuple[Any, Any]:
+    """Text prompts and pictures through the model's processor together (it puts each image's tokens where the
+    prompt has its placeholder): (its output as the inputs, None); anything else as it came."""
+    texts = [inputs] if isinstance(inputs, str) else inputs
+    pictures = images is not None and not hasattr(images, "keys") and not hasattr(images, "shape")
+    if not (pictures and isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) for t in texts)):
+        return inputs, images
+    if processor is None or not hasattr(processor, "image_processor"):
+        raise InvalidArgumentError(
+            "Text with pictures needs the model's processor (none was saved with the model): pass the processor's "
+            "output instead (processor(text=..., images=..., return_tensors='np')), or token ids and pixel_values.")
+    pictures_list = list(images) if isinstance(images, (list, tuple)) else [images]
+    out = processor(text=list(texts), images=pictures_list, return_tensors="np", padding=True)
+    return dict(out), None
