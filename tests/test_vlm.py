@@ -167,3 +167,18 @@ def test_a_folder_with_its_processor_takes_text_and_pictures(tmp_path: Path) -> 
     pipe = transformers.pipeline("image-text-to-text", model=onnx_nb.to_transformers(vlm), processor=processor)
     said = pipe(images=picture, text=prompt, max_new_tokens=NEW, generate_kwargs={"do_sample": False})
     assert said[0]["generated_text"] == f"{prompt} {want[0]}"
+
+
+def test_a_quantized_decoder_part_is_judged_on_the_chain_and_generates_from_images(llava: tuple[Any, Any]) -> None:
+    """INT8 of the decoder part: its parity is generation parity through the vision and embed files (prompts with
+    their images against PyTorch's generate() with pixels), and the variant generates from images in the chain."""
+    model, result = llava
+    int8 = onnx_nb.quantize(result.parts["decoder"], method="dynamic")
+    assert int8.parity.generation and "through the vision and embed files" in " ".join(int8.parity.notes)
+    assert {r.output for r in int8.parity.rows} == {"logits", "tokens"}
+    assert int8.parity, int8.parity.failures
+    ids, pixels = _prompt(model, result.image_token, 1, seed=4)
+    images = {k: v.numpy() for k, v in pixels.items()}
+    made = onnx_nb.generate(int8, ids.tolist(), images=images, max_new_tokens=NEW)
+    assert len(made.tokens[0]) >= 1 and made.prefill_ms > 0
+    assert onnx_nb.to_transformers(int8).onnx_path == int8.path

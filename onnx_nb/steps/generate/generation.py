@@ -53,7 +53,7 @@ def _own_runner(model: Any, inputs: Any, images: Any, provider: str, threads: in
 
     processor = getattr(source_of(model), "preprocessor", None)
     inputs, images = with_processor(inputs, images, processor)
-    runner = VlmDecoder(files["folder"], files["image_token"], provider, threads=threads)
+    runner = VlmDecoder(files, provider, threads=threads)
     runner.set_images(pixels_of(inputs, images, processor, runner.vision_inputs))
     return runner, inputs
 

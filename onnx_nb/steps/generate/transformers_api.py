@@ -60,8 +60,8 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
 
         named = providers_named([provider])[0].name
         hf_config, generation = _config_of(model, config)
-        wrapped = OnnxForImageTextToText(hf_config, files["folder"], named,
-                                         VlmDecoder(files["folder"], files["image_token"], named, threads=threads))
+        wrapped = OnnxForImageTextToText(hf_config, Path(files["decoder"]), named,
+                                         VlmDecoder(files, named, threads=threads))
         wrapped.__class__ = _named_like(type(wrapped), model, hf_config)
         wrapped.generation_config = generation
         return wrapped.eval()

@@ -17,14 +17,16 @@ class VlmDecoder(OnnxDecoder):
     """:class:`OnnxDecoder` over ``decoder.onnx``, its tokens embedded by ``embed.onnx`` with the features of the
     images given to :meth:`set_images` (used by the next step, the prompt's)."""
 
-    def __init__(self, folder: Path, image_token: int, provider: str = "CPUExecutionProvider",
-                 **options: Any) -> None:
+    def __init__(self, files: dict[str, Any], provider: str = "CPUExecutionProvider", **options: Any) -> None:
+        """``files``: the adapter's ``step_files`` (the ``vision``, ``embed`` and ``decoder`` paths, the
+        ``image_token``)."""
         from ...runtime.sessions import session
 
-        super().__init__(folder / "decoder.onnx", provider, **options)
+        super().__init__(Path(files["decoder"]), provider, **options)
         options.pop("io_binding", None)
-        self.vision = session(folder / "vision.onnx", provider, **options)
-        self.embed = session(folder / "embed.onnx", provider, **options)
+        self.vision = session(Path(files["vision"]), provider, **options)
+        self.embed = session(Path(files["embed"]), provider, **options)
+        image_token = int(files["image_token"])
         self.image_token = image_token
         self.vision_inputs = [i.name for i in self.vision.get_inputs()]
         width = self.embed.get_inputs()[1].shape[-1]

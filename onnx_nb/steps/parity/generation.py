@@ -140,11 +140,16 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     model = adapter_of(export).reload(export.source, "generation parity").model
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
-    if file_facts(path).generation == "seq2seq":
+    chained = adapter_of(export).step_files(export, decoder=path)
+    if chained is not None:  # several files run together (a vision-language model's): judged as a chain
+        from .vlm import VlmChain
+
+        family: Any = VlmChain(model, chained, max_new_tokens)
+    elif file_facts(path).generation == "seq2seq":
         from ..export.seq2seq_cache import encoder_path
         from .seq2seq import Seq2SeqParity
 
-        family: Any = Seq2SeqParity(model, path, max_new_tokens,
+        family = Seq2SeqParity(model, path, max_new_tokens,
                                     encoder=export.parts.get("encoder") or encoder_path(Path(export.path)))
     else:
         family = _DecoderOnly(model, path, prompts, max_new_tokens)
@@ -193,15 +198,16 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
                         f"({'a near-tie: both picks are right' if check.near_tie else 'a real divergence'}"
                         f"{f'; the logits error elsewhere {level:.3g}' if level else ''})")
                 rows.append(Row("tokens", family.labels[i], p.short, status, note=note))
-            beams = _beam_checks(family, export, path, p.short, level)
+            beams = _beam_checks(family, export, path, p.short, level) if getattr(family, "beams", True) else []
             checks += beams
             for check in beams:
                 rows.append(Row("tokens", f"{family.labels[check.prompt]}, {check.kind}", p.short,
                                 "fail" if check.verdict == "DIVERGED" else "pass", note=_beam_note(check)))
     identical = sum(c.first_difference is None for c in checks)
     ties = sum(c.verdict == "near-tie" for c in checks)
-    notes = [f"Generation parity: {family.describe}; {max_new_tokens} greedy tokens each, and the {BEAMS} kept "
-             f"beams of a {BEAMS}-beam search (transformers' own, over the files: onnx_nb.to_transformers), against "
+    beam_text = (f", and the {BEAMS} kept beams of a {BEAMS}-beam search (transformers' own, over the files: "
+                 "onnx_nb.to_transformers)") if getattr(family, "beams", True) else ""
+    notes = [f"Generation parity: {family.describe}; {max_new_tokens} greedy tokens each{beam_text}, against "
              f"PyTorch generate(): {identical} identical, {ties} near-tie(s), "
              f"{len(checks) - identical - ties} divergence(s). A near-tie is a first difference where PyTorch's "
              f"logits for the two picks were within {NEAR_TIE:g} of the logits' scale, or within twice the logits' "

@@ -92,6 +92,7 @@ class VlmSource(HfSource):
             folder, files, seconds = write_parts("A vision-language model", PARTS, lambda: built, label, folder,
                                                  args.overwrite, args.progress, args.opset, export_part)
         result = VlmExport(folder, files, vlm, seconds, image_token=token)
+        files["decoder"].parts = {"vision": files["vision"].path, "embed": files["embed"].path}
         started = time.perf_counter()
         result.chain = check_chain(result)
         result.export_seconds += time.perf_counter() - started
@@ -118,11 +119,27 @@ class VlmSource(HfSource):
         return record
 
     @classmethod
-    def step_files(cls, result: Any) -> dict[str, Any] | None:
-        """What :func:`onnx_nb.generate` chains for this export: the folder of its three files and the image
-        token their features go to (:class:`onnx_nb.steps.generate.vlm.VlmDecoder`)."""
-        folder = getattr(result, "folder", None)
-        return {"folder": Path(folder), "image_token": result.image_token} if folder is not None else None
+    def step_files(cls, result: Any, decoder: Path | None = None) -> dict[str, Any] | None:
+        """What :func:`onnx_nb.generate` and generation parity chain for this export (the whole, its decoder part or
+        a variant of that): the vision, embed and decoder files and the image token their features go to
+        (:class:`onnx_nb.steps.generate.vlm.VlmDecoder`)."""
+        from ....results.export import export_of
+        from ..vlm import image_token_of
+
+        token = getattr(result, "image_token", None)
+        whole = getattr(result, "parts", None)
+        if whole and "decoder" in whole and not isinstance(whole["decoder"], (str, Path)):  # the VlmExport
+            result = whole["decoder"]
+        part = export_of(result)
+        if part is None or not {"vision", "embed"} <= set(part.parts):
+            return None
+        model = part.source.model
+        if token is None and model is not None:
+            token = image_token_of(model.config)
+        if token is None:
+            return None
+        return {"vision": part.parts["vision"], "embed": part.parts["embed"], "image_token": token,
+                "decoder": Path(decoder if decoder is not None else getattr(result, "path", part.path))}
 
 
 def check_chain(result: Any) -> dict[str, Any]:

@@ -1,0 +1,104 @@
+"""Generation parity of a vision-language model's decoder file (the export's own, or a variant of it), judged on the
+whole chain: two prompts with an image each through the vision and embed files and this decoder, per-step logits
+under teacher forcing and greedy tokens against PyTorch's ``generate()`` with the pixels. The family object
+:func:`~.generation.generation_parity` runs (as ``_DecoderOnly`` is for a decoder-only model). Only imported by
+functions that already need torch."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+import torch
+
+from .probes import plain
+
+
+class VlmChain:
+    """Two prompts of the model's own image-token count, each with its image, and the files that run them."""
+
+    beams = False  # transformers' beam search over the chain is checked by tests, not in every variant's parity
+
+    def __init__(self, model: Any, files: dict[str, Any], max_new_tokens: int) -> None:
+        from ..export.vlm import features_of, pixel_sample, prompt_sample
+
+        self.model, self.files, self.new = model, files, max_new_tokens
+        self.token = int(files["image_token"])
+        self.pixels = [pixel_sample(model, 1, seed=seed) for seed in (1, 2)]
+        rows = features_of(model, self.pixels[0]).shape[0]
+        vocab = int(model.get_input_embeddings().num_embeddings)
+        self.prompts = [prompt_sample(self.token, rows, 1, vocab, seed=seed)[0].tolist() for seed in (1, 2)]
+        self.pad = getattr(model.config.get_text_config(), "pad_token_id", None) or 0
+        self.labels = [f"prompt {i} ({len(p)} tokens, an image)" for i, p in enumerate(self.prompts)]
+        self.first_step = "prefill (with the image)"
+        self.describe = (f"{len(self.prompts)} prompts with an image each ({rows} image tokens), through the vision "
+                         "and embed files and this decoder")
+        self.types = "token_type_ids" in inspect.signature(model.forward).parameters
+
+    def _torch(self, index: int, tokens: list[int]) -> dict[str, Any]:
+        ids = torch.tensor([tokens])
+        kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **self.pixels[index]}
+        if self.types:
+            kwargs["token_type_ids"] = (ids == self.token).long()
+        return kwargs
+
+    def reference(self) -> list[list[int]]:
+        out = []
+        for i, p in enumerate(self.prompts):
+            with torch.no_grad():
+                full = self.model.generate(**self._torch(i, p), **plain(len(p) + self.new, self.pad))
+            out.append([int(t) for t in full[0, len(p):]])
+        return out
+
+    def _runner(self, provider: str, index: int) -> Any:
+        from ..generate.vlm import VlmDecoder
+
+        runner = VlmDecoder(self.files, provider)
+        runner.set_images({k: v.numpy() for k, v in self.pixels[index].items()})
+        return runner
+
+    def _steps(self, provider: str, index: int, tokens: list[int]) -> list[np.ndarray]:
+        """The chain's last-position logits after the prompt, then after each of ``tokens``."""
+        runner = self._runner(provider, index)
+        prompt = self.prompts[index]
+        cache = runner.empty_cache(1)
+        ids = np.array([prompt], np.int64)
+        out = []
+        for step in range(len(tokens) + 1):
+            mask = np.ones((1, len(prompt) + step), np.int64)
+            logits, cache = runner.step(ids, mask, cache)
+            out.append(np.asarray(logits[:, -1, :], np.float32))
+            if step < len(tokens):
+                ids = np.array([[tokens[step]]], np.int64)
+        return out
+
+    def forced(self, provider: str, reference: list[list[int]]) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        steps = min(len(c) for c in reference)
+        got = [self._steps(provider, i, c[:steps]) for i, c in enumerate(reference)]
+        want = []
+        for i, (p, c) in enumerate(zip(self.prompts, reference)):
+            with torch.no_grad():
+                logits = self.model(**self._torch(i, p + c[:steps])).logits[0].float().numpy()
+            want.append(logits[len(p) - 1:len(p) + steps])
+        return [(k, np.concatenate([g[k] for g in got]), np.stack([w[k] for w in want])) for k in range(steps + 1)]
+
+    def generated(self, provider: str) -> list[list[int]]:
+        from ...runtime.providers import providers_named
+
+        name = providers_named([provider])[0].name
+        made = []
+        for i, prompt in enumerate(self.prompts):
+            runner = self._runner(name, i)
+            cache = runner.empty_cache(1)
+            ids, tokens = np.array([prompt], np.int64), []
+            for step in range(self.new):
+                logits, cache = runner.step(ids, np.ones((1, len(prompt) + step), np.int64), cache)
+                tokens.append(int(logits[0, -1].argmax()))
+                ids = np.array([[tokens[-1]]], np.int64)
+            made.append(tokens)
+        return made
+
+    def logits_at(self, index: int, prefix: list[int]) -> torch.Tensor:
+        with torch.no_grad():
+            return self.model(**self._torch(index, self.prompts[index] + prefix)).logits[0, -1].float()
