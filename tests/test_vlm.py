@@ -165,7 +165,7 @@ def test_a_folder_with_its_processor_takes_text_and_pictures(tmp_path: Path) -> 
     given = dict(processor(text=[prompt], images=[picture], return_tensors="np"))
     assert onnx_nb.generate(vlm, given, max_new_tokens=NEW).text == want
     pipe = transformers.pipeline("image-text-to-text", model=onnx_nb.to_transformers(vlm), processor=processor)
-    said = pipe(images=picture, text=prompt, max_new_tokens=NEW, generate_kwargs={"do_sample": False})
+    said = pipe(images=picture, text=prompt, generate_kwargs={"max_new_tokens": NEW, "do_sample": False})
     assert said[0]["generated_text"] == f"{prompt} {want[0]}"
 
 

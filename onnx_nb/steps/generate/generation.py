@@ -59,9 +59,13 @@ def _own_runner(model: Any, inputs: Any, images: Any, provider: str, threads: in
 
 
 def _setting(name: str, generation: Any, config: Any) -> Any:
-    """A token id from the generation config (a dict), else from the model config (transformers' order)."""
+    """A token id from the generation config (a dict), else from the model config (transformers' order; a
+    multimodal config's text part, where transformers 5 keeps the token ids)."""
     value = generation.get(name) if isinstance(generation, dict) else None
-    return value if value is not None else getattr(config, name, None)
+    if value is not None:
+        return value
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text if hasattr(text, name) else config, name, None)
 
 
 def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bool = False,

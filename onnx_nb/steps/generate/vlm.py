@@ -102,5 +102,5 @@ def with_processor(inputs: Any, images: Any, processor: Any) -> tuple[Any, Any]:
             "Text with pictures needs the model's processor (none was saved with the model): pass the processor's "
             "output instead (processor(text=..., images=..., return_tensors='np')), or token ids and pixel_values.")
     pictures_list = list(images) if isinstance(images, (list, tuple)) else [images]
-    out = processor(text=list(texts), images=pictures_list, return_tensors="np", padding=True)
+    out = processor(text=list(texts), images=pictures_list, return_tensors="np", padding="longest")
     return dict(out), None
