@@ -236,3 +236,42 @@ def test_a_broken_report_beside_the_file_does_not_block_it(tmp_path: Path, mlp: 
     assert payload["graph"]["nodes"] and "unreadable" in payload["overlay"]["source"]
     c = onnx_nb.compare(model, model)
     assert not c.errors and any("could not be read" in n for n in c.notes)
+
+
+def test_optimized_and_int8_files_keep_their_layers_and_compare_pairs_each_module(minilm_dir: Path,
+                                                                                  tmp_path: Path) -> None:
+    """ONNX Runtime's fused and quantized nodes take the module of what they replaced (runtime/scopes.py): the graph
+    view groups an optimized or INT8 file by layer as it does the export, and compare() pairs every layer-level
+    module of MiniLM's export with a node of its own module (or the module it was fused into) in each file;
+    layer 0's MLP MatMul with its own MatMul, never with another layer's or the embedding's quantize node."""
+    from onnx_nb.frontends.graphdata import graph_json
+
+    def layer(module: str | None) -> str:
+        parts = (module or "").split(".")
+        return ".".join(parts[:3]) if parts[0] == "encoder" else parts[0]
+
+    export = onnx_nb.export(minilm_dir, out=tmp_path / "m.onnx", progress=False)
+    fast = onnx_nb.optimize(export, out=tmp_path / "o.onnx")
+    int8 = onnx_nb.quantize(fast, out=tmp_path / "q.onnx")
+    int8_plain = onnx_nb.quantize(export, out=tmp_path / "q2.onnx")
+    top = {name: sum(1 for n in graph_json(p)["nodes"] if not n["module"])
+           for name, p in (("export", export.path), ("optimized", fast.path), ("int8", int8.path),
+                           ("int8 of the export", int8_plain.path))}
+    assert max(top.values()) <= top["export"], top  # before: 59 and 199 nodes at the top level
+    for variant in (fast, int8, int8_plain):
+        nodes = graph_json(variant.path)["nodes"]
+        assert {layer(n["module"]) for n in nodes if n["module"]} >= {f"encoder.layer.{i}" for i in range(6)}
+        modules = {n["name"]: n["module"] or "" for n in nodes}
+        c = onnx_nb.compare(export, variant)
+        per: dict[str, list[str]] = {}
+        for n in graph_json(export.path)["nodes"]:
+            if (n["module"] or "").startswith("encoder.layer"):
+                there = c.matched.get(n["name"]) or c.into.get(n["name"])
+                per.setdefault(n["module"], []).append(modules.get(there, "") if there else "")
+        own = {m for m, found in per.items() if any(
+            x == m or x.startswith(m + ".") or (m.startswith(x + ".") and x.count(".") >= 3) for x in found)}
+        assert len(per) == 72 and own == set(per), sorted(set(per) - own)
+        mlp = next(n["name"] for n in graph_json(export.path)["nodes"]
+                   if n["module"] == "encoder.layer.0.intermediate.dense" and n["op"] == "MatMul")
+        there = c.matched.get(mlp) or c.into.get(mlp)
+        assert modules[there] == "encoder.layer.0.intermediate.dense", (variant.path.name, there)

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from ...results.summary import GraphComparison, grouping_depth, overlay_from
+from ...runtime.scopes import weight_key
 from ..parity.localize import module_of
 from .structure import read
 
 QUANT_OPS = {"MatMulInteger", "DynamicQuantizeMatMul", "MatMulNBits", "QLinearMatMul", "QLinearConv", "ConvInteger",
              "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulIntegerToFloat", "QGemm",
              "QAttention", "QLinearAdd", "QLinearMul", "QMoE", "QEmbedLayerNormalization", "QOrderedMatMul"}
-WEIGHT_SUFFIXES = ("_quantized", "_Q4", "_Q8", "_scale", "_zero_point", "_fp16", "_transposed")
 
 
 def names(proto: Any) -> list[str]:
@@ -90,7 +90,7 @@ def compare(a: Any, b: Any, overlay: Any = None) -> GraphComparison:
         for i in a_nodes:
             marks_a[na[i]] = kind
             if main is not None:
-                into[na[i]] = nb[main]
+                into[na[i]] = nb[_counterpart(A, B, i, b_nodes, mod_a[i], mod_b, main)]
         for j in b_nodes:
             node = B.graph.node[j]
             marks_b[nb[j]] = ("quantized" if node.op_type in QUANT_OPS else "fused" if _fused(node) else
@@ -101,12 +101,41 @@ def compare(a: Any, b: Any, overlay: Any = None) -> GraphComparison:
     return result
 
 
-def weight_key(name: str) -> str:
-    """A weight's name with what quantizers and optimizers append removed (``w_quantized`` -> ``w``)."""
-    for suffix in WEIGHT_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+def _counterpart(A: Any, B: Any, i: int, b_nodes: list[int], module: str, mod_b: list[str], main: int) -> int:
+    """The node of ``b_nodes`` that a's node ``i`` became: the one reading the same weight (``w`` ->
+    ``w_quantized``), else one of the same module and op, else of the same module (a quantized or fused one
+    first), else the region's ``main`` node."""
+    weights = {i.name for i in A.graph.initializer}
+    node = A.graph.node[i]
+    wanted = {weight_key(t) for t in node.input if t in weights}
+
+    def first(cands: list[int]) -> int | None:
+        return max(cands, key=lambda j: (B.graph.node[j].op_type in QUANT_OPS or _fused(B.graph.node[j]), -j)) \
+            if cands else None
+
+    for cands in ([j for j in b_nodes if wanted & {weight_key(t) for t in B.graph.node[j].input}],
+                  [j for j in b_nodes if module and mod_b[j] == module and B.graph.node[j].op_type == node.op_type],
+                  [j for j in b_nodes if module and mod_b[j] == module]):
+        found = first(cands)
+        if found is not None:
+            return found
+    # a module fused into its parent's or its child's node (a residual Add into SkipLayerNormalization): the node
+    # whose module shares the longest path with this one
+    related = [j for j in b_nodes if module and mod_b[j] and
+               (mod_b[j].startswith(module + ".") or module.startswith(mod_b[j] + "."))]
+    if related:
+        return max(related, key=lambda j: (len(_common(mod_b[j], module)), B.graph.node[j].op_type in QUANT_OPS
+                                           or _fused(B.graph.node[j]), -j))
+    return main
+
+
+def _common(a: str, b: str) -> list[str]:
+    out = []
+    for x, y in zip(a.split("."), b.split(".")):
+        if x != y:
+            break
+        out.append(x)
+    return out
 
 
 def regions(A: Any, B: Any, pairs: dict[int, int], mods: dict[str, list[str]]) -> list[tuple[list[int], list[int]]]:

@@ -70,6 +70,10 @@ def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: dic
     with staging_dir(target) as tmp, peak_memory() as peak:
         staged = tmp / target.name
         warnings = write(parent, staged)
+        if staged.is_file():  # ONNX Runtime's new nodes take the module of what they replaced: the layers stay
+            from ...runtime.scopes import carry_scopes
+
+            carry_scopes(before, staged)
         files = publish(staged, target)
     seconds = time.perf_counter() - start
     after = onnxfile.load_proto(target)
