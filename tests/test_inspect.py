@@ -175,8 +175,13 @@ def test_launcher_notebooks_never_overwrite(tmp_path: Path) -> None:
         labserver.notebook_payload(str(tmp_path), {"kind": "rm -rf"})
     with pytest.raises(onnx_nb.InvalidArgumentError, match="No tutorial"):
         labserver.notebook_payload(str(tmp_path), {"kind": "tutorial", "file": "../../secret.ipynb"})
-    with pytest.raises(onnx_nb.InvalidArgumentError, match="Name a model"):
-        labserver.notebook_payload(str(tmp_path), {"kind": "export", "model": " "})
+    # an empty name is the demo model (an empty Ok did nothing); the export notebook checks parity and times the
+    # files against PyTorch eager; each notebook is named after its model
+    demo = labserver.notebook_payload(str(tmp_path), {"kind": "export", "model": " "})
+    assert demo["path"] == "onnx-nb export demo.ipynb" and first["path"] == "onnx-nb export x.ipynb"
+    text = (tmp_path / demo["path"]).read_text()
+    assert "onnx_nb.export(onnx_nb.default_model_path())" in text and "onnx_nb.check_parity(result)" in text
+    assert "reference=result" in text and "the demo model (all-MiniLM-L6-v2)" in text
 
 
 def test_extensions_are_installed_and_enabled() -> None:

@@ -135,6 +135,18 @@ def tutorials() -> list[dict[str, str]]:
     return out
 
 
+def _short(folder: Path, model: str) -> str:
+    """The model as a notebook's name: the demo, a folder's or a file's own name, a hub id's last part."""
+    from ..runtime.files import safe_name
+    from ..steps.export.writing import source_name
+
+    if not model:
+        return "demo"
+    local = (folder / model).expanduser()
+    name = source_name(local) if local.exists() else model.rstrip("/").split("/")[-1]
+    return safe_name(name.removesuffix(".onnx"))
+
+
 def _free_name(folder: Path, stem: str) -> Path:
     """``stem.ipynb`` in ``folder``, or ``stem-1.ipynb``, ...: the name is taken (created empty, exclusively) before
     it is returned, so neither an existing notebook nor a second request's is ever overwritten."""
@@ -174,19 +186,21 @@ def notebook_payload(root: str, body: dict[str, Any], allow_hidden: bool = True)
         target = _free_name(folder, Path(name).stem)
         atomic_write_text(target, (source / name).read_text(encoding="utf-8"))
     elif kind in ("export", "studio"):
-        if not model:
-            raise InvalidArgumentError("Name a model: a Hugging Face hub id, a model folder or an .onnx file.")
+        # an empty name: the demo model (all-MiniLM-L6-v2, the demo extra), never a dialog that does nothing
+        call = repr(model) if model else "onnx_nb.default_model_path()"
+        title = f"`{model}`" if model else "the demo model (all-MiniLM-L6-v2)"
         if kind == "export":
-            cells = [("md", f"# Export `{model}`\nThe export, its parity check and its graph; then optimize and "
-                            "quantize, each re-validated."),
-                     ("code", f"import onnx_nb\n\nresult = onnx_nb.export({model!r})\nresult"),
+            cells = [("md", f"# Export {title}\nThe export and its parity check at other shapes; its graph; then "
+                            "optimize and quantize, each re-validated, and all three timed against PyTorch eager."),
+                     ("code", f"import onnx_nb\n\nresult = onnx_nb.export({call})\nresult"),
+                     ("code", "report = onnx_nb.check_parity(result)\nreport"),
                      ("code", "onnx_nb.GraphView(result)"),
-                     ("code", "variant = onnx_nb.quantize(onnx_nb.optimize(result))\nvariant"),
-                     ("code", "onnx_nb.benchmark([result, variant])")]
+                     ("code", "fast = onnx_nb.optimize(result)\nvariant = onnx_nb.quantize(fast)\nvariant"),
+                     ("code", "onnx_nb.benchmark([result, fast, variant], reference=result)")]
         else:
-            cells = [("md", f"# onnx-nb Studio: `{model}`"),
-                     ("code", f"import onnx_nb\n\nonnx_nb.Studio({model!r})")]
-        target = _free_name(folder, "onnx-nb export" if kind == "export" else "onnx-nb studio")
+            cells = [("md", f"# onnx-nb Studio: {title}"),
+                     ("code", f"import onnx_nb\n\nonnx_nb.Studio({call})")]
+        target = _free_name(folder, f"onnx-nb {kind} {_short(folder, model)}")
         atomic_write_text(target, _notebook(cells))
     else:
         raise InvalidArgumentError(f"Unknown notebook kind {kind!r}: use export, studio or tutorial.")

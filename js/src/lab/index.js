@@ -113,10 +113,10 @@ const plugin = {
         execute: async (args) => {
           let model = args.model;
           if (!model) {
-            const r = await InputDialog.getText({ title: label.replace("…", ""), label: "Model",
+            const r = await InputDialog.getText({ title: label.replace("…", ""), label: "Model (empty: the demo model)",
               placeholder: "hub id, model folder or .onnx file" });
-            if (!r.button.accept || !r.value) return;
-            model = r.value;
+            if (!r.button.accept) return;
+            model = (r.value || "").trim();  // empty: the server writes the demo model's notebook
           }
           await openNew(app, kind, { browser: currentBrowser(), body: { model } });
         },
