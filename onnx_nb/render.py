@@ -47,6 +47,22 @@ def sig(value: float | None, digits: int = 3) -> str:
     return format(value, f".{digits}g")
 
 
+def setting_text(value: Any) -> str:
+    """A recipe's value as a reader reads it, not a Python repr: numbers to three significant digits, a mapping as
+    "key value; key value" (its ``rule`` sentence as it is), a list as "a, b"."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return sig(value)
+    if isinstance(value, dict):
+        rule = value.get("rule")
+        rest = "; ".join(f"{k} {setting_text(v)}" for k, v in value.items() if k != "rule")
+        return f"{rule} ({rest})" if rule and rest else str(rule) if rule else rest or "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(setting_text(v) for v in value) or "none"
+    return str(value)
+
+
 def cut(text: Any, width: int) -> str:
     """``text`` as at most ``width`` characters, ending in "…" when cut (plain text: escape it where shown)."""
     full = str(text)

@@ -31,3 +31,14 @@ def test_folded_lines_say_how_many() -> None:
     assert folded("Warnings", []) == ""
     html = folded("Warnings", ["<script>", "two"])
     assert "Warnings (2)" in html and "&lt;script&gt;" in html and "<script>" not in html
+
+
+def test_recipe_values_read_as_text_not_python_reprs() -> None:
+    from onnx_nb.render import setting_text
+
+    routes = {"onnxscript ORT fusions (6 attention)": 82.471, "re-exported with eager attention": 61.632}
+    assert setting_text(routes) == "onnxscript ORT fusions (6 attention) 82.5; re-exported with eager attention 61.6"
+    norm = {"fused_ms": 1.903, "unfused_ms": 0.233, "rule": "12 SkipLayerNormalization written as Add + LayerNorm"}
+    assert setting_text(norm) == "12 SkipLayerNormalization written as Add + LayerNorm (fused_ms 1.9; unfused_ms 0.233)"
+    assert setting_text([]) == "none" and setting_text(["a", "b"]) == "a, b" and setting_text(True) == "True"
+    assert "{" not in setting_text({"a": {"b": 1.0}}) and "[" not in setting_text([[1, 2]])

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..render import CSS, esc, folded, html_table, human_bytes, peak_text, text_table
+from ..render import CSS, esc, folded, html_table, human_bytes, peak_text, setting_text, text_table
 
 FUSED_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "SkipLayerNormalization",
              "EmbedLayerNormalization", "BiasGelu", "FastGelu", "FusedMatMul", "FusedConv", "FusedGemm",
@@ -90,7 +90,7 @@ class Variant:
     def _summary(self) -> list[tuple[str, str]]:
         verdict = "not checked" if self.parity is None else ("passed" if self.parity else "FAILED")
         rows = [("variant", self.name), ("file", str(self.path)),
-                ("recipe", ", ".join(f"{k}={v}" for k, v in self.recipe.items())),
+                ("recipe", ", ".join(f"{k}={setting_text(v)}" for k, v in self.recipe.items())),
                 ("nodes", f"{self.nodes_before} → {self.nodes_after}"),
                 ("size", f"{human_bytes(self.size_before)} → {human_bytes(self.size_after)}"),
                 ("fused / quantized ops", ", ".join(f"{k} {v}" for k, v in self.fused.items()) or "-"),
