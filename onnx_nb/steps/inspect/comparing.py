@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ...results.summary import GraphComparison, grouping_depth, overlay_from
-from ...runtime.scopes import weight_key
+from ...runtime.scopes import nearest, weight_key
 from ..parity.localize import module_of
 from .structure import read
 
@@ -201,30 +201,8 @@ def _module_keys(proto: Any, modules: list[str], depth: int, by_weight: dict[str
     for k, node in enumerate(proto.graph.node):
         if not keys[k]:
             keys[k] = next((by_weight[w] for w in map(weight_key, node.input) if w in by_weight), "")
-    readers: dict[str, list[int]] = defaultdict(list)
-    producer: dict[str, int] = {}
-    for k, node in enumerate(proto.graph.node):
-        for t in node.input:
-            readers[t].append(k)
-        for t in node.output:
-            producer[t] = k
-    out = list(keys)
-    for k, node in enumerate(proto.graph.node):
-        if keys[k]:
-            continue
-        seen, frontier = {k}, [k]
-        for _ in range(6):
-            nxt = [r for j in frontier for t in proto.graph.node[j].output for r in readers[t] if r not in seen]
-            found = next((keys[r] for r in nxt if keys[r]), "")
-            if found:
-                out[k] = found
-                break
-            seen.update(nxt)
-            frontier = nxt
-        if not out[k]:
-            ins = [producer[t] for t in node.input if t in producer]
-            out[k] = next((keys[p] for p in ins if keys[p]), "")
-    return out
+    known = {k: key for k, key in enumerate(keys) if key}
+    return [keys[k] or nearest(proto, k, known) or "" for k in range(len(keys))]
 
 
 def sidecar(path: Path) -> tuple[Path, Any] | None:

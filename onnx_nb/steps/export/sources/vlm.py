@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
-from .base import is_torch_module, require_float32_cpu
+from .base import Source, is_torch_module, require_float32_cpu
 from .hf import HfSource, location_config
 
 TASK = "image-text-to-text"
@@ -111,12 +111,7 @@ class VlmSource(HfSource):
             return export_module(cls, record, args, check_target(Path(settings["out"]), True), steps)
 
     # --- what later steps ask -----------------------------------------------------------------------------------
-    @classmethod
-    def reload(cls, record: Any, step: str) -> Any:
-        if record.model is None:
-            raise InvalidArgumentError(f"This export of {record.name} no longer holds its model: export it again "
-                                       f"in this session to {step} it.")
-        return record
+    reload = Source.reload  # the model itself: a result from another session exports again (no reload from a folder)
 
     @classmethod
     def step_files(cls, result: Any, decoder: Path | None = None) -> dict[str, Any] | None:
