@@ -53,7 +53,7 @@ def test_tutorials_only_import_what_binder_installs() -> None:
     import json
 
     allowed = {"os", "tempfile", "numpy", "torch", "transformers", "onnx", "onnx_nb", "pandas", "sys", "pathlib",
-               "json", "string",
+               "json", "string", "base64", "io", "IPython",  # the standard library, and Jupyter's own
                "diffusers", "PIL",  # onnx-nb[all] has the diffusion extra: diffusers, and pillow with it
                "shutil", "ultralytics", "onnxruntime",  # and the vision extra (onnxruntime: a dependency)
                "keras", "tensorflow", "tf2onnx", "sklearn"}  # and the tensorflow and sklearn extras
