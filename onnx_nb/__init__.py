@@ -136,6 +136,7 @@ __all__ = [
     "UnsupportedOperatorError",
     "UnverifiedExport",
     "Variant",
+    "VlmExport",
     "WorkerError",
     "__version__",
     "autotune",
@@ -160,7 +161,6 @@ __all__ = [
     "to_diffusers",
     "to_transformers",
     "unet_calibration",
-    "VlmExport",
 ]
 
 if TYPE_CHECKING:

@@ -95,7 +95,8 @@ def llava_with_processor(folder: Any) -> tuple[Any, Any]:
                                             num_additional_image_tokens=1)
     config = transformers.LlavaConfig(
         vision_config={"model_type": "clip_vision_model", **VISION},
-        text_config=_llama(len(tokenizer), pad_token_id=0), image_token_index=tokenizer.convert_tokens_to_ids("<image>"))
+        text_config=_llama(len(tokenizer), pad_token_id=0),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"))
     torch.manual_seed(0)
     model = transformers.LlavaForConditionalGeneration(config).eval()
     with torch.no_grad():

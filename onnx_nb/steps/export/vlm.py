@@ -148,7 +148,7 @@ def check_counts(input_ids: Any, image_token: int, features: int) -> None:
             "each image placeholder to the family's count), or put that many image tokens in the token ids.")
 
 
-def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], dict[str, dict[int, str]]]]:
+def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     """The vision and embedding parts: (module, sample, dynamic axes) each."""
     token = image_token_of(model.config)
     assert token is not None

@@ -33,7 +33,8 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
 
     ``model``: an :class:`~onnx_nb.ExportResult` of a decoder exported with its cache (``*ForCausalLM``), of an
     encoder-decoder (``*ForConditionalGeneration``, ``MarianMTModel``) or of Whisper; a vision-language model's
-    export (:class:`~onnx_nb.VlmExport`: ``generate(**processor(text=..., images=..., return_tensors="pt"))``); a variant of one
+    export (:class:`~onnx_nb.VlmExport`: ``generate(**processor(text=..., images=..., return_tensors="pt"))``);
+    a variant of one
     (``optimize()``'s, ``quantize()``'s); or an ``.onnx`` path with ``config=`` (the model's folder, hub id or
     config object). ``provider``: ONNX Runtime's (``"cpu"``, ``"cuda"``, ...); on a GPU provider the decoder's
     cache stays on the device between steps (I/O binding; ``io_binding=False`` turns it off). ``threads``: ONNX
@@ -48,9 +49,8 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
     """
     from ...runtime.facts import file_facts
     from ...runtime.providers import providers_named
-    from .runners import decoder_for
-
     from ..export.sources.registry import adapter_of
+    from .runners import decoder_for
 
     path = Path(getattr(model, "path", model))
     files = None if isinstance(model, (str, Path)) else adapter_of(model).step_files(model)
@@ -60,11 +60,11 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
 
         named = providers_named([provider])[0].name
         hf_config, generation = _config_of(model, config)
-        wrapped = OnnxForImageTextToText(hf_config, Path(files["decoder"]), named,
+        chained = OnnxForImageTextToText(hf_config, Path(files["decoder"]), named,
                                          VlmDecoder(files, named, threads=threads))
-        wrapped.__class__ = _named_like(type(wrapped), model, hf_config)
-        wrapped.generation_config = generation
-        return wrapped.eval()
+        chained.__class__ = _named_like(type(chained), model, hf_config)
+        chained.generation_config = generation
+        return chained.eval()
     if not path.is_file():
         raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
     named = providers_named([provider])[0].name

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ....errors import InvalidArgumentError
 from ..args import ExportArgs
 from .base import Source, is_torch_module, require_float32_cpu
 from .hf import HfSource, location_config
@@ -60,7 +59,8 @@ class VlmSource(HfSource):
             path = Path(str(model)).expanduser()
             with quiet_loading(said, local=path.exists()):
                 loaded = load_model(str(model), TASK)
-            vlm, location, pre = loaded.model, loaded.location, loaded.preprocessor
+            vlm, pre = loaded.model, loaded.preprocessor
+            location: str | None = loaded.location
         else:
             from ..hf.loading import load_preprocessor
 
