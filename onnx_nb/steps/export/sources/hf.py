@@ -43,15 +43,20 @@ def location_config(model: Any) -> dict[str, Any]:
     return _hub_config(str(model))
 
 
-@functools.lru_cache(maxsize=16)
+_HUB_CONFIGS: dict[str, dict[str, Any]] = {}
+
+
 def _hub_config(name: str) -> dict[str, Any]:
+    """A hub id's config, fetched once per session (a failure is not kept: the hub may answer the next time)."""
     from ....errors import OnnxNbError
     from ..hf.loading import load_config
 
-    try:
-        return load_config(name)[0].to_dict()
-    except OnnxNbError:
-        return {}
+    if name not in _HUB_CONFIGS:
+        try:
+            _HUB_CONFIGS[name] = load_config(name)[0].to_dict()
+        except OnnxNbError:
+            return {}
+    return _HUB_CONFIGS[name]
 
 
 @functools.lru_cache(maxsize=64)
