@@ -111,12 +111,3 @@ def export_sample(model: Any) -> dict[str, Any] | None:
             return dict(sample)
     return None
 
-
-def typed(value: Any, onnx_type: str) -> np.ndarray:
-    """``value`` (an array, a tensor) as the numpy type an input of ``onnx_type`` ("tensor(float)", ...) takes."""
-    array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-    if "bool" in onnx_type:
-        return array.astype(bool)
-    if "int64" in onnx_type:
-        return array.astype(np.int64)
-    return array.astype(np.float16 if "float16" in onnx_type else np.float32)

@@ -60,12 +60,7 @@ def carry_scopes(parent: Any, path: Path) -> int:
         if s:
             found[k] = s
     own = {k: s for k, n in enumerate(proto.graph.node) if (s := scopes_of(n))}
-    known = {**own, **found}
-    for k in missing:
-        if k not in found:
-            s = nearest(proto, k, known)
-            if s:
-                found[k] = s
+    found.update(nearest(proto, [k for k in missing if k not in found], {**own, **found}))
     for k, s in found.items():
         entry = proto.graph.node[k].metadata_props.add()
         entry.key, entry.value = SCOPES, s
@@ -73,31 +68,10 @@ def carry_scopes(parent: Any, path: Path) -> int:
     return len(found)
 
 
-def nearest(proto: Any, k: int, known: dict[int, str], hops: int = 6) -> str | None:
-    """The value ``known`` holds for the node nearest node ``k``: what reads its outputs first (a quantize node
-    belongs to the layer its product feeds; a fused attention to the layer whose output projection reads it), up to
-    ``hops`` steps, then what feeds it. (The graph's flow is indexed once per proto.)"""
-    readers, producer = _flow(proto)
-    seen, frontier = {k}, [k]
-    for _ in range(hops):
-        nxt = [r for j in frontier for t in proto.graph.node[j].output for r in readers[t] if r not in seen]
-        found = next((known[r] for r in nxt if known.get(r)), None)
-        if found or not nxt:
-            return found or next((known[producer[t]] for t in proto.graph.node[k].input
-                                  if known.get(producer.get(t, -1))), None)
-        seen.update(nxt)
-        frontier = nxt
-    return next((known[producer[t]] for t in proto.graph.node[k].input if known.get(producer.get(t, -1))), None)
-
-
-_FLOWS: dict[int, tuple[Any, dict[str, list[int]], dict[str, int]]] = {}
-
-
-def _flow(proto: Any) -> tuple[dict[str, list[int]], dict[str, int]]:
-    """(tensor -> the nodes reading it, tensor -> the node making it), kept for the last protos asked about."""
-    kept = _FLOWS.get(id(proto))
-    if kept is not None and kept[0] is proto:
-        return kept[1], kept[2]
+def nearest(proto: Any, nodes: Any, known: dict[int, str], hops: int = 6) -> dict[int, str]:
+    """For each of ``nodes``, the value ``known`` holds for its nearest node that has one: what reads its outputs
+    first (a quantize node belongs to the layer its product feeds; a fused attention to the layer whose output
+    projection reads it), up to ``hops`` steps, then what feeds it. Nodes with no such neighbour are left out."""
     readers: dict[str, list[int]] = defaultdict(list)
     producer: dict[str, int] = {}
     for k, node in enumerate(proto.graph.node):
@@ -105,7 +79,17 @@ def _flow(proto: Any) -> tuple[dict[str, list[int]], dict[str, int]]:
             readers[t].append(k)
         for t in node.output:
             producer[t] = k
-    if len(_FLOWS) > 4:
-        _FLOWS.clear()
-    _FLOWS[id(proto)] = (proto, readers, producer)
-    return readers, producer
+    out: dict[int, str] = {}
+    for k in nodes:
+        seen, frontier, found = {k}, [k], None
+        for _ in range(hops):
+            frontier = [r for j in frontier for t in proto.graph.node[j].output for r in readers[t] if r not in seen]
+            found = next((known[r] for r in frontier if known.get(r)), None)
+            if found or not frontier:
+                break
+            seen.update(frontier)
+        found = found or next((known[producer[t]] for t in proto.graph.node[k].input
+                               if known.get(producer.get(t, -1))), None)
+        if found:
+            out[k] = found
+    return out

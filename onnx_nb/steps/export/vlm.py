@@ -50,12 +50,9 @@ class ImageFeatures(torch.nn.Module):
     """``forward(pixel_values, [pixel_attention_mask], [image_sizes]) -> image_features``: the vision tower and
     projector, one row per image token (every image's rows one after another, as the model concatenates them)."""
 
-    EXTRAS = ("pixel_attention_mask", "image_sizes")  # what a family's get_image_features takes beside pixels
-
-    def __init__(self, model: Any, extras: tuple[str, ...]) -> None:
+    def __init__(self, model: Any) -> None:
         super().__init__()
         self.model = model
-        self.extras = extras
 
     def forward(self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None = None,
                 image_sizes: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -122,7 +119,7 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
 
 def features_of(model: Any, pixels: dict[str, torch.Tensor]) -> torch.Tensor:
     with torch.no_grad():
-        return ImageFeatures(model, tuple(pixels)[1:])(**pixels)["image_features"]
+        return ImageFeatures(model)(**pixels)["image_features"]
 
 
 def prompt_sample(image_token: int, features: int, images: int, vocab: int, seed: int = 0) -> torch.Tensor:
@@ -159,7 +156,7 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     return {
         # one image per run (the families split and loop over images in Python: a trace fixes their count); the
         # runners run it per image and join the rows
-        "vision": (ImageFeatures(model, tuple(pixels)[1:]), pixels, False),
+        "vision": (ImageFeatures(model), pixels, False),
         "embed": (MergedEmbedding(model, token), {"input_ids": ids, "image_features": features},
                   {"input_ids": {0: "batch", 1: "sequence"}, "image_features": {0: "image_tokens"}}),
     }
@@ -169,7 +166,7 @@ def image_features(vision: Any, pixels: dict[str, Any]) -> Any:
     """The feature rows of every image, the vision file run once per image (its inputs' first axis)."""
     import numpy as np
 
-    from ...runtime.feeds import typed
+    from ...runtime.shapes import cast_feed
 
     inputs = vision.get_inputs()
     for i in inputs:
@@ -182,7 +179,7 @@ def image_features(vision: Any, pixels: dict[str, Any]) -> Any:
                 f"{want[-3] if len(want) >= 3 else '-'} channels): give the processor's output, which resizes "
                 "pictures to that.")
     count = int(np.asarray(pixels[inputs[0].name]).shape[0])
-    rows = [vision.run(None, {i.name: typed(np.asarray(pixels[i.name])[k:k + 1], i.type) for i in inputs})[0]
+    rows = [vision.run(None, cast_feed(vision, {i.name: np.asarray(pixels[i.name])[k:k + 1] for i in inputs}))[0]
             for k in range(count)]
     return np.concatenate(rows, 0)
 
@@ -198,13 +195,24 @@ def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int
     vision, embed, decoder = (session(folder / f"{part}.onnx") for part in PARTS)
     features = image_features(vision, pixels)
     check_counts(ids, image_token, int(features.shape[0]))
-    embeds = embed.run(None, {"input_ids": ids.astype(np.int64), "image_features": features})[0]
+    wanted = {i.name for i in decoder.get_inputs()}
     batch, width = ids.shape
-    feed = {"inputs_embeds": embeds, "attention_mask": np.ones((batch, width), np.int64),
-            "position_ids": np.tile(np.arange(width, dtype=np.int64), (batch, 1)),
-            "token_type_ids": (ids == image_token).astype(np.int64)}
+    feed = {**token_feed(embed, ids, features, image_token, "token_type_ids" in wanted),
+            "attention_mask": np.ones((batch, width), np.int64),
+            "position_ids": np.tile(np.arange(width, dtype=np.int64), (batch, 1))}
     for i in decoder.get_inputs():
         if is_cache(i.name):
             feed[i.name] = np.zeros((batch, i.shape[1], 0, i.shape[3]), np.float32)
-    wanted = {i.name for i in decoder.get_inputs()}
     return decoder.run(["logits"], {k: v for k, v in feed.items() if k in wanted})[0]
+
+
+def token_feed(embed: Any, ids: Any, features: Any, image_token: int, token_types: bool) -> dict[str, Any]:
+    """What the decoder file takes for ``ids``: their embeddings from the embed file (``features`` merged at the
+    image tokens; none: every token is text), and the image tokens as ``token_type_ids`` where it reads them."""
+    import numpy as np
+
+    ids = ids.astype(np.int64)
+    feed = {"inputs_embeds": embed.run(None, {"input_ids": ids, "image_features": features})[0]}
+    if token_types:
+        feed["token_type_ids"] = (ids == image_token).astype(np.int64) * (features.shape[0] > 0)
+    return feed

@@ -54,22 +54,18 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
 
     path = Path(getattr(model, "path", model))
     files = None if isinstance(model, (str, Path)) else adapter_of(model).step_files(model)
+    if files is None and not path.is_file():
+        raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
+    named = providers_named([provider])[0].name
+    hf_config, generation = _config_of(model, config)
+    wrapped: Any
     if files is not None:  # several files chained (a vision-language model's)
         from .hf_model import OnnxForImageTextToText
         from .vlm import VlmDecoder
 
-        named = providers_named([provider])[0].name
-        hf_config, generation = _config_of(model, config)
-        chained = OnnxForImageTextToText(hf_config, Path(files["decoder"]), named,
+        wrapped = OnnxForImageTextToText(hf_config, Path(files["decoder"]), named,
                                          VlmDecoder(files, named, threads=threads))
-        chained.__class__ = _named_like(type(chained), model, hf_config)
-        chained.generation_config = generation
-        return chained.eval()
-    if not path.is_file():
-        raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
-    named = providers_named([provider])[0].name
-    hf_config, generation = _config_of(model, config)
-    if file_facts(path).generation == "seq2seq":
+    elif file_facts(path).generation == "seq2seq":
         from .seq2seq import OnnxSeq2Seq, encoder_of
 
         runner = OnnxSeq2Seq(path, named, encoder_of(model), threads, io_binding)

@@ -55,7 +55,7 @@ class VlmDecoder(OnnxDecoder):
         self.vision_ms = (time.perf_counter() - started) * 1e3
 
     def token_feed(self, ids: np.ndarray) -> dict[str, np.ndarray]:
-        from ..export.vlm import check_counts
+        from ..export.vlm import check_counts, token_feed
 
         features = self.pending
         if features is None:  # a decode step, or a prompt without images: every token is text
@@ -63,12 +63,7 @@ class VlmDecoder(OnnxDecoder):
         else:
             check_counts(ids, self.image_token, int(features.shape[0]))
         self.pending = None
-        ids = ids.astype(np.int64)
-        embeds = self.embed.run(None, {"input_ids": ids, "image_features": features})[0]
-        feed = {"inputs_embeds": embeds}
-        if self.token_types:
-            feed["token_type_ids"] = (ids == self.image_token).astype(np.int64) * (features.shape[0] > 0)
-        return feed
+        return token_feed(self.embed, ids, features, self.image_token, self.token_types)
 
 
 def pixels_of(inputs: Any, images: Any, processor: Any, names: list[str]) -> dict[str, Any] | None:
@@ -82,11 +77,8 @@ def pixels_of(inputs: Any, images: Any, processor: Any, names: list[str]) -> dic
         return {n: images[n] for n in names if n in images}
     if hasattr(images, "shape"):
         return {names[0]: images}
-    if processor is None or not hasattr(processor, "image_processor"):
-        raise InvalidArgumentError(
-            "images= given as pictures needs the model's processor (none was saved with the model): pass the "
-            "processor's output instead (processor(text=..., images=..., return_tensors='np')), or pixel_values.")
-    out = processor.image_processor(images, return_tensors="np")
+    out = _processor(processor, "images= given as pictures", "pixel_values").image_processor(images,
+                                                                                            return_tensors="np")
     return {n: out[n] for n in names if n in out}
 
 
@@ -97,10 +89,16 @@ def with_processor(inputs: Any, images: Any, processor: Any) -> tuple[Any, Any]:
     pictures = images is not None and not hasattr(images, "keys") and not hasattr(images, "shape")
     if not (pictures and isinstance(texts, (list, tuple)) and texts and all(isinstance(t, str) for t in texts)):
         return inputs, images
+    pictures_list = list(images) if isinstance(images, (list, tuple)) else [images]
+    out = _processor(processor, "Text with pictures", "token ids and pixel_values")(
+        text=list(texts), images=pictures_list, return_tensors="np", padding="longest")
+    return dict(out), None
+
+
+def _processor(processor: Any, given: str, instead: str) -> Any:
+    """The model's processor, or the refusal of what was ``given`` without one, saying what to pass ``instead``."""
     if processor is None or not hasattr(processor, "image_processor"):
         raise InvalidArgumentError(
-            "Text with pictures needs the model's processor (none was saved with the model): pass the processor's "
-            "output instead (processor(text=..., images=..., return_tensors='np')), or token ids and pixel_values.")
-    pictures_list = list(images) if isinstance(images, (list, tuple)) else [images]
-    out = processor(text=list(texts), images=pictures_list, return_tensors="np", padding="longest")
-    return dict(out), None
+            f"{given} needs the model's processor (none was saved with the model): pass the processor's output "
+            f"instead (processor(text=..., images=..., return_tensors='np')), or {instead}.")
+    return processor

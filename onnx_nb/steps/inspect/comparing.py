@@ -201,8 +201,8 @@ def _module_keys(proto: Any, modules: list[str], depth: int, by_weight: dict[str
     for k, node in enumerate(proto.graph.node):
         if not keys[k]:
             keys[k] = next((by_weight[w] for w in map(weight_key, node.input) if w in by_weight), "")
-    known = {k: key for k, key in enumerate(keys) if key}
-    return [keys[k] or nearest(proto, k, known) or "" for k in range(len(keys))]
+    near = nearest(proto, [k for k, key in enumerate(keys) if not key], {k: key for k, key in enumerate(keys) if key})
+    return [keys[k] or near.get(k, "") for k in range(len(keys))]
 
 
 def sidecar(path: Path) -> tuple[Path, Any] | None:

@@ -43,43 +43,25 @@ class VlmSource(HfSource):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ....results.export import ModelSource
         from ....results.vlm import VlmExport
         from ..decoder_cache import layout_of
-        from ..logs import quiet_loading
         from ..staged import write_parts
         from ..vlm import PARTS, image_token_of, parts, takes_token_types
         from ..wrap import eval_mode
-        from ..writing import folder_for, source_name
+        from ..writing import folder_for
 
-        if isinstance(model, (str, os.PathLike)):
-            from ..hf.loading import load_model
-
-            said: list[str] = []
-            path = Path(str(model)).expanduser()
-            with quiet_loading(said, local=path.exists()):
-                loaded = load_model(str(model), TASK)
-            vlm, pre = loaded.model, loaded.preprocessor
-            location: str | None = loaded.location
-        else:
-            from ..hf.loading import load_preprocessor
-
-            vlm, said = model, []
-            location = getattr(vlm.config, "_name_or_path", "") or None
-            pre = load_preprocessor(location) if location and Path(location).is_dir() else None
+        record = cls.open(model, ExportArgs(task=TASK))  # loaded (a folder, a hub id) or wrapped, its processor too
+        vlm = record.model
         first = next(vlm.parameters())
         require_float32_cpu(first.dtype, first.device, "The model", "model", "vlm.parts['vision']")
-        label, folder = folder_for(model, args, source_name(model))
+        record.name, folder = folder_for(model, args)
         token = image_token_of(vlm.config)
         assert token is not None
         with eval_mode(vlm):
             layout = layout_of(vlm)
             layout.embeds = int(vlm.get_input_embeddings().embedding_dim)
             layout.token_types = takes_token_types(vlm)
-            record = ModelSource(kind="hf-object" if location is None else "hf-dir", name=label, location=location,
-                                 task=TASK, model_type=getattr(vlm.config, "model_type", None), model=vlm,
-                                 preprocessor=pre, load_warnings=said, adapter=cls.key, generation="decoder",
-                                 cache_layout=layout)
+            record.cache_layout, record.generation = layout, "decoder"
 
             def export_part(module: Any, sample: Any, **settings: Any) -> Any:
                 if settings["name"] != "decoder":
@@ -89,7 +71,7 @@ class VlmSource(HfSource):
                 return cls.export_decoder(record, settings)
 
             built = {**parts(vlm), "decoder": (None, None, None)}
-            folder, files, seconds = write_parts("A vision-language model", PARTS, lambda: built, label, folder,
+            folder, files, seconds = write_parts("A vision-language model", PARTS, lambda: built, record.name, folder,
                                                  args.overwrite, args.progress, args.opset, export_part)
         result = VlmExport(folder, files, vlm, seconds, image_token=token)
         files["decoder"].parts = {"vision": files["vision"].path, "embed": files["embed"].path}
@@ -119,12 +101,12 @@ class VlmSource(HfSource):
         a variant of that): the vision, embed and decoder files and the image token their features go to
         (:class:`onnx_nb.steps.generate.vlm.VlmDecoder`)."""
         from ....results.export import export_of
+        from ....results.vlm import VlmExport
         from ..vlm import image_token_of
 
         token = getattr(result, "image_token", None)
-        whole = getattr(result, "parts", None)
-        if whole and "decoder" in whole and not isinstance(whole["decoder"], (str, Path)):  # the VlmExport
-            result = whole["decoder"]
+        if isinstance(result, VlmExport):  # the whole: its decoder part's file
+            result = result.parts["decoder"]
         part = export_of(result)
         if part is None or not {"vision", "embed"} <= set(part.parts):
             return None
@@ -138,7 +120,7 @@ class VlmSource(HfSource):
 
 
 def check_chain(result: Any) -> dict[str, Any]:
-    """The three files chained in ONNX Runtime (vision, embed, decoder prefill and one decode step) against the
+    """The three files chained in ONNX Runtime (vision, embed, the decoder's prefill) against the
     model's own forward with pixels, on a prompt of two images' tokens in a batch of two, judged as every export's
     check is."""
     import numpy as np
