@@ -16,19 +16,20 @@ from tests.tiny_vlms import VLMS, build_vlm, llava_with_processor
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NEW = 8
-# llava_next: its tiles' count follows image_sizes' values (every exporter fails on it); paligemma: the prefix's
-# two-way attention is applied only while the cache is empty, which the decoder part does not see (the chain check
-# fails, and says so)
-NOT_YET = ("llava_next", "paligemma")
+# llava_next: its tiles' count follows image_sizes' values (every exporter fails on it)
+NOT_YET = ("llava_next",)
+TOKEN_TYPES = {"gemma3": "image", "paligemma": "prefix"}
 
 
 def _inputs(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> dict[str, Any]:
-    """What the family's processor gives: ids, mask, pixels (and Gemma 3's token types: 1 at the image)."""
+    """What the family's processor gives: ids, mask, pixels, and token types where the family takes them (Gemma
+    3's processor: 1 at an image's tokens; PaliGemma's: 0 over the whole prompt)."""
     import torch
 
     kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **pixels}
-    if "token_type_ids" in inspect.signature(model.forward).parameters:
-        kwargs["token_type_ids"] = (ids == token).long()
+    family = model.config.model_type
+    if family in TOKEN_TYPES:
+        kwargs["token_type_ids"] = torch.zeros_like(ids) if TOKEN_TYPES[family] == "prefix" else (ids == token).long()
     return kwargs
 
 

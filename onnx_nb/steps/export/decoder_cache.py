@@ -129,11 +129,27 @@ class DecoderWithCache(torch.nn.Module):
         # layer keeps its length as a Python int, which a trace bakes into the graph (right at the traced length,
         # out of bounds past the window); with full layers the window is the mask's (transformers' sliding window
         # overlay), the graph's cache grows with the tokens, and every length is right.
-        cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layout.layers)])
+        cache = (_first_step_cache() if layout.token_types else DynamicCache)(
+            [(past[2 * i], past[2 * i + 1]) for i in range(self.layout.layers)])
         out = self.model(**tokens, **extra, attention_mask=attention_mask, position_ids=position_ids,
                          **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
         present = [t for k, v in _layers_of(cache_of(out)) for t in (k, v)]
         return dict(zip(output_names(self.layout), (out.logits, *present)))
+
+
+def _first_step_cache() -> Any:
+    """A DynamicCache that reads as not yet filled: PaliGemma applies its prompt's two-way block only while the
+    cache is empty, which a graph traced with a cache would drop; with it the block is applied at every step where
+    the token types mark one (a decode step's token is in none, so the step stays causal). Gemma 3 applies its
+    block at every step anyway."""
+    from transformers import DynamicCache
+
+    class FirstStepCache(DynamicCache):
+        @property
+        def is_initialized(self) -> bool:
+            return False
+
+    return FirstStepCache
 
 
 def input_names(layout: CacheLayout) -> list[str]:

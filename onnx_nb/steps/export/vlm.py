@@ -46,6 +46,28 @@ def takes_token_types(model: Any) -> bool:
     return "token_type_ids" in inspect.signature(model.forward).parameters
 
 
+def types_rule(model: Any) -> str | None:
+    """What the family's processor gives as ``token_type_ids`` for a prompt: ``"image"`` (Gemma 3: 1 at an image's
+    tokens, which attend each other both ways), ``"prefix"`` (PaliGemma: 0 over the whole prompt, image and text,
+    which attends both ways; 1 marks a suffix), None where the forward reads none. Read from the forward itself."""
+    if not takes_token_types(model):
+        return None
+    for cls in (type(getattr(model, "model", model)), type(model)):
+        try:
+            if "token_type_ids == 0" in inspect.getsource(cls.forward):
+                return "prefix"
+        except (OSError, TypeError):
+            continue
+    return "image"
+
+
+def token_types(ids: torch.Tensor, image_token: int, rule: str | None) -> dict[str, torch.Tensor]:
+    """The ``token_type_ids`` of a prompt as the family's processor makes them (none where it takes none)."""
+    if rule is None:
+        return {}
+    return {"token_type_ids": torch.zeros_like(ids) if rule == "prefix" else (ids == image_token).long()}
+
+
 class ImageFeatures(torch.nn.Module):
     """``forward(pixel_values, [pixel_attention_mask], [image_sizes]) -> image_features``: the vision tower and
     projector, one row per image token (every image's rows one after another, as the model concatenates them)."""
@@ -66,16 +88,18 @@ class ImageFeatures(torch.nn.Module):
 
 
 class MergedEmbedding(torch.nn.Module):
-    """``forward(input_ids, image_features) -> inputs_embeds``: the token embeddings with the k-th image token's
-    row taken from the k-th feature row (row-major over the batch, as ``masked_scatter`` fills). A graph of gathers:
-    with no features (a decode step, a prompt without images) every token is embedded as text, as the model does
-    without pixels; an image token past the last feature reuses it, and callers check the counts first
-    (:func:`check_counts`)."""
+    """``forward(input_ids, image_features) -> inputs_embeds [, token_type_ids]``: the token embeddings with the
+    k-th image token's row taken from the k-th feature row (row-major over the batch, as ``masked_scatter`` fills).
+    A graph of gathers: with no features (a decode step, a prompt without images) every token is embedded as text,
+    as the model does without pixels; an image token past the last feature reuses it, and callers check the counts
+    first (:func:`check_counts`). Where the decoder reads token types, they come out too, by the family's
+    :func:`types_rule`, so no runner needs to know it."""
 
     def __init__(self, model: Any, image_token: int) -> None:
         super().__init__()
         self.embed = model.get_input_embeddings()
         self.image_token = image_token
+        self.types = types_rule(model)
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> dict[str, torch.Tensor]:
         any_features = image_features.new_ones(image_features.shape[0]).sum() > 0
@@ -86,7 +110,10 @@ class MergedEmbedding(torch.nn.Module):
         index = torch.clamp(torch.cumsum(flat, 0) * flat, max=image_features.shape[0])
         table = torch.cat([image_features.new_zeros(1, image_features.shape[-1]), image_features], 0)
         picked = table.index_select(0, index).reshape(embeds.shape).to(embeds.dtype)
-        return {"inputs_embeds": torch.where(is_image.unsqueeze(-1), picked, embeds)}
+        out = {"inputs_embeds": torch.where(is_image.unsqueeze(-1), picked, embeds)}
+        if self.types is not None:
+            out["token_type_ids"] = torch.zeros_like(input_ids) if self.types == "prefix" else is_image.long()
+        return out
 
 
 def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -197,7 +224,7 @@ def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int
     check_counts(ids, image_token, int(features.shape[0]))
     wanted = {i.name for i in decoder.get_inputs()}
     batch, width = ids.shape
-    feed = {**token_feed(embed, ids, features, image_token, "token_type_ids" in wanted),
+    feed = {**token_feed(embed, ids, features),
             "attention_mask": np.ones((batch, width), np.int64),
             "position_ids": np.tile(np.arange(width, dtype=np.int64), (batch, 1))}
     for i in decoder.get_inputs():
@@ -206,13 +233,10 @@ def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int
     return decoder.run(["logits"], {k: v for k, v in feed.items() if k in wanted})[0]
 
 
-def token_feed(embed: Any, ids: Any, features: Any, image_token: int, token_types: bool) -> dict[str, Any]:
+def token_feed(embed: Any, ids: Any, features: Any) -> dict[str, Any]:
     """What the decoder file takes for ``ids``: their embeddings from the embed file (``features`` merged at the
-    image tokens; none: every token is text), and the image tokens as ``token_type_ids`` where it reads them."""
+    image tokens; none: every token is text), and their ``token_type_ids`` where the decoder reads them."""
     import numpy as np
 
-    ids = ids.astype(np.int64)
-    feed = {"inputs_embeds": embed.run(None, {"input_ids": ids, "image_features": features})[0]}
-    if token_types:
-        feed["token_type_ids"] = (ids == image_token).astype(np.int64) * (features.shape[0] > 0)
-    return feed
+    out = embed.run(None, {"input_ids": ids.astype(np.int64), "image_features": features})
+    return {o.name: value for o, value in zip(embed.get_outputs(), out)}

@@ -32,7 +32,6 @@ class VlmDecoder(OnnxDecoder):
         width = self.embed.get_inputs()[1].shape[-1]
         self.features_width = int(width) if isinstance(width, int) else int(
             self.session.get_inputs()[0].shape[-1])
-        self.token_types = "token_type_ids" in {i.name for i in self.session.get_inputs()}
         self.pending: np.ndarray | None = None
         self.vision_ms = 0.0
 
@@ -63,7 +62,7 @@ class VlmDecoder(OnnxDecoder):
         else:
             check_counts(ids, self.image_token, int(features.shape[0]))
         self.pending = None
-        return token_feed(self.embed, ids, features, self.image_token, self.token_types)
+        return token_feed(self.embed, ids, features)
 
 
 def pixels_of(inputs: Any, images: Any, processor: Any, names: list[str]) -> dict[str, Any] | None:

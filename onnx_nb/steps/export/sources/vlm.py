@@ -127,15 +127,14 @@ def check_chain(result: Any) -> dict[str, Any]:
     import torch
 
     from ....results.tolerance import EXPORT_CHECK, measure
-    from ..vlm import chain_logits, features_of, pixel_sample, prompt_sample
+    from ..vlm import chain_logits, features_of, pixel_sample, prompt_sample, token_types, types_rule
 
     model = result.model
     pixels = pixel_sample(model, images=2, seed=3)
     rows = features_of(model, pixels).shape[0]
     ids = prompt_sample(result.image_token, rows, 2, int(model.get_input_embeddings().num_embeddings), seed=3)
     mask = torch.ones_like(ids)
-    extra = {"token_type_ids": (ids == result.image_token).long()} if \
-        result.source.cache_layout.token_types else {}
+    extra = token_types(ids, result.image_token, types_rule(model))
     with torch.no_grad():
         want = model(input_ids=ids, attention_mask=mask, **pixels, **extra, return_dict=True).logits.float().numpy()
     got = chain_logits(Path(result.folder), {k: v.numpy() for k, v in pixels.items()}, ids.numpy(),
