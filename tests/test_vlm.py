@@ -16,8 +16,9 @@ from tests.tiny_vlms import VLMS, build_vlm, llava_with_processor
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NEW = 8
-# llava_next: its tiles' count follows image_sizes' values (every exporter fails on it)
-NOT_YET = ("llava_next",)
+# llava_next: its tiles' count follows image_sizes' values (every exporter fails on it); qwen3_vl: the tower's
+# early features added inside the decoder ("deepstack") are not carried between the parts (the chain check fails)
+NOT_YET = ("llava_next", "qwen3_vl")
 TOKEN_TYPES = {"gemma3": "image", "paligemma": "prefix"}
 
 
@@ -30,6 +31,8 @@ def _inputs(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> dict[st
     family = model.config.model_type
     if family in TOKEN_TYPES:
         kwargs["token_type_ids"] = torch.zeros_like(ids) if TOKEN_TYPES[family] == "prefix" else (ids == token).long()
+    if family.startswith("qwen"):  # Qwen-VL's processor marks the image tokens for the positions
+        kwargs["mm_token_type_ids"] = (ids == token).int()
     return kwargs
 
 
@@ -92,7 +95,7 @@ def llava(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
 
 
 def test_a_chain_that_differs_from_the_model_fails_the_export(tmp_path: Path) -> None:
-    result = onnx_nb.export(build_vlm("paligemma"), out=tmp_path / "pg", progress=False)
+    result = onnx_nb.export(build_vlm("qwen3_vl"), out=tmp_path / "q3", progress=False)
     assert not result.chain["passed"] and result.status == "failed" and not result
     assert "chained against PyTorch" in repr(result) and "FAILED" in repr(result)
 

@@ -50,6 +50,30 @@ VLMS: dict[str, tuple[str, dict[str, Any]]] = {
     "internvl": ("InternVLForConditionalGeneration", {
         "text_config": {"model_type": "qwen2", **TEXT, "vocab_size": 300}, "image_token_id": 260,
         "vision_config": {**VISION, "image_size": [32, 32], "patch_size": [8, 8]}, "downsample_ratio": 0.5}),
+    # Qwen-VL: flat patches with their grid, positions in three sections (rotary halves split 2/3/3)
+    "qwen2_vl": ("Qwen2VLForConditionalGeneration", {
+        "text_config": {"model_type": "qwen2_vl_text", **TEXT, "vocab_size": 300, "bos_token_id": 1,
+                        "eos_token_id": 2, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+        "image_token_id": 260, "video_token_id": 261, "vision_start_token_id": 262,
+        "vision_config": {"depth": 2, "embed_dim": 32, "hidden_size": 64, "num_heads": 4, "patch_size": 16,
+                          "spatial_merge_size": 2, "temporal_patch_size": 2}}),
+    "qwen2_5_vl": ("Qwen2_5_VLForConditionalGeneration", {
+        "text_config": {"model_type": "qwen2_5_vl_text", **TEXT, "vocab_size": 300, "bos_token_id": 1,
+                        "eos_token_id": 2, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+        "image_token_id": 260, "video_token_id": 261, "vision_start_token_id": 262,
+        "vision_config": {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
+                          "num_heads": 4, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                          "window_size": 64, "fullatt_block_indexes": [1]}}),
+    # Qwen3-VL: Qwen2.5-VL's layout plus "deepstack" (the tower's early features added to the first decoder layers'
+    # image rows), interleaved rotary sections
+    "qwen3_vl": ("Qwen3VLForConditionalGeneration", {
+        "text_config": {"model_type": "qwen3_vl_text", **TEXT, "vocab_size": 300, "bos_token_id": 1,
+                        "eos_token_id": 2, "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3],
+                                                            "mrope_interleaved": True}},
+        "image_token_id": 260, "video_token_id": 261, "vision_start_token_id": 262,
+        "vision_config": {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
+                          "num_heads": 4, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                          "num_position_embeddings": 64, "deepstack_visual_indexes": [0]}}),
     # FastVLM's tower is a timm FastViT (the smallest, fastvit_t8; the real one is fastvit_mci3)
     "fast_vlm": ("FastVlmForConditionalGeneration", {
         "text_config": {"model_type": "qwen2", **TEXT, "vocab_size": 300}, "image_token_index": 260,

@@ -20,6 +20,10 @@ CACHE_PREFIX = "past_key_values."  # onnx-nb's (and Optimum's, and the builder's
 PRESENT_PREFIX = "present."
 ENCODER_CACHE = ".encoder."  # an encoder-decoder's cross-attention cache, computed once from the encoder
 UNET_INPUTS = frozenset({"sample", "timestep", "encoder_hidden_states"})  # export(pipeline)'s unet.onnx
+# a vision-language model's vision file for flat patches and their grid (Qwen-VL): the grid input's name, and the
+# metadata key holding the one grid the file was traced at
+IMAGE_GRID = "image_grid_thw"
+IMAGE_GRID_KEY = "onnx_nb.image_grid_thw"
 
 
 def is_cache(name: str) -> bool:

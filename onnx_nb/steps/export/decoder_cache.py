@@ -47,6 +47,8 @@ class CacheLayout:
     # input_ids, and token_type_ids where its forward reads them (Gemma 3, PaliGemma: the image block bidirectional)
     embeds: int = 0
     token_types: bool = False
+    # Qwen-VL's positions come in sections (temporal, height, width): position_ids [sections, batch, sequence]
+    sections: int = 0
 
     @property
     def value_head_size(self) -> int:
@@ -67,6 +69,7 @@ class CacheLayout:
         return {"layers": self.layers, "kv_heads": self.kv_heads, "head_size": self.head_size, "dtype": self.dtype,
                 **({"value_size": self.value_size} if self.value_size is not None else {}),
                 **({"embeds": self.embeds, "token_types": self.token_types} if self.embeds else {}),
+                **({"sections": self.sections} if self.sections else {}),
                 "bytes_per_token": self.bytes_per_token}
 
 
@@ -165,7 +168,8 @@ def output_names(layout: CacheLayout) -> list[str]:
 
 def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
-            "position_ids": {0: "batch", 1: "sequence"}, "logits": {0: "batch", 1: "sequence"},
+            "position_ids": {1: "batch", 2: "sequence"} if layout.sections else {0: "batch", 1: "sequence"},
+            "logits": {0: "batch", 1: "sequence"},
             "inputs_embeds": {0: "batch", 1: "sequence"}, "token_type_ids": {0: "batch", 1: "sequence"}}
     for i in range(layout.layers):
         for kv in ("key", "value"):
@@ -193,7 +197,8 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
            {"input_ids": torch.randint(min(3, vocab - 1), vocab, (b, s), generator=g)}),
         **({"token_type_ids": _token_types(b, s)} if layout.token_types else {}),
         "attention_mask": torch.ones(b, p + s, dtype=torch.long),
-        "position_ids": torch.arange(p, p + s).expand(b, s).contiguous(),
+        "position_ids": torch.arange(p, p + s).expand(*((layout.sections,) if layout.sections else ()), b, s)
+        .contiguous(),
     }
     for i in range(layout.layers):
         for kv, size in (("key", layout.head_size), ("value", layout.value_head_size)):

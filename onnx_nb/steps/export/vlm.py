@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from ...errors import InvalidArgumentError
+from ...runtime.facts import IMAGE_GRID as GRID
+from ...runtime.facts import IMAGE_GRID_KEY as GRID_KEY
 
 PARTS = ("vision", "embed", "decoder")
 IMAGE_TOKEN_KEYS = ("image_token_id", "image_token_index")
@@ -46,6 +48,13 @@ def takes_token_types(model: Any) -> bool:
     return "token_type_ids" in inspect.signature(model.forward).parameters
 
 
+def takes_grid(model: Any) -> bool:
+    """The family's images come as flat patches with their grid (Qwen2-VL, Qwen2.5-VL), its positions in three
+    sections (temporal, height, width: multimodal rotary positions)."""
+    return GRID in inspect.signature(model.get_image_features).parameters and callable(
+        getattr(getattr(model, "model", model), "get_rope_index", None))
+
+
 def types_rule(model: Any) -> str | None:
     """What the family's processor gives as ``token_type_ids`` for a prompt: ``"image"`` (Gemma 3: 1 at an image's
     tokens, which attend each other both ways), ``"prefix"`` (PaliGemma: 0 over the whole prompt, image and text,
@@ -61,24 +70,32 @@ def types_rule(model: Any) -> str | None:
     return "image"
 
 
-def token_types(ids: torch.Tensor, image_token: int, rule: str | None) -> dict[str, torch.Tensor]:
-    """The ``token_type_ids`` of a prompt as the family's processor makes them (none where it takes none)."""
-    if rule is None:
-        return {}
-    return {"token_type_ids": torch.zeros_like(ids) if rule == "prefix" else (ids == image_token).long()}
+def prompt_extras(model: Any, ids: torch.Tensor, image_token: int) -> dict[str, torch.Tensor]:
+    """What the family's processor gives beside a prompt's ids and mask: ``token_type_ids`` by the family's
+    :func:`types_rule`, ``mm_token_type_ids`` (1 at an image token) where the forward reads them (Qwen-VL)."""
+    rule = types_rule(model)
+    out = {}
+    if rule is not None:
+        out["token_type_ids"] = torch.zeros_like(ids) if rule == "prefix" else (ids == image_token).long()
+    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
+        out["mm_token_type_ids"] = (ids == image_token).int()
+    return out
 
 
 class ImageFeatures(torch.nn.Module):
     """``forward(pixel_values, [pixel_attention_mask], [image_sizes]) -> image_features``: the vision tower and
     projector, one row per image token (every image's rows one after another, as the model concatenates them)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, grid: torch.Tensor | None = None) -> None:
         super().__init__()
         self.model = model
+        self.grid = grid  # Qwen-VL: the one image grid the file takes (the tower's positions follow its values)
+        if grid is not None:
+            self.onnx_metadata = {GRID_KEY: ",".join(str(int(v)) for v in grid.reshape(-1))}
 
     def forward(self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None = None,
                 image_sizes: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        given = {"pixel_attention_mask": pixel_attention_mask, "image_sizes": image_sizes}
+        given = {"pixel_attention_mask": pixel_attention_mask, "image_sizes": image_sizes, GRID: self.grid}
         out = self.model.get_image_features(pixel_values=pixel_values,
                                             **{k: v for k, v in given.items() if v is not None}, return_dict=True)
         pooled = out.pooler_output if hasattr(out, "pooler_output") else out
@@ -95,13 +112,18 @@ class MergedEmbedding(torch.nn.Module):
     first (:func:`check_counts`). Where the decoder reads token types, they come out too, by the family's
     :func:`types_rule`, so no runner needs to know it."""
 
-    def __init__(self, model: Any, image_token: int) -> None:
+    def __init__(self, model: Any, image_token: int, grid: torch.Tensor | None = None) -> None:
         super().__init__()
         self.embed = model.get_input_embeddings()
         self.image_token = image_token
         self.types = types_rule(model)
+        self.rows = None
+        if grid is not None:  # an image's feature rows as (height, width) after the tower's merge
+            merge = int(model.config.vision_config.spatial_merge_size)
+            self.rows = (int(grid[0, 1]) // merge, int(grid[0, 2]) // merge)
 
-    def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor,
+                text_position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         any_features = image_features.new_ones(image_features.shape[0]).sum() > 0
         is_image = (input_ids == self.image_token) & any_features
         # an image token id may lie outside the text vocabulary (its row is replaced anyway)
@@ -113,7 +135,22 @@ class MergedEmbedding(torch.nn.Module):
         out = {"inputs_embeds": torch.where(is_image.unsqueeze(-1), picked, embeds)}
         if self.types is not None:
             out["token_type_ids"] = torch.zeros_like(input_ids) if self.types == "prefix" else is_image.long()
+        if self.rows is not None and text_position_ids is not None:
+            out["position_ids"] = self.positions(is_image.long(), text_position_ids)
         return out
+
+    def positions(self, is_image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """Qwen-VL's three position sections ``[3, batch, sequence]`` from each token's text position (its count
+        of tokens before it, as the runner counts them): an image's tokens start where its first would be and
+        step over its rows and columns (temporal, height, width); after an image the text goes on from that
+        start plus the larger of its height and width, as ``get_rope_index`` numbers them."""
+        height, width = self.rows
+        per_image = height * width
+        before = torch.cumsum(is_image, 1) - is_image  # image tokens before each token in its row
+        images = torch.div(before, per_image, rounding_mode="floor")
+        k = (before - images * per_image) * is_image  # an image token's place in its image
+        start = text - before + images * max(height, width)
+        return torch.stack([start, start + torch.div(k, width, rounding_mode="floor"), start + k % width], 0)
 
 
 def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -128,7 +165,14 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
     g = torch.Generator().manual_seed(seed)
     takes = inspect.signature(model.get_image_features).parameters
     sample: dict[str, torch.Tensor] = {}
-    if "pixel_attention_mask" in takes:
+    if GRID in takes:  # flat patches, channels x temporal x patch x patch each, in rows of the merge
+        vision = config.vision_config
+        patch, merge = int(vision.patch_size), int(vision.spatial_merge_size)
+        temporal = int(getattr(vision, "temporal_patch_size", 1) or 1)
+        side = max(size // (patch * merge), 1) * merge
+        sample["pixel_values"] = torch.randn(images * side * side, channels * temporal * patch * patch, generator=g)
+        sample[GRID] = torch.tensor([[1, side, side]] * images)
+    elif "pixel_attention_mask" in takes:
         sample["pixel_values"] = torch.randn(images, 1, channels, size, size, generator=g)
         sample["pixel_attention_mask"] = torch.ones(images, 1, size, size, dtype=torch.bool)
     elif getattr(config, "image_grid_pinpoints", None):
@@ -146,7 +190,8 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
 
 def features_of(model: Any, pixels: dict[str, torch.Tensor]) -> torch.Tensor:
     with torch.no_grad():
-        return ImageFeatures(model)(**pixels)["image_features"]
+        grid = pixels.get(GRID)
+        return ImageFeatures(model, grid)(**{k: v for k, v in pixels.items() if k != GRID})["image_features"]
 
 
 def prompt_sample(image_token: int, features: int, images: int, vocab: int, seed: int = 0) -> torch.Tensor:
@@ -180,12 +225,17 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     features = features_of(model, pixels)
     vocab = int(model.get_input_embeddings().num_embeddings)
     ids = prompt_sample(token, features.shape[0], 1, vocab)
+    grid = pixels.pop(GRID, None)
+    embed = {"input_ids": ids, "image_features": features}
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "image_features": {0: "image_tokens"}}
+    if grid is not None:  # the text positions the three sections are counted from
+        embed["text_position_ids"] = torch.arange(ids.shape[1]).expand(ids.shape).contiguous()
+        axes["text_position_ids"] = {0: "batch", 1: "sequence"}
     return {
         # one image per run (the families split and loop over images in Python: a trace fixes their count); the
         # runners run it per image and join the rows
-        "vision": (ImageFeatures(model), pixels, False),
-        "embed": (MergedEmbedding(model, token), {"input_ids": ids, "image_features": features},
-                  {"input_ids": {0: "batch", 1: "sequence"}, "image_features": {0: "image_tokens"}}),
+        "vision": (ImageFeatures(model, grid), pixels, False),
+        "embed": (MergedEmbedding(model, token, grid), embed, axes),
     }
 
 
@@ -196,6 +246,9 @@ def image_features(vision: Any, pixels: dict[str, Any]) -> Any:
     from ...runtime.shapes import cast_feed
 
     inputs = vision.get_inputs()
+    grid = vision.get_modelmeta().custom_metadata_map.get(GRID_KEY)
+    if grid is not None:
+        return _grid_features(vision, pixels, [int(v) for v in grid.split(",")])
     for i in inputs:
         shape = list(np.shape(pixels[i.name]))
         want = list(i.shape[1:])
@@ -211,6 +264,28 @@ def image_features(vision: Any, pixels: dict[str, Any]) -> Any:
     return np.concatenate(rows, 0)
 
 
+def _grid_features(vision: Any, pixels: dict[str, Any], grid: list[int]) -> Any:
+    """Qwen-VL's images, flat patches with their grids: each image's rows through the file, whose grid is fixed."""
+    import numpy as np
+
+    from ...runtime.shapes import cast_feed
+
+    if GRID not in pixels:
+        raise InvalidArgumentError(f"The images come without {GRID}: pass the processor's whole output.")
+    grids = np.asarray(pixels[GRID]).reshape(-1, 3)
+    wrong = [list(map(int, g)) for g in grids if list(map(int, g)) != grid]
+    if wrong:
+        raise InvalidArgumentError(
+            f"{GRID} {wrong[0]}: this model's vision encoder was exported for images of {grid[1]}x{grid[2]} patches "
+            "(its tower's positions follow the grid): resize the pictures to that size (the processor's "
+            "size= or min_pixels=/max_pixels=), or export again from a sample at the size you use.")
+    flat = np.asarray(pixels["pixel_values"])
+    each = int(np.prod(grid))
+    name = vision.get_inputs()[0].name
+    return np.concatenate([vision.run(None, cast_feed(vision, {name: flat[k * each:(k + 1) * each]}))[0]
+                           for k in range(len(grids))], 0)
+
+
 def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int) -> Any:
     """The prompt's logits through the three files in ONNX Runtime (vision, embed, the decoder's prefill with an
     empty cache): what the export's check compares with the model's own forward."""
@@ -224,19 +299,21 @@ def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int
     check_counts(ids, image_token, int(features.shape[0]))
     wanted = {i.name for i in decoder.get_inputs()}
     batch, width = ids.shape
-    feed = {**token_feed(embed, ids, features),
-            "attention_mask": np.ones((batch, width), np.int64),
-            "position_ids": np.tile(np.arange(width, dtype=np.int64), (batch, 1))}
+    positions = np.tile(np.arange(width, dtype=np.int64), (batch, 1))
+    feed = {"position_ids": positions, **token_feed(embed, ids, features, positions),
+            "attention_mask": np.ones((batch, width), np.int64)}
     for i in decoder.get_inputs():
         if is_cache(i.name):
             feed[i.name] = np.zeros((batch, i.shape[1], 0, i.shape[3]), np.float32)
     return decoder.run(["logits"], {k: v for k, v in feed.items() if k in wanted})[0]
 
 
-def token_feed(embed: Any, ids: Any, features: Any) -> dict[str, Any]:
+def token_feed(embed: Any, ids: Any, features: Any, positions: Any) -> dict[str, Any]:
     """What the decoder file takes for ``ids``: their embeddings from the embed file (``features`` merged at the
-    image tokens; none: every token is text), and their ``token_type_ids`` where the decoder reads them."""
+    image tokens; none: every token is text), their ``token_type_ids`` where the decoder reads them, and their
+    three position sections from their text ``positions`` (Qwen-VL)."""
     import numpy as np
 
-    out = embed.run(None, {"input_ids": ids.astype(np.int64), "image_features": features})
+    given = {"input_ids": ids.astype(np.int64), "image_features": features, "text_position_ids": positions}
+    out = embed.run(None, {i.name: given[i.name] for i in embed.get_inputs()})
     return {o.name: value for o, value in zip(embed.get_outputs(), out)}

@@ -55,10 +55,9 @@ class OnnxDecoder:
              keep: bool = True) -> tuple[np.ndarray, dict]:
         """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens. (``keep``:
         see :meth:`SharedBufferDecoder.step`; these logits are always the caller's own.)"""
-        positions = np.cumsum(mask, axis=1) - 1
-        feed = {**self.token_feed(ids), "attention_mask": mask.astype(np.int64), **cache}
-        if self.uses_positions:
-            feed["position_ids"] = np.maximum(positions[:, -ids.shape[1]:], 0).astype(np.int64)
+        positions = np.maximum((np.cumsum(mask, axis=1) - 1)[:, -ids.shape[1]:], 0).astype(np.int64)
+        feed = {**({"position_ids": positions} if self.uses_positions else {}), **self.token_feed(ids, positions),
+                "attention_mask": mask.astype(np.int64), **cache}
         if self.device is not None:
             return self._bound_step(feed)
         out = self.session.run(None, feed)
@@ -66,8 +65,9 @@ class OnnxDecoder:
         grown = {p: named[present_of(p)] for p in self.past_names}
         return named["logits"], grown
 
-    def token_feed(self, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """What the file takes for the new tokens (a vision-language model's decoder: their embeddings)."""
+    def token_feed(self, ids: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
+        """What the file takes for the new tokens at their ``positions`` (a vision-language model's decoder: their
+        embeddings, and positions in sections where it takes them)."""
         return {"input_ids": ids.astype(np.int64)}
 
     def _bound_step(self, feed: dict[str, Any]) -> tuple[np.ndarray, dict]:

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
+from ...runtime.facts import IMAGE_GRID as GRID
+from ...runtime.facts import IMAGE_GRID_KEY as GRID_KEY
 from .runners import OnnxDecoder
 
 
@@ -34,12 +36,18 @@ class VlmDecoder(OnnxDecoder):
             self.session.get_inputs()[0].shape[-1])
         self.pending: np.ndarray | None = None
         self.vision_ms = 0.0
+        # Qwen-VL: the vision file's images come with their grid; each row's positions after the prompt are its
+        # text positions shifted by what the prompt's images added (set at the prompt's step)
+        if GRID_KEY in self.vision.get_modelmeta().custom_metadata_map:
+            self.vision_inputs.append(GRID)
+        self.shift: np.ndarray | None = None
 
     def set_images(self, pixels: dict[str, np.ndarray] | None) -> None:
         """The images of the next prompt (the vision file's inputs by name), encoded now; None: a prompt
         without images."""
         import time
 
+        self.shift = None
         if not pixels:
             self.pending, self.vision_ms = None, 0.0
             return
@@ -53,7 +61,7 @@ class VlmDecoder(OnnxDecoder):
         self.pending = image_features(self.vision, pixels)
         self.vision_ms = (time.perf_counter() - started) * 1e3
 
-    def token_feed(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+    def token_feed(self, ids: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
         from ..export.vlm import check_counts, token_feed
 
         features = self.pending
@@ -62,7 +70,13 @@ class VlmDecoder(OnnxDecoder):
         else:
             check_counts(ids, self.image_token, int(features.shape[0]))
         self.pending = None
-        return token_feed(self.embed, ids, features)
+        feed = token_feed(self.embed, ids, features, positions)
+        if "position_ids" in feed:  # sections: the prompt's numbered by its images, later steps shifted as much
+            if self.shift is None:
+                self.shift = feed["position_ids"][0, :, -1] - positions[:, -1]
+            else:
+                feed["position_ids"] = feed["position_ids"] + self.shift[None, :, None]
+        return feed
 
 
 def pixels_of(inputs: Any, images: Any, processor: Any, names: list[str]) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ class VlmChain:
     beams = False  # transformers' beam search over the chain is checked by tests, not in every variant's parity
 
     def __init__(self, model: Any, files: dict[str, Any], max_new_tokens: int) -> None:
-        from ..export.vlm import features_of, pixel_sample, prompt_sample, types_rule
+        from ..export.vlm import features_of, pixel_sample, prompt_sample
 
         self.model, self.files, self.new = model, files, max_new_tokens
         self.token = int(files["image_token"])
@@ -33,14 +33,13 @@ class VlmChain:
         self.first_step = "prefill (with the image)"
         self.describe = (f"{len(self.prompts)} prompts with an image each ({rows} image tokens), through the vision "
                          "and embed files and this decoder")
-        self.types = types_rule(model)
 
     def _torch(self, index: int, tokens: list[int]) -> dict[str, Any]:
         ids = torch.tensor([tokens])
-        from ..export.vlm import token_types
+        from ..export.vlm import prompt_extras
 
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), **self.pixels[index],
-                **token_types(ids, self.token, self.types)}
+                **prompt_extras(self.model, ids, self.token)}
 
     def reference(self) -> list[list[int]]:
         out = []

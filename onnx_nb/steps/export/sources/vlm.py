@@ -46,7 +46,7 @@ class VlmSource(HfSource):
         from ....results.vlm import VlmExport
         from ..decoder_cache import layout_of
         from ..staged import write_parts
-        from ..vlm import PARTS, image_token_of, parts, takes_token_types
+        from ..vlm import PARTS, image_token_of, parts, takes_grid, takes_token_types
         from ..wrap import eval_mode
         from ..writing import folder_for
 
@@ -61,6 +61,7 @@ class VlmSource(HfSource):
             layout = layout_of(vlm)
             layout.embeds = int(vlm.get_input_embeddings().embedding_dim)
             layout.token_types = takes_token_types(vlm)
+            layout.sections = 3 if takes_grid(vlm) else 0
             record.cache_layout, record.generation = layout, "decoder"
 
             def export_part(module: Any, sample: Any, **settings: Any) -> Any:
@@ -127,14 +128,14 @@ def check_chain(result: Any) -> dict[str, Any]:
     import torch
 
     from ....results.tolerance import EXPORT_CHECK, measure
-    from ..vlm import chain_logits, features_of, pixel_sample, prompt_sample, token_types, types_rule
+    from ..vlm import chain_logits, features_of, pixel_sample, prompt_extras, prompt_sample
 
     model = result.model
     pixels = pixel_sample(model, images=2, seed=3)
     rows = features_of(model, pixels).shape[0]
     ids = prompt_sample(result.image_token, rows, 2, int(model.get_input_embeddings().num_embeddings), seed=3)
     mask = torch.ones_like(ids)
-    extra = token_types(ids, result.image_token, types_rule(model))
+    extra = prompt_extras(model, ids, result.image_token)
     with torch.no_grad():
         want = model(input_ids=ids, attention_mask=mask, **pixels, **extra, return_dict=True).logits.float().numpy()
     got = chain_logits(Path(result.folder), {k: v.numpy() for k, v in pixels.items()}, ids.numpy(),
