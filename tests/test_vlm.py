@@ -4,7 +4,6 @@ images giving PyTorch's greedy tokens, which change when the image does."""
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
