@@ -15,9 +15,8 @@ from tests.tiny_vlms import VLMS, build_vlm, llava_with_processor
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NEW = 8
-# llava_next: its tiles' count follows image_sizes' values (every exporter fails on it); qwen3_vl: the tower's
-# early features added inside the decoder ("deepstack") are not carried between the parts (the chain check fails)
-NOT_YET = ("llava_next", "qwen3_vl")
+# llava_next: its tiles' count follows image_sizes' values (every exporter fails on it)
+NOT_YET = ("llava_next",)
 TOKEN_TYPES = {"gemma3": "image", "paligemma": "prefix"}
 
 
@@ -94,7 +93,23 @@ def llava(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
 
 
 def test_a_chain_that_differs_from_the_model_fails_the_export(tmp_path: Path) -> None:
-    result = onnx_nb.export(build_vlm("qwen3_vl"), out=tmp_path / "q3", progress=False)
+    import transformers
+
+    class ShiftedWithPictures(transformers.LlavaForConditionalGeneration):
+        """A forward that does what its parts cannot show: its logits move whenever pixels come in."""
+
+        def forward(self, input_ids: Any = None, pixel_values: Any = None, inputs_embeds: Any = None,
+                    cache: Any = None, **kwargs: Any) -> Any:
+            out = super().forward(input_ids=input_ids, pixel_values=pixel_values, inputs_embeds=inputs_embeds,
+                                  cache=cache, **kwargs)
+            if pixel_values is not None:
+                out.logits = out.logits + 0.5
+            return out
+
+    model = build_vlm("llava")
+    shifted = ShiftedWithPictures(model.config).eval()
+    shifted.load_state_dict(model.state_dict())
+    result = onnx_nb.export(shifted, out=tmp_path / "shifted", progress=False)
     assert not result.chain["passed"] and result.status == "failed" and not result
     assert "chained against PyTorch" in repr(result) and "FAILED" in repr(result)
 
@@ -185,3 +200,34 @@ def test_a_quantized_decoder_part_is_judged_on_the_chain_and_generates_from_imag
     made = onnx_nb.generate(int8, ids.tolist(), images=images, max_new_tokens=NEW)
     assert len(made.tokens[0]) >= 1 and made.prefill_ms > 0
     assert onnx_nb.to_transformers(int8).onnx_path == int8.path
+
+
+def test_qwen_positions_follow_get_rope_index_and_another_grid_is_refused(tmp_path: Path) -> None:
+    """Qwen-VL's three position sections, numbered by the embed file from the text positions, are what the model's
+    own get_rope_index gives (a left-padded row too); a picture of another grid is refused, not run."""
+    import onnxruntime as ort
+    import torch
+
+    from onnx_nb.steps.export.vlm import features_of
+
+    model = build_vlm("qwen2_vl")
+    result = onnx_nb.export(model, out=tmp_path / "q", progress=False)
+    token = result.image_token
+    ids, pixels = _prompt(model, token, 2, seed=4)
+    ids[0, :2] = 0  # the first row's first two tokens are padding
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    embed = ort.InferenceSession(str(tmp_path / "q" / "embed.onnx"), providers=["CPUExecutionProvider"])
+    text = np.maximum(np.cumsum(mask.numpy(), 1) - 1, 0)
+    out = embed.run(None, {"input_ids": ids.numpy(), "image_features": features_of(model, pixels).numpy(),
+                           "text_position_ids": text})
+    got = dict(zip([o.name for o in embed.get_outputs()], out))["position_ids"]
+    want, _ = model.model.get_rope_index(ids, mm_token_type_ids=(ids == token).int(),
+                                         image_grid_thw=pixels["image_grid_thw"], attention_mask=mask)
+    real = mask.numpy().astype(bool)
+    assert got.shape == (3, *ids.shape) and (got[:, real] == want.numpy()[:, real]).all()
+    one = {k: v[:1].numpy() if k == "image_grid_thw" else v[:v.shape[0] // 2].numpy() for k, v in pixels.items()}
+    t, h, w = one["image_grid_thw"][0]
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=rf"exported for images of {h}x{w} patches"):
+        onnx_nb.generate(result, ids[1:].tolist(), images={**one, "image_grid_thw": np.array([[t, h // 2, w * 2]])},
+                         max_new_tokens=2)

@@ -49,6 +49,9 @@ class CacheLayout:
     token_types: bool = False
     # Qwen-VL's positions come in sections (temporal, height, width): position_ids [sections, batch, sequence]
     sections: int = 0
+    # Qwen3-VL's "deepstack": the vision tower's early features added to the first decoder layers' image rows,
+    # deepstack_embeds [layers, batch, sequence, embeds] (zeros at text tokens)
+    deepstack: int = 0
 
     @property
     def value_head_size(self) -> int:
@@ -70,6 +73,7 @@ class CacheLayout:
                 **({"value_size": self.value_size} if self.value_size is not None else {}),
                 **({"embeds": self.embeds, "token_types": self.token_types} if self.embeds else {}),
                 **({"sections": self.sections} if self.sections else {}),
+                **({"deepstack": self.deepstack} if self.deepstack else {}),
                 "bytes_per_token": self.bytes_per_token}
 
 
@@ -124,8 +128,10 @@ class DecoderWithCache(torch.nn.Module):
         from transformers import DynamicCache
 
         layout = self.layout
-        extra = {"token_type_ids": rest[0]} if layout.token_types else {}
-        attention_mask, position_ids, *past = rest[1:] if layout.token_types else rest
+        given = dict(zip(input_names(layout), (first, *rest)))
+        extra = {"token_type_ids": given["token_type_ids"]} if layout.token_types else {}
+        attention_mask, position_ids = given["attention_mask"], given["position_ids"]
+        past = [given[PAST.format(i, kv)] for i in range(layout.layers) for kv in ("key", "value")]
         tokens = {"inputs_embeds": first} if layout.embeds else {"input_ids": first}
 
         # Every layer a plain DynamicLayer, whatever the config says (not DynamicCache(config=...)): a sliding-window
@@ -134,10 +140,20 @@ class DecoderWithCache(torch.nn.Module):
         # overlay), the graph's cache grows with the tokens, and every length is right.
         cache = (_first_step_cache() if layout.token_types else DynamicCache)(
             [(past[2 * i], past[2 * i + 1]) for i in range(self.layout.layers)])
-        out = self.model(**tokens, **extra, attention_mask=attention_mask, position_ids=position_ids,
-                         **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
+        if layout.deepstack:  # the language model itself, told every row may take a deepstack addition
+            deep = given["deepstack_embeds"]
+            text = self.model.model.language_model
+            out = text(**tokens, attention_mask=attention_mask, position_ids=position_ids,
+                       visual_pos_masks=torch.ones(first.shape[:2], dtype=torch.bool),
+                       deepstack_visual_embeds=[d.reshape(-1, d.shape[-1]) for d in deep.unbind(0)],
+                       **cache_kwargs(text, cache), use_cache=True, return_dict=True)
+            logits = self.model.lm_head(out.last_hidden_state)
+        else:
+            out = self.model(**tokens, **extra, attention_mask=attention_mask, position_ids=position_ids,
+                             **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
+            logits = out.logits
         present = [t for k, v in _layers_of(cache_of(out)) for t in (k, v)]
-        return dict(zip(output_names(self.layout), (out.logits, *present)))
+        return dict(zip(output_names(self.layout), (logits, *present)))
 
 
 def _first_step_cache() -> Any:
@@ -156,8 +172,9 @@ def _first_step_cache() -> Any:
 
 
 def input_names(layout: CacheLayout) -> list[str]:
-    first = ["inputs_embeds", "token_type_ids"] if layout.token_types else ["inputs_embeds"] if layout.embeds \
-        else ["input_ids"]
+    first = ["inputs_embeds"] if layout.embeds else ["input_ids"]
+    first += ["token_type_ids"] if layout.token_types else []
+    first += ["deepstack_embeds"] if layout.deepstack else []
     return [*first, "attention_mask", "position_ids"] + [
         PAST.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
 
@@ -170,7 +187,8 @@ def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total_sequence"},
             "position_ids": {1: "batch", 2: "sequence"} if layout.sections else {0: "batch", 1: "sequence"},
             "logits": {0: "batch", 1: "sequence"},
-            "inputs_embeds": {0: "batch", 1: "sequence"}, "token_type_ids": {0: "batch", 1: "sequence"}}
+            "inputs_embeds": {0: "batch", 1: "sequence"}, "token_type_ids": {0: "batch", 1: "sequence"},
+            "deepstack_embeds": {1: "batch", 2: "sequence"}}
     for i in range(layout.layers):
         for kv in ("key", "value"):
             axes[PAST.format(i, kv)] = {0: "batch", 2: "past_sequence"}
@@ -196,6 +214,8 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
         **({"inputs_embeds": torch.randn(b, s, layout.embeds, generator=g) * 0.5} if layout.embeds else
            {"input_ids": torch.randint(min(3, vocab - 1), vocab, (b, s), generator=g)}),
         **({"token_type_ids": _token_types(b, s)} if layout.token_types else {}),
+        **({"deepstack_embeds": torch.randn(layout.deepstack, b, s, layout.embeds, generator=g) * 0.5}
+           if layout.deepstack else {}),
         "attention_mask": torch.ones(b, p + s, dtype=torch.long),
         "position_ids": torch.arange(p, p + s).expand(*((layout.sections,) if layout.sections else ()), b, s)
         .contiguous(),

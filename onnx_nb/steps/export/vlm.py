@@ -55,6 +55,15 @@ def takes_grid(model: Any) -> bool:
         getattr(getattr(model, "model", model), "get_rope_index", None))
 
 
+def deepstack_layers(model: Any) -> int:
+    """How many decoder layers take the tower's early features at the image rows (Qwen3-VL's "deepstack"; 0 for
+    other families): read from the language model's forward and the tower's config."""
+    text = getattr(getattr(model, "model", None), "language_model", None)
+    if text is None or "deepstack_visual_embeds" not in inspect.signature(text.forward).parameters:
+        return 0
+    return len(getattr(model.config.vision_config, "deepstack_visual_indexes", None) or [])
+
+
 def types_rule(model: Any) -> str | None:
     """What the family's processor gives as ``token_type_ids`` for a prompt: ``"image"`` (Gemma 3: 1 at an image's
     tokens, which attend each other both ways), ``"prefix"`` (PaliGemma: 0 over the whole prompt, image and text,
@@ -84,7 +93,9 @@ def prompt_extras(model: Any, ids: torch.Tensor, image_token: int) -> dict[str, 
 
 class ImageFeatures(torch.nn.Module):
     """``forward(pixel_values, [pixel_attention_mask], [image_sizes]) -> image_features``: the vision tower and
-    projector, one row per image token (every image's rows one after another, as the model concatenates them)."""
+    projector, one row per image token (every image's rows one after another, as the model concatenates them).
+    Qwen3-VL's deepstack features ride in the same rows, after the features (``[rows, embeds * (1 + layers)]``),
+    so every runner passes one array; the embed file splits them."""
 
     def __init__(self, model: Any, grid: torch.Tensor | None = None) -> None:
         super().__init__()
@@ -99,9 +110,15 @@ class ImageFeatures(torch.nn.Module):
         out = self.model.get_image_features(pixel_values=pixel_values,
                                             **{k: v for k, v in given.items() if v is not None}, return_dict=True)
         pooled = out.pooler_output if hasattr(out, "pooler_output") else out
-        if isinstance(pooled, (list, tuple)):
-            pooled = torch.cat([p.reshape(-1, p.shape[-1]) for p in pooled], 0)
-        return {"image_features": pooled.reshape(-1, pooled.shape[-1])}
+        rows = [_rows(pooled)] + [_rows(d) for d in (getattr(out, "deepstack_features", None) or [])]
+        return {"image_features": torch.cat(rows, -1)}
+
+
+def _rows(features: Any) -> torch.Tensor:
+    """Per-image features (a tensor, or a list of one per image) as one ``[rows, width]`` tensor."""
+    if isinstance(features, (list, tuple)):
+        features = torch.cat([f.reshape(-1, f.shape[-1]) for f in features], 0)
+    return features.reshape(-1, features.shape[-1])
 
 
 class MergedEmbedding(torch.nn.Module):
@@ -117,6 +134,7 @@ class MergedEmbedding(torch.nn.Module):
         self.embed = model.get_input_embeddings()
         self.image_token = image_token
         self.types = types_rule(model)
+        self.deepstack = deepstack_layers(model)
         self.rows = None
         if grid is not None:  # an image's feature rows as (height, width) after the tower's merge
             merge = int(model.config.vision_config.spatial_merge_size)
@@ -131,8 +149,12 @@ class MergedEmbedding(torch.nn.Module):
         flat = is_image.reshape(-1).long()
         index = torch.clamp(torch.cumsum(flat, 0) * flat, max=image_features.shape[0])
         table = torch.cat([image_features.new_zeros(1, image_features.shape[-1]), image_features], 0)
-        picked = table.index_select(0, index).reshape(embeds.shape).to(embeds.dtype)
-        out = {"inputs_embeds": torch.where(is_image.unsqueeze(-1), picked, embeds)}
+        picked = table.index_select(0, index).reshape(*embeds.shape[:2], -1).to(embeds.dtype)
+        width = embeds.shape[-1]
+        out = {"inputs_embeds": torch.where(is_image.unsqueeze(-1), picked[..., :width], embeds)}
+        if self.deepstack:  # each layer's addition at the image tokens, zeros elsewhere
+            deep = torch.where(is_image.unsqueeze(-1), picked[..., width:], torch.zeros_like(picked[..., width:]))
+            out["deepstack_embeds"] = deep.reshape(*embeds.shape[:2], self.deepstack, width).permute(2, 0, 1, 3)
         if self.types is not None:
             out["token_type_ids"] = torch.zeros_like(input_ids) if self.types == "prefix" else is_image.long()
         if self.rows is not None and text_position_ids is not None:

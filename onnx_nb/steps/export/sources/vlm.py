@@ -46,7 +46,7 @@ class VlmSource(HfSource):
         from ....results.vlm import VlmExport
         from ..decoder_cache import layout_of
         from ..staged import write_parts
-        from ..vlm import PARTS, image_token_of, parts, takes_grid, takes_token_types
+        from ..vlm import PARTS, deepstack_layers, image_token_of, parts, takes_grid, takes_token_types
         from ..wrap import eval_mode
         from ..writing import folder_for
 
@@ -62,6 +62,7 @@ class VlmSource(HfSource):
             layout.embeds = int(vlm.get_input_embeddings().embedding_dim)
             layout.token_types = takes_token_types(vlm)
             layout.sections = 3 if takes_grid(vlm) else 0
+            layout.deepstack = deepstack_layers(vlm)
             record.cache_layout, record.generation = layout, "decoder"
 
             def export_part(module: Any, sample: Any, **settings: Any) -> Any:
