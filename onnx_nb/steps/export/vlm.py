@@ -135,7 +135,7 @@ class MergedEmbedding(torch.nn.Module):
         self.image_token = image_token
         self.types = types_rule(model)
         self.deepstack = deepstack_layers(model)
-        self.rows = None
+        self.rows: tuple[int, int] = (0, 0)  # none: the family numbers its positions as text
         if grid is not None:  # an image's feature rows as (height, width) after the tower's merge
             merge = int(model.config.vision_config.spatial_merge_size)
             self.rows = (int(grid[0, 1]) // merge, int(grid[0, 2]) // merge)
@@ -157,7 +157,7 @@ class MergedEmbedding(torch.nn.Module):
             out["deepstack_embeds"] = deep.reshape(*embeds.shape[:2], self.deepstack, width).permute(2, 0, 1, 3)
         if self.types is not None:
             out["token_type_ids"] = torch.zeros_like(input_ids) if self.types == "prefix" else is_image.long()
-        if self.rows is not None and text_position_ids is not None:
+        if self.rows[0] and text_position_ids is not None:
             out["position_ids"] = self.positions(is_image.long(), text_position_ids)
         return out
 
