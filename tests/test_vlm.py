@@ -192,7 +192,8 @@ def test_a_quantized_decoder_part_is_judged_on_the_chain_and_generates_from_imag
     their images against PyTorch's generate() with pixels), and the variant generates from images in the chain."""
     model, result = llava
     int8 = onnx_nb.quantize(result.parts["decoder"], method="dynamic")
-    assert int8.parity.generation and "through the vision and embed files" in " ".join(int8.parity.notes)
+    assert int8.parity.generation and "the embed file and this decoder file" in " ".join(
+        int8.parity.notes)
     assert {r.output for r in int8.parity.rows} == {"logits", "tokens"}
     assert int8.parity, int8.parity.failures
     ids, pixels = _prompt(model, result.image_token, 1, seed=4)
@@ -200,6 +201,19 @@ def test_a_quantized_decoder_part_is_judged_on_the_chain_and_generates_from_imag
     made = onnx_nb.generate(int8, ids.tolist(), images=images, max_new_tokens=NEW)
     assert len(made.tokens[0]) >= 1 and made.prefill_ms > 0
     assert onnx_nb.to_transformers(int8).onnx_path == int8.path
+
+
+def test_a_quantized_vision_part_is_judged_on_the_chain_and_generates(llava: tuple[Any, Any]) -> None:
+    """INT8 of the vision part (the tower and projector): judged by generation through the chain with it in the
+    vision file's place, and the variant generates from images with the export's embed and decoder files."""
+    model, result = llava
+    int8 = onnx_nb.quantize(result.parts["vision"], method="dynamic")
+    assert int8.parity.generation and "and this vision file" in " ".join(int8.parity.notes), int8.parity.notes
+    assert {r.output for r in int8.parity.rows} == {"logits", "tokens"}
+    ids, pixels = _prompt(model, result.image_token, 1, seed=4)
+    made = onnx_nb.generate(int8, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()},
+                            max_new_tokens=NEW)
+    assert made.tokens[0] and made.prefill_ms > 0
 
 
 def test_qwen_positions_follow_get_rope_index_and_another_grid_is_refused(tmp_path: Path) -> None:

@@ -140,11 +140,11 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     model = adapter_of(export).reload(export.source, "generation parity").model
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
-    chained = adapter_of(export).step_files(export, decoder=path)
+    chained = adapter_of(export).step_files(export, path=path)
     if chained is not None:  # several files run together (a vision-language model's): judged as a chain
         from .vlm import VlmChain
 
-        family: Any = VlmChain(model, chained, max_new_tokens)
+        family: Any = VlmChain(chained["model"], chained, max_new_tokens)
     elif file_facts(path).generation == "seq2seq":
         from ..export.seq2seq_cache import encoder_path
         from .seq2seq import Seq2SeqParity

@@ -31,8 +31,9 @@ class VlmChain:
         self.pad = getattr(model.config.get_text_config(), "pad_token_id", None) or 0
         self.labels = [f"prompt {i} ({len(p)} tokens, an image)" for i, p in enumerate(self.prompts)]
         self.first_step = "prefill (with the image)"
-        self.describe = (f"{len(self.prompts)} prompts with an image each ({rows} image tokens), through the vision "
-                         "and embed files and this decoder")
+        others = " and ".join(f"the {p} file" for p in ("vision", "embed", "decoder") if p != files["role"])
+        self.describe = (f"{len(self.prompts)} prompts with an image each ({rows} image tokens), through "
+                         f"{others} and this {files['role']} file")
 
     def _torch(self, index: int, tokens: list[int]) -> dict[str, Any]:
         ids = torch.tensor([tokens])

@@ -147,9 +147,9 @@ class Source:
         return inputs.default_axes(sample)
 
     @classmethod
-    def step_files(cls, result: Any, decoder: Path | None = None) -> dict[str, Any] | None:
+    def step_files(cls, result: Any, path: Path | None = None) -> dict[str, Any] | None:
         """The files :func:`onnx_nb.generate` and generation parity chain for a result of this kind (a
-        vision-language model's three; ``decoder``: another decoder file in its place, a variant's), or None: the
+        vision-language model's three; ``path``: another file in the result's place, a variant's), or None: the
         result's one file is the decoder."""
         return None
 

@@ -76,7 +76,9 @@ class VlmSource(HfSource):
             folder, files, seconds = write_parts("A vision-language model", PARTS, lambda: built, record.name, folder,
                                                  args.overwrite, args.progress, args.opset, export_part)
         result = VlmExport(folder, files, vlm, seconds, image_token=token)
-        files["decoder"].parts = {"vision": files["vision"].path, "embed": files["embed"].path}
+        for name in ("vision", "decoder"):  # each knows the files it runs with: its variants are judged on the chain
+            files[name].parts = {other: files[other].path for other in PARTS if other != name}
+        files["vision"].source.adapter = cls.key
         started = time.perf_counter()
         result.chain = check_chain(result)
         result.export_seconds += time.perf_counter() - started
@@ -98,27 +100,29 @@ class VlmSource(HfSource):
     reload = Source.reload  # the model itself: a result from another session exports again (no reload from a folder)
 
     @classmethod
-    def step_files(cls, result: Any, decoder: Path | None = None) -> dict[str, Any] | None:
-        """What :func:`onnx_nb.generate` and generation parity chain for this export (the whole, its decoder part or
-        a variant of that): the vision, embed and decoder files and the image token their features go to
-        (:class:`onnx_nb.steps.generate.vlm.VlmDecoder`)."""
+    def step_files(cls, result: Any, path: Path | None = None) -> dict[str, Any] | None:
+        """What :func:`onnx_nb.generate` and generation parity chain for this export (the whole, its vision or
+        decoder part, or a variant of either: ``path`` in that part's place): the vision, embed and decoder files,
+        the image token their features go to and the model (:class:`onnx_nb.steps.generate.vlm.VlmDecoder`)."""
         from ....results.export import export_of
         from ....results.vlm import VlmExport
-        from ..vlm import image_token_of
+        from ..vlm import PARTS, ImageFeatures, image_token_of
 
-        token = getattr(result, "image_token", None)
         if isinstance(result, VlmExport):  # the whole: its decoder part's file
             result = result.parts["decoder"]
         part = export_of(result)
-        if part is None or not {"vision", "embed"} <= set(part.parts):
+        role = set(PARTS) - set(part.parts) if part is not None else set()
+        if part is None or len(role) != 1:
             return None
         model = part.source.model
-        if token is None and model is not None:
-            token = image_token_of(model.config)
+        if isinstance(model, ImageFeatures):  # the vision part's module: the model is inside it
+            model = model.model
+        token = image_token_of(model.config) if model is not None else None
         if token is None:
             return None
-        return {"vision": part.parts["vision"], "embed": part.parts["embed"], "image_token": token,
-                "decoder": Path(decoder if decoder is not None else getattr(result, "path", part.path))}
+        here = Path(path if path is not None else getattr(result, "path", part.path))
+        name = role.pop()
+        return {**part.parts, name: here, "role": name, "image_token": token, "model": model}
 
 
 def check_chain(result: Any) -> dict[str, Any]:
