@@ -216,6 +216,22 @@ def test_a_quantized_vision_part_is_judged_on_the_chain_and_generates(llava: tup
     assert made.tokens[0] and made.prefill_ms > 0
 
 
+def test_the_latency_table_times_the_chain_first_token_with_an_image_and_decode(llava: tuple[Any, Any]) -> None:
+    """benchmark() of the export (and of a variant of its decoder part) times what generate() runs: the prefill
+    row is the image through the vision file plus the prompt, the decode row one token, each beside PyTorch's."""
+    _, result = llava
+    int8 = onnx_nb.quantize(result.parts["decoder"], method="dynamic")
+    table = onnx_nb.benchmark([result, int8], providers=["cpu"], warmup=1, runs=3, min_seconds=0, progress=False,
+                              shapes=[{"prompt": 8}, {"past": 8}])
+    rows = {(r.variant, r.shape): r for r in table.rows}
+    shapes = {"prefill: an image + 8 text tokens", "decode 1 token after 8"}
+    assert {s for _, s in rows} == shapes, rows.keys()
+    for name in ("PyTorch eager", "llava", int8.name):
+        for shape in shapes:
+            assert rows[(name, shape)].status == "ok" and rows[(name, shape)].p50_ms > 0, (name, shape)
+    assert any("time to first token with an image" in n for n in table.notes)
+
+
 def test_qwen_positions_follow_get_rope_index_and_another_grid_is_refused(tmp_path: Path) -> None:
     """Qwen-VL's three position sections, numbered by the embed file from the text positions, are what the model's
     own get_rope_index gives (a left-padded row too); a picture of another grid is refused, not run."""

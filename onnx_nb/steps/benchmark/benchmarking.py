@@ -134,7 +134,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     backends = _backends(providers if on is None or providers != "available" else ("cpu",))
     if on is not None:  # the node says whether it has the provider
         backends = [(b, p, "") for b, p, _ in backends]
-    if _has_cache(entries[0][2]):  # a decoder with its cache: prefill and decode steps, not one forward
+    if _has_cache(entries[0][2]) or _chained(entries[0][1]):  # prefill and decode steps, not one forward
         if on is not None:
             raise InvalidArgumentError("benchmark(cluster=...) measures single-forward models; a decoder with its "
                                        "cache (prefill and decode rows) is measured on this machine only for now.")
@@ -305,6 +305,13 @@ def _reference_and_feed(reference: Any, sample: Any,
         return ref, ref.sample, ref.axes
     feed, axes = feed_for(entries[0][2], entries[0][1], sample)
     return ref, feed, (ref.axes if ref is not None else axes)
+
+
+def _chained(obj: Any) -> bool:
+    """Files run together to generate (a vision-language model's): timed as generation."""
+    from ..export.sources.registry import adapter_of
+
+    return not isinstance(obj, (str, Path)) and adapter_of(obj).step_files(obj) is not None
 
 
 def _has_cache(path: Path) -> bool:

@@ -5,6 +5,7 @@ Called by :func:`benchmarking.benchmark` for such files; only imported by functi
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,81 @@ class _OrtStep:
             self.session.run(None, self.feed)
 
 
+class _ChainStep:
+    """A vision-language model's files run as :func:`onnx_nb.generate` runs them (:class:`VlmDecoder`): a prefill is
+    one image through the vision file, the prompt (its image tokens and ``length`` text tokens) through the embed
+    file and the decoder's prefill, which is the time to first token; a decode step is one token through the embed
+    file and the decoder after ``past`` cached ones."""
+
+    def __init__(self, files: dict[str, Any], provider: str, length: int, past: int, threads: int | None) -> None:
+        from ...runtime.facts import IMAGE_GRID, IMAGE_GRID_KEY
+        from ..generate.vlm import VlmDecoder
+
+        runner = VlmDecoder(files, provider, threads=threads, level="all", map_weights=False)
+        rng = np.random.default_rng(0)
+        self.pixels: dict[str, np.ndarray] = {}
+        for info in runner.vision.get_inputs():  # one image, in the shapes the vision file fixes
+            shape = [d if isinstance(d, int) else 1 for d in info.shape]
+            if "bool" in info.type:
+                self.pixels[info.name] = np.ones(shape, bool)
+            elif "int" in info.type:  # an image's size beside its pixels (Pixtral's towers)
+                self.pixels[info.name] = np.array([runner.vision.get_inputs()[0].shape[-2:]], np.int64)
+            else:
+                self.pixels[info.name] = rng.standard_normal(shape).astype(np.float32)
+        grid = runner.vision.get_modelmeta().custom_metadata_map.get(IMAGE_GRID_KEY)
+        if grid is not None:
+            self.pixels[IMAGE_GRID] = np.array([[int(v) for v in grid.split(",")]], np.int64)
+        runner.set_images(self.pixels)
+        self.image_tokens = int(runner.pending.shape[0]) if runner.pending is not None else 0
+        if past:
+            runner.set_images(None)  # a decode step's token is text
+        vocab = int(files["model"].get_input_embeddings().num_embeddings) if files.get("model") is not None else 100
+        text = rng.integers(3, max(min(vocab, runner.image_token), 4), (1, length if not past else 1))
+        self.ids = np.concatenate([text[:, :1], np.full((1, self.image_tokens), runner.image_token), text[:, 1:]], 1) \
+            if not past else text
+        self.mask = np.ones((1, past + self.ids.shape[1]), np.int64)
+        self.cache = runner.empty_cache(1)
+        if past:
+            self.cache = {n: rng.standard_normal((1, v.shape[1], past, v.shape[3])).astype(runner.float_type)
+                          for n, v in self.cache.items()}
+        self.runner, self.past = runner, past
+        self.options = {"graph_level": "all", "intra_op_threads": threads or "default",
+                        "step": "vision + embed + decoder prefill" if not past else "embed + decoder, cache kept"}
+
+    def __call__(self) -> None:
+        if not self.past:
+            self.runner.set_images(self.pixels)  # the image's encoding is part of the time to first token
+        self.runner.step(self.ids, self.mask, self.cache)
+
+
+class _TorchImagePrefill:
+    """PyTorch eager: the model's forward on one image and a prompt of its image tokens and ``length`` text tokens
+    (what its first token costs)."""
+
+    def __init__(self, model: Any, length: int, threads: int | None) -> None:
+        from ...runtime.memory import weight_bytes
+        from ..export.vlm import features_of, image_token_of, pixel_sample, prompt_extras
+
+        token = image_token_of(model.config)
+        assert token is not None
+        self.pixels = pixel_sample(model)
+        rows = features_of(model, self.pixels).shape[0]
+        vocab = int(model.get_input_embeddings().num_embeddings)
+        g = torch.Generator().manual_seed(0)
+        text = torch.randint(3, max(min(vocab, token), 4), (1, length), generator=g)
+        self.ids = torch.cat([text[:, :1], torch.full((1, rows), token), text[:, 1:]], 1)
+        self.extra = prompt_extras(model, self.ids, token)
+        self.model = model
+        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+                        "cache": "on"}
+        self.held_bytes = weight_bytes(model)
+
+    def __call__(self) -> None:
+        with torch.inference_mode():
+            self.model(input_ids=self.ids, attention_mask=torch.ones_like(self.ids), **self.pixels, **self.extra,
+                       use_cache=True, return_dict=True)
+
+
 class _TorchStep:
     """PyTorch eager: a prefill with the cache on, a decode step on a cache of ``past`` tokens, or (``cache=False``)
     the whole ``past + 1`` tokens again, which is what each new token costs without a cache."""
@@ -106,14 +182,19 @@ class _TorchStep:
                 value = (1, layout.kv_heads, past, layout.value_head_size)
                 self.cache.update(torch.randn(shape, generator=g), torch.randn(value, generator=g), i)
         self.mask = torch.ones(1, (past if cache else 0) + total, dtype=torch.long)
+        # the positions generate() passes (a model left to count them from the mask may count the cached ones too:
+        # Qwen-VL after a prompt with an image)
+        start = past if cache else 0
+        self.positions = {"position_ids": torch.arange(start, start + total)[None]} if \
+            "position_ids" in inspect.signature(model.forward).parameters else {}
         self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
                         "cache": "on" if cache else "off (whole sequence each token)"}
         self.held_bytes = weight_bytes(model)  # loaded before the row: counted into its peak memory
 
     def __call__(self) -> None:
         with torch.inference_mode():
-            self.model(input_ids=self.ids, attention_mask=self.mask, **cache_kwargs(self.model, self.cache),
-                       use_cache=self.cache_on, return_dict=True)
+            self.model(input_ids=self.ids, attention_mask=self.mask, **self.positions,
+                       **cache_kwargs(self.model, self.cache), use_cache=self.cache_on, return_dict=True)
         if self.cache is not None:
             self.cache.crop(-self.ids.shape[1])  # the step appended its tokens: back to ``past`` for the next call
 
@@ -135,8 +216,14 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
         if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("prompt", "past"):
             raise InvalidArgumentError(f"For a decoder with its cache, shapes are {{'prompt': N}} (prefill of N "
                                        f"tokens) or {{'past': N}} (one token after N cached ones), not {spec!r}.")
+    from ..export.sources.registry import adapter_of
+
+    # a vision-language model's files (the export, or a variant of its vision or decoder part): run as a chain
+    chains = {name: adapter_of(obj).step_files(obj) if not isinstance(obj, (str, Path)) else None
+              for name, obj, _ in entries}
+    chained = any(chains.values())
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 100) or 100) if model is not None else 100
-    seq2seq = file_facts(Path(entries[0][2])).generation == "seq2seq"
+    seq2seq = not chained and file_facts(Path(entries[0][2])).generation == "seq2seq"
     rows: list[Any] = []
     kept: list[tuple[Any, Any]] = []
     total = len(specs) * (len(entries) * len(backends) + (2 if model is not None else 0)) + 1
@@ -144,6 +231,8 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
         for spec in specs:
             length, past = (spec["prompt"], 0) if "prompt" in spec else (1, spec["past"])
             tag = f"prefill {length} tokens" if not past else f"decode 1 token after {past}"
+            if chained and not past:
+                tag = f"prefill: an image + {length} text tokens"
             makers: list[tuple[str, str, Any]] = []
             if seq2seq and not past:
                 rows.append(LatencyRow("*", "*", tag, status="unavailable",
@@ -156,6 +245,8 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
                         continue  # a prefill is the same work with or without a cache
                     if seq2seq:
                         make: Any = partial(TorchDecodeStep, model, past, cache, threads, ENCODER_SEQUENCE)
+                    elif chained and not past:
+                        make = partial(_TorchImagePrefill, model, length, threads)
                     else:
                         make = partial(_TorchStep, model, length, past, cache, threads, layout)
                     makers.append((label, "torch:cpu", make))
@@ -165,7 +256,9 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
                         rows.append(LatencyRow(name, backend, tag, status="unavailable",
                                                note=reason or "the OpenVINO runtime row is not timed for generation"))
                         continue
-                    makers.append((name, backend, partial(_OrtStep, path, provider, length, past, threads, vocab)))
+                    files = chains.get(name)
+                    makers.append((name, backend, partial(_ChainStep, files, provider, length, past, threads)
+                                   if files else partial(_OrtStep, path, provider, length, past, threads, vocab)))
             for name, backend, make in makers:
                 steps.step(f"{name} on {backend}: {tag}")
                 row, runner = measure(name, backend, tag, 1, make, warmup, runs, min_seconds, clock, threads)
@@ -179,6 +272,12 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
              "the whole sequence again for each token: what the cache saves. peak_mb: resident memory the row "
              "needed at its peak (weights, session, activations and, for decode rows, the cache of that many "
              "tokens)."]
+    if chained:
+        notes.append("A vision-language model runs as generate() runs it: a prefill row is one image through the "
+                     "vision file, the prompt (the image's tokens and the text tokens) through the embed file and "
+                     "the decoder, so it is the time to first token with an image; a decode row is the embed file "
+                     "and the decoder for one token. PyTorch's prefill is the model's forward on the same image "
+                     "and prompt.")
     if seq2seq:
         notes.append(f"An encoder-decoder's decode steps read an encoder output of {ENCODER_SEQUENCE} positions "
                      "(or the length the file fixes, e.g. Whisper's), computed once before the timed steps, in "
