@@ -220,7 +220,7 @@ def test_the_latency_table_times_the_chain_first_token_with_an_image_and_decode(
     """benchmark() of the export (and of a variant of its decoder part) times what generate() runs: the prefill
     row is the image through the vision file plus the prompt, the decode row one token, each beside PyTorch's."""
     _, result = llava
-    int8 = onnx_nb.quantize(result.parts["decoder"], method="dynamic")
+    int8 = onnx_nb.quantize(result.parts["decoder"], method="dynamic", overwrite=True)  # the fixture's, maybe made
     table = onnx_nb.benchmark([result, int8], providers=["cpu"], warmup=1, runs=3, min_seconds=0, progress=False,
                               shapes=[{"prompt": 8}, {"past": 8}])
     rows = {(r.variant, r.shape): r for r in table.rows}

@@ -236,7 +236,6 @@ class OnnxForImageTextToText(OnnxForCausalLM):
     (Qwen-VL's pixels are rows of patches, which a per-row repeat would scramble)."""
 
     encoded = False  # the images of the coming prompt were encoded by _expand_inputs_for_generation
-
     def _expand_inputs_for_generation(self, expand_size: int = 1, is_encoder_decoder: bool = False,
                                       input_ids: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
         decoder = self.steps.decoder
@@ -244,8 +243,9 @@ class OnnxForImageTextToText(OnnxForCausalLM):
         if given and expand_size > 1 and input_ids is not None:
             decoder.set_images({n: v.cpu().numpy() for n, v in given.items()})
             counts = (input_ids == decoder.image_token).sum(1).tolist()
-            rows = np.split(decoder.pending, np.cumsum(counts)[:-1]) if decoder.pending is not None else []
-            if len(rows) == len(counts) and sum(counts) == len(decoder.pending):
+            pending = decoder.pending if decoder.pending is not None else np.zeros((0, 0))
+            rows = np.split(pending, np.cumsum(counts)[:-1])
+            if len(rows) == len(counts) and sum(counts) == len(pending) > 0:
                 decoder.pending = np.concatenate([r for r in rows for _ in range(expand_size)], 0)
                 self.encoded = True
                 given = {}
@@ -266,8 +266,7 @@ class OnnxForImageTextToText(OnnxForCausalLM):
                 image_sizes: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
                 image_grid_thw: torch.Tensor | None = None, mm_token_type_ids: torch.Tensor | None = None,
                 **kwargs: Any) -> OnnxLMOutput:
-        """``token_type_ids`` and ``mm_token_type_ids`` are read from the image tokens by the embed file (what the
-        processor makes of them)."""
+        """``token_type_ids`` and ``mm_token_type_ids``: the embed file makes them from the image tokens."""
         decoder = self.steps.decoder
         given = {"pixel_values": pixel_values, "pixel_attention_mask": pixel_attention_mask,
                  "image_sizes": image_sizes, "image_grid_thw": image_grid_thw}
