@@ -20,10 +20,17 @@ CACHE_PREFIX = "past_key_values."  # onnx-nb's (and Optimum's, and the builder's
 PRESENT_PREFIX = "present."
 ENCODER_CACHE = ".encoder."  # an encoder-decoder's cross-attention cache, computed once from the encoder
 UNET_INPUTS = frozenset({"sample", "timestep", "encoder_hidden_states"})  # export(pipeline)'s unet.onnx
-# a vision-language model's vision file for flat patches and their grid (Qwen-VL): the grid input's name, and the
-# metadata key holding the one grid the file was traced at
+# a vision-language model's vision file: Qwen-VL's grid input, and the metadata prefix of an input traced as a
+# constant (Qwen-VL's grid, LLaVA-NeXT's image size: "onnx_nb.fixed.<input>" -> one image's values)
 IMAGE_GRID = "image_grid_thw"
-IMAGE_GRID_KEY = "onnx_nb.image_grid_thw"
+FIXED_INPUT = "onnx_nb.fixed."
+
+
+def fixed_inputs(vision: Any) -> dict[str, list[int]]:
+    """The inputs a vision file was traced with as constants (name -> one image's values), from an ORT session."""
+    meta = vision.get_modelmeta().custom_metadata_map
+    return {k[len(FIXED_INPUT):]: [int(v) for v in value.split(",")] for k, value in meta.items()
+            if k.startswith(FIXED_INPUT)}
 
 
 def is_cache(name: str) -> bool:

@@ -90,7 +90,7 @@ class _ChainStep:
     file and the decoder after ``past`` cached ones."""
 
     def __init__(self, files: dict[str, Any], provider: str, length: int, past: int, threads: int | None) -> None:
-        from ...runtime.facts import IMAGE_GRID, IMAGE_GRID_KEY
+        from ...runtime.facts import fixed_inputs
         from ..generate.vlm import VlmDecoder
 
         runner = VlmDecoder(files, provider, threads=threads, level="all", map_weights=False)
@@ -104,9 +104,8 @@ class _ChainStep:
                 self.pixels[info.name] = np.array([runner.vision.get_inputs()[0].shape[-2:]], np.int64)
             else:
                 self.pixels[info.name] = rng.standard_normal(shape).astype(np.float32)
-        grid = runner.vision.get_modelmeta().custom_metadata_map.get(IMAGE_GRID_KEY)
-        if grid is not None:
-            self.pixels[IMAGE_GRID] = np.array([[int(v) for v in grid.split(",")]], np.int64)
+        for name, values in fixed_inputs(runner.vision).items():  # the values it was traced at
+            self.pixels[name] = np.array([values], np.int64)
         runner.set_images(self.pixels)
         self.image_tokens = int(runner.pending.shape[0]) if runner.pending is not None else 0
         if past:

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from ...errors import InvalidArgumentError
+from ...runtime.facts import FIXED_INPUT, fixed_inputs
 from ...runtime.facts import IMAGE_GRID as GRID
-from ...runtime.facts import IMAGE_GRID_KEY as GRID_KEY
 
 PARTS = ("vision", "embed", "decoder")
 IMAGE_TOKEN_KEYS = ("image_token_id", "image_token_index")
@@ -97,16 +97,20 @@ class ImageFeatures(torch.nn.Module):
     Qwen3-VL's deepstack features ride in the same rows, after the features (``[rows, embeds * (1 + layers)]``),
     so every runner passes one array; the embed file splits them."""
 
-    def __init__(self, model: Any, grid: torch.Tensor | None = None) -> None:
+    def __init__(self, model: Any, fixed: dict[str, torch.Tensor] | None = None) -> None:
         super().__init__()
         self.model = model
-        self.grid = grid  # Qwen-VL: the one image grid the file takes (the tower's positions follow its values)
-        if grid is not None:
-            self.onnx_metadata = {GRID_KEY: ",".join(str(int(v)) for v in grid.reshape(-1))}
+        # inputs whose values shape the tower's work (Qwen-VL's grid, LLaVA-NeXT's image size): constants of the
+        # trace, recorded in the file's metadata so that runners refuse other values
+        self.fixed = dict(fixed or {})
+        self.onnx_metadata = {FIXED_INPUT + k: ",".join(str(int(x)) for x in v[0].reshape(-1))
+                              for k, v in self.fixed.items()}
 
     def forward(self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None = None,
                 image_sizes: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        given = {"pixel_attention_mask": pixel_attention_mask, "image_sizes": image_sizes, GRID: self.grid}
+        # a fixed image size as Python ints: LLaVA-NeXT computes its tiles and unpadding from them
+        fixed = {k: v.tolist() if k == "image_sizes" else v for k, v in self.fixed.items()}
+        given = {"pixel_attention_mask": pixel_attention_mask, "image_sizes": image_sizes, **fixed}
         out = self.model.get_image_features(pixel_values=pixel_values,
                                             **{k: v for k, v in given.items() if v is not None}, return_dict=True)
         pooled = out.pooler_output if hasattr(out, "pooler_output") else out
@@ -210,10 +214,18 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
     return sample
 
 
+def fixed_names(model: Any) -> tuple[str, ...]:
+    """The image inputs whose values shape the tower's work, traced as constants: Qwen-VL's grid, the image size of
+    LLaVA-NeXT's tiling (its tile count and unpadding follow the values)."""
+    takes = inspect.signature(model.get_image_features).parameters
+    return tuple(n for n in (GRID, "image_sizes") if n in takes and (
+        n == GRID or getattr(model.config, "image_grid_pinpoints", None)))
+
+
 def features_of(model: Any, pixels: dict[str, torch.Tensor]) -> torch.Tensor:
+    fixed = {k: v for k, v in pixels.items() if k in fixed_names(model)}
     with torch.no_grad():
-        grid = pixels.get(GRID)
-        return ImageFeatures(model, grid)(**{k: v for k, v in pixels.items() if k != GRID})["image_features"]
+        return ImageFeatures(model, fixed)(**{k: v for k, v in pixels.items() if k not in fixed})["image_features"]
 
 
 def prompt_sample(image_token: int, features: int, images: int, vocab: int, seed: int = 0) -> torch.Tensor:
@@ -247,7 +259,8 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     features = features_of(model, pixels)
     vocab = int(model.get_input_embeddings().num_embeddings)
     ids = prompt_sample(token, features.shape[0], 1, vocab)
-    grid = pixels.pop(GRID, None)
+    fixed = {k: pixels.pop(k) for k in fixed_names(model)}
+    grid = fixed.get(GRID)
     embed = {"input_ids": ids, "image_features": features}
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "image_features": {0: "image_tokens"}}
     if grid is not None:  # the text positions the three sections are counted from
@@ -256,7 +269,7 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     return {
         # one image per run (the families split and loop over images in Python: a trace fixes their count); the
         # runners run it per image and join the rows
-        "vision": (ImageFeatures(model, grid), pixels, False),
+        "vision": (ImageFeatures(model, fixed), pixels, False),
         "embed": (MergedEmbedding(model, token, grid), embed, axes),
     }
 
@@ -268,9 +281,20 @@ def image_features(vision: Any, pixels: dict[str, Any]) -> Any:
     from ...runtime.shapes import cast_feed
 
     inputs = vision.get_inputs()
-    grid = vision.get_modelmeta().custom_metadata_map.get(GRID_KEY)
-    if grid is not None:
-        return _grid_features(vision, pixels, [int(v) for v in grid.split(",")])
+    fixed = fixed_inputs(vision)
+    for name, want in fixed.items():
+        if name not in pixels:
+            raise InvalidArgumentError(f"The images come without {name}: pass the processor's whole output.")
+        given = [list(map(int, row)) for row in np.asarray(pixels[name]).reshape(-1, len(want))]
+        wrong = [row for row in given if row != want]
+        if wrong:
+            what = f"{want[1]}x{want[2]} patches" if name == GRID else f"{want[0]}x{want[1]} pixels"
+            raise InvalidArgumentError(
+                f"{name} {wrong[0]}: this model's vision encoder was exported for images of {what} (the tower's "
+                f"work follows {name}'s values): resize the pictures to that size before the processor (for Qwen-VL "
+                "its size= or min_pixels=/max_pixels=), or export again from a sample at the size you use.")
+    if GRID in fixed:
+        return _grid_features(vision, pixels, fixed[GRID])
     for i in inputs:
         shape = list(np.shape(pixels[i.name]))
         want = list(i.shape[1:])
@@ -292,15 +316,7 @@ def _grid_features(vision: Any, pixels: dict[str, Any], grid: list[int]) -> Any:
 
     from ...runtime.shapes import cast_feed
 
-    if GRID not in pixels:
-        raise InvalidArgumentError(f"The images come without {GRID}: pass the processor's whole output.")
     grids = np.asarray(pixels[GRID]).reshape(-1, 3)
-    wrong = [list(map(int, g)) for g in grids if list(map(int, g)) != grid]
-    if wrong:
-        raise InvalidArgumentError(
-            f"{GRID} {wrong[0]}: this model's vision encoder was exported for images of {grid[1]}x{grid[2]} patches "
-            "(its tower's positions follow the grid): resize the pictures to that size (the processor's "
-            "size= or min_pixels=/max_pixels=), or export again from a sample at the size you use.")
     flat = np.asarray(pixels["pixel_values"])
     each = int(np.prod(grid))
     name = vision.get_inputs()[0].name

@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from ...runtime.facts import IMAGE_GRID as GRID
-from ...runtime.facts import IMAGE_GRID_KEY as GRID_KEY
+from ...runtime.facts import fixed_inputs
 from .runners import OnnxDecoder
 
 
@@ -36,10 +35,10 @@ class VlmDecoder(OnnxDecoder):
             self.session.get_inputs()[0].shape[-1])
         self.pending: np.ndarray | None = None
         self.vision_ms = 0.0
-        # Qwen-VL: the vision file's images come with their grid; each row's positions after the prompt are its
-        # text positions shifted by what the prompt's images added (set at the prompt's step)
-        if GRID_KEY in self.vision.get_modelmeta().custom_metadata_map:
-            self.vision_inputs.append(GRID)
+        # the images' values the file was traced at come with them (Qwen-VL's grid, LLaVA-NeXT's size), checked
+        self.vision_inputs += list(fixed_inputs(self.vision))
+        # Qwen-VL: each row's positions after the prompt are its text positions shifted by what the prompt's
+        # images added (set at the prompt's step)
         self.shift: np.ndarray | None = None
 
     def set_images(self, pixels: dict[str, np.ndarray] | None) -> None:
