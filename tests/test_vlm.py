@@ -178,9 +178,19 @@ def test_a_folder_with_its_processor_takes_text_and_pictures(tmp_path: Path) -> 
 
     vlm = onnx_nb.export(str(tmp_path / "llava"), out=tmp_path / "out", progress=False)
     assert type(vlm.preprocessor).__name__ == "LlavaProcessor" and vlm
-    assert onnx_nb.generate(vlm, prompt, images=[picture], max_new_tokens=NEW).text == want
+    made = onnx_nb.generate(vlm, prompt, images=[picture], max_new_tokens=NEW)
+    assert made.text == want
+    # the notebook shows the picture beside its answer: the one given, shrunk (48x40 fits the 96-pixel thumbnail)
+    import base64
+    import io
+
+    shown = made._repr_html_()
+    assert shown.count("<img ") == 1 and shown.index("<img ") < shown.index(want[0][:8] or "<td>")
+    uri = made.images[0]
+    assert Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))).size == (48, 40)
     given = dict(processor(text=[prompt], images=[picture], return_tensors="np"))
-    assert onnx_nb.generate(vlm, given, max_new_tokens=NEW).text == want
+    from_pixels = onnx_nb.generate(vlm, given, max_new_tokens=NEW)
+    assert from_pixels.text == want and len(from_pixels.images) == 1  # the pixels themselves, scaled to show
     pipe = transformers.pipeline("image-text-to-text", model=onnx_nb.to_transformers(vlm), processor=processor)
     said = pipe(images=picture, text=prompt, generate_kwargs={"max_new_tokens": NEW, "do_sample": False})
     assert said[0]["generated_text"] == f"{prompt} {want[0]}"
@@ -260,3 +270,12 @@ def test_qwen_positions_follow_get_rope_index_and_another_grid_is_refused(tmp_pa
     with pytest.raises(onnx_nb.InvalidArgumentError, match=rf"exported for images of {h}x{w} patches"):
         onnx_nb.generate(result, ids[1:].tolist(), images={**one, "image_grid_thw": np.array([[t, h // 2, w * 2]])},
                          max_new_tokens=2)
+
+
+def test_a_results_text_and_pictures_are_escaped_once() -> None:
+    """Text a model made is escaped once in the result's HTML (not twice: "&amp;lt;"), and only PNG data URIs are
+    shown as pictures."""
+    made = onnx_nb.GenerationResult([[1]], [[2]], ['<b>"a" & b</b>'], 1.0, images=['javascript:alert(1)'])
+    shown = made._repr_html_()
+    assert "&lt;b&gt;&quot;a&quot; &amp; b&lt;/b&gt;" in shown and "&amp;lt;" not in shown
+    assert "<img" not in shown and "javascript" not in shown

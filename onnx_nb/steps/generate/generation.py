@@ -49,12 +49,15 @@ def _own_runner(model: Any, inputs: Any, images: Any, provider: str, threads: in
             raise InvalidArgumentError("images= is for a vision-language model's export (onnx_nb.export of an "
                                        "image-text-to-text model); this model takes text only.")
         return None, inputs
-    from .vlm import VlmDecoder, pixels_of, with_processor
+    from .vlm import VlmDecoder, pixels_of, thumbnails, with_processor
 
     processor = getattr(source_of(model), "preprocessor", None)
+    given = images
     inputs, images = with_processor(inputs, images, processor)
     runner = VlmDecoder(files, provider, threads=threads)
-    runner.set_images(pixels_of(inputs, images, processor, runner.vision_inputs))
+    pixels = pixels_of(inputs, images, processor, runner.vision_inputs)
+    runner.set_images(pixels)
+    runner.thumbnails = thumbnails(given, pixels)
     return runner, inputs
 
 
@@ -186,4 +189,5 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
             break
     text = [tokenizer.decode(t, skip_special_tokens=True) for t in new] if tokenizer is not None else None
     # time to first token: a vision-language model's image encoding counts too
-    return GenerationResult(prompts, new, text, times[0] + getattr(decoder, "vision_ms", 0.0), times[1:])
+    return GenerationResult(prompts, new, text, times[0] + getattr(decoder, "vision_ms", 0.0), times[1:],
+                            images=getattr(decoder, "thumbnails", []))

@@ -333,6 +333,7 @@ class GenerationResult:
     text: list[str] | None
     prefill_ms: float  # time to first token
     decode_ms: list[float] = field(default_factory=list)  # each later step
+    images: list[str] = field(default_factory=list)  # a vision-language model's pictures, PNG data URIs, shown
 
     @property
     def new_tokens(self) -> int:
@@ -362,7 +363,14 @@ class GenerationResult:
         rows = [(i, esc(self.text[i]) if self.text else esc(" ".join(map(str, t))), len(t))
                 for i, t in enumerate(self.tokens)]
         head = esc(repr(self).splitlines()[0])
-        return f'{CSS}<div class="onnxnb"><h4>{head}</h4>{html_table(["#", "generated", "tokens"], rows)}</div>'
+        pictures = [f'<img src="{esc(uri)}" alt="image {k}" style="max-height:96px">'
+                    for k, uri in enumerate(self.images) if uri.startswith("data:image/png;base64,")]
+        if pictures and len(pictures) == len(rows):  # one image per prompt: beside its answer
+            table = html_table(["#", "image", "generated", "tokens"],
+                               [(i, pic, text, n) for (i, text, n), pic in zip(rows, pictures)], raw_cols=(1, 2))
+        else:
+            table = "".join(pictures) + html_table(["#", "generated", "tokens"], rows, raw_cols=(1,))
+        return f'{CSS}<div class="onnxnb"><h4>{head}</h4>{table}</div>'
 
 
 def _prompts(inputs: Any, tokenizer: Any) -> list[list[int]]:

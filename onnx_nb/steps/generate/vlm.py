@@ -40,6 +40,7 @@ class VlmDecoder(OnnxDecoder):
         # Qwen-VL: each row's positions after the prompt are its text positions shifted by what the prompt's
         # images added (set at the prompt's step)
         self.shift: np.ndarray | None = None
+        self.thumbnails: list[str] = []  # the pictures of the prompt, for the result to show
 
     def set_images(self, pixels: dict[str, np.ndarray] | None) -> None:
         """The images of the next prompt (the vision file's inputs by name), encoded now; None: a prompt
@@ -114,3 +115,34 @@ def _processor(processor: Any, given: str, instead: str) -> Any:
             f"{given} needs the model's processor (none was saved with the model): pass the processor's output "
             f"instead (processor(text=..., images=..., return_tensors='np')), or {instead}.")
     return processor
+
+
+def thumbnails(pictures: Any, pixels: dict[str, Any] | None, size: int = 96) -> list[str]:
+    """Small PNG data URIs of the images, for a notebook to show beside the answers: the pictures as given, else
+    each image's pixels (its first tile) scaled to 0-255; none for flat patches (Qwen-VL) or without Pillow."""
+    import base64
+    import io
+
+    try:
+        from PIL import Image
+    except ImportError:
+        return []
+    if pictures is not None and not hasattr(pictures, "keys") and not hasattr(pictures, "shape"):
+        shown = [p.convert("RGB") for p in (pictures if isinstance(pictures, (list, tuple)) else [pictures])
+                 if hasattr(p, "convert")]
+    else:
+        values = np.asarray((pixels or {}).get("pixel_values", np.zeros((0,))), np.float32)
+        if values.ndim not in (4, 5) or values.shape[-3] not in (1, 3):
+            return []
+        shown = []
+        for image in values.reshape(-1, *values.shape[-3:]) if values.ndim == 4 else values[:, 0]:
+            low, high = float(image.min()), float(image.max())
+            scaled = ((image - low) / (high - low or 1.0) * 255).astype(np.uint8).transpose(1, 2, 0)
+            shown.append(Image.fromarray(scaled[..., 0] if scaled.shape[-1] == 1 else scaled))
+    out = []
+    for picture in shown:
+        picture.thumbnail((size, size))
+        buffer = io.BytesIO()
+        picture.save(buffer, format="PNG")
+        out.append("data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode())
+    return out
