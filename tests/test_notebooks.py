@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import importlib.util
 import json
 import re
 import shutil
@@ -14,6 +16,11 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+_spec = importlib.util.spec_from_file_location("notebook_paths", NOTEBOOKS.parent / "scripts" / "notebook_paths.py")
+assert _spec is not None and _spec.loader is not None
+notebook_paths = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(notebook_paths)
+scrub = notebook_paths.scrub
 # where each executed tutorial is kept for the documentation site (docs/_ext/onnx_nb_docs.py renders it, and
 # executes a tutorial itself only when no copy made from the notebook's current content is here)
 EXECUTED = NOTEBOOKS.parent / "build" / "executed"
@@ -33,7 +40,7 @@ def execute(name: str, tmp_path: Path) -> list[Any]:
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     nb.metadata["onnx_nb_source_sha256"] = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()
     EXECUTED.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, EXECUTED / name)
+    nbformat.write(scrub(copy.deepcopy(nb), tmp_path), EXECUTED / name)  # the docs' copy: no paths of this run
     WIDGET_STATE.clear()
     saved = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
     WIDGET_STATE.update({k: v["state"] for k, v in saved.get("state", {}).items()})
@@ -288,3 +295,17 @@ def test_vision_language_tutorial(tmp_path: Path) -> None:
     assert "Warning" not in piped and "shards" not in text(cells[0])
     refused = text(by_source(cells, "inputs = processor"))
     assert refused.startswith("InvalidArgumentError") and "14 image tokens" in refused and "16 feature rows" in refused
+
+
+def test_shipped_notebooks_carry_no_paths_of_the_machine_that_ran_them() -> None:
+    """A reader of a shipped notebook (or the docs' copy) sees paths relative to the notebook and ``$TMP`` for a
+    temporary folder, never the temp or home folders of the machine that executed it."""
+    foreign = re.compile(r"/tmp/|/private/var/|/var/folders/|/root/|/home/\w+/")
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        shown = json.dumps([c.get("outputs", []) for c in nb.cells])
+        assert not foreign.search(shown), (path.name, foreign.search(shown))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output(
+        "execute_result", {"text/plain": "/tmp/nbrun/onnx_nb_out/a/model.onnx and /tmp/tmpab_1x/b.onnx"})])])
+    assert scrub(nb, "/tmp/nbrun").cells[0].outputs[0]["data"]["text/plain"] == \
+        "onnx_nb_out/a/model.onnx and $TMP/b.onnx"

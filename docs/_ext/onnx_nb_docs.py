@@ -225,6 +225,13 @@ def executed(notebook: Path) -> Any:
         NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
                        extra_arguments=["--IPKernelApp.log_level=ERROR"],
                        resources={"metadata": {"path": scratch}}).execute()
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("notebook_paths", ROOT / "scripts" / "notebook_paths.py")
+        assert spec is not None and spec.loader is not None
+        paths = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(paths)
+        paths.scrub(nb, scratch)  # the page shows no path of this run
     nb.metadata[STAMP] = _sha(notebook)
     EXECUTED.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, kept)
