@@ -232,9 +232,14 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                      f"{cell(r.get('int8'))} | {cell(r.get('int4'))} | {html.escape(why).replace('|', '/')} |")
     lines += ["", "## Vision-language models", "",
               "Image-text-to-text models are not swept here yet: transformers registers about 100 types for "
-              "`AutoModelForImageTextToText`. The families `tests/test_vlm.py` builds tiny and checks (export as "
-              "vision, embed and decoder files; `onnx_nb.generate` with images against PyTorch's tokens), and the "
-              "ones not served yet with the reason, are in [Vision-language models](guides/vision-language.md).", ""]
+              "`AutoModelForImageTextToText`. `tests/test_vlm.py` builds fifteen families tiny from transformers' "
+              "own classes and checks each (export as vision, embed and decoder files; `onnx_nb.generate` with "
+              "images and `to_transformers(...).generate()` greedy and with beams against PyTorch's tokens): "
+              "LLaVA, LLaVA-NeXT, VipLLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Idefics 3, SmolVLM, PaliGemma, Gemma 3, "
+              "Mistral 3, InternVL, Aya Vision, Command A Vision and FastVLM all give PyTorch's tokens; LFM2-VL (a "
+              "convolution state beside the key/value cache) and Florence-2 (an encoder-decoder) are not served "
+              "yet. Each family's status and what it needs are in [Vision-language models]"
+              "(guides/vision-language.md).", ""]
     return "\n".join(lines)
 
 
