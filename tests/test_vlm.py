@@ -223,6 +223,11 @@ def test_a_quantized_vision_part_is_judged_on_the_chain_and_generates(llava: tup
     made = onnx_nb.generate(int8, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()},
                             max_new_tokens=NEW)
     assert made.tokens[0] and made.prefill_ms > 0
+    # optimize() of the decoder part keeps its inputs (embeddings from the embed file; the decoder route would
+    # re-export the whole model as a text decoder) and passes on the chain
+    fast = onnx_nb.optimize(result.parts["decoder"], overwrite=True)
+    assert fast.parity, fast.parity.failures
+    assert "and this decoder file" in " ".join(fast.parity.notes)
 
 
 def test_the_latency_table_times_the_chain_first_token_with_an_image_and_decode(llava: tuple[Any, Any]) -> None:

@@ -13,11 +13,14 @@ DECODER_ROUTE = "re-exported with torch.export at opset 23, standard ONNX ops: "
 
 
 def decoder_export(onnx_model: Any) -> bool:
-    """A decoder-only model's export with its cache, its PyTorch model at hand."""
+    """A decoder-only model's export with its cache, its PyTorch model at hand, whose steps run alone (a
+    vision-language model's decoder part takes embeddings from its embed file: the route would export the whole
+    model as a text decoder)."""
     from ...results.export import ExportResult
+    from ..export.sources.registry import adapter_of
 
     return isinstance(onnx_model, ExportResult) and onnx_model.source.model is not None and \
-        onnx_model.source.generation == "decoder"
+        onnx_model.source.generation == "decoder" and adapter_of(onnx_model).step_files(onnx_model) is None
 
 
 
