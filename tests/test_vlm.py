@@ -284,3 +284,17 @@ def test_a_results_text_and_pictures_are_escaped_once() -> None:
     shown = made._repr_html_()
     assert "&lt;b&gt;&quot;a&quot; &amp; b&lt;/b&gt;" in shown and "&amp;lt;" not in shown
     assert "<img" not in shown and "javascript" not in shown
+
+
+def test_the_pipeline_runs_every_step_on_a_vision_language_model(tmp_path: Path) -> None:
+    """pipeline(vlm): the export as its three files in out=, parity, optimize and INT8 of the decoder part judged on
+    the chain, the latency table of the chain beside PyTorch's; the HTML report writes."""
+    report = onnx_nb.pipeline(build_vlm("llava"), out=tmp_path / "p", progress=False, min_seconds=0.1)
+    assert [r.status for r in report.steps] == ["ok"] * 5, report
+    assert (tmp_path / "p" / "decoder.onnx").exists() and (tmp_path / "p" / "vision.onnx").exists()
+    quantized = report["quantize"]
+    assert quantized.parity.generation and "and this decoder file" in " ".join(quantized.parity.notes)
+    shapes = {r.shape for r in report["latency"].rows}
+    assert any(s.startswith("prefill: an image") for s in shapes), shapes
+    report.save_html(tmp_path / "report.html")
+    assert "LlavaForConditionalGeneration" in (tmp_path / "report.html").read_text()

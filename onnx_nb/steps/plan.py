@@ -62,27 +62,40 @@ class Step:
 
 def _export(model: Any, s: Settings, _done: dict[str, Any]) -> Any:
     from .export.exporting import export
+    from .export.sources.registry import resolve
 
-    return export(model, s.sample, task=s.task, out=s.target, overwrite=s.overwrite, progress=False, name=s.name)
+    out = s.target
+    if s.out is not None and resolve(model).several_files:  # the folder itself holds the parts
+        out = Path(s.out)
+    return export(model, s.sample, task=s.task, out=out, overwrite=s.overwrite, progress=False, name=s.name)
+
+
+def _subject(export: Any) -> Any:
+    """What parity and the variants work on: the export, or of several files the one its adapter names (a
+    vision-language model's decoder part, judged on the chain of its files)."""
+    from .export.sources.registry import adapter_of
+
+    part = adapter_of(export).primary_part if hasattr(export, "parts") and hasattr(export, "folder") else None
+    return export.parts[part] if part else export
 
 
 def _parity(_model: Any, s: Settings, done: dict[str, Any]) -> Any:
     from .parity.check import check_parity
 
-    return check_parity(done["export"], providers=s.providers, shapes=s.parity_shapes, progress=False)
+    return check_parity(_subject(done["export"]), providers=s.providers, shapes=s.parity_shapes, progress=False)
 
 
 def _optimize(_model: Any, s: Settings, done: dict[str, Any]) -> Any:
     from .variants.optimizing import optimize, precision_after
 
-    return optimize(done["export"], overwrite=s.replace_variants, providers=s.providers,
+    return optimize(_subject(done["export"]), overwrite=s.replace_variants, providers=s.providers,
                     then=precision_after(s.quantize))
 
 
 def _quantize(_model: Any, s: Settings, done: dict[str, Any]) -> Any:
     from .variants.quantizing import quantize
 
-    base = done["optimize"] if s.optimize else done["export"]
+    base = done["optimize"] if s.optimize else _subject(done["export"])
     # static INT8 with no calibration data of the user's: calibration generated from the sample
     kwargs: dict[str, Any] = {"calibration": "generated"} if s.quantize == "static" else {}
     return quantize(base, method=s.quantize or "auto", overwrite=s.replace_variants, providers=s.providers, **kwargs)

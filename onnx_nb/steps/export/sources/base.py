@@ -48,6 +48,8 @@ class Source:
     quantize_auto: ClassVar[str | None] = "auto"  # what the pipeline's quantize="auto" means for this kind
     takes_against: ClassVar[bool] = False  # check_parity(export, against=...) chooses its reference
     eager: ClassVar[bool] = True  # a PyTorch model exists to time as the eager baseline
+    several_files: ClassVar[bool] = False  # written as several files into a folder (out= names the folder)
+    primary_part: ClassVar[str | None] = None  # of several files, the one the pipeline checks and makes variants of
 
     # --- recognising and exporting ---------------------------------------------------------------------------
     @staticmethod

@@ -14,6 +14,7 @@ from .base import Source, is_torch_module, require_float32_cpu
 
 class DiffusersSource(Source):
     key = "diffusers"
+    several_files = True
     what = "a diffusion pipeline"
     instead = (", whose parts get their own samples and axes; export a part alone with onnx_nb.export(pipe.unet, "
                "sample, ...), or quantize(sd.parts['unet'], method='fp16') for another precision")

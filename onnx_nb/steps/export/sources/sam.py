@@ -15,6 +15,7 @@ from .base import Source, is_torch_module, require_float32_cpu
 
 class SamSource(Source):
     key = "sam"
+    several_files = True
     what = "a SAM model"
     instead = (", whose parts get their own samples and axes; export a part alone with "
                "onnx_nb.export(SamVisionEncoderPart(model), sample, ...) (onnx_nb.steps.export.sam), or "

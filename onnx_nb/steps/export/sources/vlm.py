@@ -20,11 +20,13 @@ TASK = "image-text-to-text"
 
 class VlmSource(HfSource):
     key = "vlm"
+    several_files = True
+    primary_part = "decoder"  # its variants and parity run on the chain (step_files)
     what = "a vision-language model"
     instead = ("; its three parts get their own samples and axes. Quantize a part afterwards: "
                "quantize(vlm.parts['decoder'], method='int4').")
     takes: ClassVar[frozenset[str]] = frozenset({"opset", "task"})
-    quantize_auto = None  # the pipeline quantizes one file; a part is quantized by name
+    quantize_auto = "auto"  # of the decoder part (primary_part), judged on the chain
 
     @staticmethod
     def recognises(model: Any, args: ExportArgs) -> bool:
