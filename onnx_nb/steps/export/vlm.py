@@ -180,9 +180,10 @@ class MergedEmbedding(torch.nn.Module):
 
 
 def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random pixels of the vision tower's size in the layout the family's ``get_image_features`` takes: tiles
-    and their sizes (LLaVA-NeXT's grid), an image per prompt with its patch mask (Idefics 3, SmolVLM), the image's
-    size beside it (Pixtral's towers), else one ``[images, 3, size, size]`` tensor."""
+    """Random pixels of the vision tower's size in the layout the family's ``get_image_features`` takes: flat
+    patches with their grid (Qwen-VL), tiles and their sizes (LLaVA-NeXT's grid), an image per prompt with its patch
+    mask (Idefics 3, SmolVLM), the image's size beside it (Pixtral's towers), else one ``[images, 3, size, size]``
+    tensor."""
     config = model.config
     vision = config.vision_config
     size = getattr(vision, "image_size", 224)
@@ -192,7 +193,6 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
     takes = inspect.signature(model.get_image_features).parameters
     sample: dict[str, torch.Tensor] = {}
     if GRID in takes:  # flat patches, channels x temporal x patch x patch each, in rows of the merge
-        vision = config.vision_config
         patch, merge = int(vision.patch_size), int(vision.spatial_merge_size)
         temporal = int(getattr(vision, "temporal_patch_size", 1) or 1)
         side = max(size // (patch * merge), 1) * merge
