@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +16,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-_spec = importlib.util.spec_from_file_location("notebook_paths", NOTEBOOKS.parent / "scripts" / "notebook_paths.py")
-assert _spec is not None and _spec.loader is not None
-notebook_paths = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(notebook_paths)
-scrub = notebook_paths.scrub
+sys.path.insert(0, str(NOTEBOOKS.parent / "scripts"))  # notebook_paths (scripts/ is not a package)
 # where each executed tutorial is kept for the documentation site (docs/_ext/onnx_nb_docs.py renders it, and
 # executes a tutorial itself only when no copy made from the notebook's current content is here)
 EXECUTED = NOTEBOOKS.parent / "build" / "executed"
@@ -40,6 +36,8 @@ def execute(name: str, tmp_path: Path) -> list[Any]:
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     nb.metadata["onnx_nb_source_sha256"] = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()
     EXECUTED.mkdir(parents=True, exist_ok=True)
+    from notebook_paths import scrub
+
     nbformat.write(scrub(copy.deepcopy(nb), tmp_path), EXECUTED / name)  # the docs' copy: no paths of this run
     WIDGET_STATE.clear()
     saved = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
@@ -300,6 +298,8 @@ def test_vision_language_tutorial(tmp_path: Path) -> None:
 def test_shipped_notebooks_carry_no_paths_of_the_machine_that_ran_them() -> None:
     """A reader of a shipped notebook (or the docs' copy) sees paths relative to the notebook and ``$TMP`` for a
     temporary folder, never the temp or home folders of the machine that executed it."""
+    from notebook_paths import scrub
+
     foreign = re.compile(r"/tmp/|/private/var/|/var/folders/|/root/|/home/\w+/")
     for path in sorted(NOTEBOOKS.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)

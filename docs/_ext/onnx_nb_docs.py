@@ -22,6 +22,7 @@ import inspect
 import json
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -225,13 +226,10 @@ def executed(notebook: Path) -> Any:
         NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
                        extra_arguments=["--IPKernelApp.log_level=ERROR"],
                        resources={"metadata": {"path": scratch}}).execute()
-        import importlib.util
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from notebook_paths import scrub
 
-        spec = importlib.util.spec_from_file_location("notebook_paths", ROOT / "scripts" / "notebook_paths.py")
-        assert spec is not None and spec.loader is not None
-        paths = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(paths)
-        paths.scrub(nb, scratch)  # the page shows no path of this run
+        scrub(nb, scratch)  # the page shows no path of this run
     nb.metadata[STAMP] = _sha(notebook)
     EXECUTED.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, kept)

@@ -91,19 +91,14 @@ class _ChainStep:
 
     def __init__(self, files: dict[str, Any], provider: str, length: int, past: int, threads: int | None) -> None:
         from ...runtime.facts import fixed_inputs
+        from ...runtime.feeds import graph_sample
         from ..generate.vlm import VlmDecoder
 
         runner = VlmDecoder(files, provider, threads=threads, level="all", map_weights=False)
         rng = np.random.default_rng(0)
-        self.pixels: dict[str, np.ndarray] = {}
-        for info in runner.vision.get_inputs():  # one image, in the shapes the vision file fixes
-            shape = [d if isinstance(d, int) else 1 for d in info.shape]
-            if "bool" in info.type:
-                self.pixels[info.name] = np.ones(shape, bool)
-            elif "int" in info.type:  # an image's size beside its pixels (Pixtral's towers)
-                self.pixels[info.name] = np.array([runner.vision.get_inputs()[0].shape[-2:]], np.int64)
-            else:
-                self.pixels[info.name] = rng.standard_normal(shape).astype(np.float32)
+        self.pixels, _ = graph_sample(Path(files["vision"]), 0)  # one image, in the shapes the vision file fixes
+        if "image_sizes" in self.pixels:  # the image's size beside its pixels (Pixtral's towers)
+            self.pixels["image_sizes"] = np.array([self.pixels["pixel_values"].shape[-2:]], np.int64)
         for name, values in fixed_inputs(runner.vision).items():  # the values it was traced at
             self.pixels[name] = np.array([values], np.int64)
         runner.set_images(self.pixels)

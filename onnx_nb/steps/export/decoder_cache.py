@@ -10,6 +10,7 @@ Only imported by functions that already need torch.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +157,7 @@ class DecoderWithCache(torch.nn.Module):
         return dict(zip(output_names(self.layout), (logits, *present)))
 
 
+@functools.cache
 def _first_step_cache() -> Any:
     """A DynamicCache that reads as not yet filled: PaliGemma applies its prompt's two-way block only while the
     cache is empty, which a graph traced with a cache would drop; with it the block is applied at every step where

@@ -135,7 +135,7 @@ def thumbnails(pictures: Any, pixels: dict[str, Any] | None, size: int = 96) -> 
         if values.ndim not in (4, 5) or values.shape[-3] not in (1, 3):
             return []
         shown = []
-        for image in values.reshape(-1, *values.shape[-3:]) if values.ndim == 4 else values[:, 0]:
+        for image in values if values.ndim == 4 else values[:, 0]:  # tiles: the first, the whole picture
             low, high = float(image.min()), float(image.max())
             scaled = ((image - low) / (high - low or 1.0) * 255).astype(np.uint8).transpose(1, 2, 0)
             shown.append(Image.fromarray(scaled[..., 0] if scaled.shape[-1] == 1 else scaled))
