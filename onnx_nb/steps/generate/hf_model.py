@@ -229,57 +229,6 @@ class OnnxForCausalLM(_OnnxModel, GenerationMixin):
         return OnnxLMOutput(logits=_logits(logits), cache=OnnxCache(self.steps, state, total))
 
 
-class OnnxForImageTextToText(OnnxForCausalLM):
-    """A vision-language model's three files (:class:`~.vlm.VlmDecoder`) as a transformers image-text-to-text
-    model: the first forward's pixels (and the family's extras) go through the vision file, the later ones are text;
-    beam search encodes the images once and repeats each prompt's feature rows per beam as it repeats the prompt
-    (Qwen-VL's pixels are rows of patches, which a per-row repeat would scramble)."""
-
-    encoded = False  # the images of the coming prompt were encoded by _expand_inputs_for_generation
-    def _expand_inputs_for_generation(self, expand_size: int = 1, is_encoder_decoder: bool = False,
-                                      input_ids: torch.Tensor | None = None, **model_kwargs: Any) -> Any:
-        decoder = self.steps.decoder
-        given = {n: model_kwargs.pop(n) for n in decoder.vision_inputs if model_kwargs.get(n) is not None}
-        if given and expand_size > 1 and input_ids is not None:
-            decoder.set_images({n: v.cpu().numpy() for n, v in given.items()})
-            counts = (input_ids == decoder.image_token).sum(1).tolist()
-            pending = decoder.pending if decoder.pending is not None else np.zeros((0, 0))
-            rows = np.split(pending, np.cumsum(counts)[:-1])
-            if len(rows) == len(counts) and sum(counts) == len(pending) > 0:
-                decoder.pending = np.concatenate([r for r in rows for _ in range(expand_size)], 0)
-                self.encoded = True
-                given = {}
-        expand: Any = super()._expand_inputs_for_generation  # type: ignore[misc]  # typed for its own models
-        return expand(expand_size, is_encoder_decoder, input_ids, **model_kwargs, **given)
-
-    def prepare_inputs_for_generation(self, input_ids: torch.Tensor, cache: OnnxCache | None = None,
-                                      attention_mask: torch.Tensor | None = None, **kwargs: Any) -> dict[str, Any]:
-        inputs = super().prepare_inputs_for_generation(input_ids, cache, attention_mask, **kwargs)
-        if cache is not None:  # the images were the prompt's
-            for name in (*self.steps.decoder.vision_inputs, "token_type_ids", "mm_token_type_ids"):
-                inputs.pop(name, None)
-        return inputs
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                cache: OnnxCache | None = None, max_length: int | None = None,
-                pixel_values: torch.Tensor | None = None, pixel_attention_mask: torch.Tensor | None = None,
-                image_sizes: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
-                image_grid_thw: torch.Tensor | None = None, mm_token_type_ids: torch.Tensor | None = None,
-                **kwargs: Any) -> OnnxLMOutput:
-        """``token_type_ids`` and ``mm_token_type_ids``: the embed file makes them from the image tokens."""
-        decoder = self.steps.decoder
-        given = {"pixel_values": pixel_values, "pixel_attention_mask": pixel_attention_mask,
-                 "image_sizes": image_sizes, "image_grid_thw": image_grid_thw}
-        pixels = {n: v.cpu().numpy() for n, v in given.items() if v is not None and n in decoder.vision_inputs}
-        if cache is None and not self.encoded:
-            decoder.set_images(pixels or None)
-        self.encoded = False
-        out = super().forward(input_ids, attention_mask, cache, max_length, **kwargs)
-        if cache is None:
-            self.step_ms[-1] += decoder.vision_ms  # time to first token: the image encoding too
-        return out
-
-
 class _OnnxEncoder(torch.nn.Module):
     """The encoder file as the module ``get_encoder()`` returns: its states and the cross-attention cache."""
 

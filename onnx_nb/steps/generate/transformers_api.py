@@ -60,7 +60,7 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
     hf_config, generation = _config_of(model, config)
     wrapped: Any
     if files is not None:  # several files chained (a vision-language model's)
-        from .hf_model import OnnxForImageTextToText
+        from .hf_vlm import OnnxForImageTextToText
         from .vlm import VlmDecoder
 
         wrapped = OnnxForImageTextToText(hf_config, Path(files["decoder"]), named,
