@@ -47,6 +47,9 @@ def sig(value: float | None, digits: int = 3) -> str:
     return format(value, f".{digits}g")
 
 
+LIST_SHOWN = 6  # a recipe's list shown by its first items
+
+
 def setting_text(value: Any) -> str:
     """A recipe's value as a reader reads it, not a Python repr: numbers to three significant digits, a mapping as
     "key value; key value" (its ``rule`` sentence as it is), a list as "a, b"."""
@@ -58,8 +61,9 @@ def setting_text(value: Any) -> str:
         rule = value.get("rule")
         rest = "; ".join(f"{k} {setting_text(v)}" for k, v in value.items() if k != "rule")
         return f"{rule} ({rest})" if rule and rest else str(rule) if rule else rest or "-"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(setting_text(v) for v in value) or "none"
+    if isinstance(value, (list, tuple)):  # a long list (the layers kept at 8 bits) by its first few and its count
+        shown = [setting_text(v) for v in value[:LIST_SHOWN]]
+        return ", ".join(shown) + (f", … ({len(value)} in all)" if len(value) > LIST_SHOWN else "") or "none"
     return str(value)
 
 

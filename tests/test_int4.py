@@ -1,5 +1,5 @@
-"""INT4 weight-only: the algorithm (round-to-nearest, k-quant, HQQ) chosen by measured error on the model in front of
-it, each candidate re-validated against the fp32 parent."""
+"""INT4 weight-only: the algorithm (round-to-nearest, k-quant, HQQ, GPTQ) and the layers kept at 8 bits chosen by
+measured error on the model in front of it, each candidate re-validated against the fp32 parent."""
 
 from __future__ import annotations
 
@@ -27,21 +27,22 @@ def decoder(tmp_path_factory: pytest.TempPathFactory) -> onnx_nb.ExportResult:
 
 
 def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, tmp_path: Path) -> None:
-    variant = onnx_nb.quantize(decoder, method="int4", out=tmp_path / "auto.onnx")
+    variant = onnx_nb.quantize(decoder, method="int4", mixed_precision=None, out=tmp_path / "auto.onnx")
     assert variant, repr(variant.parity)
     errors = variant.recipe["int4_errors"]
-    assert sorted(errors) == ["hqq", "k_quant", "rtn"], variant.recipe["int4_algorithm_rule"]
+    assert sorted(errors) == ["gptq", "hqq", "k_quant", "rtn"], variant.recipe["int4_algorithm_rule"]
     assert variant.recipe["int4_algorithm"] == min(errors, key=errors.get)
     assert f": {variant.recipe['int4_algorithm']} kept" in variant.recipe["int4_algorithm_rule"]
-    for name in ("hqq", "rtn"):  # made by itself: the error auto measured for it (same inputs, same seed)
-        alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, lm_head_bits=4, out=tmp_path / f"{name}.onnx")
+    for name in ("hqq", "rtn", "gptq"):  # made by itself: the error auto measured for it (same inputs, same seed)
+        alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, lm_head_bits=4, mixed_precision=None,
+                                 out=tmp_path / f"{name}.onnx")
         assert alone and alone.recipe["int4_algorithm_rule"] == f"given (algorithm={name!r})"
         worst = max(float(r.max_abs) for r in alone.parity.rows if r.max_abs is not None)
         assert worst == pytest.approx(errors[name], rel=1e-3), (name, worst, errors)
         graph = onnx.load(str(alone.path), load_external_data=False).graph
         nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
         assert nbits, name
-        # symmetric blocks (round-to-nearest) carry no zero points; k-quant's and HQQ's asymmetric ones do
+        # symmetric blocks (round-to-nearest) carry no zero points; k-quant's, HQQ's and GPTQ's asymmetric ones do
         assert all((len(n.input) > 3 and n.input[3] != "") == (name != "rtn") for n in nbits), name
         assert alone.recipe["symmetric"] == (name == "rtn")
 
@@ -61,9 +62,10 @@ def test_lm_head_bits(decoder: onnx_nb.ExportResult, tmp_path: Path) -> None:
         graph = onnx.load(str(variant.path), load_external_data=False).graph
         return [next(a.i for a in n.attribute if a.name == "bits") for n in graph.node if n.op_type == "MatMulNBits"]
 
-    eight = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", lm_head_bits=8, out=tmp_path / "8.onnx")
+    eight = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", lm_head_bits=8, mixed_precision=None,
+                             out=tmp_path / "8.onnx")
     assert eight and bits(eight)[-1] == 8 and set(bits(eight)[:-1]) == {4}
-    auto = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", out=tmp_path / "auto.onnx")
+    auto = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", mixed_precision=None, out=tmp_path / "auto.onnx")
     assert auto.recipe["lm_head_bits"] in (4, 8) and bits(auto)[-1] == auto.recipe["lm_head_bits"]
     assert auto.recipe["lm_head_rule"].startswith("auto: LM head at 4 bits largest error")
     with pytest.raises(onnx_nb.InvalidArgumentError, match="lm_head_bits=3"):
@@ -73,7 +75,8 @@ def test_lm_head_bits(decoder: onnx_nb.ExportResult, tmp_path: Path) -> None:
 def test_accuracy_level_is_measured_for_decoders(decoder: onnx_nb.ExportResult, tmp_path: Path) -> None:
     """accuracy_level='auto' on a decoder: level 4 (INT8 compute) made beside fp32 compute, level 4 kept unless it
     fails where fp32 compute passes (onnxruntime#29849); a given level is used as given."""
-    auto = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", lm_head_bits=4, out=tmp_path / "a.onnx")
+    auto = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", lm_head_bits=4, mixed_precision=None,
+                            out=tmp_path / "a.onnx")
     rule = auto.recipe["accuracy_level_rule"]
     assert rule.startswith("auto: level 4 (INT8 compute) largest error") and "fp32 compute" in rule
     graph = onnx.load(str(auto.path), load_external_data=False).graph
@@ -81,5 +84,60 @@ def test_accuracy_level_is_measured_for_decoders(decoder: onnx_nb.ExportResult, 
               if n.op_type == "MatMulNBits"}
     assert levels == ({4} if auto.recipe["accuracy_level"] == 4 else {0}), (levels, rule)
     given = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", lm_head_bits=4, accuracy_level=None,
-                             out=tmp_path / "g.onnx")
+                             mixed_precision=None, out=tmp_path / "g.onnx")
     assert "accuracy_level_rule" not in given.recipe and given.recipe["accuracy_level"] is None
+
+
+def _bits(variant: onnx_nb.Variant) -> dict[str, int]:
+    graph = onnx.load(str(variant.path), load_external_data=False).graph
+    return {n.name.rsplit("_Q", 1)[0]: next(a.i for a in n.attribute if a.name == "bits") for n in graph.node
+            if n.op_type == "MatMulNBits"}
+
+
+def test_mixed_precision_keeps_the_layers_measured_most_sensitive_at_8_bits(decoder: onnx_nb.ExportResult,
+                                                                           tmp_path: Path) -> None:
+    """Each layer measured alone at 4 and 8 bits; layers promoted most error lost per byte first; the file kept is
+    within the size budget, its largest error no more than the all-INT4 file's, and the bits in the file are the
+    recipe's."""
+    four = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", lm_head_bits=4, mixed_precision=None,
+                            out=tmp_path / "four.onnx")
+    mixed = onnx_nb.quantize(decoder, method="int4", algorithm="rtn", lm_head_bits=4, out=tmp_path / "mixed.onnx")
+    assert four and mixed, repr(mixed.parity)
+    info = mixed.recipe["mixed_precision"]
+    assert info["all_int4_error"] == pytest.approx(max(float(r.max_abs) for r in four.parity.rows
+                                                       if r.max_abs is not None), rel=1e-3)
+    rows = mixed.layers
+    assert len(rows) == len(_bits(four)) and all(r["sqnr_8bit_db"] > r["sqnr_4bit_db"] for r in rows), rows
+    gains = [r["gain_per_weight"] for r in rows]
+    assert gains == sorted(gains, reverse=True)
+    eight = set(mixed.recipe.get("eight_bit_layers") or [])
+    bits = _bits(mixed)
+    assert {name for name, b in bits.items() if b == 8} == eight == {r["node"] for r in rows if r["bits"] == 8}
+    assert set(_bits(four).values()) == {4}
+    if eight:  # promoted in rank order, within the budget, no worse than all-INT4
+        assert [r["bits"] for r in rows] == sorted((r["bits"] for r in rows), reverse=True)
+        assert mixed.size_after <= 1.15 * four.size_after and info["size_vs_all_int4"] <= 1.15
+        worst = max(float(r.max_abs) for r in mixed.parity.rows if r.max_abs is not None)
+        assert worst < info["all_int4_error"], info
+    assert info["rule"].startswith("measured: each layer's error at 4 and 8 bits alone") and info["tried"]
+    figure = mixed.bits_figure()
+    assert [t.name for t in figure.data] == ["at 4 bits", "at 8 bits"] and len(figure.data[0].y) == len(rows)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="no per-layer precision measurement"):
+        four.bits_figure()
+
+
+def test_mixed_precision_budgets(decoder: onnx_nb.ExportResult, tmp_path: Path) -> None:
+    """A size budget that holds every layer at 8 bits and an error budget no file meets: the most accurate
+    candidate is kept (it halves nothing it cannot), and GPTQ keeps its hands off the layers set at 8 bits."""
+    wide = onnx_nb.quantize(decoder, method="int4", algorithm="gptq", lm_head_bits=4,
+                            mixed_precision={"size": 3.0, "error": 1e-9}, out=tmp_path / "wide.onnx")
+    tried = wide.recipe["mixed_precision"]["tried"]
+    bits = _bits(wide)
+    eight = set(wide.recipe.get("eight_bit_layers") or [])
+    assert eight and {name for name, b in bits.items() if b == 8} == eight, (bits, tried)
+    # 3x the all-INT4 size holds every layer and no file meets the error budget: the most accurate tried is kept
+    assert len(eight) == len(bits) and tried.endswith(f"{len(bits)} at 8 bits: {tried.rsplit(': ', 1)[1]}"), tried
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"mixed_precision='most': choose 'auto'"):
+        onnx_nb.quantize(decoder, method="int4", mixed_precision="most")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"mixed_precision=1.3 is for method='int4'"):
+        onnx_nb.quantize(decoder, method="dynamic", mixed_precision=1.3)

@@ -49,6 +49,21 @@ def test_magic_help_lists_options() -> None:
         assert flag in doc
 
 
+def test_quantize_flags_reach_quantize() -> None:
+    """--algorithm and --mixed-precision as quantize() takes them (the CLI and %onnx_quantize share the parser)."""
+    import argparse
+
+    from onnx_nb.frontends import specs
+
+    parser = argparse.ArgumentParser()
+    for flags, kwargs, _where in specs.QUANTIZE:
+        parser.add_argument(*flags, **kwargs)
+    for given, expected in (([], "auto"), (["--mixed-precision", "off"], None), (["--mixed-precision", "1.3"], 1.3)):
+        ns = parser.parse_args(["m.onnx", "--method", "int4", "--algorithm", "gptq", *given])
+        kwargs = specs.quantize_kwargs(ns)
+        assert kwargs["mixed_precision"] == expected and kwargs["algorithm"] == "gptq", kwargs
+
+
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "onnx_nb", *args], capture_output=True, text=True,
                           timeout=300)

@@ -144,6 +144,9 @@ def test_quantization_autotune(tmp_path: Path) -> None:
     assert "FAILED" in text(cells[0]) and "layers.2" in text(by_source(cells, "debug = onnx_nb.quant_debug"))
     assert "TuneResult" in text(by_source(cells, "import transformers"))
     assert "Autotune: latency against accuracy" in plotly_titles(cells)
+    int4 = text(by_source(cells, 'int4 = onnx_nb.quantize'))
+    assert "gptq" in int4 and "kept" in int4 and "measured: each layer's error at 4 and 8 bits alone" in int4
+    assert any("each layer's SQNR alone" in t for t in plotly_titles(cells))
 
 
 @pytest.mark.parametrize("name", ["05_providers_latency.ipynb"])

@@ -42,3 +42,4 @@ def test_recipe_values_read_as_text_not_python_reprs() -> None:
     assert setting_text(norm) == "12 SkipLayerNormalization written as Add + LayerNorm (fused_ms 1.9; unfused_ms 0.233)"
     assert setting_text([]) == "none" and setting_text(["a", "b"]) == "a, b" and setting_text(True) == "True"
     assert "{" not in setting_text({"a": {"b": 1.0}}) and "[" not in setting_text([[1, 2]])
+    assert setting_text([f"n{i}" for i in range(32)]) == "n0, n1, n2, n3, n4, n5, … (32 in all)"

@@ -113,8 +113,11 @@ QUANTIZE: list[Spec] = [
     (("--calibration",), {"help": "static: a variable holding a list of input dicts, or 'generated'"}, "both"),
     (("--exclude",), {"default": "", "help": "comma-separated node names to keep in float"}, "both"),
     (("--block-size",), {"type": int, "default": 32, "help": "int4: weights per scale"}, "both"),
-    (("--algorithm",), {"default": "auto", "choices": ["auto", "rtn", "k_quant", "hqq"],
+    (("--algorithm",), {"default": "auto", "choices": ["auto", "rtn", "k_quant", "hqq", "gptq"],
                         "help": "int4: how blocks are quantized (auto: each made, the most accurate kept)"}, "both"),
+    (("--mixed-precision",), {"default": "auto", "help": "int4: which layers stay at 8 bits: auto (measured, the "
+                                                         "file at most 1.15x), a size budget such as 1.3, or off"},
+     "both"),
     (("--scheme",), {"default": "auto", "choices": ["auto", "u8s8", "u8s8-reduced", "u8u8"],
                      "help": "INT8 weights for the CPU (auto: by its instruction set, measured here)"}, "both"),
     (("--target-cpu",), {"default": None, "help": "the CPU the file will run on: avx2, avx512, vnni, amx, arm64, "
@@ -265,7 +268,18 @@ def optimize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
 def quantize_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"method": ns.method, "per_channel": not ns.per_tensor, "block_size": ns.block_size,
             "exclude": [e for e in ns.exclude.split(",") if e], "scheme": ns.scheme, "target_cpu": ns.target_cpu,
-            "algorithm": ns.algorithm, "out": ns.out, "overwrite": ns.overwrite}
+            "algorithm": ns.algorithm, "mixed_precision": _mixed(ns.mixed_precision), "out": ns.out,
+            "overwrite": ns.overwrite}
+
+
+def _mixed(text: str) -> Any:
+    """``--mixed-precision``: "auto", "off" (None) or a size budget."""
+    if text in ("auto", "off"):
+        return None if text == "off" else text
+    try:
+        return float(text)
+    except ValueError:
+        return text  # quantize() refuses it, naming the choices
 
 
 def autotune_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

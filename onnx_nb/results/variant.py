@@ -51,6 +51,7 @@ class Variant:
     warnings: list[str] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)  # the step's peak: added_bytes, process_bytes, weights_bytes
     speed: dict[str, Any] = field(default_factory=dict)  # quantize(): ms against the fp32 parent's, cpu, shape
+    layers: list[dict[str, Any]] = field(default_factory=list)  # INT4 mixed precision: per layer, its SQNR and bits
 
     @property
     def slower_than_parent(self) -> bool:
@@ -77,7 +78,7 @@ class Variant:
                 "op_diff": {k: list(v) for k, v in self.op_diff.items()}, "fused": self.fused,
                 "size_before": self.size_before, "size_after": self.size_after, "seconds": round(self.seconds, 3),
                 "runtime": self.runtime, "warnings": self.warnings, "memory": dict(self.memory),
-                "speed": dict(self.speed),
+                "speed": dict(self.speed), "layers": list(self.layers),
                 "parity": self.parity.to_dict() if self.parity is not None else None}
 
     def to_pandas(self) -> Any:
@@ -86,6 +87,28 @@ class Variant:
 
         rows = [{"op": k, "before": b, "after": a, "change": a - b} for k, (b, a) in self.op_diff.items()]
         return pd.DataFrame(rows, columns=["op", "before", "after", "change"])
+
+    def bits_figure(self, top: int = 40) -> Any:
+        """An INT4 file's layers measured for mixed precision (``quantize(method="int4")``): each layer's SQNR alone
+        at 4 and at 8 bits, most error lost per byte first; the layers kept at 8 bits marked."""
+        import plotly.graph_objects as go
+
+        from ..errors import InvalidArgumentError
+
+        if not self.layers:
+            raise InvalidArgumentError(f"{self.name} has no per-layer precision measurement: it is made by "
+                                       "quantize(..., method='int4', mixed_precision='auto').")
+        rows = self.layers[:top][::-1]
+        names = [f"{esc(r['module'])} ({r['bits']}-bit)" for r in rows]
+        fig = go.Figure([go.Bar(y=names, x=[r["sqnr_4bit_db"] for r in rows], orientation="h", name="at 4 bits",
+                                marker_color=["#1a73e8" if r["bits"] == 4 else "#9aa0a6" for r in rows]),
+                         go.Bar(y=names, x=[r["sqnr_8bit_db"] for r in rows], orientation="h", name="at 8 bits",
+                                marker_color=["#b3261e" if r["bits"] == 8 else "#dadce0" for r in rows])])
+        fig.update_layout(title=f"{esc(self.name)}: each layer's SQNR alone (higher is better); kept at 8 bits: "
+                                f"{sum(r['bits'] == 8 for r in self.layers)} of {len(self.layers)}",
+                          xaxis_title="SQNR of the layer's output, dB", barmode="group", template="plotly_white",
+                          height=max(320, 30 * len(rows) + 140), legend={"orientation": "h", "y": -0.12})
+        return fig
 
     def _summary(self) -> list[tuple[str, str]]:
         verdict = "not checked" if self.parity is None else ("passed" if self.parity else "FAILED")

@@ -21,6 +21,8 @@ PLAN: list[tuple[str, str, dict[str, Any], str | None, str]] = [
     ("int8 per-channel", "quantize", {}, "optimized(auto)+unpad", "int8-pc"),
     ("int8 per-tensor", "quantize", {"per_channel": False}, "optimized(auto)+unpad", "int8-pt"),
     ("int4 weight-only", "quantize", {"method": "int4"}, "optimized(auto)+unpad", "int4"),
+    ("int4 every layer 4-bit", "quantize", {"method": "int4", "mixed_precision": None}, "optimized(auto)+unpad",
+     "int4-all4"),
 ]
 
 
@@ -34,6 +36,20 @@ class Candidate:
     parity_passed: bool | None
     speedup: float | None = None  # against the plain fp32 export (or PyTorch eager when measured)
     error: str = ""
+
+    @property
+    def size_mb(self) -> float | None:
+        """The candidate's file with its external data, in MB (what a user ships)."""
+        if getattr(self.variant, "size_after", None):
+            return float(self.variant.size_after) / 1e6
+        path = getattr(self.variant, "path", self.variant)
+        if not isinstance(path, (str, os.PathLike)) or not Path(path).exists():
+            return None
+        import onnx
+
+        from ...runtime.onnxfile import total_file_size
+
+        return total_file_size(Path(path), onnx.load(str(path), load_external_data=False)) / 1e6
 
 
 @dataclass
@@ -92,12 +108,12 @@ class TuneResult:
 
         best = self.best_candidate
         return [[("★ " if c is best else "") + c.name, f(c.p50_ms, ".2f"),
-                 "-" if c.speedup is None else f"{c.speedup:.2f}x", f(c.metric, ".6g"),
+                 "-" if c.speedup is None else f"{c.speedup:.2f}x", f(c.size_mb, ".3g"), f(c.metric, ".6g"),
                  "yes" if c.within_budget else "no", "yes" if c.name in self.pareto else "", c.error]
                 for c in self.candidates]
 
     def __repr__(self) -> str:
-        head = ["candidate", "p50_ms", "speedup", self.metric, "in budget", "pareto", "error"]
+        head = ["candidate", "p50_ms", "speedup", "size_mb", self.metric, "in budget", "pareto", "error"]
         best = self.best_candidate
         lines = [f"TuneResult: best within {self.metric} budget {self.budget:g}: {best.name if best else 'none'}",
                  text_table(head, self._rows())]
@@ -106,10 +122,10 @@ class TuneResult:
     __str__ = __repr__
 
     def html_body(self) -> str:
-        head = ["candidate", "p50 ms", "speed-up", self.metric, "in budget", "Pareto", "error"]
+        head = ["candidate", "p50 ms", "speed-up", "MB", self.metric, "in budget", "Pareto", "error"]
         notes = "".join(f'<div class="warn">{esc(n)}</div>' for n in self.notes)
-        table = compact_table(head, self._rows(), head[:6], abbreviate=("candidate",), wrap=("error",), width=36,
-                              numeric=("p50 ms", "speed-up", self.metric), details="With errors")
+        table = compact_table(head, self._rows(), head[:7], abbreviate=("candidate",), wrap=("error",), width=36,
+                              numeric=("p50 ms", "speed-up", "MB", self.metric), details="With errors")
         return f'<div class="onnxnb"><h4>Autotune</h4>{table}{notes}</div>'
 
     def _repr_html_(self) -> str:

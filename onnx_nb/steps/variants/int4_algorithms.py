@@ -7,7 +7,10 @@ ONNX Runtime's ``matmul_nbits_quantizer`` ships several ways to pick each block'
 - ``"k_quant"``: a k-quant-style search of each block's scale and offset (asymmetric), the kind onnxruntime-genai's
   builder defaults to;
 - ``"hqq"``: half-quadratic quantization (asymmetric; each block's zero point and scale fitted to the weights by a
-  few optimisation steps), no calibration data needed.
+  few optimisation steps), no calibration data needed;
+- ``"gptq"``: GPTQ (asymmetric; each column's rounding error pushed onto the columns not yet quantized, weighted by
+  the layer's inputs on calibration data): data-aware, its calibration from :func:`calibration` (the samples given,
+  sentences through the model's own tokenizer, or inputs generated from the sample).
 
 ``quantize(method="int4", algorithm="auto")`` makes each (the file under ``BUILD_EVERY_BELOW`` of weights: one file
 each to quantize and check; above it, RTN only, and the recipe says so), checks each against the fp32 parent on the
@@ -25,7 +28,25 @@ from typing import Any
 from ...errors import InvalidArgumentError, QuantizationError, first_line
 from .int8_schemes import BUILD_EVERY_BELOW, worst_error
 
-ALGORITHMS = ("rtn", "k_quant", "hqq")
+ALGORITHMS = ("rtn", "k_quant", "hqq", "gptq")
+SENTENCES = (  # GPTQ's calibration text for a model with a tokenizer (general prose; no check or benchmark uses it)
+    "The weather was lovely today, so we walked along the beach until sunset.",
+    "Please send me the quarterly report before the meeting on Friday morning.",
+    "Stock markets fell sharply after the central bank's announcement.",
+    "He has played the violin in the city orchestra for twenty years.",
+    "Where is the nearest train station, and how often do the trains run?",
+    "The recipe needs two eggs, a cup of sugar and a pinch of salt.",
+    "Our team shipped the new release last night after fixing the last bug.",
+    "Birds migrate south when the days get shorter and the nights colder.",
+    "The library will be closed on Monday for the national holiday.",
+    "A good night's sleep improves memory, mood and concentration.",
+    "The river flooded the lower fields after a week of heavy rain.",
+    "Could you explain how the new billing system calculates the fees?",
+    "Scientists observed a distant galaxy forming stars at a record rate.",
+    "The children built a small wooden boat and sailed it on the pond.",
+    "Install the package, restart the server and check the log for errors.",
+    "Her first novel was translated into thirty languages within a year.",
+)
 
 
 def choose(method: str, algorithm: str, recipe: dict[str, Any]) -> list[str]:
@@ -44,6 +65,30 @@ def choose(method: str, algorithm: str, recipe: dict[str, Any]) -> list[str]:
     recipe["int4_algorithm_rule"] = ("auto: " + ", ".join(ALGORITHMS) + " each made and checked against the fp32 "
                                      "parent; the smallest largest-error that passes kept")
     return list(ALGORITHMS)
+
+
+def calibration(model: Any, given: Any) -> list[dict[str, Any]]:
+    """GPTQ's calibration inputs for ``model``'s file: the samples given (a list of input dicts), else
+    :data:`SENTENCES` through the export's tokenizer when the file takes only token inputs, else inputs generated
+    from the export's sample (a decoder's cache inputs included)."""
+    from ...runtime.onnxfile import load_proto, signature
+    from .quantizing import generated_calibration
+    from .variants import parent_of
+
+    path, _ref, source = parent_of(model)
+    names = [i.name for i in signature(load_proto(path))[0]]
+    if given is not None and not isinstance(given, (str, Path)):
+        return [{k: v for k, v in item.items() if k in names} for item in given]
+    pre = getattr(source, "preprocessor", None)
+    tokenizer = getattr(pre, "tokenizer", pre)
+    if callable(tokenizer) and set(names) <= {"input_ids", "attention_mask", "token_type_ids"}:
+        try:
+            enc = tokenizer(list(SENTENCES), padding="max_length", max_length=24, truncation=True,
+                            return_tensors="np")
+            return [{n: enc[n][i:i + 1].astype("int64") for n in names} for i in range(len(SENTENCES))]
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot pad or lacks an input: generated inputs instead
+            pass
+    return generated_calibration(model)
 
 
 def most_accurate(first: Any, algorithms: list[str], build: Callable[[str, Any, bool], Any], scratch: Path) -> Any:
@@ -72,6 +117,18 @@ def most_accurate(first: Any, algorithms: list[str], build: Callable[[str, Any, 
     return variant
 
 
+REMADE = ("int4_algorithm", "symmetric", "lm_head_bits", "accuracy_level", "eight_bit_layers")  # a remake's own
+
+
+def carried(made: Any, before: Any) -> Any:
+    """``made`` (a file made again at ``before``'s place with other settings) with what the earlier choices wrote
+    into ``before``'s recipe and its per-layer measurement kept."""
+    if made is not before:
+        made.recipe = {**before.recipe, **{k: v for k, v in made.recipe.items() if k in REMADE}}
+        made.layers = made.layers or before.layers
+    return made
+
+
 LM_HEAD_GAIN = 1.25  # 8-bit LM head kept when it cuts the largest error by this much (or saves a failed parity)
 
 
@@ -81,7 +138,7 @@ def lm_head_measured(four: Any, build: Callable[[int, Any, bool], Any], scratch:
     eight = build(8, scratch / "lm_head_8bit.onnx", True)
     e4, e8 = worst_error(four), worst_error(eight)
     keep = bool(eight) and (not four or (e8 > 0 and e4 >= LM_HEAD_GAIN * e8))
-    chosen = build(8, four.path, True) if keep else four
+    chosen = carried(build(8, four.path, True), four) if keep else four
     chosen.recipe["lm_head_bits"] = 8 if keep else 4
     chosen.recipe["lm_head_rule"] = (f"auto: LM head at 4 bits largest error {e4:.3g}"
                                      f"{'' if four else ' (failed parity)'}, at 8 bits {e8:.3g}"
@@ -98,7 +155,7 @@ def level_measured(fast: Any, build: Callable[[Any, bool], Any], scratch: Path) 
     exact = build(scratch / "accuracy_level_fp32.onnx", True)
     e4, e0 = worst_error(fast), worst_error(exact)
     keep_fast = bool(fast) or not exact
-    chosen = fast if keep_fast else build(fast.path, True)
+    chosen = fast if keep_fast else carried(build(fast.path, True), fast)
     chosen.recipe["accuracy_level"] = 4 if keep_fast else None
     chosen.recipe["accuracy_level_rule"] = (
         f"auto: level 4 (INT8 compute) largest error {e4:.3g}{'' if fast else ' (failed parity)'}, fp32 compute "

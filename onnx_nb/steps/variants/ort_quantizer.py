@@ -109,9 +109,11 @@ def kept_in_float(path: Path) -> list[str]:
 def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
                   op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
                   accuracy_level: int | None = None, gemm_as_matmul: bool = False, scheme: str = "u8s8",
-                  made_for: str = "", algorithm: str = "rtn", lm_head_bits: int = 4) -> None:
+                  made_for: str = "", algorithm: str = "rtn", lm_head_bits: int = 4,
+                  eight_bit: Sequence[str] | str = ()) -> None:
     """Quantize ``src`` into ``staged``. INT8 takes ``scheme`` (:data:`onnx_nb.runtime.cpu.SCHEMES`: the weights'
-    type and range, chosen for the CPU the file is made for, ``made_for``), written into the file's metadata."""
+    type and range, chosen for the CPU the file is made for, ``made_for``), written into the file's metadata.
+    INT4 writes the MatMuls named in ``eight_bit`` (``"all"``: every one) at 8 bits, symmetric round-to-nearest."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     from ...runtime.cpu import SCHEMES
@@ -162,20 +164,30 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
             gemm_to_matmul(model)
         from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig
 
-        algo_config, symmetric = int4_config(algorithm, block_size)
+        def eights(model: Any, **which: Any) -> Any:
+            return MatMulNBitsQuantizer(model, bits=8, block_size=block_size, is_symmetric=True,
+                                        accuracy_level=accuracy_level, **which,
+                                        algo_config=DefaultWeightOnlyQuantConfig(
+                                            block_size=block_size, is_symmetric=True, accuracy_level=accuracy_level,
+                                            bits=8))
+
         head = lm_head(model) if lm_head_bits == 8 else None
-        # accuracy level 4: int8 compute on CPU, the fast path for decoding (as onnxruntime-genai uses)
-        quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=symmetric,
-                                         accuracy_level=accuracy_level,
-                                         nodes_to_exclude=[*excluded, *([head] if head else [])],
-                                         algo_config=algo_config)
+        eight = [] if eight_bit == "all" else [*eight_bit, *([head] if head else [])]
+        if eight_bit == "all":
+            quantizer = eights(model, nodes_to_exclude=list(excluded))
+        else:
+            algo_config, symmetric = int4_config(algorithm, block_size, calib)
+            # accuracy level 4: int8 compute on CPU, the fast path for decoding (as onnxruntime-genai uses)
+            quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=symmetric,
+                                             accuracy_level=accuracy_level, nodes_to_exclude=[*excluded, *eight],
+                                             algo_config=algo_config)
+            if algorithm == "gptq":  # the quantizer tells RTN's node table of its exclusions, not GPTQ's
+                skip, table = set(quantizer.nodes_to_exclude), quantizer._generate_q4_node_config
+                quantizer._generate_q4_node_config = lambda: {k: "fp32" if k in skip else v
+                                                              for k, v in table().items()}
         quantizer.process()
-        if head:  # the LM head at 8 bits (onnxruntime-genai's mixed precision keeps it so)
-            quantizer = MatMulNBitsQuantizer(
-                quantizer.model.model, bits=8, block_size=block_size, is_symmetric=True,
-                accuracy_level=accuracy_level, nodes_to_include=[head],
-                algo_config=DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True,
-                                                         accuracy_level=accuracy_level, bits=8))
+        if eight:  # the LM head and the layers measured most sensitive at 8 bits (mixed precision)
+            quantizer = eights(quantizer.model.model, nodes_to_include=eight)
             quantizer.process()
         proto = quantizer.model.model  # k-quant's path writes com.microsoft ops without declaring their domain
         if not any(o.domain == "com.microsoft" for o in proto.opset_import):
@@ -238,9 +250,13 @@ def gemm_to_matmul(model: Any) -> int:
     return done
 
 
-def int4_config(algorithm: str, block_size: int) -> tuple[Any, bool]:
-    """ONNX Runtime's algorithm configuration for ``algorithm`` and whether its blocks are symmetric."""
+def int4_config(algorithm: str, block_size: int, calib: list[dict[str, Any]] | None) -> tuple[Any, bool]:
+    """ONNX Runtime's algorithm configuration for ``algorithm`` and whether its blocks are symmetric (GPTQ reads
+    its calibration inputs, ``calib``, through the quantizer's own copy of Intel Neural Compressor)."""
     from onnxruntime.quantization import matmul_nbits_quantizer as q
+
+    if algorithm == "gptq":
+        return q.GPTQWeightOnlyQuantConfig(calibration_data_reader=list(calib or [])), False
 
     if algorithm == "hqq":
         return q.HQQWeightOnlyQuantConfig(block_size=block_size, bits=4), False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
              exclude: Sequence[str] | str | None = "auto",
              reference: Any = None, op_types: Sequence[str] | None = None, block_size: int = 32,
              accuracy_level: int | str | None = "auto", algorithm: str = "auto", lm_head_bits: int | str = "auto",
-             scheme: str = "auto", target_cpu: Any = None,
+             mixed_precision: Any = "auto", scheme: str = "auto", target_cpu: Any = None,
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, validate: bool = True,
              providers: Any = ("cpu",), sample: Any = None) -> Variant:
     """A quantized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated
@@ -83,9 +84,12 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     image input, or ``"generated"`` for synthetic inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only
     MatMulNBits (``block_size``; ``algorithm``: ``"auto"`` makes round-to-nearest, k-quant and HQQ blocks, checks
     each against the fp32 parent and keeps the most accurate that passes, or one of ``"rtn"``, ``"k_quant"``,
-    ``"hqq"``: :mod:`onnx_nb.steps.variants.int4_algorithms`; ``lm_head_bits``: a decoder's LM head at 4 or 8
-    bits, ``"auto"`` makes both and keeps 8 where it passes where 4 fails or cuts the largest error 1.25x;
-    ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
+    ``"hqq"``, ``"gptq"``: :mod:`onnx_nb.steps.variants.int4_algorithms`; ``mixed_precision``: ``"auto"``
+    measures each layer's error at 4 and 8 bits alone and keeps at 8 the fewest layers that halve the all-INT4 file's
+    largest error within 1.15x its size, a float another size budget, ``{"size": .., "error": ..}`` an error budget
+    too, None every layer at 4 bits: :mod:`onnx_nb.steps.variants.int4_mixed`; ``lm_head_bits``: a decoder's LM
+    head at 4 or 8 bits, ``"auto"`` makes both and keeps 8 where it passes where 4 fails or cuts the largest error
+    1.25x; ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
     whose decoding is bound by reading weights, and in fp32 (None) for the rest, whose accuracy it keeps).
     INT8 follows the CPU the file will run on (``target_cpu``: None is this machine; ``"avx2"``, ``"avx512"``,
     ``"vnni"``, ``"amx"``, ``"arm64"`` or ``"any"`` for another): ``scheme="auto"`` writes full-range u8s8 where
@@ -105,6 +109,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         qdq = onnx_nb.quantize(result, method="auto", calibration=batches) # static QDQ for a CNN
         int4 = onnx_nb.quantize(decoder_result, method="int4")
     """
+    started = time.perf_counter()  # the call's time: every candidate made and checked, not the last file alone
     if method not in METHODS:
         raise InvalidArgumentError(f"method={method!r}: choose one of {', '.join(METHODS)}.")
     rule = ""
@@ -124,15 +129,18 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     recipe: dict[str, Any] = {"method": method, **({"method_rule": rule} if rule else {})}
     if method in ("dynamic", "static"):
         recipe.update(per_channel=per_channel, exclude=excluded)
-    from . import int4_algorithms, int8_schemes
+    from . import int4_algorithms, int4_mixed, int8_schemes
 
     cpu, schemes = int8_schemes.choose(method, scheme, target_cpu, recipe)  # bad names refused before any work
     algorithms = int4_algorithms.choose(method, algorithm, recipe)
+    mixed = int4_mixed.budgets(method, mixed_precision)
     if lm_head_bits not in ("auto", 4, 8):
         raise InvalidArgumentError(f"lm_head_bits={lm_head_bits!r}: choose 'auto', 4 or 8 (an INT4 decoder's LM head).")
     runtime = dict(getattr(onnx_model, "runtime", None) or {})
     calib_items: list[dict[str, Any]] | None = None
     static_source: Path | None = None
+    if method == "int4" and "gptq" in algorithms:
+        calib_items = int4_algorithms.calibration(onnx_model, calibration)
     if method == "static":
         calib_items, static_source = _static_inputs(onnx_model, calibration, recipe)
         if op_types is None:
@@ -154,15 +162,19 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     if method == "int4":
         accuracy_level, decoder = _int4_settings(onnx_model, accuracy_level, block_size, recipe)
 
-    def build(chosen: str, out: Any, overwrite: bool, head_bits: int | None = None, level: Any = "call") -> Variant:
+    def build(chosen: str, out: Any, overwrite: bool, head_bits: int | None = None, level: Any = "call",
+              eight: Any = ()) -> Variant:
         """The variant with INT8 scheme or INT4 algorithm ``chosen`` (re-validated, layers kept float as the exclude
-        rule says; ``head_bits``, ``level``: an INT4 decoder's LM head bits and accuracy level, else the call's)."""
+        rule says; ``head_bits``, ``level``: an INT4 decoder's LM head bits and accuracy level, else the call's;
+        ``eight``: the INT4 layers at 8 bits, ``"all"`` for every one)."""
         bits = head_bits if head_bits is not None else (lm_head_bits if isinstance(lm_head_bits, int) else 4)
         own = dict(recipe, **(int8_schemes.settings(chosen) if chosen and method != "int4" else {}),
                    **({"int4_algorithm": chosen, "symmetric": chosen == "rtn", "lm_head_bits": bits}
                       if method == "int4" else {}))
         if level != "call":
             own["accuracy_level"] = level
+        if eight:
+            own["eight_bit_layers"] = eight
         dropped = list(excluded)
 
         def write(src: Path, staged: Path) -> list[str]:
@@ -178,7 +190,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
                                   own.get("accuracy_level") if isinstance(own.get("accuracy_level"), int) else None,
                                   bool(own.get("gemm_as_matmul")), chosen if chosen and method != "int4" else "u8s8",
                                   cpu.label if chosen and method != "int4" else "", algorithm=chosen or "rtn",
-                                  lm_head_bits=int(own.get("lm_head_bits", 4)))
+                                  lm_head_bits=int(own.get("lm_head_bits", 4)), eight_bit=eight)
                 except OnnxNbError:
                     raise
                 except Exception as exc:
@@ -208,14 +220,20 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             variant = int8_schemes.measured(variant, schemes, build, Path(route_dir), cpu)
         if method == "int4" and validate and len(algorithms) > 1:
             variant = int4_algorithms.most_accurate(variant, algorithms, build, Path(route_dir))
-        if method == "int4" and lm_head_bits == "auto" and validate and decoder:
+        if mixed and validate:  # the head is one of the layers measured
+            best, head = variant.recipe["int4_algorithm"], 8 if lm_head_bits == 8 else 4
+            variant = int4_mixed.measured(
+                variant, lambda eight, at, ow: build(best, at, ow, head_bits=head, eight=eight), Path(route_dir),
+                *mixed)
+        elif method == "int4" and lm_head_bits == "auto" and validate and decoder:
             best = variant.recipe["int4_algorithm"]
             variant = int4_algorithms.lm_head_measured(
                 variant, lambda bits, at, ow: build(best, at, ow, head_bits=bits), Path(route_dir))
         if method == "int4" and level_asked == "auto" and accuracy_level == 4 and validate:
             best, bits = variant.recipe["int4_algorithm"], variant.recipe["lm_head_bits"]
             variant = int4_algorithms.level_measured(
-                variant, lambda at, ow: build(best, at, ow, head_bits=bits, level=None), Path(route_dir))
+                variant, lambda at, ow: build(best, at, ow, head_bits=bits, level=None,
+                                              eight=variant.recipe.get("eight_bit_layers", ())), Path(route_dir))
     # the call that made this variant, for quant_debug's requantize(): every setting and the calibration data kept
     call = {"method": method, "per_channel": per_channel, "calibration": calibration if calib_items is None else
             calib_items, "exclude": exclude, "reference": reference, "op_types": op_types, "block_size": block_size,
@@ -223,7 +241,9 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             accuracy_level, "validate": validate, "providers": providers, "sample": sample,
             "scheme": variant.recipe.get("int8_scheme", scheme), "target_cpu": target_cpu,
             "algorithm": variant.recipe.get("int4_algorithm", algorithm) if method == "int4" else algorithm,
-            "lm_head_bits": variant.recipe.get("lm_head_bits", lm_head_bits) if method == "int4" else lm_head_bits}
+            "lm_head_bits": variant.recipe.get("lm_head_bits", lm_head_bits) if method == "int4" else lm_head_bits,
+            "mixed_precision": mixed_precision}
+    variant.seconds = max(variant.seconds, time.perf_counter() - started)
     variant.remake = functools.partial(quantize, onnx_model, **call, out=variant.path, overwrite=True)
     return variant
 
