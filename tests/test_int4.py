@@ -120,6 +120,8 @@ def test_mixed_precision_keeps_the_layers_measured_most_sensitive_at_8_bits(deco
         worst = max(float(r.max_abs) for r in mixed.parity.rows if r.max_abs is not None)
         assert worst < info["all_int4_error"], info
     assert info["rule"].startswith("measured: each layer's error at 4 and 8 bits alone") and info["tried"]
+    eights = sum(r["bits"] == 8 for r in rows)
+    assert f"{len(rows) - eights} at 4 bits, {eights} at 8" in repr(mixed) and "bits per layer" in mixed._repr_html_()
     figure = mixed.bits_figure()
     assert [t.name for t in figure.data] == ["at 4 bits", "at 8 bits"] and len(figure.data[0].y) == len(rows)
     with pytest.raises(onnx_nb.InvalidArgumentError, match="no per-layer precision measurement"):

@@ -126,6 +126,10 @@ class Variant:
             rows.append(("speed here", f"{self.speed['ms']:.3g} ms vs {self.speed['parent_ms']:.3g} ms fp32 parent "
                          f"({ratio:.2f}x{', SLOWER than its parent' if self.slower_than_parent else ''}) on "
                          f"{self.speed['cpu']}"))
+        if self.layers:
+            eight = sum(r["bits"] == 8 for r in self.layers)
+            rows.append(("bits per layer", f"{len(self.layers) - eight} at 4 bits, {eight} at 8 (each measured "
+                                           "alone at both: bits_figure())"))
         if self.runtime.get("unpad"):
             rows.append(("runtime", "skips padding (length buckets)"))
         if self.runtime.get("mobile"):
