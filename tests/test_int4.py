@@ -1,4 +1,4 @@
-"""INT4 weight-only: the algorithm (round-to-nearest, k-quant, HQQ, GPTQ) and the layers kept at 8 bits chosen by
+"""INT4 weight-only: the algorithm (round-to-nearest, k-quant, HQQ, GPTQ, AWQ) and the layers kept at 8 bits chosen by
 measured error on the model in front of it, each candidate re-validated against the fp32 parent."""
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
     variant = onnx_nb.quantize(decoder, method="int4", mixed_precision=None, out=tmp_path / "auto.onnx")
     assert variant, repr(variant.parity)
     errors = variant.recipe["int4_errors"]
-    assert sorted(errors) == ["gptq", "hqq", "k_quant", "rtn"], variant.recipe["int4_algorithm_rule"]
+    assert sorted(errors) == ["awq", "gptq", "hqq", "k_quant", "rtn"], variant.recipe["int4_algorithm_rule"]
     assert variant.recipe["int4_algorithm"] == min(errors, key=errors.get)
     assert f": {variant.recipe['int4_algorithm']} kept" in variant.recipe["int4_algorithm_rule"]
-    for name in ("hqq", "rtn", "gptq"):  # made by itself: the error auto measured for it (same inputs, same seed)
+    for name in ("hqq", "rtn", "gptq", "awq"):  # alone: the error auto measured for it (same inputs, seed)
         alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, lm_head_bits=4, mixed_precision=None,
                                  out=tmp_path / f"{name}.onnx")
         assert alone and alone.recipe["int4_algorithm_rule"] == f"given (algorithm={name!r})"
@@ -42,9 +42,13 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
         graph = onnx.load(str(alone.path), load_external_data=False).graph
         nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
         assert nbits, name
-        # symmetric blocks (round-to-nearest) carry no zero points; k-quant's, HQQ's and GPTQ's asymmetric ones do
-        assert all((len(n.input) > 3 and n.input[3] != "") == (name != "rtn") for n in nbits), name
-        assert alone.recipe["symmetric"] == (name == "rtn")
+        # symmetric blocks (round-to-nearest, AWQ's) carry no zero points; k-quant's, HQQ's and GPTQ's do
+        symmetric = name in ("rtn", "awq")
+        assert all((len(n.input) > 3 and n.input[3] != "") != symmetric for n in nbits), name
+        assert alone.recipe["symmetric"] == symmetric
+        # AWQ: the input of each layer it scaled divided by its channel scales just before it
+        scaled = [n for n in graph.node if n.op_type == "Mul" and n.name.endswith("_awq_scale")]
+        assert bool(scaled) == (name == "awq") and len(scaled) <= len(nbits), name
 
 
 def test_algorithm_is_checked_before_any_work(decoder: onnx_nb.ExportResult) -> None:

@@ -12,7 +12,7 @@ the same module scope instead.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -81,13 +81,23 @@ def _all_outputs(path: Path) -> Iterator[Path]:
 
 
 def run_all(path: Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    values = run_all_each(path, [feed])
+    try:
+        return next(values)
+    finally:
+        values.close()  # the copy with every output removed now
+
+
+def run_all_each(path: Path, feeds: list[dict[str, np.ndarray]]) -> Generator[dict[str, np.ndarray], None, None]:
+    """Every tensor of the model (unoptimized) per feed, one session for all of them."""
     from ...runtime.sessions import session
     from ...runtime.shapes import cast_feed
 
     with _all_outputs(path) as debug:
         sess = session(debug, "CPUExecutionProvider", level="disable", check_graph=False)
         names = [o.name for o in sess.get_outputs()]
-        return dict(zip(names, sess.run(None, cast_feed(sess, feed))))
+        for feed in feeds:
+            yield dict(zip(names, sess.run(None, cast_feed(sess, feed))))
 
 
 def _diverges(cand: np.ndarray, ref: np.ndarray, tol: Tolerance) -> tuple[bool, float, float]:

@@ -10,7 +10,10 @@ ONNX Runtime's ``matmul_nbits_quantizer`` ships several ways to pick each block'
   few optimisation steps), no calibration data needed;
 - ``"gptq"``: GPTQ (asymmetric; each column's rounding error pushed onto the columns not yet quantized, weighted by
   the layer's inputs on calibration data): data-aware, its calibration from :func:`calibration` (the samples given,
-  sentences through the model's own tokenizer, or inputs generated from the sample).
+  sentences through the model's own tokenizer, or inputs generated from the sample);
+- ``"awq"``: activation-aware scaling (:mod:`onnx_nb.steps.variants.int4_awq`: each layer's input channels scaled by
+  their measured magnitude to the power searched per layer, the inverse scale a ``Mul`` before the layer), then
+  round-to-nearest blocks: data-aware, the same calibration as GPTQ.
 
 ``quantize(method="int4", algorithm="auto")`` makes each (the file under ``BUILD_EVERY_BELOW`` of weights: one file
 each to quantize and check; above it, RTN only, and the recipe says so), checks each against the fp32 parent on the
@@ -28,7 +31,8 @@ from typing import Any
 from ...errors import InvalidArgumentError, QuantizationError, first_line
 from .int8_schemes import BUILD_EVERY_BELOW, worst_error
 
-ALGORITHMS = ("rtn", "k_quant", "hqq", "gptq")
+ALGORITHMS = ("rtn", "k_quant", "hqq", "gptq", "awq")
+DATA_AWARE = ("gptq", "awq")  # their calibration from calibration()
 SENTENCES = (  # GPTQ's calibration text for a model with a tokenizer (general prose; no check or benchmark uses it)
     "The weather was lovely today, so we walked along the beach until sunset.",
     "Please send me the quarterly report before the meeting on Friday morning.",

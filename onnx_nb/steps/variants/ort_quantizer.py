@@ -176,6 +176,10 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
         if eight_bit == "all":
             quantizer = eights(model, nodes_to_exclude=list(excluded))
         else:
+            if algorithm == "awq":  # channel scales folded in, then round-to-nearest blocks
+                from .int4_awq import rescale
+
+                rescale(model, list(calib or []), block_size, {*excluded, *eight}, prepared.parent)
             algo_config, symmetric = int4_config(algorithm, block_size, calib)
             # accuracy level 4: int8 compute on CPU, the fast path for decoding (as onnxruntime-genai uses)
             quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=symmetric,
@@ -262,7 +266,7 @@ def int4_config(algorithm: str, block_size: int, calib: list[dict[str, Any]] | N
         return q.HQQWeightOnlyQuantConfig(block_size=block_size, bits=4), False
     if algorithm == "k_quant":
         return q.KQuantWeightOnlyQuantConfig(), False
-    return None, True  # rtn: the quantizer's default (symmetric blocks)
+    return None, True  # rtn, and awq after its channel scales: the quantizer's default (symmetric blocks)
 
 def lm_head(model: Any) -> str | None:
     """The name of the MatMul with a constant weight that makes the ``logits`` output (through an Add, Reshape or

@@ -82,9 +82,9 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     embeddings at cosine ≥ 0.99 where per-tensor drops), ``"static"``
     INT8 in QDQ format (needs ``calibration``: a list of input dicts, a folder of images for a file with one
     image input, or ``"generated"`` for synthetic inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only
-    MatMulNBits (``block_size``; ``algorithm``: ``"auto"`` makes round-to-nearest, k-quant and HQQ blocks, checks
+    MatMulNBits (``block_size``; ``algorithm``: ``"auto"`` makes each algorithm (the data-aware on calibration), checks
     each against the fp32 parent and keeps the most accurate that passes, or one of ``"rtn"``, ``"k_quant"``,
-    ``"hqq"``, ``"gptq"``: :mod:`onnx_nb.steps.variants.int4_algorithms`; ``mixed_precision``: ``"auto"``
+    ``"hqq"``, ``"gptq"``, ``"awq"``: :mod:`onnx_nb.steps.variants.int4_algorithms`; ``mixed_precision``: ``"auto"``
     measures each layer's error at 4 and 8 bits alone and keeps at 8 the fewest layers that halve the all-INT4 file's
     largest error within 1.15x its size, a float another size budget, ``{"size": .., "error": ..}`` an error budget
     too, None every layer at 4 bits: :mod:`onnx_nb.steps.variants.int4_mixed`; ``lm_head_bits``: a decoder's LM
@@ -139,7 +139,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     runtime = dict(getattr(onnx_model, "runtime", None) or {})
     calib_items: list[dict[str, Any]] | None = None
     static_source: Path | None = None
-    if method == "int4" and "gptq" in algorithms:
+    if method == "int4" and set(algorithms) & set(int4_algorithms.DATA_AWARE):
         calib_items = int4_algorithms.calibration(onnx_model, calibration)
     if method == "static":
         calib_items, static_source = _static_inputs(onnx_model, calibration, recipe)
@@ -169,7 +169,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         ``eight``: the INT4 layers at 8 bits, ``"all"`` for every one)."""
         bits = head_bits if head_bits is not None else (lm_head_bits if isinstance(lm_head_bits, int) else 4)
         own = dict(recipe, **(int8_schemes.settings(chosen) if chosen and method != "int4" else {}),
-                   **({"int4_algorithm": chosen, "symmetric": chosen == "rtn", "lm_head_bits": bits}
+                   **({"int4_algorithm": chosen, "symmetric": chosen in ("rtn", "awq"), "lm_head_bits": bits}
                       if method == "int4" else {}))
         if level != "call":
             own["accuracy_level"] = level
