@@ -33,7 +33,7 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
     assert sorted(errors) == ["awq", "gptq", "hqq", "k_quant", "rtn"], variant.recipe["int4_algorithm_rule"]
     assert variant.recipe["int4_algorithm"] == min(errors, key=errors.get)
     assert f": {variant.recipe['int4_algorithm']} kept" in variant.recipe["int4_algorithm_rule"]
-    for name in ("hqq", "rtn", "gptq", "awq"):  # alone: the error auto measured for it (same inputs, seed)
+    for name in ("hqq", "awq"):  # alone: the error auto measured for it (same inputs, seed)
         alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, lm_head_bits=4, mixed_precision=None,
                                  out=tmp_path / f"{name}.onnx")
         assert alone and alone.recipe["int4_algorithm_rule"] == f"given (algorithm={name!r})"
@@ -92,6 +92,14 @@ def test_accuracy_level_is_measured_for_decoders(decoder: onnx_nb.ExportResult, 
     assert "accuracy_level_rule" not in given.recipe and given.recipe["accuracy_level"] is None
 
 
+def _head(result: onnx_nb.ExportResult) -> str:
+    from onnx_nb.steps.variants.ort_quantizer import lm_head
+
+    name = lm_head(onnx.load(str(result.path), load_external_data=False))
+    assert name
+    return name
+
+
 def _bits(variant: onnx_nb.Variant) -> dict[str, int]:
     graph = onnx.load(str(variant.path), load_external_data=False).graph
     return {n.name.rsplit("_Q", 1)[0]: next(a.i for a in n.attribute if a.name == "bits") for n in graph.node
@@ -118,8 +126,11 @@ def test_mixed_precision_keeps_the_layers_measured_most_sensitive_at_8_bits(deco
     bits = _bits(mixed)
     assert {name for name, b in bits.items() if b == 8} == eight == {r["node"] for r in rows if r["bits"] == 8}
     assert set(_bits(four).values()) == {4}
+    head = _head(decoder)
+    assert head in bits and bits[head] == 4  # lm_head_bits=4 given: the head is not a candidate
     if eight:  # promoted in rank order, within the budget, no worse than all-INT4
-        assert [r["bits"] for r in rows] == sorted((r["bits"] for r in rows), reverse=True)
+        ranked = [r["bits"] for r in rows if r["node"] != head]
+        assert ranked == sorted(ranked, reverse=True)
         assert mixed.size_after <= 1.15 * four.size_after and info["size_vs_all_int4"] <= 1.15
         worst = max(float(r.max_abs) for r in mixed.parity.rows if r.max_abs is not None)
         assert worst < info["all_int4_error"], info
@@ -134,15 +145,18 @@ def test_mixed_precision_keeps_the_layers_measured_most_sensitive_at_8_bits(deco
 
 def test_mixed_precision_budgets(decoder: onnx_nb.ExportResult, tmp_path: Path) -> None:
     """A size budget that holds every layer at 8 bits and an error budget no file meets: the most accurate
-    candidate is kept (it halves nothing it cannot), and GPTQ keeps its hands off the layers set at 8 bits."""
+    candidate is kept, GPTQ keeps its hands off the layers set at 8 bits, and the head given 4 bits keeps them."""
     wide = onnx_nb.quantize(decoder, method="int4", algorithm="gptq", lm_head_bits=4,
                             mixed_precision={"size": 3.0, "error": 1e-9}, out=tmp_path / "wide.onnx")
     tried = wide.recipe["mixed_precision"]["tried"]
     bits = _bits(wide)
     eight = set(wide.recipe.get("eight_bit_layers") or [])
     assert eight and {name for name, b in bits.items() if b == 8} == eight, (bits, tried)
-    # 3x the all-INT4 size holds every layer and no file meets the error budget: the most accurate tried is kept
-    assert len(eight) == len(bits) and tried.endswith(f"{len(bits)} at 8 bits: {tried.rsplit(': ', 1)[1]}"), tried
+    # 3x the all-INT4 size holds every layer and no file meets the error budget: the most accurate tried is kept,
+    # every layer at 8 bits but the head, which lm_head_bits=4 holds at 4
+    head = _head(decoder)
+    assert eight == set(bits) - {head} and bits[head] == 4, (bits, tried)
+    assert tried.endswith(f"{len(eight)} at 8 bits: {tried.rsplit(': ', 1)[1]}"), tried
     with pytest.raises(onnx_nb.InvalidArgumentError, match=r"mixed_precision='most': choose 'auto'"):
         onnx_nb.quantize(decoder, method="int4", mixed_precision="most")
     with pytest.raises(onnx_nb.InvalidArgumentError, match=r"mixed_precision=1.3 is for method='int4'"):

@@ -135,6 +135,13 @@ def test_double_click_opens_the_graph_with_no_kernel(lab_page: Any) -> None:
     details = viewer.locator(".onnxnb-graph-details")
     details.locator(".onnxnb-graph-value").first.wait_for(timeout=20_000)
     assert "MatMul" in details.inner_text()
+    # the node jumped to is outlined in the drawing, one box at a time
+    name = viewer.locator(".onnxnb-graph-details-title").inner_text().split(": ", 1)[1]
+    picked = viewer.locator(".onnxnb-graph-node.onnxnb-selected")
+    assert picked.count() == 1 and f"{name} [MatMul]" in (picked.text_content() or ""), picked.count()
+    other = viewer.locator(".onnxnb-graph-op:not(.onnxnb-selected)").first.element_handle()
+    other.dispatch_event("click")
+    assert picked.count() == 1 and "onnxnb-selected" in (other.get_attribute("class") or "").split()
     # the cost at typed shapes equals onnx_nb.summary's from a cell
     viewer.locator('.onnxnb-lab-axis-input[data-axis="sequence"]').fill("64")
     viewer.locator(".onnxnb-lab-cost-run").click()

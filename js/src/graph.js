@@ -160,6 +160,7 @@ function render({ model, el: root }) {
   };
 
   function draw() {
+    hover.style.display = "none";  // its box is about to go: no mouseleave will hide the label it showed
     const graph = model.get("graph") || { nodes: [], edges: [] };
     const overlay = model.get("overlay") || {};
     const highlight = model.get("highlight") || "";
@@ -241,7 +242,16 @@ function render({ model, el: root }) {
         }
       });
     }
+    markSelected();
     apply();
+  }
+
+  // The selected operator's box (or the group that holds it) outlined, in this view and after every redraw.
+  function markSelected() {
+    const id = unitOfNode.get(model.get("selected") || "");
+    for (const box of view.querySelectorAll(".onnxnb-graph-node")) {
+      box.classList.toggle("onnxnb-selected", id !== undefined && box.dataset.id === String(id));
+    }
   }
 
   // Frame the boxes that now hold these operators (e.g. a group just expanded) at a legible zoom.
@@ -354,6 +364,7 @@ function render({ model, el: root }) {
   model.on("change:marks", draw);
   model.on("change:goto", () => { if (model.get("goto")) goTo(model.get("goto")); });
   model.on("change:highlight", draw);
+  model.on("change:selected", markSelected);
   model.on("change:depth", () => { draw(); fitView(true); });
   model.on("change:details", () => {
     const info = model.get("details") || {};

@@ -99,7 +99,11 @@ class Variant:
             raise InvalidArgumentError(f"{self.name} has no per-layer precision measurement: it is made by "
                                        "quantize(..., method='int4', mixed_precision='auto').")
         rows = self.layers[:top][::-1]
-        names = [f"{esc(r['module'])} ({r['bits']}-bit)" for r in rows]
+        seen: dict[str, int] = {}
+        for r in rows:
+            seen[r["module"]] = seen.get(r["module"], 0) + 1
+        names = [f"{esc(r['module'])}{'' if seen[r['module']] == 1 else ' · ' + esc(r['node'])} ({r['bits']}-bit)"
+                 for r in rows]
         fig = go.Figure([go.Bar(y=names, x=[r["sqnr_4bit_db"] for r in rows], orientation="h", name="at 4 bits",
                                 marker_color=["#1a73e8" if r["bits"] == 4 else "#9aa0a6" for r in rows]),
                          go.Bar(y=names, x=[r["sqnr_8bit_db"] for r in rows], orientation="h", name="at 8 bits",

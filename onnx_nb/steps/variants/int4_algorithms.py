@@ -76,8 +76,7 @@ def calibration(model: Any, given: Any) -> list[dict[str, Any]]:
     :data:`SENTENCES` through the export's tokenizer when the file takes only token inputs, else inputs generated
     from the export's sample (a decoder's cache inputs included)."""
     from ...runtime.onnxfile import load_proto, signature
-    from .quantizing import generated_calibration
-    from .variants import parent_of
+    from .variants import generated_calibration, parent_of
 
     path, _ref, source = parent_of(model)
     names = [i.name for i in signature(load_proto(path))[0]]

@@ -21,11 +21,13 @@ ROWS = 4096  # activation rows kept per layer for the search
 
 
 def fake_int4(w: np.ndarray, block: int) -> np.ndarray:
-    """``w`` [K, N] rounded as symmetric INT4 blocks of ``block`` rows along K (MatMulNBits' layout), in float."""
+    """``w`` [K, N] rounded as symmetric INT4 blocks of ``block`` rows along K (MatMulNBits' layout), in float, as
+    ONNX Runtime's symmetric blocks round (MLAS: the scale is the block's signed extreme over -8)."""
     k, n = w.shape
     pad = (-k) % block
     blocks = np.pad(w, ((0, pad), (0, 0))).reshape(-1, block, n)
-    scale = np.abs(blocks).max(axis=1, keepdims=True) / 7.0
+    extreme = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=1)[:, None, :], axis=1)
+    scale = extreme / -8.0
     scale[scale == 0] = 1.0
     return (np.clip(np.round(blocks / scale), -8, 7) * scale).reshape(-1, n)[:k]
 
@@ -51,7 +53,8 @@ def rescale(model: Any, calib: list[dict[str, Any]], block: int, skip: set[str],
     path = scratch / "awq_source.onnx"
     save_proto(model, path, False)
     rows: dict[str, list[np.ndarray]] = {n.name: [] for n in targets}
-    for values in run_all_each(path, calib):
+    for item, outputs in zip(calib, run_all_each(path, calib)):
+        values = {**item, **outputs}  # a MatMul may read a graph input
         for node in targets:
             x = values.get(node.input[0])
             if x is not None and x.shape[-1] == inits[node.input[1]].dims[0]:
@@ -63,8 +66,10 @@ def rescale(model: Any, calib: list[dict[str, Any]], block: int, skip: set[str],
             continue
         x = np.concatenate(rows[node.name])
         x = x[rng.choice(len(x), ROWS, replace=False)] if len(x) > ROWS else x
-        w = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
-        magnitude = np.abs(x).mean(axis=0) + 1e-8
+        stored = numpy_helper.to_array(inits[node.input[1]])
+        w = stored.astype(np.float32)
+        magnitude = np.abs(x).mean(axis=0)
+        magnitude = np.maximum(magnitude, 1e-4 * magnitude.max() + 1e-12)  # a channel idle on calibration: no 1/0
         reference = x @ w
         best, best_alpha, best_s = np.inf, 0.0, None
         for alpha in ALPHAS:
@@ -77,9 +82,9 @@ def rescale(model: Any, calib: list[dict[str, Any]], block: int, skip: set[str],
         if best_alpha == 0 or best_s is None:
             continue
         weight = inits[node.input[1]]
-        weight.CopyFrom(numpy_helper.from_array((w * best_s[:, None]).astype(np.float32), weight.name))
+        weight.CopyFrom(numpy_helper.from_array((w * best_s[:, None]).astype(stored.dtype), weight.name))
         inverse = f"{node.name}_awq_inverse_scale"
-        model.graph.initializer.append(numpy_helper.from_array((1.0 / best_s).astype(np.float32), inverse))
+        model.graph.initializer.append(numpy_helper.from_array((1.0 / best_s).astype(stored.dtype), inverse))
         scaled = f"{node.input[0]}_awq_{node.name}"
         at = list(model.graph.node).index(node)
         model.graph.node.insert(at, helper.make_node("Mul", [node.input[0], inverse], [scaled],

@@ -61,11 +61,12 @@ def layer_table(four: Any, eight: Any) -> list[dict[str, Any]]:
     from .debugging import quant_debug
 
     at8 = {layer.parent_node: layer.sqnr_db for layer in quant_debug(four.parent, eight).layers}
-    sizes = {}
+    sizes, bits = {}, {}
     for node in load_proto(four.path).graph.node:
         if node.op_type == "MatMulNBits":
             attrs = {a.name: a.i for a in node.attribute}
-            sizes[node.name.rsplit("_Q", 1)[0]] = attrs.get("K", 0) * attrs.get("N", 0)
+            name = node.name.rsplit("_Q", 1)[0]
+            sizes[name], bits[name] = attrs.get("K", 0) * attrs.get("N", 0), attrs.get("bits", 4)
     rows = []
     for layer in quant_debug(four.parent, four).layers:
         weights = sizes.get(layer.parent_node, 0)
@@ -75,29 +76,30 @@ def layer_table(four: Any, eight: Any) -> list[dict[str, Any]]:
         gain = 10 ** (-s4 / 10) - 10 ** (-s8 / 10)
         rows.append({"node": layer.parent_node, "module": layer.module_path or layer.parent_node,
                      "sqnr_4bit_db": round(s4, 2), "sqnr_8bit_db": round(s8, 2), "weights": int(weights),
-                     "gain_per_weight": gain / weights, "bits": 4})
+                     "gain_per_weight": gain / weights, "bits": bits[layer.parent_node]})
     return sorted(rows, key=lambda r: -r["gain_per_weight"])
 
 
 def candidates(rows: list[dict[str, Any]], extra_bytes: float) -> list[list[str]]:
-    """The promoted layers at each share of ``extra_bytes`` (:data:`STEPS`), ranked order, distinct, non-empty."""
+    """The promoted layers at each share of ``extra_bytes`` (:data:`STEPS`): in rank order, each that still fits
+    (a layer too big for the share is passed over, not the end of it); distinct, non-empty."""
     out: list[list[str]] = []
     for share in STEPS:
         spent, names = 0.0, []
         for row in rows:
-            if spent + row["weights"] / 2 > share * extra_bytes:
-                break
-            spent += row["weights"] / 2
-            names.append(row["node"])
+            if spent + row["weights"] / 2 <= share * extra_bytes:
+                spent += row["weights"] / 2
+                names.append(row["node"])
         if names and (not out or names != out[-1]):
             out.append(names)
     return out
 
 
 def measured(four: Any, build: Callable[[Any, Path, bool], Any], scratch: Path, size_budget: float,
-             error_budget: float | None) -> Any:
-    """The INT4 variant ``four`` (every layer at 4 bits) or the cheapest mixed file that meets the error budget
-    (``build(eight_bit, path, overwrite)`` makes one; ``"all"`` every layer at 8)."""
+             error_budget: float | None, head_given: bool = False) -> Any:
+    """The INT4 variant ``four`` (every layer at 4 bits but a head given 8) or the cheapest mixed file that meets
+    the error budget (``build(eight_bit, path, overwrite)`` makes one; ``"all"`` every layer at 8). ``head_given``:
+    the LM head's bits were asked for (``lm_head_bits=4`` or 8), so it is not a candidate."""
     from ...runtime.onnxfile import load_proto
     from .ort_quantizer import lm_head
 
@@ -107,11 +109,13 @@ def measured(four: Any, build: Callable[[Any, Path, bool], Any], scratch: Path, 
                                                   "(each candidate is a file to quantize and check)"}
         return four
     rows = layer_table(four, build("all", scratch / "all_8bit.onnx", True))
+    head = lm_head(load_proto(four.parent))
+    open_rows = [r for r in rows if r["bits"] == 4 and not (head_given and r["node"] == head)]
     extra = (size_budget - 1) * four.size_after
     target = error_budget if error_budget is not None else ERROR_SHARE * e4
     tried: list[tuple[list[str], float, bool]] = []
     chosen: list[str] = []
-    for names in candidates(rows, extra):
+    for names in candidates(open_rows, extra):
         made = build(names, scratch / f"mixed_{len(names)}.onnx", True)
         tried.append((names, worst_error(made), bool(made)))
         if made and tried[-1][1] <= target:
@@ -123,15 +127,15 @@ def measured(four: Any, build: Callable[[Any, Path, bool], Any], scratch: Path, 
             chosen = names
     variant = carried(build(chosen, four.path, True), four) if chosen else four
     for row in rows:
-        row["bits"] = 8 if row["node"] in chosen else 4
-    head = lm_head(load_proto(four.parent))
+        row["bits"] = 8 if row["node"] in chosen else row["bits"]
     if head in chosen:
         variant.recipe["lm_head_bits"] = 8
     variant.layers = rows
-    kept = f"{len(chosen)} of {len(rows)} layers at 8 bits" if chosen else f"all {len(rows)} layers at 4 bits"
+    kept = f"{len(chosen)} of {len(open_rows)} layers measured moved to 8 bits" if chosen else \
+        f"all {len(open_rows)} layers measured kept at 4 bits"
     variant.recipe["mixed_precision"] = {
         "rule": (f"measured: each layer's error at 4 and 8 bits alone, most error lost per byte first; the cheapest "
-                 f"file within {size_budget:g}x the all-INT4 file whose largest error is at most "
+                 f"file within {size_budget:g}x the all-INT4 file (its whole size) whose largest error is at most "
                  f"{target:.3g} ({'given' if error_budget is not None else f'{ERROR_SHARE:g} of all-INT4'}) kept: "
                  f"{kept}"),
         "all_int4_error": float(f"{e4:.4g}"),

@@ -191,7 +191,8 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                                                               for k, v in table().items()}
         quantizer.process()
         if eight:  # the LM head and the layers measured most sensitive at 8 bits (mixed precision)
-            quantizer = eights(quantizer.model.model, nodes_to_include=eight)
+            # (nodes_to_include adds to the MatMuls a pass takes, it does not limit them: the float ones stay out)
+            quantizer = eights(quantizer.model.model, nodes_to_include=eight, nodes_to_exclude=list(excluded))
             quantizer.process()
         proto = quantizer.model.model  # k-quant's path writes com.microsoft ops without declaring their domain
         if not any(o.domain == "com.microsoft" for o in proto.opset_import):

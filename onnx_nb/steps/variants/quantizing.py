@@ -9,40 +9,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, QuantizationError, first_line
 from ...results.variant import Variant
 from ...runtime.memory import FACTORS
 from .ort_quantizer import CalibrationReader, gemm_to_matmul, run_quantizer
-from .variants import make, parent_of
+from .variants import generated_calibration, make, parent_of
 
 __all__ = ["gemm_to_matmul", "quantize"]
 
 METHODS = ("dynamic", "static", "fp16", "int4", "auto")
 AUTO_EXCLUDE_GAP_DB = 3.0
 AUTO_EXCLUDE_SHARE = 10  # at most 1 in 10 quantized layers stays float
-
-
-def generated_calibration(model: Any, count: int = 16, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Calibration inputs built from the export's sample (or from the graph), varied by seed."""
-    from ...runtime.feeds import feed_for
-
-    path, _ref, _source = parent_of(model)
-    rng = np.random.default_rng(seed)
-    base, _axes = feed_for(path, model, seed=seed)
-    out = []
-    for _ in range(count):
-        item = {}
-        for name, value in base.items():
-            if np.issubdtype(value.dtype, np.floating):
-                item[name] = (value + rng.normal(0, 0.1, value.shape) * (np.std(value) or 1)).astype(value.dtype)
-            elif name == "input_ids":
-                item[name] = rng.permutation(value.ravel()).reshape(value.shape).astype(value.dtype)
-            else:
-                item[name] = value.copy()
-        out.append(item)
-    return out
 
 
 def int8_method(path: Path) -> tuple[str, str]:
@@ -86,10 +63,11 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     each against the fp32 parent and keeps the most accurate that passes, or one of ``"rtn"``, ``"k_quant"``,
     ``"hqq"``, ``"gptq"``, ``"awq"``: :mod:`onnx_nb.steps.variants.int4_algorithms`; ``mixed_precision``: ``"auto"``
     measures each layer's error at 4 and 8 bits alone and keeps at 8 the fewest layers that halve the all-INT4 file's
-    largest error within 1.15x its size, a float another size budget, ``{"size": .., "error": ..}`` an error budget
-    too, None every layer at 4 bits: :mod:`onnx_nb.steps.variants.int4_mixed`; ``lm_head_bits``: a decoder's LM
-    head at 4 or 8 bits, ``"auto"`` makes both and keeps 8 where it passes where 4 fails or cuts the largest error
-    1.25x; ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
+    largest error within 1.15x its size (the whole file's), a float another size budget, ``{"size": .., "error":
+    ..}`` an error budget too, None every layer at 4 bits: :mod:`onnx_nb.steps.variants.int4_mixed`;
+    ``lm_head_bits``: a decoder's LM head at 4 or 8 bits, ``"auto"``: a layer like the others where mixed precision
+    is measured, else both made and 8 kept where it passes where 4 fails or cuts the largest error 1.25x;
+    ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
     whose decoding is bound by reading weights, and in fp32 (None) for the rest, whose accuracy it keeps).
     INT8 follows the CPU the file will run on (``target_cpu``: None is this machine; ``"avx2"``, ``"avx512"``,
     ``"vnni"``, ``"amx"``, ``"arm64"`` or ``"any"`` for another): ``scheme="auto"`` writes full-range u8s8 where
@@ -220,12 +198,12 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             variant = int8_schemes.measured(variant, schemes, build, Path(route_dir), cpu)
         if method == "int4" and validate and len(algorithms) > 1:
             variant = int4_algorithms.most_accurate(variant, algorithms, build, Path(route_dir))
-        if mixed and validate:  # the head is one of the layers measured
+        if mixed and validate:  # the head is one of the layers measured (unless lm_head_bits says its bits)
             best, head = variant.recipe["int4_algorithm"], 8 if lm_head_bits == 8 else 4
             variant = int4_mixed.measured(
                 variant, lambda eight, at, ow: build(best, at, ow, head_bits=head, eight=eight), Path(route_dir),
-                *mixed)
-        elif method == "int4" and lm_head_bits == "auto" and validate and decoder:
+                *mixed, head_given=lm_head_bits != "auto")
+        if method == "int4" and lm_head_bits == "auto" and validate and decoder and not variant.layers:
             best = variant.recipe["int4_algorithm"]
             variant = int4_algorithms.lm_head_measured(
                 variant, lambda bits, at, ow: build(best, at, ow, head_bits=bits), Path(route_dir))

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ...errors import InvalidArgumentError
 from ...render import human_bytes
 from ...results.variant import FUSED_OPS, Variant
@@ -27,6 +29,27 @@ def parent_of(model: Any) -> tuple[Path, Any, Any]:
     raise InvalidArgumentError(
         f"Expected an .onnx path, an ExportResult or a Variant, not a {type(model).__name__}."
     )
+
+
+def generated_calibration(model: Any, count: int = 16, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Calibration inputs built from the export's sample (or from the graph), varied by seed."""
+    from ...runtime.feeds import feed_for
+
+    path, _ref, _source = parent_of(model)
+    rng = np.random.default_rng(seed)
+    base, _axes = feed_for(path, model, seed=seed)
+    out = []
+    for _ in range(count):
+        item = {}
+        for name, value in base.items():
+            if np.issubdtype(value.dtype, np.floating):
+                item[name] = (value + rng.normal(0, 0.1, value.shape) * (np.std(value) or 1)).astype(value.dtype)
+            elif name == "input_ids":
+                item[name] = rng.permutation(value.ravel()).reshape(value.shape).astype(value.dtype)
+            else:
+                item[name] = value.copy()
+        out.append(item)
+    return out
 
 
 def target_for(parent: Path, tag: str, out: Any, overwrite: bool) -> Path:
