@@ -295,6 +295,15 @@ def total_file_size(path: Path, proto: Any) -> int:
     return sum(p.stat().st_size for p in files_of(Path(path), proto) if p.exists())
 
 
+def file_bytes(path: str | Path) -> int:
+    """An ONNX file's size with its external data (what a session loads, what a user ships); 0 when it cannot be
+    read."""
+    try:
+        return int(total_file_size(Path(path), load_proto(path)))
+    except Exception:  # noqa: BLE001 - a file a session will refuse: the caller's row says why
+        return 0
+
+
 GQA_OP = "GroupQueryAttention"  # ONNX Runtime's contrib op that optimize(attention="gqa") writes for decoders
 
 

@@ -15,6 +15,7 @@ from ...errors import InvalidArgumentError
 from ...progress import Steps
 from ...results.latency import LatencyRow, LatencyTable, summarize
 from ...runtime.isolation import honours_isolate
+from ...runtime.onnxfile import file_bytes
 from ...runtime.timing import Clock
 from .measuring import measure, remeasure
 from .runners import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
@@ -159,7 +160,8 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0) + (1 if skipping else 0)) + 1
     kept: list[tuple[LatencyRow, Any]] = []
     for_openvino: dict[Path, tuple[Path, str] | None] = {}
-    small = {path: _total_bytes(path) < KEEP_SESSIONS_BELOW for _, _, path in entries}  # kept open to re-measure
+    # kept open to re-measure (a file of unknown size counts as large)
+    small = {path: 0 < file_bytes(path) < KEEP_SESSIONS_BELOW for _, _, path in entries}
     with Steps(total, "benchmark", progress) as steps, scratch_dir("onnx-nb-prof-") as tmp:
         for spec in specs:
             feed = make_feed(feed0, axes, spec)
@@ -321,15 +323,6 @@ def _has_cache(path: Path) -> bool:
         return file_facts(path).generative
     except Exception:  # noqa: BLE001 - a bad file fails later, with its own clear error
         return False
-
-
-def _total_bytes(path: Path) -> int:
-    from ...runtime.onnxfile import load_proto, total_file_size
-
-    try:
-        return total_file_size(path, load_proto(path))
-    except Exception:  # noqa: BLE001 - unknown size: treat as large
-        return KEEP_SESSIONS_BELOW
 
 
 PROFILE_RUNS = 10

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ...runtime.onnxfile import file_bytes
 from ...runtime.shapes import contiguous
 
 
@@ -24,7 +25,7 @@ class OrtRunner:
         from ...runtime.shapes import cast_feed
 
         self.path, self.provider, self.level, self.threads = path, provider, level, threads
-        self.floor_bytes = _file_bytes(path)  # the weights a session holds: its row's memory is never less
+        self.floor_bytes = file_bytes(path)  # the weights a session holds: its row's memory is never less
         self.options = {"graph_level": level, "intra_op_threads": threads or "default",
                         "execution_mode": "sequential", "profiling": bool(profile_dir)}
         self.session = sessions.session(
@@ -62,16 +63,6 @@ class OrtRunner:
         return str(self.session.end_profiling())
 
 
-def _file_bytes(path: Path) -> int:
-    """An ONNX file's size with its external data (what a session loads), 0 when it cannot be read."""
-    from ...runtime.onnxfile import load_proto, total_file_size
-
-    try:
-        return int(total_file_size(Path(path), load_proto(path)))
-    except Exception:  # noqa: BLE001 - a file the session will refuse: its row says why
-        return 0
-
-
 def _type_name(element_type: Any) -> str:
     """An OpenVINO element type as it names itself ("bf16", "f32")."""
     name = getattr(element_type, "get_type_name", None)
@@ -90,7 +81,7 @@ class OpenVinoRunner:
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
         model = core.read_model(str(path))
-        self.floor_bytes = _file_bytes(path)
+        self.floor_bytes = file_bytes(path)
         self.compiled = core.compile_model(model, "CPU", config)
         self.request = self.compiled.create_infer_request()
         names = {p.get_any_name() for p in self.compiled.inputs}

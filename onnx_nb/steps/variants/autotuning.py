@@ -40,16 +40,12 @@ class Candidate:
     @property
     def size_mb(self) -> float | None:
         """The candidate's file with its external data, in MB (what a user ships)."""
-        if getattr(self.variant, "size_after", None):
-            return float(self.variant.size_after) / 1e6
-        path = getattr(self.variant, "path", self.variant)
-        if not isinstance(path, (str, os.PathLike)) or not Path(path).exists():
-            return None
-        import onnx
+        from ...runtime.onnxfile import file_bytes
 
-        from ...runtime.onnxfile import total_file_size
-
-        return total_file_size(Path(path), onnx.load(str(path), load_external_data=False)) / 1e6
+        size = getattr(self.variant, "size_after", None) or getattr(self.variant, "file_size", None)
+        if not size and isinstance(self.variant, (str, os.PathLike)):  # a bare .onnx file
+            size = file_bytes(Path(self.variant))
+        return size / 1e6 if size else None
 
 
 @dataclass

@@ -170,7 +170,7 @@ def quant_debug(reference: Any, variant: Any, sample: Any = None, *, max_suggest
         a, b = ref_vals[out].astype(np.float64).ravel(), value.astype(np.float64).ravel()
         denom = float(np.linalg.norm(a) * np.linalg.norm(b))
         parent = ref_producer.get(out)
-        layers.append(LayerError(node.name, node.op_type, _quantizer_name(node), out,
+        layers.append(LayerError(node.name, node.op_type, quantizer_name(node), out,
                                  sqnr(ref_vals[out], value), SQNR_CAP, 0.0, float(a @ b / denom) if denom else 1.0,
                                  module_of(parent) if parent is not None else None))
     if layers:
@@ -186,7 +186,7 @@ def quant_debug(reference: Any, variant: Any, sample: Any = None, *, max_suggest
     return QuantDebugReport(variant if hasattr(variant, "recipe") else None, layers, suggested, notes)
 
 
-def _quantizer_name(node: Any) -> str:
+def quantizer_name(node: Any) -> str:
     """The name ORT's quantizer knew the node by (what ``nodes_to_exclude`` takes): it names a quantized
     node ``<name>_quant`` (dynamic) or ``<name>_Q4`` (INT4), and keeps the name in QDQ models."""
     for suffix in ("_quant", "_Q4", "_Q8"):

@@ -58,14 +58,14 @@ def layer_table(four: Any, eight: Any) -> list[dict[str, Any]]:
     """Per weight MatMul: its name, module, SQNR at 4 and at 8 bits, weights, and the noise it loses per weight at
     8 bits; ranked most gain per weight first."""
     from ...runtime.onnxfile import load_proto
-    from .debugging import quant_debug
+    from .debugging import quant_debug, quantizer_name
 
     at8 = {layer.parent_node: layer.sqnr_db for layer in quant_debug(four.parent, eight).layers}
     sizes, bits = {}, {}
     for node in load_proto(four.path).graph.node:
         if node.op_type == "MatMulNBits":
             attrs = {a.name: a.i for a in node.attribute}
-            name = node.name.rsplit("_Q", 1)[0]
+            name = quantizer_name(node)
             sizes[name], bits[name] = attrs.get("K", 0) * attrs.get("N", 0), attrs.get("bits", 4)
     rows = []
     for layer in quant_debug(four.parent, four).layers:
