@@ -4,7 +4,7 @@ other in one run, then the decode speed of each file under both loops (onnx-nb's
 onnxruntime-genai's runtime).
 
     .venv/bin/python benchmarks/lean_decoder.py [--size 1b|7b|7b-4l] [--work onnx_nb_out/lean] [--rounds 3]
-        [--new-tokens 64] [--prompt 16] [--no-builder] [--int8]
+        [--new-tokens 64] [--prompt 16] [--no-builder] [--int8] [--mixes]
 
 ``--size 1b``: a TinyLlama-shaped Llama (22 layers, hidden 2048, 4 kv heads, 1.10B parameters) saved in float32
 (4.1 GiB). ``--size 7b``: a Llama-2-7B-shaped one (32 layers, hidden 4096, 6.74B parameters) saved in bfloat16
@@ -148,7 +148,8 @@ import json, os, sys, time
 t0 = time.perf_counter()
 import onnx_nb
 called = time.perf_counter()
-r = onnx_nb.export(sys.argv[1], precision=sys.argv[3], out=sys.argv[2], overwrite=True, progress=False)
+extra = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+r = onnx_nb.export(sys.argv[1], precision=sys.argv[3], out=sys.argv[2], overwrite=True, progress=False, **extra)
 print(json.dumps({"file_seconds": called - t0 + r.export_seconds, "export_seconds": r.export_seconds,
                   "total_seconds": time.perf_counter() - t0, "memory": r.memory, "check": r.check["summary"]
                   if "summary" in r.check else r.check.get("error"), "passed": bool(r), "size": r.file_size}))
@@ -194,6 +195,9 @@ def main() -> int:
     parser.add_argument("--no-builder", action="store_true", help="skip onnxruntime-genai's model builder")
     parser.add_argument("--int8", action="store_true", help="also onnx-nb's INT8 file, in the logits comparison")
     parser.add_argument("--decode-only", action="store_true", help="only time decoding of the files already made")
+    parser.add_argument("--mixes", action="store_true", help="also the route's other INT4 files from the checkpoint: "
+                        "symmetric / asymmetric blocks with a 4- / 8-bit LM head (symmetric with a 4-bit head is "
+                        "what precision='int4' wrote before), in the logits comparison and the decode")
     args = parser.parse_args()
 
     work = (args.work / args.size).resolve()
@@ -247,7 +251,22 @@ def main() -> int:
     if detail is None:
         return 1
     files = [str(ours)] + ([str(builder / "model.onnx")] if b is not None and b["rc"] == 0 else [])
-    labels = ["onnx-nb INT4"] + (["builder INT4"] if len(files) > 1 else [])
+    labels = ["onnx-nb INT4 (rtn_asym, head 8: the default)"] + (["builder INT4"] if len(files) > 1 else [])
+    mixes: dict[str, Path] = {}
+    for algorithm, head in ((("rtn_asym", 4), ("rtn", 8), ("rtn", 4)) if args.mixes else ()):
+        label = f"{algorithm}, head {head}"
+        path = work / f"onnx-nb-int4-{algorithm}-head{head}" / "model.onnx"
+        done = watched([sys.executable, "-c", ONNXNB, str(folder), str(path), "int4",
+                        json.dumps({"algorithm": algorithm, "lm_head_bits": head})], args.cap)
+        if done["rc"] == 0:
+            files.append(str(path))
+            labels.append(label)
+            mixes[label] = path
+            print(f"onnx-nb export(precision='int4', algorithm={algorithm!r}, lm_head_bits={head}): "
+                  f"{done['seconds']:.1f} s, peak {gib(done['peak'])}, "
+                  f"{gib(sum(p.stat().st_size for p in path.parent.glob('model.onnx*')))}")
+        else:
+            print(f"onnx-nb {label}: failed (exit {done['rc']}): {done['tail'][-800:]}")
     if args.int8:
         int8 = work / "onnx-nb-int8" / "model.onnx"
         done = watched([sys.executable, "-c", ONNXNB, str(folder), str(int8), "int8"], args.cap)
@@ -262,15 +281,16 @@ def main() -> int:
               "steps (random weights: a deep random network amplifies any rounding, so INT4 cosines are low for "
               "both files)")
         for f, label in zip(files, labels):
-            print(f"  {label:14s} cosine per step {found[f]['cosine']}, top-1 agreement {found[f]['top1']:.2f}")
+            print(f"  {label:44s} cosine per step {found[f]['cosine']}, top-1 agreement {found[f]['top1']:.2f}")
     else:
         print(f"accuracy run failed: {acc['tail'][-800:]}")
-    decode(args, ours, builder if b is not None and b["rc"] == 0 else None, work)
+    decode(args, ours, builder if b is not None and b["rc"] == 0 else None, work,
+           mixes)
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 
-def decode(args: Any, ours: Path, builder: Path | None, work: Path) -> None:
+def decode(args: Any, ours: Path, builder: Path | None, work: Path, mixes: dict[str, Path] | None = None) -> None:
     """Decode tokens/s of each INT4 file under each loop."""
     from generation import Anchor, genai_folder
 
@@ -282,6 +302,9 @@ def decode(args: Any, ours: Path, builder: Path | None, work: Path) -> None:
         "onnx-nb file, onnx-nb generate()": Anchor(sys.executable, "onnxnb_generate.py", ours, prompt,
                                                    args.new_tokens, args.threads),
     }
+    for label, path in (mixes or {}).items():
+        candidates[f"onnx-nb {label}, onnx-nb generate()"] = Anchor(sys.executable, "onnxnb_generate.py", path,
+                                                                    prompt, args.new_tokens, args.threads)
     if builder is not None:
         swapped = work / "onnx-nb-int4-for-genai"
         if not swapped.exists():
@@ -327,7 +350,10 @@ def decode(args: Any, ours: Path, builder: Path | None, work: Path) -> None:
         mine = rates["onnx-nb file, onnxruntime-genai runtime"]
         theirs = rates["builder file, onnxruntime-genai runtime"]
         print(f"  under onnxruntime-genai's runtime, onnx-nb's file / the builder's: {mine / theirs:.2f}x")
-
+    for label in mixes or {}:
+        mine = rates["onnx-nb file, onnx-nb generate()"]
+        print(f"  under generate(), onnx-nb's default INT4 file / its {label} file: "
+              f"{mine / rates[f'onnx-nb {label}, onnx-nb generate()']:.2f}x")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -59,7 +59,9 @@ def setting_text(value: Any) -> str:
         return sig(value)
     if isinstance(value, dict):
         rule = value.get("rule")
-        rest = "; ".join(f"{k} {setting_text(v)}" for k, v in value.items() if k != "rule")
+        items = [(k, v) for k, v in value.items() if k != "rule"]
+        rest = "; ".join(f"{k} {setting_text(v)}" for k, v in items[:LIST_SHOWN]) + \
+            (f"; … ({len(items)} in all)" if len(items) > LIST_SHOWN else "")  # AWQ's alpha per layer
         return f"{rule} ({rest})" if rule and rest else str(rule) if rule else rest or "-"
     if isinstance(value, (list, tuple)):  # a long list (the layers kept at 8 bits) by its first few and its count
         shown = [setting_text(v) for v in value[:LIST_SHOWN]]

@@ -150,5 +150,11 @@ def test_quantize_times_the_schemes_here_and_says_when_int8_is_slower(tmp_path: 
     table = LatencyTable(rows)
     assert rows[1].slower and table.best() is rows[0] and "slower than its parent fp32 (12 vs 10 ms): no VNNI" \
         in rows[1].note and ">slower<" in table.html_body()
-    assert onnx_nb.benchmark([result, int8], providers="cpu", min_seconds=0.05, progress=False).rows[1].parent == \
-        "fp32"
+    timed = onnx_nb.benchmark([result, int8], providers="cpu", min_seconds=0.05, progress=False)
+    assert timed.rows[1].parent == "fp32"
+    # each row's file size and the accuracy its own check measured, beside its speed (the key columns)
+    worst = min(r.cosine for r in int8.parity.rows if r.cosine is not None)
+    assert timed.rows[1].cosine == worst and timed.rows[0].cosine == result.check["cosine"]
+    assert 0 < timed.rows[1].size_mb < timed.rows[0].size_mb
+    key = timed.html_body().split('<table class="key">')[1].split("</table>")[0]
+    assert "size_mb" in key and "cosine" in key

@@ -49,11 +49,23 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
         # AWQ: the input of each layer it scaled divided by its channel scales just before it
         scaled = [n for n in graph.node if n.op_type == "Mul" and n.name.endswith("_awq_scale")]
         assert bool(scaled) == (name == "awq") and len(scaled) <= len(nbits), name
+        # the alpha searched per layer is in the recipe, one per layer scaled (0: left as it was)
+        alphas = alone.recipe.get("awq_alpha", {})
+        assert (name == "awq") == bool(alphas) and len([a for a in alphas.values() if a > 0]) == len(scaled), name
+        assert all(0.0 <= a <= 1.0 for a in alphas.values())
 
 
-def test_algorithm_is_checked_before_any_work(decoder: onnx_nb.ExportResult) -> None:
+def test_algorithm_is_checked_before_any_work(decoder: onnx_nb.ExportResult, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(onnx_nb.InvalidArgumentError, match=r"algorithm='gptq2': choose 'auto' or one of 'rtn'"):
         onnx_nb.quantize(decoder, method="int4", algorithm="gptq2")
+    from onnx_nb.runtime import onnxfile
+
+    # a file over one protobuf message (2 GB; here the limit lowered to this file's size): GPTQ refused up front
+    monkeypatch.setattr(onnxfile, "EXTERNAL_DATA_BYTES", 1024)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"GPTQ holds the whole model in one protobuf.*'awq'"):
+        onnx_nb.quantize(decoder, method="int4", algorithm="gptq", out=tmp_path / "big.onnx")
+    assert not list(tmp_path.iterdir())
     with pytest.raises(onnx_nb.InvalidArgumentError, match=r"algorithm='hqq' is for method='int4'"):
         onnx_nb.quantize(decoder, method="dynamic", algorithm="hqq")
 

@@ -100,8 +100,9 @@ def test_mixture_of_experts_in_int4(checkpoints: dict[str, Path], tmp_path: Path
 
 
 def test_precisions_and_both_loops(checkpoints: dict[str, Path], tmp_path: Path) -> None:
-    """int4 and int8 are MatMulNBits (4 and 8 bits), fp16 computes in half with float32 logits; each file passes
-    its own check and generation parity; onnxruntime-genai's loop gives onnx-nb's tokens on the INT4 file."""
+    """int4 and int8 are MatMulNBits (4 bits with an 8-bit LM head, and 8 bits), fp16 computes in half with float32
+    logits; each file passes its own check and generation parity; onnxruntime-genai's loop gives onnx-nb's tokens on
+    the INT4 file."""
     sizes = {}
     for precision in ("int4", "int8", "fp16", "fp32"):
         result = onnx_nb.export(checkpoints["llama"], precision=precision, out=tmp_path / f"{precision}.onnx",
@@ -110,7 +111,8 @@ def test_precisions_and_both_loops(checkpoints: dict[str, Path], tmp_path: Path)
         proto = onnx.load(str(result.path), load_external_data=False)
         assert precision_of(proto) == precision
         bits = {a.i for n in proto.graph.node if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"}
-        assert bits == ({4} if precision == "int4" else {8} if precision == "int8" else set())
+        # int4: the LM head at 8 bits (the default lm_head_bits)
+        assert bits == ({4, 8} if precision == "int4" else {8} if precision == "int8" else set())
         assert result.outputs[0].dtype == "float32"
         assert result.inputs[2].dtype == ("float16" if precision == "fp16" else "float32")
         sizes[precision] = result.file_size
@@ -262,8 +264,45 @@ def test_command_line_and_magic(ip: object, checkpoints: dict[str, Path], tmp_pa
     assert done.returncode == 0, done.stderr
     assert "lean (int8)" in done.stdout and "peak memory" in done.stdout
     result = ip.run_line_magic(  # type: ignore[attr-defined]
-        "onnx_export", f"{checkpoints['qwen2']} --precision int4 --out {tmp_path / 'magic.onnx'}")
-    assert result.exporter == "lean (int4)"
+        "onnx_export", f"{checkpoints['qwen2']} --precision int4 --algorithm hqq --lm-head-bits 4 "
+                       f"--out {tmp_path / 'magic.onnx'}")
+    assert result.exporter == "lean (int4, hqq, LM head 4-bit)"
+
+
+def nbits_nodes(path: Path) -> dict[str, tuple[int, int]]:
+    """Each MatMulNBits node: (bits, how many inputs: 3 symmetric, 4 with zero points)."""
+    proto = onnx.load(str(path), load_external_data=False)
+    return {n.name: (next(a.i for a in n.attribute if a.name == "bits"), len([i for i in n.input if i]))
+            for n in proto.graph.node if n.op_type == "MatMulNBits"}
+
+
+def test_int4_algorithm_and_lm_head_bits(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """``precision="int4"`` writes asymmetric round-to-nearest blocks (zero points) with the LM head at 8 bits by
+    default; ``algorithm=`` and ``lm_head_bits=`` choose otherwise, ONNX Runtime's quantizer one projection at a time.
+    Each file passes its check against PyTorch, and the default brings the logits closer than symmetric blocks with a
+    4-bit head (what the route wrote before)."""
+    folder = checkpoints["llama"]
+    made = {}
+    for label, kwargs in (("default", {}), ("rtn4", {"algorithm": "rtn", "lm_head_bits": 4}),
+                          ("hqq", {"algorithm": "hqq"})):
+        made[label] = onnx_nb.export(folder, precision="int4", out=tmp_path / f"{label}.onnx", progress=False,
+                                     **kwargs)
+        assert made[label], repr(made[label])
+    default, rtn4, hqq = (nbits_nodes(made[k].path) for k in ("default", "rtn4", "hqq"))
+    assert made["default"].exporter == "lean (int4, rtn_asym, LM head 8-bit)"
+    assert default.pop("/lm_head") == (8, 3) and set(default.values()) == {(4, 4)}  # 8-bit head: symmetric RTN
+    assert rtn4.pop("/lm_head") == (4, 3) and set(rtn4.values()) == {(4, 3)}
+    assert hqq.pop("/lm_head") == (8, 3) and set(hqq.values()) == {(4, 4)}
+    assert made["default"].check["cosine"] > made["rtn4"].check["cosine"]
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="GPTQ and AWQ run the model on calibration data"):
+        onnx_nb.export(folder, precision="int4", algorithm="gptq", out=tmp_path / "a.onnx")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="do not apply to precision='fp16'"):
+        onnx_nb.export(folder, precision="fp16", algorithm="rtn", out=tmp_path / "a.onnx")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="lm_head_bits=3: give 4 or 8"):
+        onnx_nb.export(folder, precision="int4", lm_head_bits=3, out=tmp_path / "a.onnx")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="algorithm: not for"):
+        onnx_nb.export(folder, algorithm="hqq", out=tmp_path / "a.onnx")
+    assert not list(tmp_path.glob("a.onnx*"))
 
 
 def test_loose_weight_files_fold_into_one(tmp_path: Path) -> None:

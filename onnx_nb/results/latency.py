@@ -11,9 +11,12 @@ from ..render import CSS, compact_table, esc, sig, svg_hbars, text_table
 
 NOISY_SPREAD = 0.25  # (p90 - p50) / p50 above this flags a row as noisy
 COLUMNS = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms",
-           "throughput", "speedup", "first_run_ms", "peak_mb", "runs", "noisy", "options", "note", "node"]
-KEY = ["variant", "backend", "shape", "status", "p50_ms", "speedup", "p90_ms", "peak_mb"]  # fits 1,000 px
-NUMERIC = [c for c in COLUMNS if c.endswith(("_ms", "_mb")) or c in ("throughput", "speedup", "runs")]
+           "throughput", "speedup", "first_run_ms", "peak_mb", "size_mb", "cosine", "top1", "runs", "noisy", "options",
+           "note", "node"]
+# fits 1,000 px: speed, memory, the file's size and its accuracy (its own parity check) side by side
+KEY = ["variant", "backend", "shape", "status", "p50_ms", "speedup", "peak_mb", "size_mb", "cosine"]
+NUMERIC = [c for c in COLUMNS if c.endswith(("_ms", "_mb")) or c in ("throughput", "speedup", "runs", "cosine",
+                                                                         "top1")]
 
 
 @dataclass
@@ -43,6 +46,9 @@ class LatencyRow:
     parent: str = ""  # the variant this row's file was made from, when it is in the table too
     slower: bool = False  # no faster than its parent's row (same backend, shape, node): never the best
     failed_parity: bool = False  # its file failed its parity check: timed, never the best
+    size_mb: float | None = None  # the file with its external data (MB); None for PyTorch
+    cosine: float | None = None  # the lowest cosine of the variant's own parity check against its reference
+    top1: float | None = None  # the lowest argmax agreement of that check (logits, class scores)
 
     @classmethod
     def from_times(cls, variant: str, backend: str, shape: str, batch: int, times: list[float], first: float,
@@ -61,7 +67,7 @@ class LatencyRow:
         """The row for HTML: numbers to three significant digits, a noisy row says so beside its status."""
         cells = self.cells()
         for col in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms", "throughput", "first_run_ms",
-                    "peak_mb"):
+                    "peak_mb", "size_mb"):
             cells[COLUMNS.index(col)] = sig(getattr(self, col))
         # short words in the key column (the note under "All columns" says against what and why)
         status = "slower" if self.slower else "✗ parity" if self.failed_parity else self.status
@@ -75,7 +81,8 @@ class LatencyRow:
         return [self.variant, self.backend, self.shape, self.status, f(self.p50_ms), f(self.p90_ms),
                 f(self.p99_ms), f(self.mean_ms), f(self.std_ms), f(self.min_ms), f(self.throughput, ".1f"),
                 "-" if self.speedup is None else f"{self.speedup:.2f}x", f(self.first_run_ms, ".0f"),
-                f(self.peak_mb, ".0f"), str(self.runs), "yes" if self.noisy else "",
+                f(self.peak_mb, ".0f"), f(self.size_mb, ".3g"), f(self.cosine, ".5f"), f(self.top1, ".3f"),
+                str(self.runs), "yes" if self.noisy else "",
                 ", ".join(f"{k}={v}" for k, v in self.options.items()),
                 self.note, self.hardware.get("summary", self.node)]
 
@@ -216,7 +223,7 @@ class LatencyTable:
 
     def __repr__(self) -> str:
         cols = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "std_ms", "throughput",
-                "speedup", "first_run_ms", "peak_mb", "runs", "noisy"]
+                "speedup", "first_run_ms", "peak_mb", "size_mb", "cosine", "runs", "noisy"]
         idx = [COLUMNS.index(c) for c in cols]
         lines = ["LatencyTable", text_table(cols, [[r.cells()[i] for i in idx] for r in self.rows])]
         lines += [f"{r.variant} on {r.backend}: {r.note}" for r in self.rows if r.note]

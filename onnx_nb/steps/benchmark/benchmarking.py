@@ -17,7 +17,7 @@ from ...results.latency import LatencyRow, LatencyTable, summarize
 from ...runtime.isolation import honours_isolate
 from ...runtime.onnxfile import file_bytes
 from ...runtime.timing import Clock
-from .measuring import measure, remeasure
+from .measuring import described, measure, remeasure
 from .runners import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
 
 KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the re-measure
@@ -222,6 +222,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     notes.append(f"CPU: {this_cpu().label}")
     for name, _obj, path in entries:  # an INT8 file made for another kind of CPU says so
         notes += [f"{name}: {note}" for note in file_notes(load_proto(path))]
+    described(entries, rows)
     return summarize(rows, profiles, notes, lineage(entries, rows))
 
 

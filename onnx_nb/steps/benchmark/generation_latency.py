@@ -203,7 +203,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
 
     from ...progress import Steps
     from ...results.latency import LatencyRow, summarize
-    from .measuring import measure, remeasure
+    from .measuring import described, measure, remeasure
 
     specs = list(shapes) if shapes not in (None, "sample", "auto") else list(DEFAULT_GENERATION_SHAPES)
     for spec in specs:
@@ -276,6 +276,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
         notes.append(f"An encoder-decoder's decode steps read an encoder output of {ENCODER_SEQUENCE} positions "
                      "(or the length the file fixes, e.g. Whisper's), computed once before the timed steps, in "
                      "PyTorch as in ONNX Runtime.")
+    described(entries, rows)
     return summarize(rows, {}, notes)
 
 

@@ -106,3 +106,25 @@ def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, thr
         runners[name] = partial(s.run, None, own)
     times = interleaved(runners, rounds=rounds)
     return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
+
+
+def described(entries: list[tuple[str, Any, Path]], rows: list[LatencyRow]) -> None:
+    """Each model's file size and the accuracy its own check measured (a variant's parity against its reference:
+    the lowest cosine and argmax agreement; an export's check against PyTorch) on its rows, beside their speed."""
+    from ...runtime.onnxfile import file_bytes
+
+    about: dict[str, tuple[float | None, float | None, float | None]] = {}
+    for name, obj, path in entries:
+        size = file_bytes(path)
+        parity = getattr(obj, "parity", None)
+        found = [r for r in getattr(parity, "rows", None) or [] if r.status in ("pass", "fail")]
+        cosines = [r.cosine for r in found if r.cosine is not None]
+        tops = [r.argmax_agreement for r in found if r.argmax_agreement is not None]
+        if not found:
+            check = getattr(obj, "check", None) or {}
+            cosines = [check["cosine"]] if isinstance(check.get("cosine"), (int, float)) else []
+            tops = [check["argmax_agreement"]] if isinstance(check.get("argmax_agreement"), (int, float)) else []
+        about[name] = (size / 1e6 if size else None, min(cosines) if cosines else None, min(tops) if tops else None)
+    for row in rows:
+        if row.variant in about:
+            row.size_mb, row.cosine, row.top1 = about[row.variant]

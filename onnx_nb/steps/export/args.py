@@ -14,6 +14,7 @@ from ...errors import InvalidArgumentError
 
 EXPORTER_CHOICES = ("auto", "dynamo", "torchscript", "keras", "tf2onnx", "skl2onnx")
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
+LEAN_ALGORITHMS = ("rtn", "rtn_asym", "k_quant", "hqq")  # lean_quant.ALGORITHMS (that module imports numpy)
 CACHE_CHOICES = ("auto", True, False)
 DEFAULT_OPSET = 18
 NMS_KEYS = ("conf", "iou", "max_det", "agnostic")
@@ -47,10 +48,14 @@ ARGUMENTS: tuple[Argument, ...] = (
              "--cache", "choice", ("auto", "true", "false")),
     Argument("precision", None, "the lean route for decoders from their checkpoint: int4, int8, fp16, fp32",
              "--precision", "choice", PRECISIONS),
+    Argument("algorithm", None, "the lean route's INT4 blocks: rtn_asym (default), rtn, k_quant, hqq", "--algorithm",
+             "choice", LEAN_ALGORITHMS),
+    Argument("lm_head_bits", None, "the lean route's LM head: 4 or 8 bits (default 8)", "--lm-head-bits", "int"),
     Argument("nms", False, "Ultralytics YOLO: the suppression in the graph (true, or conf=0.25,iou=0.45,max_det=300)",
              "--nms", "dict"),
 )
-SPECIFIC = ("sample", "task", "opset", "dynamic", "exporter", "allow_pickle", "cache", "precision", "nms")
+SPECIFIC = ("sample", "task", "opset", "dynamic", "exporter", "allow_pickle", "cache", "precision", "algorithm",
+            "lm_head_bits", "nms")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class ExportArgs:
     allow_pickle: bool = False
     cache: bool | str = "auto"
     precision: str | None = None
+    algorithm: str | None = None
+    lm_head_bits: int | None = None
     nms: Any = False
     given: tuple[str, ...] = field(default=(), compare=False)  # the kind-specific arguments set away from defaults
 
@@ -85,6 +92,10 @@ class ExportArgs:
             raise InvalidArgumentError(f"cache={self.cache!r}: use True, False or 'auto' (for generative models).")
         if self.precision is not None and self.precision not in PRECISIONS:
             raise InvalidArgumentError(f"precision={self.precision!r}: use one of {', '.join(PRECISIONS)}.")
+        if self.precision is not None:
+            from .lean_quant import Blocks
+
+            Blocks.of(self.precision, self.algorithm, self.lm_head_bits)  # its refusals name what to do
         nms = self.nms
         if not (nms is False or nms is True or nms is None or
                 (isinstance(nms, Mapping) and not set(nms) - set(NMS_KEYS))):

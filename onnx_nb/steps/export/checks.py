@@ -31,6 +31,7 @@ def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.nda
     names = list(want)
     tol = EXPORT_CHECK
     per_output: dict[str, float] = {}
+    cosines: list[float] = []
     notes: list[str] = []
     passed = True
     ours, want = detections.align_per_box(dict(zip(names, got)), want, "fp32", tol.atol)
@@ -49,10 +50,13 @@ def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.nda
             continue
         stats, errors = measure(value, ref_np, name)
         per_output[name] = float(stats["max_abs"] or 0.0)
+        if stats["cosine"] is not None:
+            cosines.append(float(stats["cosine"]))
         verdict = errors.judge(tol)  # element-wise and at the output's own scale, as check_parity judges
         passed = passed and verdict["passed"]
         if verdict["note"]:
             notes.append(f"{name}: {verdict['note']}")
     worst = max(per_output.values(), default=0.0)
     return {"passed": passed, "shapes": shapes, "max_abs_diff": worst, "per_output": per_output, "against": against,
+            "cosine": min(cosines, default=None),
             "summary": f"max abs diff {worst:.3g} at {shapes}" + (f" ({'; '.join(notes)})" if notes else "")}

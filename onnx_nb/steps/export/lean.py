@@ -13,8 +13,10 @@ parity, onnxruntime-genai's loop and ``benchmark()`` take it as they take that o
   embedding inside (cos/sin tables from the model's own rotary module, so its scaling rule holds), the output
   projection, a gated MLP; the final norm and the LM head (a tied head reads the embedding's tensor);
 - each projection's weight in the asked precision as it is read: ``int4`` and ``int8`` are ONNX Runtime's
-  ``MatMulNBits`` (blocks of 32, symmetric, INT8 compute on CPU: accuracy level 4, as the builder writes for CPU),
-  ``fp32`` a plain ``MatMul``; ``fp16`` computes in half precision (for GPU providers) with float32 logits;
+  ``MatMulNBits`` (blocks of 32, INT8 compute on CPU: accuracy level 4, as the builder writes for CPU; INT4 blocks
+  asymmetric round-to-nearest and the LM head at INT8 unless ``algorithm=`` / ``lm_head_bits=`` say otherwise:
+  :mod:`~onnx_nb.steps.export.lean_quant`), ``fp32`` a plain ``MatMul``; ``fp16`` computes in half precision (for
+  GPU providers) with float32 logits;
 - weights go straight into the external-data file as they are converted (aligned, one file), so the process holds
   one layer's tensors at a time; the checkpoint is read with ``pread``, never mapped
   (:mod:`~onnx_nb.steps.export.safetensors_file`).
@@ -33,10 +35,9 @@ from ...errors import InvalidArgumentError, ModelLoadError
 from ...runtime.onnxedit import pad_to_page, point_external
 from .gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
 from .lean_families import PRECISIONS, Family, family_of, rotary_of
+from .lean_quant import ACCURACY_LEVEL, BLOCK, Blocks, by_quantizer, rtn
 from .safetensors_file import Checkpoint
 
-BLOCK = 32  # MatMulNBits block size (onnxruntime-genai's default)
-ACCURACY_LEVEL = 4  # INT8 compute of MatMulNBits on CPU
 INLINE_BYTES = 1024  # smaller tensors stay in the graph
 OPSET = 21
 GQA_OP = "GroupQueryAttention"
@@ -87,28 +88,13 @@ class Weights:
         self.f.close()
 
 
-def quantize_nbits(w_nk: np.ndarray, bits: int, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
-    """ONNX Runtime's blockwise symmetric quantization of a ``[N, K]`` (out, in) weight for ``MatMulNBits``:
-    ``(packed [N, blocks, block*bits/8] uint8, scales [N, blocks] float32)``."""
-    from onnxruntime.capi import _pybind_state as ort_c
-
-    n, k = w_nk.shape
-    blocks = -(-k // block)
-    wt = np.zeros((blocks * block, n), np.float32)
-    wt[:k] = w_nk.T
-    packed = np.zeros((n, blocks, block * bits // 8), np.uint8)
-    scales = np.zeros((n, blocks), np.float32)
-    zero_points = np.zeros((n, -(-blocks * bits // 8)), np.uint8)
-    quantize = ort_c.quantize_matmul_4bits if bits == 4 else ort_c.quantize_matmul_8bits
-    quantize(packed, wt, scales, zero_points, block, n, k, True)
-    return packed, scales
-
-
 class Writer:
     """Nodes and weights of the graph being written."""
 
-    def __init__(self, fam: Family, ckpt: Checkpoint, weights: Weights, precision: str) -> None:
+    def __init__(self, fam: Family, ckpt: Checkpoint, weights: Weights, precision: str,
+                 blocks: Blocks | None = None) -> None:
         self.fam, self.ckpt, self.w, self.precision = fam, ckpt, weights, precision
+        self.blocks = blocks
         self.nodes: list[Any] = []
         self.float = np.float16 if precision == "fp16" else np.float32
 
@@ -127,15 +113,19 @@ class Writer:
         return self.ckpt.read(name)
 
     def linear(self, x: str, name: str, w_nk: np.ndarray, bias: np.ndarray | None = None,
-               keep_float: bool = False) -> str:
+               keep_float: bool = False, bits: int | None = None) -> str:
         """``x @ w.T (+ bias)`` with ``w`` as the checkpoint stores it (``[out, in]``), in the file's precision
-        (``keep_float``: in the float type whatever the precision: a router, whose picks rounding would move)."""
+        (``keep_float``: in the float type whatever the precision: a router, whose picks rounding would move;
+        ``bits``: other bits than the file's, the LM head's), its blocks by the route's algorithm (8 bits:
+        round-to-nearest)."""
         n, k = w_nk.shape
-        if self.precision in ("int4", "int8") and not keep_float:
-            bits = 4 if self.precision == "int4" else 8
-            packed, scales = quantize_nbits(w_nk, bits)
-            y = self.node("MatMulNBits", [x, self.w.add(f"{name}.qweight", packed),
-                                          self.w.add(f"{name}.scales", scales)], name, domain="com.microsoft",
+        if self.blocks is not None and not keep_float:
+            bits = bits or self.blocks.bits
+            algorithm = self.blocks.algorithm if bits == self.blocks.bits else "rtn"
+            arrays = rtn(w_nk, bits, symmetric=algorithm == "rtn") if algorithm.startswith("rtn") else \
+                by_quantizer(w_nk, bits, algorithm)
+            names = [self.w.add(f"{name}.{part}", a) for part, a in zip(("qweight", "scales", "zero_points"), arrays)]
+            y = self.node("MatMulNBits", [x, *names], name, domain="com.microsoft",
                           K=k, N=n, bits=bits, block_size=BLOCK, accuracy_level=ACCURACY_LEVEL)
         else:
             y = self.node("MatMul", [x, self.w.add(f"{name}.weight", w_nk.T.astype(self.float))], name)
@@ -218,14 +208,14 @@ class Writer:
                 rows = [self.read(n) for n in group]
                 yield rows[0] if len(rows) == 1 else np.stack(rows, axis=1).reshape(-1, rows[0].shape[1])
 
-        if self.precision not in ("int4", "int8"):
+        if self.blocks is None:
             return [self.w.add_stacked(f"{name}.weight", (w.astype(self.float) for w in weights()))]
-        bits = 4 if self.precision == "int4" else 8
+        bits = self.blocks.bits
         scales: list[np.ndarray] = []
 
         def quantized() -> Any:
             for w in weights():
-                packed, scale = quantize_nbits(w, bits)
+                packed, scale = rtn(w, bits)
                 scales.append(scale)
                 yield packed.reshape(packed.shape[0], -1)
 
@@ -251,7 +241,7 @@ class Writer:
         attrs: dict[str, Any] = {"k": fam.top_k, "activation_type": "swiglu", "swiglu_fusion": 1,
                                  "activation_alpha": 1.0, "activation_beta": 0.0,
                                  "normalize_routing_weights": int(fam.renormalize), "use_sparse_mixer": 0}
-        if self.precision in ("int4", "int8"):
+        if self.blocks is not None:
             out = self.node("QMoE", [x, probs, *inputs["fc1"], "", *inputs["fc2"], ""], f"{base}/QMoE",
                             domain="com.microsoft", expert_weight_bits=4 if self.precision == "int4" else 8,
                             block_size=BLOCK, weights_prepacked=0, accuracy_level=ACCURACY_LEVEL, **attrs)
@@ -288,8 +278,10 @@ class Writer:
         return self.scaled(down, self.fam.residual_scale, f"{base}/residual_scale") if scaled else down
 
 
-def build(ckpt: Checkpoint, config: Any, staged: Path, precision: str, step: Any = None) -> dict[str, Any]:
-    """Write the decoder file ``staged`` (+ ``staged.data``) from the checkpoint; ``step(text)`` is called per layer.
+def build(ckpt: Checkpoint, config: Any, staged: Path, precision: str, step: Any = None,
+          blocks: Blocks | None = None) -> dict[str, Any]:
+    """Write the decoder file ``staged`` (+ ``staged.data``) from the checkpoint; ``step(text)`` is called per layer;
+    ``blocks``: how an int4 / int8 file's weights are rounded (default: :meth:`Blocks.of` the precision's).
     Returns what was written (layers, weights' bytes in the file, cache dtype)."""
     import onnx
     from onnx import TensorProto, helper
@@ -302,7 +294,7 @@ def build(ckpt: Checkpoint, config: Any, staged: Path, precision: str, step: Any
         raise InvalidArgumentError("the rotary tables are wider than a head")
     weights = Weights(staged.with_name(staged.name + ".data"))
     try:
-        w = Writer(fam, ckpt, weights, precision)
+        w = Writer(fam, ckpt, weights, precision, blocks or Blocks.of(precision, None, None))
         front, inits = mask_nodes()
         w.nodes.extend(front)
         weights.initializers.extend(inits)
@@ -329,7 +321,7 @@ def build(ckpt: Checkpoint, config: Any, staged: Path, precision: str, step: Any
             branch = w.mlp(i, x)
         x, _ = w.skip_norm(branch, residual, "model.norm.weight", "/model/norm")
         head = ckpt.read("lm_head.weight" if "lm_head.weight" in ckpt else embed_name)  # tied: the embedding
-        logits = w.linear(x, "/lm_head", head)
+        logits = w.linear(x, "/lm_head", head, bits=w.blocks.head_bits if w.blocks else None)
         del head
         logits = w.scaled(logits, fam.logits_scale, "/lm_head/scale")
         if precision == "fp16":

@@ -13,6 +13,7 @@ import numpy as np
 
 from .lean import build
 from .lean_families import FAMILIES, family_of
+from .lean_quant import Blocks
 from .safetensors_file import Checkpoint
 
 
@@ -130,8 +131,10 @@ def checkpoint_folder(model: Any) -> tuple[Path, str]:
 _BYTES_PER_PARAM = {"fp32": 4.0, "fp16": 2.0, "int8": 1.13, "int4": 0.63}  # with MatMulNBits' scales
 
 
-def export_checkpoint(model: Any, precision: str, target: Path, label: str, progress: bool) -> Any:
-    """``export(folder_or_hub_id, precision=...)``: the lean route, checked against PyTorch, as an ExportResult."""
+def export_checkpoint(model: Any, precision: str, target: Path, label: str, progress: bool,
+                      blocks: Blocks | None = None) -> Any:
+    """``export(folder_or_hub_id, precision=...)``: the lean route, checked against PyTorch, as an ExportResult
+    (``blocks``: how an int4 / int8 file's weights are rounded, in its ``exporter`` label and metadata)."""
     import time
 
     from ...progress import Steps
@@ -161,7 +164,7 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
         with staging_dir(target) as tmp:
             staged = tmp / target.name
             with peak_memory() as build_peak:
-                info = build(ckpt, config, staged, precision, steps.step)
+                info = build(ckpt, config, staged, precision, steps.step, blocks)
             seconds = time.perf_counter() - started
             steps.step("checking against PyTorch")
             have, needed = available_bytes(), int(ckpt.bytes * FACTORS["reload"])  # PyTorch's, in its own dtype
@@ -188,7 +191,8 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
               "build_process_peak_bytes": build_peak.high_bytes,
               "check_peak_bytes": check_peak.added_bytes}
     return ExportResult(
-        path=target, exporter=f"lean ({precision})", fallback_reason={}, opset=onnxfile.opset(proto),
+        path=target, exporter=f"lean ({precision}{blocks.label() if blocks else ''})",
+        fallback_reason={}, opset=onnxfile.opset(proto),
         inputs=ins, outputs=outs, op_histogram=onnxfile.op_histogram(proto),
         parameters=params, file_size=total_size(files), files=files, export_seconds=seconds,
         warnings=warnings_seen, source=source, check=check, memory=memory, unverified=unverified)

@@ -71,6 +71,19 @@ def choose(method: str, algorithm: str, recipe: dict[str, Any]) -> list[str]:
     return list(ALGORITHMS)
 
 
+def refuse_big_gptq(path: Path) -> None:
+    """GPTQ runs through ONNX Runtime's copy of Intel Neural Compressor, which holds the whole model in one protobuf
+    message (2 GB at most) and runs it on calibration data: a file over that is refused before any work, with what
+    to use instead."""
+    from .ort_quantizer import is_big
+
+    if is_big(path):
+        raise InvalidArgumentError(
+            f"algorithm='gptq' on {path.name}: ONNX Runtime's GPTQ holds the whole model in one protobuf message, "
+            "2 GB at most, and this file's weights are larger. Use algorithm='awq' or 'hqq' (layer by layer), or "
+            "for a decoder checkpoint export(folder, precision='int4').")
+
+
 def calibration(model: Any, given: Any) -> list[dict[str, Any]]:
     """GPTQ's calibration inputs for ``model``'s file: the samples given (a list of input dicts), else
     :data:`SENTENCES` through the export's tokenizer when the file takes only token inputs, else inputs generated

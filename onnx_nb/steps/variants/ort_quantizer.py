@@ -110,15 +110,17 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                   op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
                   accuracy_level: int | None = None, gemm_as_matmul: bool = False, scheme: str = "u8s8",
                   made_for: str = "", algorithm: str = "rtn", lm_head_bits: int = 4,
-                  eight_bit: Sequence[str] | str = ()) -> None:
+                  eight_bit: Sequence[str] | str = ()) -> dict[str, Any]:
     """Quantize ``src`` into ``staged``. INT8 takes ``scheme`` (:data:`onnx_nb.runtime.cpu.SCHEMES`: the weights'
     type and range, chosen for the CPU the file is made for, ``made_for``), written into the file's metadata.
-    INT4 writes the MatMuls named in ``eight_bit`` (``"all"``: every one) at 8 bits, symmetric round-to-nearest."""
+    INT4 writes the MatMuls named in ``eight_bit`` (``"all"``: every one) at 8 bits, symmetric round-to-nearest.
+    Returns what the algorithm chose that the recipe should keep (AWQ: ``awq_alpha``, the alpha per MatMul)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     from ...runtime.cpu import SCHEMES
 
     big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
+    chose: dict[str, Any] = {}
     if method in ("dynamic", "static"):
         excluded = [*excluded, *kept_in_float(src)]
     weights, reduce_range, _ = SCHEMES[scheme]
@@ -179,7 +181,8 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
             if algorithm == "awq":  # channel scales folded in, then round-to-nearest blocks
                 from .int4_awq import rescale
 
-                rescale(model, list(calib or []), block_size, {*excluded, *eight}, prepared.parent)
+                chose["awq_alpha"] = rescale(model, list(calib or []), block_size, {*excluded, *eight},
+                                             prepared.parent)
             algo_config, symmetric = int4_config(algorithm, block_size, calib)
             # accuracy level 4: int8 compute on CPU, the fast path for decoding (as onnxruntime-genai uses)
             quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=symmetric,
@@ -198,6 +201,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
         if not any(o.domain == "com.microsoft" for o in proto.opset_import):
             proto.opset_import.add(domain="com.microsoft", version=1)
         quantizer.model.save_model_to_file(str(staged), use_external_data_format=big)
+    return chose
 
 
 def stamp_scheme(path: Path, scheme: str, made_for: str) -> None:

@@ -111,6 +111,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
 
     cpu, schemes = int8_schemes.choose(method, scheme, target_cpu, recipe)  # bad names refused before any work
     algorithms = int4_algorithms.choose(method, algorithm, recipe)
+    if algorithms == ["gptq"]:
+        int4_algorithms.refuse_big_gptq(parent_of(onnx_model)[0])
     mixed = int4_mixed.budgets(method, mixed_precision)
     if lm_head_bits not in ("auto", 4, 8):
         raise InvalidArgumentError(f"lm_head_bits={lm_head_bits!r}: choose 'auto', 4 or 8 (an INT4 decoder's LM head).")
@@ -163,12 +165,12 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
             with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
                 prepared = Path(scratch) / "prepared.onnx"
                 try:
-                    run_quantizer(method, static_source or src, prepared, staged, per_channel,
+                    own.update(run_quantizer(method, static_source or src, prepared, staged, per_channel,
                                   [*kept_float, *dropped], op_types, calib_items, block_size,
                                   own.get("accuracy_level") if isinstance(own.get("accuracy_level"), int) else None,
                                   bool(own.get("gemm_as_matmul")), chosen if chosen and method != "int4" else "u8s8",
                                   cpu.label if chosen and method != "int4" else "", algorithm=chosen or "rtn",
-                                  lm_head_bits=int(own.get("lm_head_bits", 4)), eight_bit=eight)
+                                  lm_head_bits=int(own.get("lm_head_bits", 4)), eight_bit=eight))
                 except OnnxNbError:
                     raise
                 except Exception as exc:

@@ -16,7 +16,7 @@ from .hf import HfSource
 class LeanSource(HfSource):
     key = "lean"
     what = "the lean route (precision=)"
-    takes: ClassVar[frozenset[str]] = frozenset({"precision"})
+    takes: ClassVar[frozenset[str]] = frozenset({"precision", "algorithm", "lm_head_bits"})
 
     @staticmethod
     def recognises(model: Any, args: ExportArgs) -> bool:
@@ -33,6 +33,7 @@ class LeanSource(HfSource):
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ..lean_export import export_checkpoint
+        from ..lean_quant import Blocks
         from ..writing import target_for
 
         if not isinstance(model, (str, os.PathLike)):
@@ -42,4 +43,5 @@ class LeanSource(HfSource):
                 "quantize(export, method=...).")
         label, target = target_for(model, args)
         assert args.precision is not None
-        return export_checkpoint(model, args.precision, target, label, args.progress)
+        return export_checkpoint(model, args.precision, target, label, args.progress,
+                                 Blocks.of(args.precision, args.algorithm, args.lm_head_bits))

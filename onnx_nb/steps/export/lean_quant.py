@@ -1,0 +1,128 @@
+"""The lean route's weight-only blocks (``export(folder, precision="int4"|"int8", algorithm=..., lm_head_bits=...)``):
+one projection at a time, by ONNX Runtime's own quantizer.
+
+- ``"rtn"``: symmetric round-to-nearest per block (ONNX Runtime's C++ ``quantize_matmul_4bits`` / ``_8bits``, what
+  the route wrote before the choice existed);
+- ``"rtn_asym"``: the same C++ rounding with each block's minimum and maximum mapped to the ends of the range (a
+  uint8 zero point per block): all 16 levels used where symmetric blocks leave one idle and half of the range to a
+  block's smaller side, at the same speed;
+- ``"k_quant"``: a k-quant-style search of each block's scale and offset (asymmetric, uint8 zero points), the kind
+  onnxruntime-genai's builder defaults to;
+- ``"hqq"``: half-quadratic quantization (each block's scale and zero point fitted to the weights by a few
+  optimisation steps), no calibration data needed.
+
+``k_quant`` and ``hqq`` run ONNX Runtime's ``MatMulNBitsQuantizer`` on a one-node graph holding the projection alone,
+so memory stays near one layer (the data-aware GPTQ and AWQ need the whole model running on calibration data:
+``quantize(export(folder, precision="fp32"), method="int4", algorithm=...)``). Mixture-of-experts weights are always
+round-to-nearest (``QMoE`` reads symmetric blocks only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import InvalidArgumentError
+
+BLOCK = 32  # MatMulNBits block size (onnxruntime-genai's default)
+ACCURACY_LEVEL = 4  # INT8 compute of MatMulNBits on CPU
+ALGORITHMS = ("rtn", "rtn_asym", "k_quant", "hqq")
+DEFAULT_ALGORITHM = "rtn_asym"
+DEFAULT_HEAD_BITS = 8  # onnxruntime-genai's builder keeps the LM head at INT8 too (onnxruntime#24384)
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """How the route writes a projection's weight: ``bits`` (4 or 8), ``algorithm``, the LM head's bits."""
+
+    bits: int
+    algorithm: str = DEFAULT_ALGORITHM
+    head_bits: int = DEFAULT_HEAD_BITS
+
+    @staticmethod
+    def of(precision: str, algorithm: str | None, lm_head_bits: int | None) -> Blocks | None:
+        """The blocks for ``precision`` (None for a float one), the arguments checked."""
+        if precision not in ("int4", "int8"):
+            if algorithm is not None or lm_head_bits is not None:
+                raise InvalidArgumentError(f"algorithm= and lm_head_bits= choose how weights are rounded to 4 or 8 "
+                                           f"bits: they do not apply to precision={precision!r}.")
+            return None
+        if algorithm is not None and algorithm not in ALGORITHMS:
+            raise InvalidArgumentError(
+                f"algorithm={algorithm!r}: the lean route rounds one layer at a time with one of "
+                f"{', '.join(map(repr, ALGORITHMS))}; GPTQ and AWQ run the model on calibration data: "
+                "quantize(export(folder, precision='fp32'), method='int4', algorithm=...).")
+        if precision == "int8" and algorithm not in (None, "rtn", "rtn_asym"):
+            raise InvalidArgumentError(f"algorithm={algorithm!r} writes 4-bit blocks: precision='int8' rounds to "
+                                       "nearest ('rtn' or 'rtn_asym'); use precision='int4' for it.")
+        if lm_head_bits is not None and lm_head_bits not in (4, 8):
+            raise InvalidArgumentError(f"lm_head_bits={lm_head_bits!r}: give 4 or 8.")
+        bits = 4 if precision == "int4" else 8
+        return Blocks(bits, algorithm or (DEFAULT_ALGORITHM if bits == 4 else "rtn"), lm_head_bits or DEFAULT_HEAD_BITS)
+
+    def label(self) -> str:
+        """What the exporter's name adds: ``", k_quant, LM head 8-bit"`` (int8: the head's bits where they differ)."""
+        if self.bits == 8:
+            return ("" if self.algorithm == "rtn" else f", {self.algorithm}") + \
+                ("" if self.head_bits == 8 else f", LM head {self.head_bits}-bit")
+        return f", {self.algorithm}, LM head {self.head_bits}-bit"
+
+
+def rtn(w_nk: np.ndarray, bits: int, block: int = BLOCK, symmetric: bool = True) -> list[np.ndarray]:
+    """ONNX Runtime's blockwise round-to-nearest of a ``[N, K]`` (out, in) weight for ``MatMulNBits``:
+    ``[packed [N, blocks, block*bits/8] uint8, scales [N, blocks] float32]`` and, asymmetric, the zero points
+    ``[N, ceil(blocks*bits/8)]`` uint8."""
+    from onnxruntime.capi import _pybind_state as ort_c
+
+    n, k = w_nk.shape
+    blocks = -(-k // block)
+    wt = np.zeros((blocks * block, n), np.float32)
+    wt[:k] = w_nk.T
+    packed = np.zeros((n, blocks, block * bits // 8), np.uint8)
+    scales = np.zeros((n, blocks), np.float32)
+    zero_points = np.zeros((n, -(-blocks * bits // 8)), np.uint8)
+    quantize = ort_c.quantize_matmul_4bits if bits == 4 else ort_c.quantize_matmul_8bits
+    quantize(packed, wt, scales, zero_points, block, n, k, symmetric)
+    return [packed, scales] if symmetric else [packed, scales, zero_points]
+
+
+def by_quantizer(w_nk: np.ndarray, bits: int, algorithm: str, block: int = BLOCK) -> list[np.ndarray]:
+    """``[packed, scales, zero points]`` for ``MatMulNBits`` from ONNX Runtime's ``MatMulNBitsQuantizer`` run with
+    ``algorithm``'s configuration on a graph of one ``MatMul`` holding the weight."""
+    import contextlib
+    import io
+    import logging
+    import warnings
+
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import matmul_nbits_quantizer as q
+
+    n, k = w_nk.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="w")], "one",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+        [numpy_helper.from_array(np.ascontiguousarray(w_nk.T, np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    config = q.HQQWeightOnlyQuantConfig(block_size=block, bits=bits) if algorithm == "hqq" else \
+        q.KQuantWeightOnlyQuantConfig()
+    loggers = [logging.getLogger(name) for name in ("onnxruntime.quantization.matmul_nbits_quantizer",
+                                                    "neural_compressor")]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        # Intel Neural Compressor's k-quant prints its progress; HQQ warns of the read-only array it is handed
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            quantizer = q.MatMulNBitsQuantizer(model, block_size=block, is_symmetric=False, bits=bits,
+                                               algo_config=config)
+            quantizer.process()
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+    out = quantizer.model.model.graph
+    node = next(nd for nd in out.node if nd.op_type == "MatMulNBits")
+    inits = {i.name: i for i in out.initializer}
+    return [numpy_helper.to_array(inits[name]) for name in node.input[1:4] if name]
