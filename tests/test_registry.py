@@ -18,8 +18,9 @@ import registry_sweep
 # one of each road a causal LM takes: a mixture of experts through the grouped-matmul translation (Mixtral, Qwen2-MoE),
 # an encoder registered as a causal LM (BERT, is_decoder=False: no cache), a decoder with no cache at all (GPT-1),
 # Blenderbot's decoder (its generation config sets a rule onnx-nb's loop does not run), and Gemma 3's text model
-# (sliding-window layers between global ones)
-SUBSET = ["mixtral", "qwen2_moe", "bert", "openai-gpt", "blenderbot", "gemma3_text"]
+# (sliding-window layers between global ones), Helium (RMS norms with an epsilon of 1e-8, and a prompt holding its
+# padding token, whose embedding row is zero)
+SUBSET = ["mixtral", "qwen2_moe", "bert", "openai-gpt", "blenderbot", "gemma3_text", "helium"]
 
 
 @pytest.mark.parametrize("model_type", SUBSET)
@@ -107,3 +108,22 @@ def test_histc_translation_counts_as_torch_does(tmp_path: Path) -> None:
     for values in (torch.tensor([3.0, 3, 0, 1.2, 9]), torch.arange(16.0) % 7):
         got = session.run(None, {session.get_inputs()[0].name: values.numpy()})
         assert [g.tolist() for g in got] == [t.tolist() for t in Counts()(values)]
+
+
+def test_tiny_epsilon_is_kept(tmp_path: Path) -> None:
+    """An RMS norm's ``+ 1e-8`` survives the exporter's clean-up (onnxscript's no-op rules matched ``x + 0`` within
+    1e-8 and dropped it): a zero row gives 0 as in PyTorch, not NaN."""
+    import numpy as np
+    import onnxruntime as ort
+
+    class Norm(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-8) * 2.0
+
+    sample = torch.randn(3, 8)
+    result = onnx_nb.export(Norm(), (sample,), out=tmp_path / "n.onnx", exporter="dynamo", progress=False)
+    assert result, repr(result)
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    rows = torch.cat([torch.zeros(1, 8), torch.randn(2, 8)])
+    got = session.run(None, {session.get_inputs()[0].name: rows.numpy()})[0]
+    assert not np.isnan(got).any() and np.allclose(got, Norm()(rows).numpy(), atol=1e-5)

@@ -150,6 +150,7 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
                           if spec else None)
     if varargs_from is not None:
         shapes = [*shapes[:varargs_from], tuple(shapes[varargs_from:])]
+    translations.exact_no_ops()  # a norm's epsilon of 1e-8 is not "+ 0"
     program = torch.onnx.export(
         module, args, dynamo=True, input_names=input_names, output_names=output_names,
         dynamic_shapes=tuple(shapes) if axes else None, opset_version=opset,

@@ -58,6 +58,9 @@ def _onnxscript_fusions(src: Path, dst: Path) -> dict[str, int]:
     import onnx_ir as ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
+    from ..export.translations import exact_no_ops
+
+    exact_no_ops()  # a norm's epsilon of 1e-8 is not "+ 0"
     model = ir.load(str(src))
     result = optimize_for_ort(model)
     fused_model, counts = result if isinstance(result, tuple) else (model, {})
@@ -268,6 +271,9 @@ def _simplified(src: Path, scratch: Path) -> Path:
     import onnx
     import onnxscript
 
+    from ..export.translations import exact_no_ops
+
+    exact_no_ops()
     model = onnxscript.optimizer.optimize(onnx.load(str(src)))
     out = scratch / "simplified.onnx"
     onnx.save(model, str(out))
