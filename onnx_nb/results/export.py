@@ -168,7 +168,7 @@ class ExportResult:
         status = "passed" if c.get("passed") else "FAILED"
         if c.get("skipped"):
             return "not run (see unverified)"
-        if "cosine" in c:  # the lean route's check: teacher-forced decode steps
+        if "reference_dtype" in c:  # the lean route's check: teacher-forced decode steps
             return f"{status}: {c['summary']}"
         shapes = ", ".join(f"{k} {shape_text(v)}" for k, v in c.get("shapes", {}).items())
         return f"{status}: ORT vs {c.get('against', 'PyTorch')} max abs diff {c.get('max_abs_diff', 0):.2e} at {shapes}"
