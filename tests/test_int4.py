@@ -30,10 +30,10 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
     variant = onnx_nb.quantize(decoder, method="int4", mixed_precision=None, out=tmp_path / "auto.onnx")
     assert variant, repr(variant.parity)
     errors = variant.recipe["int4_errors"]
-    assert sorted(errors) == ["awq", "gptq", "hqq", "k_quant", "rtn"], variant.recipe["int4_algorithm_rule"]
+    assert sorted(errors) == ["awq", "gptq", "hqq", "k_quant", "rtn", "rtn_asym"], variant.recipe["int4_algorithm_rule"]
     assert variant.recipe["int4_algorithm"] == min(errors, key=errors.get)
     assert f": {variant.recipe['int4_algorithm']} kept" in variant.recipe["int4_algorithm_rule"]
-    for name in ("hqq", "awq"):  # alone: the error auto measured for it (same inputs, seed)
+    for name in ("hqq", "awq", "rtn_asym"):  # alone: the error auto measured for it (same inputs, seed)
         alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, lm_head_bits=4, mixed_precision=None,
                                  out=tmp_path / f"{name}.onnx")
         assert alone and alone.recipe["int4_algorithm_rule"] == f"given (algorithm={name!r})"

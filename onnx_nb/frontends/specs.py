@@ -113,7 +113,7 @@ QUANTIZE: list[Spec] = [
     (("--calibration",), {"help": "static: a variable holding a list of input dicts, or 'generated'"}, "both"),
     (("--exclude",), {"default": "", "help": "comma-separated node names to keep in float"}, "both"),
     (("--block-size",), {"type": int, "default": 32, "help": "int4: weights per scale"}, "both"),
-    (("--algorithm",), {"default": "auto", "choices": ["auto", "rtn", "k_quant", "hqq", "gptq", "awq"],
+    (("--algorithm",), {"default": "auto", "choices": ["auto", "rtn", "rtn_asym", "k_quant", "hqq", "gptq", "awq"],
                         "help": "int4: how blocks are quantized (auto: each made, the most accurate kept)"}, "both"),
     (("--mixed-precision",), {"default": "auto", "help": "int4: which layers stay at 8 bits: auto (measured, the "
                                                          "file at most 1.15x), a size budget such as 1.3, or off"},

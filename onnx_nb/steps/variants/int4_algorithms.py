@@ -4,6 +4,8 @@ ONNX Runtime's ``matmul_nbits_quantizer`` ships several ways to pick each block'
 
 - ``"rtn"``: symmetric round-to-nearest per block of ``block_size`` (the quantizer's default; what onnx-nb wrote
   before this choice existed);
+- ``"rtn_asym"``: round-to-nearest with each block's minimum and maximum at the ends of the range (a uint8 zero
+  point per block: all 16 levels used), the lean route's default;
 - ``"k_quant"``: a k-quant-style search of each block's scale and offset (asymmetric), the kind onnxruntime-genai's
   builder defaults to;
 - ``"hqq"``: half-quadratic quantization (asymmetric; each block's zero point and scale fitted to the weights by a
@@ -31,7 +33,7 @@ from typing import Any
 from ...errors import InvalidArgumentError, QuantizationError, first_line
 from .int8_schemes import BUILD_EVERY_BELOW, worst_error
 
-ALGORITHMS = ("rtn", "k_quant", "hqq", "gptq", "awq")
+ALGORITHMS = ("rtn", "rtn_asym", "k_quant", "hqq", "gptq", "awq")
 DATA_AWARE = ("gptq", "awq")  # their calibration from calibration()
 SENTENCES = (  # GPTQ's calibration text for a model with a tokenizer (general prose; no check or benchmark uses it)
     "The weather was lovely today, so we walked along the beach until sunset.",

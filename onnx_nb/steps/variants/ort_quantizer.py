@@ -271,6 +271,8 @@ def int4_config(algorithm: str, block_size: int, calib: list[dict[str, Any]] | N
         return q.HQQWeightOnlyQuantConfig(block_size=block_size, bits=4), False
     if algorithm == "k_quant":
         return q.KQuantWeightOnlyQuantConfig(), False
+    if algorithm == "rtn_asym":  # the quantizer's default with a zero point per block
+        return None, False
     return None, True  # rtn, and awq after its channel scales: the quantizer's default (symmetric blocks)
 
 def lm_head(model: Any) -> str | None:

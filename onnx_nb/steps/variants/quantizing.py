@@ -53,32 +53,30 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     """A quantized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated
     against the fp32 reference.
 
-    ``method``: ``"auto"`` picks the INT8 method for the family (static QDQ with generated calibration unless
-    given for convolutional networks, dynamic for transformers; the recipe says why), ``"dynamic"`` INT8
-    (weights INT8, activations quantized on the fly; per-channel by default, which keeps transformer
-    embeddings at cosine ≥ 0.99 where per-tensor drops), ``"static"``
-    INT8 in QDQ format (needs ``calibration``: a list of input dicts, a folder of images for a file with one
-    image input, or ``"generated"`` for synthetic inputs), ``"fp16"`` (for GPU providers), ``"int4"`` weight-only
-    MatMulNBits (``block_size``; ``algorithm``: ``"auto"`` makes each algorithm (the data-aware on calibration), checks
-    each against the fp32 parent and keeps the most accurate that passes, or one of ``"rtn"``, ``"k_quant"``,
-    ``"hqq"``, ``"gptq"``, ``"awq"``: :mod:`onnx_nb.steps.variants.int4_algorithms`; ``mixed_precision``: ``"auto"``
-    measures each layer's error at 4 and 8 bits alone and keeps at 8 the fewest layers that halve the all-INT4 file's
-    largest error within 1.15x its size (the whole file's), a float another size budget, ``{"size": .., "error":
-    ..}`` an error budget too, None every layer at 4 bits: :mod:`onnx_nb.steps.variants.int4_mixed`;
-    ``lm_head_bits``: a decoder's LM head at 4 or 8 bits, ``"auto"``: a layer like the others where mixed precision
-    is measured, else both made and 8 kept where it passes where 4 fails or cuts the largest error 1.25x;
-    ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders with a cache,
-    whose decoding is bound by reading weights, and in fp32 (None) for the rest, whose accuracy it keeps).
+    ``method``: ``"auto"`` picks the INT8 method for the family (static QDQ with generated calibration unless given for
+    convolutional networks, dynamic for transformers; the recipe says why), ``"dynamic"`` INT8 (weights INT8,
+    activations quantized on the fly; per-channel by default, which keeps transformer embeddings at cosine ≥ 0.99 where
+    per-tensor drops), ``"static"`` INT8 in QDQ format (needs ``calibration``: a list of input dicts, a folder of images
+    for a file with one image input, or ``"generated"`` for synthetic inputs), ``"fp16"`` (for GPU providers),
+    ``"int4"`` weight-only MatMulNBits (``block_size``; ``algorithm``: ``"auto"`` makes each algorithm (the data-aware
+    on calibration), checks each against the fp32 parent and keeps the most accurate that passes, or one of ``"rtn"``,
+    ``"rtn_asym"``, ``"k_quant"``, ``"hqq"``, ``"gptq"``, ``"awq"``: :mod:`onnx_nb.steps.variants.int4_algorithms`;
+    ``mixed_precision``: ``"auto"`` measures each layer's error at 4 and 8 bits alone and keeps at 8 the fewest layers
+    that halve the all-INT4 file's largest error within 1.15x its size (the whole file's), a float another size budget,
+    ``{"size": .., "error": ..}`` an error budget too, None every layer at 4 bits:
+    :mod:`onnx_nb.steps.variants.int4_mixed`; ``lm_head_bits``: a decoder's LM head at 4 or 8 bits, ``"auto"``: a layer
+    like the others where mixed precision is measured, else both made and 8 kept where it passes where 4 fails or cuts
+    the largest error 1.25x; ``accuracy_level``: ``"auto"`` computes in INT8 (level 4, the fast CPU path) for decoders
+    with a cache, whose decoding is bound by reading weights, and in fp32 (None) for the rest, whose accuracy it keeps).
     INT8 follows the CPU the file will run on (``target_cpu``: None is this machine; ``"avx2"``, ``"avx512"``,
-    ``"vnni"``, ``"amx"``, ``"arm64"`` or ``"any"`` for another): ``scheme="auto"`` writes full-range u8s8 where
-    the INT8 products accumulate in 32 bits (VNNI, AMX, Arm) and, on AVX2 / AVX-512 CPUs without VNNI, where they
-    saturate in 16 bits, makes both of ONNX Runtime's remedies (7-bit weights, ``"u8s8-reduced"``, and uint8
-    weights, ``"u8u8"``) and keeps the faster one that passes parity. On this machine the chosen file is timed
-    against its fp32 parent (``variant.speed``); when no INT8 file beats it there, the variant says so. The
-    scheme, the CPU and the timings are in ``variant.recipe`` and the file's metadata.
-    ``exclude`` names nodes to keep in float; ``"auto"`` (INT8 default) quantizes once, measures every
-    layer alone with :func:`quant_debug`, and keeps in float the few layers (at most 1 in 10) that fall
-    more than 3 dB below the median layer's SQNR; the recipe records which. An Ultralytics detector's box
+    ``"vnni"``, ``"amx"``, ``"arm64"`` or ``"any"`` for another): ``scheme="auto"`` writes full-range u8s8 where the
+    INT8 products accumulate in 32 bits (VNNI, AMX, Arm) and, on AVX2 / AVX-512 CPUs without VNNI, where they saturate
+    in 16 bits, makes both of ONNX Runtime's remedies (7-bit weights, ``"u8s8-reduced"``, and uint8 weights, ``"u8u8"``)
+    and keeps the faster one that passes parity. On this machine the chosen file is timed against its fp32 parent
+    (``variant.speed``); when no INT8 file beats it there, the variant says so. The scheme, the CPU and the timings are
+    in ``variant.recipe`` and the file's metadata. ``exclude`` names nodes to keep in float; ``"auto"`` (INT8 default)
+    quantizes once, measures every layer alone with :func:`quant_debug`, and keeps in float the few layers (at most 1 in
+    10) that fall more than 3 dB below the median layer's SQNR; the recipe records which. An Ultralytics detector's box
     decoding stays in float too (``float_rule`` in the recipe).
 
     Example::
