@@ -33,7 +33,8 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
     assert sorted(errors) == ["awq", "gptq", "hqq", "k_quant", "rtn", "rtn_asym"], variant.recipe["int4_algorithm_rule"]
     assert variant.recipe["int4_algorithm"] == min(errors, key=errors.get)
     assert f": {variant.recipe['int4_algorithm']} kept" in variant.recipe["int4_algorithm_rule"]
-    for name in ("hqq", "awq", "rtn_asym"):  # alone: the error auto measured for it (same inputs, seed)
+    packed: dict[str, list[bytes]] = {}
+    for name in ("hqq", "awq", "rtn_asym", "gptq"):  # alone: the error auto measured for it (same inputs, seed)
         alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, lm_head_bits=4, mixed_precision=None,
                                  out=tmp_path / f"{name}.onnx")
         assert alone and alone.recipe["int4_algorithm_rule"] == f"given (algorithm={name!r})"
@@ -42,6 +43,8 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
         graph = onnx.load(str(alone.path), load_external_data=False).graph
         nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
         assert nbits, name
+        blocks = {i.name: i for i in onnx.load(str(alone.path)).graph.initializer}
+        packed[name] = sorted(onnx.numpy_helper.to_array(blocks[n.input[1]]).tobytes() for n in nbits)
         # symmetric blocks (round-to-nearest, AWQ's) carry no zero points; k-quant's, HQQ's and GPTQ's do
         symmetric = name in ("rtn", "awq")
         assert all((len(n.input) > 3 and n.input[3] != "") != symmetric for n in nbits), name
@@ -53,6 +56,8 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
         alphas = alone.recipe.get("awq_alpha", {})
         assert (name == "awq") == bool(alphas) and len([a for a in alphas.values() if a > 0]) == len(scaled), name
         assert all(0.0 <= a <= 1.0 for a in alphas.values())
+    # GPTQ moves blocks away from plain rounding on the same grid (ONNX Runtime's own updates read zeros: int4_gptq)
+    assert packed["gptq"] != packed["rtn_asym"]
 
 
 def test_algorithm_is_checked_before_any_work(decoder: onnx_nb.ExportResult, tmp_path: Path,
@@ -173,3 +178,23 @@ def test_mixed_precision_budgets(decoder: onnx_nb.ExportResult, tmp_path: Path) 
         onnx_nb.quantize(decoder, method="int4", mixed_precision="most")
     with pytest.raises(onnx_nb.InvalidArgumentError, match=r"mixed_precision=1.3 is for method='int4'"):
         onnx_nb.quantize(decoder, method="dynamic", mixed_precision=1.3)
+
+
+def test_gptq_pushes_each_rounding_error_onto_the_rows_after() -> None:
+    """GPTQ's updates (onnx_nb.steps.variants.int4_gptq, run in place of ONNX Runtime's, whose updates read zeros):
+    on correlated inputs the layer's output error is well below round-to-nearest's on the same grid (what the
+    Hessian left out, H = I, gives), and ONNX Runtime's GPTQ path writes it (its blocks differ from rtn_asym's)."""
+    import numpy as np
+
+    from onnx_nb.steps.variants.int4_gptq import gptq
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 32)).astype(np.float32) * 0.02  # [in, out], as ONNX Runtime holds it
+    x = rng.standard_normal((256, 64)) @ rng.standard_normal((64, 64))
+    settings = {"num_bits": 4, "group_size": 32, "scheme": "asym", "blocksize": 16, "percdamp": 0.01}
+    with_h = np.abs(x @ (gptq(w, x.T @ x, **settings) - w)).mean()
+    rounded = np.abs(x @ (gptq(w, np.eye(64), **settings) - w)).mean()
+    assert with_h < 0.8 * rounded, (with_h, rounded)
+    for scheme, actorder in (("sym", False), ("asym", True)):
+        q = gptq(w, x.T @ x, **{**settings, "scheme": scheme}, actorder=actorder)
+        assert q.shape == w.shape and np.abs(x @ (q - w)).mean() < rounded

@@ -192,7 +192,11 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                 skip, table = set(quantizer.nodes_to_exclude), quantizer._generate_q4_node_config
                 quantizer._generate_q4_node_config = lambda: {k: "fp32" if k in skip else v
                                                               for k, v in table().items()}
-        quantizer.process()
+        from .int4_gptq import corrected
+
+        # GPTQ's column updates as the method defines them (ONNX Runtime's read zeros: int4_gptq)
+        with corrected() if algorithm == "gptq" and eight_bit != "all" else contextlib.nullcontext():
+            quantizer.process()
         if eight:  # the LM head and the layers measured most sensitive at 8 bits (mixed precision)
             # (nodes_to_include adds to the MatMuls a pass takes, it does not limit them: the float ones stay out)
             quantizer = eights(quantizer.model.model, nodes_to_include=eight, nodes_to_exclude=list(excluded))

@@ -1,0 +1,89 @@
+"""GPTQ's column updates, as the method defines them, for ONNX Runtime's GPTQ path.
+
+ONNX Runtime's GPTQ (its bundled copy of Intel Neural Compressor, ``neural_compressor/weight_only.gptq``) stores the
+weight as ``[in, out]`` and takes the upper Cholesky factor of the inverse Hessian, but reads that factor's column
+below the diagonal (``Hinv1[i:, i]``, ``Hinv[i2:, i1:i2]``) where GPTQ reads its row: those entries are zero, so no
+rounding error is ever pushed onto the columns not yet quantized and every block comes out as plain asymmetric
+round-to-nearest (on all-MiniLM-L6-v2 its file carried the same bytes as ``algorithm="rtn_asym"``'s).
+:func:`corrected` runs the quantizer with :func:`gptq` in its place: the same parameters and grid (per-group min/max,
+the same damping and activation order), the updates read from the factor's rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+
+def _grid(weight: np.ndarray, maxq: int, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column scale and zero point of ``weight`` (rows of one group), as ONNX Runtime's ``find_params`` makes
+    them with ``mse=False``, ``perchannel=True``."""
+    xmin = np.minimum(weight.min(axis=0), 0.0)
+    xmax = np.maximum(weight.max(axis=0), 0.0)
+    if symmetric:
+        xmax = np.maximum(np.abs(xmin), xmax)
+        xmin = np.where(xmin < 0, -xmax, xmin)
+    flat = (xmin == 0) & (xmax == 0)
+    xmin, xmax = np.where(flat, -1.0, xmin), np.where(flat, 1.0, xmax)
+    scale = (xmax - xmin) / maxq
+    zero = np.full(scale.shape, (maxq + 1) / 2) if symmetric else np.round(-xmin / scale)
+    return scale, zero
+
+
+def gptq(W: np.ndarray, H: np.ndarray, num_bits: int = 4, group_size: int = 32, scheme: str = "asym",
+         blocksize: int = 128, percdamp: float = 0.01, actorder: bool = False, mse: bool = False,
+         perchannel: bool = True) -> np.ndarray:
+    """The fake-quantized weight ``[in, out]``: each input row rounded on its group's grid, its rounding error
+    (scaled by the inverse Hessian's Cholesky factor) subtracted from the rows not yet rounded."""
+    if mse or not perchannel:  # options onnx-nb never sets: ONNX Runtime's own function
+        from onnxruntime.quantization.neural_compressor import weight_only
+
+        return weight_only.__dict__["_onnx_nb_original_gptq"](W, H, num_bits, group_size, scheme, blocksize,
+                                                              percdamp, actorder, mse, perchannel)
+    maxq, symmetric = 2**num_bits - 1, scheme == "sym"
+    W = np.array(W, dtype=np.float64)
+    H = np.array(H, dtype=np.float64)
+    rows = W.shape[0]
+    group_size = rows if group_size == -1 else group_size
+    dead = np.diag(H) == 0
+    H[dead, dead] = 1
+    W[dead, :] = 0
+    perm = np.argsort(np.diag(H))[::-1] if actorder else None
+    if perm is not None:
+        W, H = W[perm, :], H[perm, :][:, perm]
+    H[np.arange(rows), np.arange(rows)] += percdamp * np.mean(np.diag(H))
+    hinv = np.linalg.cholesky(np.linalg.inv(H)).T  # upper: row i holds what row i's error does to the rows after
+    Q = np.zeros_like(W)
+    scale = zero = np.zeros(W.shape[1])
+    for i1 in range(0, rows, blocksize):
+        i2 = min(i1 + blocksize, rows)
+        block, errors, h = W[i1:i2].copy(), np.zeros((i2 - i1, W.shape[1])), hinv[i1:i2, i1:i2]
+        for i in range(i2 - i1):
+            if (i1 + i) % group_size == 0:  # the grid of the group this row starts, as GPTQ takes it
+                scale, zero = _grid(W[i1 + i:i1 + i + group_size], maxq, symmetric)
+            w = block[i]
+            q = scale * (np.clip(np.round(w / scale) + zero, 0, maxq) - zero)
+            Q[i1 + i] = q
+            err = (w - q) / h[i, i]
+            block[i:] -= np.outer(h[i, i:], err)
+            errors[i] = err
+        W[i2:] -= hinv[i1:i2, i2:].T @ errors
+    if perm is not None:
+        Q = Q[np.argsort(perm)]
+    return Q.astype(np.float32)
+
+
+@contextlib.contextmanager
+def corrected() -> Iterator[None]:
+    """ONNX Runtime's GPTQ run with :func:`gptq` in place of its own column updates."""
+    from onnxruntime.quantization.neural_compressor import weight_only
+
+    original: Any = weight_only.__dict__.setdefault("_onnx_nb_original_gptq", weight_only.gptq)
+    weight_only.gptq = gptq
+    try:
+        yield
+    finally:
+        weight_only.gptq = original
