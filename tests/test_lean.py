@@ -284,7 +284,7 @@ def test_int4_algorithm_and_lm_head_bits(checkpoints: dict[str, Path], tmp_path:
     folder = checkpoints["llama"]
     made = {}
     for label, kwargs in (("default", {}), ("rtn4", {"algorithm": "rtn", "lm_head_bits": 4}),
-                          ("hqq", {"algorithm": "hqq"})):
+                          ("hqq", {"algorithm": "hqq", "block_size": 16})):
         made[label] = onnx_nb.export(folder, precision="int4", out=tmp_path / f"{label}.onnx", progress=False,
                                      **kwargs)
         assert made[label], repr(made[label])
@@ -293,11 +293,16 @@ def test_int4_algorithm_and_lm_head_bits(checkpoints: dict[str, Path], tmp_path:
     assert default.pop("/lm_head") == (8, 3) and set(default.values()) == {(4, 4)}  # 8-bit head: symmetric RTN
     assert rtn4.pop("/lm_head") == (4, 3) and set(rtn4.values()) == {(4, 3)}
     assert hqq.pop("/lm_head") == (8, 3) and set(hqq.values()) == {(4, 4)}
+    sizes = {a.i for n in onnx.load(str(made["hqq"].path), load_external_data=False).graph.node
+             if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "block_size"}
+    assert sizes == {16} and made["hqq"].exporter.endswith("blocks of 16)")
     assert made["default"].check["cosine"] > made["rtn4"].check["cosine"]
     with pytest.raises(onnx_nb.InvalidArgumentError, match="GPTQ and AWQ run the model on calibration data"):
         onnx_nb.export(folder, precision="int4", algorithm="gptq", out=tmp_path / "a.onnx")
     with pytest.raises(onnx_nb.InvalidArgumentError, match="do not apply to precision='fp16'"):
         onnx_nb.export(folder, precision="fp16", algorithm="rtn", out=tmp_path / "a.onnx")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="block_size=24: MatMulNBits takes one of 16, 32"):
+        onnx_nb.export(folder, precision="int4", block_size=24, out=tmp_path / "a.onnx")
     with pytest.raises(onnx_nb.InvalidArgumentError, match="lm_head_bits=3: give 4 or 8"):
         onnx_nb.export(folder, precision="int4", lm_head_bits=3, out=tmp_path / "a.onnx")
     with pytest.raises(onnx_nb.InvalidArgumentError, match="algorithm: not for"):

@@ -51,11 +51,13 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("algorithm", None, "the lean route's INT4 blocks: rtn_asym (default), rtn, k_quant, hqq", "--algorithm",
              "choice", LEAN_ALGORITHMS),
     Argument("lm_head_bits", None, "the lean route's LM head: 4 or 8 bits (default 8)", "--lm-head-bits", "int"),
+    Argument("block_size", None, "the lean route's INT4/INT8 weights per scale: 16 to 256 (default 32)",
+             "--block-size", "int"),
     Argument("nms", False, "Ultralytics YOLO: the suppression in the graph (true, or conf=0.25,iou=0.45,max_det=300)",
              "--nms", "dict"),
 )
 SPECIFIC = ("sample", "task", "opset", "dynamic", "exporter", "allow_pickle", "cache", "precision", "algorithm",
-            "lm_head_bits", "nms")
+            "lm_head_bits", "block_size", "nms")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class ExportArgs:
     precision: str | None = None
     algorithm: str | None = None
     lm_head_bits: int | None = None
+    block_size: int | None = None
     nms: Any = False
     given: tuple[str, ...] = field(default=(), compare=False)  # the kind-specific arguments set away from defaults
 
@@ -95,7 +98,7 @@ class ExportArgs:
         if self.precision is not None:
             from .lean_quant import Blocks
 
-            Blocks.of(self.precision, self.algorithm, self.lm_head_bits)  # its refusals name what to do
+            Blocks.of(self.precision, self.algorithm, self.lm_head_bits, self.block_size)  # refusals say what to do
         nms = self.nms
         if not (nms is False or nms is True or nms is None or
                 (isinstance(nms, Mapping) and not set(nms) - set(NMS_KEYS))):

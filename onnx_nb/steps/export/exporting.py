@@ -33,6 +33,7 @@ def export(
     precision: str | None = None,
     algorithm: str | None = None,
     lm_head_bits: int | None = None,
+    block_size: int | None = None,
     nms: bool | Mapping[str, Any] = False,
 ) -> ExportResult:
     """Export ``model`` to ONNX and check the file in ONNX Runtime at a shape other than the sample's.
@@ -51,7 +52,8 @@ def export(
     by layer from the safetensors checkpoint, each weight converted as it is read, so memory stays near one layer
     (:mod:`onnx_nb.steps.export.lean`); checked against PyTorch on a prefill and decode steps. Its INT4 blocks are
     written by ``algorithm`` (``"rtn_asym"`` by default, ``"rtn"``, ``"k_quant"``, ``"hqq"``: ONNX Runtime's quantizer,
-    one projection at a time) with the LM head at ``lm_head_bits`` (8 by default, or 4).
+    one projection at a time) with the LM head at ``lm_head_bits`` (8 by default, or 4) and ``block_size`` weights per
+    scale (32 by default).
 
     An Ultralytics YOLO model (``YOLO("yolov8n.pt")`` or its network) needs no sample: ``images`` at 640x640, any
     batch and image size in the file, outputs as Ultralytics' own export names them, its metadata so
@@ -70,7 +72,7 @@ def export(
     from .sources.registry import resolve
 
     args = ExportArgs(sample, task, out, opset, dynamic, exporter, overwrite, progress, name, allow_pickle, cache,
-                      precision, algorithm, lm_head_bits, nms)
+                      precision, algorithm, lm_head_bits, block_size, nms)
     source = resolve(model, args)  # the one place that asks what this model is
     source.refuse(model, args)
     return source.export(model, args)

@@ -35,7 +35,7 @@ from ...errors import InvalidArgumentError, ModelLoadError
 from ...runtime.onnxedit import pad_to_page, point_external
 from .gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
 from .lean_families import PRECISIONS, Family, family_of, rotary_of
-from .lean_quant import ACCURACY_LEVEL, BLOCK, Blocks, by_quantizer, rtn
+from .lean_quant import ACCURACY_LEVEL, Blocks, by_quantizer, rtn
 from .safetensors_file import Checkpoint
 
 INLINE_BYTES = 1024  # smaller tensors stay in the graph
@@ -122,11 +122,12 @@ class Writer:
         if self.blocks is not None and not keep_float:
             bits = bits or self.blocks.bits
             algorithm = self.blocks.algorithm if bits == self.blocks.bits else "rtn"
-            arrays = rtn(w_nk, bits, symmetric=algorithm == "rtn") if algorithm.startswith("rtn") else \
-                by_quantizer(w_nk, bits, algorithm)
+            block = self.blocks.block
+            arrays = rtn(w_nk, bits, block, symmetric=algorithm == "rtn") if algorithm.startswith("rtn") else \
+                by_quantizer(w_nk, bits, algorithm, block)
             names = [self.w.add(f"{name}.{part}", a) for part, a in zip(("qweight", "scales", "zero_points"), arrays)]
             y = self.node("MatMulNBits", [x, *names], name, domain="com.microsoft",
-                          K=k, N=n, bits=bits, block_size=BLOCK, accuracy_level=ACCURACY_LEVEL)
+                          K=k, N=n, bits=bits, block_size=block, accuracy_level=ACCURACY_LEVEL)
         else:
             y = self.node("MatMul", [x, self.w.add(f"{name}.weight", w_nk.T.astype(self.float))], name)
         if bias is not None:
@@ -210,12 +211,12 @@ class Writer:
 
         if self.blocks is None:
             return [self.w.add_stacked(f"{name}.weight", (w.astype(self.float) for w in weights()))]
-        bits = self.blocks.bits
+        bits, block = self.blocks.bits, self.blocks.block
         scales: list[np.ndarray] = []
 
         def quantized() -> Any:
             for w in weights():
-                packed, scale = rtn(w, bits)
+                packed, scale = rtn(w, bits, block)
                 scales.append(scale)
                 yield packed.reshape(packed.shape[0], -1)
 
@@ -244,7 +245,7 @@ class Writer:
         if self.blocks is not None:
             out = self.node("QMoE", [x, probs, *inputs["fc1"], "", *inputs["fc2"], ""], f"{base}/QMoE",
                             domain="com.microsoft", expert_weight_bits=4 if self.precision == "int4" else 8,
-                            block_size=BLOCK, weights_prepacked=0, accuracy_level=ACCURACY_LEVEL, **attrs)
+                            block_size=self.blocks.block, weights_prepacked=0, accuracy_level=ACCURACY_LEVEL, **attrs)
         else:
             out = self.node("MoE", [x, probs, *inputs["fc1"], "", *inputs["fc2"], ""], f"{base}/MoE",
                             domain="com.microsoft", **attrs)

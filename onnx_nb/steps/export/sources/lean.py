@@ -16,7 +16,7 @@ from .hf import HfSource
 class LeanSource(HfSource):
     key = "lean"
     what = "the lean route (precision=)"
-    takes: ClassVar[frozenset[str]] = frozenset({"precision", "algorithm", "lm_head_bits"})
+    takes: ClassVar[frozenset[str]] = frozenset({"precision", "algorithm", "lm_head_bits", "block_size"})
 
     @staticmethod
     def recognises(model: Any, args: ExportArgs) -> bool:
@@ -44,4 +44,5 @@ class LeanSource(HfSource):
         label, target = target_for(model, args)
         assert args.precision is not None
         return export_checkpoint(model, args.precision, target, label, args.progress,
-                                 Blocks.of(args.precision, args.algorithm, args.lm_head_bits))
+                                 Blocks.of(args.precision, args.algorithm, args.lm_head_bits,
+                                           args.block_size))
