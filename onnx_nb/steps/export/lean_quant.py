@@ -30,7 +30,7 @@ BLOCK_SIZES = (16, 32, 64, 128, 256)  # what MatMulNBits takes
 ACCURACY_LEVEL = 4  # INT8 compute of MatMulNBits on CPU
 ALGORITHMS = ("rtn", "rtn_asym", "k_quant", "hqq")
 DEFAULT_ALGORITHM = "rtn_asym"
-DEFAULT_HEAD_BITS = 8  # onnxruntime-genai's builder keeps the LM head at INT8 too (onnxruntime#24384)
+DEFAULT_HEAD_BITS = 8  # an INT4 head made Phi-4-mini repeat itself (onnxruntime#24384); the builder's presets keep 8
 
 
 @dataclass(frozen=True)
