@@ -108,6 +108,11 @@ def by_quantizer(w_nk: np.ndarray, bits: int, algorithm: str, block: int = BLOCK
     from onnxruntime.quantization import matmul_nbits_quantizer as q
 
     n, k = w_nk.shape
+    if algorithm == "k_quant" and -(-k // block) % 2:  # its zero points are packed across rows: ONNX Runtime fails
+        raise InvalidArgumentError(
+            f"algorithm='k_quant' with {k} inputs in blocks of {block} ({-(-k // block)} blocks, an odd number): ONNX "
+            "Runtime's k-quant packs the zero points of two rows together and cannot write it. Use "
+            "algorithm='rtn_asym' or 'hqq', or a block_size that gives an even number of blocks.")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"], name="w")], "one",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],

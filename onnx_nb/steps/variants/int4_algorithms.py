@@ -135,7 +135,8 @@ def most_accurate(first: Any, algorithms: list[str], build: Callable[[str, Any, 
     return variant
 
 
-REMADE = ("int4_algorithm", "symmetric", "lm_head_bits", "accuracy_level", "eight_bit_layers")  # a remake's own
+# a remake's own
+REMADE = ("int4_algorithm", "symmetric", "lm_head_bits", "accuracy_level", "eight_bit_layers", "awq_alpha")
 
 
 def carried(made: Any, before: Any) -> Any:

@@ -39,10 +39,7 @@ def gptq(W: np.ndarray, H: np.ndarray, num_bits: int = 4, group_size: int = 32, 
     """The fake-quantized weight ``[in, out]``: each input row rounded on its group's grid, its rounding error
     (scaled by the inverse Hessian's Cholesky factor) subtracted from the rows not yet rounded."""
     if mse or not perchannel:  # options onnx-nb never sets: ONNX Runtime's own function
-        from onnxruntime.quantization.neural_compressor import weight_only
-
-        return weight_only.__dict__["_onnx_nb_original_gptq"](W, H, num_bits, group_size, scheme, blocksize,
-                                                              percdamp, actorder, mse, perchannel)
+        return _original()(W, H, num_bits, group_size, scheme, blocksize, percdamp, actorder, mse, perchannel)
     maxq, symmetric = 2**num_bits - 1, scheme == "sym"
     W = np.array(W, dtype=np.float64)
     H = np.array(H, dtype=np.float64)
@@ -76,12 +73,23 @@ def gptq(W: np.ndarray, H: np.ndarray, num_bits: int = 4, group_size: int = 32, 
     return Q.astype(np.float32)
 
 
+_ORIGINAL: list[Any] = []  # ONNX Runtime's own gptq, kept the first time it is looked up
+
+
+def _original() -> Any:
+    if not _ORIGINAL:
+        from onnxruntime.quantization.neural_compressor import weight_only
+
+        _ORIGINAL.append(weight_only.gptq if weight_only.gptq is not gptq else None)
+    return _ORIGINAL[0]
+
+
 @contextlib.contextmanager
 def corrected() -> Iterator[None]:
     """ONNX Runtime's GPTQ run with :func:`gptq` in place of its own column updates."""
     from onnxruntime.quantization.neural_compressor import weight_only
 
-    original: Any = weight_only.__dict__.setdefault("_onnx_nb_original_gptq", weight_only.gptq)
+    original = _original()
     weight_only.gptq = gptq
     try:
         yield
