@@ -11,10 +11,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ...errors import InvalidArgumentError
+from .lean_quant import ALGORITHMS as LEAN_ALGORITHMS
+from .lean_quant import Blocks
 
 EXPORTER_CHOICES = ("auto", "dynamo", "torchscript", "keras", "tf2onnx", "skl2onnx")
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
-LEAN_ALGORITHMS = ("rtn", "rtn_asym", "k_quant", "hqq")  # lean_quant.ALGORITHMS (that module imports numpy)
 CACHE_CHOICES = ("auto", True, False)
 DEFAULT_OPSET = 18
 NMS_KEYS = ("conf", "iou", "max_det", "agnostic")
@@ -96,8 +97,6 @@ class ExportArgs:
         if self.precision is not None and self.precision not in PRECISIONS:
             raise InvalidArgumentError(f"precision={self.precision!r}: use one of {', '.join(PRECISIONS)}.")
         if self.precision is not None:
-            from .lean_quant import Blocks
-
             Blocks.of(self.precision, self.algorithm, self.lm_head_bits, self.block_size)  # refusals say what to do
         nms = self.nms
         if not (nms is False or nms is True or nms is None or

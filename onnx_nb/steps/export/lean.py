@@ -14,9 +14,9 @@ parity, onnxruntime-genai's loop and ``benchmark()`` take it as they take that o
   projection, a gated MLP; the final norm and the LM head (a tied head reads the embedding's tensor);
 - each projection's weight in the asked precision as it is read: ``int4`` and ``int8`` are ONNX Runtime's
   ``MatMulNBits`` (blocks of 32, INT8 compute on CPU: accuracy level 4, as the builder writes for CPU; INT4 blocks
-  asymmetric round-to-nearest and the LM head at INT8 unless ``algorithm=`` / ``lm_head_bits=`` say otherwise:
-  :mod:`~onnx_nb.steps.export.lean_quant`), ``fp32`` a plain ``MatMul``; ``fp16`` computes in half precision (for
-  GPU providers) with float32 logits;
+  asymmetric round-to-nearest and the LM head at INT8 unless ``algorithm=`` / ``lm_head_bits=`` / ``block_size=`` say
+  otherwise: :mod:`~onnx_nb.steps.export.lean_quant`), ``fp32`` a plain ``MatMul``; ``fp16`` computes in half
+  precision (for GPU providers) with float32 logits;
 - weights go straight into the external-data file as they are converted (aligned, one file), so the process holds
   one layer's tensors at a time; the checkpoint is read with ``pread``, never mapped
   (:mod:`~onnx_nb.steps.export.safetensors_file`).
@@ -244,7 +244,7 @@ class Writer:
                                  "normalize_routing_weights": int(fam.renormalize), "use_sparse_mixer": 0}
         if self.blocks is not None:
             out = self.node("QMoE", [x, probs, *inputs["fc1"], "", *inputs["fc2"], ""], f"{base}/QMoE",
-                            domain="com.microsoft", expert_weight_bits=4 if self.precision == "int4" else 8,
+                            domain="com.microsoft", expert_weight_bits=self.blocks.bits,
                             block_size=self.blocks.block, weights_prepacked=0, accuracy_level=ACCURACY_LEVEL, **attrs)
         else:
             out = self.node("MoE", [x, probs, *inputs["fc1"], "", *inputs["fc2"], ""], f"{base}/MoE",

@@ -6,8 +6,8 @@ one projection at a time, by ONNX Runtime's own quantizer.
 - ``"rtn_asym"``: the same C++ rounding with each block's minimum and maximum mapped to the ends of the range (a
   uint8 zero point per block): all 16 levels used where symmetric blocks leave one idle and half of the range to a
   block's smaller side, at the same speed;
-- ``"k_quant"``: a k-quant-style search of each block's scale and offset (asymmetric, uint8 zero points), the kind
-  onnxruntime-genai's builder defaults to;
+- ``"k_quant"``: a k-quant-style search of each block's scale and offset (asymmetric, uint8 zero points), the scheme
+  of onnxruntime-genai's ``k_quant`` options (its plain ``-p int4`` file is symmetric round-to-nearest);
 - ``"hqq"``: half-quadratic quantization (each block's scale and zero point fitted to the weights by a few
   optimisation steps), no calibration data needed.
 
@@ -20,10 +20,12 @@ round-to-nearest (``QMoE`` reads symmetric blocks only).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ...errors import InvalidArgumentError
+
+if TYPE_CHECKING:  # numpy at call time: export()'s argument check imports this module with onnx_nb
+    import numpy as np
 
 BLOCK = 32  # MatMulNBits block size (onnxruntime-genai's default)
 BLOCK_SIZES = (16, 32, 64, 128, 256)  # what MatMulNBits takes
@@ -82,6 +84,7 @@ def rtn(w_nk: np.ndarray, bits: int, block: int = BLOCK, symmetric: bool = True)
     """ONNX Runtime's blockwise round-to-nearest of a ``[N, K]`` (out, in) weight for ``MatMulNBits``:
     ``[packed [N, blocks, block*bits/8] uint8, scales [N, blocks] float32]`` and, asymmetric, the zero points
     ``[N, ceil(blocks*bits/8)]`` uint8."""
+    import numpy as np
     from onnxruntime.capi import _pybind_state as ort_c
 
     n, k = w_nk.shape
@@ -104,6 +107,7 @@ def by_quantizer(w_nk: np.ndarray, bits: int, algorithm: str, block: int = BLOCK
     import logging
     import warnings
 
+    import numpy as np
     from onnx import TensorProto, helper, numpy_helper
     from onnxruntime.quantization import matmul_nbits_quantizer as q
 

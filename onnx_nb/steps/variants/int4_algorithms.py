@@ -6,8 +6,8 @@ ONNX Runtime's ``matmul_nbits_quantizer`` ships several ways to pick each block'
   before this choice existed);
 - ``"rtn_asym"``: round-to-nearest with each block's minimum and maximum at the ends of the range (a uint8 zero
   point per block: all 16 levels used), the lean route's default;
-- ``"k_quant"``: a k-quant-style search of each block's scale and offset (asymmetric), the kind onnxruntime-genai's
-  builder defaults to;
+- ``"k_quant"``: a k-quant-style search of each block's scale and offset (asymmetric), the scheme of
+  onnxruntime-genai's ``k_quant`` options;
 - ``"hqq"``: half-quadratic quantization (asymmetric; each block's zero point and scale fitted to the weights by a
   few optimisation steps), no calibration data needed;
 - ``"gptq"``: GPTQ (asymmetric; each column's rounding error pushed onto the columns not yet quantized, weighted by
