@@ -239,7 +239,7 @@ class LatencyTable:
         this machine lacks folded into one line each; every column (options, spread, runs) behind a toggle."""
         shown = [r for r in self.rows if r.status != "unavailable"]
         table = compact_table(COLUMNS, [r.html_cells() for r in shown], KEY, numeric=NUMERIC,
-                              abbreviate=("variant", "shape"), wrap=("options", "note"), width=24,
+                              abbreviate=("variant", "shape"), wrap=("options", "note"), width=20,
                               details="All columns: spread, first run, options, notes")
         folded: dict[str, list[LatencyRow]] = {}
         for r in self.rows:
