@@ -198,3 +198,31 @@ def test_gptq_pushes_each_rounding_error_onto_the_rows_after() -> None:
     for scheme, actorder in (("sym", False), ("asym", True)):
         q = gptq(w, x.T @ x, **{**settings, "scheme": scheme}, actorder=actorder)
         assert q.shape == w.shape and np.abs(x @ (q - w)).mean() < rounded
+
+
+def test_gptq_blocks_are_written_on_gptq_grid() -> None:
+    """ONNX Runtime's GPTQ writer derives each block's grid again from the updated weights (``quant_tensor``), which
+    rounds some of them a second time; inside ``corrected()`` the file's blocks dequantize to GPTQ's own weights."""
+    import numpy as np
+    from onnxruntime.quantization.neural_compressor import weight_only
+
+    from onnx_nb.steps.variants.int4_gptq import corrected
+
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((80, 24)).astype(np.float32) * 0.02  # 80 rows: the last block of 32 is padded
+    x = rng.standard_normal((256, 80)) @ rng.standard_normal((80, 80))
+
+    def gptq(scheme: str) -> np.ndarray:
+        return weight_only.gptq(w, x.T @ x, num_bits=4, group_size=32, scheme=scheme, blocksize=16, percdamp=0.01)
+
+    def written(q: np.ndarray, scheme: str) -> np.ndarray:  # the file's blocks, dequantized, back to [in, out]
+        ints, scale, zp = weight_only.quant_tensor(weight_only.pad_tensor(q, 32, 3).T, 4, 32, scheme, "uint")
+        return ((ints - (zp if scheme == "asym" else 8)) * scale.astype(np.float32)).reshape(24, 96)[:, :80].T
+
+    for scheme in ("asym", "sym"):
+        with corrected():
+            q = gptq(scheme)
+            assert np.abs(written(q, scheme) - q).max() < 1e-6 * np.abs(q).max(), scheme
+        with corrected():  # GPTQ's updates through ONNX Runtime's own writer: some weights move to another grid
+            q = gptq(scheme)
+        assert np.abs(written(q, scheme) - q).max() > 1e-3 * np.abs(q).max(), scheme

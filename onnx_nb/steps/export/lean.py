@@ -35,7 +35,7 @@ from ...errors import InvalidArgumentError, ModelLoadError
 from ...runtime.onnxedit import pad_to_page, point_external
 from .gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
 from .lean_families import PRECISIONS, Family, family_of, rotary_of
-from .lean_quant import ACCURACY_LEVEL, Blocks, by_quantizer, rtn
+from .lean_quant import ACCURACY_LEVEL, Blocks, by_quantizer, refuse_odd_blocks, rtn
 from .safetensors_file import Checkpoint
 
 INLINE_BYTES = 1024  # smaller tensors stay in the graph
@@ -293,9 +293,14 @@ def build(ckpt: Checkpoint, config: Any, staged: Path, precision: str, step: Any
     cos, sin = rotary_of(config)
     if 2 * cos.shape[1] > fam.head_size:
         raise InvalidArgumentError("the rotary tables are wider than a head")
+    blocks = blocks or Blocks.of(precision, None, None)
+    if blocks is not None and blocks.bits == 4:  # every projection's input width (the experts' stay RTN: QMoE)
+        widths = {n: ckpt.shape(n)[-1] for n in ckpt.names if n.endswith("proj.weight") and ".experts." not in n}
+        refuse_odd_blocks(blocks.algorithm, {**widths, **({"the LM head": fam.hidden} if blocks.head_bits == 4
+                                                          else {})}, blocks.block)
     weights = Weights(staged.with_name(staged.name + ".data"))
     try:
-        w = Writer(fam, ckpt, weights, precision, blocks or Blocks.of(precision, None, None))
+        w = Writer(fam, ckpt, weights, precision, blocks)
         front, inits = mask_nodes()
         w.nodes.extend(front)
         weights.initializers.extend(inits)

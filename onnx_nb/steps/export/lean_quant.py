@@ -80,6 +80,18 @@ class Blocks:
                                                                         f", blocks of {self.block}")
 
 
+def refuse_odd_blocks(algorithm: str, widths: dict[str, int], block: int) -> None:
+    """k-quant's zero points are packed across rows: ONNX Runtime cannot write a projection whose input width is an
+    odd number of blocks. The route checks every projection's width (``widths``: weight name -> inputs) up front."""
+    odd = [(name, k) for name, k in widths.items() if -(-k // block) % 2] if algorithm == "k_quant" else []
+    if odd:
+        name, k = odd[0]
+        raise InvalidArgumentError(
+            f"algorithm='k_quant': {name} has {k} inputs, {-(-k // block)} blocks of {block}, an odd number "
+            "(ONNX Runtime's k-quant packs the zero points of two rows together and cannot write it). Use "
+            "algorithm='rtn_asym' or 'hqq', or a block_size that gives an even number of blocks.")
+
+
 def rtn(w_nk: np.ndarray, bits: int, block: int = BLOCK, symmetric: bool = True) -> list[np.ndarray]:
     """ONNX Runtime's blockwise round-to-nearest of a ``[N, K]`` (out, in) weight for ``MatMulNBits``:
     ``[packed [N, blocks, block*bits/8] uint8, scales [N, blocks] float32]`` and, asymmetric, the zero points
@@ -112,11 +124,7 @@ def by_quantizer(w_nk: np.ndarray, bits: int, algorithm: str, block: int = BLOCK
     from onnxruntime.quantization import matmul_nbits_quantizer as q
 
     n, k = w_nk.shape
-    if algorithm == "k_quant" and -(-k // block) % 2:  # its zero points are packed across rows: ONNX Runtime fails
-        raise InvalidArgumentError(
-            f"algorithm='k_quant' with {k} inputs in blocks of {block} ({-(-k // block)} blocks, an odd number): ONNX "
-            "Runtime's k-quant packs the zero points of two rows together and cannot write it. Use "
-            "algorithm='rtn_asym' or 'hqq', or a block_size that gives an even number of blocks.")
+    refuse_odd_blocks(algorithm, {"the projection": k}, block)
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"], name="w")], "one",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],

@@ -6,7 +6,10 @@ below the diagonal (``Hinv1[i:, i]``, ``Hinv[i2:, i1:i2]``) where GPTQ reads its
 rounding error is ever pushed onto the columns not yet quantized and every block comes out as plain asymmetric
 round-to-nearest (on all-MiniLM-L6-v2 its file carried the same bytes as ``algorithm="rtn_asym"``'s).
 :func:`corrected` runs the quantizer with :func:`gptq` in its place: the same parameters and grid (per-group min/max,
-the same damping and activation order), the updates read from the factor's rows.
+the same damping and activation order), the updates read from the factor's rows. ONNX Runtime then writes the
+result through ``quant_tensor``, which derives each block's grid again from the updated weights' own min and max and
+so rounds some of them a second time; inside :func:`corrected` the blocks GPTQ rounded are written with GPTQ's own
+integers, scales and zero points instead.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ def gptq(W: np.ndarray, H: np.ndarray, num_bits: int = 4, group_size: int = 32, 
     H[np.arange(rows), np.arange(rows)] += percdamp * np.mean(np.diag(H))
     hinv = np.linalg.cholesky(np.linalg.inv(H)).T  # upper: row i holds what row i's error does to the rows after
     Q = np.zeros_like(W)
+    codes = np.zeros(W.shape, dtype=np.uint8)
+    scales, zeros = [], []
     scale = zero = np.zeros(W.shape[1])
     for i1 in range(0, rows, blocksize):
         i2 = min(i1 + blocksize, rows)
@@ -61,16 +66,45 @@ def gptq(W: np.ndarray, H: np.ndarray, num_bits: int = 4, group_size: int = 32, 
         for i in range(i2 - i1):
             if (i1 + i) % group_size == 0:  # the grid of the group this row starts, as GPTQ takes it
                 scale, zero = _grid(W[i1 + i:i1 + i + group_size], maxq, symmetric)
+                scales.append(scale)
+                zeros.append(zero)
             w = block[i]
-            q = scale * (np.clip(np.round(w / scale) + zero, 0, maxq) - zero)
-            Q[i1 + i] = q
+            code = np.clip(np.round(w / scale) + zero, 0, maxq)
+            q = scale * (code - zero)
+            Q[i1 + i], codes[i1 + i] = q, code
             err = (w - q) / h[i, i]
             block[i:] -= np.outer(h[i, i:], err)
             errors[i] = err
         W[i2:] -= hinv[i1:i2, i2:].T @ errors
-    if perm is not None:
-        Q = Q[np.argsort(perm)]
-    return Q.astype(np.float32)
+    if perm is not None:  # groups of permuted rows are not the file's blocks: ONNX Runtime's writer rounds them
+        return Q[np.argsort(perm)].astype(np.float32)
+    result = Q.astype(np.float32)
+    _ROUNDED[:] = [(result, codes, np.array(scales), np.array(zeros))]
+    return result
+
+
+_ROUNDED: list[tuple[np.ndarray, ...]] = []  # the last gptq() call's weight, integers, scales and zero points
+
+
+def quant_tensor(data: np.ndarray, num_bits: int = 4, group_size: int = 32, scheme: str = "asym",
+                 dtype: str = "int", ratio: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ONNX Runtime's ``quant_tensor`` (blocks ``[out * k_blocks, group_size]``, scale and zero point per block),
+    which returns the integers and grid :func:`gptq` chose when ``data`` is its last weight (``[out, in]``, padded
+    with zero rows to whole blocks), rather than deriving a grid again from it."""
+    last = _ROUNDED.pop() if _ROUNDED else None
+    if last is not None and dtype == "uint" and ratio == 1.0 and data.ndim == 2:
+        weight, codes, scales, zeros = last
+        rows, out = weight.shape
+        blocks = -(-rows // group_size)
+        if (data.shape == (out, blocks * group_size) and scales.shape == (blocks, out)
+                and np.array_equal(data[:, :rows], weight.T) and not data[:, rows:].any()):
+            padded = np.concatenate([codes, np.broadcast_to(zeros[-1], (blocks * group_size - rows, out))])
+            return (padded.T.reshape(-1, group_size).astype(np.float64), scales.T.reshape(-1, 1),
+                    zeros.T.reshape(-1, 1).astype(np.uint8))
+    return _ORIGINAL_QUANT[0](data, num_bits, group_size, scheme, dtype, ratio)
+
+
+_ORIGINAL_QUANT: list[Any] = []
 
 
 _ORIGINAL: list[Any] = []  # ONNX Runtime's own gptq, kept the first time it is looked up
@@ -86,12 +120,16 @@ def _original() -> Any:
 
 @contextlib.contextmanager
 def corrected() -> Iterator[None]:
-    """ONNX Runtime's GPTQ run with :func:`gptq` in place of its own column updates."""
+    """ONNX Runtime's GPTQ run with :func:`gptq` in place of its own column updates, its blocks written with
+    GPTQ's own grid (:func:`quant_tensor`)."""
     from onnxruntime.quantization.neural_compressor import weight_only
 
     original = _original()
-    weight_only.gptq = gptq
+    if not _ORIGINAL_QUANT:
+        _ORIGINAL_QUANT.append(weight_only.quant_tensor)
+    weight_only.gptq, weight_only.quant_tensor = gptq, quant_tensor
     try:
         yield
     finally:
-        weight_only.gptq = original
+        weight_only.gptq, weight_only.quant_tensor = original, _ORIGINAL_QUANT[0]
+        _ROUNDED.clear()
