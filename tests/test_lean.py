@@ -308,7 +308,7 @@ def test_int4_algorithm_and_lm_head_bits(checkpoints: dict[str, Path], tmp_path:
     with pytest.raises(onnx_nb.InvalidArgumentError, match="algorithm: not for"):
         onnx_nb.export(folder, algorithm="hqq", out=tmp_path / "a.onnx")
     # k-quant's odd block count is refused before the first layer is written: it names the first weight it meets
-    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"k_quant': model.layers.0.\S+ has \d+ inputs, 1 blocks "
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"k_quant': model\.layers\.0\.\S+ has \d+ inputs, 1 blocks "
                                                            r"of 256, an odd number"):
         onnx_nb.export(folder, precision="int4", algorithm="k_quant", block_size=256, out=tmp_path / "a.onnx")
     assert not list(tmp_path.glob("a.onnx*"))

@@ -79,11 +79,13 @@ def gptq(W: np.ndarray, H: np.ndarray, num_bits: int = 4, group_size: int = 32, 
     if perm is not None:  # groups of permuted rows are not the file's blocks: ONNX Runtime's writer rounds them
         return Q[np.argsort(perm)].astype(np.float32)
     result = Q.astype(np.float32)
-    _ROUNDED[:] = [(result, codes, np.array(scales), np.array(zeros))]
+    if _ACTIVE:  # inside corrected(): ONNX Runtime's writer is about to ask quant_tensor for this weight's blocks
+        _ROUNDED[:] = [(result, codes, np.array(scales), np.array(zeros))]
     return result
 
 
 _ROUNDED: list[tuple[np.ndarray, ...]] = []  # the last gptq() call's weight, integers, scales and zero points
+_ACTIVE: list[bool] = []  # non-empty while corrected() has ONNX Runtime patched
 
 
 def quant_tensor(data: np.ndarray, num_bits: int = 4, group_size: int = 32, scheme: str = "asym",
@@ -125,11 +127,14 @@ def corrected() -> Iterator[None]:
     from onnxruntime.quantization.neural_compressor import weight_only
 
     original = _original()
-    if not _ORIGINAL_QUANT:
+    if not _ORIGINAL_QUANT and weight_only.quant_tensor is not quant_tensor:
         _ORIGINAL_QUANT.append(weight_only.quant_tensor)
     weight_only.gptq, weight_only.quant_tensor = gptq, quant_tensor
+    _ROUNDED.clear()
+    _ACTIVE.append(True)
     try:
         yield
     finally:
         weight_only.gptq, weight_only.quant_tensor = original, _ORIGINAL_QUANT[0]
         _ROUNDED.clear()
+        _ACTIVE.clear()
