@@ -280,3 +280,57 @@ def test_optimized_and_int8_files_keep_their_layers_and_compare_pairs_each_modul
                    if n["module"] == "encoder.layer.0.intermediate.dense" and n["op"] == "MatMul")
         there = c.matched.get(mlp) or c.into.get(mlp)
         assert modules[there] == "encoder.layer.0.intermediate.dense", (variant.path.name, there)
+
+
+def _group_cycles(graph: dict[str, Any], depth: int) -> list[str]:
+    """The module boxes the graph view draws at ``depth`` (as js/src/graph.js groups them) on or after a cycle of
+    boxes: a box both before and after another, which the layout can only draw side by side (a module and its own
+    submodule aside: a module's code runs before and after its child's)."""
+    def unit(n: dict[str, Any]) -> str:
+        return ".".join((n["module"] or "").split(".")[:depth]) if n["module"] else "n:" + n["name"]
+
+    of = {n["name"]: unit(n) for n in graph["nodes"]}
+    after: dict[str, set[str]] = {u: set() for u in of.values()}
+    for e in graph["edges"]:
+        a, b = of[e["source"]], of[e["target"]]
+        if a != b and not a.startswith(b + ".") and not b.startswith(a + "."):
+            after[a].add(b)
+    indegree = {u: 0 for u in after}
+    for targets in after.values():
+        for t in targets:
+            indegree[t] += 1
+    todo = [u for u, d in indegree.items() if d == 0]
+    while todo:  # Kahn: what is left once no box without a predecessor remains lies on a cycle
+        for t in after.pop(todo.pop()):
+            indegree[t] -= 1
+            if indegree[t] == 0:
+                todo.append(t)
+    return sorted(after)
+
+
+def test_a_file_from_another_exporter_keeps_its_layers_in_order(tmp_path: Path) -> None:
+    """The INT8 step can quantize a TorchScript re-export of the model (the attention route that ran fastest): its
+    ONNX Runtime nodes take their modules from the dynamo parent by weight, yet TorchScript folded the tiny model's
+    equal LayerNorm weights (all ones) into one. A weight several modules read names none of them, so each fused
+    node takes its own layer from its neighbours, and the graph view's module boxes follow one another (before:
+    every layer's skip-norm in the embedding's LayerNorm box, all layers drawn in one wide row)."""
+    from onnx_nb.frontends.graphdata import default_depth, graph_json
+    from onnx_nb.runtime.scopes import carry_scopes
+
+    model = tiny_models.build("bert")
+    parent = onnx_nb.optimize(onnx_nb.export(model, out=tmp_path / "d.onnx", progress=False),
+                              out=tmp_path / "d.opt.onnx")
+    ts = onnx_nb.export(model, out=tmp_path / "t.onnx", progress=False, exporter="torchscript")
+    child = onnx_nb.quantize(onnx_nb.optimize(ts, out=tmp_path / "t.opt.onnx"), method="dynamic",
+                             out=tmp_path / "t.int8.onnx")
+    assert carry_scopes(onnx.load(str(parent.path), load_external_data=False), child.path) > 0
+    graph = graph_json(child.path)
+    norms = [n for n in graph["nodes"] if n["op"] == "LayerNormalization" and not n["name"].startswith("/")]
+    layers = [".".join((n["module"] or "").split(".")[:4]) for n in norms]
+    # (the last layer's closing skip-norm goes to the pooler, the first module that reads it)
+    assert layers[:3] == ["bert.encoder.layer.0", "bert.encoder.layer.0", "bert.encoder.layer.1"], \
+        [(n["name"], n["module"]) for n in norms]
+    attention = [n["module"] for n in graph["nodes"] if n["op"] == "QAttention"]
+    assert attention == ["bert.encoder.layer.0.attention.self", "bert.encoder.layer.1.attention.self"], attention
+    assert _group_cycles(graph, default_depth(graph)) == []
+    assert _group_cycles(graph_json(parent.path), default_depth(graph_json(parent.path))) == []

@@ -154,7 +154,10 @@ function render({ model, el: root }) {
     const { w, h } = area();
     t.k = Math.min(w / (bbox.width + 40), h / (bbox.height + 40), 1.5);
     if (legible) t.k = Math.max(t.k, 0.9);
-    t.x = Math.max((w - bbox.width * t.k) / 2, 10);
+    // wider than the drawing at a legible zoom: its middle in view (where a model's chain of layers runs; the left
+    // edge would cut the chain and show side branches), to be panned or fitted
+    t.x = (w - bbox.width * t.k) / 2;
+    if (t.x >= 0) t.x = Math.max(t.x, 10);
     t.y = 20;
     apply();
   };

@@ -5,8 +5,10 @@ view groups by it and ``compare()`` pairs by it. ONNX Runtime's fusions and quan
 (MiniLM's optimized file: 59 of 106 nodes at the top level, its INT8 file 199 of 451), so a variant lost its layers.
 :func:`carry_scopes` gives each such node the scopes of the parent's node it stands for: the node of the same name,
 else the node that made the same output tensor (a quantizer keeps the names of what it replaces), else the node that
-read the same weight (``w`` -> ``w_quantized``, ``w_Q4``, ``w_scale``), else its nearest
-neighbour that has scopes (what reads its outputs first, then what feeds it).
+read the same weight (``w`` -> ``w_quantized``, ``w_Q4``, ``w_scale``) when one module alone reads it in the
+parent, else its nearest neighbour that has scopes (what reads its outputs first, then what feeds it; a TorchScript
+node's module is in its name). A weight's own node that several nodes read (a shared weight dequantized once) stays
+at the top level: inside the first module that reads it, it would draw the later ones beside that one.
 """
 
 from __future__ import annotations
@@ -47,11 +49,18 @@ def carry_scopes(parent: Any, path: Path) -> int:
     by_output = {t: s for n in parent.graph.node if (s := scopes_of(n)) for t in n.output}
     weights = {i.name for i in parent.graph.initializer}
     by_weight: dict[str, str] = {}
+    modules: dict[str, set[str]] = defaultdict(set)  # the modules (scopes less the node's own name) reading each
     for node in parent.graph.node:
         s = scopes_of(node)
         for t in node.input:
             if s and t in weights:
                 by_weight.setdefault(weight_key(t), s)
+                modules[weight_key(t)].add(s.rsplit(",", 1)[0])
+    # a weight several modules read (an exporter folds equal initializers into one: a tiny model's LayerNorm
+    # weights, all ones; a tied embedding and LM head) says nothing about which of them a node stands for
+    for w, where in modules.items():
+        if len(where) > 1:
+            by_weight.pop(w, None)
     found: dict[int, str] = {}
     for k in missing:
         node = proto.graph.node[k]
@@ -59,13 +68,31 @@ def carry_scopes(parent: Any, path: Path) -> int:
             next((by_weight[w] for w in map(weight_key, node.input) if w in by_weight), None)
         if s:
             found[k] = s
-    own = {k: s for k, n in enumerate(proto.graph.node) if (s := scopes_of(n))}
-    found.update(nearest(proto, [k for k in missing if k not in found], {**own, **found}))
+    own = {k: s for k, n in enumerate(proto.graph.node) if (s := scopes_of(n) or named_scopes(n))}
+    # a node fed by weights alone whose output several nodes read (a shared weight dequantized once) stays at the
+    # top level: drawn inside the first module that reads it, it would tie the later ones to that one
+    consts = {i.name for i in proto.graph.initializer}
+    reads: dict[str, int] = defaultdict(int)
+    for node in proto.graph.node:
+        for t in node.input:
+            reads[t] += 1
+    shared = {k for k in missing if all(t in consts for t in proto.graph.node[k].input if t)
+              and sum(reads[t] for t in proto.graph.node[k].output) > 1}
+    found.update(nearest(proto, [k for k in missing if k not in found and k not in shared], {**own, **found}))
     for k, s in found.items():
         entry = proto.graph.node[k].metadata_props.add()
         entry.key, entry.value = SCOPES, s
     onnx.save(proto, str(path))
     return len(found)
+
+
+def named_scopes(node: Any) -> str | None:
+    """The scopes of a node the TorchScript exporter named by its module (``/model/encoder/layer.0/attention/MatMul``
+    -> ``encoder.layer.0.attention``), written as the dynamo exporter writes them; None for other names."""
+    if not node.name.startswith("/"):
+        return None
+    parts = node.name.strip("/").split("/")[1:-1]
+    return repr(["", "inner.model", *("inner.model." + ".".join(parts[:i + 1]) for i in range(len(parts))), node.name])
 
 
 def nearest(proto: Any, nodes: Any, known: dict[int, str], hops: int = 6) -> dict[int, str]:
