@@ -41,10 +41,12 @@ def html_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], raw_cols: 
 
 
 def sig(value: float | None, digits: int = 3) -> str:
-    """A number to ``digits`` significant digits ("-" for none): 0.0223, 1.23e-05, 74.7, 1.2e+03."""
+    """A number to ``digits`` significant digits ("-" for none): 0.0223, 1.23e-05, 74.7; from 10 ** digits to a
+    million a whole number rounded as much (1468 ms -> 1470, never 1.47e+03)."""
     if value is None:
         return "-"
-    return format(value, f".{digits}g")
+    text = format(value, f".{digits}g")
+    return format(float(text), ".0f") if 10**digits <= abs(float(text)) < 1e6 else text
 
 
 LIST_SHOWN = 6  # a recipe's list shown by its first items

@@ -6,8 +6,8 @@ from onnx_nb.render import abbr, compact_table, folded, sig
 
 
 def test_sig_keeps_three_significant_digits() -> None:
-    assert [sig(v) for v in (0.022345, 74.66, 1234.5, 1.234e-5, None)] == ["0.0223", "74.7", "1.23e+03",
-                                                                          "1.23e-05", "-"]
+    assert [sig(v) for v in (0.022345, 74.66, 1234.5, 1.234e-5, None)] == ["0.0223", "74.7", "1230", "1.23e-05", "-"]
+    assert [sig(v) for v in (999.6, -1468.0, 123456.7, 2.5e6)] == ["1000", "-1470", "123000", "2.5e+06"]
 
 
 def test_abbr_cuts_long_text_and_keeps_it_on_hover_escaped() -> None:
