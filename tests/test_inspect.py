@@ -286,8 +286,12 @@ def _group_cycles(graph: dict[str, Any], depth: int) -> list[str]:
     """The module boxes the graph view draws at ``depth`` (as js/src/graph.js groups them) on or after a cycle of
     boxes: a box both before and after another, which the layout can only draw side by side (a module and its own
     submodule aside: a module's code runs before and after its child's)."""
-    def unit(n: dict[str, Any]) -> str:
-        return ".".join((n["module"] or "").split(".")[:depth]) if n["module"] else "n:" + n["name"]
+    loose = sum(1 for n in graph["nodes"] if not n["module"])
+
+    def unit(n: dict[str, Any]) -> str:  # (more than 20 nodes outside any module are folded into one box)
+        if n["module"]:
+            return ".".join(n["module"].split(".")[:depth])
+        return "(top level)" if loose > 20 else "n:" + n["name"]
 
     of = {n["name"]: unit(n) for n in graph["nodes"]}
     after: dict[str, set[str]] = {u: set() for u in of.values()}

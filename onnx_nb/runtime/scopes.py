@@ -69,16 +69,22 @@ def carry_scopes(parent: Any, path: Path) -> int:
         if s:
             found[k] = s
     own = {k: s for k, n in enumerate(proto.graph.node) if (s := scopes_of(n) or named_scopes(n))}
-    # a node fed by weights alone whose output several nodes read (a shared weight dequantized once) stays at the
-    # top level: drawn inside the first module that reads it, it would tie the later ones to that one
+    # a node fed by weights alone whose output several nodes read (a shared weight dequantized once) takes the module
+    # of its readers when they share one, else stays at the top level: inside the first module that reads it, it
+    # would draw the later ones beside that one
     consts = {i.name for i in proto.graph.initializer}
-    reads: dict[str, int] = defaultdict(int)
-    for node in proto.graph.node:
-        for t in node.input:
-            reads[t] += 1
-    shared = {k for k in missing if all(t in consts for t in proto.graph.node[k].input if t)
-              and sum(reads[t] for t in proto.graph.node[k].output) > 1}
+    readers: dict[str, list[int]] = defaultdict(list)
+    for j, node in enumerate(proto.graph.node):
+        for t in set(node.input):
+            readers[t].append(j)
+    shared = {k: {j for t in proto.graph.node[k].output for j in readers[t]} for k in missing if k not in found
+              and all(t in consts for t in proto.graph.node[k].input if t)}
+    shared = {k: js for k, js in shared.items() if len(js) > 1}
     found.update(nearest(proto, [k for k in missing if k not in found and k not in shared], {**own, **found}))
+    for k, js in shared.items():
+        theirs = {(found.get(j) or own.get(j) or "").rsplit(",", 1)[0] for j in js}
+        if len(theirs) == 1 and "" not in theirs:
+            found[k] = found.get(min(js)) or own[min(js)]
     for k, s in found.items():
         entry = proto.graph.node[k].metadata_props.add()
         entry.key, entry.value = SCOPES, s
@@ -89,9 +95,9 @@ def carry_scopes(parent: Any, path: Path) -> int:
 def named_scopes(node: Any) -> str | None:
     """The scopes of a node the TorchScript exporter named by its module (``/model/encoder/layer.0/attention/MatMul``
     -> ``encoder.layer.0.attention``), written as the dynamo exporter writes them; None for other names."""
-    if not node.name.startswith("/"):
+    parts = node.name.strip("/").split("/")[1:-1] if node.name.startswith("/") else []
+    if not parts:  # not a TorchScript name, or a node of the top level: no module to lend
         return None
-    parts = node.name.strip("/").split("/")[1:-1]
     return repr(["", "inner.model", *("inner.model." + ".".join(parts[:i + 1]) for i in range(len(parts))), node.name])
 
 
