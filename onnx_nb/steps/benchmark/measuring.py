@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InsufficientMemoryError
+from ...render import sig
 from ...results.latency import LatencyRow
 from ...runtime.timing import Clock, interleaved, time_runs
 
@@ -76,7 +77,7 @@ def remeasure(kept: list[tuple[LatencyRow, Any]], clock: Clock, threads: int | N
             if ratio > REMEASURE_RATIO:
                 row.noisy = True
                 row.note = (f"{row.note}; " if row.note else "") + (
-                    f"re-measured at {again:.3g} ms against p50 {row.p50_ms:.3g} ms ({ratio:.1f}x apart): the "
+                    f"re-measured at {sig(again)} ms against p50 {sig(row.p50_ms)} ms ({ratio:.1f}x apart): the "
                     "machine was busy during one of them")
     kept.clear()
 
