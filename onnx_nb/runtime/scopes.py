@@ -33,6 +33,11 @@ def scopes_of(node: Any) -> str | None:
     return next((p.value for p in node.metadata_props if p.key == SCOPES), None)
 
 
+def module_key(scopes: str) -> str:
+    """A scopes value less its last entry (the node's own name): equal for two nodes of one module."""
+    return scopes.rsplit(",", 1)[0]
+
+
 def carry_scopes(parent: Any, path: Path) -> int:
     """Annotate the nodes of the file at ``path`` that lack scopes from ``parent`` (the proto it was made from);
     rewrites the graph in place (external data untouched). Returns how many nodes got scopes."""
@@ -55,7 +60,7 @@ def carry_scopes(parent: Any, path: Path) -> int:
         for t in node.input:
             if s and t in weights:
                 by_weight.setdefault(weight_key(t), s)
-                modules[weight_key(t)].add(s.rsplit(",", 1)[0])
+                modules[weight_key(t)].add(module_key(s))
     # a weight several modules read (an exporter folds equal initializers into one: a tiny model's LayerNorm
     # weights, all ones; a tied embedding and LM head) says nothing about which of them a node stands for
     for w, where in modules.items():
@@ -82,7 +87,7 @@ def carry_scopes(parent: Any, path: Path) -> int:
     shared = {k: js for k, js in shared.items() if len(js) > 1}
     found.update(nearest(proto, [k for k in missing if k not in found and k not in shared], {**own, **found}))
     for k, js in shared.items():
-        theirs = {(found.get(j) or own.get(j) or "").rsplit(",", 1)[0] for j in js}
+        theirs = {module_key(found.get(j) or own.get(j) or "") for j in js}
         if len(theirs) == 1 and "" not in theirs:
             found[k] = found.get(min(js)) or own[min(js)]
     for k, s in found.items():
