@@ -24,11 +24,13 @@ KIND_DECISIONS = [
     r"(?<!dtype)\.kind\s+(not\s+)?in\s+[A-Z_]{3,}",
     r"(?<!def )\b(kind_of|is_causal_lm|is_seq2seq|_is_seq2seq_file|keras_on_torch|is_gqa_file|is_unet|is_sam|"
     r"is_hf_sam|is_ultralytics|is_torchvision_detector|is_diffusion_pipeline|is_sentence_transformer|"
-    r"is_hf_model)\(",
+    r"is_hf_model|is_vlm)\(",
     r"startswith\(\s*[\"']past_key_values\.",
     r"[\"']\.encoder\.[\"']\s+in\b",
     r"cache_layout\s+is\s+(not\s+)?None",
     r"isinstance\([^)]*\b(DiffusionExport|SamExport|PartsExport)\b",
+    r"hasattr\([^)]*[\"']parts[\"']",  # "written as several files" sniffed from a result's attributes
+    r"cache_layout[\"']\s*,\s*None\)\s+is\s+(not\s+)?None",
 ]
 
 
@@ -50,9 +52,41 @@ def test_no_kind_decision_outside_the_source_layer() -> None:
     # the guard sees what it guards: each pattern matches the code it is written for
     samples = ['if source.kind == "module":', "x = kind_of(model)", 'any(n.startswith("past_key_values.") for n in a)',
                "if export.cache_layout is not None:", "isinstance(result, DiffusionExport)",
-               'if ".encoder." in name:', "elif source.kind in NATIVE:"]
+               'if ".encoder." in name:', "elif source.kind in NATIVE:", 'hasattr(export, "parts")',
+               'getattr(source, "cache_layout", None) is not None', "is_vlm(model)"]
     assert all(any(re.search(p, s) for p in KIND_DECISIONS) for s in samples)
     assert not any(re.search(p, 'value.dtype.kind == "f"') for p in KIND_DECISIONS)
+
+
+def test_one_rule_for_the_other_shape_and_one_table_of_sample_sizes() -> None:
+    import numpy as np
+    import torch
+
+    from onnx_nb.results.export import ModelSource
+    from onnx_nb.runtime.shapes import SAMPLE_SIZES, other_size, other_sizes
+    from onnx_nb.steps.export.converting import grown
+    from onnx_nb.steps.export.decoder_cache import SAMPLE_PAST, SAMPLE_SEQUENCE
+    from onnx_nb.steps.export.hf.samples import BATCH, SEQUENCE
+    from onnx_nb.steps.export.inputs import Sample, growth
+    from onnx_nb.steps.variants.variants import too_big_advice
+
+    sizes = {"batch": 2, "sequence": 7, "height": 32, "width": 24}
+    # the batch one more; other axes by 2, 4, 5 (or a third); image sides by their power-of-two step
+    assert other_sizes(sizes) == {"batch": 3, "sequence": 9, "height": 64, "width": 32}
+    assert other_size(7) == 10 and other_size(224) == 320  # an axis of unknown kind keeps what it divides by
+    axes = {"ids": {0: "batch", 1: "sequence"}, "image": {0: "batch", 2: "height", 3: "width"}}
+    feed = {"ids": np.ones((2, 7), np.int64), "image": np.zeros((2, 3, 32, 24), np.float32)}
+    # the converters' check (Keras, TensorFlow, scikit-learn, adopted files) and the PyTorch route's ask the rule
+    assert {k: v.shape for k, v in grown(feed, axes).items()} == {"ids": (3, 9), "image": (3, 3, 64, 32)}
+    sample = Sample(list(feed), [torch.from_numpy(v) for v in feed.values()], False, axes)
+    assert growth(sample) == {"batch": 1, "sequence": 2, "height": 32, "width": 8}
+    # the sample makers read their sizes from one table
+    assert (BATCH, SEQUENCE, SAMPLE_SEQUENCE, SAMPLE_PAST) == tuple(
+        SAMPLE_SIZES[k] for k in ("batch", "sequence", "step_sequence", "past_sequence"))
+    # "is it a decoder" read from the record the adapter wrote, not from the cache layout's presence
+    decoder = ModelSource("hf-dir", "m", location="/models/m", generation="decoder")
+    assert 'precision="int4"' in too_big_advice(decoder)
+    assert "precision" not in too_big_advice(ModelSource("hf-dir", "m", location="/models/m"))
 
 
 def test_modules_stay_small_and_export_fits_a_screen() -> None:

@@ -35,6 +35,20 @@ def contiguous(array: Any) -> np.ndarray:
     return np.require(array, requirements="C")
 
 
+# The one table of the sizes a sample onnx-nb makes from nothing has (a model's config, where it names one, wins:
+# an image model's image_size, an audio model's frames). Every sample maker reads its sizes here.
+SAMPLE_SIZES = {
+    "batch": 2,              # every sample
+    "sequence": 7,           # a text model's tokens
+    "decoder_sequence": 5,   # an encoder-decoder's decoder tokens
+    "step_sequence": 4,      # a decoder-with-cache sample: its new tokens ...
+    "past_sequence": 3,      # ... after these cached ones
+    "image_side": 224,       # an image whose config names no size
+    "audio_samples": 4000,   # a waveform
+    "mel_frames": 3000,      # a spectrogram whose config names no length
+    "open_image_side": 32,   # an open image axis of a Keras / TensorFlow input
+    "open_sequence": 8,      # an open sequence axis of a Keras / TensorFlow input
+}
 SPATIAL = ("height", "width", "depth")  # the axis names an image input's dynamic axes get
 
 
@@ -42,6 +56,36 @@ def image_step(size: int) -> int:
     """The power of two (up to 32) an image axis of this length is a multiple of: other lengths to check it at
     move by multiples of it, so a network that halves the axis k times and joins the halves again still can."""
     return min(32, size & -size) if size > 0 else 1
+
+
+GROWTH = (3, 2, 4, 5)  # what the non-batch axes grow by, in turn, so no two grown axes coincide by accident
+
+
+def other_sizes(sizes: dict[str, int]) -> dict[str, int]:
+    """The one rule for the other shape an export is checked at (named axis -> its other length): the batch one
+    more, the other axes longer by 3, 2, 4, 5 in turn, or by a third of their length when that is more (so a strided
+    convolution sees the change). An image axis (height, width, depth) grows by a multiple of the power of two (up to
+    32) its length is a multiple of, so a network that halves it k times and joins the halves again (a UNet, a
+    detector's feature pyramid) still can. The PyTorch route, the converters (Keras, TensorFlow, scikit-learn) and
+    an adopted file's check all ask this rule; parity's shapes (:func:`auto_shapes`) go farther on purpose."""
+    names = sorted(sizes, key=lambda n: n != "batch")
+    other = {}
+    for i, n in enumerate(names):
+        if n == "batch":
+            other[n] = sizes[n] + 1
+            continue
+        extra = max(GROWTH[i % len(GROWTH)], sizes[n] // 3)
+        if n in SPATIAL:
+            step = image_step(sizes[n])
+            extra = -(-extra // step) * step
+        other[n] = sizes[n] + extra
+    return other
+
+
+def other_size(size: int) -> int:
+    """:func:`other_sizes` for one axis whose kind is not known yet: grown as an image axis is (it keeps dividing by
+    what its length divides by)."""
+    return other_sizes({"height": size})["height"]
 
 
 def auto_shapes(sizes: dict[str, int]) -> list[ShapeSpec]:

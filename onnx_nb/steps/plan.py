@@ -73,10 +73,9 @@ def _export(model: Any, s: Settings, _done: dict[str, Any]) -> Any:
 def _subject(export: Any) -> Any:
     """What parity and the variants work on: the export, or of several files the one its adapter names (a
     vision-language model's decoder part, judged on the chain of its files)."""
-    from .export.sources.registry import adapter_of
+    from .export.sources.registry import subject_of
 
-    part = adapter_of(export).primary_part if hasattr(export, "parts") and hasattr(export, "folder") else None
-    return export.parts[part] if part else export
+    return subject_of(export)
 
 
 def _parity(_model: Any, s: Settings, done: dict[str, Any]) -> Any:

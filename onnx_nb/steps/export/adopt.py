@@ -48,7 +48,7 @@ def adopt(path: Path, sample: Any, out: Any, overwrite: bool, name: str | None) 
         if runner is None:
             check, unverified = {"passed": True, "skipped": True}, [NO_REFERENCE.format(why=why)]
         else:
-            probe = grown(feed, {k: {a: n for a, n in v.items() if a == 0} for k, v in axes.items()})  # batch 3
+            probe = grown(feed, {k: {a: n for a, n in v.items() if a == 0} for k, v in axes.items()})  # another batch
             check = _check(path, probe, runner(probe), label or "", order)
     warnings = [] if check.get("passed", True) else [
         f"ONNX Runtime does not compute this file as {check['against']} does: {check.get('error') or check['summary']}"]

@@ -20,15 +20,18 @@ WHAT = {"keras": "a Keras model", "tensorflow": "a TensorFlow model", "sklearn":
 
 def grown(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]], seed: int = 1,
           vocab: int | None = None) -> dict[str, np.ndarray]:
-    """Inputs at other sizes along every axis in ``axes`` (batch 3, image sides +16, sequences +5): fresh values
-    drawn like the sample's (integers within the sample's range, floats from a normal distribution scaled to it)."""
+    """Inputs at other sizes along every axis in ``axes`` (:func:`onnx_nb.runtime.shapes.other_sizes`, the rule the
+    PyTorch route's check follows): fresh values drawn like the sample's (integers within the sample's range, floats
+    from a normal distribution scaled to it)."""
+    from ...runtime.shapes import axis_sizes, other_sizes
+
+    other = other_sizes(axis_sizes(feed, axes))
     rng = np.random.default_rng(seed)
     out = {}
     for name, value in feed.items():
         shape = list(value.shape)
         for axis, axis_name in axes.get(name, {}).items():
-            shape[axis] = 3 if axis_name == "batch" else shape[axis] + (16 if axis_name in ("height", "width")
-                                                                         else 5)
+            shape[axis] = other[axis_name]
         if value.dtype.kind in "iu":
             high = int(vocab or value.max() + 1 if value.size else 2)
             out[name] = rng.integers(int(value.min()) if value.size else 0, max(high, 1), shape).astype(value.dtype)

@@ -18,21 +18,12 @@ import numpy as np
 import torch
 
 from ...render import human_bytes
+from ...runtime.shapes import SAMPLE_SIZES
 from .hf_cache import cache_kwargs, cache_of
 
-CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 PAST = "past_key_values.{}.{}"
 PRESENT = "present.{}.{}"
-SAMPLE_BATCH, SAMPLE_SEQUENCE, SAMPLE_PAST = 2, 4, 3
-
-
-def is_causal_lm(model: Any) -> bool:
-    """A decoder-only LM: a class transformers' auto mappings list for causal LM (or named like one)."""
-    from .hf.tasks import generative_task
-
-    name = type(model).__name__
-    return (generative_task(name) == "text-generation" or name.endswith(CAUSAL_SUFFIXES)) and not getattr(
-        getattr(model, "config", None), "is_encoder_decoder", False)
+SAMPLE_BATCH, SAMPLE_SEQUENCE, SAMPLE_PAST = (SAMPLE_SIZES[k] for k in ("batch", "step_sequence", "past_sequence"))
 
 
 @dataclass

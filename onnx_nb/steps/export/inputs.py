@@ -12,11 +12,10 @@ from typing import Any
 import torch
 
 from ...errors import SampleError
-from ...runtime.shapes import SPATIAL, image_step
+from ...runtime.shapes import other_size, other_sizes
 from .wrap import forward_parameters
 
 AxisSpec = dict[str, dict[int, str]]
-_GROWTH = (3, 2, 4, 5)
 
 
 @dataclass
@@ -109,21 +108,12 @@ def check_axes(sample: Sample, axes: Mapping[str, Mapping[int, str]]) -> AxisSpe
 
 
 def growth(sample: Sample) -> dict[str, int]:
-    """How much each named axis grows in the probe: batch by 1, the others by 3, 2, 4... or by a
-    third of their length when that is more (so strided convolutions see the change). An image axis (height,
-    width, depth) grows by a multiple of the power of two (up to 32) its length is a multiple of, so a network that
-    halves it k times and joins the halves again (a UNet, a detector's feature pyramid) still can."""
+    """How much each named axis grows in the probe (:func:`onnx_nb.runtime.shapes.other_sizes`, the one rule)."""
     sizes: dict[str, int] = {}
     for name, tensor in zip(sample.names, sample.tensors):
         for axis, axis_name in sample.axes.get(name, {}).items():
             sizes.setdefault(axis_name, int(tensor.shape[axis]))
-    names = sorted(sizes, key=lambda n: n != "batch")
-    extra = {n: 1 if n == "batch" else max(_GROWTH[i % len(_GROWTH)], sizes[n] // 3) for i, n in enumerate(names)}
-    for n in names:
-        if n in SPATIAL:
-            step = image_step(sizes[n])
-            extra[n] = -(-extra[n] // step) * step
-    return extra
+    return {n: size - sizes[n] for n, size in other_sizes(sizes).items()}
 
 
 def grow(sample: Sample) -> Sample:
@@ -181,13 +171,6 @@ class FixedAxis:
         return {"input": self.input, "axis": self.axis, "size": self.size, "reason": self.reason}
 
 
-def probe_size(size: int) -> int:
-    """A second size for an axis: about a third longer (at least 3 more), keeping the power-of-two factor
-    of ``size`` (up to 32), so strided and pooled models still divide evenly."""
-    step = image_step(size)
-    return size + step * max(1, -(-max(3, size // 3) // step))
-
-
 def _axis_name(name: str, tensor: torch.Tensor, axis: int) -> str:
     rank = tensor.dim()
     if not tensor.is_floating_point() and rank == 2 and axis == 1:
@@ -206,7 +189,7 @@ def _grown(sample: Sample, members: list[tuple[str, int]]) -> list[torch.Tensor]
         for n, axis in members:
             if n == name:
                 size = tensor.shape[axis]
-                tensor = tensor.index_select(axis, torch.arange(probe_size(size)) % max(size, 1))
+                tensor = tensor.index_select(axis, torch.arange(other_size(size)) % max(size, 1))
         tensors.append(tensor)
     return tensors
 
@@ -235,7 +218,7 @@ def probe_axes(run: Any, sample: Sample, static: Mapping[str, str]) -> list[Fixe
 
     def tries(members: list[tuple[str, int]]) -> str | None:
         first, axis = members[0]
-        other = probe_size(int(sample.tensors[sample.names.index(first)].shape[axis]))
+        other = other_size(int(sample.tensors[sample.names.index(first)].shape[axis]))
         try:
             with torch.no_grad():
                 run(_grown(sample, members))

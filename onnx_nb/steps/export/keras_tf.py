@@ -26,10 +26,11 @@ import numpy as np
 
 from ...errors import InvalidModelError, SampleError, UnsupportedOperatorError, first_line
 from ...results.export import ModelSource
+from ...runtime.shapes import SAMPLE_SIZES
 from .converting import TF2ONNX_MAX_OPSET, convert_checked
 
 _UNSUPPORTED = re.compile(r"Tensorflow op \[(?P<node>[^:\]]+): (?P<op>[^\]]+)\] is not supported")
-IMAGE_SIDE, SEQUENCE = 32, 8  # the sizes of open axes in a sample onnx-nb makes
+IMAGE_SIDE, SEQUENCE = SAMPLE_SIZES["open_image_side"], SAMPLE_SIZES["open_sequence"]  # open axes in a sample
 
 
 def import_tensorflow() -> Any:
@@ -79,7 +80,7 @@ def _vocab(model: Any) -> int:
 
 
 def _made(shape: list[int | None], dtype: str, vocab: int, rng: Any) -> np.ndarray:
-    concrete = [s if s is not None else 2 if i == 0 else IMAGE_SIDE if len(shape) == 4 else SEQUENCE
+    concrete = [s if s is not None else SAMPLE_SIZES["batch"] if i == 0 else IMAGE_SIDE if len(shape) == 4 else SEQUENCE
                 for i, s in enumerate(shape)]
     if "int" in dtype:
         return rng.integers(0, vocab, concrete).astype(dtype)

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, SampleError, UnsupportedOperatorError, first_line
 from ...results.export import ModelSource
+from ...runtime.shapes import other_sizes
 from .converting import convert_checked
 
 ML_OPSET = 3  # ai.onnx.ml 3: TreeEnsembleClassifier/Regressor, which ONNX Runtime and the reference evaluator run
@@ -131,7 +132,8 @@ def export_sklearn(model: Any, sample: Any, out: Any, overwrite: bool, progress:
         onnx.save(proto, str(staged))
 
     rng = np.random.default_rng(1)
-    probe = {"X": x[rng.choice(len(x), 7 if dynamic else len(x), replace=dynamic)]}
+    rows = other_sizes({"batch": len(x)})["batch"] if dynamic else len(x)
+    probe = {"X": x[rng.choice(len(x), rows, replace=dynamic)]}
     with Steps(4, "export", progress) as steps:
         steps.step("reading the estimator")
         return convert_checked("sklearn", target, ["skl2onnx"], convert, axes, probe,

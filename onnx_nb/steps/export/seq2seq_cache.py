@@ -16,18 +16,6 @@ from .hf_cache import cache_kwargs, cache_of
 SUFFIX = ".encoder.onnx"
 
 
-def is_seq2seq(model: Any) -> bool:
-    """An encoder-decoder LM (text or speech): a class transformers' auto mappings list as sequence-to-sequence
-    (``MarianMTModel``, ``*ForConditionalGeneration``, ...), with an encoder."""
-    from .hf.tasks import generative_task
-
-    config = getattr(model, "config", None)
-    name = type(model).__name__
-    return bool(getattr(config, "is_encoder_decoder", False)) and hasattr(model, "get_encoder") and (
-        generative_task(name) in ("text2text-generation", "automatic-speech-recognition")
-        or name.endswith("ForConditionalGeneration"))
-
-
 def encoder_path(decoder: Path) -> Path:
     """Where the encoder of a decoder file lives: ``model.onnx`` -> ``model.encoder.onnx``."""
     return decoder.with_name(decoder.stem + SUFFIX)

@@ -19,20 +19,10 @@ import torch
 from ...errors import InvalidArgumentError
 from ...runtime.facts import FIXED_INPUT, fixed_inputs
 from ...runtime.facts import IMAGE_GRID as GRID
+from ...runtime.shapes import SAMPLE_SIZES
 
 PARTS = ("vision", "embed", "decoder")
 IMAGE_TOKEN_KEYS = ("image_token_id", "image_token_index")
-
-
-def is_vlm(model: Any) -> bool:
-    """A transformers image-text-to-text model with the multimodal interface of transformers 5
-    (``get_image_features`` -> features placed at the image tokens, a language model fed embeddings)."""
-    config = getattr(model, "config", None)
-    return (getattr(config, "vision_config", None) is not None and image_token_of(config) is not None
-            and not getattr(config, "is_encoder_decoder", False)
-            and callable(getattr(model, "get_image_features", None))
-            and callable(getattr(model, "get_input_embeddings", None))
-            and "inputs_embeds" in inspect.signature(model.forward).parameters)
 
 
 def image_token_of(config: Any) -> int | None:
@@ -186,7 +176,7 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
     tensor."""
     config = model.config
     vision = config.vision_config
-    size = getattr(vision, "image_size", 224)
+    size = getattr(vision, "image_size", SAMPLE_SIZES["image_side"])
     size = int(size[0] if isinstance(size, (list, tuple)) else size)
     channels = int(getattr(vision, "num_channels", 3) or 3)
     g = torch.Generator().manual_seed(seed)

@@ -59,7 +59,7 @@ def target_for(parent: Path, tag: str, out: Any, overwrite: bool) -> Path:
 
 def too_big_advice(source: Any) -> str:
     """What to do when a step on a big file does not fit: the lean route for a decoder checkpoint."""
-    if source is not None and getattr(source, "cache_layout", None) is not None and source.location:
+    if getattr(source, "generation", None) == "decoder" and source.location:  # the record's answer
         return (f"For this decoder, export(\"{source.location}\", precision=\"int4\") (or int8/fp16/fp32) writes the "
                 "file layer by layer from the checkpoint in a fraction of the weights' memory; or run this step "
                 "on a machine with more memory.")

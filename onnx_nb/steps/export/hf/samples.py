@@ -12,13 +12,12 @@ from typing import Any
 import torch
 
 from ....errors import SampleError
+from ....runtime.shapes import SAMPLE_SIZES
 from ..inputs import AxisSpec, Sample, to_tensor
 from ..wrap import forward_parameters
 
-BATCH = 2
-SEQUENCE = 7
-DECODER_SEQUENCE = 5
-AUDIO_SAMPLES = 4000
+BATCH, SEQUENCE, DECODER_SEQUENCE, AUDIO_SAMPLES, IMAGE_SIDE, MEL_FRAMES = (SAMPLE_SIZES[k] for k in (
+    "batch", "sequence", "decoder_sequence", "audio_samples", "image_side", "mel_frames"))
 SENTENCES = ["onnx-nb exports models to ONNX.", "Hello world!"]
 
 
@@ -119,14 +118,14 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             values[name] = ids
         elif name == "pixel_values":
             vision = _sub(config, "vision_config")
-            size = getattr(vision, "image_size", 224)
+            size = getattr(vision, "image_size", IMAGE_SIDE)
             size = size if isinstance(size, int) else size["height"]
             channels = getattr(vision, "num_channels", 3)
             values[name] = torch.randn(BATCH, channels, size, size, generator=gen)
         elif name == "input_values":
             values[name] = torch.randn(BATCH, AUDIO_SAMPLES, generator=gen)
         elif name == "input_features":
-            frames = quirk.features_length(config) if quirk.features_length else 3000
+            frames = quirk.features_length(config) if quirk.features_length else MEL_FRAMES
             bins = getattr(config, "num_mel_bins", 80)
             values[name] = torch.randn(BATCH, bins, frames, generator=gen)
         else:

@@ -153,8 +153,7 @@ class HfSource(Source):
         from ..torch_route import export_module
 
         if args.cache is not False and record.kind != "sentence-transformers":
-            from ..decoder_cache import is_causal_lm, layout_of
-            from ..seq2seq_cache import is_seq2seq
+            from ..decoder_cache import layout_of
 
             if is_seq2seq(record.model):
                 from ..seq2seq_route import export_seq2seq
@@ -294,7 +293,6 @@ def _with_positions(model: Any, s: Any) -> Any:
     them (the mask's running count): the file then gives generate()'s tokens for left-padded batches, and for the
     encoders registered as causal LMs (RoBERTa's own default positions start after its padding id)."""
 
-    from ..decoder_cache import is_causal_lm
     from ..wrap import forward_parameters
 
     if "position_ids" in s.names or "position_ids" not in forward_parameters(model) or not is_causal_lm(model) \
@@ -306,3 +304,27 @@ def _with_positions(model: Any, s: Any) -> Any:
     if "attention_mask" in axes:
         axes["position_ids"] = dict(axes["attention_mask"])
     return type(s)([*s.names, "position_ids"], [*s.tensors, positions], s.as_kwargs, axes)
+
+
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+
+
+def is_causal_lm(model: Any) -> bool:
+    """A decoder-only LM: a class transformers' auto mappings list for causal LM (or named like one)."""
+    from ..hf.tasks import generative_task
+
+    name = type(model).__name__
+    return (generative_task(name) == "text-generation" or name.endswith(CAUSAL_SUFFIXES)) and not getattr(
+        getattr(model, "config", None), "is_encoder_decoder", False)
+
+
+def is_seq2seq(model: Any) -> bool:
+    """An encoder-decoder LM (text or speech): a class transformers' auto mappings list as sequence-to-sequence
+    (``MarianMTModel``, ``*ForConditionalGeneration``, ...), with an encoder."""
+    from ..hf.tasks import generative_task
+
+    config = getattr(model, "config", None)
+    name = type(model).__name__
+    return bool(getattr(config, "is_encoder_decoder", False)) and hasattr(model, "get_encoder") and (
+        generative_task(name) in ("text2text-generation", "automatic-speech-recognition")
+        or name.endswith("ForConditionalGeneration"))

@@ -69,3 +69,11 @@ def adapter_of(obj: Any) -> type[Source]:
     if isinstance(obj, (str, os.PathLike)) or not hasattr(obj, "path"):
         return resolve(obj)
     return TorchSource
+
+
+def subject_of(export: Any) -> Any:
+    """What parity and the variants work on: the export itself, or of a model written as several files the part its
+    adapter names (a vision-language model's decoder part, judged on the chain of its files)."""
+    several = hasattr(export, "parts") and hasattr(export, "folder")  # a DiffusionExport, SamExport, PartsExport
+    part = adapter_of(export).primary_part if several else None
+    return export.parts[part] if part else export

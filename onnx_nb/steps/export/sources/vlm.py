@@ -39,8 +39,6 @@ class VlmSource(HfSource):
                 not config.get("is_encoder_decoder", False)
         if not is_torch_module(model):
             return False
-        from ..vlm import is_vlm
-
         return is_vlm(model)
 
     @classmethod
@@ -153,3 +151,18 @@ def check_chain(result: Any) -> dict[str, Any]:
     return {"passed": bool(verdict["passed"]), "max_abs_diff": worst, "images": 2, "image_tokens": int(rows),
             "summary": f"logits of 2 prompts with an image each: max abs diff {worst:.3g}"
                        + (f" ({verdict['note']})" if verdict["note"] else "")}
+
+
+def is_vlm(model: Any) -> bool:
+    """A transformers image-text-to-text model with the multimodal interface of transformers 5
+    (``get_image_features`` -> features placed at the image tokens, a language model fed embeddings)."""
+    import inspect
+
+    from ..vlm import image_token_of
+
+    config = getattr(model, "config", None)
+    return (getattr(config, "vision_config", None) is not None and image_token_of(config) is not None
+            and not getattr(config, "is_encoder_decoder", False)
+            and callable(getattr(model, "get_image_features", None))
+            and callable(getattr(model, "get_input_embeddings", None))
+            and "inputs_embeds" in inspect.signature(model.forward).parameters)
