@@ -77,6 +77,33 @@ def cut(text: Any, width: int) -> str:
     return full if len(full) <= width else full[:width - 1] + "…"
 
 
+def cut_apart(labels: Sequence[Any], width: int) -> list[str]:
+    """Each label cut to ``width`` characters so that labels that differ still read differently: cut at the end
+    where that keeps them apart, else around where the label first differs from the others (rows named
+    output · shape · provider that share their first 40 characters)."""
+    full = [str(t) for t in labels]
+    out = [cut(t, width) for t in full]
+    if len(set(out)) == len(set(full)):
+        return out
+
+    def shared(a: str, b: str) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    apart = []
+    for t in full:
+        p = max((shared(t, u) for u in full if u != t), default=0)  # where t first reads unlike every other label
+        if len(t) <= width or p < width - 1:
+            apart.append(cut(t, width))
+            continue
+        start = max(1, min(p - (width - 2) // 2, len(t) - (width - 1)))
+        window = t[start:start + width - 1]
+        apart.append("…" + window if start + width - 1 >= len(t) else "…" + window[:-1] + "…")
+    return apart
+
+
 def abbr(text: Any, width: int = 28) -> str:
     """Escaped ``text``, cut to ``width`` characters with the whole text on hover."""
     full = str(text)
@@ -178,12 +205,13 @@ def svg_hbars(items: Sequence[dict[str, Any]], *, axis: str, log: bool = False, 
              f'height="{height}" font-family="system-ui,sans-serif" font-size="12">']
     if title:
         parts.append(f'<text x="4" y="15" font-weight="600" font-size="13">{esc(title)}</text>')
+    shown = cut_apart([i["label"] for i in items], chars)
     for n, item in enumerate(items):
         y = top + n * row
         label = str(item["label"])
         colour = "#d93025" if item.get("bad") else "#1a73e8"
         parts.append(f'<g><title>{esc(label)}</title><text x="{left - 6}" y="{y + 15}" text-anchor="end">'
-                     f"{esc(cut(label, chars))}</text></g>")
+                     f"{esc(shown[n])}</text></g>")
         parts.append(f'<rect x="{left}" y="{y + 4}" width="{max(x(item["value"]) - left, 1):.1f}" height="14" '
                      f'fill="{colour}" fill-opacity="0.75"/>')
         end = x(item["value"])

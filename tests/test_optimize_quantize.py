@@ -236,6 +236,12 @@ def test_int8_attention_route_is_timed_and_chosen(bert: onnx_nb.ExportResult, tm
     assert set(routes) == {"onnxscript ORT fusions (2 attention)", "re-exported with eager attention"}, routes
     assert fast.recipe["attention_route"].startswith(min(routes, key=routes.get))
     assert "8 x 128" in fast.recipe["route_rule"]
+    # what it cost, said where its time is shown (the pipeline's optimize step takes longer than optimize() alone)
+    assert 0 < fast.recipe["routes_seconds"] <= fast.seconds
+    assert f"{fast.recipe['routes_seconds']:.1f} s of it for the INT8 step" in dict(fast._summary())["made in"]
+    from onnx_nb.results.report import _headline
+
+    assert "choosing the attention route for the INT8 step" in _headline(fast)
     int8 = onnx_nb.quantize(fast, out=tmp_path / "route.int8.onnx")
     assert int8, repr(int8.parity)
     attention = [n.op_type for n in onnx.load(str(int8.path)).graph.node if n.op_type.endswith("Attention")]

@@ -43,3 +43,21 @@ def test_recipe_values_read_as_text_not_python_reprs() -> None:
     assert setting_text([]) == "none" and setting_text(["a", "b"]) == "a, b" and setting_text(True) == "True"
     assert "{" not in setting_text({"a": {"b": 1.0}}) and "[" not in setting_text([[1, 2]])
     assert setting_text([f"n{i}" for i in range(32)]) == "n0, n1, n2, n3, n4, n5, … (32 in all)"
+
+
+def test_chart_labels_cut_to_text_that_still_tells_rows_apart() -> None:
+    """The Studio's parity chart cut 'output · shape · provider' rows at 40 characters into identical labels."""
+    import re
+
+    from onnx_nb.render import cut_apart, svg_hbars
+
+    rows = [f"last_hidden_state · batch={b}, sequence=7 · cpu" for b in (2, 5)] + ["pooler_output · batch=2 · cpu"]
+    for width in (40, 20, 12):
+        shown = cut_apart(rows, width)
+        assert len(set(shown)) == 3 and all(len(s) <= width for s in shown), shown
+    assert cut_apart(["a", "b", "a"], 10) == ["a", "b", "a"]  # equal labels stay equal; short ones stay whole
+    assert cut_apart(["a long label here", "another"], 8) == ["a long …", "another"]  # the end cut when it suffices
+    svg = svg_hbars([{"label": r, "value": 1e-5 * (i + 1)} for i, r in enumerate(rows)], axis="x", log=True,
+                    label_chars=30)
+    labels = re.findall(r'text-anchor="end">([^<]*)</text>', svg)
+    assert len(labels) == 3 and len(set(labels)) == 3, labels

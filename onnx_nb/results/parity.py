@@ -209,11 +209,14 @@ class ParityReport:
         for atol in atols:
             fig.add_vline(x=float(np.log10(atol)), line_dash="dash", line_color="#b3261e",
                           annotation_text=f"atol {atol:g}")
+        # the legend below the plot (at the side it took ~40% of the width with long row names), in the figure's
+        # bottom margin under the axis title rather than at a fraction of the plot's height, where a short plot
+        # put it over the title
+        rows = len(fig.data)  # long row names: one legend entry a line
         fig.update_layout(barmode="overlay", title=f"Parity errors: {self.model} vs {self.reference}",
                           xaxis_title="log10 |onnx - reference|", yaxis_title="elements", template="plotly_white",
-                          height=380 + 18 * ((len(fig.data) + 1) // 2),
-                          legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0})  # below: the plot keeps
-        # its width (a legend at the side took ~40% of it with long row names)
+                          height=430 + 20 * rows, margin={"b": 75 + 20 * rows},  # the plot itself ~260 px high
+                          legend={"orientation": "h", "yref": "container", "yanchor": "bottom", "y": 0.01, "x": 0})
         return fig
 
     def svg(self) -> str:

@@ -84,7 +84,7 @@ class Report:
         marks = {"ok": '<span class="ok">✓ ok</span>', "failed": '<span class="bad">✗ failed</span>',
                  "failed-check": '<span class="bad">✗ check failed</span>',
                  "skipped": '<span class="warn">skipped</span>'}
-        rows = [[esc(r[0]), marks.get(r[1], esc(r[1])), esc(r[2]), abbr(r[3], 90)] for r in self.summary_rows()]
+        rows = [[esc(r[0]), marks.get(r[1], esc(r[1])), esc(r[2]), abbr(r[3], 160)] for r in self.summary_rows()]
         parts = [f'<div class="onnxnb"><h3>onnx-nb report: {esc(self.model)}</h3>',
                  html_table(["step", "status", "time", "detail"], rows, raw_cols=range(4))]
         for s in self.steps:
@@ -148,6 +148,9 @@ def _headline(result: Any) -> str:
         return result._headline()
     if name == "Variant":
         line = f"{result.name}: {result.nodes_before}→{result.nodes_after} nodes"
+        if "routes_seconds" in result.recipe:  # optimize(then='int8'): why it took longer than alone
+            line += (f"; {result.recipe['routes_seconds']:.0f} s of it choosing the attention route for the INT8 "
+                     f"step: {result.recipe.get('attention_route', '?')}")
         if result.slower_than_parent:  # the pipeline keeps the fp32 parent, and says why
             line += (f"; slower than its fp32 parent on {result.speed['cpu']} ({result.speed['ms']:.3g} vs "
                      f"{result.speed['parent_ms']:.3g} ms): the fp32 file is the one to keep here")

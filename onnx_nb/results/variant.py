@@ -114,6 +114,15 @@ class Variant:
                           height=max(320, 30 * len(rows) + 140), legend={"orientation": "h", "y": -0.12})
         return fig
 
+    def _routes_text(self) -> str:
+        """optimize(then='int8') (the pipeline's and the Studio's optimize step): the time spent choosing the
+        attention route its INT8 file runs fastest on, which a standalone optimize() does not spend."""
+        if "routes_seconds" not in self.recipe:
+            return ""
+        return (f" ({self.recipe['routes_seconds']:.1f} s of it for the INT8 step after it: a re-export with eager "
+                f"attention, then each attention route optimized, quantized and timed; kept: "
+                f"{self.recipe.get('attention_route', '?')})")
+
     def _summary(self) -> list[tuple[str, str]]:
         verdict = "not checked" if self.parity is None else ("passed" if self.parity else "FAILED")
         rows = [("variant", self.name), ("file", str(self.path)),
@@ -121,7 +130,7 @@ class Variant:
                 ("nodes", f"{self.nodes_before} → {self.nodes_after}"),
                 ("size", f"{human_bytes(self.size_before)} → {human_bytes(self.size_after)}"),
                 ("fused / quantized ops", ", ".join(f"{k} {v}" for k, v in self.fused.items()) or "-"),
-                ("made in", f"{self.seconds:.1f} s"), ("parity", verdict)]
+                ("made in", f"{self.seconds:.1f} s" + self._routes_text()), ("parity", verdict)]
         if self.memory.get("added_bytes") is not None:
             rows.insert(-1, ("peak memory", peak_text(self.memory["added_bytes"], self.memory["weights_bytes"],
                                                       "the parent file's")))

@@ -10,6 +10,7 @@ and mark the variant to skip padding at run time when its inputs carry an attent
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -314,6 +315,7 @@ def _attention_route(work: Path, staged: Path, scratch: Path, source: Any, param
             warnings.append(f"eager re-export failed: {type(exc).__name__}: {str(exc)[:150]}")
     if then == "int8" and route.startswith("onnxscript") and has_model:
         eager = scratch / "eager.onnx"
+        started = time.perf_counter()
         try:
             _eager_reexport(source, eager)
         except Exception as exc:  # noqa: BLE001 - the one route stays
@@ -321,6 +323,9 @@ def _attention_route(work: Path, staged: Path, scratch: Path, source: Any, param
         else:
             recipe["attention_route"] = _fastest_route({route: work, EAGER_ROUTE: eager}, staged, scratch, source,
                                                        recipe, params)
+            # what then='int8' costs: the re-export, both routes optimized, quantized and timed (the pipeline's
+            # optimize step says so beside its time)
+            recipe["routes_seconds"] = round(time.perf_counter() - started, 1)
             return
     _ort_transformer(work, staged, *params, collected=warnings)
     recipe["attention_route"] = route
