@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
 import pytest
 import torch
 import transformers
@@ -113,6 +114,19 @@ def test_real_minilm(minilm_dir: Path, tmp_path: Path) -> None:
     assert result.source.task == "feature-extraction"
     assert [o.name for o in result.outputs] == ["last_hidden_state", "pooler_output"]
     assert 22_000_000 < result.parameters < 23_500_000
+    # each weight the exporter folded (dynamo calls them val_99) is named after its Linear, and holds its transpose
+    import re
+
+    import numpy as np
+    from onnx import numpy_helper
+
+    proto = onnx.load(str(result.path))
+    weights = {i.name: i for i in proto.graph.initializer}
+    big = [n for n, i in weights.items() if len(i.dims) == 2 and re.fullmatch(r"val_\d+", n)]
+    assert big == [], big
+    folded = numpy_helper.to_array(weights["encoder.layer.0.attention.self.value.weight.T"])
+    assert np.array_equal(folded, model.encoder.layer[0].attention.self.value.weight.detach().numpy().T)
+    assert sum(n.endswith(".weight.T") for n in weights) == 36  # 6 layers x (q, k, v, out, up, down)
     texts = ["A much longer sentence than any the export saw, to change the sequence length a lot.",
              "short", "three", "four sentences in one batch"]
     feed = dict(tok(texts, padding=True, return_tensors="pt"))

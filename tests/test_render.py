@@ -61,3 +61,15 @@ def test_chart_labels_cut_to_text_that_still_tells_rows_apart() -> None:
                     label_chars=30)
     labels = re.findall(r'text-anchor="end">([^<]*)</text>', svg)
     assert len(labels) == 3 and len(set(labels)) == 3, labels
+
+
+def test_latency_bars_label_every_row_and_give_each_room() -> None:
+    """report.html's latency chart was 260 px for 5 rows and plotly dropped 2 of their labels."""
+    from onnx_nb.results.latency import LatencyRow, LatencyTable
+
+    names = ["PyTorch eager", "PyTorch eager, padding skipped", "export (fp32)", "optimized", "int8"]
+    rows = [LatencyRow(n, "ort:cpu", "sample", p50_ms=10.0 / (i + 1), p90_ms=11.0 / (i + 1), p99_ms=12.0 / (i + 1),
+                       speedup=float(i + 1)) for i, n in enumerate(names)]
+    fig = LatencyTable(rows).figure()
+    assert fig.layout.yaxis.dtick == 1 and len(fig.data[0].y) == 5
+    assert fig.layout.height >= 150 + 30 * len(rows)

@@ -199,11 +199,12 @@ class LatencyTable:
                                      textposition="middle left", hoverinfo="skip"))
             fig.update_layout(xaxis={"title": "latency (ms): bar p50, whisker p90, mark p99", "domain": [0, 0.86]},
                               xaxis2={"domain": [0.88, 1.0], "range": [0, 1.05], "visible": False},
-                              yaxis={"autorange": "reversed", "automargin": True},
+                              # every row labelled (plotly drops category labels that do not fit)
+                              yaxis={"autorange": "reversed", "automargin": True, "dtick": 1},
                               annotations=[{"text": "vs eager", "x": 0.99, "xref": "paper", "y": 1.0,
                                             "yref": "paper", "showarrow": False, "xanchor": "right",
                                             "yanchor": "bottom", "font": {"size": 11}}],
-                              height=max(260, 90 + 34 * len(ok)))
+                              height=170 + 30 * len(ok))  # ~30 px a row besides the title, legend and axis
         fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
         fig.update_layout(title="Latency per variant and backend", template="plotly_white")
         if not fig.layout.height:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -94,20 +95,67 @@ def untie(proto: Any) -> int:
 def strip_prefix(proto: Any, prefix: str) -> None:
     """Rename initializers ``<prefix>encoder.weight`` -> ``encoder.weight`` (onnx-nb's wrapper
     modules add the prefix; users know their parameters by their own names)."""
-    renames = {i.name: i.name[len(prefix):] for i in proto.graph.initializer if i.name.startswith(prefix)}
-    taken = {v.name for v in [*proto.graph.input, *proto.graph.output]} | {
-        o for n in proto.graph.node for o in n.output}
-    renames = {k: v for k, v in renames.items() if v and v not in taken}
-    if not renames:
-        return
+    _rename(proto, {i.name: i.name[len(prefix):] for i in proto.graph.initializer if i.name.startswith(prefix)})
+
+
+FOLDED = re.compile(r"^val_\d+$")  # the dynamo exporter's name for a constant it folded (a Linear's weight.T)
+PARAMETER = re.compile(r"%p_(\w+)")  # a parameter the FX node read, its dots made underscores
+
+
+def name_folded_weights(proto: Any) -> int:
+    """Name each weight the dynamo exporter folded (``val_99``: a ``Linear``'s weight, transposed for its MatMul)
+    after the parameter it came from: ``encoder.layer.0.attention.self.value.weight.T``. Read from the one node
+    that reads it: its module (``pkg.torch.onnx.name_scopes``) and the parameter its FX node took
+    (``pkg.torch.onnx.fx_node``). A constant read by several nodes, or by a node that took no single parameter of
+    its module, keeps its name. Returns how many were named."""
+    import ast
+
+    readers: dict[str, list[Any]] = {}
+    for node in proto.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    renames: dict[str, str] = {}
     for init in proto.graph.initializer:
-        init.name = renames.get(init.name, init.name)
+        users = readers.get(init.name, [])
+        if not FOLDED.match(init.name) or len(users) != 1:
+            continue
+        meta = {p.key: p.value for p in users[0].metadata_props}
+        try:
+            scopes = ast.literal_eval(meta.get("pkg.torch.onnx.name_scopes", "[]"))
+        except (ValueError, SyntaxError):
+            continue
+        module = scopes[-2] if len(scopes) >= 2 else ""  # the last is the call itself ("linear_2")
+        mangled = module.replace(".", "_") + "_"
+        params = {p for p in PARAMETER.findall(meta.get("pkg.torch.onnx.fx_node", "")) if p.startswith(mangled)}
+        leaves = {p[len(mangled):] for p in params if "_" not in p[len(mangled):]}
+        linear = "aten.linear" in meta.get("pkg.torch.onnx.class_hierarchy", "")
+        if linear and len(init.dims) == 2 and "weight" in leaves:  # F.linear(x, weight, bias): the 2-D one
+            renames[init.name] = f"{module}.weight.T"
+        elif module and len(leaves) == 1:
+            renames[init.name] = f"{module}.{leaves.pop()}.folded"
+    return _rename(proto, renames)
+
+
+def _rename(proto: Any, renames: dict[str, str]) -> int:
+    """Rename initializers (and every reference to them) where the new name is free; returns how many."""
+    taken = {v.name for v in [*proto.graph.input, *proto.graph.output]} | {
+        o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.initializer}
+    kept: dict[str, str] = {}
+    for old, new in renames.items():
+        if new and new not in taken:
+            kept[old] = new
+            taken.add(new)
+    if not kept:
+        return 0
+    for init in proto.graph.initializer:
+        init.name = kept.get(init.name, init.name)
     for value in [*proto.graph.input, *proto.graph.value_info]:
-        value.name = renames.get(value.name, value.name)
+        value.name = kept.get(value.name, value.name)
     for node in proto.graph.node:
         for i, name in enumerate(node.input):
-            if name in renames:
-                node.input[i] = renames[name]
+            if name in kept:
+                node.input[i] = kept[name]
+    return len(kept)
 
 
 def save_proto(proto: Any, path: Path, external: bool) -> None:

@@ -173,6 +173,7 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     own = getattr(flat.model, "onnx_metadata", None)  # a model's own metadata (YOLO's, in Ultralytics' keys)
     if own:
         onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, **own})
+    onnxedit.name_folded_weights(proto)  # dynamo's val_99: the Linear weight it came from, transposed
     onnxedit.strip_prefix(proto, "inner.model.")
     onnxedit.tie_transposed(proto)  # a tied embedding and LM head: stored once
     known = {n for spec in s.axes.values() for n in spec.values()}
