@@ -77,31 +77,48 @@ def cut(text: Any, width: int) -> str:
     return full if len(full) <= width else full[:width - 1] + "…"
 
 
-def cut_apart(labels: Sequence[Any], width: int) -> list[str]:
-    """Each label cut to ``width`` characters so that labels that differ still read differently: cut at the end
-    where that keeps them apart, else around where the label first differs from the others (rows named
-    output · shape · provider that share their first 40 characters)."""
+def cut_apart(labels: Sequence[Any], width: int, sep: str = " · ") -> list[str]:
+    """Each label cut to ``width`` characters so that labels that differ still read differently (rows named
+    ``output · shape · provider`` share their first 40 characters): a part every label has (``cpu``) left out when
+    the labels are too long, then the first of these that keeps them apart: the end cut, a cut in the middle (the
+    start and the end kept), a window around where the label first reads unlike the others; else the row's number
+    at the end. Equal labels stay equal."""
     full = [str(t) for t in labels]
-    out = [cut(t, width) for t in full]
-    if len(set(out)) == len(set(full)):
+    distinct = len(set(full))
+    if all(len(t) <= width for t in full):
+        return full
+    shared_parts = set.intersection(*(set(t.split(sep)) for t in full)) if len(full) > 1 else set()
+    short = [sep.join(p for p in t.split(sep) if p not in shared_parts) or t for t in full]
+    if len(set(short)) != distinct:
+        short = full
+
+    def apart(out: list[str]) -> bool:
+        return len(set(out)) == distinct
+
+    out = [cut(t, width) for t in short]
+    if apart(out):
         return out
+    # the start and the end kept, the middle cut: as even a split as keeps the labels apart
+    for head in sorted(range(1, width - 1), key=lambda h: abs(2 * h - width)):
+        out = [t if len(t) <= width else t[:head] + "…" + t[len(t) - (width - 1 - head):] for t in short]
+        if apart(out):
+            return out
 
-    def shared(a: str, b: str) -> int:
-        n = 0
-        while n < min(len(a), len(b)) and a[n] == b[n]:
-            n += 1
-        return n
+    def first_unlike(t: str) -> int:
+        return max((next((i for i, (x, y) in enumerate(zip(t, u)) if x != y), min(len(t), len(u)))
+                    for u in short if u != t), default=0)
 
-    apart = []
-    for t in full:
-        p = max((shared(t, u) for u in full if u != t), default=0)  # where t first reads unlike every other label
-        if len(t) <= width or p < width - 1:
-            apart.append(cut(t, width))
-            continue
+    out = []
+    for t in short:
+        p = first_unlike(t)
         start = max(1, min(p - (width - 2) // 2, len(t) - (width - 1)))
-        window = t[start:start + width - 1]
-        apart.append("…" + window if start + width - 1 >= len(t) else "…" + window[:-1] + "…")
-    return apart
+        out.append(cut(t, width) if len(t) <= width or p < width - 1 else
+                   "…" + t[start:start + width - 1] if start + width - 1 >= len(t) else
+                   "…" + t[start:start + width - 2] + "…")
+    if apart(out):
+        return out
+    number = {t: i + 1 for i, t in enumerate(dict.fromkeys(short))}
+    return [cut(t, width - len(f" #{number[t]}")) + f" #{number[t]}" for t in short]
 
 
 def abbr(text: Any, width: int = 28) -> str:

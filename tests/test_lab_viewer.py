@@ -4,7 +4,9 @@ hostile files, the launcher and palette. Screenshots land in tests/screenshots/l
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import shutil
 import time
 import urllib.request
@@ -166,6 +168,15 @@ def test_open_with_offers_the_graph(lab_page: Any) -> None:
     viewer = page.locator(".onnxnb-lab-viewer").last
     # the quant_debug report saved beside the file is the overlay
     assert "quant_debug.json" in viewer.locator(".onnxnb-lab-side").inner_text()
+    # an INT8 file keeps its layers: module groups, none of its operators at the top level, the layers drawn one
+    # below the other in order (they sat in one wide row, 52 operators in "(top level)")
+    boxes = viewer.locator(".onnxnb-graph-group").evaluate_all(
+        "els => els.map(e => [e.querySelector('.onnxnb-graph-name').textContent, e.getBoundingClientRect().top])")
+    names = [n for n, _ in boxes]
+    assert names and not any(n.startswith("(top level)") for n in names), names
+    layers = sorted((int(m.group(1)), top) for n, top in boxes if (m := re.search(r"layer\.(\d+)", n)))
+    assert len({i for i, _ in layers}) >= 2, names
+    assert all(a[1] <= b[1] for a, b in itertools.pairwise(layers) if a[0] < b[0]), layers
     _close_all(page)
 
 

@@ -55,6 +55,14 @@ def test_chart_labels_cut_to_text_that_still_tells_rows_apart() -> None:
     for width in (40, 20, 12):
         shown = cut_apart(rows, width)
         assert len(set(shown)) == 3 and all(len(s) <= width for s in shown), shown
+    # MiniLM's parity rows in the Studio: the same outputs at the sample, its probes and other shapes
+    probes = [f"{o} · sample batch=2, sequence=13 · {p}cpu" for p in ("", "ids · ", "right-padded · ")
+              for o in ("last_hidden_state", "pooler_output")]
+    probes += [f"{o} · batch={b}, sequence={n} · cpu" for b, n in ((5, 13), (1, 27))
+               for o in ("last_hidden_state", "pooler_output")]
+    for width in (40, 30, 20):
+        shown = cut_apart(probes, width)
+        assert len(set(shown)) == len(probes) and all(len(s) <= width for s in shown), shown
     assert cut_apart(["a", "b", "a"], 10) == ["a", "b", "a"]  # equal labels stay equal; short ones stay whole
     assert cut_apart(["a long label here", "another"], 8) == ["a long …", "another"]  # the end cut when it suffices
     svg = svg_hbars([{"label": r, "value": 1e-5 * (i + 1)} for i, r in enumerate(rows)], axis="x", log=True,

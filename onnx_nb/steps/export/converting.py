@@ -3,14 +3,13 @@ check in ONNX Runtime at other sizes, and the :class:`~onnx_nb.ExportResult`."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...errors import ExportError, UnsupportedOperatorError, first_line
+from ...errors import ExportError, UnsupportedOperatorError
 from ...results.export import ExportResult, ModelSource
 
 TF2ONNX_MAX_OPSET = 18  # tf2onnx 1.17 knows IR versions up to opset 18
@@ -57,48 +56,33 @@ def convert_checked(kind: str, target: Path, order: list[str], convert: Callable
     like the source framework at ``probe`` (``want(probe, output names)``), then publish it at ``target``.
     ``convert(name, staged)`` writes the file; an :class:`UnsupportedOperatorError` stops at once (no other
     converter knows the operator either)."""
+    import onnx
+
     from ...runtime import onnxedit, onnxfile
-    from ...runtime.files import disk_error, publish, staging_dir
+    from .attempts import first_that_passes
     from .checks import check_arrays
 
-    attempts: dict[str, str] = {}
-    started = time.perf_counter()
-    for i, name in enumerate(order):
-        if i:
-            steps.add(2)
-        steps.step(f"converting with {name}")
-        with staging_dir(target) as tmp:
-            staged = tmp / target.name
-            try:
-                convert(name, staged)
-            except (KeyboardInterrupt, MemoryError, UnsupportedOperatorError):
-                raise
-            except Exception as exc:
-                full = disk_error(exc, target.parent)
-                if full is not None:
-                    raise full from exc
-                attempts[name] = f"{type(exc).__name__}: {first_line(exc, 300)}"
-                steps.step(f"{name} failed")
-                continue
-            proto = onnxfile.load_proto(staged)
-            outputs = [o.name for o in proto.graph.output]
-            onnxedit.name_dims(proto, {**axes, **{o: {0: "batch"} for o in outputs if dynamic}})
-            import onnx
+    def write(name: str, staged: Path) -> Any:
+        convert(name, staged)
+        proto = onnxfile.load_proto(staged)
+        outputs = [o.name for o in proto.graph.output]
+        onnxedit.name_dims(proto, {**axes, **{o: {0: "batch"} for o in outputs if dynamic}})
+        onnx.save(proto, str(staged))
+        return proto
 
-            onnx.save(proto, str(staged))
-            steps.step("checking in ONNX Runtime")
-            check = check_arrays(staged, probe, want(probe, outputs), shapes_of(probe), against)
-            if not check["passed"] and name != order[-1]:
-                attempts[name] = f"its graph did not match {against}: {check.get('error') or check['summary']}"
-                continue
-            steps.step("saving")
-            files = publish(staged, target)
-            if not check["passed"]:
-                warnings_seen.append(f"ONNX Runtime does not match {against}: {check.get('error') or check['summary']}")
-            return foreign_result(target, files, name, attempts, time.perf_counter() - started, warnings_seen,
-                                  source, check, fixed, dynamic, proto)
-    listing = "; ".join(f"{k}: {v}" for k, v in attempts.items())
-    raise ExportError(f"Every converter failed for {WHAT[kind]}: {listing}.", attempts)
+    def check(_name: str, staged: Path, proto: Any) -> dict[str, Any]:
+        return check_arrays(staged, probe, want(probe, [o.name for o in proto.graph.output]), shapes_of(probe), against)
+
+    done = first_that_passes(order, target, write, check, steps, verb="converting with", against=against,
+                             stop_on=(UnsupportedOperatorError,))
+    if done.name:
+        if not done.check["passed"]:
+            warnings_seen.append(f"ONNX Runtime does not match {against}: "
+                                 f"{done.check.get('error') or done.check['summary']}")
+        return foreign_result(target, done.files, done.name, done.attempts, done.seconds, warnings_seen, source,
+                              done.check, fixed, dynamic, done.written)
+    listing = "; ".join(f"{k}: {v}" for k, v in done.attempts.items())
+    raise ExportError(f"Every converter failed for {WHAT[kind]}: {listing}.", done.attempts)
 
 
 def foreign_result(target: Path, files: list[Path], exporter: str, attempts: dict[str, str], seconds: float,

@@ -5,7 +5,6 @@ flat module and the sample (:class:`~onnx_nb.steps.export.sources.base.Source`).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from ...errors import ExportError, OnnxNbError, UnsupportedOperatorError, first_
 from ...progress import Steps
 from ...results.export import ExportResult, ModelSource
 from ...runtime import onnxedit, onnxfile
-from ...runtime.files import check_space, disk_error, publish, staging_dir, total_size
+from ...runtime.files import check_space, total_size
 from .args import ExportArgs
 
 
@@ -50,48 +49,30 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
             sum(b.numel() * b.element_size() for b in model.buffers())
         check_space(target.parent, param_bytes)
         order = ["dynamo", "torchscript"] if exporter == "auto" else [exporter]
-        attempts: dict[str, str] = {}
-        errors: dict[str, BaseException] = {}
-        logs: dict[str, str] = {}
-        started = time.perf_counter()  # export time counts every attempt, failed ones included
-        for i, name in enumerate(order):
-            if i:
-                steps.add(2)  # another exporter: its export and its check
-            steps.step(f"exporting with {name}")
+        logs: dict[str, str] = {}  # each exporter's own log, for the refusal when every one failed
+        big = param_bytes > onnxfile.EXTERNAL_DATA_BYTES
+
+        def write(name: str, staged: Path) -> list[Any]:
+            native: list[str] = []
             branches: list[Any] = []
-            with staging_dir(target) as tmp:
-                staged = tmp / target.name
-                native: list[str] = []
-                try:
-                    run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset,
-                                 param_bytes > onnxfile.EXTERNAL_DATA_BYTES, warnings_seen, native, branches)
-                except (KeyboardInterrupt, MemoryError):
-                    raise
-                except Exception as exc:
-                    from .exporters import first_line as exporter_error
+            try:
+                run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset, big, warnings_seen, native,
+                             branches)
+            finally:
+                logs[name] = "".join(native)
+            return branches
 
-                    full = disk_error(exc, target.parent)
-                    if full is not None:  # no other exporter would fare better
-                        raise full from exc
-                    attempts[name] = exporter_error(exc)
-                    errors[name] = exc
-                    logs[name] = "".join(native)
-                    steps.step(f"{name} failed")
-                    continue
-                steps.step("checking in ONNX Runtime")
-                from .exporters import check_file
+        from .attempts import first_that_passes
+        from .exporters import check_file
+        from .exporters import first_line as exporter_error
 
-                check = check_file(staged, probe, after, flat.output_names)
-                if not check["passed"] and exporter == "auto" and name != order[-1]:
-                    attempts[name] = f"its graph did not match PyTorch: {check.get('error') or check['summary']}"
-                    continue
-                steps.step("saving")
-                files = publish(staged, target)
-                seconds = time.perf_counter() - started
-                unverified = unverified_of(branches, attempts)
-                return make_result(target, files, name, attempts, seconds, warnings_seen, source, check, s,
-                               fixed, dynamic, unverified)
-    raise _all_failed(model, flat, s, attempts, errors, logs)
+        done = first_that_passes(order, target, write, lambda _n, staged, _w: check_file(staged, probe, after,
+                                                                                        flat.output_names),
+                                 steps, verb="exporting with", against="PyTorch", describe=exporter_error)
+        if done.name:
+            return make_result(target, done.files, done.name, done.attempts, done.seconds, warnings_seen, source,
+                               done.check, s, fixed, dynamic, unverified_of(done.written, done.attempts))
+    raise _all_failed(model, flat, s, done.attempts, done.errors, logs)
 
 
 def _cache_check(source: ModelSource, flat: Any, s: Any) -> tuple[Any, Any, Any]:
