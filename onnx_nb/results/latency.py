@@ -204,7 +204,7 @@ class LatencyTable:
                               annotations=[{"text": "vs eager", "x": 0.99, "xref": "paper", "y": 1.0,
                                             "yref": "paper", "showarrow": False, "xanchor": "right",
                                             "yanchor": "bottom", "font": {"size": 11}}],
-                              height=170 + 30 * len(ok))  # ~30 px a row besides the title, legend and axis
+                              height=max(260, 170 + 30 * len(ok)))  # ~30 px a row besides title, legend, axis
         fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
         fig.update_layout(title="Latency per variant and backend", template="plotly_white")
         if not fig.layout.height:

@@ -108,21 +108,42 @@ def name_folded_weights(proto: Any) -> int:
     that reads it: its module (``pkg.torch.onnx.name_scopes``) and the parameter its FX node took
     (``pkg.torch.onnx.fx_node``). A constant read by several nodes, or by a node that took no single parameter of
     its module, keeps its name. Returns how many were named."""
+    try:
+        return _rename(proto, _folded_names(proto))
+    except Exception:  # noqa: BLE001 - names are a nicety: an unexpected proto keeps the exporter's own
+        return 0
+
+
+def _subgraph_names(graph: Any) -> set[str]:
+    """Every name the subgraphs of ``graph``'s nodes (If, Loop, Scan bodies) read or write."""
+    names: set[str] = set()
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                names |= {n for inner in sub.node for n in [*inner.input, *inner.output]} | _subgraph_names(sub)
+    return names
+
+
+def _folded_names(proto: Any) -> dict[str, str]:
     import ast
 
     readers: dict[str, list[Any]] = {}
     for node in proto.graph.node:
         for name in node.input:
             readers.setdefault(name, []).append(node)
+    # a name a subgraph reads or the graph returns keeps its name (only top-level readers are renamed)
+    keep = _subgraph_names(proto.graph) | {o.name for o in proto.graph.output}
     renames: dict[str, str] = {}
     for init in proto.graph.initializer:
         users = readers.get(init.name, [])
-        if not FOLDED.match(init.name) or len(users) != 1:
+        if not FOLDED.match(init.name) or len(users) != 1 or init.name in keep:
             continue
         meta = {p.key: p.value for p in users[0].metadata_props}
         try:
             scopes = ast.literal_eval(meta.get("pkg.torch.onnx.name_scopes", "[]"))
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError):  # metadata written by something else: this one keeps its name
+            continue
+        if not isinstance(scopes, list) or not all(isinstance(x, str) for x in scopes):
             continue
         module = scopes[-2] if len(scopes) >= 2 else ""  # the last is the call itself ("linear_2")
         mangled = module.replace(".", "_") + "_"
@@ -133,7 +154,7 @@ def name_folded_weights(proto: Any) -> int:
             renames[init.name] = f"{module}.weight.T"
         elif module and len(leaves) == 1:
             renames[init.name] = f"{module}.{leaves.pop()}.folded"
-    return _rename(proto, renames)
+    return renames
 
 
 def _rename(proto: Any, renames: dict[str, str]) -> int:

@@ -58,21 +58,23 @@ def image_step(size: int) -> int:
     return min(32, size & -size) if size > 0 else 1
 
 
+BATCH_CAP = 8  # the other batch: one more than the sample's, up to this; from this size up, one less than it
 GROWTH = (3, 2, 4, 5)  # what the non-batch axes grow by, in turn, so no two grown axes coincide by accident
 
 
 def other_sizes(sizes: dict[str, int]) -> dict[str, int]:
     """The one rule for the other shape an export is checked at (named axis -> its other length): the batch one
-    more, the other axes longer by 3, 2, 4, 5 in turn, or by a third of their length when that is more (so a strided
-    convolution sees the change). An image axis (height, width, depth) grows by a multiple of the power of two (up to
-    32) its length is a multiple of, so a network that halves it k times and joins the halves again (a UNet, a
-    detector's feature pyramid) still can. The PyTorch route, the converters (Keras, TensorFlow, scikit-learn) and
-    an adopted file's check all ask this rule; parity's shapes (:func:`auto_shapes`) go farther on purpose."""
+    more (a batch of 8 or more: 7, so a large sample's check stays small), the other axes longer by 3, 2, 4, 5 in
+    turn, or by a third of their length when that is more (so a strided convolution sees the change). An image axis
+    (height, width, depth) grows by a multiple of the power of two (up to 32) its length is a multiple of, so a
+    network that halves it k times and joins the halves again (a UNet, a detector's feature pyramid) still can. The
+    PyTorch route, the converters (Keras, TensorFlow, scikit-learn) and an adopted file's check all ask this rule;
+    parity's shapes (:func:`auto_shapes`) go farther on purpose."""
     names = sorted(sizes, key=lambda n: n != "batch")
     other = {}
     for i, n in enumerate(names):
         if n == "batch":
-            other[n] = sizes[n] + 1
+            other[n] = sizes[n] + 1 if sizes[n] < BATCH_CAP else BATCH_CAP - 1
             continue
         extra = max(GROWTH[i % len(GROWTH)], sizes[n] // 3)
         if n in SPATIAL:

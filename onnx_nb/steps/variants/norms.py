@@ -21,7 +21,7 @@ import numpy as np
 
 FASTER_BY = 1.2  # rewrite only when the pair is clearly faster
 MARK = "/skipnorm_"  # in the names of the nodes written here
-MEASURED_AT: dict[int, float] = {}  # hidden size -> the machine's load average when its timings were taken
+MEASURED_AT: dict[tuple[int, int], float] = {}  # (hidden, threads) -> the load average when timings(...) ran
 
 
 def written(proto: Any) -> list[str]:
@@ -63,7 +63,7 @@ def timings(hidden: int, threads: int = 0) -> tuple[float, float]:
             for _ in range(10):
                 sess.run(None, feed)
             best[name] = min(best[name], (time.perf_counter() - start) / 10 * 1e3)
-    MEASURED_AT[hidden] = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
+    MEASURED_AT[hidden, threads] = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
     return best["fused"], best["unfused"]
 
 
@@ -125,7 +125,7 @@ def apply(path: Path, hidden: int, recipe: dict[str, Any]) -> None:
     if not any(n.op_type == "SkipLayerNormalization" for n in proto.graph.node):
         return
     fused, unfused = timings(hidden)
-    load = MEASURED_AT.get(hidden, -1.0)
+    load = MEASURED_AT.get((hidden, 0), -1.0)
     note: dict[str, Any] = {"fused_ms": round(fused, 3), "unfused_ms": round(unfused, 3)}
     if load >= 0:  # a busy machine makes a micro-benchmark less telling: the reader sees how busy it was
         note["load"] = f"{load:.2f} on {os.cpu_count()} cores"
