@@ -29,12 +29,9 @@ def check_memory(model: Any) -> None:
     if not weights:
         return
     from ...runtime.memory import FACTORS, require
-    kind = ""
-    config = folder / "config.json"
-    if config.is_file():
-        import json
+    from .hf.loading import folder_config  # the folder's config.json, read once for every step that asks
 
-        kind = str(json.loads(config.read_text()).get("model_type", ""))
+    kind = str(folder_config(folder).get("model_type", ""))
     instead = (f"This {kind} decoder can take the lean route: export(folder, precision='int4') (or 'int8', 'fp16', "
                "'fp32') writes it layer by layer in a fraction of the weights' memory."
                if kind in FAMILIES else "Export it on a machine with more memory.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -141,3 +143,23 @@ def checkpoint_bytes(folder: Path) -> int:
     """Bytes of a Hugging Face folder's weights (safetensors, else .bin); 0 when it has none."""
     return sum(p.stat().st_size for p in folder.glob("*.safetensors")) or \
         sum(p.stat().st_size for p in folder.glob("*.bin"))
+
+
+def folder_config(model: Any) -> dict[str, Any]:
+    """A local folder's ``config.json`` (read once per folder and modification time); {} for anything else."""
+    if not isinstance(model, (str, os.PathLike)):
+        return {}
+    path = Path(str(model)).expanduser() / "config.json"
+    try:
+        return _config(str(path.resolve()), path.stat().st_mtime_ns)
+    except OSError:
+        return {}
+
+
+@functools.lru_cache(maxsize=64)
+def _config(path: str, _mtime: int) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -4,8 +4,6 @@ encoder-decoder two files (encoder, decoder with its caches); ``cache=False`` ke
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import sys
 from pathlib import Path
@@ -13,19 +11,9 @@ from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
+from ..hf.loading import folder_config
 from ..writing import source_name
 from .base import Source
-
-
-def folder_config(model: Any) -> dict[str, Any]:
-    """A local folder's ``config.json`` (read once per folder and modification time); {} for anything else."""
-    if not isinstance(model, (str, os.PathLike)):
-        return {}
-    path = Path(str(model)).expanduser() / "config.json"
-    try:
-        return _config(str(path.resolve()), path.stat().st_mtime_ns)
-    except OSError:
-        return {}
 
 
 def location_config(model: Any) -> dict[str, Any]:
@@ -57,15 +45,6 @@ def _hub_config(name: str) -> dict[str, Any]:
         except OnnxNbError:
             return {}
     return _HUB_CONFIGS[name]
-
-
-@functools.lru_cache(maxsize=64)
-def _config(path: str, _mtime: int) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 class HfSource(Source):
