@@ -51,6 +51,11 @@ def test_the_cpu_as_onnx_runtime_sees_it() -> None:
     assert cpu.schemes_for(cpu.target("vnni"))[0] == ["u8s8"]
     with pytest.raises(onnx_nb.OnnxNbError, match=r"target_cpu=.pentium.*.avx2."):
         cpu.target("pentium")
+    # /proc/cpuinfo's extras only where it describes this process's CPU: under qemu-user it is the host's (an AMD
+    # Zen 5 host lists avx_vnni and AVX-512 while the emulated CPU offers AVX2 alone)
+    assert cpu.proc_extras({"avx2"}, {"avx2", "avx512f", "avx512_vnni", "avx_vnni"}) == set()
+    assert cpu.proc_extras({"avx2"}, {"avx2", "avx_vnni", "fma"}) == {"avx_vnni"}  # Alder Lake: AVX-VNNI, no AVX-512
+    assert cpu.proc_extras({"asimd"}, {"asimd", "asimddp", "i8mm"}) == {"asimddp", "i8mm"}
     seen = emulated("""
         import json
         from onnx_nb.runtime.cpu import this_cpu

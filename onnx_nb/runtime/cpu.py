@@ -90,6 +90,7 @@ class Cpu:
 _NUMPY = {"AVX2": "avx2", "AVX512F": "avx512f", "AVX512BW": "avx512bw", "AVX512VNNI": "avx512_vnni",
           "ASIMD": "asimd", "ASIMDDP": "asimddp"}
 _PROC = ("avx_vnni", "amx_int8", "amx_tile", "i8mm", "asimddp")  # flags only /proc/cpuinfo lists
+X86_CPUID = {"avx2", "avx512f", "avx512bw", "avx512_vnni"}  # what both CPUID (numpy) and /proc/cpuinfo list
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,11 +107,20 @@ def this_cpu() -> Cpu:
         features = importlib.import_module("numpy.core._multiarray_umath").__cpu_features__
     flags |= {ours for theirs, ours in _NUMPY.items() if features.get(theirs)}
     name, proc = _proc_cpuinfo()
-    flags |= proc & set(_PROC)
+    flags |= proc_extras(flags, proc)
     if arch == "arm64" and platform.system() == "Darwin":  # Apple silicon: dot product and i8mm from M2 on
         name = name or _sysctl("machdep.cpu.brand_string")
         flags |= {"asimd", "asimddp"} | ({"i8mm"} if _sysctl("hw.optional.arm.FEAT_I8MM") == "1" else set())
     return Cpu(arch, name or platform.processor() or machine, frozenset(flags))
+
+
+def proc_extras(cpuid: set[str], proc: set[str]) -> set[str]:
+    """The flags only ``/proc/cpuinfo`` lists (AVX-VNNI, AMX, i8mm), taken where it describes the CPU this process
+    executes on: where it claims a feature CPUID denies (AVX-512 on a host whose emulator offers AVX2 only: qemu-user
+    shows the host's ``/proc/cpuinfo``), it describes another CPU and none of its extras are taken."""
+    if (proc & X86_CPUID) - cpuid:
+        return set()
+    return proc & set(_PROC)
 
 
 def _proc_cpuinfo() -> tuple[str, set[str]]:
