@@ -21,7 +21,6 @@ import numpy as np
 
 FASTER_BY = 1.2  # rewrite only when the pair is clearly faster
 MARK = "/skipnorm_"  # in the names of the nodes written here
-MEASURED_AT: dict[tuple[int, int], float] = {}  # (hidden, threads) -> the load average when timings(...) ran
 
 
 def written(proto: Any) -> list[str]:
@@ -30,10 +29,16 @@ def written(proto: Any) -> list[str]:
     return [n.name for n in proto.graph.node if MARK in n.name]
 
 
-@functools.lru_cache(maxsize=8)
 def timings(hidden: int, threads: int = 0) -> tuple[float, float]:
     """(fused ms, unfused ms) of one norm on ``[8, 128, hidden]`` in ONNX Runtime on CPU, each timed after warm-up
-    runs, the two taking turns."""
+    runs, the two taking turns (measured once per size: :func:`measured`)."""
+    fused, unfused, _load = measured(hidden, threads)
+    return fused, unfused
+
+
+@functools.lru_cache(maxsize=8)
+def measured(hidden: int, threads: int = 0) -> tuple[float, float, float]:
+    """:func:`timings` and the machine's 1-minute load average when they were taken (-1 where the OS has none)."""
     from onnx import helper, numpy_helper
 
     from ...runtime.sessions import graph_session
@@ -63,8 +68,8 @@ def timings(hidden: int, threads: int = 0) -> tuple[float, float]:
             for _ in range(10):
                 sess.run(None, feed)
             best[name] = min(best[name], (time.perf_counter() - start) / 10 * 1e3)
-    MEASURED_AT[hidden, threads] = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
-    return best["fused"], best["unfused"]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
+    return best["fused"], best["unfused"], load
 
 
 def unfuse(proto: Any) -> int:
@@ -124,8 +129,7 @@ def apply(path: Path, hidden: int, recipe: dict[str, Any]) -> None:
     proto = load_proto(path)
     if not any(n.op_type == "SkipLayerNormalization" for n in proto.graph.node):
         return
-    fused, unfused = timings(hidden)
-    load = MEASURED_AT.get((hidden, 0), -1.0)
+    fused, unfused, load = measured(hidden)
     note: dict[str, Any] = {"fused_ms": round(fused, 3), "unfused_ms": round(unfused, 3)}
     if load >= 0:  # a busy machine makes a micro-benchmark less telling: the reader sees how busy it was
         note["load"] = f"{load:.2f} on {os.cpu_count()} cores"
