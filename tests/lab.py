@@ -84,9 +84,18 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
+def watch_console(page: Any) -> list[str]:
+    """The page's console errors and uncaught errors from now on: what a user with the developer tools open sees."""
+    seen: list[str] = []
+    page.on("console", lambda m: seen.append(f"console.error: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: seen.append(f"page error: {e}"))
+    return seen
+
+
 def open_notebook(page: Any, base_token: str, name: str) -> None:
+    """Open ``name`` alone: ``reset`` starts from an empty workspace, not the tabs an earlier page left open."""
     base, token = base_token.split("|")
-    page.goto(f"{base}/lab/tree/{name}?token={token}")
+    page.goto(f"{base}/lab/tree/{name}?token={token}&reset")
     page.get_by_text("Python 3 (ipykernel) | Idle").first.wait_for(timeout=120_000)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lab import available, browser, copy_clean, jupyterlab, mount, run_notebook
+from lab import available, browser, copy_clean, jupyterlab, mount, run_all, run_notebook, wait_idle, watch_console
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(__file__).parent / "screenshots"
@@ -52,6 +52,7 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
     SHOTS.mkdir(exist_ok=True)
     copy_clean(ROOT / "notebooks" / "01_quickstart.ipynb", tmp_path)
     with jupyterlab(tmp_path) as lab, browser() as page:
+        problems = watch_console(page)
         run_notebook(page, lab, "01_quickstart.ipynb", 420)
         page.locator(".onnxnb-studio").first.wait_for(timeout=60_000)
         page.locator(".onnxnb-graph-node").first.wait_for(timeout=60_000)
@@ -115,6 +116,9 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
                 shown = panel.locator("svg.onnxnb-chart g > text[text-anchor=end]").evaluate_all(text)
                 full = panel.locator("svg.onnxnb-chart g > title").evaluate_all(text)
                 assert len(shown) == len(full) and len(set(shown)) == len(set(full)), (shown, full)
+            if tab == "quantize":  # the ops this step made (its op table's Q* ops), none its parent already had
+                made = panel.locator("tr", has_text="quantized ops").first.inner_text()
+                assert "QAttention" in made and "BiasGelu" not in made, made
             if tab == "optimize":  # its time beside what it was spent on (optimized for the INT8 step after it)
                 assert "for the INT8 step after it" in panel.inner_text()
         tables = page.evaluate(KEY_TABLES_FIT)  # the Studio's tables too
@@ -132,6 +136,7 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
         text = page.locator(".jp-Notebook").inner_text()
         assert "Error displaying widget" not in text and "Loading widget" not in text
         page.screenshot(path=str(SHOTS / "after_reload.png"), full_page=True)
+        assert not problems, problems  # it once logged "widget model not found" and a page error
 
     # The pipeline's HTML report (written by the notebook) needs no horizontal scrolling at 1,400 px.
     with browser() as page:
@@ -146,7 +151,103 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
         assert plots and not any(p["overlap"] for p in plots), plots  # no legend over an axis title
         bars = [p for p in plots if p["title"].startswith("Latency per variant") and p["bars"]]
         assert bars and all(p["labels"] == p["bars"] for p in bars), plots  # a label for every row
+        # what a reader reads in the latency table: memory that holds the weights, and a variant no faster than its
+        # parent (same backend and shape; the full table names the parent) marked "slower", and no other
+        assert_memory_holds_the_weights(latency_rows(page))
+        rows = latency_rows(page, "all")
+        p50 = {(r["variant"], r["backend"], r["shape"]): float(r["p50_ms"]) for r in rows if r["status"] == "ok"}
+        children = [r for r in rows if r["parent"]]
+        assert len(children) >= 2, rows  # optimized of the export, INT8 of the optimized file
+        for r in children:
+            parent = p50.get((r["parent"], r["backend"], r["shape"]))
+            if parent is None or r["status"].startswith("✗") or float(r["p50_ms"]) == parent:
+                continue  # no parent row to compare with, or equal at the three digits shown
+            assert r["status"].startswith("slower") == (float(r["p50_ms"]) > parent), r
         page.screenshot(path=str(SHOTS / "report.png"), full_page=True)
+
+
+# each result table shown, as a reader reads it: the header and the rows' cell texts (tables found by
+# a locator, which sees into widgets' shadow roots too)
+KEY_TABLE_ROWS = """tables => tables.filter(t => t.getClientRects().length > 0).map(t =>
+    [...t.querySelectorAll('tr')].map(r => [...r.querySelectorAll('th, td')].map(c => c.textContent.trim())))"""
+
+
+def latency_rows(page: Any, which: str = "key") -> list[dict[str, str]]:
+    """The rows of every latency table on the page as shown, one dict per row: the key columns (``which="key"``), or
+    every column (``"all"``, the folded table)."""
+    rows = []
+    for table in page.locator(f"table.{which}").evaluate_all(KEY_TABLE_ROWS):
+        if table and "p50_ms" in table[0] and "peak_mb" in table[0]:
+            rows += [dict(zip(table[0], row)) for row in table[1:] if len(row) == len(table[0])]
+    return rows
+
+
+def assert_memory_holds_the_weights(rows: list[dict[str, str]]) -> None:
+    """A file's row never shows less resident memory than the weights its session holds (it showed 0.07 MB for a
+    21.9 MB INT8 file)."""
+    files = [r for r in rows if r["size_mb"] not in ("-", "")]
+    assert files, rows
+    for r in files:
+        assert float(r["peak_mb"]) >= 0.9 * float(r["size_mb"]), r  # the weights: 95% of MiniLM's files
+
+
+def test_first_run_examples_run_verbatim_in_fresh_notebooks(tmp_path: Path) -> None:
+    """The README's example (the getting-started page's is the same) in a fresh notebook, the README's magic block
+    in another (its placeholder folder the demo model's), and the Launcher's "Export a model…" notebook: every cell
+    runs, the latency tables' memory holds the weights, and the page logs no error (it once logged "widget model not
+    found" and a page error)."""
+    import re
+
+    import nbformat
+
+    readme = (ROOT / "README.md").read_text()
+    start = (ROOT / "docs" / "getting-started.md").read_text()
+    example = re.search(r"```python\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
+    assert example in start, "the README and the getting-started page give the same example"
+    magic = re.search(r"```ipython\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
+    assert "path/to/hf-folder" in magic
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(example)]), tmp_path / "example.ipynb")
+    (tmp_path / "magics").mkdir()  # a folder of its own: its export is not the first notebook's
+    setup = "import onnx_nb\nfolder = str(onnx_nb.default_model_path())"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup), nbformat.v4.new_code_cell(
+        magic.replace("path/to/hf-folder", "$folder"))]), tmp_path / "magics" / "magic.ipynb")
+    with jupyterlab(tmp_path) as lab:
+        for name in ("example.ipynb", "magics/magic.ipynb"):
+            with browser() as page:  # a fresh page: the notebook opens alone, as a new user's would
+                problems = watch_console(page)
+                run_notebook(page, lab, name, 420)
+                text = page.locator(".jp-Notebook").inner_text()
+                page.screenshot(path=str(SHOTS / f"first_run_{Path(name).stem}.png"), full_page=True)
+                assert "Traceback" not in text and "Error" not in text, text[-3000:]
+                rows = latency_rows(page)
+                assert any(r["backend"].startswith("torch") for r in rows), rows  # PyTorch eager, the baseline
+                assert_memory_holds_the_weights(rows)
+                assert not problems, (name, problems)
+        # The Launcher's "Export a model…" with an empty Ok, in a folder of its own: a notebook named after the demo
+        # model that checks parity and times its files against PyTorch eager (its speed-ups once all read "-")
+        (tmp_path / "launcher").mkdir()
+        with browser() as page:
+            problems = watch_console(page)
+            base, token = lab.split("|")
+            page.goto(f"{base}/lab/tree/launcher?token={token}&reset")
+            page.locator(".jp-BreadCrumbs", has_text="launcher").first.wait_for(timeout=120_000)
+            page.get_by_role("menuitem", name="File", exact=True).click()
+            page.get_by_text("New Launcher", exact=True).click()
+            page.locator(".jp-Launcher").last.get_by_text("Export a model…", exact=True).click()
+            page.locator(".jp-Dialog .jp-mod-accept").click()
+            page.get_by_text("Python 3 (ipykernel) | Idle").first.wait_for(timeout=120_000)
+            assert [p.name for p in (tmp_path / "launcher").glob("*.ipynb")] == ["onnx-nb export demo.ipynb"]
+            run_all(page)
+            wait_idle(page, 420)
+            text = page.locator(".jp-Notebook").inner_text()
+            page.screenshot(path=str(SHOTS / "first_run_launcher.png"), full_page=True)
+            assert "Traceback" not in text and "Error" not in text, text[-3000:]
+            assert "Parity PASSED" in text, text[:3000]
+            rows = latency_rows(page)
+            assert_memory_holds_the_weights(rows)
+            files = [r for r in rows if r["backend"].startswith("ort")]
+            assert len(files) == 3 and all(r["speedup"].endswith("x") for r in files), rows
+            assert not problems, problems
 
 
 def test_graph_view_goes_to_the_diverging_node(tmp_path: Path) -> None:

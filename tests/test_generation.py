@@ -203,10 +203,10 @@ def test_generation_latency(exports: dict[str, onnx_nb.ExportResult]) -> None:
     assert table.rows[0].speedup == pytest.approx(1.0) and table.rows[3].speedup is not None
     assert any("time to first token" in n for n in table.notes)
     weights = sum(p.numel() * 4 for p in result.source.model.parameters())
-    for row in table.rows:  # peak memory: a torch row counts the weights it held, an ORT row loads its own
-        assert row.peak_mb is not None and row.peak_mb >= 0, (row.variant, row.peak_mb)
-        if row.backend.startswith("torch"):
-            assert row.peak_mb * 2**20 >= weights, (row.variant, row.peak_mb)
+    held = Path(result.path).stat().st_size  # what an ORT session holds, however little the process grew (0.05 MB
+    for row in table.rows:  # was shown for an 8.6 MB decoder): a torch row counts the weights it held
+        assert row.peak_mb is not None, row.variant
+        assert row.peak_mb * 2**20 >= (weights if row.backend.startswith("torch") else held), (row.variant, row.peak_mb)
     assert "peak_mb" in repr(table) and "peak_mb" in table.to_pandas().columns
     with pytest.raises(onnx_nb.InvalidArgumentError, match="'prompt': N"):
         onnx_nb.benchmark(result, shapes=[{"batch": 2}], progress=False)

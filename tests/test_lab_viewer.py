@@ -200,6 +200,27 @@ def test_compare_view(lab_page: Any) -> None:
     panes = view.locator(".onnxnb-lab-compare-pane")
     assert panes.nth(1).locator(".onnxnb-mark-quantized").count() > 0
     view.screenshot(path=str(SHOTS / "compare.png"))
+    # layer 0's MLP MatMul, found by name on the export's side, opens its counterpart of its own module on the
+    # INT8 side (it once opened the embedding's DynamicQuantizeLinear)
+    from onnx_nb.frontends.graphdata import graph_json
+
+    def modules(name: str) -> dict[str, str]:
+        return {n["name"]: n["module"] or "" for n in graph_json(root / name)["nodes"]}
+
+    left, right = modules("bert.onnx"), modules("bert.int8.onnx")
+    mlp = next(n for n, m in left.items() if m.endswith("layer.0.intermediate.dense") and n.startswith("node_MatMul"))
+    there = expected.matched.get(mlp) or expected.into.get(mlp)
+    assert there and right[there] == left[mlp], (mlp, there, right.get(there))
+    panes.nth(0).locator(".onnxnb-lab-search-input").fill(mlp)
+    panes.nth(0).locator(".onnxnb-lab-search-hit", has_text=f"MatMul · {mlp}").first.click()
+    for side, name in ((0, mlp), (1, there)):
+        title = panes.nth(side).locator(".onnxnb-graph-details-title")
+        title.wait_for(timeout=30_000)
+        page.wait_for_function("([el, name]) => el.textContent.endsWith(': ' + name)",
+                               arg=[title.element_handle(), name], timeout=30_000)
+        assert panes.nth(side).locator(".onnxnb-graph-node.onnxnb-selected").count() == 1
+    assert panes.nth(0).locator(".onnxnb-lab-search-hit").count() == 0  # the hits close once one is picked
+    view.screenshot(path=str(SHOTS / "compare_counterpart.png"))
     _close_all(page)
 
 

@@ -12,7 +12,7 @@ from ..render import CSS, compact_table, esc, sig, svg_hbars, text_table
 NOISY_SPREAD = 0.25  # (p90 - p50) / p50 above this flags a row as noisy
 COLUMNS = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms",
            "throughput", "speedup", "first_run_ms", "peak_mb", "size_mb", "cosine", "top1", "runs", "noisy", "options",
-           "note", "node"]
+           "parent", "note", "node"]
 # fits 1,000 px: speed, memory, the file's size and its accuracy (its own parity check) side by side
 KEY = ["variant", "backend", "shape", "status", "p50_ms", "speedup", "peak_mb", "size_mb", "cosine"]
 NUMERIC = [c for c in COLUMNS if c.endswith(("_ms", "_mb")) or c in ("throughput", "speedup", "runs", "cosine",
@@ -84,7 +84,7 @@ class LatencyRow:
                 f(self.peak_mb, ".0f"), f(self.size_mb, ".3g"), f(self.cosine, ".5f"), f(self.top1, ".3f"),
                 str(self.runs), "yes" if self.noisy else "",
                 ", ".join(f"{k}={v}" for k, v in self.options.items()),
-                self.note, self.hardware.get("summary", self.node)]
+                self.parent, self.note, self.hardware.get("summary", self.node)]
 
 
 def skips_padding(row: LatencyRow) -> bool:

@@ -71,8 +71,9 @@ function section(parent, title, open) {
   return el("div", "onnxnb-lab-section-body", d);
 }
 
-// Search over node names, op types and tensor names; a hit jumps the graph to its node.
-function searchBox(parent, graph, model) {
+// Search over node names, op types and tensor names; a hit jumps the graph to its node (over a compare pane, the
+// hits close once one is picked: they lie over the drawing).
+function searchBox(parent, graph, model, closeOnPick) {
   const box = el("div", "onnxnb-lab-search", parent);
   const input = el("input", "onnxnb-lab-search-input", box);
   input.placeholder = "Search nodes, op types, tensors…";
@@ -92,7 +93,10 @@ function searchBox(parent, graph, model) {
     for (const [n, why] of hits.slice(0, 60)) {
       const row = el("div", "onnxnb-lab-search-hit", list, `${n.op} · ${n.name}`);
       row.title = `${why} match${n.module ? " · module " + n.module : ""}`;
-      row.addEventListener("click", () => model.set("goto", n.name));
+      row.addEventListener("click", () => {
+        model.set("goto", n.name);
+        if (closeOnPick) list.replaceChildren();
+      });
     }
   });
   return input;
@@ -283,9 +287,13 @@ export class CompareViewer extends Widget {
     const right = el("div", "onnxnb-lab-compare-pane", panes);
     el("div", "onnxnb-lab-pane-title", left, this.a);
     el("div", "onnxnb-lab-pane-title", right, this.b);
+    // a search above each side: a node found by name on one side opens its counterpart on the other
+    const finds = [el("div", "onnxnb-lab-pane-search", left), el("div", "onnxnb-lab-pane-search", right)];
     const ma = graphPane(left, this.a, data.a, { marks: data.marks_a });
     const mb = graphPane(right, this.b, data.b, { marks: data.marks_b, overlay: data.errors, overlay_label: data.error_label });
     this.panes = [ma, mb];
+    searchBox(finds[0], data.a.graph, ma, true);
+    searchBox(finds[1], data.b.graph, mb, true);
     const forth = new Map([...Object.entries(data.into), ...Object.entries(data.matched)]);
     const back = new Map(Object.entries(data.matched).map(([x, y]) => [y, x]));
     let syncing = false;  // one side's jump selects a node there: it must not jump the first side back

@@ -14,6 +14,7 @@ import torch
 
 from ...errors import InvalidArgumentError
 from ...runtime.facts import file_facts, is_cache, is_cross_cache, present_of
+from ...runtime.onnxfile import file_bytes
 from ..export.decoder_cache import layout_of
 from ..export.hf_cache import cache_kwargs
 from ..export.seq2seq_cache import EncoderWithCross, _new_cache, encoder_inputs
@@ -33,6 +34,7 @@ class _OrtStep:
         from ...runtime.sessions import session
 
         self.session = session(path, provider, threads=threads, level="all", map_weights=False)
+        self.floor_bytes = file_bytes(path)  # the weights the session holds: its row's memory is never less
         rng = np.random.default_rng(0)
 
         def size(dim: Any, default: int) -> int:
@@ -95,6 +97,7 @@ class _ChainStep:
         from ..generate.vlm import VlmDecoder
 
         runner = VlmDecoder(files, provider, threads=threads, level="all", map_weights=False)
+        self.floor_bytes = sum(file_bytes(f) for f in files.values() if isinstance(f, (str, Path)))  # their weights
         rng = np.random.default_rng(0)
         self.pixels, _ = graph_sample(Path(files["vision"]), 0)  # one image, in the shapes the vision file fixes
         if "image_sizes" in self.pixels:  # the image's size beside its pixels (Pixtral's towers)
