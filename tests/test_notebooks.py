@@ -312,3 +312,26 @@ def test_shipped_notebooks_carry_no_paths_of_the_machine_that_ran_them() -> None
         "execute_result", {"text/plain": "/tmp/nbrun/onnx_nb_out/a/model.onnx and /tmp/tmpab_1x/b.onnx"})])])
     assert scrub(nb, "/tmp/nbrun").cells[0].outputs[0]["data"]["text/plain"] == \
         "onnx_nb_out/a/model.onnx and $TMP/b.onnx"
+
+
+def test_shipped_latency_tables_show_memory_that_holds_the_weights() -> None:
+    """No shipped notebook shows a file's row with less resident memory than the weights its session holds (an
+    8.6 MB decoder's decode row read 0.05 MB): every latency table's ``peak_mb`` is at least its ``size_mb``
+    (decimal MB) in MiB, less the graph's own bytes."""
+    rows = 0
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            for out in cell.get("outputs", []):
+                for table in re.findall(r'<table class="key">(.*?)</table>', out.get("data", {}).get("text/html", ""),
+                                        re.S):
+                    head = [re.sub("<[^>]+>", "", h) for h in re.findall(r"<th>(.*?)</th>", table)]
+                    if "peak_mb" not in head or "size_mb" not in head:
+                        continue
+                    for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]:
+                        cells = dict(zip(head, (re.sub("<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>",
+                                                                                              row, re.S))))
+                        if cells.get("size_mb", "-") != "-" and cells.get("peak_mb", "-") != "-":
+                            rows += 1
+                            assert float(cells["peak_mb"]) >= 0.9 * float(cells["size_mb"]), (path.name, cells)
+    assert rows >= 5, rows

@@ -4,13 +4,12 @@ a named part of the result (``result.parts["encoder"]``)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 from ...progress import Steps
 from ...results.export import ExportResult, ModelSource
-from ...runtime.files import check_space, publish, staging_dir
+from ...runtime.files import check_space
 from .torch_route import make_result, run_exporter, unverified_of
 
 
@@ -19,42 +18,45 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     """An encoder-decoder for generation: ``<name>.encoder.onnx`` (encoder states and the cross-attention
     cache, computed once) beside the decoder file at ``target`` (self-attention cache in and out)."""
     from . import seq2seq_cache
+    from .attempts import first_that_passes
     from .wrap import eager_attention, eval_mode
 
     s = adapter.sample(source, sample, True)
     warnings_seen: list[str] = list(source.load_warnings)
     branches: list[Any] = []
     steps.add(1)
+
+    def write(_name: str, staged: Path) -> Any:  # both files into the staging folder, each checked at other shapes
+        return export_seq2seq_parts(source.model, s, target, opset, staged.parent, warnings_seen, branches)
+
+    def check(_name: str, _staged: Path, written: Any) -> dict[str, Any]:  # the two files' checks as one
+        checks = written[1]
+        return {"passed": all(c["passed"] for c in checks.values()), "shapes": checks["decoder"].get("shapes", {}),
+                "max_abs_diff": max(c.get("max_abs_diff", float("inf")) for c in checks.values()),
+                "summary": "; ".join(f"{k}: {c.get('error') or c['summary']}" for k, c in checks.items()),
+                "parts": {k: dict(c) for k, c in checks.items()}}
+
     # eager attention: SDPA's trace adds NaN guards and shape arithmetic per layer (a Marian-base decoder step:
     # 1230 nodes, 14.0 ms; eager: 924 nodes, 13.1 ms on 2 cores)
     with eval_mode(source.model), eager_attention(source.model):
         check_space(target.parent, sum(p.numel() * p.element_size() for p in source.model.parameters()) * 2)
-        started = time.perf_counter()
-        steps.step("exporting the encoder and the decoder with torchscript")
-        with staging_dir(target) as tmp:
-            layout, checks, dec_sample = export_seq2seq_parts(source.model, s, target, opset, tmp, warnings_seen,
-                                                              branches)
-            steps.step("checking both in ONNX Runtime")
-            steps.step("saving")
-            files = publish(tmp / target.name, target)
+        done = first_that_passes(["torchscript"], target, write, check, steps,
+                                 verb="exporting the encoder and the decoder with", against="PyTorch")
+    if not done.name:
+        raise done.errors["torchscript"]
+    layout, _, dec_sample = done.written
     source.cache_layout = layout
     source.sample = dec_sample
     source.input_axes = {n: a for n, a in seq2seq_cache.axes(layout)[1].items() if n in dec_sample}
     source.as_kwargs = False
-    passed = all(c["passed"] for c in checks.values())
-    check = {"passed": passed, "shapes": checks["decoder"].get("shapes", {}),
-             "max_abs_diff": max(c.get("max_abs_diff", float("inf")) for c in checks.values()),
-             "summary": "; ".join(f"{k}: {c.get('error') or c['summary']}" for k, c in checks.items()),
-             "parts": {k: dict(c) for k, c in checks.items()}}
     attempts = {"dynamo": "not tried for an encoder-decoder with its caches: the decoder's cache grows by a sum of "
                           "dynamic axes that torch.export cannot declare; TorchScript traces both files"}
-    result = make_result(target, files, "torchscript", attempts, time.perf_counter() - started, warnings_seen, source,
-                         check, s, [], True, unverified_of(branches, {}))
+    result = make_result(target, done.files, "torchscript", attempts, done.seconds, warnings_seen, source,
+                         done.check, s, [], True, unverified_of(branches, {}))
     from .seq2seq_cache import encoder_path
 
     result.parts = {"encoder": encoder_path(target)}  # the decoder is the result's own file
     return result
-
 
 def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, staged_dir: Path,
                          warnings: list[str], branches: list[Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
