@@ -247,6 +247,16 @@ def test_large_graphs_are_interactive_within_two_seconds(lab_page: Any) -> None:
     print(f"22-layer decoder: {viewer.locator('.onnxnb-graph-title').inner_text()}, drawn {opened:.2f} s after the "
           f"double-click, a group expanded in {expanded:.2f} s")
     assert opened < 2.0 and expanded < 2.0
+    # fitted, its labels too small to read: hovering a box shows its label, and a redraw that removes the box (a
+    # click expanding it) hides that label with it (it stayed on screen, stale)
+    viewer.locator(".onnxnb-graph-btn", has_text="fit").click()
+    group = viewer.locator(".onnxnb-graph-group").last
+    group.hover()
+    label = viewer.locator(".onnxnb-graph-hover")
+    label.wait_for(state="visible", timeout=5_000)
+    assert label.inner_text().strip(), "the hovered box's label"
+    group.click()
+    label.wait_for(state="hidden", timeout=5_000)
     _close_all(page)
     # 9,001 operators with no module scope: "(top level)" opens into runs of 100
     viewer, opened, expanded = _open_and_expand(page, "chain9000.onnx")
