@@ -22,6 +22,12 @@ import tiny_models
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not lab.available(), reason="needs /usr/bin/chromium")]
 SHOTS = Path(__file__).parent / "screenshots" / "lab_viewer"
 HOSTILE = '<img src=x onerror="window.__pwned=1">'
+# the cells holding one short word (a header, a row name; long module paths may wrap) laid out on several lines
+BROKEN_WORDS = """els => els.map(e => [e, e.textContent.trim()])
+    .filter(([, t]) => t && t.length <= 16 && !/\\s/.test(t)).map(([e, t]) => {
+    const r = document.createRange(); r.selectNodeContents(e);
+    return [t, new Set([...r.getClientRects()].map(x => Math.round(x.top))).size];
+}).filter(([, lines]) => lines > 1)"""
 
 
 def _files(root: Path) -> dict[str, Any]:
@@ -153,6 +159,11 @@ def test_double_click_opens_the_graph_with_no_kernel(lab_page: Any) -> None:
     expected = onnx_nb.summary(root / "bert.onnx", shapes=axes)
     assert expected.macs and expected.macs < 1e9  # the viewer's "K/M/G" and human_count's agree below a billion
     assert f"{human_count(expected.macs)} MACs" in total.inner_text()
+    # no one-word header or row name in the side panel breaks inside its word ("param/s", "ou/t" did)
+    cells = viewer.locator(".onnxnb-lab-side th, .onnxnb-lab-side td:first-child")
+    assert cells.count() > 10 and cells.filter(has_text="params").count() >= 1  # it read "param s"
+    broken = cells.evaluate_all(BROKEN_WORDS)
+    assert broken == [], broken
     viewer.screenshot(path=str(SHOTS / "viewer.png"))
     assert _kernels(base_token) == []
     _close_all(page)
