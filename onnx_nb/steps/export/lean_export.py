@@ -132,7 +132,6 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
                       blocks: Blocks | None = None) -> Any:
     """``export(folder_or_hub_id, precision=...)``: the lean route, checked against PyTorch, as an ExportResult
     (``blocks``: how an int4 / int8 file's weights are rounded, in its ``exporter`` label and metadata)."""
-
     import time
 
     from ...progress import Steps
@@ -161,7 +160,6 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
         steps.add(fam.layers)
         unverified: list[str] = []
         peaks = {"build": Peak(), "check": Peak()}
-
         built_in: list[float] = []  # the file alone, without its check (benchmarks/lean_decoder.py's figure)
 
         def write(_name: str, staged: Path) -> Any:  # the file, layer by layer, into the staging folder
