@@ -94,10 +94,11 @@ class _ChainStep:
     def __init__(self, files: dict[str, Any], provider: str, length: int, past: int, threads: int | None) -> None:
         from ...runtime.facts import fixed_inputs
         from ...runtime.feeds import graph_sample
+        from ..export.vlm import PARTS
         from ..generate.vlm import VlmDecoder
 
         runner = VlmDecoder(files, provider, threads=threads, level="all", map_weights=False)
-        self.floor_bytes = sum(file_bytes(f) for f in files.values() if isinstance(f, (str, Path)))  # their weights
+        self.floor_bytes = sum(file_bytes(files[part]) for part in PARTS)  # the weights of the three files
         rng = np.random.default_rng(0)
         self.pixels, _ = graph_sample(Path(files["vision"]), 0)  # one image, in the shapes the vision file fixes
         if "image_sizes" in self.pixels:  # the image's size beside its pixels (Pixtral's towers)
