@@ -31,6 +31,10 @@ KIND_DECISIONS = [
     r"isinstance\([^)]*\b(DiffusionExport|SamExport|PartsExport)\b",
     r"(hasattr|getattr)\([^)]*[\"']parts[\"']",  # "written as several files" sniffed from a result's attributes
     r"cache_layout[\"']\s*,\s*None\)\s+is\s+(not\s+)?None",
+    # how a model generates, read from its record or its file's facts and branched on (steps take
+    # sources.registry.generation_of's answer from a table instead)
+    r"\.generation\s*(==|!=|is\b|in\b)",
+    r"\bgeneration_of\([^)]*\)\s*(==|!=|in\b)",
 ]
 
 
@@ -54,7 +58,8 @@ def test_no_kind_decision_outside_the_source_layer() -> None:
                "if export.cache_layout is not None:", "isinstance(result, DiffusionExport)",
                'if ".encoder." in name:', "elif source.kind in NATIVE:", 'hasattr(export, "parts")',
                'getattr(source, "cache_layout", None) is not None', "is_vlm(model)",
-               'getattr(export, "parts", None)']
+               'getattr(export, "parts", None)', 'elif file_facts(path).generation == "seq2seq":',
+               "if export.source.generation is not None:", 'generation_of(result) == "decoder"']
     assert all(any(re.search(p, s) for p in KIND_DECISIONS) for s in samples)
     assert not any(re.search(p, 'value.dtype.kind == "f"') for p in KIND_DECISIONS)
 

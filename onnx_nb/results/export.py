@@ -39,10 +39,6 @@ class ModelSource:
     generation: str | None = None  # "decoder" (with its key/value cache), "seq2seq" (encoder + decoder), None
     eager: bool = True  # a PyTorch model exists for the eager baseline row (False beyond PyTorch, adopted files)
 
-    def __post_init__(self) -> None:
-        if self.generation is None and self.cache_layout:  # a decoder written from its checkpoint (the lean route)
-            self.generation = "decoder"
-
     @property
     def has_torch_model(self) -> bool:
         """False for a Keras, TensorFlow or scikit-learn model and a file made elsewhere: no PyTorch eager to run."""

@@ -6,6 +6,7 @@ Called by :func:`benchmarking.benchmark` for such files; only imported by functi
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -203,8 +204,6 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
     """Latency of decoders exported with their cache: prefill (time to first token) at prompt lengths and one
     decode step at past lengths (tokens/s), against PyTorch eager with its cache and without one. ``layout``: the
     cache layout the export recorded (read from the model again only when the model came without its export)."""
-    from functools import partial
-
     from ...progress import Steps
     from ...results.latency import LatencyRow, summarize
     from .measuring import described, measure, remeasure
@@ -214,40 +213,30 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
         if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("prompt", "past"):
             raise InvalidArgumentError(f"For a decoder with its cache, shapes are {{'prompt': N}} (prefill of N "
                                        f"tokens) or {{'past': N}} (one token after N cached ones), not {spec!r}.")
-    from ..export.sources.registry import adapter_of
+    from ..export.sources.registry import adapter_of, generation_of
 
     # a vision-language model's files (the export, or a variant of its vision or decoder part): run as a chain
     chains = {name: adapter_of(obj).step_files(obj) if not isinstance(obj, (str, Path)) else None
               for name, obj, _ in entries}
-    chained = any(chains.values())
+    lead = next((obj for name, obj, _ in entries if chains[name]), entries[0][2])
+    timing = TIMINGS[generation_of(lead) or "decoder"]
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 100) or 100) if model is not None else 100
-    seq2seq = not chained and file_facts(Path(entries[0][2])).generation == "seq2seq"
     rows: list[Any] = []
     kept: list[tuple[Any, Any]] = []
     total = len(specs) * (len(entries) * len(backends) + (2 if model is not None else 0)) + 1
     with Steps(total, "benchmark", progress) as steps:
         for spec in specs:
             length, past = (spec["prompt"], 0) if "prompt" in spec else (1, spec["past"])
-            tag = f"prefill {length} tokens" if not past else f"decode 1 token after {past}"
-            if chained and not past:
-                tag = f"prefill: an image + {length} text tokens"
+            tag = timing.tag(length, past)
             makers: list[tuple[str, str, Any]] = []
-            if seq2seq and not past:
-                rows.append(LatencyRow("*", "*", tag, status="unavailable",
-                                       note="an encoder-decoder's first token comes after its encoder file: time "
-                                            "decode steps ({'past': N}) here"))
+            if timing.prefill_refused and not past:
+                rows.append(LatencyRow("*", "*", tag, status="unavailable", note=timing.prefill_refused))
                 continue
             if model is not None:
                 for label, cache in (("PyTorch eager", True), ("PyTorch eager, no cache", False)):
                     if not past and not cache:
                         continue  # a prefill is the same work with or without a cache
-                    if seq2seq:
-                        make: Any = partial(TorchDecodeStep, model, past, cache, threads, ENCODER_SEQUENCE)
-                    elif chained and not past:
-                        make = partial(_TorchImagePrefill, model, length, threads)
-                    else:
-                        make = partial(_TorchStep, model, length, past, cache, threads, layout)
-                    makers.append((label, "torch:cpu", make))
+                    makers.append((label, "torch:cpu", timing.torch(model, length, past, cache, threads, layout)))
             for name, _obj, path in entries:
                 for backend, provider, reason in backends:
                     if reason or provider is None:
@@ -269,19 +258,58 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
              "token after that many cached ones (throughput = tokens/s at batch 1). 'PyTorch eager, no cache' runs "
              "the whole sequence again for each token: what the cache saves. peak_mb: resident memory the row "
              "needed at its peak (weights, session, activations and, for decode rows, the cache of that many "
-             "tokens)."]
-    if chained:
-        notes.append("A vision-language model runs as generate() runs it: a prefill row is one image through the "
-                     "vision file, the prompt (the image's tokens and the text tokens) through the embed file and "
-                     "the decoder, so it is the time to first token with an image; a decode row is the embed file "
-                     "and the decoder for one token. PyTorch's prefill is the model's forward on the same image "
-                     "and prompt.")
-    if seq2seq:
-        notes.append(f"An encoder-decoder's decode steps read an encoder output of {ENCODER_SEQUENCE} positions "
-                     "(or the length the file fixes, e.g. Whisper's), computed once before the timed steps, in "
-                     "PyTorch as in ONNX Runtime.")
+             "tokens).", *timing.notes]
     described(entries, rows)
     return summarize(rows, {}, notes)
+
+
+class _DecoderTiming:
+    """How a decoder's rows are timed: the tag of a row, PyTorch's maker, what the notes add, a prefill's refusal."""
+
+    notes: tuple[str, ...] = ()
+    prefill_refused: str | None = None  # why prefill rows are not timed for this shape
+
+    @staticmethod
+    def tag(length: int, past: int) -> str:
+        return f"prefill {length} tokens" if not past else f"decode 1 token after {past}"
+
+    @staticmethod
+    def torch(model: Any, length: int, past: int, cache: bool, threads: int | None, layout: Any) -> Any:
+        return partial(_TorchStep, model, length, past, cache, threads, layout)
+
+
+class _Seq2SeqTiming(_DecoderTiming):
+    notes = (f"An encoder-decoder's decode steps read an encoder output of {ENCODER_SEQUENCE} positions (or the "
+             "length the file fixes, e.g. Whisper's), computed once before the timed steps, in PyTorch as in ONNX "
+             "Runtime.",)
+    prefill_refused = ("an encoder-decoder's first token comes after its encoder file: time decode steps "
+                       "({'past': N}) here")
+
+    @staticmethod
+    def torch(model: Any, length: int, past: int, cache: bool, threads: int | None, layout: Any) -> Any:
+        return partial(TorchDecodeStep, model, past, cache, threads, ENCODER_SEQUENCE)
+
+
+class _ChainTiming(_DecoderTiming):
+    notes = ("A vision-language model runs as generate() runs it: a prefill row is one image through the vision "
+             "file, the prompt (the image's tokens and the text tokens) through the embed file and the decoder, so "
+             "it is the time to first token with an image; a decode row is the embed file and the decoder for one "
+             "token. PyTorch's prefill is the model's forward on the same image and prompt.",)
+
+    @staticmethod
+    def tag(length: int, past: int) -> str:
+        return f"prefill: an image + {length} text tokens" if not past else _DecoderTiming.tag(length, past)
+
+    @staticmethod
+    def torch(model: Any, length: int, past: int, cache: bool, threads: int | None, layout: Any) -> Any:
+        if past:
+            return _DecoderTiming.torch(model, length, past, cache, threads, layout)
+        return partial(_TorchImagePrefill, model, length, threads)
+
+
+# how each generation shape (sources.registry.generation_of) is timed
+TIMINGS: dict[str, type[_DecoderTiming]] = {"decoder": _DecoderTiming, "seq2seq": _Seq2SeqTiming,
+                                            "chain": _ChainTiming}
 
 
 class TorchDecodeStep:

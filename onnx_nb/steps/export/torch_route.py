@@ -34,7 +34,7 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
             raise
         except Exception as exc:
             raise _sample_failed(model, s, exc) from exc
-        decoder = source.generation == "decoder"
+        decoder = adapter.with_cache(source)
         if decoder:  # dynamo first, as for every model: the mask's length is an axis of its own (total_sequence)
             probe, after, out_axes = _cache_check(source, flat, s)
             fixed: list[Any] = []

@@ -18,13 +18,11 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from ...runtime.facts import file_facts
 from .rules import generation_config_of, rules_for
 from .runners import (
     GenerationResult,
     OnnxDecoder,
     SharedBufferDecoder,
-    _kept,
     _last_runner,
     _prompts,
     decoder_for,
@@ -59,6 +57,21 @@ def _own_runner(model: Any, inputs: Any, images: Any, provider: str, threads: in
     runner.set_images(pixels)
     runner.thumbnails = thumbnails(given, pixels)
     return runner, inputs
+
+
+def _seq2seq_loop(model: Any, inputs: Any, *, start: int | None, tokenizer: Any, pad: int,
+                  **loop: Any) -> GenerationResult:
+    """An encoder-decoder's files: the encoder once, then its decoder's steps (:mod:`.seq2seq`)."""
+    from . import seq2seq
+
+    tokens, steps = seq2seq.generate(model, inputs, start=int(start if start is not None else pad), pad=pad,
+                                     tokenizer=tokenizer, **loop)
+    text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
+    return GenerationResult([], tokens, text, steps[0], steps[1:])
+
+
+# the generation shapes (sources.registry.generation_of) that run a loop of their own
+LOOPS = {"seq2seq": _seq2seq_loop}
 
 
 def _setting(name: str, generation: Any, config: Any) -> Any:
@@ -112,6 +125,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         onnx_nb.generate(r, "A long article ...", max_new_tokens=40, num_beams=4).text
     """
     from ...runtime.providers import providers_named
+    from ..export.sources.registry import generation_of
     from .genai import check_runtime
 
     if max_new_tokens < 1:
@@ -148,18 +162,12 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in made] if tokenizer is not None else None
         return GenerationResult(prompts, made, text, first, steps)
     own, inputs = _own_runner(model, inputs, images, named, threads)
-    if own is None and _kept(path, named, io_binding, threads, runtime) is None and \
-            file_facts(path).generation == "seq2seq":
-        from . import seq2seq
-
-        start_id = _setting("decoder_start_token_id", generation, config)
-        tokens, steps = seq2seq.generate(
-            model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad,
-            start=int(start_id if start_id is not None else pad), provider=named,
-            tokenizer=tokenizer, stream=stream, threads=threads, rules=rules,
-            pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
-        text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
-        return GenerationResult([], tokens, text, steps[0], steps[1:])
+    loop = LOOPS.get(generation_of(model) or "decoder")
+    if loop is not None:  # a shape with a loop of its own; a decoder or a chain of files runs the one below
+        return loop(model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad, provider=named,
+                    tokenizer=tokenizer, stream=stream, threads=threads, rules=rules,
+                    start=_setting("decoder_start_token_id", generation, config),
+                    pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
     decoder = own or _last_runner(path, named, io_binding, threads, runtime)
     prompts = _prompts(inputs, getattr(tokenizer, "tokenizer", tokenizer))
     ids, mask = left_pad(prompts, pad)

@@ -175,6 +175,20 @@ class _OnnxModel(PreTrainedModel):
         finally:
             torch.set_num_threads(threads)
 
+    def generation_inputs(self, inputs: Any, tokenizer: Any, pad: int, rules: Any
+                          ) -> tuple[dict[str, torch.Tensor], list[list[int]], int]:
+        """``onnx_nb.generate``'s inputs as this model's ``generate()`` takes them, the prompts (token lists, for
+        the result), and how many leading tokens of each returned row are not new."""
+        from .runners import _prompts, left_pad
+
+        prompts = _prompts(inputs, tokenizer)
+        ids, mask = left_pad(prompts, pad)
+        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}, prompts, ids.shape[1]
+
+    def length_settings(self, before: int, max_new_tokens: int) -> dict[str, int]:
+        """The length in all (a config's ``max_length`` beside ``max_new_tokens`` would be a warning)."""
+        return {"max_length": before + max_new_tokens}
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.config.model_type}, {self.onnx_path.name}, {self.provider}): "
                 "transformers' generate() and pipeline() on ONNX Runtime")
@@ -273,6 +287,14 @@ class OnnxForSeq2SeqLM(_OnnxModel, GenerationMixin):
     def get_encoder(self, modality: str | None = None) -> _OnnxEncoder:
         return self.encoder
 
+    def generation_inputs(self, inputs: Any, tokenizer: Any, pad: int, rules: Any
+                          ) -> tuple[dict[str, torch.Tensor], list[list[int]], int]:
+        """The encoder's inputs; ``generate()`` returns the decoder's start (and forced) tokens before the new."""
+        from .seq2seq import encoder_feed
+
+        feed = encoder_feed(inputs, tokenizer, tuple(self.runner.encoder_names), pad)
+        return {k: torch.from_numpy(v) for k, v in feed.items()}, [], len(rules.prefix) + 1
+
     def prepare_inputs_for_generation(self, decoder_input_ids: torch.Tensor, cache: OnnxCache | None = None,
                                       attention_mask: torch.Tensor | None = None,
                                       encoder_outputs: OnnxEncoderOutput | None = None,
@@ -343,6 +365,14 @@ def _speech_class() -> type:
         def __init__(self, config: Any, path: Path, provider: str, runner: Any) -> None:
             super().__init__(config, path, provider, runner)
             self.model = _WhisperShape(config)
+
+        def generation_inputs(self, inputs: Any, tokenizer: Any, pad: int, rules: Any
+                              ) -> tuple[dict[str, torch.Tensor], list[list[int]], int]:
+            """As an encoder-decoder's; Whisper's ``generate()`` returns the tokens after its prompt."""
+            return super().generation_inputs(inputs, tokenizer, pad, rules)[0], [], 0
+
+        def length_settings(self, before: int, max_new_tokens: int) -> dict[str, int]:
+            return {"max_new_tokens": max_new_tokens}  # Whisper counts its own prompt
 
     return OnnxForSpeechSeq2Seq
 

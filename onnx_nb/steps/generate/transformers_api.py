@@ -25,6 +25,38 @@ def _named_like(cls: type, model: Any, config: Any) -> type:
                                    "__qualname__": f"{cls.__name__}({names[0]})"})
 
 
+def _chain(model: Any, config: Any, path: Path, provider: str, threads: int | None, io_binding: bool | None) -> Any:
+    """Several files run together (a vision-language model's vision, embed and decoder files)."""
+    from ..export.sources.registry import adapter_of
+    from .hf_vlm import OnnxForImageTextToText
+    from .vlm import VlmDecoder
+
+    files = adapter_of(model).step_files(model)
+    assert files is not None  # the shape "chain" is its adapter answering step_files
+    decoder = VlmDecoder(files, provider, threads=threads)
+    return OnnxForImageTextToText(config, Path(files["decoder"]), provider, decoder)
+
+
+def _seq2seq(model: Any, config: Any, path: Path, provider: str, threads: int | None, io_binding: bool | None) -> Any:
+    """An encoder-decoder's two files (Whisper's with Whisper's own generate())."""
+    from .seq2seq import OnnxSeq2Seq, encoder_of
+
+    runner = OnnxSeq2Seq(path, provider, encoder_of(model), threads, io_binding)
+    speech = runner.encoder_names == ["input_features"]
+    cls = _speech_class() if speech and config.model_type == "whisper" else OnnxForSeq2SeqLM
+    return cls(config, path, provider, runner)
+
+
+def _decoder(model: Any, config: Any, path: Path, provider: str, threads: int | None, io_binding: bool | None) -> Any:
+    from .runners import decoder_for
+
+    return OnnxForCausalLM(config, path, provider, decoder_for(path, provider, io_binding=io_binding, threads=threads))
+
+
+# the transformers model each generation shape (sources.registry.generation_of) becomes
+WRAPPERS = {"decoder": _decoder, "seq2seq": _seq2seq, "chain": _chain}
+
+
 def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | None = None, threads: int | None = None,
                     config: Any = None) -> Any:
     """The exported files of a generative model as a transformers model whose forward runs ONNX Runtime, so
@@ -47,34 +79,15 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
         from transformers import pipeline
         pipeline("translation", model=m, tokenizer=r.source.preprocessor, num_beams=4)("Hello world")
     """
-    from ...runtime.facts import file_facts
     from ...runtime.providers import providers_named
-    from ..export.sources.registry import adapter_of
-    from .runners import decoder_for
+    from ..export.sources.registry import generation_of
 
     path = Path(getattr(model, "path", model))
-    files = None if isinstance(model, (str, Path)) else adapter_of(model).step_files(model)
-    if files is None and not path.is_file():
+    if not path.exists():
         raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
     named = providers_named([provider])[0].name
     hf_config, generation = _config_of(model, config)
-    wrapped: Any
-    if files is not None:  # several files chained (a vision-language model's)
-        from .hf_vlm import OnnxForImageTextToText
-        from .vlm import VlmDecoder
-
-        wrapped = OnnxForImageTextToText(hf_config, Path(files["decoder"]), named,
-                                         VlmDecoder(files, named, threads=threads))
-    elif file_facts(path).generation == "seq2seq":
-        from .seq2seq import OnnxSeq2Seq, encoder_of
-
-        runner = OnnxSeq2Seq(path, named, encoder_of(model), threads, io_binding)
-        speech = runner.encoder_names == ["input_features"]
-        cls = _speech_class() if speech and hf_config.model_type == "whisper" else OnnxForSeq2SeqLM
-        wrapped = cls(hf_config, path, named, runner)
-    else:
-        wrapped = OnnxForCausalLM(hf_config, path, named, decoder_for(path, named, io_binding=io_binding,
-                                                                        threads=threads))
+    wrapped = WRAPPERS[generation_of(model) or "decoder"](model, hf_config, path, named, threads, io_binding)
     wrapped.__class__ = _named_like(type(wrapped), model, hf_config)
     wrapped.generation_config = generation
     wrapped.eval()
@@ -89,9 +102,7 @@ def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: d
     :func:`to_transformers` makes, kept for the next call like the loops' runners), with the rules and beams of
     the generation config (the wrapped model's) and the call's ``overrides``; the result as the loops give it
     (new tokens per returned sequence, cut after EOS; the first forward's time, then each later one's)."""
-    from ...runtime.facts import file_facts
-    from .runners import _LAST, GenerationResult, _kept, _key, _prompts, left_pad
-    from .seq2seq import encoder_feed
+    from .runners import _LAST, GenerationResult, _kept, _key
 
     what = "Beam search" if rules.num_beams > 1 or not rules.elsewhere else \
         f"{', '.join(f'{k}={v!r}' for k, v in rules.elsewhere.items())} (the generation config's or this call's)"
@@ -109,27 +120,12 @@ def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: d
         _LAST.clear()  # one model kept at a time
         wrapped = to_transformers(model, provider=provider, io_binding=io_binding, threads=threads)
         _LAST.update(key=_key(path, *how), runner=wrapped)
-    seq2seq = file_facts(path).generation == "seq2seq"
-    if seq2seq:
-        feed = encoder_feed(inputs, tokenizer, tuple(wrapped.runner.encoder_names), pad)
-        tensors = {k: torch.from_numpy(v) for k, v in feed.items()}
-        prompts: list[list[int]] = []
-    else:
-        prompts = _prompts(inputs, tokenizer)
-        ids, mask = left_pad(prompts, pad)
-        tensors = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
-    width = 0 if seq2seq else int(tensors["input_ids"].shape[1])
+    tensors, prompts, prompt = wrapped.generation_inputs(inputs, tokenizer, pad, rules)
     if sampling["do_sample"]:
         torch.manual_seed(seed)
     else:
         sampling = {"do_sample": False}
-    from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
-
-    # Whisper's generate() returns the tokens after its prompt; the others, the decoder's start (and forced) tokens
-    whisper = isinstance(wrapped, WhisperGenerationMixin)
-    prompt = width if not seq2seq else 0 if whisper else len(rules.prefix) + 1
-    # the length in all (a config's max_length beside max_new_tokens would be a warning); Whisper counts its own
-    length = {"max_new_tokens": max_new_tokens} if whisper else {"max_length": prompt + max_new_tokens}
+    length = wrapped.length_settings(prompt, max_new_tokens)
     wrapped.step_ms = []
     with torch.no_grad():
         out = wrapped.generate(**tensors, **length, eos_token_id=sorted(eos) or None, pad_token_id=pad,

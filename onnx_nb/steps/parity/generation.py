@@ -16,7 +16,6 @@ import torch
 from ...errors import InsufficientMemoryError
 from ...results.tolerance import NEAR_TIE
 from ...runtime.cpu import file_notes, this_cpu
-from ...runtime.facts import file_facts
 from ..export.hf_cache import cache_kwargs, cache_of
 from ..generate.generation import generate
 from ..generate.runners import OnnxDecoder, decoder_for, left_pad
@@ -122,6 +121,30 @@ class _DecoderOnly:
         return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None]).sum())
 
 
+def _chain(export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> Any:
+    """Several files run together (a vision-language model's): judged as a chain."""
+    from ..export.sources.registry import adapter_of
+    from .vlm import VlmChain
+
+    files = adapter_of(export).step_files(export, path=path)
+    assert files is not None  # the shape "chain" is its adapter answering step_files
+    return VlmChain(files["model"], files, max_new_tokens)
+
+
+def _seq2seq(export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> Any:
+    """An encoder-decoder's decoder file, its encoder a named part of the export."""
+    from ..export.seq2seq_cache import encoder_path
+    from .seq2seq import Seq2SeqParity
+
+    return Seq2SeqParity(model, path, max_new_tokens,
+                         encoder=export.parts.get("encoder") or encoder_path(Path(export.path)))
+
+
+# how each generation shape (sources.registry.generation_of) is checked: its inputs and runs
+FAMILIES = {"decoder": lambda export, model, path, prompts, new: _DecoderOnly(model, path, prompts, new),
+            "seq2seq": _seq2seq, "chain": _chain}
+
+
 def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]] | None = None,
                       max_new_tokens: int = 8, providers: Any = ("cpu",), progress: bool = True) -> Any:
     """Generation parity of a model exported with its cache (a decoder, or an encoder-decoder's two files):
@@ -135,24 +158,12 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     from ...results.tolerance import measure, precision_of, tolerance_for
     from ...runtime.onnxfile import load_proto
     from ...runtime.providers import providers_named
-    from ..export.sources.registry import adapter_of
+    from ..export.sources.registry import adapter_of, generation_of
 
     model = adapter_of(export).reload(export.source, "generation parity").model
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
-    chained = adapter_of(export).step_files(export, path=path)
-    if chained is not None:  # several files run together (a vision-language model's): judged as a chain
-        from .vlm import VlmChain
-
-        family: Any = VlmChain(chained["model"], chained, max_new_tokens)
-    elif file_facts(path).generation == "seq2seq":
-        from ..export.seq2seq_cache import encoder_path
-        from .seq2seq import Seq2SeqParity
-
-        family = Seq2SeqParity(model, path, max_new_tokens,
-                                    encoder=export.parts.get("encoder") or encoder_path(Path(export.path)))
-    else:
-        family = _DecoderOnly(model, path, prompts, max_new_tokens)
+    family = FAMILIES[generation_of(export, path) or "decoder"](export, model, path, prompts, max_new_tokens)
     rows: list[Row] = []
     checks: list[TokenCheck] = []
     wanted = providers_named(providers)

@@ -13,15 +13,12 @@ DECODER_ROUTE = "re-exported with torch.export at opset 23, standard ONNX ops: "
 
 
 def decoder_export(onnx_model: Any) -> bool:
-    """A decoder-only model's export with its cache, its PyTorch model at hand, whose steps run alone (a
-    vision-language model's decoder part takes embeddings from its embed file: the route would export the whole
-    model as a text decoder)."""
+    """An export whose adapter lets this route export its model again (a decoder-only model with its cache, its
+    PyTorch model at hand: :meth:`~onnx_nb.steps.export.sources.base.Source.decoder_reexport`)."""
     from ...results.export import ExportResult
     from ..export.sources.registry import adapter_of
 
-    return isinstance(onnx_model, ExportResult) and onnx_model.source.model is not None and \
-        onnx_model.source.generation == "decoder" and adapter_of(onnx_model).step_files(onnx_model) is None
-
+    return isinstance(onnx_model, ExportResult) and adapter_of(onnx_model).decoder_reexport(onnx_model)
 
 
 ATTENTION_CHOICES = ("auto", "gqa", "standard")

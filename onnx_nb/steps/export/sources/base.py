@@ -149,6 +149,22 @@ class Source:
         return inputs.default_axes(sample)
 
     @classmethod
+    def with_cache(cls, record: Any) -> bool:
+        """The record is of a decoder that goes with its cache (its export checked by the cache check)."""
+        return record.generation == "decoder"
+
+    @classmethod
+    def decoder_reexport(cls, result: Any) -> bool:
+        """``optimize()`` may export this result's model again as a decoder with ONNX's standard attention ops
+        (:mod:`onnx_nb.steps.variants.decoders`): a decoder-only file with its cache whose steps run alone (a
+        vision-language model's decoder part takes embeddings from its embed file: the route would export the whole
+        model as a text decoder)."""
+        from ....runtime.facts import file_facts
+
+        return result.source.model is not None and cls.step_files(result) is None and \
+            file_facts(result.path).generation == "decoder"
+
+    @classmethod
     def step_files(cls, result: Any, path: Path | None = None) -> dict[str, Any] | None:
         """The files :func:`onnx_nb.generate` and generation parity chain for a result of this kind (a
         vision-language model's three; ``path``: another file in the result's place, a variant's), or None: the

@@ -71,6 +71,22 @@ def adapter_of(obj: Any) -> type[Source]:
     return TorchSource
 
 
+def generation_of(obj: Any, path: Any = None) -> str | None:
+    """How ``obj`` (an export, a variant, a source record or an ``.onnx`` path; ``path``: another file in the
+    result's place) generates, asked once here: ``"chain"`` (several files run together: its adapter's
+    ``step_files``), ``"seq2seq"`` (an encoder-decoder's decoder file with cross-attention caches), ``"decoder"``
+    (one file with its cache), or None (one forward; a decoder's whole-sequence file generates as a decoder does).
+    Parity, generate and the benchmark each pick their way of running such a model from a table keyed by this
+    answer, so a new kind that generates in one of these shapes changes none of them."""
+    from ....runtime.facts import file_facts
+
+    if getattr(obj, "adapter", None) is not None and not hasattr(obj, "path"):  # a source record, mid-export
+        return obj.generation
+    if not isinstance(obj, (str, os.PathLike)) and adapter_of(obj).step_files(obj, path=path) is not None:
+        return "chain"
+    return file_facts(path if path is not None else getattr(obj, "path", obj)).generation
+
+
 def subject_of(export: Any) -> Any:
     """What parity and the variants work on: the export itself, or of a model written as several files the part its
     adapter names (a vision-language model's decoder part, judged on the chain of its files)."""
