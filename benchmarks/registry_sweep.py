@@ -145,15 +145,8 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
         break
     if row.get("pytorch") != "ok":
         return row
-    try:
-        t = time.perf_counter()
-        result = onnx_nb.export(folder, out=folder.parent / "onnx" / "model.onnx", progress=False)
-        row["export_s"] = round(time.perf_counter() - t, 1)
-        row["exporter"] = getattr(result, "exporter", None)
-        row["export"] = "ok" if result else f"check {getattr(result, 'status', 'failed')}"
-    except Exception as exc:  # noqa: BLE001
-        row["export"] = f"{type(exc).__name__}: {first_line(exc)}"[:400]
-        row["seconds"] = round(time.perf_counter() - started, 1)
+    result = exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
+    if result is None:
         return row
     try:
         made = [onnx_nb.generate(result, [p], max_new_tokens=NEW_TOKENS, num_beams=1).tokens[0] for p in prompts]
@@ -177,6 +170,25 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
                 row[name] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
+
+
+def exported(row: dict[str, Any], folder: Path, out: Path, started: float) -> Any:
+    """One default ``onnx_nb.export(folder)`` into ``row`` (its seconds, exporter, outcome); the result, or None
+    when it raised (the row's time then set: it ends there)."""
+    import onnx_nb
+    from onnx_nb.errors import first_line
+
+    try:
+        t = time.perf_counter()
+        result = onnx_nb.export(folder, out=out, progress=False)
+    except Exception as exc:  # noqa: BLE001 - a row, not a crash
+        row["export"] = f"{type(exc).__name__}: {first_line(exc)}"[:400]
+        row["seconds"] = round(time.perf_counter() - started, 1)
+        return None
+    row["export_s"] = round(time.perf_counter() - t, 1)
+    row["exporter"] = getattr(result, "exporter", None)
+    row["export"] = "ok" if result else f"check {getattr(result, 'status', 'failed')}"
+    return result
 
 
 def uncached_ties(model: Any, prompts: list[list[int]], made: list[list[int]],
@@ -243,9 +255,7 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
 
-    def cell(value: Any) -> str:
-        return "✓" if value in ("ok", "same") else ("near-tie" if value == "near-tie" else ("✗" if value else ""))
-
+    cell = _cell
     for r in sorted(rows, key=lambda r: (not counted(r), not served(r), r["type"])):
         if not counted(r):
             why = f"PyTorch {r.get('pytorch', 'did not finish')}"
@@ -260,17 +270,103 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             why = "; ".join(f"{k.upper()}: {r[k]}" for k in ("int8", "int4") if r.get(k) not in (None, "ok"))
         lines.append(f"| {r['type']} | {r['class']} | {cell(r.get('export'))} | {cell(r.get('generate'))} | "
                      f"{cell(r.get('int8'))} | {cell(r.get('int4'))} | {html.escape(why).replace('|', '/')} |")
-    lines += ["", "## Vision-language models", "",
-              "Image-text-to-text models are not swept here yet: transformers registers about 100 types for "
-              "`AutoModelForImageTextToText`. `tests/test_vlm.py` builds fifteen families tiny from transformers' "
-              "own classes and checks each (export as vision, embed and decoder files; `onnx_nb.generate` with "
-              "images and `to_transformers(...).generate()` greedy and with beams against PyTorch's tokens): "
-              "LLaVA, LLaVA-NeXT, VipLLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Idefics 3, SmolVLM, PaliGemma, Gemma 3, "
-              "Mistral 3, InternVL, Aya Vision, Command A Vision and FastVLM all give PyTorch's tokens; LFM2-VL (a "
-              "convolution state beside the key/value cache) and Florence-2 (an encoder-decoder) are not served "
-              "yet. Each family's status and what it needs are in [Vision-language models]"
-              "(guides/vision-language.md).", ""]
+    lines += ["", "## Vision-language models", "", *vlm_section(ROOT / "benchmarks" / "results" / "vlm_sweep.json")]
     return "\n".join(lines)
+
+
+def vlm_section(path: Path) -> list[str]:
+    """The vision-language models' part of the page, from ``benchmarks/vlm_sweep.py``'s rows."""
+    import html
+
+    if not path.exists():
+        return ["Not swept yet: run `benchmarks/vlm_sweep.py`.", ""]
+    saved = json.loads(path.read_text())
+    rows, meta = saved["rows"], saved["meta"]
+    base = [r for r in rows if counted(r)]
+    good = [r for r in base if served(r)]
+    lines = [
+        "`benchmarks/vlm_sweep.py` builds every model type transformers registers for "
+        "`AutoModelForImageTextToText` the same way (the text part as above; the vision tower 2 layers, width 32, at "
+        "its own image and patch sizes), makes an image and a prompt holding the family's count of image tokens with "
+        "onnx-nb's own sample makers, runs PyTorch's greedy `generate()` for two images, then one default "
+        "`onnx_nb.export(folder)` (vision, embed and decoder files) and `onnx_nb.generate(result, ids, images=...)`. "
+        "A type whose PyTorch model cannot be built or driven from that sample (no image token in its config, a "
+        "processor-only input) is listed but not counted. [Vision-language models](guides/vision-language.md) "
+        "says how each family is served; `tests/test_vlm.py` checks fifteen of them, beams included.",
+        "",
+        f"Swept {meta['date']} on transformers {meta['transformers']}: **{len(good)} of the {len(base)} "
+        f"image-text-to-text models that PyTorch builds and runs from onnx-nb's sample (an image and a prompt) "
+        f"export with one default call and generate PyTorch's tokens from images** "
+        f"({sum(r.get('generate') == 'near-tie' for r in good)} of them after "
+        f"a near-tie); {len(rows)} types registered.",
+        "",
+        "| type | class | export | generate | the image changes the tokens | what stopped it |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (not counted(r), not served(r), r["type"])):
+        if not counted(r):
+            why = f"PyTorch {r.get('pytorch', 'did not finish')}"
+            lines.append(f"| {r['type']} | {r['class']} | – | – | – | {html.escape(why).replace('|', '/')} |")
+            continue
+        why = "" if served(r) else (r.get("export") if r.get("export") != "ok" else
+                                     r.get("generate_note") or r.get("generate", ""))
+        changes = "yes" if r.get("image_changes_tokens") else "no"
+        lines.append(f"| {r['type']} | {r['class']} | {_cell(r.get('export'))} | {_cell(r.get('generate'))} | "
+                     f"{changes} | {html.escape(str(why or '')).replace('|', '/')} |")
+    return [*lines, ""]
+
+
+def _cell(value: Any) -> str:
+    return "✓" if value in ("ok", "same") else ("near-tie" if value == "near-tie" else ("✗" if value else ""))
+
+
+def run_rows(script: str, types: dict[str, str], path: Path, only: str, again: bool, timeout: int,
+             extra: list[str]) -> list[dict[str, Any]]:
+    """Each wanted type (``only``: some, by name; else every type not already in ``path`` for this transformers
+    version, unless ``again``) through ``script --one TYPE --folder F`` in a process of its own with a time limit,
+    its row written into ``path`` (JSON: meta and rows, replaced whole) as it comes; the rows, by type."""
+    import onnxruntime
+    import torch
+    import transformers
+
+    meta = {"date": datetime.date.today().isoformat(), "transformers": transformers.__version__,
+            "torch": torch.__version__.split("+")[0], "onnxruntime": onnxruntime.__version__}
+    kept: dict[str, Any] = {}
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("meta", {}).get("transformers") == meta["transformers"] and not again:
+            kept = {r["type"]: r for r in saved["rows"]}
+    wanted = [t for t in only.split(",") if t] or list(types)
+    print(f"load average at the start: {os.getloadavg()[0]:.2f}; {len(wanted)} types", flush=True)
+    for i, model_type in enumerate(wanted):
+        if model_type in kept and not only:
+            continue
+        with tempfile.TemporaryDirectory(prefix=f"sweep_{model_type}_") as tmp:
+            try:
+                done = subprocess.run([sys.executable, script, "--one", model_type, "--folder", f"{tmp}/model",
+                                       *extra], capture_output=True, text=True, timeout=timeout, cwd=tmp)
+                found = [ln for ln in done.stdout.splitlines() if ln.startswith("ROW ")]
+                row = json.loads(found[-1][4:]) if found else {  # a crash (not an exception) inside onnx-nb
+                    "type": model_type, "class": types[model_type], "pytorch": "ok",
+                    "export": f"the process was killed by signal {-done.returncode} (9: the machine's memory, "
+                              "most likely)" if done.returncode < 0 else f"the process ended with code "
+                              f"{done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1][:300]}"}
+                if not found and "PYTORCH_OK" not in done.stdout:  # it ended before PyTorch had run the model
+                    row["pytorch"] = f"the sweep's process ended first: {row.pop('export')}"
+            except subprocess.TimeoutExpired:
+                row = {"type": model_type, "class": types[model_type], "pytorch": "ok",
+                       "export": f"did not finish in {timeout} s"}
+        kept[model_type] = row
+        print(f"[{i + 1}/{len(wanted)}] {model_type}: pytorch {row.get('pytorch', '')[:60]} | export "
+              f"{str(row.get('export', '-'))[:90]} | generate {row.get('generate', '-')} | int8 {row.get('int8', '-')}"
+              f" | int4 {row.get('int4', '-')}", flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = sorted(kept.values(), key=lambda r: r["type"])
+        tmp_json = path.with_suffix(".json.tmp")
+        tmp_json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        tmp_json.replace(path)
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    return sorted(kept.values(), key=lambda r: r["type"])
 
 
 def main() -> None:
@@ -288,58 +384,15 @@ def main() -> None:
     if args.one:
         print("ROW " + json.dumps(one(args.one, registry()[args.one], Path(args.folder), not args.no_variants)))
         return
-    import onnxruntime
-    import torch
-    import transformers
-
-    meta = {"date": datetime.date.today().isoformat(), "transformers": transformers.__version__,
-            "torch": torch.__version__.split("+")[0], "onnxruntime": onnxruntime.__version__}
     path = Path(args.json)
-    if args.page_only:
-        saved = json.loads(path.read_text())
-        Path(args.page).write_text(page(saved["rows"], saved["meta"]))
-        return
-    kept: dict[str, Any] = {}
-    if path.exists():
-        saved = json.loads(path.read_text())
-        if saved.get("meta", {}).get("transformers") == meta["transformers"] and not args.again:
-            kept = {r["type"]: r for r in saved["rows"]}
-    types = registry()
-    wanted = [t for t in args.only.split(",") if t] or list(types)
-    print(f"load average at the start: {os.getloadavg()[0]:.2f}; {len(wanted)} types", flush=True)
-    for i, model_type in enumerate(wanted):
-        if model_type in kept and not args.only:
-            continue
-        with tempfile.TemporaryDirectory(prefix=f"sweep_{model_type}_") as tmp:
-            try:
-                done = subprocess.run([sys.executable, __file__, "--one", model_type, "--folder", f"{tmp}/model"]
-                                      + (["--no-variants"] if args.no_variants else []), capture_output=True,
-                                      text=True, timeout=args.timeout, cwd=tmp)
-                found = [ln for ln in done.stdout.splitlines() if ln.startswith("ROW ")]
-                row = json.loads(found[-1][4:]) if found else {  # a crash (not an exception) inside onnx-nb
-                    "type": model_type, "class": types[model_type], "pytorch": "ok",
-                    "export": f"the process ended with code {done.returncode}: "
-                              f"{(done.stderr.strip().splitlines() or [''])[-1][:300]}"}
-                if not found and "PYTORCH_OK" not in done.stdout:  # it ended before PyTorch had run the model
-                    row["pytorch"] = f"the sweep's process ended first: {row.pop('export')}"
-            except subprocess.TimeoutExpired:
-                row = {"type": model_type, "class": types[model_type], "pytorch": "ok",
-                       "export": f"did not finish in {args.timeout} s"}
-        kept[model_type] = row
-        print(f"[{i + 1}/{len(wanted)}] {model_type}: pytorch {row.get('pytorch', '')[:60]} | export "
-              f"{str(row.get('export', '-'))[:90]} | generate {row.get('generate', '-')} | int8 {row.get('int8', '-')}"
-              f" | int4 {row.get('int4', '-')}", flush=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        rows = sorted(kept.values(), key=lambda r: r["type"])
-        tmp_json = path.with_suffix(".json.tmp")
-        tmp_json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-        tmp_json.replace(path)
-    rows = sorted(kept.values(), key=lambda r: r["type"])
-    Path(args.page).write_text(page(rows, meta))
-    base = [r for r in rows if counted(r)]
-    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    if not args.page_only:
+        run_rows(__file__, registry(), path, args.only, args.again, args.timeout,
+                 ["--no-variants"] if args.no_variants else [])
+    saved = json.loads(path.read_text())
+    Path(args.page).write_text(page(saved["rows"], saved["meta"]))
+    base = [r for r in saved["rows"] if counted(r)]
     print(f"served: {sum(served(r) for r in base)} of {len(base)} that PyTorch builds and generates "
-          f"({len(rows)} swept)")
+          f"({len(saved['rows'])} swept)")
 
 
 if __name__ == "__main__":

@@ -91,6 +91,49 @@ def llava(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
     return model, onnx_nb.export(model, out=tmp_path_factory.mktemp("vlm") / "llava", progress=False)
 
 
+def test_check_parity_of_the_whole_export_judges_its_decoder_part_on_the_chain(llava: tuple[Any, Any]) -> None:
+    """check_parity(vlm) is the chain's generation parity (as check_parity(vlm.parts["decoder"])), not an error about
+    the export's folder."""
+    _, result = llava
+    report = onnx_nb.check_parity(result, progress=False)
+    assert report, report.failures
+    assert report.generation and any("an image" in r.shape for r in report.rows)
+
+
+def test_a_decoder_whose_cache_is_not_key_value_is_refused_saying_so(tmp_path: Path) -> None:
+    """Qwen3.5's decoder keeps linear-attention states besides its key/value layers: the route says it cannot carry
+    them (an ExportError naming the cache), not a bare exception from inside."""
+    import transformers
+
+    kwargs = {"text_config": {"model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 128,
+                              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                              "head_dim": 16, "vocab_size": 300, "layer_types": ["linear_attention", "full_attention"],
+                              "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+                              "linear_value_head_dim": 16},
+              "image_token_id": 260, "video_token_id": 261, "vision_start_token_id": 262,
+              "vision_config": {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
+                                "num_heads": 4, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                                "num_position_embeddings": 64, "deepstack_visual_indexes": []}}
+    model = transformers.Qwen3_5ForConditionalGeneration(transformers.AutoConfig.for_model("qwen3_5", **kwargs))
+    with pytest.raises(onnx_nb.ExportError, match=r"LinearAttentionLayer cache.*cannot carry"):
+        onnx_nb.export(model.eval(), out=tmp_path / "qwen3_5", progress=False)
+    assert not (tmp_path / "qwen3_5").exists()
+
+
+def test_an_encoder_decoder_vision_language_model_is_refused_before_loading(tmp_path: Path) -> None:
+    """Florence-2's shape (image and prompt through an encoder, a decoder attending to it) is named and refused from
+    its folder's config alone (no weights there: nothing is loaded), not an AttributeError from the seq2seq route."""
+    import json
+
+    folder = tmp_path / "florence"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "florence2", "is_encoder_decoder": True,
+                                                    "image_token_id": 51289, "vision_config": {"depth": 2}}))
+    with pytest.raises(onnx_nb.ExportError, match="florence2 is an encoder-decoder vision-language model"):
+        onnx_nb.export(folder, out=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_chain_that_differs_from_the_model_fails_the_export(tmp_path: Path) -> None:
     import transformers
 

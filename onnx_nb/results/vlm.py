@@ -54,5 +54,6 @@ class VlmExport(PartsExport):
         text = super().__repr__()
         if self.chain:
             text += (f"\n  chained against PyTorch: max abs diff {self.chain.get('max_abs_diff', float('nan')):.1e} "
-                     f"({'passed' if self.chain.get('passed') else 'FAILED'})")
+                     f"({'passed' if self.chain.get('passed') else 'FAILED'})"
+                     + (f": {self.chain['error']}" if self.chain.get("error") else ""))
         return text

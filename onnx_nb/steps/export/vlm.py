@@ -51,7 +51,9 @@ def deepstack_layers(model: Any) -> int:
     text = getattr(getattr(model, "model", None), "language_model", None)
     if text is None or "deepstack_visual_embeds" not in inspect.signature(text.forward).parameters:
         return 0
-    return len(getattr(model.config.vision_config, "deepstack_visual_indexes", None) or [])
+    vision = model.config.vision_config
+    depth = getattr(vision, "depth", None)  # an index past the tower's last block gives no features
+    return sum(1 for i in getattr(vision, "deepstack_visual_indexes", None) or [] if depth is None or i < depth)
 
 
 def types_rule(model: Any) -> str | None:

@@ -61,10 +61,15 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     from ...runtime.cluster import as_cluster
     from ...runtime.cpu import file_notes, this_cpu
     from ...runtime.onnxfile import load_proto
+    from ..export.sources.registry import subject_of
     from .references import reference_and_model
 
     on = as_cluster(cluster)
     wanted = _providers_checked(atol, rtol, providers, on is not None)
+    # a model written as several files is checked on the part its adapter names (a vision-language model's
+    # decoder, judged on the chain of its files)
+    reference = subject_of(reference)
+    onnx_model = subject_of(onnx_model) if onnx_model is not None else None
     generative = _generative(reference, onnx_model)
     if generative is not None and on is not None:
         raise InvalidArgumentError("check_parity(cluster=...) checks single-forward models; generation parity of a "

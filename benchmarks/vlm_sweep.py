@@ -1,0 +1,177 @@
+"""Which of the vision-language models transformers registers onnx-nb serves, measured on the registry itself: every
+model type in ``MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES`` built tiny from its own default config (the text part
+as ``registry_sweep``'s causal LMs: 2 layers, width 64; the vision tower 2 layers, width 32, at its own image and
+patch sizes, which families tie to their image-token counts), random weights, saved as a folder, then: can PyTorch
+build it and greedy-generate from an image and a prompt holding the family's count of image tokens (onnx-nb's own
+sample makers: ``pixel_sample``, ``prompt_sample``, ``prompt_extras``)? does one default ``onnx_nb.export(folder)``
+write its parts, and does ``onnx_nb.generate(result, ids, images=...)`` give PyTorch's tokens, for two images?
+Each model runs in a process of its own with a time limit (``registry_sweep.run_rows``).
+
+    .venv/bin/python benchmarks/vlm_sweep.py [--only llava,gemma3] [--timeout 240] [--again]
+
+Rows land in ``benchmarks/results/vlm_sweep.json``; ``registry_sweep.py --page-only`` writes them into the
+supported-architectures page beside the causal LMs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import registry_sweep  # the causal LMs' sweep: its shrink, its runner, its page
+
+JSON = registry_sweep.ROOT / "benchmarks" / "results" / "vlm_sweep.json"
+VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "depth": 2, "embed_dim": 32, "num_heads": 4, "num_layers": 2}
+VISION_DEPTH = {k: VISION[k] for k in ("num_hidden_layers", "depth", "num_layers")}
+NEW_TOKENS = 8
+
+
+def registry() -> dict[str, str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    return dict(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+
+
+def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[str, int]) -> Any:
+    """The text part shrunk as a causal LM's (``registry_sweep.tiny_config``), the vision tower by ``vision_sizes``
+    (names it has, ints only), its output as wide as the text part where the config says so; a vocabulary that
+    misses the config's own image token grown to hold it."""
+    config = registry_sweep.tiny_config(model_type, text_sizes)
+    vision = getattr(config, "vision_config", None)
+    if vision is not None:
+        for name, value in vision_sizes.items():
+            if isinstance(getattr(vision, name, None), int) and not isinstance(getattr(vision, name), bool):
+                try:
+                    setattr(vision, name, value)
+                except Exception:  # noqa: BLE001 - a read-only alias
+                    pass
+        text = config.get_text_config()
+        if hasattr(vision, "embed_dim") and isinstance(getattr(vision, "hidden_size", None), int):
+            vision.hidden_size = text.hidden_size  # Qwen2-VL's tower: embed_dim inside, hidden_size what it gives
+        if isinstance(getattr(vision, "out_hidden_size", None), int):
+            vision.out_hidden_size = text.hidden_size
+        side = getattr(vision, "image_size", None)
+        if isinstance(getattr(config, "mm_tokens_per_image", None), int) and isinstance(side, int):
+            patches = side // int(vision.patch_size)  # Gemma 3 pools the patches to this many tokens a side
+            if patches * patches < config.mm_tokens_per_image:
+                config.mm_tokens_per_image = (patches // 2) ** 2 if patches % 2 == 0 else patches * patches
+    text = config.get_text_config()
+    rope = getattr(text, "rope_parameters", None)
+    if isinstance(rope, dict) and "vl" in str(getattr(text, "model_type", "")):
+        # Qwen-VL's multimodal rotary sections (temporal, height, width) sum to half the tiny head size
+        half = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads) // 2
+        rope["mrope_section"] = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
+    from onnx_nb.steps.export.vlm import image_token_of
+
+    token, text = image_token_of(config), config.get_text_config()
+    if token is not None and isinstance(getattr(text, "vocab_size", None), int) and token >= text.vocab_size:
+        text.vocab_size = token + 64  # a default config whose vocabulary misses its own image token (LLaVA's)
+    return config
+
+
+def torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> list[int]:
+    import torch
+
+    from onnx_nb.steps.export.vlm import prompt_extras
+
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **pixels,
+                             **prompt_extras(model, ids, token), max_new_tokens=NEW_TOKENS, do_sample=False)
+    return out[0, ids.shape[1]:].tolist()
+
+
+def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
+    """Everything about one type (in a child process)."""
+    import torch
+    import transformers
+
+    import onnx_nb
+    from onnx_nb.errors import first_line
+    from onnx_nb.steps.export.vlm import features_of, image_token_of, pixel_sample, prompt_sample
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name}
+    started = time.perf_counter()
+    cases: list[tuple[Any, dict[str, Any], list[int]]] = []
+    for size, text, vision in (("tiny", registry_sweep.TINY, VISION),
+                               ("depth only", registry_sweep.DEPTH, VISION_DEPTH)):
+        cases = []
+        try:
+            config = tiny_config(model_type, text, vision)
+            with torch.device("meta"):
+                count = sum(p.numel() for p in getattr(transformers, class_name)(config).parameters())
+            if count > registry_sweep.MAX_PARAMETERS:
+                raise ValueError(f"{count / 1e6:.0f}M parameters with only its depth shrunk")
+            torch.manual_seed(0)
+            getattr(transformers, class_name)(config).save_pretrained(folder)
+            # the reference is the model the folder holds, as transformers loads it (what export(folder) reads)
+            model = transformers.AutoModelForImageTextToText.from_pretrained(folder).eval()
+            token = image_token_of(model.config)
+            if token is None:
+                raise ValueError("its config names no image token (image_token_id / image_token_index)")
+            vocab = int(model.get_input_embeddings().num_embeddings)
+            for seed in (5, 6):  # two images: PyTorch's tokens for each
+                pixels = pixel_sample(model, 1, seed=seed)
+                ids = prompt_sample(token, features_of(model, pixels).shape[0], 1, vocab, seed=seed)
+                cases.append((ids, pixels, torch_tokens(model, ids, pixels, token)))
+            again = transformers.AutoModelForImageTextToText.from_pretrained(folder).eval()
+            if torch_tokens(again, cases[0][0], cases[0][1], token) != cases[0][2]:
+                raise ValueError("two loads of its saved folder generate differently (weights its checkpoint "
+                                 "misses are initialised at random on each load)")
+        except Exception as exc:  # noqa: BLE001 - a row, not a crash
+            said = f"cannot build or generate ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
+            row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
+            continue
+        row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()),
+                   image_changes_tokens=cases[0][2] != cases[1][2])
+        print("PYTORCH_OK", flush=True)
+        break
+    if row.get("pytorch") != "ok":
+        return row
+    result = registry_sweep.exported(row, folder, folder.parent / "onnx", started)
+    if result is None:
+        return row
+    try:
+        made = [onnx_nb.generate(result, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()},
+                                 max_new_tokens=NEW_TOKENS, num_beams=1).tokens[0]
+                for ids, pixels, _ in cases]
+        want = [c[2] for c in cases]
+        same = all(m == w[:len(m)] and len(m) == len(w) for m, w in zip(made, want))
+        row["generate"] = "same" if same else "differs"
+        if not same:
+            row["tokens"] = {"onnx-nb": made, "pytorch": want}
+            report = onnx_nb.check_parity(result, progress=False)  # the chain's generation parity
+            ties = [c for c in report.generation if c.verdict == "near-tie"]
+            row["generate"] = "near-tie" if report and ties else "differs"
+            row["generate_note"] = next((r.note for r in report.rows if r.status != "pass"), "")[:300]
+    except Exception as exc:  # noqa: BLE001
+        row["generate"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="")
+    parser.add_argument("--timeout", type=int, default=240)
+    parser.add_argument("--again", action="store_true")
+    parser.add_argument("--json", default=str(JSON))
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print("ROW " + json.dumps(one(args.one, registry()[args.one], Path(args.folder))))
+        return
+    rows = registry_sweep.run_rows(__file__, registry(), Path(args.json), args.only, args.again, args.timeout, [])
+    base = [r for r in rows if registry_sweep.counted(r)]
+    print(f"served: {sum(registry_sweep.served(r) for r in base)} of {len(base)} that PyTorch builds and generates "
+          f"from an image ({len(rows)} swept)")
+
+
+if __name__ == "__main__":
+    main()
