@@ -327,3 +327,17 @@ def test_the_whole_pipeline_takes_a_scikit_learn_model_and_an_adopted_file(data:
     for model, sample, out in ((LogisticRegression().fit(x, y), x[:8], tmp_path / "lr.onnx"), (downloaded, None, None)):
         report = onnx_nb.pipeline(model, sample, out=out, min_seconds=0.1, overwrite=True, progress=False)
         assert report, repr(report)
+
+
+def test_an_adopted_decoder_file_is_checked_by_its_forward_not_by_generating(tmp_path: Path) -> None:
+    """A decoder file with its cache made elsewhere (here: onnx-nb's own gpt2 export, adopted as a bare file) has no
+    PyTorch model to generate with: check_parity judges it against an independent runner like any adopted file,
+    instead of reaching for a PyTorch reference it does not have."""
+    from tests import tiny_models
+
+    folder = tiny_models.save("gpt2", tmp_path / "gpt2")
+    onnx_nb.export(str(folder), out=tmp_path / "decoder.onnx", progress=False)
+    adopted = onnx_nb.export(str(tmp_path / "decoder.onnx"), progress=False)
+    report = onnx_nb.check_parity(adopted, progress=False)
+    assert report, report.failures
+    assert not report.generation and report.rows

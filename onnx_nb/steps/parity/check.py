@@ -208,11 +208,11 @@ def _diagnose(path: Path, ref: Reference, feed: dict[str, np.ndarray], precision
 def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:
     """(export, file) when the file under test belongs to a decoder exported with its cache (the export itself,
     a variant of it, or any file checked against it): such files are checked by generating."""
-    from ..export.sources.registry import generation_of
+    from ..export.sources.registry import adapter_of
 
     candidate = onnx_model if onnx_model is not None else reference
     for export in (export_of(reference), export_of(candidate)):
-        if export is not None and generation_of(export) is not None:  # a chain's part too
+        if export is not None and adapter_of(export).checked_by_generating(export):  # a chain's part too
             return export, getattr(candidate, "path", candidate)
     return None
 

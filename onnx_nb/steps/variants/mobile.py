@@ -204,7 +204,7 @@ def ort_format_rows(variant: Variant, sess: Any, sample: Any = None) -> tuple[li
     from ...runtime.feeds import feed_for
     from ...runtime.onnxfile import load_proto
     from ..export.references import Reference
-    from ..export.sources.registry import generation_of
+    from ..export.sources.registry import adapter_of
     from ..parity.check import make_cases, probes_for, run_case
 
     feed, axes = feed_for(variant.path, variant, sample)
@@ -214,7 +214,7 @@ def ort_format_rows(variant: Variant, sess: Any, sample: Any = None) -> tuple[li
     proto = load_proto(variant.path)
     precision = precision_of(proto)
     export = export_of(variant)
-    generative = export is not None and generation_of(export) is not None
+    generative = export is not None and adapter_of(export).checked_by_generating(export)
     probes = [] if generative else probes_for("auto", precision, getattr(variant.source, "model", None))
     cases, notes = make_cases(ref, "sample" if generative else "auto", variant, proto, probes, 0)
     judge = {"precision": precision, "atol": None, "rtol": None, "tolerances": None, "seed": 0}

@@ -149,6 +149,13 @@ class Source:
         return inputs.default_axes(sample)
 
     @classmethod
+    def checked_by_generating(cls, export: Any) -> bool:
+        """The export's files are judged by generating against its PyTorch model (a decoder with its cache, an
+        encoder-decoder, a chain of files): what the adapter recorded when it opened the model, not the file's
+        inputs (a decoder file adopted from elsewhere has no PyTorch model to generate with)."""
+        return export.source.generation is not None or cls.step_files(export) is not None
+
+    @classmethod
     def with_cache(cls, record: Any) -> bool:
         """The record is of a decoder that goes with its cache (its export checked by the cache check)."""
         return record.generation == "decoder"
