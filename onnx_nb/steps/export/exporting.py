@@ -7,6 +7,7 @@ One argument table checks the arguments before anything is loaded (:mod:`.args`)
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,7 +71,10 @@ def export(
         assert result, result.check                        # falsy when the file disagrees with PyTorch
     """
     from .sources.registry import resolve
+    from .torch_state import clear_leftovers
 
+    if "torch" in sys.modules:  # an earlier export, interrupted mid-trace, may have left torch mid-trace
+        clear_leftovers()
     args = ExportArgs(sample, task, out, opset, dynamic, exporter, overwrite, progress, name, allow_pickle, cache,
                       precision, algorithm, lm_head_bits, block_size, nms)
     source = resolve(model, args)  # the one place that asks what this model is
