@@ -17,22 +17,26 @@ from typing import Any
 TEMP = re.compile(r"(?:/private)?(?:/tmp|/var/folders/[\w-]+/[\w-]+/T)/[\w.-]+")
 
 
-def scrub_text(text: str, folder: str | None = None) -> str:
+def scrub_text(text: str, folder: str | None = None, temp: str | None = None) -> str:
+    if temp:  # the temporary folder the kernel was given: its folders read as the system's
+        text = text.replace(temp.rstrip("/") + "/", "/tmp/")
     if folder:
         text = text.replace(folder.rstrip("/") + "/", "")
     return TEMP.sub("$TMP", text)
 
 
-def scrub(nb: Any, folder: str | Path | None = None) -> Any:
-    """``nb`` (an nbformat notebook) with every output's text scrubbed, in place; returned."""
+def scrub(nb: Any, folder: str | Path | None = None, temp: str | Path | None = None) -> Any:
+    """``nb`` (an nbformat notebook) with every output's text scrubbed, in place; returned. ``temp``: the
+    temporary folder (TMPDIR) the kernel ran with, if not the system's."""
     where = str(folder) if folder is not None else None
+    temp = str(temp) if temp is not None else None
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             if "text" in out:
-                out["text"] = scrub_text(_joined(out["text"]), where)
+                out["text"] = scrub_text(_joined(out["text"]), where, temp)
             for mime, value in (out.get("data") or {}).items():
                 if mime.startswith("text/"):
-                    out["data"][mime] = scrub_text(_joined(value), where)
+                    out["data"][mime] = scrub_text(_joined(value), where, temp)
     return nb
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +33,22 @@ def execute(name: str, tmp_path: Path) -> list[Any]:
     src = tmp_path / name
     shutil.copy(NOTEBOOKS / name, src)
     nb = nbformat.read(src, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
-                   extra_arguments=["--IPKernelApp.log_level=ERROR"],  # ipykernel's notice about TCP: not ours
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    # the kernel's own temporary folder, removed afterwards: a tutorial's tempfile.mkdtemp() work folder (tens of
+    # megabytes of models) must not outlive its test
+    kernel_tmp = Path(tempfile.mkdtemp(prefix="nbkernel-"))
+    try:
+        NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
+                       extra_arguments=["--IPKernelApp.log_level=ERROR"],  # ipykernel's notice about TCP: not ours
+                       resources={"metadata": {"path": str(tmp_path)}}).execute(
+            env={**os.environ, "TMPDIR": str(kernel_tmp)})
+    finally:
+        shutil.rmtree(kernel_tmp, ignore_errors=True)
     nb.metadata["onnx_nb_source_sha256"] = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()
     EXECUTED.mkdir(parents=True, exist_ok=True)
     from notebook_paths import scrub
 
-    nbformat.write(scrub(copy.deepcopy(nb), tmp_path), EXECUTED / name)  # the docs' copy: no paths of this run
+    # the docs' copy: no paths of this run
+    nbformat.write(scrub(copy.deepcopy(nb), tmp_path, temp=kernel_tmp), EXECUTED / name)
     WIDGET_STATE.clear()
     saved = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
     WIDGET_STATE.update({k: v["state"] for k, v in saved.get("state", {}).items()})
