@@ -10,7 +10,8 @@ their parity? Each model runs in a process of its own with a time limit, so one 
         [--json benchmarks/results/causal_lm_sweep.json] [--page docs/supported-architectures.md]
 
 The whole registry takes about an hour on 2 cores; ``--only`` runs some types. Rows already in ``--json`` for
-the same transformers version are kept unless ``--again``. The page is written from the JSON: the coverage line
+the same transformers version are kept unless ``--again`` (with ``--only``, the named types run again and the others
+stay). The page is written from the JSON: the coverage line
 (of the types PyTorch can build and generate at tiny size, how many export and give its tokens) and one row per
 type with the reason for every gap.
 """
@@ -44,7 +45,7 @@ TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "nu
         "expand": 2, "conv_kernel": 4, "time_step_rank": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
         "linear_key_head_dim": 16, "linear_value_head_dim": 16, "ssm_state_size": 8, "mamba_n_heads": 4,
         "mamba_d_head": 32, "d_head": 16, "rotary_dim": 8, "index_head_dim": 16, "index_n_heads": 2,
-        "first_k_dense_replace": 1, "decoder_sparse_step": 1}
+        "first_k_dense_replace": 1, "decoder_sparse_step": 1, "lru_width": 64}
 
 
 def registry() -> dict[str, str]:
@@ -334,7 +335,8 @@ def run_rows(script: str, types: dict[str, str], path: Path, only: str, again: b
     kept: dict[str, Any] = {}
     if path.exists():
         saved = json.loads(path.read_text())
-        if saved.get("meta", {}).get("transformers") == meta["transformers"] and not again:
+        # the other types' rows stay when only some are run (again or not): ``again`` alone starts afresh
+        if saved.get("meta", {}).get("transformers") == meta["transformers"] and (not again or only):
             kept = {r["type"]: r for r in saved["rows"]}
     wanted = [t for t in only.split(",") if t] or list(types)
     print(f"load average at the start: {os.getloadavg()[0]:.2f}; {len(wanted)} types", flush=True)

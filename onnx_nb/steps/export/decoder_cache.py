@@ -94,11 +94,17 @@ def layout_of(model: Any) -> CacheLayout:
         raise NoKeyValueCache(f"{name} returns no cache" + (
             " (it is an encoder: is_decoder=False in its config)"
             if getattr(getattr(model, "config", None), "is_decoder", True) is False else ""))
+    # a layer with keys and values may keep a state beside them (linear attention's conv and recurrent states)
     kinds = {type(layer).__name__ for layer in getattr(cache, "layers", [])
-             if not (hasattr(layer, "keys") and hasattr(layer, "values"))}
+             if not (hasattr(layer, "keys") and hasattr(layer, "values"))
+             or hasattr(layer, "conv_states") or hasattr(layer, "recurrent_states")}
     if kinds or not (hasattr(cache, "layers") or isinstance(cache, (tuple, list))):
         raise NoKeyValueCache(f"{name} keeps a {', '.join(sorted(kinds)) or type(cache).__name__} cache, not one "
                               "key and one value per layer")
+    if hasattr(cache, "layers") and type(cache).__module__ != "transformers.cache_utils":
+        # a cache class of the model's own (MiniMax's keeps linear attention's state beside its layers): the file
+        # is fed transformers' DynamicCache, which such a model refuses
+        raise NoKeyValueCache(f"{name} keeps a cache of its own ({type(cache).__name__})")
     layers = _layers_of(cache)
     if not layers or any(k is None or getattr(k, "dim", lambda: 0)() != 4 for k, _ in layers):
         raise NoKeyValueCache(f"{name} returned no key/value cache of [batch, heads, sequence, head size]")
