@@ -43,6 +43,13 @@ def is_cross_cache(name: str) -> bool:
     return is_cache(name) and ENCODER_CACHE in name
 
 
+def is_state(name: str) -> bool:
+    """``name`` is a cache input that keeps a state of fixed shape (``past_key_values.{i}.conv.{j}``,
+    ``.recurrent.{j}``: Mamba, linear attention), not keys or values that grow."""
+    parts = name.split(".")
+    return is_cache(name) and len(parts) == 4 and parts[2] in ("conv", "recurrent")
+
+
 def present_of(name: str) -> str:
     """The output a cache input is carried to (``past_key_values.0.key`` -> ``present.0.key``)."""
     return PRESENT_PREFIX + name[len(CACHE_PREFIX):] if is_cache(name) else name

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ...errors import InvalidArgumentError
-from ...runtime.facts import file_facts, is_cache, is_cross_cache, present_of
+from ...runtime.facts import file_facts, is_cache, is_cross_cache, is_state, present_of
 from ...runtime.onnxfile import file_bytes
 from ..export.decoder_cache import layout_of
 from ..export.hf_cache import cache_kwargs
@@ -43,6 +43,9 @@ class _OrtStep:
 
         self.shared = file_facts(path).gqa  # past and present bound to one buffer, as generate() does
         self.feed: dict[str, np.ndarray] = {}
+        # a file of one token per step (a cache of states): a prefill is ``length`` steps, each fed the last's cache
+        self.steps = length if self.session.get_inputs()[0].shape[1:2] == [1] else 1
+        length = 1 if self.steps > 1 else length
         for info in self.session.get_inputs():
             name, shape = info.name, info.shape
             value: np.ndarray
@@ -56,6 +59,8 @@ class _OrtStep:
                 value = np.arange(past, past + length)[None]
             elif is_cross_cache(name):
                 value = rng.standard_normal((1, shape[1], size(shape[2], ENCODER_SEQUENCE), shape[3]))
+            elif is_state(name):  # fixed shape, whatever came before; zeros at a prompt's first token
+                value = rng.standard_normal((1, *shape[1:])) * 0.5 if past else np.zeros((1, *shape[1:]))
             elif is_cache(name):  # a shared buffer holds the new token too
                 value = rng.standard_normal((1, shape[1], past + (length if self.shared else 0), shape[3]))
             else:  # encoder_hidden_states
@@ -64,6 +69,8 @@ class _OrtStep:
             self.feed[name] = value.astype(np.float32 if floating else np.int64)
         self.options = {"graph_level": "all", "intra_op_threads": threads or "default", "step": "prefill" if
                         not past else "decode, cache kept"}
+        if self.steps > 1:
+            self.options["step"] = f"prefill: {self.steps} one-token steps, each fed the last one's cache"
         self.binding = None
         if self.shared:  # each run writes its tokens at the same positions of the buffer: repeatable
             import onnxruntime as ort
@@ -82,6 +89,13 @@ class _OrtStep:
     def __call__(self) -> None:
         if self.binding is not None:
             self.session.run_with_iobinding(self.binding)
+        elif self.steps > 1:
+            feed = dict(self.feed)
+            names = [o.name for o in self.session.get_outputs()]
+            for k in range(self.steps):
+                out = dict(zip(names, self.session.run(None, feed)))
+                feed.update({n: out[present_of(n)] for n in feed if is_cache(n)},
+                            attention_mask=np.ones((1, k + 2), np.int64))
         else:
             self.session.run(None, self.feed)
 
@@ -173,14 +187,21 @@ class _TorchStep:
         total = past + length if not cache else length
         self.ids = torch.randint(min(3, vocab - 1), vocab, (1, total), generator=g)
         self.cache = None
-        if cache and past:
-            layout = layout or layout_of(model)
+        layout = layout or (layout_of(model) if cache and past else None)
+        self.states: list[Any] = []
+        if cache and past and layout.states:  # random states (and keys of ``past`` tokens where a layer attends)
+            self.states = [torch.randn((1, e[3][0], past, e[3][1]) if e[1] in ("key", "value") else (1, *e[3]),
+                                       generator=g) for e in layout.states]
+            self.layout = layout
+        elif cache and past:
             self.cache = DynamicCache(config=model.config)
             for i in range(layout.layers):
                 shape = (1, layout.kv_heads, past, layout.head_size)
                 value = (1, layout.kv_heads, past, layout.value_head_size)
                 self.cache.update(torch.randn(shape, generator=g), torch.randn(value, generator=g), i)
         self.mask = torch.ones(1, (past if cache else 0) + total, dtype=torch.long)
+        if self.states and not any(e[1] == "key" for e in layout.states):
+            self.mask = self.mask[:, -total:]  # no layer attends: the new tokens' own mask, as generate() gives it
         # the positions generate() passes (a model left to count them from the mask may count the cached ones too:
         # Qwen-VL after a prompt with an image)
         start = past if cache else 0
@@ -191,10 +212,14 @@ class _TorchStep:
         self.held_bytes = weight_bytes(model)  # loaded before the row: counted into its peak memory
 
     def __call__(self) -> None:
+        if self.states:  # the states as they were (a state cache cannot be cropped back), a copy made per step
+            from ..export.state_cache import build_cache
+
+            self.cache = build_cache(self.model, self.layout.states, self.states)
         with torch.inference_mode():
             self.model(input_ids=self.ids, attention_mask=self.mask, **self.positions,
                        **cache_kwargs(self.model, self.cache), use_cache=self.cache_on, return_dict=True)
-        if self.cache is not None:
+        if self.cache is not None and not self.states:
             self.cache.crop(-self.ids.shape[1])  # the step appended its tokens: back to ``past`` for the next call
 
 

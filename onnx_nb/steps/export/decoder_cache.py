@@ -44,6 +44,9 @@ class CacheLayout:
     # Qwen3-VL's "deepstack": the vision tower's early features added to the first decoder layers' image rows,
     # deepstack_embeds [layers, batch, sequence, embeds] (zeros at text tokens)
     deepstack: int = 0
+    # a cache that keeps a state per layer (Mamba, linear attention; :mod:`.state_cache`): every tensor it carries,
+    # keys and values included; the file then takes one token per step
+    states: tuple[Any, ...] = ()
 
     @property
     def value_head_size(self) -> int:
@@ -51,10 +54,25 @@ class CacheLayout:
 
     @property
     def bytes_per_token(self) -> int:
+        if self.states:
+            return sum(int(np.prod(shape)) for _, kind, _, shape in self.states if kind in ("key", "value")) * \
+                int(np.dtype(self.dtype).itemsize)
         return (self.layers * self.kv_heads * (self.head_size + self.value_head_size)
                 * int(np.dtype(self.dtype).itemsize))
 
+    @property
+    def state_bytes(self) -> int:
+        """What the states take per sequence, whatever its length."""
+        return sum(int(np.prod(shape)) for _, kind, _, shape in self.states if kind not in ("key", "value")) * \
+            int(np.dtype(self.dtype).itemsize)
+
     def text(self) -> str:
+        if self.states:
+            attending = len({e[0] for e in self.states if e[1] == "key"})
+            return (f"{self.layers} layers, {len(self.states) - 2 * attending} states of "
+                    f"{human_bytes(self.state_bytes)} per sequence" +
+                    (f" and keys and values in {attending}: {human_bytes(self.bytes_per_token)} per token"
+                     if attending else "") + f", {self.dtype}; one token per step")
         size = (f"{self.head_size} head size" if self.value_size is None else
                 f"{self.head_size} key and {self.value_size} value size")
         return (f"{self.layers} layers x (key + value) x {self.kv_heads} kv heads x {size}, "
@@ -66,6 +84,7 @@ class CacheLayout:
                 **({"embeds": self.embeds, "token_types": self.token_types} if self.embeds else {}),
                 **({"sections": self.sections} if self.sections else {}),
                 **({"deepstack": self.deepstack} if self.deepstack else {}),
+                **({"states": [[i, kind, j, list(shape)] for i, kind, j, shape in self.states]} if self.states else {}),
                 "bytes_per_token": self.bytes_per_token}
 
 
@@ -94,6 +113,13 @@ def layout_of(model: Any) -> CacheLayout:
         raise NoKeyValueCache(f"{name} returns no cache" + (
             " (it is an encoder: is_decoder=False in its config)"
             if getattr(getattr(model, "config", None), "is_decoder", True) is False else ""))
+    from .state_cache import read_cache, state_entries
+
+    states = state_entries(cache)
+    if states:
+        heads, size = next((shape for _, kind, _, shape in states if kind == "key"), (0, 0))
+        dtype = str(read_cache(cache, states[:1])[0].dtype).replace("torch.", "")
+        return CacheLayout(len(cache.layers), heads, size, dtype, states=states)
     # a layer with keys and values may keep a state beside them (linear attention's conv and recurrent states)
     kinds = {type(layer).__name__ for layer in getattr(cache, "layers", [])
              if not (hasattr(layer, "keys") and hasattr(layer, "values"))
@@ -129,6 +155,8 @@ class DecoderWithCache(torch.nn.Module):
         given = dict(zip(input_names(layout), (first, *rest)))
         extra = {"token_type_ids": given["token_type_ids"]} if layout.token_types else {}
         attention_mask, position_ids = given["attention_mask"], given["position_ids"]
+        if layout.states:
+            return self._state_step(first, attention_mask, position_ids, given)
         past = [given[PAST.format(i, kv)] for i in range(layout.layers) for kv in ("key", "value")]
         tokens = {"inputs_embeds": first} if layout.embeds else {"input_ids": first}
 
@@ -153,6 +181,22 @@ class DecoderWithCache(torch.nn.Module):
         present = [t for k, v in _layers_of(cache_of(out)) for t in (k, v)]
         return dict(zip(output_names(self.layout), (logits, *present)))
 
+    def _state_step(self, ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                    given: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One token through a cache of states (:mod:`.state_cache`)."""
+        from .state_cache import attends, build_cache, entry_name, read_cache, unless_padding
+
+        states = self.layout.states
+        before = [given[entry_name(e)] for e in states]
+        cache = build_cache(self.model, states, before)
+        real = attention_mask[:, -1]  # the new token is a prompt's (1) or its left padding (0)
+        if not attends(states):  # no layer looks back through a mask: the new token's own (Mamba pads with it)
+            attention_mask = attention_mask[:, -ids.shape[1]:]
+        out = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
+                         **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
+        after = unless_padding(states, read_cache(cache_of(out), states), before, real)
+        return dict(zip(output_names(self.layout), (out.logits, *after)))
+
 
 @functools.cache
 def _first_step_cache() -> Any:
@@ -171,6 +215,10 @@ def _first_step_cache() -> Any:
 
 
 def input_names(layout: CacheLayout) -> list[str]:
+    if layout.states:
+        from .state_cache import entry_name
+
+        return ["input_ids", "attention_mask", "position_ids"] + [entry_name(e) for e in layout.states]
     first = ["inputs_embeds"] if layout.embeds else ["input_ids"]
     first += ["token_type_ids"] if layout.token_types else []
     first += ["deepstack_embeds"] if layout.deepstack else []
@@ -179,6 +227,10 @@ def input_names(layout: CacheLayout) -> list[str]:
 
 
 def output_names(layout: CacheLayout) -> list[str]:
+    if layout.states:
+        from .state_cache import entry_name
+
+        return ["logits"] + [entry_name(e, "present") for e in layout.states]
     return ["logits"] + [PRESENT.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
 
 
@@ -188,6 +240,15 @@ def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
             "logits": {0: "batch", 1: "sequence"},
             "inputs_embeds": {0: "batch", 1: "sequence"}, "token_type_ids": {0: "batch", 1: "sequence"},
             "deepstack_embeds": {1: "batch", 2: "sequence"}}
+    if layout.states:  # one token per step: only the batch and the keys' past vary
+        from .state_cache import entry_name
+
+        axes.update(input_ids={0: "batch"}, position_ids={0: "batch"}, logits={0: "batch"})
+        for e in layout.states:
+            along = {0: "batch", 2: "past_sequence"} if e[1] in ("key", "value") else {0: "batch"}
+            axes[entry_name(e)] = along
+            axes[entry_name(e, "present")] = {**along, 2: "total_sequence"} if 2 in along else along
+        return axes
     for i in range(layout.layers):
         for kv in ("key", "value"):
             axes[PAST.format(i, kv)] = {0: "batch", 2: "past_sequence"}
@@ -208,7 +269,7 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
     never an empty sequence, whatever the config."""
     g = torch.Generator().manual_seed(seed)
     vocab = int(getattr(model.config, "vocab_size", 100) or 100)
-    b, s, p = batch, max(sequence, 1), past
+    b, s, p = batch, 1 if layout.states else max(sequence, 1), past
     sample: dict[str, torch.Tensor] = {
         **({"inputs_embeds": torch.randn(b, s, layout.embeds, generator=g) * 0.5} if layout.embeds else
            {"input_ids": torch.randint(min(3, vocab - 1), vocab, (b, s), generator=g)}),
@@ -219,6 +280,13 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
         "position_ids": torch.arange(p, p + s).expand(*((layout.sections,) if layout.sections else ()), b, s)
         .contiguous(),
     }
+    if layout.states:
+        from .state_cache import entry_name
+
+        for e in layout.states:
+            shape = (b, e[3][0], p, e[3][1]) if e[1] in ("key", "value") else (b, *e[3])
+            sample[entry_name(e)] = torch.randn(*shape, generator=g) * (1.0 if e[1] in ("key", "value") else 0.5)
+        return sample
     for i in range(layout.layers):
         for kv, size in (("key", layout.head_size), ("value", layout.value_head_size)):
             sample[PAST.format(i, kv)] = torch.randn(b, layout.kv_heads, p, size, generator=g)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...render import CSS, esc, html_table
-from ...runtime.facts import is_cache, present_of
+from ...runtime.facts import is_cache, is_state, present_of
 from ...runtime.shapes import contiguous
 from .genai import cache_dims
 
@@ -40,21 +40,30 @@ class OnnxDecoder:
             raise InvalidArgumentError(
                 f"{path} is not a decoder exported with its cache (no past_key_values inputs); export it with "
                 "onnx_nb.export(model, cache=True).")
-        first = inputs[self.past_names[0]]
-        self.kv_heads, self.head_size = cache_dims(path, first.shape)
-        # each tensor's own heads and last axis (a latent cache's key and value differ: DeepSeek's)
-        self.dims = {n: cache_dims(path, inputs[n].shape) for n in self.past_names}
-        self.float_type = np.float16 if "float16" in first.type else np.float32
+        # a cache of states (Mamba, linear attention): fixed shapes, zeros at first; one token per step
+        self.states = {n: tuple(inputs[n].shape[1:]) for n in self.past_names if is_state(n)}
+        self.one_token = inputs[self.tokens_input].shape[1] == 1
+        attending = [n for n in self.past_names if n not in self.states]
+        self.kv_heads, self.head_size = cache_dims(path, inputs[attending[0]].shape) if attending else (0, 0)
+        self.dims = {n: cache_dims(path, inputs[n].shape) for n in attending}  # a latent key and value differ
+        self.float_type = np.float16 if "float16" in inputs[self.past_names[0]].type else np.float32
         self.uses_positions = "position_ids" in inputs
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, Any]:
-        return {n: np.zeros((batch, self.dims[n][0], 0, self.dims[n][1]), self.float_type) for n in self.past_names}
+        return {n: np.zeros((batch, *self.states[n]), self.float_type) if n in self.states else
+                np.zeros((batch, self.dims[n][0], 0, self.dims[n][1]), self.float_type) for n in self.past_names}
 
     def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, np.ndarray],
              keep: bool = True) -> tuple[np.ndarray, dict]:
         """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens. (``keep``:
         see :meth:`SharedBufferDecoder.step`; these logits are always the caller's own.)"""
+        if self.one_token and ids.shape[1] > 1:  # a prompt through a file of one token per step
+            logits = []
+            for k in range(-ids.shape[1], 0):
+                step_logits, cache = self.step(ids[:, k:k + 1 or None], mask[:, :k + 1 or None], cache, keep)
+                logits.append(step_logits)
+            return np.concatenate(logits, axis=1), cache
         positions = np.maximum((np.cumsum(mask, axis=1) - 1)[:, -ids.shape[1]:], 0).astype(np.int64)
         feed = {**({"position_ids": positions} if self.uses_positions else {}), **self.token_feed(ids, positions),
                 "attention_mask": mask.astype(np.int64), **cache}

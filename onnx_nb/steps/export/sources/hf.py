@@ -159,7 +159,33 @@ class HfSource(Source):
                 raise InvalidArgumentError(f"cache=True is for generative models (*ForCausalLM, "
                                            f"*ForConditionalGeneration); {type(record.model).__name__} is not one.")
         steps.step("preparing sample inputs")
-        return export_module(cls, record, args, target, steps)
+        layout = record.cache_layout
+        if layout is None or not layout.states or args.cache is True:
+            return export_module(cls, record, args, target, steps)
+        return cls._states_or_whole_sequence(record, args, target, steps)
+
+    @classmethod
+    def _states_or_whole_sequence(cls, record: Any, args: ExportArgs, target: Path, steps: Any) -> Any:
+        """A cache of states (Mamba, linear attention) first; where that file cannot be made or disagrees with
+        PyTorch, the file that takes the whole sequence each step, saying why."""
+        import dataclasses
+
+        from ....errors import OnnxNbError, first_line
+        from ..torch_route import export_module
+
+        try:
+            result = export_module(cls, record, args, target, steps)
+            if result:
+                return result
+            why = result.check.get("summary") or result.check.get("error") or "its check failed"
+        except OnnxNbError as exc:
+            why = first_line(exc, 300)
+        record.cache_layout, record.generation = None, None
+        record.load_warnings.append(
+            f"exported without a cache: its per-layer states did not export ({why}); the file takes the whole "
+            "sequence at each step, which onnx_nb.generate() runs (slower per token than a cache, the same tokens)")
+        # the file the first try published is replaced (the user's own file, if any, was refused before it)
+        return export_module(cls, record, dataclasses.replace(args, overwrite=True), target, steps)
 
     # --- what later steps ask -----------------------------------------------------------------------------------
     @classmethod

@@ -67,6 +67,8 @@ class VlmSource(HfSource):
         with eval_mode(vlm):
             try:
                 layout = layout_of(vlm)
+                if layout.states:  # the causal-LM route carries those, one token at a time; not this one yet
+                    raise NoKeyValueCache(f"{type(vlm).__name__} keeps linear-attention or SSM states in its cache")
             except NoKeyValueCache as why:
                 raise ExportError(
                     f"{why}: the vision-language route runs its decoder part step by step with one key and one "
