@@ -19,6 +19,7 @@ from typing import Any
 CACHE_PREFIX = "past_key_values."  # onnx-nb's (and Optimum's, and the builder's) cache input names
 PRESENT_PREFIX = "present."
 ENCODER_CACHE = ".encoder."  # an encoder-decoder's cross-attention cache, computed once from the encoder
+STATE_KINDS = ("conv", "recurrent")  # per-layer states of fixed shape: past_key_values.{i}.conv.{j}, .recurrent.{j}
 UNET_INPUTS = frozenset({"sample", "timestep", "encoder_hidden_states"})  # export(pipeline)'s unet.onnx
 # a vision-language model's vision file: Qwen-VL's grid input, and the metadata prefix of an input traced as a
 # constant (Qwen-VL's grid, LLaVA-NeXT's image size: "onnx_nb.fixed.<input>" -> one image's values)
@@ -47,7 +48,7 @@ def is_state(name: str) -> bool:
     """``name`` is a cache input that keeps a state of fixed shape (``past_key_values.{i}.conv.{j}``,
     ``.recurrent.{j}``: Mamba, linear attention), not keys or values that grow."""
     parts = name.split(".")
-    return is_cache(name) and len(parts) == 4 and parts[2] in ("conv", "recurrent")
+    return is_cache(name) and len(parts) == 4 and parts[2] in STATE_KINDS
 
 
 def present_of(name: str) -> str:

@@ -20,6 +20,7 @@ from ..export.decoder_cache import layout_of
 from ..export.hf_cache import cache_kwargs
 from ..export.seq2seq_cache import EncoderWithCross, _new_cache, encoder_inputs
 from ..export.seq2seq_cache import layout_of as seq2seq_layout
+from ..export.state_cache import attends, build_cache, entry_shape
 
 DEFAULT_GENERATION_SHAPES = ({"prompt": 32}, {"past": 32})
 
@@ -69,6 +70,7 @@ class _OrtStep:
             self.feed[name] = value.astype(np.float32 if floating else np.int64)
         self.options = {"graph_level": "all", "intra_op_threads": threads or "default", "step": "prefill" if
                         not past else "decode, cache kept"}
+        self.output_names = [o.name for o in self.session.get_outputs()]
         if self.steps > 1:
             self.options["step"] = f"prefill: {self.steps} one-token steps, each fed the last one's cache"
         self.binding = None
@@ -91,9 +93,8 @@ class _OrtStep:
             self.session.run_with_iobinding(self.binding)
         elif self.steps > 1:
             feed = dict(self.feed)
-            names = [o.name for o in self.session.get_outputs()]
             for k in range(self.steps):
-                out = dict(zip(names, self.session.run(None, feed)))
+                out = dict(zip(self.output_names, self.session.run(None, feed)))
                 feed.update({n: out[present_of(n)] for n in feed if is_cache(n)},
                             attention_mask=np.ones((1, k + 2), np.int64))
         else:
@@ -190,8 +191,7 @@ class _TorchStep:
         layout = layout or (layout_of(model) if cache and past else None)
         self.states: list[Any] = []
         if cache and past and layout.states:  # random states (and keys of ``past`` tokens where a layer attends)
-            self.states = [torch.randn((1, e[3][0], past, e[3][1]) if e[1] in ("key", "value") else (1, *e[3]),
-                                       generator=g) for e in layout.states]
+            self.states = [torch.randn(entry_shape(e, 1, past), generator=g) for e in layout.states]
             self.layout = layout
         elif cache and past:
             self.cache = DynamicCache(config=model.config)
@@ -200,7 +200,7 @@ class _TorchStep:
                 value = (1, layout.kv_heads, past, layout.value_head_size)
                 self.cache.update(torch.randn(shape, generator=g), torch.randn(value, generator=g), i)
         self.mask = torch.ones(1, (past if cache else 0) + total, dtype=torch.long)
-        if self.states and not any(e[1] == "key" for e in layout.states):
+        if self.states and not attends(layout.states):
             self.mask = self.mask[:, -total:]  # no layer attends: the new tokens' own mask, as generate() gives it
         # the positions generate() passes (a model left to count them from the mask may count the cached ones too:
         # Qwen-VL after a prompt with an image)
@@ -213,8 +213,6 @@ class _TorchStep:
 
     def __call__(self) -> None:
         if self.states:  # the states as they were (a state cache cannot be cropped back), a copy made per step
-            from ..export.state_cache import build_cache
-
             self.cache = build_cache(self.model, self.layout.states, self.states)
         with torch.inference_mode():
             self.model(input_ids=self.ids, attention_mask=self.mask, **self.positions,

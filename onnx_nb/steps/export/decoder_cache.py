@@ -68,7 +68,7 @@ class CacheLayout:
 
     def text(self) -> str:
         if self.states:
-            attending = len({e[0] for e in self.states if e[1] == "key"})
+            attending = sum(e[1] == "key" for e in self.states)
             return (f"{self.layers} layers, {len(self.states) - 2 * attending} states of "
                     f"{human_bytes(self.state_bytes)} per sequence" +
                     (f" and keys and values in {attending}: {human_bytes(self.bytes_per_token)} per token"
@@ -113,7 +113,7 @@ def layout_of(model: Any) -> CacheLayout:
         raise NoKeyValueCache(f"{name} returns no cache" + (
             " (it is an encoder: is_decoder=False in its config)"
             if getattr(getattr(model, "config", None), "is_decoder", True) is False else ""))
-    from .state_cache import read_cache, state_entries
+    from .state_cache import read_cache, state_entries, transformers_own
 
     states = state_entries(cache)
     if states:
@@ -127,7 +127,7 @@ def layout_of(model: Any) -> CacheLayout:
     if kinds or not (hasattr(cache, "layers") or isinstance(cache, (tuple, list))):
         raise NoKeyValueCache(f"{name} keeps a {', '.join(sorted(kinds)) or type(cache).__name__} cache, not one "
                               "key and one value per layer")
-    if hasattr(cache, "layers") and type(cache).__module__ != "transformers.cache_utils":
+    if hasattr(cache, "layers") and not transformers_own(cache):
         # a cache class of the model's own (MiniMax's keeps linear attention's state beside its layers): the file
         # is fed transformers' DynamicCache, which such a model refuses
         raise NoKeyValueCache(f"{name} keeps a cache of its own ({type(cache).__name__})")
@@ -281,11 +281,11 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
         .contiguous(),
     }
     if layout.states:
-        from .state_cache import entry_name
+        from .state_cache import entry_name, entry_shape
 
         for e in layout.states:
-            shape = (b, e[3][0], p, e[3][1]) if e[1] in ("key", "value") else (b, *e[3])
-            sample[entry_name(e)] = torch.randn(*shape, generator=g) * (1.0 if e[1] in ("key", "value") else 0.5)
+            sample[entry_name(e)] = torch.randn(*entry_shape(e, b, p), generator=g) * \
+                (1.0 if e[1] in ("key", "value") else 0.5)
         return sample
     for i in range(layout.layers):
         for kv, size in (("key", layout.head_size), ("value", layout.value_head_size)):

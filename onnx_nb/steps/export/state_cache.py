@@ -14,16 +14,22 @@ from __future__ import annotations
 
 from typing import Any
 
-STATE_KINDS = ("conv", "recurrent")
+from ...runtime.facts import STATE_KINDS
+
 # one entry of a layout: (layer, kind, index, shape without the batch axis); a key or value's shape is
 # (heads, head size), its sequence axis left out
 Entry = tuple[int, str, int, tuple[int, ...]]
 
 
+def transformers_own(cache: Any) -> bool:
+    """A cache of transformers' own classes, by layers (not a model's own class, as MiniMax's)."""
+    return hasattr(cache, "layers") and type(cache).__module__ == "transformers.cache_utils"
+
+
 def state_entries(cache: Any) -> tuple[Entry, ...] | None:
     """What each layer of a transformers cache keeps, when at least one layer keeps a state; None otherwise (a
     plain key/value cache, or a cache class that is not transformers' own)."""
-    if type(cache).__module__ != "transformers.cache_utils" or not hasattr(cache, "layers"):
+    if not transformers_own(cache):
         return None
     entries: list[Entry] = []
     for i, layer in enumerate(cache.layers):
@@ -45,6 +51,12 @@ def state_entries(cache: Any) -> tuple[Entry, ...] | None:
 def entry_name(entry: Entry, prefix: str = "past_key_values") -> str:
     i, kind, j, _ = entry
     return f"{prefix}.{i}.{kind}" if kind in ("key", "value") else f"{prefix}.{i}.{kind}.{j}"
+
+
+def entry_shape(entry: Entry, batch: int, past: int) -> tuple[int, ...]:
+    """The tensor's shape for ``batch`` rows: a state's own, a key's or value's over ``past`` tokens."""
+    shape = entry[3]
+    return (batch, shape[0], past, shape[1]) if entry[1] in ("key", "value") else (batch, *shape)
 
 
 def attends(entries: tuple[Entry, ...]) -> bool:
