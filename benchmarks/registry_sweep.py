@@ -98,6 +98,26 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
     return config
 
 
+def spread_zero_routers(model: Any, config: Any) -> list[str]:
+    """A router whose weights start at zero (AFMoE's init) scores every expert the same, so which experts a token
+    takes is ``torch.topk``'s order among ties, which torch leaves unspecified (ONNX's TopK takes the lowest index,
+    torch's CPU kernel here the highest): no exporter can match that, and no trained checkpoint has it. Such a
+    router (a linear layer with one output per expert, all zero) gets N(0, 0.02) weights, seeded; the names are
+    kept in the row and told on the page."""
+    import torch
+
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    experts = {getattr(text, n, None) for n in ("num_experts", "num_local_experts", "n_routed_experts")} - {None}
+    spread = []
+    generator = torch.Generator().manual_seed(0)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and module.out_features in experts and not module.weight.any():
+            with torch.no_grad():
+                module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * 0.02)
+            spread.append(name)
+    return spread
+
+
 def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[str, Any]:
     """Everything about one type (in a child process)."""
     import torch
@@ -117,6 +137,9 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
                 raise ValueError(f"{count / 1e6:.0f}M parameters with only its depth shrunk")
             torch.manual_seed(0)
             model = getattr(transformers, class_name)(config).eval()
+            spread = spread_zero_routers(model, config)
+            if spread:
+                row["routers_spread"] = spread
         except Exception as exc:  # noqa: BLE001 - a row, not a crash
             said = f"cannot build ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
             row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
@@ -243,12 +266,14 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "INT8 (`quantize()`) and INT4 (`quantize(method=\"int4\")`), each with its parity (left empty when the sweep "
         "ran with `--no-variants`). Types PyTorch itself cannot build or generate with at that size are listed but not "
         "counted (the shrink is generic: some configs tie widths in ways it does not know, and it retries with only "
-        "the depth shrunk up to 300M parameters). Each row is from the last run for its type (`--only` re-runs "
+        "the depth shrunk up to 300M parameters). A mixture of experts whose router starts at zero (every expert "
+        "tied, so the experts a token takes are `torch.topk`'s unspecified order among ties) has its router given "
+        "random weights first; its row says so. Each row is from the last run for its type (`--only` re-runs "
         "some).",
         "",
         f"Swept {meta['date']} on transformers {meta['transformers']}, torch {meta['torch']}, onnxruntime "
         f"{meta['onnxruntime']}: **{len(good)} of the {len(base)} causal LMs PyTorch can build and run "
-        f"({100 * len(good) / max(1, len(base)):.0f}%) export with one default call and generate PyTorch's tokens** "
+        f"({100 * len(good) / max(1, len(base)):.1f}%) export with one default call and generate PyTorch's tokens** "
         f"({sum(r.get('generate') == 'near-tie' for r in good)} of them after a near-tie); "
         f"{len(rows)} types registered.",
         "",
@@ -269,6 +294,9 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             why = r.get("generate_note") or r.get("generate", "")
         else:
             why = "; ".join(f"{k.upper()}: {r[k]}" for k in ("int8", "int4") if r.get(k) not in (None, "ok"))
+        if r.get("routers_spread"):
+            why = "; ".join(x for x in (why, f"router starts at zero: {len(r['routers_spread'])} given random "
+                                              "weights") if x)
         lines.append(f"| {r['type']} | {r['class']} | {cell(r.get('export'))} | {cell(r.get('generate'))} | "
                      f"{cell(r.get('int8'))} | {cell(r.get('int4'))} | {html.escape(why).replace('|', '/')} |")
     lines += ["", "## Vision-language models", "", *vlm_section(ROOT / "benchmarks" / "results" / "vlm_sweep.json")]

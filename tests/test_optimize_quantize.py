@@ -147,6 +147,26 @@ def test_failed_variant_is_reported_and_quant_debug_names_the_layer(tmp_path: Pa
     assert report.suggested[0] in auto.recipe["exclude"] and auto
 
 
+def test_batched_weights_stay_float_in_dynamic_int8(tmp_path: Path) -> None:
+    """A MatMul on a 3-D weight (Llama 4's experts: every expert's matrix in one ``bmm``) stays float: ORT's
+    DynamicQuantizeMatMul takes 2-D weights only, and the file it wrote failed when run."""
+    import onnx
+
+    class Experts(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(32, 32), torch.nn.Parameter(torch.randn(4, 32, 16) * 0.2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.bmm(self.up(x).expand(4, -1, -1), self.down).sum(0)
+
+    result = onnx_nb.export(Experts(), torch.randn(6, 32), out=tmp_path / "e.onnx", progress=False)
+    int8 = onnx_nb.quantize(result, out=tmp_path / "e.int8.onnx")
+    assert int8, repr(int8.parity)
+    ops = [n.op_type for n in onnx.load(str(int8.path)).graph.node]
+    assert "MatMul" in ops and any(op.startswith(("DynamicQuantize", "MatMulInteger")) for op in ops), ops
+
+
 def test_requantize_keeps_every_setting(tmp_path: Path) -> None:
     """requantize() used to rebuild quantize()'s arguments from the recipe and lost block_size, op_types and the
     user's calibration data (static fell back to generated inputs)."""

@@ -16,13 +16,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import registry_sweep
 
 # one of each road a causal LM takes: a mixture of experts through the grouped-matmul translation (Mixtral, Qwen2-MoE),
-# an encoder registered as a causal LM (BERT, is_decoder=False: no cache), a decoder with no cache at all (GPT-1),
+# an encoder registered as a causal LM (BERT, is_decoder=False: no cache; Megatron-BERT, is_decoder=False yet filling
+# the cache generate() hands it, so its file carries one), a decoder with no cache at all (GPT-1),
 # Blenderbot's decoder (its generation config sets a rule onnx-nb's loop does not run), and Gemma 3's text model
 # (sliding-window layers between global ones), Helium (RMS norms with an epsilon of 1e-8, and a prompt holding its
 # padding token, whose embedding row is zero), and two whose cache is more than keys and values, exported without it:
 # MiniMax (a cache class of its own) and Inkling 2 (linear attention's conv state beside its keys and values)
-SUBSET = ["mixtral", "qwen2_moe", "bert", "openai-gpt", "blenderbot", "gemma3_text", "helium", "minimax",
-          "inkling2_text"]
+SUBSET = ["mixtral", "qwen2_moe", "bert", "megatron-bert", "openai-gpt", "blenderbot", "gemma3_text", "helium",
+          "minimax", "inkling2_text"]
 
 
 @pytest.mark.parametrize("model_type", SUBSET)
@@ -68,10 +69,13 @@ def test_uncached_decoder_says_so_and_cache_true_is_refused(tmp_path: Path) -> N
 def test_page_counts_only_what_pytorch_runs_and_escapes() -> None:
     rows = [{"type": "a", "class": "AForCausalLM", "pytorch": "ok", "export": "ok", "generate": "same"},
             {"type": "b", "class": "BForCausalLM", "pytorch": "ok", "export": "SampleError: <bad> | x"},
-            {"type": "c", "class": "CForCausalLM", "pytorch": "cannot build: ValueError: no"}]
+            {"type": "c", "class": "CForCausalLM", "pytorch": "cannot build: ValueError: no"},
+            {"type": "d", "class": "DForCausalLM", "pytorch": "ok", "export": "ok", "generate": "differs",
+             "routers_spread": ["model.layers.1.mlp.router.gate"]}]
     text = registry_sweep.page(rows, {"date": "2026-11-26", "transformers": "5.24.0", "torch": "2.13.0",
                                       "onnxruntime": "1.32.0"})
-    assert "**1 of the 2 causal LMs PyTorch can build and run (50%)" in text
+    assert "**1 of the 3 causal LMs PyTorch can build and run (33.3%)" in text
+    assert "| d | DForCausalLM | ✓ | ✗ |  |  | differs; router starts at zero: 1 given random weights |" in text
     assert "&lt;bad&gt; / x" in text and "<bad>" not in text
     assert "| c | CForCausalLM | – | – | – | – | PyTorch cannot build: ValueError: no |" in text
 
@@ -129,3 +133,26 @@ def test_tiny_epsilon_is_kept(tmp_path: Path) -> None:
     rows = torch.cat([torch.zeros(1, 8), torch.randn(2, 8)])
     got = session.run(None, {session.get_inputs()[0].name: rows.numpy()})[0]
     assert not np.isnan(got).any() and np.allclose(got, Norm()(rows).numpy(), atol=1e-5)
+
+
+def test_complex_rotary_exports(tmp_path: Path) -> None:
+    """Llama 4's rotary: ``torch.polar`` then a complex tensor unsqueezed and multiplied (torchlib has no complex
+    ``aten::unsqueeze``: onnx-nb registers one), checked at a shape and positions the export never saw."""
+    import numpy as np
+    import onnxruntime as ort
+
+    class Rotary(torch.nn.Module):
+        def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            inv = 1.0 / (10000 ** (torch.arange(0, 8, 2, dtype=torch.float) / 8))
+            freqs = positions[..., None].float() * inv
+            cis = torch.polar(torch.ones_like(freqs), freqs)
+            pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+            return torch.view_as_real(pairs * cis[:, :, None, :]).flatten(3)
+
+    sample = (torch.randn(2, 5, 3, 8), torch.arange(5).expand(2, 5).contiguous())
+    result = onnx_nb.export(Rotary(), sample, out=tmp_path / "r.onnx", exporter="dynamo", progress=False)
+    assert result, repr(result)
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    x, positions = torch.randn(1, 7, 3, 8), torch.arange(4, 11)[None]
+    got = session.run(None, {i.name: v.numpy() for i, v in zip(session.get_inputs(), (x, positions))})[0]
+    assert np.allclose(got, Rotary()(x, positions).numpy(), atol=1e-5)

@@ -110,6 +110,8 @@ def layout_of(model: Any) -> CacheLayout:
     except KeyError as exc:
         raise NoKeyValueCache(f"{name} returns no cache") from exc
     if cache is None:
+        cache = _filled_when_given(model)
+    if cache is None:
         raise NoKeyValueCache(f"{name} returns no cache" + (
             " (it is an encoder: is_decoder=False in its config)"
             if getattr(getattr(model, "config", None), "is_decoder", True) is False else ""))
@@ -137,6 +139,22 @@ def layout_of(model: Any) -> CacheLayout:
     key, value = layers[0]
     return CacheLayout(len(layers), int(key.shape[1]), int(key.shape[3]), str(key.dtype).replace("torch.", ""),
                        int(value.shape[3]) if value.shape[3] != key.shape[3] else None)
+
+
+def _filled_when_given(model: Any) -> Any:
+    """The cache an encoder used as a decoder fills when handed an empty one, as ``generate()`` hands it
+    (Megatron-BERT with is_decoder=False starts none of its own, yet ``generate()`` decodes it with a cache whose
+    prompt keys stay as its bidirectional prefill left them); None when it fills none."""
+    from transformers import DynamicCache
+
+    try:
+        with torch.no_grad():
+            out = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, return_dict=True,
+                        **cache_kwargs(model, DynamicCache()))
+        cache = cache_of(out)
+    except Exception:  # noqa: BLE001 - a model that refuses the offer keeps the whole-sequence file
+        return None
+    return cache if cache is not None and getattr(cache, "get_seq_length", lambda: 0)() else None
 
 
 class DecoderWithCache(torch.nn.Module):

@@ -151,6 +151,7 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     if varargs_from is not None:
         shapes = [*shapes[:varargs_from], tuple(shapes[varargs_from:])]
     translations.exact_no_ops()  # a norm's epsilon of 1e-8 is not "+ 0"
+    translations.complex_ops()  # Llama 4's rotary unsqueezes a complex tensor
     program = torch.onnx.export(
         module, args, dynamo=True, input_names=input_names, output_names=output_names,
         dynamic_shapes=tuple(shapes) if axes else None, opset_version=opset,

@@ -8,6 +8,11 @@
   transformers' own exporter (``transformers.exporters.exporter_onnx``) translates it the same way.
 - ``aten::histc``: the per-expert token counts of the routers that count with it.
 
+:func:`complex_ops` adds the complex overloads torchlib lacks (``aten::unsqueeze`` of a complex tensor: Llama 4's
+rotary multiplies queries by ``polar(...)[:, :, None, :]``). The exporter drops a custom translation for a complex
+value (it registers them as real only), so these go into torchlib's own registry, where a complex value is a real
+tensor with a trailing axis of 2 (real, imaginary).
+
 :func:`exact_no_ops` also makes the exporter's graph clean-up (onnxscript's optimizer) drop ``x + 0``, ``x - 0``,
 ``x * 1`` and ``x / 1`` only where the constant is exactly 0 or 1: its patterns match within 1e-8, so a norm's
 ``variance + 1e-8`` (Helium's ``rms_norm_eps``) lost its epsilon and a zero row (the padding token's embedding) came
@@ -76,6 +81,29 @@ def _histc(values: Any, bins: int = 100, min: float = 0.0, max: float = 0.0) -> 
     rows, columns = op.Constant(value_ints=[0]), op.Constant(value_ints=[1])
     hits = op.And(op.Equal(op.Unsqueeze(index, columns), op.Unsqueeze(every, rows)), op.Unsqueeze(inside, columns))
     return op.ReduceSum(op.CastLike(hits, flat), rows, keepdims=0)
+
+
+def _unsqueeze_complex(self: Any, dim: int) -> Any:
+    """``aten::unsqueeze`` of a complex tensor stored as (..., 2): a negative axis counts past the pair."""
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    return op.Unsqueeze(self, op.Constant(value_ints=[dim - 1 if dim < 0 else dim]))
+
+
+def complex_ops() -> list[str]:
+    """Registers in torchlib the complex overloads it lacks; idempotent. Returns the operators added now."""
+    try:
+        from onnxscript.function_libs.torch_lib import registration
+    except ImportError:  # another onnxscript layout: nothing added
+        return []
+    added = []
+    for name, function in (("aten::unsqueeze", _unsqueeze_complex),):
+        if name in registration.default_registry and registration.default_registry[name].complex:
+            continue
+        registration.torch_op(name, trace_only=True, complex=True)(function)
+        added.append(name)
+    return added
 
 
 def exact_no_ops() -> int:

@@ -74,6 +74,12 @@ def teacher_forced(model: Any, decoder: OnnxDecoder, prompts: list[list[int]], c
         with torch.no_grad():
             ref = model(input_ids=t_ids, attention_mask=seen, position_ids=positions, **cache_kwargs(model, past),
                         use_cache=True, return_dict=True)
+            if past is None and cache_of(ref) is None:  # an encoder as a decoder: fills the cache generate() hands it
+                from transformers import DynamicCache
+
+                past = DynamicCache(config=model.config)
+                ref = model(input_ids=t_ids, attention_mask=seen, position_ids=positions,
+                            **cache_kwargs(model, past), use_cache=True, return_dict=True)
         past = cache_of(ref)
         out.append((step, logits[:, -1, :], ref.logits[:, -1, :].float().numpy()))
         if step == steps:

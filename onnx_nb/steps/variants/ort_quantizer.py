@@ -106,6 +106,15 @@ def kept_in_float(path: Path) -> list[str]:
         written(proto)
 
 
+def batched_weights(path: Path) -> list[str]:
+    """MatMuls whose constant weight has a batch axis (Llama 4's experts: ``bmm`` of every expert's
+    [experts, hidden, 2 x intermediate] at once): dynamic INT8 would write a DynamicQuantizeMatMul, whose kernel
+    takes a 2-D weight only and fails when run, so they stay float."""
+    proto = load_proto(path)
+    ranks = {i.name: len(i.dims) for i in proto.graph.initializer}
+    return [n.name for n in proto.graph.node if n.op_type == "MatMul" and ranks.get(n.input[1], 2) > 2]
+
+
 def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
                   op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
                   accuracy_level: int | None = None, gemm_as_matmul: bool = False, scheme: str = "u8s8",
@@ -123,6 +132,8 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
     chose: dict[str, Any] = {}
     if method in ("dynamic", "static"):
         excluded = [*excluded, *kept_in_float(src)]
+    if method == "dynamic":
+        excluded = [*excluded, *batched_weights(src)]
     weights, reduce_range, _ = SCHEMES[scheme]
     weight_type = QuantType.QInt8 if weights == "int8" else QuantType.QUInt8
     if method == "dynamic":
@@ -133,7 +144,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                          # float for weights whose type shape inference cannot see (behind contrib ops)
                          extra_options={"MatMulConstBOnly": True, "DefaultTensorType": 1},
                          use_external_data_format=big)
-        stamp_scheme(staged, scheme, made_for)
+        finish_int8(staged, scheme, made_for)
     elif method == "static":
         prepare_for_quantization(src, prepared, big)
         # GroupNorm exported as Reshape -> InstanceNormalization -> Reshape (diffusers' UNet and VAE): ORT's QDQ
@@ -147,7 +158,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                         reduce_range=reduce_range,
                         nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
                         extra_options={"MatMulConstBOnly": True}, use_external_data_format=big)
-        stamp_scheme(staged, scheme, made_for)
+        finish_int8(staged, scheme, made_for)
     elif method == "fp16":
         import onnx
         from onnxruntime.transformers.float16 import convert_float_to_float16
@@ -208,14 +219,18 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
     return chose
 
 
-def stamp_scheme(path: Path, scheme: str, made_for: str) -> None:
+def finish_int8(path: Path, scheme: str, made_for: str) -> None:
     """The INT8 scheme and the CPU it was chosen for, in the file's metadata (its weights left where they are):
-    a file opened on another kind of CPU says so (:func:`onnx_nb.runtime.cpu.mismatch`)."""
+    a file opened on another kind of CPU says so (:func:`onnx_nb.runtime.cpu.mismatch`). The shapes the quantizer
+    was given (:func:`prepare_for_quantization`) are dropped: symbolic inference guesses the parts of a data-sized
+    Split as equal (JetMoE's attention experts: ``batch*sequence/2`` each), which ONNX Runtime then enforces and
+    fails on; it infers the file's shapes itself when it loads it."""
     import onnx
 
     from ...runtime.cpu import SCHEME_KEY, TARGET_KEY
 
     model = onnx.load(str(path), load_external_data=False)
+    del model.graph.value_info[:]
     keep = [p for p in model.metadata_props if p.key not in (SCHEME_KEY, TARGET_KEY)]
     del model.metadata_props[:]
     model.metadata_props.extend(keep)
