@@ -186,14 +186,49 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
     except Exception as exc:  # noqa: BLE001
         row["generate"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
     if variants and row.get("generate") in ("same", "near-tie"):
-        for name, kwargs in (("int8", {}), ("int4", {"method": "int4"})):
-            try:
-                variant = onnx_nb.quantize(result, out=folder.parent / "onnx" / f"model.{name}.onnx", **kwargs)
-                row[name] = "ok" if variant else "parity failed"
-            except Exception as exc:  # noqa: BLE001
-                row[name] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+        quantized(row, result, folder.parent / "onnx")
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
+
+
+def judged(row: dict[str, Any], result: Any, made: list[list[int]], want: list[list[int]]) -> None:
+    """``row["generate"]``: same, or (judged by the export's own generation parity) near-tie or differs, with both
+    token lists and the parity's first note."""
+    import onnx_nb
+
+    same = all(m == w[:len(m)] and len(m) == len(w) for m, w in zip(made, want))
+    row["generate"] = "same" if same else "differs"
+    if not same:
+        row["tokens"] = {"onnx-nb": made, "pytorch": want}
+        report = onnx_nb.check_parity(result, progress=False)
+        ties = [c for c in report.generation if c.verdict == "near-tie"]
+        row["generate"] = "near-tie" if report and ties else "differs"
+        row["generate_note"] = next((r.note for r in report.rows if r.status != "pass"), "")[:300]
+
+
+def swept(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], int, int] | None:
+    """A sweep's saved rows, their meta, how many PyTorch ran and how many onnx-nb served; None before its first
+    run."""
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    rows = saved["rows"]
+    base = [r for r in rows if counted(r)]
+    return rows, saved["meta"], len(base), sum(served(r) for r in base)
+
+
+def quantized(row: dict[str, Any], result: Any, folder: Path) -> None:
+    """INT8 (``quantize()``) and INT4 (``method="int4"``) of ``result`` into ``row``: ok, parity failed, or the
+    error."""
+    import onnx_nb
+    from onnx_nb.errors import first_line
+
+    for name, kwargs in (("int8", {}), ("int4", {"method": "int4"})):
+        try:
+            variant = onnx_nb.quantize(result, out=folder / f"model.{name}.onnx", **kwargs)
+            row[name] = "ok" if variant else "parity failed"
+        except Exception as exc:  # noqa: BLE001
+            row[name] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
 
 
 def exported(row: dict[str, Any], folder: Path, out: Path, started: float) -> Any:
@@ -251,7 +286,6 @@ def counted(row: dict[str, Any]) -> bool:
 
 
 def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    import html
 
     base = [r for r in rows if counted(r)]
     good = [r for r in base if served(r)]
@@ -281,38 +315,70 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
 
-    cell = _cell
     for r in sorted(rows, key=lambda r: (not counted(r), not served(r), r["type"])):
-        if not counted(r):
-            why = f"PyTorch {r.get('pytorch', 'did not finish')}"
-            lines.append(f"| {r['type']} | {r['class']} | – | – | – | – | {html.escape(why)} |")
-            continue
-        why = ""
-        if r.get("export") != "ok":
-            why = r.get("export", "did not finish")
-        elif not served(r):
-            why = r.get("generate_note") or r.get("generate", "")
-        else:
-            why = "; ".join(f"{k.upper()}: {r[k]}" for k in ("int8", "int4") if r.get(k) not in (None, "ok"))
-        if r.get("routers_spread"):
-            why = "; ".join(x for x in (why, f"router starts at zero: {len(r['routers_spread'])} given random "
-                                              "weights") if x)
-        lines.append(f"| {r['type']} | {r['class']} | {cell(r.get('export'))} | {cell(r.get('generate'))} | "
-                     f"{cell(r.get('int8'))} | {cell(r.get('int4'))} | {html.escape(why).replace('|', '/')} |")
+        lines.append(_row(r))
+    lines += ["", "## Sequence-to-sequence models", "",
+              *seq2seq_section(ROOT / "benchmarks" / "results" / "seq2seq_sweep.json")]
     lines += ["", "## Vision-language models", "", *vlm_section(ROOT / "benchmarks" / "results" / "vlm_sweep.json")]
     return "\n".join(lines)
+
+
+def seq2seq_section(path: Path) -> list[str]:
+    """The sequence-to-sequence LMs' part of the page, from ``benchmarks/seq2seq_sweep.py``'s rows."""
+
+    found = swept(path)
+    if found is None:
+        return ["Not swept yet: run `benchmarks/seq2seq_sweep.py`.", ""]
+    rows, meta, base, good = found
+    lines = [
+        "`benchmarks/seq2seq_sweep.py` builds every model type transformers registers for `AutoModelForSeq2SeqLM` "
+        "the same way (2 encoder and 2 decoder layers, width 64, random weights), saves it as a folder, runs one "
+        "default `onnx_nb.export(folder)` (an encoder file and a decoder file with both caches) and "
+        f"`onnx_nb.generate` against PyTorch's greedy `generate()` ({NEW_TOKENS} new tokens for each of two prompts), "
+        "then INT8 and INT4 with their parity.",
+        "",
+        f"Swept {meta['date']} on transformers {meta['transformers']}, torch {meta['torch']}, onnxruntime "
+        f"{meta['onnxruntime']}: **{good} of the {base} sequence-to-sequence LMs PyTorch can build and "
+        f"run ({100 * good / max(1, base):.1f}%) export with one default call and generate PyTorch's "
+        f"tokens** ({sum(r.get('generate') == 'near-tie' and served(r) for r in rows)} of them after a near-tie); "
+        f"{len(rows)} types registered.",
+        "",
+        "| type | class | export | generate | INT8 | INT4 | what stopped it |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (not counted(r), not served(r), r["type"])):
+        lines.append(_row(r))
+    return [*lines, ""]
+
+
+def _row(r: dict[str, Any]) -> str:
+    """One type's line of a table with INT8 and INT4 columns, with the reason for every gap."""
+    import html
+
+    if not counted(r):
+        why = f"PyTorch {r.get('pytorch', 'did not finish')}"
+        return f"| {r['type']} | {r['class']} | – | – | – | – | {html.escape(why).replace('|', '/')} |"
+    if r.get("export") != "ok":
+        why = r.get("export", "did not finish")
+    elif not served(r):
+        why = r.get("generate_note") or r.get("generate", "")
+    else:
+        why = "; ".join(f"{k.upper()}: {r[k]}" for k in ("int8", "int4") if r.get(k) not in (None, "ok"))
+    if r.get("routers_spread"):
+        why = "; ".join(x for x in (why, f"router starts at zero: {len(r['routers_spread'])} given random "
+                                          "weights") if x)
+    return (f"| {r['type']} | {r['class']} | {_cell(r.get('export'))} | {_cell(r.get('generate'))} | "
+            f"{_cell(r.get('int8'))} | {_cell(r.get('int4'))} | {html.escape(why).replace('|', '/')} |")
 
 
 def vlm_section(path: Path) -> list[str]:
     """The vision-language models' part of the page, from ``benchmarks/vlm_sweep.py``'s rows."""
     import html
 
-    if not path.exists():
+    found = swept(path)
+    if found is None:
         return ["Not swept yet: run `benchmarks/vlm_sweep.py`.", ""]
-    saved = json.loads(path.read_text())
-    rows, meta = saved["rows"], saved["meta"]
-    base = [r for r in rows if counted(r)]
-    good = [r for r in base if served(r)]
+    rows, meta, base, good = found
     lines = [
         "`benchmarks/vlm_sweep.py` builds every model type transformers registers for "
         "`AutoModelForImageTextToText` the same way (the text part as above; the vision tower 2 layers, width 32, at "
@@ -323,10 +389,10 @@ def vlm_section(path: Path) -> list[str]:
         "processor-only input) is listed but not counted. [Vision-language models](guides/vision-language.md) "
         "says how each family is served; `tests/test_vlm.py` checks fifteen of them, beams included.",
         "",
-        f"Swept {meta['date']} on transformers {meta['transformers']}: **{len(good)} of the {len(base)} "
+        f"Swept {meta['date']} on transformers {meta['transformers']}: **{good} of the {base} "
         f"image-text-to-text models that PyTorch builds and runs from onnx-nb's sample (an image and a prompt) "
         f"export with one default call and generate PyTorch's tokens from images** "
-        f"({sum(r.get('generate') == 'near-tie' for r in good)} of them after "
+        f"({sum(r.get('generate') == 'near-tie' and served(r) for r in rows)} of them after "
         f"a near-tie); {len(rows)} types registered.",
         "",
         "| type | class | export | generate | the image changes the tokens | what stopped it |",

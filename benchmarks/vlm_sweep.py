@@ -140,15 +140,7 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
         made = [onnx_nb.generate(result, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()},
                                  max_new_tokens=NEW_TOKENS, num_beams=1).tokens[0]
                 for ids, pixels, _ in cases]
-        want = [c[2] for c in cases]
-        same = all(m == w[:len(m)] and len(m) == len(w) for m, w in zip(made, want))
-        row["generate"] = "same" if same else "differs"
-        if not same:
-            row["tokens"] = {"onnx-nb": made, "pytorch": want}
-            report = onnx_nb.check_parity(result, progress=False)  # the chain's generation parity
-            ties = [c for c in report.generation if c.verdict == "near-tie"]
-            row["generate"] = "near-tie" if report and ties else "differs"
-            row["generate_note"] = next((r.note for r in report.rows if r.status != "pass"), "")[:300]
+        registry_sweep.judged(row, result, made, [c[2] for c in cases])
     except Exception as exc:  # noqa: BLE001
         row["generate"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
     row["seconds"] = round(time.perf_counter() - started, 1)

@@ -14,6 +14,7 @@ import onnx_nb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import registry_sweep
+import seq2seq_sweep
 
 # one of each road a causal LM takes: a mixture of experts through the grouped-matmul translation (Mixtral, Qwen2-MoE),
 # an encoder registered as a causal LM (BERT, is_decoder=False: no cache; Megatron-BERT, is_decoder=False yet filling
@@ -156,3 +157,31 @@ def test_complex_rotary_exports(tmp_path: Path) -> None:
     x, positions = torch.randn(1, 7, 3, 8), torch.arange(4, 11)[None]
     got = session.run(None, {i.name: v.numpy() for i, v in zip(session.get_inputs(), (x, positions))})[0]
     assert np.allclose(got, Rotary()(x, positions).numpy(), atol=1e-5)
+
+
+def test_seq2seq_section_counts_and_escapes(tmp_path: Path) -> None:
+    import json
+
+    rows = [{"type": "t5", "class": "T5ForConditionalGeneration", "pytorch": "ok", "export": "ok", "generate": "same",
+             "int8": "ok", "int4": "parity failed"},
+            {"type": "x", "class": "XForConditionalGeneration", "pytorch": "ok", "export": "ExportError: <a> | b"},
+            {"type": "y", "class": "YForConditionalGeneration", "pytorch": "cannot build: KeyError: 'z'"}]
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"meta": {"date": "2026-11-27", "transformers": "5.24.0", "torch": "2.13.0",
+                                         "onnxruntime": "1.32.0"}, "rows": rows}))
+    text = "\n".join(registry_sweep.seq2seq_section(path))
+    assert "**1 of the 2 sequence-to-sequence LMs PyTorch can build and run (50.0%)" in text
+    assert "| t5 | T5ForConditionalGeneration | ✓ | ✓ | ✓ | ✗ | INT4: parity failed |" in text
+    assert "ExportError: &lt;a&gt; / b" in text and "<a>" not in text
+    assert "| y | YForConditionalGeneration | – | – | – | – | PyTorch cannot build: KeyError: &#x27;z&#x27; |" in text
+    assert registry_sweep.seq2seq_section(tmp_path / "none.json")[0].startswith("Not swept yet")
+
+
+def test_seq2seq_registry_types_export(tmp_path: Path) -> None:
+    """Two sequence-to-sequence types from the registry, as the sweep runs them: PLBart, whose config has no
+    decoder_start_token_id (its generation config has), and NLLB-MoE, whose encoder answers with a tuple and whose
+    model reads router_logits off the encoder output it is given."""
+    plbart = seq2seq_sweep.one("plbart", seq2seq_sweep.registry()["plbart"], tmp_path / "p" / "model", False)
+    assert plbart["pytorch"] == "ok" and plbart["export"] == "ok", plbart
+    moe = seq2seq_sweep.one("nllb-moe", seq2seq_sweep.registry()["nllb-moe"], tmp_path / "n" / "model", False)
+    assert moe["pytorch"] == "ok" and moe["generate"] == "same", moe

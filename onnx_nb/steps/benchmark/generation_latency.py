@@ -18,7 +18,7 @@ from ...runtime.facts import file_facts, is_cache, is_cross_cache, is_state, pre
 from ...runtime.onnxfile import file_bytes
 from ..export.decoder_cache import layout_of
 from ..export.hf_cache import cache_kwargs
-from ..export.seq2seq_cache import EncoderWithCross, _new_cache, encoder_inputs
+from ..export.seq2seq_cache import EncoderWithCross, _new_cache, as_encoder_output, encoder_inputs
 from ..export.seq2seq_cache import layout_of as seq2seq_layout
 from ..export.state_cache import attends, build_cache, entry_shape
 
@@ -371,10 +371,11 @@ class TorchDecodeStep:
                         "cache": "on" if cache else "off (whole sequence each token)",
                         "encoder": f"{self.states.shape[1]} positions, computed once"}
         self.held_bytes = weight_bytes(model)  # loaded before the row: counted into its peak memory
+        self.encoded = as_encoder_output(self.states)  # made once, outside the timed call
 
     def __call__(self) -> None:
         with torch.inference_mode():
-            self.model(encoder_outputs=(self.states,), decoder_input_ids=self.ids,
+            self.model(encoder_outputs=self.encoded, decoder_input_ids=self.ids,
                        **cache_kwargs(self.model, self.cache), use_cache=self.cache_on, return_dict=True, **self.mask)
         if self.cache is not None:
             self.cache.self_attention_cache.crop(-1)  # the step appended its token: back to ``past`` for the next

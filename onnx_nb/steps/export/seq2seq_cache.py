@@ -65,8 +65,40 @@ def _new_cache(model: Any, self_kv: list[Any], cross_kv: list[Any]) -> Any:
     return cache
 
 
+def start_token(model: Any) -> int:
+    """The decoder's first token: the config's ``decoder_start_token_id``, else the generation config's (PLBart's
+    config has none), else the padding id (T5's convention), else 0."""
+    for source in (model.config, getattr(model, "generation_config", None)):
+        start = getattr(source, "decoder_start_token_id", None)
+        if start is not None:
+            return int(start)
+    return int(getattr(model.config, "pad_token_id", None) or 0)
+
+
 def _start(model: Any, batch: int) -> torch.Tensor:
-    return torch.full((batch, 1), int(model.config.decoder_start_token_id or 0), dtype=torch.long)
+    return torch.full((batch, 1), start_token(model), dtype=torch.long)
+
+
+def as_encoder_output(states: torch.Tensor) -> Any:
+    """``encoder_outputs=`` for a model call: transformers' own output class (Switch Transformers reads
+    ``.last_hidden_state`` off it, where a plain tuple fails), whose other fields read as None (a mixture of experts'
+    ``router_logits``, which only its training loss uses)."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class Encoded(BaseModelOutput):
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("_"):
+                raise AttributeError(name)
+            return None
+
+    return Encoded(last_hidden_state=states)
+
+
+def encoder_states(model: Any, feed: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The encoder's last hidden states (an encoder that answers with a tuple, as NLLB-MoE's and ProphetNet's do
+    whatever ``return_dict`` says: its first item)."""
+    out = model.get_encoder()(**feed, return_dict=True)
+    return out[0] if isinstance(out, tuple) else out.last_hidden_state
 
 
 def encoder_inputs(model: Any) -> tuple[str, ...]:
@@ -79,9 +111,10 @@ def layout_of(model: Any, sample: dict[str, torch.Tensor]) -> Seq2SeqLayout:
         out = EncoderWithCross(model, names)(*[sample[n] for n in names])
     key = out["present.0.encoder.key"]
     with torch.no_grad():
-        step = model(encoder_outputs=(out["encoder_hidden_states"],), decoder_input_ids=_start(model, 1)[:1].expand(
-            key.shape[0], 1), **cache_kwargs(model, _new_cache(model, [], [])), use_cache=True, return_dict=True,
-            **({"attention_mask": sample["attention_mask"]} if "attention_mask" in names else {}))
+        step = model(encoder_outputs=as_encoder_output(out["encoder_hidden_states"]),
+                     decoder_input_ids=_start(model, 1)[:1].expand(key.shape[0], 1),
+                     **cache_kwargs(model, _new_cache(model, [], [])), use_cache=True, return_dict=True,
+                     **({"attention_mask": sample["attention_mask"]} if "attention_mask" in names else {}))
     own = _caches(cache_of(step))[0][0][0]
     layers = sum(1 for k in out if k.startswith("present.") and k.endswith(".key"))
     return Seq2SeqLayout(layers, int(own.shape[1]), int(own.shape[3]), int(key.shape[1]), names)
@@ -97,9 +130,10 @@ class EncoderWithCross(torch.nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         feed = dict(zip(self.names, inputs))
-        states = self.model.get_encoder()(**feed, return_dict=True).last_hidden_state
+        states = encoder_states(self.model, feed)
         mask = {"attention_mask": feed["attention_mask"]} if "attention_mask" in feed else {}
-        out = self.model(encoder_outputs=(states,), decoder_input_ids=_start(self.model, 1).expand(states.shape[0], 1),
+        out = self.model(encoder_outputs=as_encoder_output(states),
+                         decoder_input_ids=_start(self.model, 1).expand(states.shape[0], 1),
                          **cache_kwargs(self.model, _new_cache(self.model, [], [])), use_cache=True, return_dict=True,
                          **mask)
         result = {"encoder_hidden_states": states}
@@ -122,7 +156,7 @@ class DecoderWithCaches(torch.nn.Module):
         n = self.layout.layers
         own = [(caches[2 * i], caches[2 * i + 1]) for i in range(n)]
         cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
-        out = self.model(encoder_outputs=(states,), decoder_input_ids=decoder_input_ids,
+        out = self.model(encoder_outputs=as_encoder_output(states), decoder_input_ids=decoder_input_ids,
                          **cache_kwargs(self.model, _new_cache(self.model, own, cross)), use_cache=True,
                          return_dict=True, **({"attention_mask": mask} if mask is not None else {}))
         result = {"logits": out.logits}

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..export.hf_cache import cache_kwargs, cache_of
-from ..export.seq2seq_cache import _new_cache, encoder_inputs
+from ..export.seq2seq_cache import _new_cache, as_encoder_output, encoder_inputs, encoder_states, start_token
 from ..generate.seq2seq import OnnxSeq2Seq, _Beside, _full, encoder_feed, generate
 from .probes import plain
 
@@ -26,7 +26,7 @@ class Seq2SeqParity:
         self.names = encoder_inputs(model)
         config = model.config
         self.pad = int(getattr(config, "pad_token_id", None) or 0)
-        self.start = int(config.decoder_start_token_id if config.decoder_start_token_id is not None else self.pad)
+        self.start = start_token(model)
         if self.names == ("input_features",):
             frames = 2 * int(getattr(config, "max_source_positions", 1500))
             rng = np.random.default_rng(0)
@@ -73,13 +73,13 @@ class Seq2SeqParity:
 
     def _greedy(self, feed: dict[str, torch.Tensor]) -> list[int]:
         """PyTorch's own greedy loop with its cache (the encoder once, one decoder step per token)."""
-        states = self.model.get_encoder()(**feed, return_dict=True).last_hidden_state
+        states = encoder_states(self.model, feed)
         cache = _new_cache(self.model, [], [])
         ids = torch.tensor([[self.start]])
         tokens: list[int] = []
         for _ in range(self.new):
-            out = self.model(encoder_outputs=(states,), decoder_input_ids=ids, **cache_kwargs(self.model, cache),
-                             use_cache=True, return_dict=True)
+            out = self.model(encoder_outputs=as_encoder_output(states), decoder_input_ids=ids,
+                             **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
             cache = cache_of(out)
             ids = out.logits[:, -1].argmax(-1, keepdim=True)
             tokens.append(int(ids[0, 0]))
@@ -92,7 +92,7 @@ class Seq2SeqParity:
         feed = self._torch(self.batch)
         mask = {"attention_mask": feed["attention_mask"]} if "attention_mask" in feed else {}
         with torch.no_grad():
-            states = self.model.get_encoder()(**feed, return_dict=True).last_hidden_state
+            states = encoder_states(self.model, feed)
         cache = _new_cache(self.model, [], [])
         steps = min(len(r) for r in reference)
         ids = np.full((len(reference), 1), self.start, np.int64)
@@ -100,8 +100,8 @@ class Seq2SeqParity:
         for step in range(steps + 1):
             logits, state = runner.step(ids, state)
             with torch.no_grad():
-                ref = self.model(encoder_outputs=(states,), decoder_input_ids=torch.from_numpy(ids), use_cache=True,
-                                 **cache_kwargs(self.model, cache), return_dict=True, **mask)
+                ref = self.model(encoder_outputs=as_encoder_output(states), decoder_input_ids=torch.from_numpy(ids),
+                                 use_cache=True, **cache_kwargs(self.model, cache), return_dict=True, **mask)
             cache = cache_of(ref)
             out.append((step, logits[:, -1, :], ref.logits[:, -1, :].float().numpy()))
             if step < steps:

@@ -1,0 +1,124 @@
+"""Which of the sequence-to-sequence LMs transformers registers onnx-nb serves, measured on the registry itself: every
+model type in ``MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES`` built tiny from its own default config (as
+``registry_sweep``'s causal LMs: 2 encoder and 2 decoder layers, width 64, random weights), saved as a folder, then:
+can PyTorch build it and greedy-generate from a prompt? does one default ``onnx_nb.export(folder)`` write its
+encoder and decoder files, and does ``onnx_nb.generate`` give PyTorch's tokens for two prompts of different lengths
+(a difference judged a near-tie or a divergence by the export's generation parity)? do INT8 and INT4 pass their
+parity? Each model runs in a process of its own with a time limit (``registry_sweep.run_rows``).
+
+    .venv/bin/python benchmarks/seq2seq_sweep.py [--only t5,bart] [--timeout 300] [--no-variants] [--again]
+
+Rows land in ``benchmarks/results/seq2seq_sweep.json``; ``registry_sweep.py --page-only`` writes them into the
+supported-architectures page beside the causal LMs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import registry_sweep  # the causal LMs' sweep: its shrink, its runner, its page
+
+JSON = registry_sweep.ROOT / "benchmarks" / "results" / "seq2seq_sweep.json"
+# what an encoder-decoder calls its depths and widths beyond the causal LMs' names (T5's decoder depth, its key size)
+TINY = {**registry_sweep.TINY, "num_decoder_layers": 2, "d_kv": 16, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
+        "encoder_attention_heads": 4, "decoder_attention_heads": 4}
+DEPTH = {**registry_sweep.DEPTH, "num_decoder_layers": 2}
+
+
+def registry() -> dict[str, str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+
+    return dict(MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
+
+
+def torch_tokens(model: Any, prompt: list[int]) -> list[int]:
+    """PyTorch's greedy tokens after the decoder's start token (what ``onnx_nb.generate`` returns)."""
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=registry_sweep.NEW_TOKENS, do_sample=False, num_beams=1)
+    return out[0, 1:].tolist()
+
+
+def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[str, Any]:
+    """Everything about one type (in a child process)."""
+    import torch
+    import transformers
+
+    import onnx_nb
+    from onnx_nb.errors import first_line
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name}
+    started = time.perf_counter()
+    prompts: list[list[int]] = []
+    want: list[list[int]] = []
+    for size, sizes in (("tiny", TINY), ("depth only", DEPTH)):  # the first that PyTorch builds and runs
+        try:
+            config = registry_sweep.tiny_config(model_type, sizes)
+            if getattr(config, "decoder_start_token_id", None) is None and getattr(config, "bos_token_id",
+                                                                                   None) is None:
+                config.decoder_start_token_id = getattr(config, "pad_token_id", None) or 0  # T5's convention
+            with torch.device("meta"):
+                count = sum(p.numel() for p in getattr(transformers, class_name)(config).parameters())
+            if count > registry_sweep.MAX_PARAMETERS:
+                raise ValueError(f"{count / 1e6:.0f}M parameters with only its depth shrunk")
+            torch.manual_seed(0)
+            getattr(transformers, class_name)(config).save_pretrained(folder)
+            # the reference is the model the folder holds, as transformers loads it (what export(folder) reads)
+            model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+            vocab = int(model.get_input_embeddings().num_embeddings)
+            prompts = [[t % vocab for t in p] for p in registry_sweep.PROMPT]
+            want = [torch_tokens(model, p) for p in prompts]
+        except Exception as exc:  # noqa: BLE001 - a row, not a crash
+            said = f"cannot build or generate ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
+            row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
+            continue
+        row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()))
+        print("PYTORCH_OK", flush=True)
+        break
+    if row.get("pytorch") != "ok":
+        return row
+    result = registry_sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
+    if result is None:
+        return row
+    try:
+        made = [onnx_nb.generate(result, [p], max_new_tokens=registry_sweep.NEW_TOKENS, num_beams=1).tokens[0]
+                for p in prompts]
+        registry_sweep.judged(row, result, made, want)
+    except Exception as exc:  # noqa: BLE001
+        row["generate"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    if variants and row.get("generate") in ("same", "near-tie"):
+        registry_sweep.quantized(row, result, folder.parent / "onnx")
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="")
+    parser.add_argument("--timeout", type=int, default=300)
+    parser.add_argument("--no-variants", action="store_true")
+    parser.add_argument("--again", action="store_true")
+    parser.add_argument("--json", default=str(JSON))
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print("ROW " + json.dumps(one(args.one, registry()[args.one], Path(args.folder), not args.no_variants)))
+        return
+    rows = registry_sweep.run_rows(__file__, registry(), Path(args.json), args.only, args.again, args.timeout,
+                                   ["--no-variants"] if args.no_variants else [])
+    base = [r for r in rows if registry_sweep.counted(r)]
+    print(f"served: {sum(registry_sweep.served(r) for r in base)} of {len(base)} that PyTorch builds and generates "
+          f"({len(rows)} swept)")
+
+
+if __name__ == "__main__":
+    main()
