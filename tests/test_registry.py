@@ -179,9 +179,9 @@ def test_seq2seq_section_counts_and_escapes(tmp_path: Path) -> None:
 
 def test_seq2seq_registry_types_export(tmp_path: Path) -> None:
     """Two sequence-to-sequence types from the registry, as the sweep runs them: PLBart, whose config has no
-    decoder_start_token_id (its generation config has), and NLLB-MoE, whose encoder answers with a tuple and whose
-    model reads router_logits off the encoder output it is given."""
+    decoder_start_token_id (generate() then starts the decoder at its bos token), and NLLB-MoE, whose encoder
+    answers with a tuple and whose model reads router_logits off the encoder output it is given."""
     plbart = seq2seq_sweep.one("plbart", seq2seq_sweep.registry()["plbart"], tmp_path / "p" / "model", False)
-    assert plbart["pytorch"] == "ok" and plbart["export"] == "ok", plbart
+    assert plbart["pytorch"] == "ok" and plbart["export"] == "ok" and plbart["generate"] == "same", plbart
     moe = seq2seq_sweep.one("nllb-moe", seq2seq_sweep.registry()["nllb-moe"], tmp_path / "n" / "model", False)
     assert moe["pytorch"] == "ok" and moe["generate"] == "same", moe

@@ -66,13 +66,15 @@ def _new_cache(model: Any, self_kv: list[Any], cross_kv: list[Any]) -> Any:
 
 
 def start_token(model: Any) -> int:
-    """The decoder's first token: the config's ``decoder_start_token_id``, else the generation config's (PLBart's
-    config has none), else the padding id (T5's convention), else 0."""
-    for source in (model.config, getattr(model, "generation_config", None)):
-        start = getattr(source, "decoder_start_token_id", None)
-        if start is not None:
-            return int(start)
-    return int(getattr(model.config, "pad_token_id", None) or 0)
+    """The decoder's first token as transformers' ``generate()`` picks it: ``decoder_start_token_id`` (the config's,
+    else the generation config's: PLBart's config has none), else ``bos_token_id`` (mBART's default config), else
+    the padding id (T5's convention), else 0."""
+    for name in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
+        for source in (model.config, getattr(model, "generation_config", None)):
+            value = getattr(source, name, None)
+            if value is not None:
+                return int(value)
+    return 0
 
 
 def _start(model: Any, batch: int) -> torch.Tensor:
