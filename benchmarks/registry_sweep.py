@@ -98,6 +98,15 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
     return config
 
 
+def refused(row: dict[str, Any], what: str, size: str, exc: BaseException) -> None:
+    """PyTorch could not ``what`` (build, generate, save) the model at ``size``: said in ``row["pytorch"]``, after
+    what an earlier size said."""
+    from onnx_nb.errors import first_line
+
+    said = f"cannot {what} ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
+    row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
+
+
 def spread_zero_routers(model: Any, config: Any) -> list[str]:
     """A router whose weights start at zero (AFMoE's init) scores every expert the same, so which experts a token
     takes is ``torch.topk``'s order among ties, which torch leaves unspecified (ONNX's TopK takes the lowest index,
@@ -141,8 +150,7 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
             if spread:
                 row["routers_spread"] = spread
         except Exception as exc:  # noqa: BLE001 - a row, not a crash
-            said = f"cannot build ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
-            row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
+            refused(row, "build", size, exc)
             continue
         vocab = int(getattr(config.get_text_config() if hasattr(config, "get_text_config") else config,
                             "vocab_size", 100) or 100)
@@ -155,14 +163,12 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
                                          max_new_tokens=NEW_TOKENS, do_sample=False, num_beams=1)
                     torch_tokens.append(out[0, len(p):].tolist())
         except Exception as exc:  # noqa: BLE001
-            said = f"cannot generate ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
-            row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
+            refused(row, "generate", size, exc)
             continue
         try:
             model.save_pretrained(folder)  # (transformers validates the config again here)
         except Exception as exc:  # noqa: BLE001
-            said = f"cannot save ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
-            row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
+            refused(row, "save", size, exc)
             continue
         row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()))
         print("PYTORCH_OK", flush=True)

@@ -77,8 +77,7 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
             prompts = [[t % vocab for t in p] for p in registry_sweep.PROMPT]
             want = [torch_tokens(model, p) for p in prompts]
         except Exception as exc:  # noqa: BLE001 - a row, not a crash
-            said = f"cannot build or generate ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
-            row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
+            registry_sweep.refused(row, "build or generate", size, exc)
             continue
         row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()))
         print("PYTORCH_OK", flush=True)

@@ -124,8 +124,7 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
                 raise ValueError("two loads of its saved folder generate differently (weights its checkpoint "
                                  "misses are initialised at random on each load)")
         except Exception as exc:  # noqa: BLE001 - a row, not a crash
-            said = f"cannot build or generate ({size}): {type(exc).__name__}: {first_line(exc)}"[:300]
-            row["pytorch"] = f"{row['pytorch']}; {said}" if "pytorch" in row else said
+            registry_sweep.refused(row, "build or generate", size, exc)
             continue
         row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()),
                    image_changes_tokens=cases[0][2] != cases[1][2])

@@ -5,6 +5,7 @@ self-attention cache, and their names, axes and samples. Only imported by functi
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,10 +82,10 @@ def _start(model: Any, batch: int) -> torch.Tensor:
     return torch.full((batch, 1), start_token(model), dtype=torch.long)
 
 
-def as_encoder_output(states: torch.Tensor) -> Any:
-    """``encoder_outputs=`` for a model call: transformers' own output class (Switch Transformers reads
-    ``.last_hidden_state`` off it, where a plain tuple fails), whose other fields read as None (a mixture of experts'
-    ``router_logits``, which only its training loss uses)."""
+@functools.cache
+def _encoded_class() -> Any:
+    """transformers' encoder output class, its missing fields read as None; made once (transformers registers each
+    output class it meets as a pytree node)."""
     from transformers.modeling_outputs import BaseModelOutput
 
     class Encoded(BaseModelOutput):
@@ -93,7 +94,14 @@ def as_encoder_output(states: torch.Tensor) -> Any:
                 raise AttributeError(name)
             return None
 
-    return Encoded(last_hidden_state=states)
+    return Encoded
+
+
+def as_encoder_output(states: torch.Tensor) -> Any:
+    """``encoder_outputs=`` for a model call: transformers' own output class (Switch Transformers reads
+    ``.last_hidden_state`` off it, where a plain tuple fails), whose other fields read as None (a mixture of experts'
+    ``router_logits``, which only its training loss uses)."""
+    return _encoded_class()(last_hidden_state=states)
 
 
 def encoder_states(model: Any, feed: dict[str, torch.Tensor]) -> torch.Tensor:

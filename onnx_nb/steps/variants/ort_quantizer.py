@@ -95,24 +95,19 @@ class CalibrationReader:
         self._iter = iter(self.samples)
 
 
-def kept_in_float(path: Path) -> list[str]:
+def kept_in_float(path: Path, dynamic: bool) -> list[str]:
     """Nodes ORT's INT8 quantizers must leave alone: ONNX's own ``Attention`` nodes (opset 23; ORT's quantizer takes
     every ``Attention`` for its contrib op and would write a ``QAttention`` the runtime rejects; their projections
-    are MatMuls) and the Add + LayerNormalization pairs ``norms`` wrote (float, as the fused op they replace)."""
+    are MatMuls) and the Add + LayerNormalization pairs ``norms`` wrote (float, as the fused op they replace). With
+    ``dynamic``, also the MatMuls whose constant weight has a batch axis (Llama 4's experts: ``bmm`` of every
+    expert's [experts, hidden, 2 x intermediate] at once): dynamic INT8 would write a DynamicQuantizeMatMul, whose
+    kernel takes a 2-D weight only and fails when run."""
     from .norms import written
 
     proto = load_proto(path)
-    return [n.name for n in proto.graph.node if n.op_type == "Attention" and n.domain in ("", "ai.onnx")] + \
-        written(proto)
-
-
-def batched_weights(path: Path) -> list[str]:
-    """MatMuls whose constant weight has a batch axis (Llama 4's experts: ``bmm`` of every expert's
-    [experts, hidden, 2 x intermediate] at once): dynamic INT8 would write a DynamicQuantizeMatMul, whose kernel
-    takes a 2-D weight only and fails when run, so they stay float."""
-    proto = load_proto(path)
-    ranks = {i.name: len(i.dims) for i in proto.graph.initializer}
-    return [n.name for n in proto.graph.node if n.op_type == "MatMul" and ranks.get(n.input[1], 2) > 2]
+    ranks = {i.name: len(i.dims) for i in proto.graph.initializer} if dynamic else {}
+    return [n.name for n in proto.graph.node if (n.op_type == "Attention" and n.domain in ("", "ai.onnx"))
+            or (n.op_type == "MatMul" and ranks.get(n.input[1], 2) > 2)] + written(proto)
 
 
 def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
@@ -131,9 +126,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
     big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
     chose: dict[str, Any] = {}
     if method in ("dynamic", "static"):
-        excluded = [*excluded, *kept_in_float(src)]
-    if method == "dynamic":
-        excluded = [*excluded, *batched_weights(src)]
+        excluded = [*excluded, *kept_in_float(src, dynamic=method == "dynamic")]
     weights, reduce_range, _ = SCHEMES[scheme]
     weight_type = QuantType.QInt8 if weights == "int8" else QuantType.QUInt8
     if method == "dynamic":
