@@ -72,15 +72,10 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
         # config with fewer key/value heads than query heads gets fewer at the tiny size too
         heads, kv_heads = getattr(target, "num_attention_heads", None), getattr(target, "num_key_value_heads", None)
         mha = isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads >= heads
-        for name, value in sizes.items():
-            if name == "num_key_value_heads" and mha:
-                value = sizes.get("num_attention_heads", heads)
-            if hasattr(target, name) and isinstance(getattr(target, name), int) and not isinstance(
-                    getattr(target, name), bool):
-                try:
-                    setattr(target, name, value)
-                except Exception:  # noqa: BLE001 - a read-only alias: the real name is set too
-                    pass
+        own = dict(sizes)
+        if mha and "num_key_value_heads" in own:
+            own["num_key_value_heads"] = sizes.get("num_attention_heads", heads)
+        set_ints(target, own)
         layers = getattr(target, "num_hidden_layers", None)
         for name in ("layer_types", "layers_block_type", "hybrid_override_pattern", "block_types"):
             kinds = getattr(target, name, None)
@@ -96,6 +91,30 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
                 if isinstance(getattr(target, name, None), int):
                     setattr(target, name, value)
     return config
+
+
+def set_ints(target: Any, sizes: dict[str, int]) -> None:
+    """Each of ``sizes`` that ``target`` (a config or a sub-config) has as an int (not a bool) set to its value."""
+    for name, value in sizes.items():
+        if isinstance(getattr(target, name, None), int) and not isinstance(getattr(target, name), bool):
+            try:
+                setattr(target, name, value)
+            except Exception:  # noqa: BLE001 - a read-only alias: the real name is set too
+                pass
+
+
+def parser_for(doc: str, timeout: int, variants: bool = True) -> argparse.ArgumentParser:
+    """The options every sweep takes (``--only``, ``--timeout``, ``--again``, ``--no-variants`` where it has
+    variants) and the hidden ones its child process is run with (``--one TYPE --folder F``)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--only", default="")
+    parser.add_argument("--timeout", type=int, default=timeout)
+    parser.add_argument("--again", action="store_true")
+    if variants:
+        parser.add_argument("--no-variants", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    return parser
 
 
 def refused(row: dict[str, Any], what: str, size: str, exc: BaseException) -> None:
@@ -237,15 +256,15 @@ def quantized(row: dict[str, Any], result: Any, folder: Path) -> None:
             row[name] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
 
 
-def exported(row: dict[str, Any], folder: Path, out: Path, started: float) -> Any:
-    """One default ``onnx_nb.export(folder)`` into ``row`` (its seconds, exporter, outcome); the result, or None
-    when it raised (the row's time then set: it ends there)."""
+def exported(row: dict[str, Any], folder: Any, out: Path, started: float, sample: Any = None) -> Any:
+    """One default ``onnx_nb.export(folder)`` (or of a model object with its ``sample``) into ``row`` (its seconds,
+    exporter, outcome); the result, or None when it raised (the row's time then set: it ends there)."""
     import onnx_nb
     from onnx_nb.errors import first_line
 
     try:
         t = time.perf_counter()
-        result = onnx_nb.export(folder, out=out, progress=False)
+        result = onnx_nb.export(folder, sample, out=out, progress=False)
     except Exception as exc:  # noqa: BLE001 - a row, not a crash
         row["export"] = f"{type(exc).__name__}: {first_line(exc)}"[:400]
         row["seconds"] = round(time.perf_counter() - started, 1)
@@ -326,6 +345,11 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += ["", "## Sequence-to-sequence models", "",
               *seq2seq_section(ROOT / "benchmarks" / "results" / "seq2seq_sweep.json")]
     lines += ["", "## Vision-language models", "", *vlm_section(ROOT / "benchmarks" / "results" / "vlm_sweep.json")]
+    import task_sweep  # the encoder tasks' and timm's sweeps (each imports this module: imported here, not above)
+    import timm_sweep
+
+    lines += ["", "## Encoder tasks", "", *task_sweep.summary(), "", "## timm image models", "",
+              *timm_sweep.section()]
     return "\n".join(lines)
 
 
@@ -432,6 +456,8 @@ def run_rows(script: str, types: dict[str, str], path: Path, only: str, again: b
 
     meta = {"date": datetime.date.today().isoformat(), "transformers": transformers.__version__,
             "torch": torch.__version__.split("+")[0], "onnxruntime": onnxruntime.__version__}
+    if "timm" in sys.modules:  # the timm sweep's registry read it: its rows depend on its version too
+        meta["timm"] = sys.modules["timm"].__version__
     kept: dict[str, Any] = {}
     if path.exists():
         saved = json.loads(path.read_text())
@@ -472,16 +498,10 @@ def run_rows(script: str, types: dict[str, str], path: Path, only: str, again: b
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="")
-    parser.add_argument("--timeout", type=int, default=300)
-    parser.add_argument("--no-variants", action="store_true")
-    parser.add_argument("--again", action="store_true")
+    parser = parser_for(__doc__, 300)
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "causal_lm_sweep.json"))
     parser.add_argument("--page", default=str(ROOT / "docs" / "supported-architectures.md"))
     parser.add_argument("--page-only", action="store_true", help="write the page from --json without running")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print("ROW " + json.dumps(one(args.one, registry()[args.one], Path(args.folder), not args.no_variants)))

@@ -14,7 +14,6 @@ supported-architectures page beside the causal LMs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -100,14 +99,8 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="")
-    parser.add_argument("--timeout", type=int, default=300)
-    parser.add_argument("--no-variants", action="store_true")
-    parser.add_argument("--again", action="store_true")
+    parser = registry_sweep.parser_for(__doc__, 300)
     parser.add_argument("--json", default=str(JSON))
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print("ROW " + json.dumps(one(args.one, registry()[args.one], Path(args.folder), not args.no_variants)))

@@ -15,7 +15,6 @@ supported-architectures page beside the causal LMs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -45,12 +44,7 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
     config = registry_sweep.tiny_config(model_type, text_sizes)
     vision = getattr(config, "vision_config", None)
     if vision is not None:
-        for name, value in vision_sizes.items():
-            if isinstance(getattr(vision, name, None), int) and not isinstance(getattr(vision, name), bool):
-                try:
-                    setattr(vision, name, value)
-                except Exception:  # noqa: BLE001 - a read-only alias
-                    pass
+        registry_sweep.set_ints(vision, vision_sizes)
         text = config.get_text_config()
         if hasattr(vision, "embed_dim") and isinstance(getattr(vision, "hidden_size", None), int):
             vision.hidden_size = text.hidden_size  # Qwen2-VL's tower: embed_dim inside, hidden_size what it gives
@@ -147,13 +141,8 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="")
-    parser.add_argument("--timeout", type=int, default=240)
-    parser.add_argument("--again", action="store_true")
+    parser = registry_sweep.parser_for(__doc__, 240, variants=False)
     parser.add_argument("--json", default=str(JSON))
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print("ROW " + json.dumps(one(args.one, registry()[args.one], Path(args.folder))))

@@ -67,6 +67,32 @@ def test_uncached_decoder_says_so_and_cache_true_is_refused(tmp_path: Path) -> N
         onnx_nb.export(model, out=tmp_path / "h.onnx", cache=True, progress=False)
 
 
+def test_token_appended_by_the_models_generate_is_fed_each_step(tmp_path: Path) -> None:
+    """XLM's generate() appends its mask token to the ids at every step and takes the logits there (its
+    prepare_inputs_for_generation): the export finds that by calling it, writes the token into the file, and the
+    whole-sequence runner feeds it. Untied weights, so the tokens vary; the third token is a near-tie (PyTorch's
+    generate runs XLM's own cache: its margin there is 0.002 of 0.6), so the first two and the last five are
+    compared."""
+    import onnxruntime as ort
+    import transformers
+
+    from onnx_nb.steps.generate.whole_sequence import APPENDED
+
+    config = registry_sweep.tiny_config("xlm")
+    config.tie_word_embeddings = False
+    torch.manual_seed(0)
+    model = transformers.XLMWithLMHeadModel(config).eval()
+    prompt = [5, 9, 14, 3, 22, 17]
+    with torch.no_grad():
+        want = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 6, dtype=torch.long),
+                              max_new_tokens=8, do_sample=False)[0, 6:].tolist()
+    result = onnx_nb.export(model, out=tmp_path / "x.onnx", progress=False)
+    meta = ort.InferenceSession(str(result.path)).get_modelmeta().custom_metadata_map
+    assert result and meta[APPENDED] == str(config.mask_token_id)
+    made = onnx_nb.generate(result, [prompt], max_new_tokens=8).tokens[0]
+    assert len(set(want)) > 4 and made[:2] == want[:2] and made[3:] == want[3:], (made, want)
+
+
 def test_page_counts_only_what_pytorch_runs_and_escapes() -> None:
     rows = [{"type": "a", "class": "AForCausalLM", "pytorch": "ok", "export": "ok", "generate": "same"},
             {"type": "b", "class": "BForCausalLM", "pytorch": "ok", "export": "SampleError: <bad> | x"},

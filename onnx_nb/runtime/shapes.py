@@ -45,7 +45,7 @@ SAMPLE_SIZES = {
     "past_sequence": 3,      # ... after these cached ones
     "image_side": 224,       # an image whose config names no size
     "audio_samples": 4000,   # a waveform
-    "mel_frames": 3000,      # a spectrogram whose config names no length
+    "mel_frames": 200,       # a spectrogram whose config names no length (2 s of 10 ms frames)
     "open_image_side": 32,   # an open image axis of a Keras / TensorFlow input
     "open_sequence": 8,      # an open sequence axis of a Keras / TensorFlow input
 }

@@ -52,27 +52,57 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
         logs: dict[str, str] = {}  # each exporter's own log, for the refusal when every one failed
         big = param_bytes > onnxfile.EXTERNAL_DATA_BYTES
 
-        def write(name: str, staged: Path) -> list[Any]:
-            native: list[str] = []
-            branches: list[Any] = []
-            try:
-                run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset, big, warnings_seen, native,
-                             branches)
-            finally:
-                logs[name] = "".join(native)
-            return branches
-
         from .attempts import first_that_passes
         from .exporters import check_file
         from .exporters import first_line as exporter_error
 
-        done = first_that_passes(order, target, write, lambda _n, staged, _w: check_file(staged, probe, after,
-                                                                                        flat.output_names),
-                                 steps, verb="exporting with", against="PyTorch", describe=exporter_error)
+        def attempt(s: Any, out_axes: Any, probe: Any, after: Any) -> Any:
+            def write(name: str, staged: Path) -> list[Any]:
+                native: list[str] = []
+                branches: list[Any] = []
+                try:
+                    run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset, big, warnings_seen,
+                                 native, branches)
+                finally:
+                    logs[name] = "".join(native)
+                return branches
+
+            return first_that_passes(order, target, write, lambda _n, staged, _w: check_file(
+                staged, probe, after, flat.output_names), steps, verb="exporting with", against="PyTorch",
+                describe=exporter_error)
+
+        done = attempt(s, out_axes, probe, after)
+        narrowed = None if decoder or dynamic is not True or (done.name and done.check.get("passed")) else \
+            batch_only(s, done.attempts)
+        if narrowed is not None:  # Swin's windows: dynamo cannot view them at a symbolic size, TorchScript's trace
+            steps.add(4)  # fixed their count; with the image size fixed, dynamo's file matches
+            narrow, also = narrowed
+            probe2, after2, out2 = _grown_check(narrow, flat, before, warnings_seen)
+            retry = attempt(narrow, out2, probe2, after2)
+            if retry.name and retry.check.get("passed"):
+                retry.attempts = {**{f"{k}, sizes dynamic": v for k, v in done.attempts.items()}, **retry.attempts}
+                done, s, fixed = retry, narrow, [*fixed, *also]
+                source.sample, source.input_axes = s.as_dict(), dict(s.axes)
         if done.name:
             return make_result(target, done.files, done.name, done.attempts, done.seconds, warnings_seen, source,
                                done.check, s, fixed, dynamic, unverified_of(done.written, done.attempts))
     raise _all_failed(model, flat, s, done.attempts, done.errors, logs)
+
+
+def batch_only(s: Any, attempts: dict[str, str]) -> tuple[Any, list[Any]] | None:
+    """The sample with only its batch axes dynamic, and the other axes it had dynamic as fixed ones, saying why
+    (``attempts``: what each exporter did with them dynamic); None when it had no other axis to give up."""
+    from .inputs import FixedAxis, Sample
+
+    given_up = [(n, a) for n, spec in s.axes.items() for a in spec if a != 0]
+    if not given_up:
+        return None
+    said = "; ".join(f"{k}: {v.splitlines()[0][:120] if v else v}" for k, v in attempts.items())
+    why = f"with it dynamic no exporter's file matched PyTorch ({said})"
+    narrow = Sample(list(s.names), list(s.tensors), s.as_kwargs,
+                    {n: {0: spec[0]} for n, spec in s.axes.items() if 0 in spec})
+    sizes = dict(zip(s.names, s.tensors))
+    return narrow, [FixedAxis(n, a, int(sizes[n].shape[a]), why) for n, a in given_up]
 
 
 def _cache_check(source: ModelSource, flat: Any, s: Any) -> tuple[Any, Any, Any]:
@@ -151,7 +181,8 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     import onnx
 
     proto = onnxfile.load_proto(staged)
-    own = getattr(flat.model, "onnx_metadata", None)  # a model's own metadata (YOLO's, in Ultralytics' keys)
+    # a model's own metadata (YOLO's, in Ultralytics' keys) and what the source learnt for the runners
+    own = {**(getattr(flat.model, "onnx_metadata", None) or {}), **getattr(flat, "onnx_metadata", {})}
     if own:
         onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, **own})
     onnxedit.name_folded_weights(proto)  # dynamo's val_99: the Linear weight it came from, transposed

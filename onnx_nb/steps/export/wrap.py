@@ -113,6 +113,7 @@ class FlatModule(torch.nn.Module):
         self.paths: list[OutputPath] = []
         self.output_names: list[str] = []
         self.hf = hf  # a Hugging Face model: its ModelOutput's fields are the outputs
+        self.onnx_metadata: dict[str, str] = {}  # written into the file beside the model's own (run_exporter)
 
     def call(self, tensors: Sequence[torch.Tensor]) -> Any:
         if self.as_kwargs:

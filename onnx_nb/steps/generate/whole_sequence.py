@@ -11,6 +11,10 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 
+# metadata key: the token the model's own generate() appends to the ids at every step (XLM's mask token); the logits
+# at its position are the next token's
+APPENDED = "onnx_nb.appended_token"
+
 
 class WholeSequenceDecoder:
     def __init__(self, path: Any, provider: str = "CPUExecutionProvider", **options: Any) -> None:
@@ -25,6 +29,8 @@ class WholeSequenceDecoder:
                 f"{path} is not a decoder: generate() needs an input_ids input and a logits output per token (it has "
                 f"{', '.join(self.inputs)} -> {', '.join(outputs)}). Export a generative model (*ForCausalLM) with "
                 "onnx_nb.export(model).")
+        appended = self.session.get_modelmeta().custom_metadata_map.get(APPENDED)
+        self.appended = None if appended is None else int(appended)
         unknown = set(self.inputs) - {"input_ids", "attention_mask", "position_ids", "token_type_ids"}
         if unknown:
             raise InvalidArgumentError(f"{path} takes {', '.join(sorted(unknown))}, which generate() cannot fill.")
@@ -35,12 +41,17 @@ class WholeSequenceDecoder:
     def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, Any],
              keep: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
         seen = np.concatenate([cache["ids"], ids.astype(np.int64)], axis=1)
-        feed: dict[str, Any] = {"input_ids": seen}
+        if self.appended is not None:  # fed after the ids, every step anew; its logits end the returned rows
+            mask = np.concatenate([mask, np.ones((mask.shape[0], 1), mask.dtype)], axis=1)
+            fed = np.concatenate([seen, np.full((seen.shape[0], 1), self.appended, np.int64)], axis=1)
+        else:
+            fed = seen
+        feed: dict[str, Any] = {"input_ids": fed}
         if "attention_mask" in self.inputs:
             feed["attention_mask"] = mask.astype(np.int64)
         if "position_ids" in self.inputs:
             feed["position_ids"] = np.maximum(np.cumsum(mask, axis=1) - 1, 0).astype(np.int64)
         if "token_type_ids" in self.inputs:
-            feed["token_type_ids"] = np.zeros_like(seen)
+            feed["token_type_ids"] = np.zeros_like(fed)
         logits = self.session.run(["logits"], feed)[0]
         return logits[:, -ids.shape[1]:, :], {"ids": seen}

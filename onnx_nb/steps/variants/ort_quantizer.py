@@ -101,13 +101,16 @@ def kept_in_float(path: Path, dynamic: bool) -> list[str]:
     are MatMuls) and the Add + LayerNormalization pairs ``norms`` wrote (float, as the fused op they replace). With
     ``dynamic``, also the MatMuls whose constant weight has a batch axis (Llama 4's experts: ``bmm`` of every
     expert's [experts, hidden, 2 x intermediate] at once): dynamic INT8 would write a DynamicQuantizeMatMul, whose
-    kernel takes a 2-D weight only and fails when run."""
+    kernel takes a 2-D weight only and fails when run; and the Convs whose weight is computed in the graph (a
+    weight-normed convolution, SEW-D's positional one: ``g * v / ||v||``), which ORT's ConvInteger path needs as a
+    constant and refuses."""
     from .norms import written
 
     proto = load_proto(path)
     ranks = {i.name: len(i.dims) for i in proto.graph.initializer} if dynamic else {}
     return [n.name for n in proto.graph.node if (n.op_type == "Attention" and n.domain in ("", "ai.onnx"))
-            or (n.op_type == "MatMul" and ranks.get(n.input[1], 2) > 2)] + written(proto)
+            or (n.op_type == "MatMul" and ranks.get(n.input[1], 2) > 2)
+            or (dynamic and n.op_type == "Conv" and n.input[1] not in ranks)] + written(proto)
 
 
 def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],

@@ -93,6 +93,47 @@ def _text(tokenizer: Any, names: list[str]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in enc.items() if k in names}
 
 
+def _bins(config: Any) -> int | None:
+    """A spectrogram's bins (or a feature frame's width) as the config names them, the encoder's config too."""
+    for c in (config, getattr(config, "encoder_config", None) or config):
+        for name in ("num_mel_bins", "feature_projection_input_dim"):
+            if isinstance(getattr(c, name, None), int):
+                return int(getattr(c, name))
+        if isinstance(getattr(c, "input_feat_per_channel", None), int):
+            return int(c.input_feat_per_channel) * int(getattr(c, "input_channels", 1) or 1)
+    return None
+
+
+def _audio(model: Any, name: str, quirk: Quirk, gen: torch.Generator) -> torch.Tensor:
+    """A waveform or a spectrogram for ``name``. The layout of a spectrogram is not in any config (Whisper takes
+    [batch, bins, frames], Speech2Text, Wav2Vec2-BERT and LASR [batch, frames, bins], AST its ``input_values`` as
+    [batch, max_length, bins]), so the candidates are tried on the model (its encoder, for an encoder-decoder)
+    and the first it takes is the sample; a quirk's length is Whisper's own, taken as it is."""
+    config = model.config
+    bins = _bins(config) or 80
+    frames = quirk.features_length(config) if quirk.features_length else MEL_FRAMES
+    if name == "input_features" and quirk.features_length:
+        return torch.randn(BATCH, bins, frames, generator=gen)
+    spectrogram_frames = getattr(config, "max_length", None) if name == "input_values" else None
+    shapes: list[tuple[int, ...]] = [(BATCH, AUDIO_SAMPLES)] if name == "input_values" else [
+        (BATCH, bins, frames), (BATCH, frames, bins)]
+    if _bins(config) and isinstance(spectrogram_frames, int):  # a spectrogram named input_values (AST)
+        shapes.append((BATCH, spectrogram_frames, bins))
+    candidates = [torch.randn(*shape, generator=gen) for shape in shapes]
+    if len(candidates) == 1:
+        return candidates[0]
+    target = model.get_encoder() if getattr(config, "is_encoder_decoder", False) and hasattr(
+        model, "get_encoder") else model
+    for candidate in candidates:
+        try:
+            with torch.no_grad():
+                target(**{name: candidate[:1]})
+            return candidate
+        except Exception:  # noqa: BLE001 - not this layout; the next
+            continue
+    return candidates[0]  # none taken: the export's own run of the sample says what the model wanted
+
+
 def build(model: Any, preprocessor: Any = None) -> Sample:
     """Sample inputs for ``model`` with named dynamic axes."""
     config = model.config
@@ -119,15 +160,11 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
         elif name == "pixel_values":
             vision = _sub(config, "vision_config")
             size = getattr(vision, "image_size", IMAGE_SIDE)
-            size = size if isinstance(size, int) else size["height"]
+            size = size if isinstance(size, int) else size["height"] if isinstance(size, dict) else size[0]
             channels = getattr(vision, "num_channels", 3)
             values[name] = torch.randn(BATCH, channels, size, size, generator=gen)
-        elif name == "input_values":
-            values[name] = torch.randn(BATCH, AUDIO_SAMPLES, generator=gen)
-        elif name == "input_features":
-            frames = quirk.features_length(config) if quirk.features_length else MEL_FRAMES
-            bins = getattr(config, "num_mel_bins", 80)
-            values[name] = torch.randn(BATCH, bins, frames, generator=gen)
+        elif name in ("input_values", "input_features"):
+            values[name] = _audio(model, name, quirk, gen)
         else:
             raise SampleError(
                 f"onnx-nb does not know how to build the input {name!r} of "

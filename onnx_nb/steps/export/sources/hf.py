@@ -254,7 +254,13 @@ class HfSource(Source):
             return FlatModule(DecoderWithCache(record.model, record.cache_layout), names, False, {})
         params = forward_parameters(record.model)
         kwargs = {k: v for k, v in (("use_cache", False), ("return_dict", True)) if k in params}
-        return FlatModule(record.model, names, as_kwargs, kwargs, hf=True)
+        flat = FlatModule(record.model, names, as_kwargs, kwargs, hf=True)
+        token = appended_token(record.model, names) if is_causal_lm(record.model) else None
+        if token is not None:  # the whole-sequence runner reads it from the file (generate from a path too)
+            from ...generate.whole_sequence import APPENDED
+
+            flat.onnx_metadata[APPENDED] = str(token)
+        return flat
 
     @classmethod
     def natural_axes(cls, record: Any, sample: Any) -> dict[str, dict[int, str]]:
@@ -321,6 +327,32 @@ def is_causal_lm(model: Any) -> bool:
     name = type(model).__name__
     return (generative_task(name) == "text-generation" or name.endswith(CAUSAL_SUFFIXES)) and not getattr(
         getattr(model, "config", None), "is_encoder_decoder", False)
+
+
+def appended_token(model: Any, names: list[str]) -> int | None:
+    """The token a causal LM's own ``prepare_inputs_for_generation`` appends to the ids at every step, when that is
+    all it changes (XLM: its mask token, whose position's logits are the prediction); None for the usual model.
+    Read by calling it on a short prompt. Other inputs it adds that the file does not take must change nothing
+    (XLM's ``langs`` with one language: run with and without them); a model whose additions matter (XLNet's
+    ``perm_mask`` and ``target_mapping``) gets None, and its tokens stay another road's problem."""
+    import torch
+
+    ids = torch.tensor([[5, 6, 7]])
+    try:
+        prepared = model.prepare_inputs_for_generation(ids, attention_mask=torch.ones_like(ids))
+        got = prepared.get("input_ids")
+        if not isinstance(got, torch.Tensor) or got.shape != (1, 4) or not torch.equal(got[:, :3], ids):
+            return None
+        others = {k for k, v in prepared.items() if isinstance(v, torch.Tensor) and k != "input_ids"} - set(names)
+        if others:
+            with torch.no_grad():
+                given = model(**{k: v for k, v in prepared.items() if isinstance(v, torch.Tensor)}).logits
+                kept = model(input_ids=got).logits
+            if not torch.allclose(given, kept, rtol=1e-4, atol=1e-5):
+                return None
+    except Exception:  # noqa: BLE001 - a model whose preparation needs more than ids: not this kind
+        return None
+    return int(got[0, 3])
 
 
 def is_seq2seq(model: Any) -> bool:

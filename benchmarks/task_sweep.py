@@ -1,0 +1,245 @@
+"""Which of the encoder-task models transformers registers onnx-nb serves, measured on the registry itself: for each
+task mapping below (``AutoModelForSequenceClassification``'s, ``AutoModelForTokenClassification``'s, ...), every
+model type in it built tiny from its own default config (as ``registry_sweep``'s causal LMs: 2 layers, width 64,
+random weights), saved as a folder, then: can PyTorch build it and run its forward on onnx-nb's own sample for it
+(``hf.samples.build``: token ids, pixels or audio from the config; a model PyTorch builds but that rejects the
+sample is counted, as the export would fail on it too)? does one default ``onnx_nb.export(folder)``
+write a file whose outputs match PyTorch's at the sample's shapes and at others (the export's own check)? do INT8
+(``quantize()``) and INT4 (``method="int4"``) pass their parity? Each model runs in a process of its own with a time
+limit (``registry_sweep.run_rows``).
+
+    .venv/bin/python benchmarks/task_sweep.py [--task fill-mask,image-classification] [--only bert,vit]
+        [--timeout 240] [--no-variants] [--again]
+
+Rows land in ``benchmarks/results/tasks/<task>.json``, one file per task; ``registry_sweep.py --page-only`` writes
+them into the supported-architectures page. The whole set is about 430 types (2 to 3 hours on 2 cores): run a task
+or some at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import registry_sweep  # the causal LMs' sweep: its shrink, its runner, its page
+
+RESULTS = registry_sweep.ROOT / "benchmarks" / "results" / "tasks"
+# task (onnx-nb's and the Hub's name) -> transformers' mapping of model type -> class, smallest first
+TASKS = {
+    "audio-classification": "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+    "ctc": "MODEL_FOR_CTC_MAPPING_NAMES",
+    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "fill-mask": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "question-answering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+    "token-classification": "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+    "text-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+}
+# the names a vision encoder gives its stages (one entry per stage): their count is kept, each stage one block deep
+STAGE_LISTS = ("depths", "hidden_sizes")
+STAGE_COUNTS = ("num_stages", "num_hidden_layers", "num_layers")
+IMAGE_SIDE = 224  # a larger default image size is brought down to this
+
+
+def registry(task: str) -> dict[str, str]:
+    from transformers.models.auto import modeling_auto
+
+    return dict(getattr(modeling_auto, TASKS[task]))
+
+
+def path_of(task: str) -> Path:
+    return RESULTS / f"{task}.json"
+
+
+def tiny_config(model_type: str, sizes: dict[str, int]) -> Any:
+    """``registry_sweep.tiny_config``; a config with per-stage lists (ConvNeXt's, Swin's, ResNet's ``depths`` and
+    ``hidden_sizes``) keeps its stage count (which some alias as ``num_hidden_layers``: shrunk, it would drop
+    stages the head's width is read from) and its widths, with each stage one block deep."""
+    import transformers
+
+    default = transformers.AutoConfig.for_model(model_type)
+    config = registry_sweep.tiny_config(model_type, sizes)
+    for sub in [config, *vars(config).values()]:  # the other sub-configs (CLIP's vision tower, LASR's encoder) too
+        if isinstance(getattr(sub, "image_size", None), int) and sub.image_size > IMAGE_SIDE:
+            sub.image_size = IMAGE_SIDE  # EfficientNet's default config is B7's, at 600 x 600 ...
+        if isinstance(getattr(sub, "depth_coefficient", None), float):  # ... and 3.1 x as deep as B0
+            sub.depth_coefficient = 1.0
+        if isinstance(sub, transformers.PretrainedConfig) and sub is not config:
+            registry_sweep.set_ints(sub, sizes)
+    stages = next((len(v) for n in STAGE_LISTS if isinstance(v := getattr(default, n, None), (list, tuple))), None)
+    if stages:
+        for name in STAGE_COUNTS:
+            if getattr(default, name, None) == stages:
+                setattr(config, name, stages)
+        if isinstance(getattr(config, "depths", None), (list, tuple)):
+            config.depths = type(config.depths)([1] * len(config.depths))
+    elif isinstance(getattr(config, "stage_names", None), list) and getattr(config, "out_features", None):
+        # a backbone-capable ViT (BEiT, DINOv2) names a stage per layer and reads its output at the last one: both
+        # follow the shrunk depth, else its saved config no longer loads (out_features outside stage_names)
+        config.stage_names = ["stem"] + [f"stage{i}" for i in range(1, config.num_hidden_layers + 1)]
+        config.out_features = [config.stage_names[-1]]
+    return config
+
+
+def one(task: str, model_type: str, class_name: str, folder: Path, variants: bool) -> dict[str, Any]:
+    """Everything about one type for one task (in a child process)."""
+    import torch
+    import transformers
+
+    from onnx_nb.errors import first_line
+    from onnx_nb.steps.export.hf import samples
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name, "task": task}
+    started = time.perf_counter()
+    for size, sizes in (("tiny", registry_sweep.TINY), ("depth only", registry_sweep.DEPTH)):
+        try:
+            config = tiny_config(model_type, sizes)
+            if task == "text-classification" and getattr(config, "pad_token_id", 0) is None:
+                config.pad_token_id = 0  # a decoder's classifier pools at the last token that is not padding
+            if task == "ctc" and getattr(config, "vocab_size", 0) is None:
+                config.vocab_size = 32  # a CTC head's letters: the fine-tuning's tokenizer names them
+            with torch.device("meta"):
+                count = sum(p.numel() for p in getattr(transformers, class_name)(config).parameters())
+            if count > registry_sweep.MAX_PARAMETERS:
+                raise ValueError(f"{count / 1e6:.0f}M parameters at the {size} size")
+            torch.manual_seed(0)
+            model = getattr(transformers, class_name)(config).eval()
+            registry_sweep.spread_zero_routers(model, config)
+            model.save_pretrained(folder)
+        except Exception as exc:  # noqa: BLE001 - a row, not a crash
+            registry_sweep.refused(row, "build", size, exc)
+            continue
+        try:  # onnx-nb's own sample: a model that rejects it is counted (the export would build the same one)
+            with torch.no_grad():
+                model(**samples.build(model).as_dict())
+        except Exception as exc:  # noqa: BLE001
+            if size == "tiny":  # the depth-only size may take it (a config whose widths the shrink tied wrong)
+                row["sample_tiny"] = f"{type(exc).__name__}: {first_line(exc)}"[:200]
+                continue
+            row.update(pytorch="ok", size=size, export=f"onnx-nb's sample: {type(exc).__name__}: "
+                                                          f"{first_line(exc)}"[:300])
+            return row
+        row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()))
+        print("PYTORCH_OK", flush=True)
+        break
+    if row.get("pytorch") != "ok" and "sample_tiny" in row:  # built tiny, rejected the sample; no other size built
+        row.update(pytorch="ok", size="tiny", export=f"onnx-nb's sample: {row['sample_tiny']}")
+    if row.get("pytorch") != "ok" or row.get("export"):
+        return row
+    result = registry_sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
+    if result is None:
+        return row
+    row["check"] = result._check_text()[:300]
+    fixed = [f"{f.input}[{f.axis}]" for f in result.fixed_axes if hasattr(f, "input")]
+    if fixed:
+        row["fixed_axes"] = fixed
+    if variants and result:
+        registry_sweep.quantized(row, result, folder.parent / "onnx")
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def served(row: dict[str, Any]) -> bool:
+    return row.get("export") == "ok"
+
+
+def section(task: str) -> list[str]:
+    """One task's part of the page, from its rows."""
+    path = path_of(task)
+    if not path.exists():
+        return [f"### {task}", "", f"Not swept yet: run `benchmarks/task_sweep.py --task {task}`.", ""]
+    saved = json.loads(path.read_text())
+    rows, meta = saved["rows"], saved["meta"]
+    base = [r for r in rows if registry_sweep.counted(r)]
+    good = [r for r in base if served(r)]
+    return [f"### {task}", "",
+            f"`{TASKS[task].replace('_NAMES', '')}`, swept {meta['date']} on transformers {meta['transformers']}: "
+            f"**{len(good)} of the {len(base)} types PyTorch builds "
+            f"({100 * len(good) / max(1, len(base)):.1f}%) export with one default call and match PyTorch** at "
+            f"the sample's shapes and others; {_swept(rows, task)}.", "", *table(rows), ""]
+
+
+def _swept(rows: list[dict[str, Any]], task: str) -> str:
+    """How many of the task's registered types the rows cover: all, or so far (a sweep stopped partway)."""
+    registered = len(registry(task))
+    if len(rows) >= registered:
+        return f"{registered} types registered"
+    return f"{len(rows)} of its {registered} registered types swept so far (the rest not yet run)"
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """Rows of a sweep without generation (export, INT8, INT4), with the reason for every gap."""
+    import html
+
+    cell = registry_sweep._cell
+    lines = ["| type | class | export | INT8 | INT4 | what stopped it |", "|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (not registry_sweep.counted(r), not served(r), r["type"])):
+        if not registry_sweep.counted(r):
+            why = f"PyTorch {r.get('pytorch', 'did not finish')}"
+            lines.append(f"| {r['type']} | {r['class']} | – | – | – | {html.escape(why).replace('|', '/')} |")
+            continue
+        if not served(r):
+            why = r.get("check") if str(r.get("export", "")).startswith("check") else r.get("export", "")
+        else:
+            why = "; ".join(f"{k.upper()}: {r[k]}" for k in ("int8", "int4") if r.get(k) not in (None, "ok"))
+        lines.append(f"| {r['type']} | {r['class']} | {cell(r.get('export'))} | {cell(r.get('int8'))} | "
+                     f"{cell(r.get('int4'))} | {html.escape(str(why or '')).replace('|', '/')} |")
+    return lines
+
+
+def summary() -> list[str]:
+    """The encoder tasks' section of the page: a line per task (swept or not), then each task's table."""
+    lines = ["`benchmarks/task_sweep.py` builds every model type transformers registers for each encoder task's Auto "
+             "class the same way (2 layers, width 64, random weights; a vision encoder with stages keeps them, one "
+             "block deep each), saves it as a folder, runs its forward on onnx-nb's own sample (token ids, pixels "
+             "or audio from its config: a model that rejects it is counted, not served) and runs one default "
+             "`onnx_nb.export(folder)`, whose own check compares ONNX "
+             "Runtime with PyTorch at the sample's shapes and at others; then INT8 and INT4 with their parity.", "",
+             "| task | served | of those PyTorch builds | registered | swept |", "|---|---|---|---|---|"]
+    for task in TASKS:
+        path = path_of(task)
+        if not path.exists():
+            lines.append(f"| {task} | – | – | {len(registry(task))} | not yet |")
+            continue
+        saved = json.loads(path.read_text())
+        base = [r for r in saved["rows"] if registry_sweep.counted(r)]
+        good = sum(served(r) for r in base)
+        swept = saved["meta"]["date"] if len(saved["rows"]) >= len(registry(task)) else \
+            f"{len(saved['rows'])} so far, {saved['meta']['date']}"
+        lines.append(f"| {task} | {good} ({100 * good / max(1, len(base)):.1f}%) | {len(base)} | "
+                     f"{len(registry(task))} | {swept} |")
+    lines.append("")
+    for task in TASKS:
+        lines += section(task)
+    return lines
+
+
+def main() -> None:
+    parser = registry_sweep.parser_for(__doc__, 240)
+    parser.add_argument("--task", default=",".join(TASKS), help="tasks to sweep, comma-separated")
+    args = parser.parse_args()
+    tasks = [t for t in args.task.split(",") if t]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        parser.error(f"unknown task {', '.join(unknown)}; the tasks: {', '.join(TASKS)}")
+    if args.one:
+        print("ROW " + json.dumps(one(tasks[0], args.one, registry(tasks[0])[args.one], Path(args.folder),
+                                      not args.no_variants)))
+        return
+    for task in tasks:
+        types = registry(task)
+        only = ",".join(t for t in args.only.split(",") if t in types)
+        if args.only and not only:
+            continue
+        rows = registry_sweep.run_rows(__file__, types, path_of(task), only, args.again, args.timeout,
+                                       ["--task", task] + (["--no-variants"] if args.no_variants else []))
+        base = [r for r in rows if registry_sweep.counted(r)]
+        print(f"{task}: served {sum(served(r) for r in base)} of {len(base)} that PyTorch builds "
+              f"({len(rows)} swept)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""A fixed subset of the encoder-task and timm sweeps (benchmarks/task_sweep.py, benchmarks/timm_sweep.py), run as
+the sweeps run them: each model built from its registry's own default config (timm: the family's smallest model),
+one default export, its check against PyTorch at other shapes, INT8 and INT4 where named. The whole sweeps are the
+supported-architectures page."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import task_sweep
+
+# a vision encoder with stages (ConvNeXt: its stage count kept, which it aliases as num_hidden_layers), a decoder's
+# classifier (Llama: pools at the last token that is not padding, so its config needs a padding id)
+SUBSET = [("image-classification", "convnext"), ("text-classification", "llama"), ("fill-mask", "bert")]
+
+
+@pytest.mark.parametrize(("task", "model_type"), SUBSET)
+def test_task_type_exports_and_matches_pytorch(task: str, model_type: str, tmp_path: Path) -> None:
+    row = task_sweep.one(task, model_type, task_sweep.registry(task)[model_type], tmp_path / "model", False)
+    assert row["pytorch"] == "ok" and row["size"] == "tiny", row
+    assert row["export"] == "ok" and row["check"].startswith("passed"), row
+
+
+def test_weight_normed_conv_stays_float_in_dynamic_int8(tmp_path: Path) -> None:
+    """SEW-D's positional convolution computes its weight (weight norm: g * v / ||v||); ORT's dynamic quantizer
+    wants a Conv's weight constant and refused the whole file. The Conv stays float, the rest is INT8."""
+    row = task_sweep.one("ctc", "sew-d", task_sweep.registry("ctc")["sew-d"], tmp_path / "model", True)
+    assert row["export"] == "ok" and row["int8"] == "ok" and row["int4"] == "ok", row
+
+
+def test_timm_family_exports_its_smallest_model(tmp_path: Path) -> None:
+    pytest.importorskip("timm")
+    import timm_sweep
+
+    row = timm_sweep.one("mobilenetv3", tmp_path / "model", False)
+    assert row["pytorch"] == "ok" and not row["class"].startswith("test_"), row
+    assert row["export"] == "ok" and row["check"].startswith("passed"), row
+    assert "height" in row["dynamic_axes"][0], row  # a convolutional net keeps its image size dynamic
+
+
+def test_task_table_counts_and_escapes() -> None:
+    rows = [{"type": "bert", "class": "BertForMaskedLM", "pytorch": "ok", "export": "ok", "int8": "ok",
+             "int4": "parity failed"},
+            {"type": "x", "class": "XForMaskedLM", "pytorch": "ok", "export": "check failed",
+             "check": "FAILED: <b> | c"},
+            {"type": "y", "class": "YForMaskedLM", "pytorch": "ok", "export": "onnx-nb's sample: IndexError: <i>"},
+            {"type": "z", "class": "ZForMaskedLM", "pytorch": "cannot build (tiny): KeyError: 'z'"}]
+    text = "\n".join(task_sweep.table(rows))
+    assert "| bert | BertForMaskedLM | ✓ | ✓ | ✗ | INT4: parity failed |" in text
+    assert "FAILED: &lt;b&gt; / c" in text and "<b>" not in text
+    assert "onnx-nb&#x27;s sample: IndexError: &lt;i&gt;" in text
+    assert "| z | ZForMaskedLM | – | – | – | PyTorch cannot build (tiny): KeyError: &#x27;z&#x27; |" in text
+    assert [task_sweep.served(r) for r in rows] == [True, False, False, False]
+
+
+def test_image_size_fixed_when_no_exporter_keeps_it_dynamic(tmp_path: Path) -> None:
+    """Swin's windows: dynamo cannot view them at a symbolic image size, and TorchScript's trace fixes their count
+    (its file fails at another size). The export then fixes the image size, says why, and its file matches."""
+    import torch
+    import transformers
+
+    import onnx_nb
+
+    config = transformers.SwinConfig(image_size=56, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2],
+                                     window_size=7, num_labels=3)
+    torch.manual_seed(0)
+    model = transformers.SwinForImageClassification(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "swin.onnx", progress=False)
+    assert result.status == "verified", repr(result)
+    fixed = {(f.input, f.axis): f.reason for f in result.fixed_axes}
+    assert ("pixel_values", 2) in fixed and "no exporter's file matched PyTorch" in fixed[("pixel_values", 2)]
+    assert result.inputs[0].shape[0] == "batch" and result.inputs[0].shape[2:] == [56, 56]
