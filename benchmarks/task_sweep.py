@@ -47,7 +47,8 @@ IMAGE_SIDE = 224  # a larger default image size is brought down to this
 def registry(task: str) -> dict[str, str]:
     from transformers.models.auto import modeling_auto
 
-    return dict(getattr(modeling_auto, TASKS[task]))
+    # a type with two classes (DeiT's with and without its teacher) is swept with the first, the plain one
+    return {t: c if isinstance(c, str) else c[0] for t, c in getattr(modeling_auto, TASKS[task]).items()}
 
 
 def path_of(task: str) -> Path:
