@@ -95,7 +95,7 @@ def _text(tokenizer: Any, names: list[str]) -> dict[str, torch.Tensor]:
 
 def _bins(config: Any) -> int | None:
     """A spectrogram's bins (or a feature frame's width) as the config names them, the encoder's config too."""
-    for c in (config, getattr(config, "encoder_config", None) or config):
+    for c in filter(None, (config, getattr(config, "encoder_config", None))):
         for name in ("num_mel_bins", "feature_projection_input_dim"):
             if isinstance(getattr(c, name, None), int):
                 return int(getattr(c, name))
@@ -110,14 +110,15 @@ def _audio(model: Any, name: str, quirk: Quirk, gen: torch.Generator) -> torch.T
     [batch, max_length, bins]), so the candidates are tried on the model (its encoder, for an encoder-decoder)
     and the first it takes is the sample; a quirk's length is Whisper's own, taken as it is."""
     config = model.config
-    bins = _bins(config) or 80
+    named = _bins(config)
+    bins = named or 80
     frames = quirk.features_length(config) if quirk.features_length else MEL_FRAMES
     if name == "input_features" and quirk.features_length:
         return torch.randn(BATCH, bins, frames, generator=gen)
     spectrogram_frames = getattr(config, "max_length", None) if name == "input_values" else None
     shapes: list[tuple[int, ...]] = [(BATCH, AUDIO_SAMPLES)] if name == "input_values" else [
         (BATCH, bins, frames), (BATCH, frames, bins)]
-    if _bins(config) and isinstance(spectrogram_frames, int):  # a spectrogram named input_values (AST)
+    if named and isinstance(spectrogram_frames, int):  # a spectrogram named input_values (AST)
         shapes.append((BATCH, spectrogram_frames, bins))
     candidates = [torch.randn(*shape, generator=gen) for shape in shapes]
     if len(candidates) == 1:
