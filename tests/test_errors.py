@@ -71,6 +71,18 @@ def test_unsupported_operator_names_op_and_module(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [], "no partial or temp files"
 
 
+def test_unsupported_operator_is_not_retried_at_fixed_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fixing the non-batch axes cannot give an operator a translation: each exporter runs once, not twice."""
+    from onnx_nb.steps.export import torch_route
+
+    calls: list[str] = []
+    real = torch_route.run_exporter
+    monkeypatch.setattr(torch_route, "run_exporter", lambda name, *a, **k: (calls.append(name), real(name, *a, **k))[1])
+    with pytest.raises(onnx_nb.UnsupportedOperatorError):
+        onnx_nb.export(WithBlock(), torch.randn(2, 5, 4), out=tmp_path / "u.onnx", progress=False)  # axis 1 dynamic
+    assert calls == ["dynamo", "torchscript"]
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(onnx_nb.InvalidArgumentError, match="exporter='onnxscript'"):
         onnx_nb.export(torch.nn.Linear(2, 2), torch.randn(1, 2), exporter="onnxscript")

@@ -72,8 +72,8 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
                 describe=exporter_error)
 
         done = attempt(s, out_axes, probe, after)
-        narrowed = None if decoder or dynamic is not True or (done.name and done.check.get("passed")) else \
-            batch_only(s, done.attempts)
+        narrowed = None if decoder or dynamic is not True or (done.name and done.check.get("passed")) or \
+            _no_translation(done) else batch_only(s, done.attempts)
         if narrowed is not None:  # Swin's windows: dynamo cannot view them at a symbolic size, TorchScript's trace
             steps.add(4)  # fixed their count; with the image size fixed, dynamo's file matches
             narrow, also = narrowed
@@ -87,6 +87,15 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
             return make_result(target, done.files, done.name, done.attempts, done.seconds, warnings_seen, source,
                                done.check, s, fixed, dynamic, unverified_of(done.written, done.attempts))
     raise _all_failed(model, flat, s, done.attempts, done.errors, logs)
+
+
+def _no_translation(done: Any) -> bool:
+    """Whether every exporter stopped on an operator with no ONNX translation (DINOv2's antialiased bicubic
+    upsample): fixing the image size cannot help there, and a retry would only double the failing export's time."""
+    from .exporters import unsupported_operator
+
+    return not done.name and len(done.errors) == len(done.attempts) and \
+        all(unsupported_operator(str(e)) for e in done.errors.values())
 
 
 def batch_only(s: Any, attempts: dict[str, str]) -> tuple[Any, list[Any]] | None:

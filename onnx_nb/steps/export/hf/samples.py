@@ -47,6 +47,7 @@ AXES: AxisSpec = {
     "pixel_values": {0: "batch"},
     "input_values": {0: "batch", 1: "audio_length"},
     "input_features": {0: "batch"},
+    "lang_ids": {0: "batch"},
 }
 
 
@@ -69,6 +70,8 @@ def _input_names(model: Any, preprocessor: Any) -> list[str]:
     tok_inputs = getattr(tokenizer, "model_input_names", None) or []
     if "pixel_values" in params and main != "pixel_values" and hasattr(config, "vision_config"):
         names.append("pixel_values")
+    if "lang_ids" in params and getattr(config, "languages", None):  # X-MOD's language adapters: one per row
+        names.append("lang_ids")
     if text and "attention_mask" in params:
         names.append("attention_mask")
     if text and "token_type_ids" in params and (
@@ -135,6 +138,16 @@ def _audio(model: Any, name: str, quirk: Quirk, gen: torch.Generator) -> torch.T
     return candidates[0]  # none taken: the export's own run of the sample says what the model wanted
 
 
+def _takes(model: Any, values: dict[str, torch.Tensor]) -> bool:
+    """Whether ``model`` runs on one row of ``values``."""
+    try:
+        with torch.no_grad():
+            model(**{k: v[:1] for k, v in values.items()})
+        return True
+    except Exception:  # noqa: BLE001 - any refusal: the sample leaves that input out
+        return False
+
+
 def build(model: Any, preprocessor: Any = None) -> Sample:
     """Sample inputs for ``model`` with named dynamic axes."""
     config = model.config
@@ -166,11 +179,15 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             values[name] = torch.randn(BATCH, channels, size, size, generator=gen)
         elif name in ("input_values", "input_features"):
             values[name] = _audio(model, name, quirk, gen)
+        elif name == "lang_ids":  # the first language the config lists, for every row
+            values[name] = torch.zeros(BATCH, dtype=torch.long)
         else:
             raise SampleError(
                 f"onnx-nb does not know how to build the input {name!r} of "
                 f"{type(model).__name__}; pass sample={{'{name}': ...}}."
             )
+    if "pixel_values" in values and names[0] != "pixel_values" and not _takes(model, values):
+        del values["pixel_values"]  # an image the text model takes but only with its image tokens (ModernVBERT)
     ordered = [n for n in names if n in values]
     axes = {n: dict(AXES.get(n, {0: "batch"})) for n in ordered if n not in quirk.static_axes}
     for n in quirk.static_axes:

@@ -18,6 +18,18 @@ from .hf import HfSource, location_config
 TASK = "image-text-to-text"
 
 
+def _answers_in_text(architectures: Any) -> bool:
+    """Whether a saved config's classes (``architectures``; none named: assumed) include one transformers maps to
+    image-text-to-text: ModernVBERT has a vision tower and an image token, and is saved as a masked LM."""
+    if not architectures:
+        return True
+    from transformers.models.auto import modeling_auto
+
+    mapped = modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values()
+    known = {c for v in mapped for c in ((v,) if isinstance(v, str) else v)}
+    return any(a in known for a in architectures)
+
+
 class VlmSource(HfSource):
     key = "vlm"
     several_files = True
@@ -35,7 +47,8 @@ class VlmSource(HfSource):
         if isinstance(model, (str, os.PathLike)):
             config = location_config(model)
             return bool(config.get("vision_config")) and any(
-                isinstance(config.get(k), int) for k in ("image_token_id", "image_token_index"))
+                isinstance(config.get(k), int) for k in ("image_token_id", "image_token_index")) and \
+                _answers_in_text(config.get("architectures"))
         if not is_torch_module(model):
             return False
         return is_vlm(model)
