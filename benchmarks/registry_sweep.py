@@ -343,7 +343,9 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     for r in sorted(rows, key=lambda r: (not counted(r), not served(r), r["type"])):
         lines.append(_row(r))
     lines += ["", "## Sequence-to-sequence models", "",
-              *seq2seq_section(ROOT / "benchmarks" / "results" / "seq2seq_sweep.json")]
+              *seq2seq_section(ROOT / "benchmarks" / "results" / "seq2seq_sweep.json"),
+              "", "## Speech-to-text models", "",
+              *seq2seq_section(ROOT / "benchmarks" / "results" / "speech_sweep.json", speech=True)]
     lines += ["", "## Vision-language models", "", *vlm_section(ROOT / "benchmarks" / "results" / "vlm_sweep.json")]
     import task_sweep  # the encoder tasks' and timm's sweeps (each imports this module: imported here, not above)
     import timm_sweep
@@ -353,22 +355,32 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def seq2seq_section(path: Path) -> list[str]:
-    """The sequence-to-sequence LMs' part of the page, from ``benchmarks/seq2seq_sweep.py``'s rows."""
+def seq2seq_section(path: Path, speech: bool = False) -> list[str]:
+    """The sequence-to-sequence LMs' part of the page, from ``benchmarks/seq2seq_sweep.py``'s rows (``speech``:
+    the speech-to-text models', from its ``--speech`` run)."""
 
+    run = "benchmarks/seq2seq_sweep.py" + (" --speech" if speech else "")
     found = swept(path)
     if found is None:
-        return ["Not swept yet: run `benchmarks/seq2seq_sweep.py`.", ""]
+        return [f"Not swept yet: run `{run}`.", ""]
     rows, meta, base, good = found
+    what = "speech-to-text models" if speech else "sequence-to-sequence LMs"
     lines = [
-        "`benchmarks/seq2seq_sweep.py` builds every model type transformers registers for `AutoModelForSeq2SeqLM` "
-        "the same way (2 encoder and 2 decoder layers, width 64, random weights), saves it as a folder, runs one "
-        "default `onnx_nb.export(folder)` (an encoder file and a decoder file with both caches) and "
-        f"`onnx_nb.generate` against PyTorch's greedy `generate()` ({NEW_TOKENS} new tokens for each of two prompts), "
-        "then INT8 and INT4 with their parity.",
+        (f"`{run}` builds every model type transformers registers for `AutoModelForSpeechSeq2Seq` the same way "
+         "(its audio encoder's and text decoder's configs shrunk too), saves it as a folder, runs PyTorch's greedy "
+         "`generate()` on the two rows of onnx-nb's own audio sample for the model (a waveform or a spectrogram in "
+         "the layout it takes), then one default `onnx_nb.export(folder)` and `onnx_nb.generate` on the same audio, "
+         "then INT8 and INT4 with their parity. Speech LLMs registered here (an audio tower feeding a causal LM: "
+         "Voxtral, Granite Speech, Qwen3-ASR) are not encoder-decoders and are not served yet; their rows say what "
+         "stopped them." if speech else
+         "`benchmarks/seq2seq_sweep.py` builds every model type transformers registers for `AutoModelForSeq2SeqLM` "
+         "the same way (2 encoder and 2 decoder layers, width 64, random weights), saves it as a folder, runs one "
+         "default `onnx_nb.export(folder)` (an encoder file and a decoder file with both caches) and "
+         f"`onnx_nb.generate` against PyTorch's greedy `generate()` ({NEW_TOKENS} new tokens for each of two "
+         "prompts), then INT8 and INT4 with their parity."),
         "",
         f"Swept {meta['date']} on transformers {meta['transformers']}, torch {meta['torch']}, onnxruntime "
-        f"{meta['onnxruntime']}: **{good} of the {base} sequence-to-sequence LMs PyTorch can build and "
+        f"{meta['onnxruntime']}: **{good} of the {base} {what} PyTorch can build and "
         f"run ({100 * good / max(1, base):.1f}%) export with one default call and generate PyTorch's "
         f"tokens** ({sum(r.get('generate') == 'near-tie' and served(r) for r in rows)} of them after a near-tie); "
         f"{len(rows)} types registered.",

@@ -78,3 +78,26 @@ def test_image_size_fixed_when_no_exporter_keeps_it_dynamic(tmp_path: Path) -> N
     fixed = {(f.input, f.axis): f.reason for f in result.fixed_axes}
     assert ("pixel_values", 2) in fixed and "no exporter's file matched PyTorch" in fixed[("pixel_values", 2)]
     assert result.inputs[0].shape[0] == "batch" and result.inputs[0].shape[2:] == [56, 56]
+
+
+def test_speech_model_taking_a_waveform_exports_and_generates(tmp_path: Path) -> None:
+    """Moonshine takes a waveform (``input_values``), not a spectrogram: its encoder file keeps the audio length
+    dynamic, TorchScript cannot write its rotary (a Concat of unknown rank) and dynamo writes both files, and
+    ``onnx_nb.generate`` on the waveform gives PyTorch's tokens; INT8 and INT4 pass their generation parity (on
+    audio in the model's own layout, not Whisper's)."""
+    import seq2seq_sweep
+
+    row = seq2seq_sweep.one("moonshine", seq2seq_sweep.registry(True)["moonshine"], tmp_path / "model", True, True)
+    assert row["pytorch"] == "ok" and row["export"] == "ok" and row["exporter"] == "dynamo", row
+    assert row["generate"] == "same" and row["int8"] == "ok" and row["int4"] == "ok", row
+
+
+def test_speech_llm_is_refused_not_exported_without_its_audio(tmp_path: Path) -> None:
+    """Voxtral (an audio tower feeding a causal LM) took onnx-nb's text sample and wrote a file without its audio
+    tower; it is refused, naming the shape and what to export instead."""
+    import seq2seq_sweep
+
+    row = seq2seq_sweep.one("voxtral", seq2seq_sweep.registry(True)["voxtral"], tmp_path / "model", False, True)
+    assert row["pytorch"] == "ok", row
+    assert row["export"].startswith("ExportError: VoxtralForConditionalGeneration is a speech LLM"), row
+    assert "this shape is not supported yet" in row["export"], row

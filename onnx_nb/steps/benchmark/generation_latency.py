@@ -17,8 +17,9 @@ from ...errors import InvalidArgumentError
 from ...runtime.facts import file_facts, is_cache, is_cross_cache, is_state, present_of
 from ...runtime.onnxfile import file_bytes
 from ..export.decoder_cache import layout_of
+from ..export.hf.samples import audio_rows
 from ..export.hf_cache import cache_kwargs
-from ..export.seq2seq_cache import EncoderWithCross, _new_cache, as_encoder_output, encoder_inputs
+from ..export.seq2seq_cache import AUDIO_INPUTS, EncoderWithCross, _new_cache, as_encoder_output, encoder_inputs
 from ..export.seq2seq_cache import layout_of as seq2seq_layout
 from ..export.state_cache import attends, build_cache, entry_shape
 
@@ -346,9 +347,8 @@ class TorchDecodeStep:
         config = model.config
         g = torch.Generator().manual_seed(0)
         names = encoder_inputs(model)
-        if names == ("input_features",):
-            feed = {"input_features": torch.randn(1, int(config.num_mel_bins), 2 * int(config.max_source_positions),
-                                                  generator=g)}
+        if names[0] in AUDIO_INPUTS:
+            feed = audio_rows(model, 1)[0]
         else:
             ids = torch.randint(min(3, config.vocab_size - 1), config.vocab_size, (1, encoder_length), generator=g)
             feed = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}

@@ -30,7 +30,7 @@ class Seq2SeqLayout:
     heads: int
     head_size: int
     cross_heads: int
-    encoder_inputs: tuple[str, ...]  # input_ids + attention_mask, or input_features
+    encoder_inputs: tuple[str, ...]  # input_ids + attention_mask, or input_features, or input_values
 
     @property
     def bytes_per_token(self) -> int:  # the self-attention cache grows by this per generated token
@@ -111,8 +111,14 @@ def encoder_states(model: Any, feed: dict[str, torch.Tensor]) -> torch.Tensor:
     return out[0] if isinstance(out, tuple) else out.last_hidden_state
 
 
+AUDIO_INPUTS = ("input_features", "input_values")  # a spectrogram (Whisper, Speech2Text) or a waveform (Moonshine)
+
+
 def encoder_inputs(model: Any) -> tuple[str, ...]:
-    return ("input_features",) if model.main_input_name == "input_features" else ("input_ids", "attention_mask")
+    from .hf.samples import main_input
+
+    main = main_input(model)
+    return (main,) if main in AUDIO_INPUTS else ("input_ids", "attention_mask")
 
 
 def layout_of(model: Any, sample: dict[str, torch.Tensor]) -> Seq2SeqLayout:
@@ -186,12 +192,16 @@ def decoder_names(layout: Seq2SeqLayout) -> list[str]:
 def axes(layout: Seq2SeqLayout) -> tuple[dict[str, dict[int, str]], dict[str, dict[int, str]]]:
     """(encoder axes, decoder axes), inputs and outputs."""
     text = "attention_mask" in layout.encoder_inputs
-    states = {0: "batch", **({1: "encoder_sequence"} if text else {})}
+    main = layout.encoder_inputs[0]
+    # the encoder's length follows token ids and a waveform; a spectrogram's frames stay as the sample's (which
+    # of its axes holds them is the family's layout: Whisper's bins first, Speech2Text's frames first)
+    grows = text or (main == "input_values")
+    states = {0: "batch", **({1: "encoder_sequence"} if grows else {})}
     enc: dict[str, dict[int, str]] = {"encoder_hidden_states": states}
     if text:
         enc |= {"input_ids": {0: "batch", 1: "encoder_sequence"}, "attention_mask": {0: "batch", 1: "encoder_sequence"}}
     else:
-        enc["input_features"] = {0: "batch"}
+        enc[main] = {0: "batch", 1: "audio_length"} if main == "input_values" else {0: "batch"}
     dec: dict[str, dict[int, str]] = {"decoder_input_ids": {0: "batch", 1: "decoder_sequence"},
                                       "encoder_hidden_states": enc["encoder_hidden_states"],
                                       "logits": {0: "batch", 1: "decoder_sequence"}}
@@ -199,7 +209,7 @@ def axes(layout: Seq2SeqLayout) -> tuple[dict[str, dict[int, str]], dict[str, di
         dec["encoder_attention_mask"] = {0: "batch", 1: "encoder_sequence"}
     for i in range(layout.layers):
         for kv in ("key", "value"):
-            cross = {0: "batch", **({2: "encoder_sequence"} if text else {})}
+            cross = {0: "batch", **({2: "encoder_sequence"} if grows else {})}
             enc[f"present.{i}.encoder.{kv}"] = cross
             dec[f"past_key_values.{i}.encoder.{kv}"] = cross
             dec[f"past_key_values.{i}.decoder.{kv}"] = {0: "batch", 2: "past_decoder_sequence"}

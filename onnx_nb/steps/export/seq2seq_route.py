@@ -26,8 +26,8 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     branches: list[Any] = []
     steps.add(1)
 
-    def write(_name: str, staged: Path) -> Any:  # both files into the staging folder, each checked at other shapes
-        return export_seq2seq_parts(source.model, s, target, opset, staged.parent, warnings_seen, branches)
+    def write(name: str, staged: Path) -> Any:  # both files into the staging folder, each checked at other shapes
+        return export_seq2seq_parts(source.model, s, target, opset, staged.parent, warnings_seen, branches, name)
 
     def check(_name: str, _staged: Path, written: Any) -> dict[str, Any]:  # the two files' checks as one
         checks = written[1]
@@ -42,6 +42,13 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
         check_space(target.parent, sum(p.numel() * p.element_size() for p in source.model.parameters()) * 2)
         done = first_that_passes(["torchscript"], target, write, check, steps,
                                  verb="exporting the encoder and the decoder with", against="PyTorch")
+        if not done.name:  # TorchScript could not write them (Moonshine's rotary: a Concat of unknown rank)
+            steps.add(2)
+            retry = first_that_passes(["dynamo"], target, write, check, steps,
+                                      verb="exporting the encoder and the decoder with", against="PyTorch")
+            if retry.name:
+                retry.attempts = {**done.attempts, **retry.attempts}
+                done = retry
     if not done.name:
         raise done.errors["torchscript"]
     layout, _, dec_sample = done.written
@@ -49,9 +56,10 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     source.sample = dec_sample
     source.input_axes = {n: a for n, a in seq2seq_cache.axes(layout)[1].items() if n in dec_sample}
     source.as_kwargs = False
-    attempts = {"dynamo": "not tried for an encoder-decoder with its caches: the decoder's cache grows by a sum of "
-                          "dynamic axes that torch.export cannot declare; TorchScript traces both files"}
-    result = make_result(target, done.files, "torchscript", attempts, done.seconds, warnings_seen, source,
+    attempts = done.attempts if done.name == "dynamo" else {  # TorchScript first: the files it writes are known good
+        "dynamo": "not tried: TorchScript's files matched PyTorch (dynamo is the fallback for an encoder-decoder "
+                  "with its caches, whose decoder cache grows by a sum of dynamic axes)"}
+    result = make_result(target, done.files, done.name, attempts, done.seconds, warnings_seen, source,
                          done.check, s, [], True, unverified_of(branches, {}))
     from .seq2seq_cache import encoder_path
 
@@ -59,7 +67,8 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     return result
 
 def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, staged_dir: Path,
-                         warnings: list[str], branches: list[Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+                         warnings: list[str], branches: list[Any], exporter: str = "torchscript"
+                         ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """Export the encoder file and the decoder file into ``staged_dir`` (named after ``target``), and check
     both in ONNX Runtime at other shapes. Returns the layout, the checks and the decoder's sample."""
     import torch
@@ -97,7 +106,7 @@ def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, stag
         smp = Sample(list(in_names), tensors, False, {n: spec[n] for n in in_names if n in spec})
         all_axes = {**smp.axes, **{o: spec[o] for o in flat.output_names if o in spec}}
         staged = staged_dir / filename
-        run_exporter("torchscript", signature_module(flat), smp, flat, staged, all_axes, opset, False, warnings, [],
+        run_exporter(exporter, signature_module(flat), smp, flat, staged, all_axes, opset, False, warnings, [],
                      branches)
         probe = Sample(list(in_names), [other[n] for n in in_names], False, dict(smp.axes))
         with torch.no_grad():

@@ -253,10 +253,12 @@ class _OnnxEncoder(torch.nn.Module):
         self.main_input_name = runner.encoder_names[0]
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                input_features: torch.Tensor | None = None, **kwargs: Any) -> OnnxEncoderOutput:
+                input_features: torch.Tensor | None = None, input_values: torch.Tensor | None = None,
+                **kwargs: Any) -> OnnxEncoderOutput:
         feed: dict[str, np.ndarray] = {}
-        if input_features is not None:
-            feed["input_features"] = input_features.cpu().numpy().astype(np.float32)
+        for name, audio in (("input_features", input_features), ("input_values", input_values)):
+            if audio is not None:
+                feed[name] = audio.cpu().numpy().astype(np.float32)
         if input_ids is not None:
             feed["input_ids"] = input_ids.cpu().numpy().astype(np.int64)
             feed["attention_mask"] = (attention_mask.cpu().numpy().astype(np.int64) if attention_mask is not None

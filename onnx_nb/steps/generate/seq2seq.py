@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...runtime.facts import is_cross_cache, present_of
-from ..export.seq2seq_cache import encoder_path
+from ..export.seq2seq_cache import AUDIO_INPUTS, encoder_path
 from .runners import binding_device, on_device, run_bound
 
 
@@ -84,10 +84,10 @@ class OnnxSeq2Seq:
 
 def encoder_feed(inputs: Any, tokenizer: Any, names: tuple[str, ...], pad: int) -> dict[str, np.ndarray]:
     """Encoder inputs from text, token id lists (right-padded into a batch), a dict or audio features."""
-    if names == ("input_features",):
-        value = inputs["input_features"] if hasattr(inputs, "keys") else inputs
+    if names[0] in AUDIO_INPUTS:  # one spectrogram [bins, frames] or waveform [samples] gets its batch axis
+        value = inputs[names[0]] if hasattr(inputs, "keys") else inputs
         array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, np.float32)
-        return {"input_features": array[None] if array.ndim == 2 else array}
+        return {names[0]: array[None] if array.ndim == (2 if names[0] == "input_features" else 1) else array}
     if hasattr(inputs, "keys"):
         return {k: np.asarray(inputs[k].numpy() if hasattr(inputs[k], "numpy") else inputs[k], np.int64)
                 for k in names}

@@ -42,8 +42,7 @@ def _seq2seq(model: Any, config: Any, path: Path, provider: str, threads: int | 
     from .seq2seq import OnnxSeq2Seq, encoder_of
 
     runner = OnnxSeq2Seq(path, provider, encoder_of(model), threads, io_binding)
-    speech = runner.encoder_names == ["input_features"]
-    cls = _speech_class() if speech and config.model_type == "whisper" else OnnxForSeq2SeqLM
+    cls = _speech_class() if config.model_type == "whisper" else OnnxForSeq2SeqLM
     return cls(config, path, provider, runner)
 
 

@@ -8,8 +8,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..export.hf.samples import audio_rows
 from ..export.hf_cache import cache_kwargs, cache_of
-from ..export.seq2seq_cache import _new_cache, as_encoder_output, encoder_inputs, encoder_states, start_token
+from ..export.seq2seq_cache import (
+    AUDIO_INPUTS,
+    _new_cache,
+    as_encoder_output,
+    encoder_inputs,
+    encoder_states,
+    start_token,
+)
 from ..generate.seq2seq import OnnxSeq2Seq, _Beside, _full, encoder_feed, generate
 from .probes import plain
 
@@ -27,15 +35,15 @@ class Seq2SeqParity:
         config = model.config
         self.pad = int(getattr(config, "pad_token_id", None) or 0)
         self.start = start_token(model)
-        if self.names == ("input_features",):
-            frames = 2 * int(getattr(config, "max_source_positions", 1500))
-            rng = np.random.default_rng(0)
+        self.audio = self.names[0] in AUDIO_INPUTS
+        if self.audio:  # in the model's own layout and length (Whisper's 3000 frames, a waveform, ...)
+            name = self.names[0]
             self.items: list[dict[str, np.ndarray]] = [
-                {"input_features": rng.standard_normal((1, config.num_mel_bins, frames)).astype(np.float32)}
-                for _ in range(count)]
-            self.batch = {"input_features": np.concatenate([i["input_features"] for i in self.items])}
-            self.labels = [f"audio {i} (features of {frames} frames)" for i in range(count)]
-            self.describe = f"{count} audio inputs ({frames} frames of random features) batched"
+                {name: row[name].numpy()} for row in audio_rows(model, count)]
+            self.batch = {name: np.concatenate([i[name] for i in self.items])}
+            shape = "x".join(str(n) for n in self.items[0][name].shape[1:])
+            self.labels = [f"audio {i} ({name} {shape})" for i in range(count)]
+            self.describe = f"{count} audio inputs ({name} {shape} of random values) batched"
         else:
             prompts = default_prompts(model, count)
             self.items = [encoder_feed([p], None, self.names, self.pad) for p in prompts]
@@ -64,7 +72,7 @@ class Seq2SeqParity:
         for item in self.items:
             feed = self._torch(item)
             with torch.no_grad():
-                if self.names == ("input_features",):  # Whisper's generate() adds its own task tokens: plain greedy
+                if self.audio:  # Whisper's generate() adds its own task tokens: plain greedy
                     out.append(self._greedy(feed))
                     continue
                 ids = self.model.generate(**feed, **plain(1 + self.new, self.pad, decoder_start_token_id=self.start))

@@ -60,10 +60,20 @@ def _vocab(config: Any) -> int:
     return int(getattr(text, "vocab_size", None) or 100)
 
 
+def main_input(model: Any) -> str:
+    """``model.main_input_name``; a composite's generic ``inputs`` (SpeechEncoderDecoderModel: whatever its
+    encoder takes) is its encoder's own name (a wav2vec2 encoder's ``input_values``) when ``forward`` takes it."""
+    main = model.main_input_name
+    if main == "inputs" and hasattr(model, "get_encoder"):
+        own = getattr(model.get_encoder(), "main_input_name", main)
+        return own if own in forward_parameters(model) else main
+    return main
+
+
 def _input_names(model: Any, preprocessor: Any) -> list[str]:
     params = forward_parameters(model)
     config = model.config
-    main = model.main_input_name
+    main = main_input(model)
     names = [main]
     text = main == "input_ids"
     tokenizer = getattr(preprocessor, "tokenizer", preprocessor)
@@ -136,6 +146,16 @@ def _audio(model: Any, name: str, quirk: Quirk, gen: torch.Generator) -> torch.T
         except Exception:  # noqa: BLE001 - not this layout; the next
             continue
     return candidates[0]  # none taken: the export's own run of the sample says what the model wanted
+
+
+def audio_rows(model: Any, count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """``count`` random inputs of one row each for a speech model's main input (``input_features`` or
+    ``input_values``), in the layout and length its own sample has (:func:`_audio`: tried on the model)."""
+    name = main_input(model)
+    quirk = QUIRKS.get(getattr(model.config, "model_type", ""), Quirk())
+    gen = torch.Generator().manual_seed(seed)
+    shape = _audio(model, name, quirk, gen).shape[1:]
+    return [{name: torch.randn(1, *shape, generator=gen)} for _ in range(count)]
 
 
 def _takes(model: Any, values: dict[str, torch.Tensor]) -> bool:
