@@ -369,15 +369,18 @@ def is_seq2seq(model: Any) -> bool:
 
 
 def _refuse_speech_llm(record: Any) -> None:
-    """A speech-recognition model that takes token ids, not audio, first (Voxtral, Granite Speech, Qwen2-Audio:
-    an audio tower whose features replace the audio tokens of a causal LM): its forward on a text sample would
-    make a file without the audio tower, so it is refused, saying so."""
+    """A model that places an audio tower's features at its audio tokens in a causal LM's prompt (its config names
+    an audio token; or a speech-recognition model whose first input is token ids: Voxtral, Granite Speech,
+    Qwen2-Audio, Audio Flamingo 3): its forward on a text sample would make a file without the audio tower, so it
+    is refused, saying so."""
     from ....errors import ExportError
     from ..hf.samples import main_input
     from ..seq2seq_cache import AUDIO_INPUTS
 
     model = record.model
-    if record.task != "automatic-speech-recognition" or main_input(model) in AUDIO_INPUTS:
+    config = model.config
+    token = any(isinstance(getattr(config, n, None), int) for n in ("audio_token_id", "audio_token_index"))
+    if main_input(model) in AUDIO_INPUTS or not (token or record.task == "automatic-speech-recognition"):
         return
     text = getattr(model, "language_model", None) or getattr(getattr(model, "model", None), "language_model", None)
     raise ExportError(
