@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# where transformers' generate() reads an encoder-decoder's first decoder token, in its order (mBART's and PLBart's
+# default configs name no start token: the BOS then)
+DECODER_START = ("decoder_start_token_id", "bos_token_id")
 CACHE_PREFIX = "past_key_values."  # onnx-nb's (and Optimum's, and the builder's) cache input names
 PRESENT_PREFIX = "present."
 ENCODER_CACHE = ".encoder."  # an encoder-decoder's cross-attention cache, computed once from the encoder

@@ -70,7 +70,9 @@ def start_token(model: Any) -> int:
     """The decoder's first token as transformers' ``generate()`` picks it: ``decoder_start_token_id`` (the config's,
     else the generation config's: PLBart's config has none), else ``bos_token_id`` (mBART's default config), else
     the padding id (T5's convention), else 0."""
-    for name in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
+    from ...runtime.facts import DECODER_START
+
+    for name in (*DECODER_START, "pad_token_id"):
         for source in (model.config, getattr(model, "generation_config", None)):
             value = getattr(source, name, None)
             if value is not None:

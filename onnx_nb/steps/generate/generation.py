@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
+from ...runtime.facts import DECODER_START
 from .rules import generation_config_of, rules_for
 from .runners import (
     GenerationResult,
@@ -166,8 +167,8 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     if loop is not None:  # a shape with a loop of its own; a decoder or a chain of files runs the one below
         return loop(model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad, provider=named,
                     tokenizer=tokenizer, stream=stream, threads=threads, rules=rules,
-                    start=next((v for v in (_setting(n, generation, config) for n in (
-                        "decoder_start_token_id", "bos_token_id")) if v is not None), pad),  # generate()'s order
+                    start=next((v for v in (_setting(n, generation, config) for n in DECODER_START)
+                                if v is not None), pad),
                     pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
     decoder = own or _last_runner(path, named, io_binding, threads, runtime)
     prompts = _prompts(inputs, getattr(tokenizer, "tokenizer", tokenizer))
