@@ -370,14 +370,18 @@ def seq2seq_section(path: Path, speech: bool = False) -> list[str]:
          "(its audio encoder's and text decoder's configs shrunk too), saves it as a folder, runs PyTorch's greedy "
          "`generate()` on the two rows of onnx-nb's own audio sample for the model (a waveform or a spectrogram in "
          "the layout it takes), then one default `onnx_nb.export(folder)` and `onnx_nb.generate` on the same audio, "
-         "then INT8 and INT4 with their parity. Speech LLMs registered here (an audio tower feeding a causal LM: "
-         "Voxtral, Granite Speech, Qwen3-ASR) are not encoder-decoders and are not served yet; their rows say what "
-         "stopped them." if speech else
+         "then INT8 and INT4 with their parity." if speech else
          "`benchmarks/seq2seq_sweep.py` builds every model type transformers registers for `AutoModelForSeq2SeqLM` "
          "the same way (2 encoder and 2 decoder layers, width 64, random weights), saves it as a folder, runs one "
          "default `onnx_nb.export(folder)` (an encoder file and a decoder file with both caches) and "
          f"`onnx_nb.generate` against PyTorch's greedy `generate()` ({NEW_TOKENS} new tokens for each of two "
-         "prompts), then INT8 and INT4 with their parity."),
+         "prompts), then INT8 and INT4 with their parity. Sub-configs are shrunk too (T5Gemma's encoder and "
+         "decoder, an audio tower)."),
+        "",
+        "Speech LLMs registered here (an audio tower whose features take the place of audio tokens in a causal "
+        "LM's prompt: Voxtral, Granite Speech, Qwen2-Audio, Audio Flamingo 3, ...) are not encoder-decoders. "
+        "onnx-nb has no route for them yet: `export()` refuses them with an `ExportError` naming that shape, "
+        "rather than writing a file of the text decoder without its audio tower, and they count as not served.",
         "",
         f"Swept {meta['date']} on transformers {meta['transformers']}, torch {meta['torch']}, onnxruntime "
         f"{meta['onnxruntime']}: **{good} of the {base} {what} PyTorch can build and "

@@ -263,3 +263,16 @@ def test_real_minilm_parity(minilm_dir: Path, tmp_path: Path) -> None:
     assert report, repr(report)
     assert max(r.max_abs or 0 for r in report.rows) < 1e-4
     assert any("Padded token positions" in n for n in report.notes)
+
+
+def test_parity_reference_length_holds_against_the_configs_max_new_tokens() -> None:
+    """SeamlessM4T's generation config sets max_new_tokens=256, which transformers lets override max_length: the
+    parity reference generated 256 tokens for each probe where it asked for 9 (INT8's parity took minutes)."""
+    import tiny_models
+    from onnx_nb.steps.parity.probes import plain
+
+    model = tiny_models.build_generative("bart")
+    model.generation_config.max_new_tokens = 256
+    with torch.no_grad():
+        out = model.generate(torch.tensor([[5, 6, 7, 8]]), **plain(6, 1, decoder_start_token_id=2))
+    assert out.shape == (1, 6), out.shape

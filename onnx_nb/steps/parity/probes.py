@@ -110,7 +110,10 @@ def plain(length: int, pad: int, **more: Any) -> dict[str, Any]:
     """``generate()`` settings for exactly ``length`` tokens in all (prompt or decoder start included) with none of
     the model's generation-config rules: a reference both sides run the same way (the rules are checked apart,
     against transformers, by the tests of :func:`onnx_nb.generate`)."""
-    return {"do_sample": False, "num_beams": 1, "max_length": length, "min_length": length, "eos_token_id": None,
+    # max_new_tokens=None: a generation config that sets it (SeamlessM4T's 256) would override max_length, and a
+    # parity run would generate 256 tokens where it asked for 9
+    return {"do_sample": False, "num_beams": 1, "max_length": length, "max_new_tokens": None, "min_length": length,
+            "eos_token_id": None,
             "pad_token_id": pad, "forced_bos_token_id": None, "forced_eos_token_id": None, "no_repeat_ngram_size": 0,
             "repetition_penalty": 1.0, "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None,
             "length_penalty": 1.0, "early_stopping": False, **more}
