@@ -103,6 +103,10 @@ def section() -> list[str]:
         families = len(registry())
     except ImportError:  # timm not installed where the page is written: the rows' own count
         families = len(rows)
+    if not any("int8" in r for r in rows):
+        swept_how = " This run exported only (`--no-variants`): the INT8 and INT4 columns are left empty."
+    else:
+        swept_how = ""
     swept = f"{len(rows)} families" if len(rows) >= families else \
         f"{len(rows)} of timm's {families} families so far (the rest not run yet)"
     return ["`benchmarks/timm_sweep.py` takes every module of `timm.models` that registers models (a family) and "
@@ -112,7 +116,8 @@ def section() -> list[str]:
             "with their parity.", "",
             f"Swept {meta['date']} on timm {meta.get('timm', '?')}, torch {meta['torch']}, onnxruntime "
             f"{meta['onnxruntime']}: **{good} of the {len(base)} families whose smallest model PyTorch builds and "
-            f"runs ({100 * good / max(1, len(base)):.1f}%) export with one call and match PyTorch**; {swept}.", "",
+            f"runs ({100 * good / max(1, len(base)):.1f}%) export with one call and match PyTorch**; {swept}."
+            f"{swept_how}", "",
             *task_sweep.table(rows), ""]
 
 
