@@ -56,9 +56,11 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     source.sample = dec_sample
     source.input_axes = {n: a for n, a in seq2seq_cache.axes(layout)[1].items() if n in dec_sample}
     source.as_kwargs = False
+    wrote = "TorchScript's files matched PyTorch" if done.check.get("passed") else \
+        "TorchScript wrote both files (their check failed: see it)"
     attempts = done.attempts if done.name == "dynamo" else {  # TorchScript first: the files it writes are known good
-        "dynamo": "not tried: TorchScript's files matched PyTorch (dynamo is the fallback for an encoder-decoder "
-                  "with its caches, whose decoder cache grows by a sum of dynamic axes)"}
+        "dynamo": f"not tried: {wrote}; dynamo is the fallback for an encoder-decoder with its caches when "
+                  "TorchScript cannot write them (its decoder cache grows by a sum of dynamic axes)"}
     result = make_result(target, done.files, done.name, attempts, done.seconds, warnings_seen, source,
                          done.check, s, [], True, unverified_of(branches, {}))
     from .seq2seq_cache import encoder_path
