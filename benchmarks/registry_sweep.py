@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -45,7 +46,9 @@ TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "nu
         "expand": 2, "conv_kernel": 4, "time_step_rank": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
         "linear_key_head_dim": 16, "linear_value_head_dim": 16, "ssm_state_size": 8, "mamba_n_heads": 4,
         "mamba_d_head": 32, "d_head": 16, "rotary_dim": 8, "index_head_dim": 16, "index_n_heads": 2,
-        "first_k_dense_replace": 1, "decoder_sparse_step": 1, "lru_width": 64}
+        "first_k_dense_replace": 1, "decoder_sparse_step": 1, "lru_width": 64,
+        "hidden_size_per_layer_input": 16, "num_kv_shared_layers": 0, "attention_hidden_size": 64,
+        "embedding_dim": 64, "mamba_headdim": 16, "input_embedding_size": 64, "output_embedding_size": 64}
 
 
 def registry() -> dict[str, str]:
@@ -66,8 +69,11 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
     import transformers
 
     config = transformers.AutoConfig.for_model(model_type)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_of(config)
     for target in {id(config): config, id(text): text}.values():
+        before = getattr(target, "num_hidden_layers", None)
+        overrides = per_layer_overrides(target)  # set aside: the shrink reads and sets the global values
+        defaults = {a: getattr(target, a) for o in overrides.values() for a in o}
         # multi-head attention stays multi-head (latent attention's kv_b_proj makes a key per query head): only a
         # config with fewer key/value heads than query heads gets fewer at the tiny size too
         heads, kv_heads = getattr(target, "num_attention_heads", None), getattr(target, "num_key_value_heads", None)
@@ -77,10 +83,20 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
             own["num_key_value_heads"] = sizes.get("num_attention_heads", heads)
         set_ints(target, own)
         layers = getattr(target, "num_hidden_layers", None)
-        for name in ("layer_types", "layers_block_type", "hybrid_override_pattern", "block_types"):
+        tied_sizes(target, layers)
+        kept = kept_layers(target, before, layers)
+        if kept is not None:
+            assert isinstance(before, int)
+            for name in list(vars(target)):
+                value = getattr(target, name)
+                if PER_LAYER.search(name) and (isinstance(value, list) or (isinstance(value, str) and name in KINDS)) \
+                        and len(value) == before:
+                    picked = [value[i] for i in kept]
+                    setattr(target, name, "".join(picked) if isinstance(value, str) else picked)
+        for name in KINDS:  # a repeating pattern shorter than the depth (RecurrentGemma's): one of each kind first
             kinds = getattr(target, name, None)
             if isinstance(kinds, list) and layers and len(kinds) != layers:
-                distinct = list(dict.fromkeys(kinds))  # one layer of each kind, the first kinds first
+                distinct = list(dict.fromkeys(kinds))
                 setattr(target, name, (distinct + kinds)[:layers] if len(distinct) < layers else distinct[:layers])
         for name in ("n_group", "topk_group"):  # expert groups: one group of the few experts left
             if hasattr(target, name):
@@ -90,7 +106,92 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
             for name, value in (("head_dim", rope), ("qk_head_dim", rope + getattr(target, "qk_nope_head_dim", 0))):
                 if isinstance(getattr(target, name, None), int):
                     setattr(target, name, value)
+        if overrides:  # each kept layer's own sizes, in the same ratio to the shrunk global size as before
+            target.per_layer_config = {
+                str(new): {a: max(1, round(getattr(target, a) * v / defaults[a])) if isinstance(v, int)
+                           and not isinstance(v, bool) and defaults[a] else v for a, v in overrides[old].items()}
+                for new, old in enumerate(kept or range(layers or 0)) if old in overrides}
     return config
+
+
+def tied_sizes(target: Any, layers: Any) -> None:
+    """Sizes a default config leaves to be derived (``head_dim``, ``num_key_value_heads`` None) set as the model
+    would derive them, a state-space layer's heads times head size kept at its expanded width (Mamba 2's, Falcon-H1's),
+    and a layer pattern by period and offset (Jamba's attention every 8th layer from the 4th) brought inside the
+    shrunk depth."""
+    hidden, heads = getattr(target, "hidden_size", None), getattr(target, "num_attention_heads", None)
+    if isinstance(hidden, int) and isinstance(heads, int):
+        for name, value in (("head_dim", hidden // heads), ("num_key_value_heads", heads)):
+            if name in vars(target) and getattr(target, name) is None:
+                setattr(target, name, value)
+    expand = getattr(target, "mamba_expand", getattr(target, "expand", None))
+    for count, size in (("num_heads", "head_dim"), ("mamba_n_heads", "mamba_d_head")):
+        if all(isinstance(v, int) for v in (hidden, expand, getattr(target, count, None), getattr(target, size, None))):
+            setattr(target, count, max(1, expand * hidden // getattr(target, size)))
+            if isinstance(getattr(target, "mamba_d_ssm", None), int):
+                target.mamba_d_ssm = getattr(target, count) * getattr(target, size)
+    if isinstance(layers, int):
+        for name, value in list(vars(target).items()):
+            if name.endswith("_layer_period") and isinstance(value, int) and value > layers:
+                setattr(target, name, layers)
+            if name.endswith("_layer_offset") and isinstance(value, int) and value >= layers:
+                setattr(target, name, layers - 1)
+
+
+# a config's per-layer lists (layer_types, mlp_layer_types, layers_block_type, Nemotron-H's pattern string, ...)
+PER_LAYER = re.compile(r"layer|type|pattern|block")
+KINDS = ("layer_types", "layers_block_type", "hybrid_override_pattern", "block_types")
+
+
+def kept_layers(target: Any, before: Any, layers: Any) -> list[int] | None:
+    """Which of a config's ``before`` layers the ``layers`` left stand for: the first layer of each kind its
+    per-layer lists name (a hybrid's attention and its state layers, a sliding window's full layer), then the first
+    layers, in their order; None when the depth did not change."""
+    if not (isinstance(before, int) and isinstance(layers, int)) or layers >= before:
+        return None
+    lists = [getattr(target, n) for n in KINDS if isinstance(getattr(target, n, None), (list, str))]
+    lists += [v for n, v in vars(target).items() if PER_LAYER.search(n) and isinstance(v, list)]
+    kinds = next((v for v in lists if len(v) == before), None)
+    firsts = [kinds.index(k) for k in dict.fromkeys(kinds)] if kinds else []
+    return sorted((firsts + [i for i in range(before) if i not in firsts])[:layers])
+
+
+def per_layer_overrides(target: Any) -> dict[int, dict[str, Any]]:
+    """A heterogeneous config's per-layer sizes (Gemma 4's wider full-attention heads: ``per_layer_config``), by
+    layer; the config is left without them, so its global sizes read plainly."""
+    if not isinstance(getattr(target, "num_hidden_layers", None), int):
+        return {}  # (a composite config has no depth of its own: its text config has them)
+    overrides = {int(k): dict(v) for k, v in (target.to_dict().get("per_layer_config") or {}).items()}
+    if not overrides:
+        return {}
+    target.per_layer_config = {}
+    return overrides
+
+
+def causal_config(model_type: str, class_name: str, sizes: dict[str, int]) -> Any:
+    """:func:`tiny_config`, its other sub-configs (an audio or vision tower beside the text) shrunk by ``sizes``
+    too, and the text config alone where ``class_name`` is built from that (Llama 4's and Qwen 3.5's
+    ``*ForCausalLM`` under a multimodal model type)."""
+    import transformers
+
+    config = tiny_config(model_type, sizes)
+    text = text_of(config)
+    subs = [sub for sub in vars(config).values() if isinstance(sub, transformers.PretrainedConfig)]
+    for sub in subs:
+        if sub is not text:
+            set_ints(sub, sizes)
+    wanted = getattr(getattr(transformers, class_name), "config_class", None)
+    if isinstance(wanted, type) and not isinstance(config, wanted):  # (MusicGen's decoder among its three)
+        return next((sub for sub in [text, *subs] if isinstance(sub, wanted)), config)
+    return config
+
+
+def text_of(config: Any) -> Any:
+    """A config's text config (itself when it is one, or when it has several: MusicGen's encoder and decoder)."""
+    try:
+        return config.get_text_config() if hasattr(config, "get_text_config") else config
+    except ValueError:
+        return config
 
 
 def set_ints(target: Any, sizes: dict[str, int]) -> None:
@@ -134,7 +235,7 @@ def spread_zero_routers(model: Any, config: Any) -> list[str]:
     kept in the row and told on the page."""
     import torch
 
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_of(config)
     experts = {getattr(text, n, None) for n in ("num_experts", "num_local_experts", "n_routed_experts")} - {None}
     spread = []
     generator = torch.Generator().manual_seed(0)
@@ -158,11 +259,11 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
     started = time.perf_counter()
     for size, sizes in (("tiny", TINY), ("depth only", DEPTH)):  # the first that PyTorch builds and runs
         try:
-            config = tiny_config(model_type, sizes)
+            config = causal_config(model_type, class_name, sizes)
             with torch.device("meta"):
                 count = sum(p.numel() for p in getattr(transformers, class_name)(config).parameters())
             if count > MAX_PARAMETERS:
-                raise ValueError(f"{count / 1e6:.0f}M parameters with only its depth shrunk")
+                raise ValueError(f"{count / 1e6:.0f}M parameters at the {size} size")
             torch.manual_seed(0)
             model = getattr(transformers, class_name)(config).eval()
             spread = spread_zero_routers(model, config)
@@ -171,8 +272,7 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
         except Exception as exc:  # noqa: BLE001 - a row, not a crash
             refused(row, "build", size, exc)
             continue
-        vocab = int(getattr(config.get_text_config() if hasattr(config, "get_text_config") else config,
-                            "vocab_size", 100) or 100)
+        vocab = int(getattr(text_of(config), "vocab_size", 100) or 100)
         prompts = [[t % vocab for t in p] for p in PROMPT]
         try:
             torch_tokens = []
@@ -324,8 +424,10 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "lengths), then "
         "INT8 (`quantize()`) and INT4 (`quantize(method=\"int4\")`), each with its parity (left empty when the sweep "
         "ran with `--no-variants`). Types PyTorch itself cannot build or generate with at that size are listed but not "
-        "counted (the shrink is generic: some configs tie widths in ways it does not know, and it retries with only "
-        "the depth shrunk up to 300M parameters). A mixture of experts whose router starts at zero (every expert "
+        "counted (the shrink is generic: every per-layer list follows the layers kept, one of each kind of layer "
+        "first; a layer's own sizes keep their ratio; sub-configs such as an audio or vision tower shrink too; some "
+        "configs still tie widths in ways it does not know, and it retries with only the depth shrunk up to 300M "
+        "parameters). A mixture of experts whose router starts at zero (every expert "
         "tied, so the experts a token takes are `torch.topk`'s unspecified order among ties) has its router given "
         "random weights first; its row says so. Each row is from the last run for its type (`--only` re-runs "
         "some).",
