@@ -22,9 +22,12 @@ import seq2seq_sweep
 # Blenderbot's decoder (its generation config sets a rule onnx-nb's loop does not run), and Gemma 3's text model
 # (sliding-window layers between global ones), Helium (RMS norms with an epsilon of 1e-8, and a prompt holding its
 # padding token, whose embedding row is zero), and two whose cache is more than keys and values, exported without it:
-# MiniMax (a cache class of its own) and Inkling 2 (linear attention's conv state beside its keys and values)
+# MiniMax (a cache class of its own) and Inkling 2 (linear attention's conv state beside its keys and values), and
+# Gemma 4 as the registry gives it (its multimodal class with no towers; an audio token named but no audio tower to
+# fill it, so not a speech LLM; its full-attention layers' heads twice its sliding layers': a cache shaped by layer),
+# and DeepSeek-V3.2 (sparse attention: an indexer's keys cached beside each layer's keys and values)
 SUBSET = ["mixtral", "qwen2_moe", "bert", "megatron-bert", "openai-gpt", "blenderbot", "gemma3_text", "helium",
-          "minimax", "inkling2_text"]
+          "minimax", "inkling2_text", "gemma4", "deepseek_v32"]
 
 
 @pytest.mark.parametrize("model_type", SUBSET)
@@ -211,3 +214,31 @@ def test_seq2seq_registry_types_export(tmp_path: Path) -> None:
     assert plbart["pytorch"] == "ok" and plbart["export"] == "ok" and plbart["generate"] == "same", plbart
     moe = seq2seq_sweep.one("nllb-moe", seq2seq_sweep.registry()["nllb-moe"], tmp_path / "n" / "model", False)
     assert moe["pytorch"] == "ok" and moe["generate"] == "same", moe
+
+
+def test_tiny_config_keeps_each_layer_kind_and_its_own_sizes() -> None:
+    """The sweep's shrink keeps what makes a type itself at 2 layers, so the type is counted rather than dropped as
+    "PyTorch cannot build": every per-layer list follows the layers kept (Kimi Linear's linear and full attention
+    and its dense and sparse MLPs), a layer's own wider heads keep their ratio (Gemma 4's full-attention layers), a
+    pattern by period reaches inside the depth (Jamba's attention), a model class built from the text config gets
+    it (Llama 4), and a state-space layer's heads stay tied to its expanded width (Mamba 2)."""
+    import transformers
+
+    kimi = registry_sweep.tiny_config("kimi_linear")
+    assert kimi.layer_types == ["linear_attention", "full_attention"]
+    assert kimi.mlp_layer_types == ["dense", "sparse"]
+    gemma = registry_sweep.tiny_config("gemma4_text")
+    assert gemma.layer_types == ["sliding_attention", "full_attention"]
+    assert gemma.to_dict()["per_layer_config"] == {"1": {"head_dim": 2 * registry_sweep.TINY["head_dim"]}}
+    jamba = registry_sweep.tiny_config("jamba")
+    assert jamba.layers_block_type[-1] == "attention", jamba.layers_block_type
+    llama4 = registry_sweep.causal_config("llama4", "Llama4ForCausalLM", registry_sweep.TINY)
+    assert isinstance(llama4, transformers.Llama4TextConfig)
+    for model_type in ("gemma4_text", "kimi_linear", "llama4", "mamba2", "jamba"):
+        class_name = registry_sweep.registry()[model_type]
+        config = registry_sweep.causal_config(model_type, class_name, registry_sweep.TINY)
+        with torch.device("meta"):
+            count = sum(p.numel() for p in getattr(transformers, class_name)(config).parameters())
+        assert count < 60_000_000, (model_type, count)
+    mamba2 = registry_sweep.tiny_config("mamba2")
+    assert mamba2.num_heads * mamba2.head_dim == mamba2.expand * mamba2.hidden_size

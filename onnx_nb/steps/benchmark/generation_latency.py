@@ -63,6 +63,8 @@ class _OrtStep:
                 value = rng.standard_normal((1, shape[1], size(shape[2], ENCODER_SEQUENCE), shape[3]))
             elif is_state(name):  # fixed shape, whatever came before; zeros at a prompt's first token
                 value = rng.standard_normal((1, *shape[1:])) * 0.5 if past else np.zeros((1, *shape[1:]))
+            elif is_cache(name) and len(shape) == 3:  # a sparse-attention layer's indexer keys
+                value = rng.standard_normal((1, past, shape[2]))
             elif is_cache(name):  # a shared buffer holds the new token too
                 value = rng.standard_normal((1, shape[1], past + (length if self.shared else 0), shape[3]))
             else:  # encoder_hidden_states
@@ -197,9 +199,9 @@ class _TorchStep:
         elif cache and past:
             self.cache = DynamicCache(config=model.config)
             for i in range(layout.layers):
-                shape = (1, layout.kv_heads, past, layout.head_size)
-                value = (1, layout.kv_heads, past, layout.value_head_size)
-                self.cache.update(torch.randn(shape, generator=g), torch.randn(value, generator=g), i)
+                heads, key, value = layout.dims(i)
+                self.cache.update(torch.randn(1, heads, past, key, generator=g),
+                                  torch.randn(1, heads, past, value, generator=g), i)
         self.mask = torch.ones(1, (past if cache else 0) + total, dtype=torch.long)
         if self.states and not attends(layout.states):
             self.mask = self.mask[:, -total:]  # no layer attends: the new tokens' own mask, as generate() gives it

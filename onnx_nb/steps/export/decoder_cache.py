@@ -47,18 +47,28 @@ class CacheLayout:
     # a cache that keeps a state per layer (Mamba, linear attention; :mod:`.state_cache`): every tensor it carries,
     # keys and values included; the file then takes one token per step
     states: tuple[Any, ...] = ()
+    # (kv heads, key size, value size) of each layer, where layers differ (Gemma 4's full-attention layers have
+    # wider heads than its sliding ones); empty when every layer is the first's
+    per_layer: tuple[tuple[int, int, int], ...] = ()
+    # (layer, size) of each layer that keeps an indexer's keys beside its keys and values (DeepSeek sparse
+    # attention: DeepSeek-V3.2, GLM-5, HY-V4): past_key_values.{i}.indexer [batch, past_sequence, size]
+    indexers: tuple[tuple[int, int], ...] = ()
 
     @property
     def value_head_size(self) -> int:
         return self.value_size if self.value_size is not None else self.head_size
+
+    def dims(self, layer: int) -> tuple[int, int, int]:
+        """Key/value heads, key size and value size of one layer's cache."""
+        return self.per_layer[layer] if self.per_layer else (self.kv_heads, self.head_size, self.value_head_size)
 
     @property
     def bytes_per_token(self) -> int:
         if self.states:
             return sum(int(np.prod(shape)) for _, kind, _, shape in self.states if kind in ("key", "value")) * \
                 int(np.dtype(self.dtype).itemsize)
-        return (self.layers * self.kv_heads * (self.head_size + self.value_head_size)
-                * int(np.dtype(self.dtype).itemsize))
+        return (sum(h * (k + v) for h, k, v in map(self.dims, range(self.layers))) + sum(s for _, s in self.indexers)
+                ) * int(np.dtype(self.dtype).itemsize)
 
     @property
     def state_bytes(self) -> int:
@@ -75,12 +85,20 @@ class CacheLayout:
                      if attending else "") + f", {self.dtype}; one token per step")
         size = (f"{self.head_size} head size" if self.value_size is None else
                 f"{self.head_size} key and {self.value_size} value size")
-        return (f"{self.layers} layers x (key + value) x {self.kv_heads} kv heads x {size}, "
+        indexed = f", an indexer's keys in {len(self.indexers)} of them" if self.indexers else ""
+        if self.per_layer:
+            size = "heads and head sizes by layer (" + ", ".join(
+                f"{h}x{k}" if k == v else f"{h}x{k}/{v}" for h, k, v in self.per_layer) + ")"
+            return (f"{self.layers} layers x (key + value), {size}{indexed}, {self.dtype}: "
+                    f"{human_bytes(self.bytes_per_token)} per token")
+        return (f"{self.layers} layers x (key + value) x {self.kv_heads} kv heads x {size}{indexed}, "
                 f"{self.dtype}: {human_bytes(self.bytes_per_token)} per token")
 
     def to_dict(self) -> dict[str, Any]:
         return {"layers": self.layers, "kv_heads": self.kv_heads, "head_size": self.head_size, "dtype": self.dtype,
                 **({"value_size": self.value_size} if self.value_size is not None else {}),
+                **({"per_layer": [list(d) for d in self.per_layer]} if self.per_layer else {}),
+                **({"indexers": [list(d) for d in self.indexers]} if self.indexers else {}),
                 **({"embeds": self.embeds, "token_types": self.token_types} if self.embeds else {}),
                 **({"sections": self.sections} if self.sections else {}),
                 **({"deepstack": self.deepstack} if self.deepstack else {}),
@@ -137,8 +155,14 @@ def layout_of(model: Any) -> CacheLayout:
     if not layers or any(k is None or getattr(k, "dim", lambda: 0)() != 4 for k, _ in layers):
         raise NoKeyValueCache(f"{name} returned no key/value cache of [batch, heads, sequence, head size]")
     key, value = layers[0]
+    dims = tuple((int(k.shape[1]), int(k.shape[3]), int(v.shape[3])) for k, v in layers)
+    indexers = tuple((i, int(layer.indexer_keys.shape[-1])) for i, layer in enumerate(getattr(cache, "layers", []))
+                     if getattr(layer, "indexer_keys", None) is not None)
+    if any(getattr(layer, "indexer_position_ids", None) is not None for layer in getattr(cache, "layers", [])):
+        raise NoKeyValueCache(f"{name} keeps its indexer's positions in its cache")
     return CacheLayout(len(layers), int(key.shape[1]), int(key.shape[3]), str(key.dtype).replace("torch.", ""),
-                       int(value.shape[3]) if value.shape[3] != key.shape[3] else None)
+                       int(value.shape[3]) if value.shape[3] != key.shape[3] else None,
+                       per_layer=dims if len(set(dims)) > 1 else (), indexers=indexers)
 
 
 def _filled_when_given(model: Any) -> Any:
@@ -184,6 +208,8 @@ class DecoderWithCache(torch.nn.Module):
         # overlay), the graph's cache grows with the tokens, and every length is right.
         cache = (_first_step_cache() if layout.token_types else DynamicCache)(
             [(past[2 * i], past[2 * i + 1]) for i in range(self.layout.layers)])
+        for i, _ in layout.indexers:  # an indexed layer (sparse attention) holding its indexer's keys too
+            cache.layers[i] = _indexed_layer(cache.layers[i], given[PAST.format(i, "indexer")])
         if layout.deepstack:  # the language model itself, told every row may take a deepstack addition
             deep = given["deepstack_embeds"]
             text = self.model.model.language_model
@@ -196,7 +222,9 @@ class DecoderWithCache(torch.nn.Module):
             out = self.model(**tokens, **extra, attention_mask=attention_mask, position_ids=position_ids,
                              **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
             logits = out.logits
-        present = [t for k, v in _layers_of(cache_of(out)) for t in (k, v)]
+        done = cache_of(out)
+        present = [t for k, v in _layers_of(done) for t in (k, v)] + [
+            done.layers[i].indexer_keys for i, _ in layout.indexers]
         return dict(zip(output_names(self.layout), (logits, *present)))
 
     def _state_step(self, ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
@@ -214,6 +242,19 @@ class DecoderWithCache(torch.nn.Module):
                          **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
         after = unless_padding(states, read_cache(cache_of(out), states), before, real)
         return dict(zip(output_names(self.layout), (out.logits, *after)))
+
+
+def _indexed_layer(plain: Any, indexer_keys: torch.Tensor) -> Any:
+    """transformers' indexed cache layer holding a plain layer's keys and values and ``indexer_keys``."""
+    from transformers.cache_utils import DynamicIndexedLayer
+
+    layer = DynamicIndexedLayer()
+    for name in ("keys", "values", "dtype", "device", "is_initialized"):
+        if hasattr(plain, name):
+            setattr(layer, name, getattr(plain, name))
+    layer.indexer_keys, layer.is_indexer_initialized = indexer_keys, True
+    layer.indexer_dtype, layer.indexer_device = indexer_keys.dtype, indexer_keys.device
+    return layer
 
 
 @functools.cache
@@ -241,7 +282,8 @@ def input_names(layout: CacheLayout) -> list[str]:
     first += ["token_type_ids"] if layout.token_types else []
     first += ["deepstack_embeds"] if layout.deepstack else []
     return [*first, "attention_mask", "position_ids"] + [
-        PAST.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
+        PAST.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")] + [
+        PAST.format(i, "indexer") for i, _ in layout.indexers]
 
 
 def output_names(layout: CacheLayout) -> list[str]:
@@ -249,7 +291,8 @@ def output_names(layout: CacheLayout) -> list[str]:
         from .state_cache import entry_name
 
         return ["logits"] + [entry_name(e, "present") for e in layout.states]
-    return ["logits"] + [PRESENT.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")]
+    return ["logits"] + [PRESENT.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")] + [
+        PRESENT.format(i, "indexer") for i, _ in layout.indexers]
 
 
 def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
@@ -271,6 +314,9 @@ def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
         for kv in ("key", "value"):
             axes[PAST.format(i, kv)] = {0: "batch", 2: "past_sequence"}
             axes[PRESENT.format(i, kv)] = {0: "batch", 2: "total_sequence"}
+    for i, _ in layout.indexers:
+        axes[PAST.format(i, "indexer")] = {0: "batch", 1: "past_sequence"}
+        axes[PRESENT.format(i, "indexer")] = {0: "batch", 1: "total_sequence"}
     return axes
 
 
@@ -306,6 +352,9 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
                 (1.0 if e[1] in ("key", "value") else 0.5)
         return sample
     for i in range(layout.layers):
-        for kv, size in (("key", layout.head_size), ("value", layout.value_head_size)):
-            sample[PAST.format(i, kv)] = torch.randn(b, layout.kv_heads, p, size, generator=g)
+        heads, key, value = layout.dims(i)
+        for kv, size in (("key", key), ("value", value)):
+            sample[PAST.format(i, kv)] = torch.randn(b, heads, p, size, generator=g)
+    for i, size in layout.indexers:
+        sample[PAST.format(i, "indexer")] = torch.randn(b, p, size, generator=g)
     return sample

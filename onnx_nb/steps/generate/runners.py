@@ -45,14 +45,18 @@ class OnnxDecoder:
         self.one_token = inputs[self.tokens_input].shape[1] == 1
         attending = [n for n in self.past_names if n not in self.states]
         self.kv_heads, self.head_size = cache_dims(path, inputs[attending[0]].shape) if attending else (0, 0)
-        self.dims = {n: cache_dims(path, inputs[n].shape) for n in attending}  # a latent key and value differ
+        # each tensor's shape before its first token: a latent key and value differ, layers may differ (Gemma 4), and
+        # a sparse-attention layer's indexer keys are [batch, past, size]
+        self.empty: dict[str, tuple[int, ...]] = {
+            n: (0, inputs[n].shape[2]) if len(inputs[n].shape) == 3 else
+            (lambda d: (d[0], 0, d[1]))(cache_dims(path, inputs[n].shape)) for n in attending}
         self.float_type = np.float16 if "float16" in inputs[self.past_names[0]].type else np.float32
         self.uses_positions = "position_ids" in inputs
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, Any]:
         return {n: np.zeros((batch, *self.states[n]), self.float_type) if n in self.states else
-                np.zeros((batch, self.dims[n][0], 0, self.dims[n][1]), self.float_type) for n in self.past_names}
+                np.zeros((batch, *self.empty[n]), self.float_type) for n in self.past_names}
 
     def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, np.ndarray],
              keep: bool = True) -> tuple[np.ndarray, dict]:
@@ -172,10 +176,10 @@ class SharedBufferDecoder(OnnxDecoder):
             raise InvalidArgumentError(f"{needed} tokens are more than the model's {self.max_positions} positions.")
         old, have = cache["buffers"], cache["size"]
         size = min(max(needed, cache["capacity"] or 0, 2 * have), self.max_positions)
-        shape = (cache["batch"], self.kv_heads, size, self.head_size)
         grown = {}
         for name in self.past_names:
-            array = np.zeros(shape, self.float_type)
+            heads, head_size = self.empty[name][0], self.empty[name][-1]  # (GroupQueryAttention files: 4-d only)
+            array = np.zeros((cache["batch"], heads, size, head_size), self.float_type)
             if name in old:
                 array[:, :, :have] = old[name].numpy()
             grown[name] = ort.OrtValue.ortvalue_from_numpy(array, self.where, 0)

@@ -70,7 +70,7 @@ def teacher_forced(model: Any, decoder: OnnxDecoder, prompts: list[list[int]], c
         positions = (t_mask.cumsum(1) - 1).clamp(min=0)[:, -t_ids.shape[1]:]
         # a model whose layers keep only states (Mamba) masks its new tokens' rows, never the past: its own
         # generate() drops the mask after the prefill, as the file's wrapper does (state_cache)
-        seen = t_mask[:, -t_ids.shape[1]:] if decoder.states and not decoder.dims else t_mask
+        seen = t_mask[:, -t_ids.shape[1]:] if decoder.states and not decoder.empty else t_mask
         with torch.no_grad():
             ref = model(input_ids=t_ids, attention_mask=seen, position_ids=positions, **cache_kwargs(model, past),
                         use_cache=True, return_dict=True)

@@ -368,6 +368,9 @@ def is_seq2seq(model: Any) -> bool:
         or name.endswith("ForConditionalGeneration"))
 
 
+AUDIO_TOWERS = ("audio_config", "encoder_config", "audio_encoder_config")  # a speech LLM's audio tower's config
+
+
 def _refuse_speech_llm(record: Any) -> None:
     """A model that places an audio tower's features at its audio tokens in a causal LM's prompt (its config names
     an audio token; or a speech-recognition model whose first input is token ids: Voxtral, Granite Speech,
@@ -379,7 +382,9 @@ def _refuse_speech_llm(record: Any) -> None:
 
     model = record.model
     config = model.config
-    token = any(isinstance(getattr(config, n, None), int) for n in ("audio_token_id", "audio_token_index"))
+    # an audio token and an audio tower to fill it (a text-only Gemma 4 names an audio token, with no tower)
+    token = any(isinstance(getattr(config, n, None), int) for n in ("audio_token_id", "audio_token_index")) and \
+        any(getattr(config, n, None) is not None for n in AUDIO_TOWERS)
     if main_input(model) in AUDIO_INPUTS or not (token or record.task == "automatic-speech-recognition"):
         return
     text = getattr(model, "language_model", None) or getattr(getattr(model, "model", None), "language_model", None)
