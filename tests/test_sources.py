@@ -8,6 +8,7 @@ torchvision detector's own list-of-images sample taken."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -116,7 +117,7 @@ def test_the_table_recognises_each_kind_and_records_it(tmp_path: Path) -> None:
 
     keys = [s.key for s in SOURCES]
     assert keys == ["yolo", "torchvision", "diffusers", "sam", "onnx", "keras-torch", "keras", "tensorflow",
-                    "sklearn", "vlm", "lean", "hf", "torch"]
+                    "sklearn", "vlm", "speech-llm", "lean", "hf", "torch"]
     bert = tiny_models.build("bert")
     folder = tiny_models.save("bert", tmp_path / "bert")
     assert resolve(bert).key == "hf" and resolve(str(folder)).key == "hf" and resolve(folder).key == "hf"
@@ -126,6 +127,18 @@ def test_the_table_recognises_each_kind_and_records_it(tmp_path: Path) -> None:
     sam_folder.mkdir()
     (sam_folder / "config.json").write_text('{"model_type": "sam"}')
     assert resolve(sam_folder).key == "sam"
+    # a speech LLM by its audio tower and token ids (Voxtral names no audio token); an audio token with no tower to
+    # fill it (a text-only Gemma 4) is a plain decoder
+    for name, config, key in (
+            ("voxtral", {"model_type": "voxtral", "architectures": ["VoxtralForConditionalGeneration"],
+                         "audio_config": {"model_type": "voxtral_encoder"}}, "speech-llm"),
+            ("gemma4", {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
+                        "audio_token_id": 7, "audio_config": None}, "hf")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        assert resolve(tmp_path / name).key == key, name
+    with pytest.raises(onnx_nb.ExportError, match="VoxtralForConditionalGeneration is a speech LLM"):
+        onnx_nb.export(tmp_path / "voxtral", out=tmp_path / "v.onnx", progress=False)
     result = onnx_nb.export(bert, out=tmp_path / "b.onnx", progress=False)
     assert (result.source.adapter, result.source.generation, result.source.eager) == ("hf", None, True)
     assert adapter_of(result).key == "hf" and adapter_of(str(result.path)).key == "onnx"

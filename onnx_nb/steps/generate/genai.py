@@ -41,6 +41,15 @@ def cache_dims(path: Any, shape: Sequence[Any]) -> tuple[int, int]:
         "genai_config.json beside it to give them; export the decoder with onnx_nb.export(model, cache=True).")
 
 
+def empty_shape(path: Any, shape: Sequence[Any]) -> tuple[int, ...]:
+    """A cache tensor's shape before the first token, without its batch: ``(heads, 0, head size)``, or a
+    sparse-attention layer's indexer keys' ``(0, size)`` (``[batch, past_sequence, size]``)."""
+    if len(shape) == 3:
+        return 0, int(shape[2])
+    heads, size = cache_dims(path, shape)
+    return heads, 0, size
+
+
 def config_for(path: Path, proto: Any, threads: int | None) -> dict[str, Any]:
     """The ``genai_config.json`` that describes one of onnx-nb's GroupQueryAttention decoder files (``proto``, read
     without its weights): names, heads, head size and context length read from the file itself."""

@@ -17,7 +17,7 @@ from ...errors import InvalidArgumentError
 from ...render import CSS, esc, html_table
 from ...runtime.facts import is_cache, is_state, present_of
 from ...runtime.shapes import contiguous
-from .genai import cache_dims
+from .genai import empty_shape
 
 # -- running the file ------------------------------------------------------------------------------
 
@@ -44,12 +44,8 @@ class OnnxDecoder:
         self.states = {n: tuple(inputs[n].shape[1:]) for n in self.past_names if is_state(n)}
         self.one_token = inputs[self.tokens_input].shape[1] == 1
         attending = [n for n in self.past_names if n not in self.states]
-        self.kv_heads, self.head_size = cache_dims(path, inputs[attending[0]].shape) if attending else (0, 0)
-        # each tensor's shape before its first token: a latent key and value differ, layers may differ (Gemma 4), and
-        # a sparse-attention layer's indexer keys are [batch, past, size]
-        self.empty: dict[str, tuple[int, ...]] = {
-            n: (0, inputs[n].shape[2]) if len(inputs[n].shape) == 3 else
-            (lambda d: (d[0], 0, d[1]))(cache_dims(path, inputs[n].shape)) for n in attending}
+        # each tensor's shape at the first step (key and value, layers may differ: latent caches, Gemma 4)
+        self.empty = {n: empty_shape(path, inputs[n].shape) for n in attending}
         self.float_type = np.float16 if "float16" in inputs[self.past_names[0]].type else np.float32
         self.uses_positions = "position_ids" in inputs
         self.output_names = [o.name for o in self.session.get_outputs()]

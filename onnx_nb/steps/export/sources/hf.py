@@ -158,7 +158,6 @@ class HfSource(Source):
             elif args.cache is True:
                 raise InvalidArgumentError(f"cache=True is for generative models (*ForCausalLM, "
                                            f"*ForConditionalGeneration); {type(record.model).__name__} is not one.")
-        _refuse_speech_llm(record)
         steps.step("preparing sample inputs")
         layout = record.cache_layout
         if layout is None or not layout.states or args.cache is True:
@@ -366,32 +365,3 @@ def is_seq2seq(model: Any) -> bool:
     return bool(getattr(config, "is_encoder_decoder", False)) and hasattr(model, "get_encoder") and (
         generative_task(name) in ("text2text-generation", "automatic-speech-recognition")
         or name.endswith("ForConditionalGeneration"))
-
-
-AUDIO_TOWERS = ("audio_config", "encoder_config", "audio_encoder_config")  # a speech LLM's audio tower's config
-
-
-def _refuse_speech_llm(record: Any) -> None:
-    """A model that places an audio tower's features at its audio tokens in a causal LM's prompt (its config names
-    an audio token; or a speech-recognition model whose first input is token ids: Voxtral, Granite Speech,
-    Qwen2-Audio, Audio Flamingo 3): its forward on a text sample would make a file without the audio tower, so it
-    is refused, saying so."""
-    from ....errors import ExportError
-    from ..hf.samples import main_input
-    from ..seq2seq_cache import AUDIO_INPUTS
-
-    model = record.model
-    config = model.config
-    # an audio token and an audio tower to fill it (a text-only Gemma 4 names an audio token, with no tower)
-    token = any(isinstance(getattr(config, n, None), int) for n in ("audio_token_id", "audio_token_index")) and \
-        any(getattr(config, n, None) is not None for n in AUDIO_TOWERS)
-    if main_input(model) in AUDIO_INPUTS or not (token or record.task == "automatic-speech-recognition"):
-        return
-    text = getattr(model, "language_model", None) or getattr(getattr(model, "model", None), "language_model", None)
-    raise ExportError(
-        f"{type(model).__name__} is a speech LLM: an audio tower whose features take the place of the audio tokens "
-        "in a causal LM's prompt. onnx-nb exports encoder-decoder speech models (Whisper, Moonshine, Speech2Text, "
-        "SeamlessM4T) and CTC models; this shape is not supported yet, and a file of its forward on text alone "
-        "would leave the audio tower out." + (
-            " For the text decoder alone, export its language model (model.language_model) as a causal LM."
-            if text is not None else ""))

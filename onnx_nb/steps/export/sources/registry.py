@@ -25,6 +25,7 @@ from .lean import LeanSource
 from .onnx_file import OnnxFileSource
 from .sam import SamSource
 from .sklearn import SklearnSource
+from .speech_llm import SpeechLlmSource
 from .torch import TorchSource
 from .torchvision import TorchvisionSource
 from .vlm import VlmSource
@@ -41,6 +42,7 @@ SOURCES: tuple[type[Source], ...] = (
     TensorflowSource,    # a SavedModel folder or a tf.Module
     SklearnSource,       # a fitted scikit-learn estimator or pipeline
     VlmSource,           # a vision-language model (image-text-to-text): vision, embed and decoder files
+    SpeechLlmSource,     # a speech LLM (an audio tower filling a causal LM's audio tokens): refused, saying so
     LeanSource,          # precision= given: a decoder written layer by layer from its checkpoint folder or hub id
     HfSource,            # a Hugging Face model object, folder or hub id; a SentenceTransformer
     TorchSource,         # a torch.nn.Module and its sample; a PyTorch checkpoint file
