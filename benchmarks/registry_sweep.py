@@ -22,7 +22,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -89,9 +88,10 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
             assert isinstance(before, int)
             for name in list(vars(target)):
                 value = getattr(target, name)
-                if PER_LAYER.search(name) and (isinstance(value, list) or (isinstance(value, str) and name in KINDS)) \
-                        and len(value) == before:
+                if (isinstance(value, list) or (isinstance(value, str) and name in KINDS)) and len(value) == before:
                     picked = [value[i] for i in kept]
+                    if name in sizes and all(isinstance(v, int) for v in picked):  # Gemma 3n's widths by layer
+                        picked = [sizes[name]] * len(picked)
                     setattr(target, name, "".join(picked) if isinstance(value, str) else picked)
         for name in KINDS:  # a repeating pattern shorter than the depth (RecurrentGemma's): one of each kind first
             kinds = getattr(target, name, None)
@@ -138,8 +138,6 @@ def tied_sizes(target: Any, layers: Any) -> None:
                 setattr(target, name, layers - 1)
 
 
-# a config's per-layer lists (layer_types, mlp_layer_types, layers_block_type, Nemotron-H's pattern string, ...)
-PER_LAYER = re.compile(r"layer|type|pattern|block")
 KINDS = ("layer_types", "layers_block_type", "hybrid_override_pattern", "block_types")
 
 
@@ -150,8 +148,8 @@ def kept_layers(target: Any, before: Any, layers: Any) -> list[int] | None:
     if not (isinstance(before, int) and isinstance(layers, int)) or layers >= before:
         return None
     lists = [getattr(target, n) for n in KINDS if isinstance(getattr(target, n, None), (list, str))]
-    lists += [v for n, v in vars(target).items() if PER_LAYER.search(n) and isinstance(v, list)]
-    kinds = next((v for v in lists if len(v) == before), None)
+    lists += [v for v in vars(target).values() if isinstance(v, list)]
+    kinds = next((v for v in lists if len(v) == before and all(isinstance(k, (str, int, float)) for k in v)), None)
     firsts = [kinds.index(k) for k in dict.fromkeys(kinds)] if kinds else []
     return sorted((firsts + [i for i in range(before) if i not in firsts])[:layers])
 
