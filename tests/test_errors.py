@@ -136,3 +136,23 @@ def test_first_line_of_any_exception(monkeypatch: pytest.MonkeyPatch) -> None:
     assert telling_lines(RuntimeError("Exception from core.cpp:84:\nCheck 'false' failed\n"
                                       "-- No conversion rule found for operations: com.microsoft.Foo")) == (
         "Exception from core.cpp:84: … -- No conversion rule found for operations: com.microsoft.Foo")
+
+
+def test_generate_refuses_a_file_whose_sequence_length_is_fixed(tmp_path: Path) -> None:
+    """A whole-sequence decoder whose trace fixed the prompt length (RWKV's forward loops over its tokens) is refused
+    by name and length, not left to ONNX Runtime's "invalid dimensions"."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((10, 10)).astype(np.float32), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "input_ids"], ["logits"])], "fixed",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", 5])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 5, 10])], [table])
+    path = tmp_path / "fixed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    from onnx_nb.steps.generate.whole_sequence import WholeSequenceDecoder
+
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="takes exactly 5 tokens"):
+        WholeSequenceDecoder(path)

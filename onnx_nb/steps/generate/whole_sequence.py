@@ -29,6 +29,13 @@ class WholeSequenceDecoder:
                 f"{path} is not a decoder: generate() needs an input_ids input and a logits output per token (it has "
                 f"{', '.join(self.inputs)} -> {', '.join(outputs)}). Export a generative model (*ForCausalLM) with "
                 "onnx_nb.export(model).")
+        fixed = self.inputs["input_ids"].shape[1]
+        if isinstance(fixed, int):
+            raise InvalidArgumentError(
+                f"{path} takes exactly {fixed} tokens: its export fixed the sequence length (the model's forward loops "
+                "over the tokens in Python, which the trace unrolled: RWKV), and generating needs a file whose "
+                "sequence grows at each step. Generate with the PyTorch model, or export with a cache the file can "
+                "carry.")
         appended = self.session.get_modelmeta().custom_metadata_map.get(APPENDED)
         self.appended = None if appended is None else int(appended)
         unknown = set(self.inputs) - {"input_ids", "attention_mask", "position_ids", "token_type_ids"}
