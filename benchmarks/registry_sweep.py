@@ -171,12 +171,18 @@ def causal_config(model_type: str, class_name: str, sizes: dict[str, int]) -> An
     too, and the text config alone where ``class_name`` is built from that (Llama 4's and Qwen 3.5's
     ``*ForCausalLM`` under a multimodal model type)."""
     import transformers
+    import vlm_sweep  # (it imports this module: imported here, not above)
 
-    config = tiny_config(model_type, sizes)
+    vision = model_type in vlm_sweep.registry() and getattr(
+        transformers.AutoConfig.for_model(model_type), "vision_config", None) is not None
+    # a vision-language model registered as a causal LM (Gemma 3, GOT-OCR2): its vision tower shrunk as the
+    # vision-language sweep shrinks it (Gemma 3's pooled tokens kept within its patches)
+    config = vlm_sweep.tiny_config(model_type, sizes, vlm_sweep.VISION if sizes is TINY else vlm_sweep.VISION_DEPTH) \
+        if vision else tiny_config(model_type, sizes)
     text = text_of(config)
     subs = [sub for sub in vars(config).values() if isinstance(sub, transformers.PretrainedConfig)]
     for sub in subs:
-        if sub is not text:
+        if sub is not text and not (vision and sub is config.vision_config):
             set_ints(sub, sizes)
     wanted = getattr(getattr(transformers, class_name), "config_class", None)
     if isinstance(wanted, type) and not isinstance(config, wanted):  # (MusicGen's decoder among its three)
@@ -345,10 +351,12 @@ def quantized(row: dict[str, Any], result: Any, folder: Path) -> None:
     error."""
     import onnx_nb
     from onnx_nb.errors import first_line
+    from onnx_nb.steps.export.sources.registry import subject_of
 
+    subject = subject_of(result)  # of a vision-language model, its decoder part (judged on the whole chain)
     for name, kwargs in (("int8", {}), ("int4", {"method": "int4"})):
         try:
-            variant = onnx_nb.quantize(result, out=folder / f"model.{name}.onnx", **kwargs)
+            variant = onnx_nb.quantize(subject, out=folder / f"model.{name}.onnx", **kwargs)
             row[name] = "ok" if variant else "parity failed"
         except Exception as exc:  # noqa: BLE001
             row[name] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
@@ -359,7 +367,10 @@ def exported(row: dict[str, Any], folder: Any, out: Path, started: float, sample
     exporter, outcome); the result, or None when it raised (the row's time then set: it ends there)."""
     import onnx_nb
     from onnx_nb.errors import first_line
+    from onnx_nb.steps.export.sources.registry import resolve
 
+    if sample is None and resolve(folder).several_files:
+        out = out.parent  # a kind written as several files (a vision-language model) is given a folder
     try:
         t = time.perf_counter()
         result = onnx_nb.export(folder, sample, out=out, progress=False)
