@@ -51,7 +51,7 @@ class CacheLayout:
     # wider heads than its sliding ones); empty when every layer is the first's
     per_layer: tuple[tuple[int, int, int], ...] = ()
     # (layer, size) of each layer that keeps an indexer's keys beside its keys and values (DeepSeek sparse
-    # attention: DeepSeek-V3.2, GLM-5, HY-V4): past_key_values.{i}.indexer [batch, past_sequence, size]
+    # attention: DeepSeek-V3.2, GLM-MoE-DSA, HY-V4): past_key_values.{i}.indexer [batch, past_sequence, size]
     indexers: tuple[tuple[int, int], ...] = ()
 
     @property
