@@ -281,9 +281,7 @@ def input_names(layout: CacheLayout) -> list[str]:
     first = ["inputs_embeds"] if layout.embeds else ["input_ids"]
     first += ["token_type_ids"] if layout.token_types else []
     first += ["deepstack_embeds"] if layout.deepstack else []
-    return [*first, "attention_mask", "position_ids"] + [
-        PAST.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")] + [
-        PAST.format(i, "indexer") for i, _ in layout.indexers]
+    return [*first, "attention_mask", "position_ids"] + [PAST.format(i, kind) for i, kind in _carried(layout)]
 
 
 def output_names(layout: CacheLayout) -> list[str]:
@@ -291,8 +289,14 @@ def output_names(layout: CacheLayout) -> list[str]:
         from .state_cache import entry_name
 
         return ["logits"] + [entry_name(e, "present") for e in layout.states]
-    return ["logits"] + [PRESENT.format(i, kv) for i in range(layout.layers) for kv in ("key", "value")] + [
-        PRESENT.format(i, "indexer") for i, _ in layout.indexers]
+    return ["logits"] + [PRESENT.format(i, kind) for i, kind in _carried(layout)]
+
+
+def _carried(layout: CacheLayout) -> list[tuple[int, str]]:
+    """(layer, kind) of each tensor a key/value cache carries between steps, in the file's order: every layer's key
+    and value, then the indexers' keys."""
+    return [(i, kv) for i in range(layout.layers) for kv in ("key", "value")] + [
+        (i, "indexer") for i, _ in layout.indexers]
 
 
 def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
