@@ -25,9 +25,11 @@ import seq2seq_sweep
 # MiniMax (a cache class of its own) and Inkling 2 (linear attention's conv state beside its keys and values), and
 # Gemma 4 as the registry gives it (its multimodal class with no towers; an audio token named but no audio tower to
 # fill it, so not a speech LLM; its full-attention layers' heads twice its sliding layers': a cache shaped by layer),
-# and DeepSeek-V3.2 (sparse attention: an indexer's keys cached beside each layer's keys and values)
+# and DeepSeek-V3.2 (sparse attention: an indexer's keys cached beside each layer's keys and values),
+# XLM-RoBERTa-XL (an encoder that fills the cache generate() hands it in place, returning none) and Inkling (its
+# attention output viewed at strides only torch's fused kernel gives: dynamo traces it with eager attention)
 SUBSET = ["mixtral", "qwen2_moe", "bert", "megatron-bert", "openai-gpt", "blenderbot", "gemma3_text", "helium",
-          "minimax", "inkling2_text", "gemma4", "deepseek_v32"]
+          "minimax", "inkling2_text", "gemma4", "deepseek_v32", "xlm-roberta-xl", "inkling_text"]
 
 
 @pytest.mark.parametrize("model_type", SUBSET)
@@ -242,3 +244,18 @@ def test_tiny_config_keeps_each_layer_kind_and_its_own_sizes() -> None:
         assert count < 60_000_000, (model_type, count)
     mamba2 = registry_sweep.tiny_config("mamba2")
     assert mamba2.num_heads * mamba2.head_dim == mamba2.expand * mamba2.hidden_size
+
+
+def test_cache_layers_of_a_models_own_class_are_not_rebuilt_as_plain_ones() -> None:
+    """DeepSeek-V4's compressed-attention layers (keys and values plus compressed entries, a class of its own in a
+    DynamicCache) are not carried as plain keys and values, which the model refuses: the file takes the whole
+    sequence instead, and says why."""
+    import transformers
+
+    from onnx_nb.steps.export.decoder_cache import NoKeyValueCache, layout_of
+
+    config = registry_sweep.causal_config("deepseek_v4", "DeepseekV4ForCausalLM", registry_sweep.TINY)
+    torch.manual_seed(0)
+    model = transformers.DeepseekV4ForCausalLM(config).eval()
+    with pytest.raises(NoKeyValueCache, match="DeepseekV4HCACache"):
+        layout_of(model)

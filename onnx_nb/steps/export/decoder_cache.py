@@ -148,9 +148,11 @@ def layout_of(model: Any) -> CacheLayout:
         raise NoKeyValueCache(f"{name} keeps a {', '.join(sorted(kinds)) or type(cache).__name__} cache, not one "
                               "key and one value per layer")
     if hasattr(cache, "layers") and not transformers_own(cache):
-        # a cache class of the model's own (MiniMax's keeps linear attention's state beside its layers): the file
-        # is fed transformers' DynamicCache, which such a model refuses
-        raise NoKeyValueCache(f"{name} keeps a cache of its own ({type(cache).__name__})")
+        # a cache class of the model's own (MiniMax's keeps linear attention's state beside its layers; DeepSeek-V4's
+        # layers keep compressed entries): the file is fed transformers' DynamicCache, which such a model refuses
+        home = "transformers.cache_utils"
+        own = sorted({type(layer).__name__ for layer in cache.layers if type(layer).__module__ != home})
+        raise NoKeyValueCache(f"{name} keeps a cache of its own ({', '.join(own) or type(cache).__name__})")
     layers = _layers_of(cache)
     if not layers or any(k is None or getattr(k, "dim", lambda: 0)() != 4 for k, _ in layers):
         raise NoKeyValueCache(f"{name} returned no key/value cache of [batch, heads, sequence, head size]")
@@ -171,14 +173,17 @@ def _filled_when_given(model: Any) -> Any:
     prompt keys stay as its bidirectional prefill left them); None when it fills none."""
     from transformers import DynamicCache
 
+    given = DynamicCache()
     try:
         with torch.no_grad():
             out = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, return_dict=True,
-                        **cache_kwargs(model, DynamicCache()))
+                        **cache_kwargs(model, given))
         cache = cache_of(out)
     except Exception:  # noqa: BLE001 - a model that refuses the offer keeps the whole-sequence file
         return None
-    return cache if cache is not None and getattr(cache, "get_seq_length", lambda: 0)() else None
+    if cache is None:  # filled in place and not returned (XLM-RoBERTa-XL)
+        cache = given
+    return cache if getattr(cache, "get_seq_length", lambda: 0)() else None
 
 
 class DecoderWithCache(torch.nn.Module):
@@ -223,6 +228,8 @@ class DecoderWithCache(torch.nn.Module):
                              **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
             logits = out.logits
         done = cache_of(out)
+        if done is None:  # filled in place and not returned (XLM-RoBERTa-XL)
+            done = cache
         present = [t for k, v in _layers_of(done) for t in (k, v)] + [
             done.layers[i].indexer_keys for i, _ in layout.indexers]
         return dict(zip(output_names(self.layout), (logits, *present)))

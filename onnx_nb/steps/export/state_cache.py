@@ -22,8 +22,11 @@ Entry = tuple[int, str, int, tuple[int, ...]]
 
 
 def transformers_own(cache: Any) -> bool:
-    """A cache of transformers' own classes, by layers (not a model's own class, as MiniMax's)."""
-    return hasattr(cache, "layers") and type(cache).__module__ == "transformers.cache_utils"
+    """A cache of transformers' own classes, by layers (not a model's own class, as MiniMax's cache or
+    DeepSeek-V4's compressed-attention layers)."""
+    own = "transformers.cache_utils"
+    return hasattr(cache, "layers") and type(cache).__module__ == own and \
+        all(type(layer).__module__ == own for layer in cache.layers)
 
 
 def state_entries(cache: Any) -> tuple[Entry, ...] | None:

@@ -181,7 +181,20 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     existing = set(staged.parent.iterdir())
     with quiet(warnings_seen, native):
         if name == "dynamo":
-            export_dynamo(module, args, staged, s.names, flat.output_names, s.axes, opset, external)
+            try:
+                export_dynamo(module, args, staged, s.names, flat.output_names, s.axes, opset, external)
+            except Exception as exc:
+                if not _attention_strides(exc):
+                    raise
+                from .wrap import eager_attention
+
+                with eager_attention(flat.model) as eager:  # the decomposed attention's layout, not the kernel's
+                    if not eager:
+                        raise
+                    export_dynamo(module, args, staged, s.names, flat.output_names, s.axes, opset, external)
+                warnings_seen.append(
+                    "Traced with transformers' eager attention: dynamo could not decompose the scaled-dot-product "
+                    f"attention's output at a symbolic size ({_attention_strides(exc)}).")
         else:
             with BranchWatch(args, flat.model) as watch:
                 export_torchscript(module, args, staged, s.names, flat.output_names, axes, opset)
@@ -207,6 +220,18 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
         if stray.is_file():
             stray.unlink()
     onnx.save(proto, str(staged))
+
+
+def _attention_strides(exc: BaseException) -> str | None:
+    """The view dynamo could not make when, once torch's scaled_dot_product_attention is decomposed, a view after
+    the attention meets other strides (its fused kernel lays the output out as the view expects, the decomposition
+    does not: Inkling's ``reshape`` of the attention output); None for any other failure. Eager attention has no
+    such step."""
+    import re
+
+    text = str(exc)
+    found = re.search(r"Cannot view a tensor with shape [^!]*!", text)
+    return found.group(0) if found and "decompose" in text else None
 
 
 def make_result(target: Path, files: list[Path], exporter: str, attempts: dict[str, str],

@@ -32,8 +32,9 @@ class WholeSequenceDecoder:
         fixed = self.inputs["input_ids"].shape[1]
         if isinstance(fixed, int):
             raise InvalidArgumentError(
-                f"{path} takes exactly {fixed} tokens: its export fixed the sequence length (the model's forward loops "
-                "over the tokens in Python, which the trace unrolled: RWKV), and generating needs a file whose "
+                f"{path} takes exactly {fixed} tokens: its export fixed the sequence length (the model's forward "
+                "decides in Python from the length, which the trace fixed: RWKV loops over the tokens, DeepSeek-V4 "
+                "compresses whole windows of them), and generating needs a file whose "
                 "sequence grows at each step. Generate with the PyTorch model, or export with a cache the file can "
                 "carry.")
         appended = self.session.get_modelmeta().custom_metadata_map.get(APPENDED)
