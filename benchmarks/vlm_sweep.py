@@ -44,8 +44,10 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
     config = registry_sweep.tiny_config(model_type, text_sizes)
     vision = getattr(config, "vision_config", None)
     if vision is not None:
-        registry_sweep.set_ints(vision, vision_sizes)
         text = config.get_text_config()
+        if getattr(vision, "model_type", None) != "timm_wrapper":  # a timm tower's widths are its architecture's
+            registry_sweep.set_ints(vision, vision_sizes)
+        vision_sized(config, vision, text)
         if hasattr(vision, "embed_dim") and isinstance(getattr(vision, "hidden_size", None), int):
             vision.hidden_size = text.hidden_size  # Qwen2-VL's tower: embed_dim inside, hidden_size what it gives
         if isinstance(getattr(vision, "out_hidden_size", None), int):
@@ -57,7 +59,8 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
                 config.mm_tokens_per_image = (patches // 2) ** 2 if patches % 2 == 0 else patches * patches
     text = config.get_text_config()
     rope = getattr(text, "rope_parameters", None)
-    if isinstance(rope, dict) and "vl" in str(getattr(text, "model_type", "")):
+    if isinstance(rope, dict) and ("vl" in str(getattr(text, "model_type", "")) or
+                                   hasattr(vision, "temporal_patch_size")):
         # Qwen-VL's multimodal rotary sections (temporal, height, width) sum to half the tiny head size
         half = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads) // 2
         rope["mrope_section"] = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
@@ -67,6 +70,47 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
     if token is not None and isinstance(getattr(text, "vocab_size", None), int) and token >= text.vocab_size:
         text.vocab_size = token + 64  # a default config whose vocabulary misses its own image token (LLaVA's)
     return config
+
+
+def vision_sized(config: Any, vision: Any, text: Any) -> None:
+    """The sizes that follow the shrunk widths: a vision head as wide as the tower's width over its heads (Pixtral
+    names its own), a projection as wide as the text part (PaliGemma), and an image whose patch grid the projector's
+    merge factor divides (Idefics3's and Aya Vision's pixel shuffle, Pixtral's merge), at most 64 patches a side
+    (Pixtral's 1540-pixel default is 110)."""
+    heads = next((h for h in (getattr(vision, n, None) for n in ("num_attention_heads", "num_heads"))
+                  if isinstance(h, int)), None)
+    if isinstance(getattr(vision, "head_dim", None), int) and heads:
+        vision.head_dim = int(vision.hidden_size) // heads
+    if isinstance(getattr(vision, "num_key_value_heads", None), int) and heads:
+        vision.num_key_value_heads = min(vision.num_key_value_heads, heads)
+    for owner, name in ((config, "projection_dim"), (vision, "projection_dim"), (vision, "text_hidden_size"),
+                        (vision, "projector_input_dim"), (vision, "projector_output_dim")):
+        if isinstance(getattr(owner, name, None), int):
+            setattr(owner, name, text.hidden_size)
+    ratio = getattr(vision, "pixel_shuffle_ratio", None)
+    if isinstance(ratio, float) and ratio and isinstance(getattr(vision, "intermediate_size", None), int):
+        vision.intermediate_size = int(vision.hidden_size / ratio ** 2)  # Llama 4: the shuffled width
+    depth = next((d for d in (getattr(vision, n, None) for n in ("num_hidden_layers", "depth", "num_layers"))
+                  if isinstance(d, int)), None)
+    if depth:  # layer indexes inside the shrunk tower (Qwen2.5-VL's full-attention blocks, VipLLaVA's features)
+        for owner, name in ((vision, "fullatt_block_indexes"), (vision, "deepstack_visual_indexes"),
+                            (config, "vision_feature_layers"), (config, "vision_feature_layer")):
+            found = getattr(owner, name, None)
+            if isinstance(found, (list, tuple)) and all(isinstance(i, int) for i in found):
+                setattr(owner, name, [max(i, -depth - 1) if i < 0 else min(i, depth - 1) for i in found])
+            elif isinstance(found, int):
+                setattr(owner, name, max(found, -depth - 1) if found < 0 else min(found, depth))
+    side, patch = getattr(vision, "image_size", None), getattr(vision, "patch_size", None)
+    if not (isinstance(side, int) and isinstance(patch, int) and patch):
+        return
+    ratio = getattr(config, "downsample_ratio", None)
+    factors = [getattr(config, n, None) for n in ("scale_factor", "downsample_factor", "spatial_merge_size")]
+    factors += [round(1 / ratio)] if isinstance(ratio, float) and ratio else []
+    factor = next((int(f) for f in factors if isinstance(f, int) and f > 1), 1)
+    patches = min(side // patch, 64)
+    patches = max(patches - patches % factor, factor)
+    if patches * patch != side:
+        vision.image_size = patches * patch
 
 
 def torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> list[int]:

@@ -72,6 +72,21 @@ def test_uncached_decoder_says_so_and_cache_true_is_refused(tmp_path: Path) -> N
         onnx_nb.export(model, out=tmp_path / "h.onnx", cache=True, progress=False)
 
 
+def test_encoder_filling_the_cache_in_place_carries_it_through_parity(tmp_path: Path) -> None:
+    """XLM-RoBERTa-XL (is_decoder=False) fills the cache generate() hands it without returning one: the file carries
+    that cache, and generation parity's PyTorch side keeps the cache it handed over (it lost it, and every decode
+    step failed on a mask longer than the keys)."""
+    import transformers
+
+    config = registry_sweep.causal_config("xlm-roberta-xl", "XLMRobertaXLForCausalLM", registry_sweep.TINY)
+    torch.manual_seed(0)
+    model = transformers.XLMRobertaXLForCausalLM(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "x.onnx", progress=False)
+    assert result.cache_layout is not None
+    report = onnx_nb.check_parity(result, progress=False)
+    assert report and report.generation, report
+
+
 def test_token_appended_by_the_models_generate_is_fed_each_step(tmp_path: Path) -> None:
     """XLM's generate() appends its mask token to the ids at every step and takes the logits there (its
     prepare_inputs_for_generation): the export finds that by calling it, writes the token into the file, and the

@@ -17,9 +17,10 @@ import task_sweep
 # classifier (Llama: pools at the last token that is not padding, so its config needs a padding id)
 # X-MOD (its language adapters: the sample gives every row the config's first language), ModernVBERT (a masked LM
 # with a vision tower and an image token: not a vision-language model, and the image its text needs tokens for left
-# out of the sample)
+# out of the sample), BART's classifier (an encoder-decoder that reads its decoder at each row's end-of-sequence token
+# and makes its own decoder inputs: the sample leaves those out and ends each row with one such token)
 SUBSET = [("image-classification", "convnext"), ("text-classification", "llama"), ("fill-mask", "bert"),
-          ("fill-mask", "xmod"), ("fill-mask", "modernvbert")]
+          ("fill-mask", "xmod"), ("fill-mask", "modernvbert"), ("text-classification", "bart")]
 
 
 @pytest.mark.parametrize(("task", "model_type"), SUBSET)

@@ -80,7 +80,8 @@ def teacher_forced(model: Any, decoder: OnnxDecoder, prompts: list[list[int]], c
                 past = DynamicCache(config=model.config)
                 ref = model(input_ids=t_ids, attention_mask=seen, position_ids=positions,
                             **cache_kwargs(model, past), use_cache=True, return_dict=True)
-        past = cache_of(ref)
+        filled = cache_of(ref)
+        past = filled if filled is not None else past  # XLM-RoBERTa-XL fills the cache it is handed, returns none
         out.append((step, logits[:, -1, :], ref.logits[:, -1, :].float().numpy()))
         if step == steps:
             break

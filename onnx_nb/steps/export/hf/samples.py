@@ -88,9 +88,27 @@ def _input_names(model: Any, preprocessor: Any) -> list[str]:
             "token_type_ids" in tok_inputs
             or (not tok_inputs and (getattr(config, "type_vocab_size", 0) or 0) > 1)):
         names.append("token_type_ids")
-    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params and \
+            not pools_at_eos(model):
         names.append("decoder_input_ids")
     return names
+
+
+def pools_at_eos(model: Any) -> bool:
+    """An encoder-decoder classifier (BART's, T5's): it reads its decoder's states at each row's last
+    end-of-sequence token of ``input_ids`` and makes its own decoder inputs from them (the prompt shifted right), so
+    its sample leaves those out and ends every row with one end-of-sequence token."""
+    return bool(getattr(model.config, "is_encoder_decoder", False)) and hasattr(model, "classification_head")
+
+
+def _one_eos_each(ids: torch.Tensor, eos: Any) -> torch.Tensor:
+    """``ids`` with its last column the end-of-sequence token and no other (unchanged where each row already holds
+    one: a tokenizer's)."""
+    if not isinstance(eos, int) or bool((ids == eos).sum(1).eq(1).all()):
+        return ids
+    ids = torch.where(ids == eos, torch.full_like(ids, 4 if eos == 3 else 3), ids)
+    ids[:, -1] = eos
+    return ids
 
 
 def _text(tokenizer: Any, names: list[str]) -> dict[str, torch.Tensor]:
@@ -206,6 +224,8 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
                 f"onnx-nb does not know how to build the input {name!r} of "
                 f"{type(model).__name__}; pass sample={{'{name}': ...}}."
             )
+    if "input_ids" in values and pools_at_eos(model):
+        values["input_ids"] = _one_eos_each(values["input_ids"], getattr(config, "eos_token_id", None))
     if "pixel_values" in values and names[0] != "pixel_values" and not _takes(model, values):
         del values["pixel_values"]  # an image the text model takes but only with its image tokens (ModernVBERT)
     ordered = [n for n in names if n in values]
