@@ -61,8 +61,11 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
     rope = getattr(text, "rope_parameters", None)
     if isinstance(rope, dict) and ("vl" in str(getattr(text, "model_type", "")) or
                                    hasattr(vision, "temporal_patch_size")):
-        # Qwen-VL's multimodal rotary sections (temporal, height, width) sum to half the tiny head size
-        half = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads) // 2
+        # Qwen-VL's multimodal rotary sections (temporal, height, width) sum to half the tiny head size's rotated
+        # part (GLM-4.5V rotates half of each head)
+        head = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+        partial = rope.get("partial_rotary_factor") or getattr(text, "partial_rotary_factor", None) or 1.0
+        half = int(head * float(partial)) // 2
         rope["mrope_section"] = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
     from onnx_nb.steps.export.vlm import image_token_of
 

@@ -163,6 +163,26 @@ def test_histc_translation_counts_as_torch_does(tmp_path: Path) -> None:
         assert [g.tolist() for g in got] == [t.tolist() for t in Counts()(values)]
 
 
+def test_float_arange_with_known_bounds_has_torchs_length(tmp_path: Path) -> None:
+    """A float arange whose bounds the export knows (SigLIP-style position buckets, Idefics3's) has torch's
+    elements: ONNX's Range counts in float32 and gave 26 for ``arange(1/27, 1.0, 1/27)``, torch 27; an arange over
+    an input's length stays a Range."""
+    import onnxruntime as ort
+
+    class Buckets(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            boundaries = torch.arange(1 / 27, 1.0, 1 / 27)
+            return torch.bucketize(x, boundaries, right=True), torch.arange(0, x.shape[0], 2) * 1.5
+
+    sample = torch.linspace(0, 0.999, 40)
+    result = onnx_nb.export(Buckets(), (sample,), out=tmp_path / "b.onnx", exporter="dynamo", progress=False)
+    assert result, repr(result)
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    for values in (torch.linspace(0.5, 0.9999, 13), torch.rand(7)):
+        got = session.run(None, {session.get_inputs()[0].name: values.numpy()})
+        assert [g.tolist() for g in got] == [t.tolist() for t in Buckets()(values)]
+
+
 def test_tiny_epsilon_is_kept(tmp_path: Path) -> None:
     """An RMS norm's ``+ 1e-8`` survives the exporter's clean-up (onnxscript's no-op rules matched ``x + 0`` within
     1e-8 and dropped it): a zero row gives 0 as in PyTorch, not NaN."""

@@ -7,6 +7,8 @@
   rows (a Gather of a Range), concatenated: the file does the router's work, never every expert on every token.
   transformers' own exporter (``transformers.exporters.exporter_onnx``) translates it the same way.
 - ``aten::histc``: the per-expert token counts of the routers that count with it.
+- ``aten::arange.start_step`` with bounds known at export: torch's values as a constant (ONNX's ``Range`` counts in
+  float32 where torch counts in double, one element short for ``arange(1/27, 1.0, 1/27)``).
 
 :func:`complex_ops` adds the complex overloads torchlib lacks (``aten::unsqueeze`` of a complex tensor: Llama 4's
 rotary multiplies queries by ``polar(...)[:, :, None, :]``). The exporter drops a custom translation for a complex
@@ -83,6 +85,28 @@ def _histc(values: Any, bins: int = 100, min: float = 0.0, max: float = 0.0) -> 
     return op.ReduceSum(op.CastLike(hits, flat), rows, keepdims=0)
 
 
+def _arange_start_step(start: Any, end: Any, step: Any = 1, dtype: int = -1, layout: str = "", device: str = "",
+                       pin_memory: bool = False) -> Any:
+    """``torch.arange`` with bounds known at export (Python numbers): the values torch gives, as a constant. ONNX's
+    ``Range`` counts its elements in the tensor's own type, torch in double: ``arange(1/27, 1.0, 1/27)`` has 27
+    elements in torch and 26 in float32, which left the SigLIP-style position buckets (Idefics3's) one short and
+    indexed past the end. Bounds that vary with the inputs, and whole-number bounds, go to torchlib's translation."""
+    known = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end, step))
+    if not known or not any(isinstance(v, float) for v in (start, end, step)):  # whole numbers count exactly
+        from onnxscript.function_libs.torch_lib.ops.core import aten_arange_start_step
+
+        return aten_arange_start_step(start, end, step, dtype, layout, device, pin_memory)
+    import numpy as np
+    import onnx
+    import torch
+    from onnxscript.onnx_opset import opset18
+
+    values = torch.arange(start, end, step).numpy()
+    if dtype not in (-1, None):
+        values = values.astype(onnx.helper.tensor_dtype_to_np_dtype(int(dtype)))
+    return opset18.Constant(value=onnx.numpy_helper.from_array(np.ascontiguousarray(values)))
+
+
 def _unsqueeze_complex(self: Any, dim: int) -> Any:
     """``aten::unsqueeze`` of a complex tensor stored as (..., 2): a negative axis counts past the pair."""
     from onnxscript.onnx_opset import opset18
@@ -129,7 +153,8 @@ def table() -> dict[Any, Any]:
     out: the table never asks for one)."""
     import torch
 
-    found: dict[Any, Any] = {torch.ops.aten.histc.default: _histc}
+    found: dict[Any, Any] = {torch.ops.aten.histc.default: _histc,
+                             torch.ops.aten.arange.start_step: _arange_start_step}
     grouped = getattr(torch.ops.aten, "_grouped_mm", None)
     if grouped is not None and hasattr(grouped, "default"):
         found[grouped.default] = _grouped_mm
