@@ -603,8 +603,10 @@ def run_rows(script: str, types: dict[str, str], path: Path, only: str, again: b
                 found = [ln for ln in done.stdout.splitlines() if ln.startswith("ROW ")]
                 row = json.loads(found[-1][4:]) if found else {  # a crash (not an exception) inside onnx-nb
                     "type": model_type, "class": types[model_type], "pytorch": "ok",
-                    "export": f"the process was killed by signal {-done.returncode} (9: the machine's memory, "
-                              "most likely)" if done.returncode < 0 else f"the process ended with code "
+                    "export": f"the process was killed by signal {-done.returncode}"
+                              + (" (the machine's memory, most likely)" if done.returncode == -9 else
+                                 " (a crash inside native code)" if done.returncode == -11 else "")
+                              if done.returncode < 0 else f"the process ended with code "
                               f"{done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1][:300]}"}
                 if not found and "PYTORCH_OK" not in done.stdout:  # it ended before PyTorch had run the model
                     row["pytorch"] = f"the sweep's process ended first: {row.pop('export')}"
