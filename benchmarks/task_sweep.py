@@ -86,15 +86,20 @@ def tiny_config(model_type: str, sizes: dict[str, int]) -> Any:
 
 
 def runs_plainly(model: Any) -> bool:
-    """Whether a text model runs on the plainest input (one row of token ids) or the model is not a text model:
-    a model that refuses even that fails at this size whatever onnx-nb's sample holds."""
+    """Whether a text model runs on the plainest input (one row of token ids ending with its end-of-sequence token,
+    where encoder-decoder classifiers pool) or the model is not a text model: a model that refuses even that fails at
+    this size whatever onnx-nb's sample holds."""
     import torch
 
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
         return True
+    ids = torch.arange(3, 10).reshape(1, 7)
+    eos = getattr(registry_sweep.text_of(model.config), "eos_token_id", None)
+    if isinstance(eos, int):
+        ids[0, -1] = eos
     try:
         with torch.no_grad():
-            model(input_ids=torch.arange(3, 10).reshape(1, 7))
+            model(input_ids=ids)
         return True
     except Exception:  # noqa: BLE001 - the answer, not a crash
         return False
@@ -113,9 +118,10 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
     for size, sizes in (("tiny", registry_sweep.TINY), ("depth only", registry_sweep.DEPTH)):
         try:
             config = tiny_config(model_type, sizes)
-            for owner in {id(c): c for c in (config, config.get_text_config())}.values():
-                if task == "text-classification" and getattr(owner, "pad_token_id", 0) is None:
-                    owner.pad_token_id = 0  # a decoder's classifier pools at the last token that is not padding
+            if task == "text-classification":  # a decoder's classifier pools at the last token that is not padding
+                for owner in {id(c): c for c in (config, registry_sweep.text_of(config))}.values():
+                    if getattr(owner, "pad_token_id", 0) is None:
+                        owner.pad_token_id = 0
             if task == "ctc" and getattr(config, "vocab_size", 0) is None:
                 config.vocab_size = 32  # a CTC head's letters: the fine-tuning's tokenizer names them
             with torch.device("meta"):

@@ -82,7 +82,8 @@ def vision_sized(config: Any, vision: Any, text: Any) -> None:
     (Pixtral's 1540-pixel default is 110)."""
     heads = next((h for h in (getattr(vision, n, None) for n in ("num_attention_heads", "num_heads"))
                   if isinstance(h, int)), None)
-    if isinstance(getattr(vision, "head_dim", None), int) and heads:
+    if isinstance(getattr(vision, "head_dim", None), int) and heads and isinstance(getattr(vision, "hidden_size", None),
+                                                                                  int):
         vision.head_dim = int(vision.hidden_size) // heads
     if isinstance(getattr(vision, "num_key_value_heads", None), int) and heads:
         vision.num_key_value_heads = min(vision.num_key_value_heads, heads)

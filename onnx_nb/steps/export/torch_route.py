@@ -184,17 +184,17 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
             try:
                 export_dynamo(module, args, staged, s.names, flat.output_names, s.axes, opset, external)
             except Exception as exc:
-                if not _attention_strides(exc):
-                    raise
-                from .wrap import eager_attention
+                from .wrap import attention_holder, eager_attention
 
-                with eager_attention(flat.model) as eager:  # the decomposed attention's layout, not the kernel's
-                    if not eager:
-                        raise
+                holder = attention_holder(flat.model)
+                if not _attention_strides(exc) or holder is None or \
+                        getattr(getattr(holder, "config", None), "_attn_implementation", None) == "eager":
+                    raise  # not that failure, or eager attention already (a retry would fail the same way)
+                with eager_attention(flat.model):  # the decomposed attention's layout, not the fused kernel's
                     export_dynamo(module, args, staged, s.names, flat.output_names, s.axes, opset, external)
                 warnings_seen.append(
-                    "Traced with transformers' eager attention: dynamo could not decompose the scaled-dot-product "
-                    f"attention's output at a symbolic size ({_attention_strides(exc)}).")
+                    "Traced with transformers' eager attention: with the model's own attention, dynamo could not "
+                    f"make a view at a symbolic size once it decomposed the graph ({_attention_strides(exc)}).")
         else:
             with BranchWatch(args, flat.model) as watch:
                 export_torchscript(module, args, staged, s.names, flat.output_names, axes, opset)

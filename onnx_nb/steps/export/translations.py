@@ -101,9 +101,11 @@ def _arange_start_step(start: Any, end: Any, step: Any = 1, dtype: int = -1, lay
     import torch
     from onnxscript.onnx_opset import opset18
 
-    values = torch.arange(start, end, step).numpy()
-    if dtype not in (-1, None):
-        values = values.astype(onnx.helper.tensor_dtype_to_np_dtype(int(dtype)))
+    # ``dtype`` is an ONNX type (the exporter's), -1 for torch's default: torch's own arange in that type (an
+    # integer type truncates the bounds first, a double one keeps double steps)
+    wanted = None if dtype in (-1, None) else \
+        torch.from_numpy(np.empty(0, onnx.helper.tensor_dtype_to_np_dtype(int(dtype)))).dtype
+    values = torch.arange(start, end, step, dtype=wanted).numpy()
     return opset18.Constant(value=onnx.numpy_helper.from_array(np.ascontiguousarray(values)))
 
 
