@@ -5,6 +5,7 @@ flat module and the sample (:class:`~onnx_nb.steps.export.sources.base.Source`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,20 +182,8 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     existing = set(staged.parent.iterdir())
     with quiet(warnings_seen, native):
         if name == "dynamo":
-            try:
-                export_dynamo(module, args, staged, s.names, flat.output_names, s.axes, opset, external)
-            except Exception as exc:
-                from .wrap import attention_holder, eager_attention
-
-                holder = attention_holder(flat.model)
-                if not _attention_strides(exc) or holder is None or \
-                        getattr(getattr(holder, "config", None), "_attn_implementation", None) == "eager":
-                    raise  # not that failure, or eager attention already (a retry would fail the same way)
-                with eager_attention(flat.model):  # the decomposed attention's layout, not the fused kernel's
-                    export_dynamo(module, args, staged, s.names, flat.output_names, s.axes, opset, external)
-                warnings_seen.append(
-                    "Traced with transformers' eager attention: with the model's own attention, dynamo could not "
-                    f"make a view at a symbolic size once it decomposed the graph ({_attention_strides(exc)}).")
+            dynamo_or_eager(flat.model, warnings_seen, lambda: export_dynamo(
+                module, args, staged, s.names, flat.output_names, s.axes, opset, external))
         else:
             with BranchWatch(args, flat.model) as watch:
                 export_torchscript(module, args, staged, s.names, flat.output_names, axes, opset)
@@ -220,6 +209,25 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
         if stray.is_file():
             stray.unlink()
     onnx.save(proto, str(staged))
+
+
+def dynamo_or_eager(model: Any, warnings_seen: list[str], export: Callable[[], None]) -> None:
+    """Run ``export`` (a dynamo export of ``model`` or a wrapper around it); when it stops at a view after the
+    attention (:func:`_attention_strides`), once more with transformers' eager attention, saying so."""
+    try:
+        export()
+    except Exception as exc:
+        from .wrap import attention_holder, eager_attention
+
+        holder = attention_holder(model)
+        if not _attention_strides(exc) or holder is None or \
+                getattr(getattr(holder, "config", None), "_attn_implementation", None) == "eager":
+            raise  # not that failure, or eager attention already (a retry would fail the same way)
+        with eager_attention(model):  # the decomposed attention's layout, not the fused kernel's
+            export()
+        warnings_seen.append(
+            "Traced with transformers' eager attention: with the model's own attention, dynamo could not "
+            f"make a view at a symbolic size once it decomposed the graph ({_attention_strides(exc)}).")
 
 
 def _attention_strides(exc: BaseException) -> str | None:

@@ -34,7 +34,7 @@ def decoder_route(source: Any, staged: Path, recipe: dict[str, Any], warnings: l
     from ...runtime.onnxfile import load_proto, op_histogram
 
     try:
-        export_standard_ops(source.model, staged)
+        export_standard_ops(source.model, staged, warnings)
     except Exception as exc:  # noqa: BLE001 - the transformer optimizer's route follows
         warnings.append(f"re-export at opset 23 failed: {type(exc).__name__}: {first_line(exc)[:150]}")
         return False
@@ -84,17 +84,20 @@ def _gqa_rewrite(model: Any, staged: Path, recipe: dict[str, Any]) -> str | None
 STANDARD_OPS_OPSET = 23  # ONNX's own Attention (with its cache), RMSNormalization and RotaryEmbedding
 
 
-def export_standard_ops(model: Any, path: Path) -> None:
+def export_standard_ops(model: Any, path: Path, warnings: list[str] | None = None) -> None:
     """The decoder with its cache again, through ``torch.export`` at opset 23: each layer's attention becomes one
     ONNX ``Attention`` op (past and present keys/values in and out), RMS norms ``RMSNormalization``, rotary
     embeddings ``RotaryEmbedding``, and the shape arithmetic a trace records goes away (a 2,145-node TorchScript
-    graph of an 8-layer Llama becomes 428 nodes). Same inputs, outputs and axis names as :func:`export`'s file."""
+    graph of an 8-layer Llama becomes 428 nodes). Same inputs, outputs and axis names as :func:`export`'s file. A
+    model whose attention output dynamo cannot view is traced with eager attention (no ``Attention`` op), saying so
+    in ``warnings``."""
     import torch
 
     from ...runtime import onnxfile
     from ...runtime.memory import weight_bytes
     from ..export.decoder_cache import DecoderWithCache, cache_axes, cache_sample, input_names, layout_of, output_names
     from ..export.exporters import export_dynamo, quiet
+    from ..export.torch_route import dynamo_or_eager
 
     layout = layout_of(model)
     wrapper = DecoderWithCache(model, layout).eval()
@@ -102,5 +105,6 @@ def export_standard_ops(model: Any, path: Path) -> None:
     names = input_names(layout)
     big = weight_bytes(model) > onnxfile.EXTERNAL_DATA_BYTES
     with torch.no_grad(), quiet([], []):
-        export_dynamo(wrapper, tuple(sample[n] for n in names), path, names, output_names(layout),
-                      cache_axes(layout), STANDARD_OPS_OPSET, big, varargs_from=1)  # forward(first, *rest)
+        dynamo_or_eager(model, [] if warnings is None else warnings, lambda: export_dynamo(  # forward(first, *rest)
+            wrapper, tuple(sample[n] for n in names), path, names, output_names(layout), cache_axes(layout),
+            STANDARD_OPS_OPSET, big, varargs_from=1))
