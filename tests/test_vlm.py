@@ -344,3 +344,35 @@ def test_the_pipeline_runs_every_step_on_a_vision_language_model(tmp_path: Path)
     assert any(s.startswith("prefill: an image") for s in shapes), shapes
     report.save_html(tmp_path / "report.html")
     assert "LlavaForConditionalGeneration" in (tmp_path / "report.html").read_text()
+
+
+# EXAONE 4.5 takes flat patches with a grid and numbers its text plainly (no three position sections); HY-V4-VL's
+# decoder keeps a sparse-attention indexer beside its latent key/value cache, which the chain check feeds empty
+SWEPT = ["exaone4_5", "hy_v4_vl"]
+
+
+@pytest.mark.parametrize("model_type", SWEPT)
+def test_registry_type_exports_and_generates_as_the_sweep_runs_it(model_type: str, tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import vlm_sweep
+
+    row = vlm_sweep.one(model_type, vlm_sweep.registry()[model_type], tmp_path / "model")
+    assert row["pytorch"] == "ok" and row["size"] == "tiny", row
+    assert row["export"] == "ok" and row["generate"] == "same", row
+
+
+def test_a_tower_block_named_twice_gives_one_deepstack_layer() -> None:
+    """Qwen3-VL's tower gives one deepstack feature per block it names, a block named twice once; the decoder part
+    adds as many as the tower gives."""
+    import torch
+    import transformers
+
+    from onnx_nb.steps.export.vlm import deepstack_layers
+
+    config = build_vlm("qwen3_vl").config
+    config.vision_config.deepstack_visual_indexes = [1, 1, 0, 7]  # 7: past the tower's depth of 2
+    with torch.device("meta"):
+        model = transformers.Qwen3VLForConditionalGeneration(config)
+    assert deepstack_layers(model) == 2

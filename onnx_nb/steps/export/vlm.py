@@ -52,8 +52,9 @@ def deepstack_layers(model: Any) -> int:
     if text is None or "deepstack_visual_embeds" not in inspect.signature(text.forward).parameters:
         return 0
     vision = model.config.vision_config
-    depth = getattr(vision, "depth", None)  # an index past the tower's last block gives no features
-    return sum(1 for i in getattr(vision, "deepstack_visual_indexes", None) or [] if depth is None or i < depth)
+    depth = getattr(vision, "depth", None)  # an index past the tower's last block gives no features, and a block
+    # named twice gives one (the tower checks each block against the list)
+    return len({i for i in getattr(vision, "deepstack_visual_indexes", None) or [] if depth is None or i < depth})
 
 
 def types_rule(model: Any) -> str | None:
@@ -125,16 +126,16 @@ class MergedEmbedding(torch.nn.Module):
     first (:func:`check_counts`). Where the decoder reads token types, they come out too, by the family's
     :func:`types_rule`, so no runner needs to know it."""
 
-    def __init__(self, model: Any, image_token: int, grid: torch.Tensor | None = None) -> None:
+    def __init__(self, model: Any, image_token: int, grid: torch.Tensor | None = None, rows: int = 0) -> None:
         super().__init__()
         self.embed = model.get_input_embeddings()
         self.image_token = image_token
         self.types = types_rule(model)
         self.deepstack = deepstack_layers(model)
-        self.rows: tuple[int, int] = (0, 0)  # none: the family numbers its positions as text
-        if grid is not None:  # an image's feature rows as (height, width) after the tower's merge
-            merge = int(model.config.vision_config.spatial_merge_size)
-            self.rows = (int(grid[0, 1]) // merge, int(grid[0, 2]) // merge)
+        self.table: torch.Tensor | None = None  # none: the family numbers its positions as text
+        self.advance = 0
+        if grid is not None:  # an image's positions past its start, and how far the text after it goes on
+            self.table, self.advance = position_table(model, image_token, grid, rows)
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor,
                 text_position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -153,22 +154,51 @@ class MergedEmbedding(torch.nn.Module):
             out["deepstack_embeds"] = deep.reshape(*embeds.shape[:2], self.deepstack, width).permute(2, 0, 1, 3)
         if self.types is not None:
             out["token_type_ids"] = torch.zeros_like(input_ids) if self.types == "prefix" else is_image.long()
-        if self.rows[0] and text_position_ids is not None:
+        if self.table is not None and text_position_ids is not None:
             out["position_ids"] = self.positions(is_image.long(), text_position_ids)
         return out
 
     def positions(self, is_image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         """Qwen-VL's three position sections ``[3, batch, sequence]`` from each token's text position (its count
-        of tokens before it, as the runner counts them): an image's tokens start where its first would be and
-        step over its rows and columns (temporal, height, width); after an image the text goes on from that
-        start plus the larger of its height and width, as ``get_rope_index`` numbers them."""
-        height, width = self.rows
-        per_image = height * width
+        of tokens before it, as the runner counts them): an image's tokens start where its first would be, the
+        k-th at that start plus the table's k-th offsets (temporal, height, width); after an image the text goes on
+        from that start plus the advance, as the model's ``get_rope_index`` numbered them (:func:`position_table`)."""
+        assert self.table is not None
+        per_image = self.table.shape[1]
         before = torch.cumsum(is_image, 1) - is_image  # image tokens before each token in its row
         images = torch.div(before, per_image, rounding_mode="floor")
         k = (before - images * per_image) * is_image  # an image token's place in its image
-        start = text - before + images * max(height, width)
-        return torch.stack([start, start + torch.div(k, width, rounding_mode="floor"), start + k % width], 0)
+        start = text - before + images * self.advance
+        return start.unsqueeze(0) + self.table[:, k] * is_image.unsqueeze(0)
+
+
+def position_table(model: Any, image_token: int, grid: torch.Tensor, rows: int) -> tuple[torch.Tensor, int]:
+    """How the family numbers one image's ``rows`` tokens in its three position sections: each token's offsets
+    ``[3, rows]`` past the image's start, and how far the text after the image goes on from that start. Read from
+    the model's own ``get_rope_index`` on a prompt with the image (HunYuan-VL's rows of features end in tokens of
+    their own); where it cannot say, the tokens step over the merged grid's rows and columns (Qwen2-VL's rule)."""
+    merge = int(getattr(model.config.vision_config, "spatial_merge_size", 1) or 1)
+    height, width = int(grid[0, 1]) // merge, int(grid[0, 2]) // merge
+    k = torch.arange(rows)
+    table = torch.stack([torch.zeros_like(k), torch.div(k, max(width, 1), rounding_mode="floor"),
+                         k % max(width, 1)], 0)
+    advance = max(height, width)
+    owner = getattr(model, "model", model)
+    try:
+        ids = prompt_sample(image_token, rows, 1, int(model.get_input_embeddings().num_embeddings))
+        given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), GRID: grid[:1],
+                 **prompt_extras(model, ids, image_token)}
+        takes = inspect.signature(owner.get_rope_index).parameters
+        with torch.no_grad():
+            found = owner.get_rope_index(**{k: v for k, v in given.items() if k in takes})
+        found = found[0] if isinstance(found, (tuple, list)) else found
+        first = int((ids[0] == image_token).nonzero()[0, 0])
+        start = int(found[0, 0, first - 1]) + 1
+        if found.shape[0] == 3 and int(found[0, 0, first + rows]) > start:
+            table, advance = (found[:, 0, first:first + rows] - start).long(), int(found[0, 0, first + rows]) - start
+    except Exception:  # noqa: BLE001 - a get_rope_index that wants more than a prompt: the grid's rule
+        pass
+    return table, advance
 
 
 def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -252,7 +282,9 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     vocab = int(model.get_input_embeddings().num_embeddings)
     ids = prompt_sample(token, features.shape[0], 1, vocab)
     fixed = {k: pixels.pop(k) for k in fixed_names(model)}
-    grid = fixed.get(GRID)
+    # the grid numbers the prompt's positions only where the family counts them in three sections (EXAONE 4.5 and
+    # HyperCLOVAX-Vision-2 take flat patches with a grid and number their text plainly)
+    grid = fixed.get(GRID) if takes_grid(model) else None
     embed = {"input_ids": ids, "image_features": features}
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "image_features": {0: "image_tokens"}}
     if grid is not None:  # the text positions the three sections are counted from
@@ -262,7 +294,7 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
         # one image per run (the families split and loop over images in Python: a trace fixes their count); the
         # runners run it per image and join the rows
         "vision": (ImageFeatures(model, fixed), pixels, False),
-        "embed": (MergedEmbedding(model, token, grid), embed, axes),
+        "embed": (MergedEmbedding(model, token, grid, features.shape[0]), embed, axes),
     }
 
 
@@ -323,6 +355,7 @@ def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int
 
     from ...runtime.facts import is_cache
     from ...runtime.sessions import session
+    from ..generate.genai import empty_shape
 
     vision, embed, decoder = (session(folder / f"{part}.onnx") for part in PARTS)
     features = image_features(vision, pixels)
@@ -333,8 +366,8 @@ def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int
     feed = {"position_ids": positions, **token_feed(embed, ids, features, positions),
             "attention_mask": np.ones((batch, width), np.int64)}
     for i in decoder.get_inputs():
-        if is_cache(i.name):
-            feed[i.name] = np.zeros((batch, i.shape[1], 0, i.shape[3]), np.float32)
+        if is_cache(i.name):  # empty: key/value [batch, heads, 0, size], a sparse layer's indexer [batch, 0, size]
+            feed[i.name] = np.zeros((batch, *empty_shape(folder / "decoder.onnx", i.shape)), np.float32)
     return decoder.run(["logits"], {k: v for k, v in feed.items() if k in wanted})[0]
 
 
