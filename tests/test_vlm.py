@@ -363,6 +363,19 @@ def test_registry_type_exports_and_generates_as_the_sweep_runs_it(model_type: st
     assert row["export"] == "ok" and row["generate"] == "same", row
 
 
+def test_a_family_numbering_image_rows_from_a_fixed_origin_is_refused(tmp_path: Path) -> None:
+    """HunYuan-VL's get_rope_index numbers an image's rows from 0 wherever the image starts (and counts the images):
+    the embed file's table of offsets past the image's start cannot follow it, so the export says so."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import vlm_sweep
+
+    row = vlm_sweep.one("hunyuan_vl", vlm_sweep.registry()["hunyuan_vl"], tmp_path / "model")
+    assert row["pytorch"] == "ok", row
+    assert row["export"].startswith("ExportError") and "fixed origin" in row["export"], row
+
+
 def test_a_tower_block_named_twice_gives_one_deepstack_layer() -> None:
     """Qwen3-VL's tower gives one deepstack feature per block it names, a block named twice once; the decoder part
     adds as many as the tower gives."""

@@ -175,30 +175,49 @@ class MergedEmbedding(torch.nn.Module):
 def position_table(model: Any, image_token: int, grid: torch.Tensor, rows: int) -> tuple[torch.Tensor, int]:
     """How the family numbers one image's ``rows`` tokens in its three position sections: each token's offsets
     ``[3, rows]`` past the image's start, and how far the text after the image goes on from that start. Read from
-    the model's own ``get_rope_index`` on a prompt with the image (HunYuan-VL's rows of features end in tokens of
-    their own); where it cannot say, the tokens step over the merged grid's rows and columns (Qwen2-VL's rule)."""
+    the model's own ``get_rope_index`` on a prompt with the image, and again with the image one token later (the
+    offsets must not move: HunYuan-VL numbers its image rows from a fixed origin and counts the images, which a
+    table cannot follow, and is refused); where it cannot say, the tokens step over the merged grid's rows and
+    columns (Qwen2-VL's rule)."""
+    from ...errors import ExportError
+
     merge = int(getattr(model.config.vision_config, "spatial_merge_size", 1) or 1)
     height, width = int(grid[0, 1]) // merge, int(grid[0, 2]) // merge
     k = torch.arange(rows)
-    table = torch.stack([torch.zeros_like(k), torch.div(k, max(width, 1), rounding_mode="floor"),
-                         k % max(width, 1)], 0)
-    advance = max(height, width)
+    rule = (torch.stack([torch.zeros_like(k), torch.div(k, max(width, 1), rounding_mode="floor"),
+                         k % max(width, 1)], 0), max(height, width))
+    ids = prompt_sample(image_token, rows, 1, int(model.get_input_embeddings().num_embeddings))
+    found = [_numbered(model, prompt, grid, image_token, rows) for prompt in (ids, torch.cat([ids[:, :1], ids], 1))]
+    if found[0] is None or found[1] is None:
+        return rule
+    if not torch.equal(found[0][0], found[1][0]) or found[0][1] != found[1][1]:
+        raise ExportError(
+            f"{type(model).__name__} numbers an image's tokens in its position sections from a fixed origin (its "
+            "get_rope_index gives other offsets when the image starts one token later), which onnx-nb's embed file "
+            "cannot follow: not supported for now; the families the vision-language route serves are listed in "
+            "docs/supported-architectures.md.")
+    return found[0]
+
+
+def _numbered(model: Any, ids: torch.Tensor, grid: torch.Tensor, image_token: int,
+              rows: int) -> tuple[torch.Tensor, int] | None:
+    """The image's offsets past its start and the text's advance in ``ids`` (one prompt holding one image), by the
+    model's own ``get_rope_index``; None where it wants more than a prompt or gives other than three sections."""
     owner = getattr(model, "model", model)
+    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), GRID: grid[:1],
+             "mm_token_type_ids": (ids == image_token).int(), **prompt_extras(model, ids, image_token)}
     try:
-        ids = prompt_sample(image_token, rows, 1, int(model.get_input_embeddings().num_embeddings))
-        given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), GRID: grid[:1],
-                 **prompt_extras(model, ids, image_token)}
         takes = inspect.signature(owner.get_rope_index).parameters
         with torch.no_grad():
             found = owner.get_rope_index(**{k: v for k, v in given.items() if k in takes})
-        found = found[0] if isinstance(found, (tuple, list)) else found
-        first = int((ids[0] == image_token).nonzero()[0, 0])
-        start = int(found[0, 0, first - 1]) + 1
-        if found.shape[0] == 3 and int(found[0, 0, first + rows]) > start:
-            table, advance = (found[:, 0, first:first + rows] - start).long(), int(found[0, 0, first + rows]) - start
-    except Exception:  # noqa: BLE001 - a get_rope_index that wants more than a prompt: the grid's rule
-        pass
-    return table, advance
+    except Exception:  # noqa: BLE001 - a get_rope_index that wants more than a prompt: the grid's rule instead
+        return None
+    found = found[0] if isinstance(found, (tuple, list)) else found
+    first = int((ids[0] == image_token).nonzero()[0, 0])
+    start = int(found[0, 0, first - 1]) + 1
+    if found.ndim != 3 or found.shape[0] != 3 or int(found[0, 0, first + rows]) <= start:
+        return None
+    return (found[:, 0, first:first + rows] - start).long(), int(found[0, 0, first + rows]) - start
 
 
 def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:

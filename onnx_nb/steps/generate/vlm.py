@@ -72,8 +72,8 @@ class VlmDecoder(OnnxDecoder):
         self.pending = None
         feed = token_feed(self.embed, ids, features, positions)
         if "position_ids" in feed:  # sections: the prompt's numbered by its images, later steps shifted as much
-            if self.shift is None:
-                self.shift = feed["position_ids"][0, :, -1] - positions[:, -1]
+            if self.shift is None:  # the next token goes on from the prompt's largest position (an image may end it)
+                self.shift = feed["position_ids"].max(axis=(0, 2)) - positions[:, -1]
             else:
                 feed["position_ids"] = feed["position_ids"] + self.shift[None, :, None]
         return feed
