@@ -174,11 +174,9 @@ class MergedEmbedding(torch.nn.Module):
 
 def position_table(model: Any, image_token: int, grid: torch.Tensor, rows: int) -> tuple[torch.Tensor, int]:
     """How the family numbers one image's ``rows`` tokens in its three position sections: each token's offsets
-    ``[3, rows]`` past the image's start, and how far the text after the image goes on from that start. Read from
-    the model's own ``get_rope_index`` on a prompt with the image, and again with the image one token later (the
-    offsets must not move: HunYuan-VL numbers its image rows from a fixed origin and counts the images, which a
-    table cannot follow, and is refused); where it cannot say, the tokens step over the merged grid's rows and
-    columns (Qwen2-VL's rule)."""
+    ``[3, rows]`` past the image's start, and how far the text after it goes on from there. Read from the model's
+    own ``get_rope_index``, twice, the image one token later the second time (offsets that move are refused:
+    HunYuan-VL's); where it cannot say, the tokens step over the merged grid (Qwen2-VL's rule)."""
     from ...errors import ExportError
 
     merge = int(getattr(model.config.vision_config, "spatial_merge_size", 1) or 1)
