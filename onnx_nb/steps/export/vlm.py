@@ -211,11 +211,12 @@ def _numbered(model: Any, ids: torch.Tensor, grid: torch.Tensor, image_token: in
     except Exception:  # noqa: BLE001 - a get_rope_index that wants more than a prompt: the grid's rule instead
         return None
     found = found[0] if isinstance(found, (tuple, list)) else found
+    if not isinstance(found, torch.Tensor) or found.ndim != 3 or found.shape[0] != 3:
+        return None  # before any indexing: other sections fall back to the grid's rule
     first = int((ids[0] == image_token).nonzero()[0, 0])
     start = int(found[0, 0, first - 1]) + 1
-    if found.ndim != 3 or found.shape[0] != 3 or int(found[0, 0, first + rows]) <= start:
-        return None
-    return (found[:, 0, first:first + rows] - start).long(), int(found[0, 0, first + rows]) - start
+    advance = int(found[0, 0, first + rows]) - start
+    return ((found[:, 0, first:first + rows] - start).long(), advance) if advance > 0 else None
 
 
 def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:
