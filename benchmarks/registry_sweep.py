@@ -544,7 +544,10 @@ def vlm_section(path: Path) -> list[str]:
         "`onnx_nb.export(folder)` (vision, embed and decoder files) and `onnx_nb.generate(result, ids, images=...)`. "
         "A type whose PyTorch model cannot be built or driven from that sample (no image token in its config, a "
         "processor-only input) is listed but not counted. [Vision-language models](guides/vision-language.md) "
-        "says how each family is served; `tests/test_vlm.py` checks fifteen of them, beams included.",
+        "says how each family is served; `tests/test_vlm.py` checks fifteen of them, beams included. *images*: "
+        "which images the vision file takes (`VlmExport.image_sizes`): every grid (a grid family's file takes the "
+        "tensors of each image's grid), one grid or one image size (traced at the sample's; another is refused), "
+        "or the tower's size (the processor resizes every picture to it).",
         "",
         f"Swept {meta['date']} on transformers {meta['transformers']}: **{good} of the {base} "
         f"image-text-to-text models that PyTorch builds and runs from onnx-nb's sample (an image and a prompt) "
@@ -552,19 +555,19 @@ def vlm_section(path: Path) -> list[str]:
         f"({sum(r.get('generate') == 'near-tie' and served(r) for r in rows)} of them after "
         f"a near-tie); {len(rows)} types registered.",
         "",
-        "| type | class | export | generate | the image changes the tokens | what stopped it |",
-        "|---|---|---|---|---|---|",
+        "| type | class | export | images | generate | the image changes the tokens | what stopped it |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (not counted(r), not served(r), r["type"])):
         if not counted(r):
             why = f"PyTorch {r.get('pytorch', 'did not finish')}"
-            lines.append(f"| {r['type']} | {r['class']} | – | – | – | {html.escape(why).replace('|', '/')} |")
+            lines.append(f"| {r['type']} | {r['class']} | – | – | – | – | {html.escape(why).replace('|', '/')} |")
             continue
         why = "" if served(r) else (r.get("export") if r.get("export") != "ok" else
                                      r.get("generate_note") or r.get("generate", ""))
         changes = "yes" if r.get("image_changes_tokens") else "no"
-        lines.append(f"| {r['type']} | {r['class']} | {_cell(r.get('export'))} | {_cell(r.get('generate'))} | "
-                     f"{changes} | {html.escape(str(why or '')).replace('|', '/')} |")
+        lines.append(f"| {r['type']} | {r['class']} | {_cell(r.get('export'))} | {r.get('images', '')} | "
+                     f"{_cell(r.get('generate'))} | {changes} | {html.escape(str(why or '')).replace('|', '/')} |")
     return [*lines, ""]
 
 

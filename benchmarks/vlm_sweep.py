@@ -120,7 +120,7 @@ def vision_sized(config: Any, vision: Any, text: Any) -> None:
 def torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> list[int]:
     import torch
 
-    from onnx_nb.steps.export.vlm import prompt_extras
+    from onnx_nb.steps.export.vlm_prompts import prompt_extras
 
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **pixels,
@@ -135,7 +135,8 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
 
     import onnx_nb
     from onnx_nb.errors import first_line
-    from onnx_nb.steps.export.vlm import features_of, image_token_of, pixel_sample, prompt_sample
+    from onnx_nb.steps.export.vlm import features_of, image_token_of, pixel_sample
+    from onnx_nb.steps.export.vlm_prompts import prompt_sample
 
     row: dict[str, Any] = {"type": model_type, "class": class_name}
     started = time.perf_counter()
@@ -177,6 +178,7 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     result = registry_sweep.exported(row, folder, folder.parent / "onnx", started)
     if result is None:
         return row
+    row["images"] = result.image_sizes  # which images its vision file takes
     try:
         made = [onnx_nb.generate(result, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()},
                                  max_new_tokens=NEW_TOKENS, num_beams=1).tokens[0]

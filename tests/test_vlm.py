@@ -44,7 +44,8 @@ def _torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> l
 
 
 def _prompt(model: Any, token: int, images: int, seed: int) -> tuple[Any, dict[str, Any]]:
-    from onnx_nb.steps.export.vlm import features_of, pixel_sample, prompt_sample
+    from onnx_nb.steps.export.vlm import features_of, pixel_sample
+    from onnx_nb.steps.export.vlm_prompts import prompt_sample
 
     pixels = pixel_sample(model, images, seed=seed)
     rows = features_of(model, pixels).shape[0]
@@ -292,34 +293,80 @@ def test_the_latency_table_times_the_chain_first_token_with_an_image_and_decode(
     assert any("time to first token with an image" in n for n in table.notes)
 
 
-def test_qwen_positions_follow_get_rope_index_and_another_grid_is_refused(tmp_path: Path) -> None:
-    """Qwen-VL's three position sections, numbered by the embed file from the text positions, are what the model's
-    own get_rope_index gives (a left-padded row too); a picture of another grid is refused, not run."""
+def _patches(model: Any, grids: list[list[int]], seed: int) -> dict[str, Any]:
+    """Random flat patches for images of ``grids`` (Qwen-VL's processor output: rows of patches, the grids)."""
+    import torch
+
+    width = int(np.prod([model.config.vision_config.temporal_patch_size, model.config.vision_config.patch_size,
+                         model.config.vision_config.patch_size, 3]))
+    g = torch.Generator().manual_seed(seed)
+    return {"pixel_values": torch.randn(sum(int(np.prod(x)) for x in grids), width, generator=g),
+            "image_grid_thw": torch.tensor(grids)}
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_qwen_takes_any_grid_and_numbers_positions_as_get_rope_index(family: str, tmp_path: Path) -> None:
+    """One vision file for every grid (the tower's grid tensors as inputs, computed per image), checked at another
+    grid at export; a prompt with two images of other grids than the sample's, one left-padded row, gives the
+    three position sections the model's own get_rope_index gives, and PyTorch's tokens."""
     import onnxruntime as ort
     import torch
 
-    from onnx_nb.steps.export.vlm import features_of
+    from onnx_nb.steps.export.vlm import features_of, per_image, with_positions
 
-    model = build_vlm("qwen2_vl")
+    model = build_vlm(family)
     result = onnx_nb.export(model, out=tmp_path / "q", progress=False)
+    vision = result.parts["vision"]
+    assert vision.status == "verified" and vision.exporter == "dynamo", vision.warnings
+    sample_grid = result.parts["vision"].check["shapes"]["pixel_values"][0]
     token = result.image_token
-    ids, pixels = _prompt(model, token, 2, seed=4)
-    ids[0, :2] = 0  # the first row's first two tokens are padding
+    grids = [[1, 4, 6], [1, 6, 10]]  # neither the sample's grid nor the export check's
+    assert all(int(np.prod(g)) != sample_grid for g in grids)
+    pixels = _patches(model, grids, seed=4)
+    merge = model.config.vision_config.spatial_merge_size
+    rows = [int(np.prod(g)) // merge ** 2 for g in grids]
+    text = [5, 6, 7]
+    ids = torch.tensor([[0, 0, *text[:2], *[token] * rows[0], text[2], *[token] * rows[1], 8, 9],
+                        [*text, *[token] * rows[0], 10, *[token] * rows[1], 11, 12, 13]])
     mask = torch.ones_like(ids)
-    mask[0, :2] = 0
-    embed = ort.InferenceSession(str(tmp_path / "q" / "embed.onnx"), providers=["CPUExecutionProvider"])
-    text = np.maximum(np.cumsum(mask.numpy(), 1) - 1, 0)
-    out = embed.run(None, {"input_ids": ids.numpy(), "image_features": features_of(model, pixels).numpy(),
-                           "text_position_ids": text})
-    got = dict(zip([o.name for o in embed.get_outputs()], out))["position_ids"]
+    mask[0, :2] = 0  # the first row's first two tokens are padding
+    both = {"pixel_values": torch.cat([pixels["pixel_values"]] * 2), "image_grid_thw": torch.tensor(grids * 2)}
+    files = {p: ort.InferenceSession(str(tmp_path / "q" / f"{p}.onnx"), providers=["CPUExecutionProvider"])
+             for p in ("vision", "embed")}
+    numpy_pixels = {k: v.numpy() for k, v in both.items()}
+    images = per_image(files["vision"], numpy_pixels, model)
+    assert np.abs(np.concatenate(images) - features_of(model, both).numpy()).max() < 1e-4
+    positions = np.maximum(np.cumsum(mask.numpy(), 1) - 1, 0)
+    out = files["embed"].run(None, {"input_ids": ids.numpy(), "text_position_ids": positions,
+                                    "image_features": with_positions(files["embed"], images, numpy_pixels, model,
+                                                                     token)})
+    got = dict(zip([o.name for o in files["embed"].get_outputs()], out))["position_ids"]
     want, _ = model.model.get_rope_index(ids, mm_token_type_ids=(ids == token).int(),
-                                         image_grid_thw=pixels["image_grid_thw"], attention_mask=mask)
+                                         image_grid_thw=both["image_grid_thw"], attention_mask=mask)
     real = mask.numpy().astype(bool)
     assert got.shape == (3, *ids.shape) and (got[:, real] == want.numpy()[:, real]).all()
-    one = {k: v[:1].numpy() if k == "image_grid_thw" else v[:v.shape[0] // 2].numpy() for k, v in pixels.items()}
-    t, h, w = one["image_grid_thw"][0]
-    with pytest.raises(onnx_nb.InvalidArgumentError, match=rf"exported for images of {h}x{w} patches"):
-        onnx_nb.generate(result, ids[1:].tolist(), images={**one, "image_grid_thw": np.array([[t, h // 2, w * 2]])},
+    one = ids[1:]
+    with torch.no_grad():
+        want_tokens = model.generate(input_ids=one, attention_mask=torch.ones_like(one), **pixels,
+                                     mm_token_type_ids=(one == token).int(), max_new_tokens=NEW,
+                                     do_sample=False)[:, one.shape[1]:].tolist()
+    got_tokens = onnx_nb.generate(result, one.tolist(), images={k: v.numpy() for k, v in pixels.items()},
+                                  max_new_tokens=NEW).tokens
+    assert got_tokens == want_tokens
+
+
+def test_a_vision_file_traced_at_one_size_refuses_another_naming_it(tmp_path: Path) -> None:
+    """LLaVA-NeXT tiles an image by the values of image_sizes, so its vision file is traced at the sample's size,
+    recorded in its metadata; a picture of another size is refused, not run."""
+    from onnx_nb.steps.export.vlm import pixel_sample
+
+    model = build_vlm("llava_next")
+    result = onnx_nb.export(model, out=tmp_path / "n", progress=False)
+    assert result.chain["passed"], result.chain
+    pixels = {k: v.numpy() for k, v in pixel_sample(model).items()}
+    h, w = (int(x) for x in pixels["image_sizes"][0])
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=rf"exported for images of {h}x{w} pixels"):
+        onnx_nb.generate(result, [[1, 2, 3]], images={**pixels, "image_sizes": np.array([[h, 2 * w]])},
                          max_new_tokens=2)
 
 

@@ -39,6 +39,21 @@ class VlmExport(PartsExport):
         return self.status != "failed"
 
     @property
+    def image_sizes(self) -> str:
+        """Which images the vision file takes: ``"every grid"`` (a grid family's file taking the tensors of each
+        image's grid), ``"one grid"`` or ``"one image size"`` (traced at the sample's values of ``image_grid_thw`` or
+        ``image_sizes``: another is refused), else ``"the tower's size"`` (the processor resizes to it)."""
+        from ..runtime.facts import FIXED_INPUT, GRID_DERIVED, IMAGE_GRID
+        from ..runtime.onnxfile import load_proto
+
+        meta = {p.key: p.value for p in load_proto(self.parts["vision"].path).metadata_props}
+        if meta.get(GRID_DERIVED):
+            return "every grid"
+        if FIXED_INPUT + IMAGE_GRID in meta:
+            return "one grid"
+        return "one image size" if FIXED_INPUT + "image_sizes" in meta else "the tower's size"
+
+    @property
     def source(self) -> Any:
         """The decoder part's record (adapter ``vlm``): what later steps ask."""
         return self.parts["decoder"].source
@@ -48,10 +63,11 @@ class VlmExport(PartsExport):
         return self.source.preprocessor
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "image_token": self.image_token, "chain": self.chain}
+        return {**super().to_dict(), "image_token": self.image_token, "image_sizes": self.image_sizes,
+                "chain": self.chain}
 
     def __repr__(self) -> str:
-        text = super().__repr__()
+        text = super().__repr__() + f"\n  images: {self.image_sizes}"
         if self.chain:
             text += (f"\n  chained against PyTorch: max abs diff {self.chain.get('max_abs_diff', float('nan')):.1e} "
                      f"({'passed' if self.chain.get('passed') else 'FAILED'})"

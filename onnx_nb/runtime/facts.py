@@ -28,6 +28,7 @@ UNET_INPUTS = frozenset({"sample", "timestep", "encoder_hidden_states"})  # expo
 # constant (Qwen-VL's grid, LLaVA-NeXT's image size: "onnx_nb.fixed.<input>" -> one image's values)
 IMAGE_GRID = "image_grid_thw"
 FIXED_INPUT = "onnx_nb.fixed."
+GRID_DERIVED = "onnx_nb.grid_derived"  # a vision file's inputs computed per image from its grid (comma-separated)
 
 
 def fixed_inputs(vision: Any) -> dict[str, list[int]]:
@@ -35,6 +36,13 @@ def fixed_inputs(vision: Any) -> dict[str, list[int]]:
     meta = vision.get_modelmeta().custom_metadata_map
     return {k[len(FIXED_INPUT):]: [int(v) for v in value.split(",")] for k, value in meta.items()
             if k.startswith(FIXED_INPUT)}
+
+
+def grid_derived(vision: Any) -> list[str]:
+    """The inputs of a vision file that runners compute per image from its grid (Qwen-VL's attention spans and patch
+    positions: :mod:`onnx_nb.steps.export.vlm_grid`), from an ORT session; empty for other files."""
+    value = vision.get_modelmeta().custom_metadata_map.get(GRID_DERIVED, "")
+    return [n for n in value.split(",") if n]
 
 
 def is_cache(name: str) -> bool:

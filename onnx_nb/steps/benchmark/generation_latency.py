@@ -111,15 +111,17 @@ class _ChainStep:
     file and the decoder after ``past`` cached ones."""
 
     def __init__(self, files: dict[str, Any], provider: str, length: int, past: int, threads: int | None) -> None:
-        from ...runtime.facts import fixed_inputs
+        from ...runtime.facts import IMAGE_GRID, fixed_inputs
         from ...runtime.feeds import graph_sample
-        from ..export.vlm import PARTS
+        from ..export.vlm import PARTS, pixel_sample
         from ..generate.vlm import VlmDecoder
 
         runner = VlmDecoder(files, provider, threads=threads, level="all", map_weights=False)
         self.floor_bytes = sum(file_bytes(files[part]) for part in PARTS)  # the weights of the three files
         rng = np.random.default_rng(0)
         self.pixels, _ = graph_sample(Path(files["vision"]), 0)  # one image, in the shapes the vision file fixes
+        if IMAGE_GRID in runner.vision_inputs and files.get("model") is not None:  # patches and their grid
+            self.pixels = {k: v.numpy() for k, v in pixel_sample(files["model"]).items()}
         if "image_sizes" in self.pixels:  # the image's size beside its pixels (Pixtral's towers)
             self.pixels["image_sizes"] = np.array([self.pixels["pixel_values"].shape[-2:]], np.int64)
         for name, values in fixed_inputs(runner.vision).items():  # the values it was traced at
@@ -153,7 +155,8 @@ class _TorchImagePrefill:
 
     def __init__(self, model: Any, length: int, threads: int | None) -> None:
         from ...runtime.memory import weight_bytes
-        from ..export.vlm import features_of, image_token_of, pixel_sample, prompt_extras
+        from ..export.vlm import features_of, image_token_of, pixel_sample
+        from ..export.vlm_prompts import prompt_extras
 
         token = image_token_of(model.config)
         assert token is not None

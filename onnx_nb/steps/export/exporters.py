@@ -133,17 +133,19 @@ def quiet(collected: list[str], native: list[str]) -> Iterator[None]:
 
 def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path: Path,
                   input_names: list[str], output_names: list[str], axes: AxisSpec,
-                  opset: int, external_data: bool, varargs_from: int | None = None) -> None:
+                  opset: int, external_data: bool, varargs_from: int | None = None, related: bool = False) -> None:
     """``torch.export`` then ONNX. ``varargs_from``: the module takes ``*tensors`` from that input on (a decoder's
     cache); its axes are then declared ``Dim.AUTO`` (torch.export relates them itself, e.g. a mask as long as the
-    cache plus the new tokens, which named dims cannot say) and named after ``axes`` in the saved file."""
+    cache plus the new tokens, which named dims cannot say) and named after ``axes`` in the saved file. ``related``:
+    the same for a module whose axes follow each other otherwise (an image's patches, four per merged row, and its
+    windows)."""
     from . import translations
 
     dims: dict[str, Any] = {}
     shapes: list[Any] = []
     for name in input_names:
         spec = axes.get(name)
-        if varargs_from is not None:
+        if varargs_from is not None or related:
             shapes.append({a: torch.export.Dim.AUTO for a in spec} if spec else None)
         else:
             shapes.append({a: dims.setdefault(n, torch.export.Dim(n)) for a, n in spec.items()}
@@ -160,7 +162,7 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     if program is None:  # pragma: no cover - torch always returns a program with dynamo=True
         raise RuntimeError("torch.onnx.export returned no program")
     program.save(str(path), external_data=external_data)
-    if varargs_from is not None:  # the axis names in place of the exporter's symbols
+    if varargs_from is not None or related:  # the axis names in place of the exporter's symbols
         import onnx
 
         from ...runtime.onnxedit import name_dims

@@ -141,15 +141,18 @@ def probe_axes(static: dict[str, str], flat: Any, s: Any) -> list[Any]:
 
 
 def _grown_check(s: Any, flat: Any, before: tuple[Any, ...], warnings_seen: list[str]) -> tuple[Any, Any, Any]:
-    """The sample with every dynamic axis longer, PyTorch's outputs there, and the output axes that follow
-    the input axes (found by comparing the two runs)."""
+    """The sample with every dynamic axis longer (or the module's own ``other_sample()``), PyTorch's outputs there,
+    and the output axes that follow the input axes (found by comparing the two runs)."""
     import torch
 
     from . import inputs
 
     if not s.axes:
         return s, before, {}
-    grown = inputs.grow(s)
+    # a module whose inputs hang together (an image's patches and the tensors its grid gives) makes its own
+    own = getattr(flat.model, "other_sample", None)
+    grown = inputs.Sample(list(s.names), [own()[n] for n in s.names], s.as_kwargs, dict(s.axes)) \
+        if callable(own) else inputs.grow(s)
     try:
         with torch.no_grad():
             after = flat.flat(*grown.tensors)
@@ -183,7 +186,8 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     with quiet(warnings_seen, native):
         if name == "dynamo":
             dynamo_or_eager(flat.model, warnings_seen, lambda: export_dynamo(
-                module, args, staged, s.names, flat.output_names, s.axes, opset, external))
+                module, args, staged, s.names, flat.output_names, s.axes, opset, external,
+                related=bool(getattr(flat.model, "related_axes", False))))
         else:
             with BranchWatch(args, flat.model) as watch:
                 export_torchscript(module, args, staged, s.names, flat.output_names, axes, opset)

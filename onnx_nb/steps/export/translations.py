@@ -7,6 +7,9 @@
   rows (a Gather of a Range), concatenated: the file does the router's work, never every expert on every token.
   transformers' own exporter (``transformers.exporters.exporter_onnx``) translates it the same way.
 - ``aten::histc``: the per-expert token counts of the routers that count with it.
+- ``aten::_is_all_true``: what ``torch._check_tensor_all`` leaves in a trace (transformers' ``torch_compilable_check``
+  of a tensor condition, in its export patches for the vision towers): whether every element is true, a check the
+  exporter then drops.
 - ``aten::arange.start_step`` with bounds known at export: torch's values as a constant (ONNX's ``Range`` counts in
   float32 where torch counts in double, one element short for ``arange(1/27, 1.0, 1/27)``).
 
@@ -85,6 +88,15 @@ def _histc(values: Any, bins: int = 100, min: float = 0.0, max: float = 0.0) -> 
     return op.ReduceSum(op.CastLike(hits, flat), rows, keepdims=0)
 
 
+def _is_all_true(self: Any) -> Any:
+    """``aten::_is_all_true``: a boolean scalar, no element of ``self`` false."""
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    false = op.ReduceSum(op.Cast(op.Not(self), to=7), keepdims=0)  # an empty tensor: none false
+    return op.Equal(false, op.Constant(value_int=0))
+
+
 def _arange_start_step(start: Any, end: Any, step: Any = 1, dtype: int = -1, layout: str = "", device: str = "",
                        pin_memory: bool = False) -> Any:
     """``torch.arange`` with bounds known at export (Python numbers): the values torch gives, as a constant. ONNX's
@@ -157,6 +169,9 @@ def table() -> dict[Any, Any]:
 
     found: dict[Any, Any] = {torch.ops.aten.histc.default: _histc,
                              torch.ops.aten.arange.start_step: _arange_start_step}
+    is_all_true = getattr(torch.ops.aten, "_is_all_true", None)
+    if is_all_true is not None and hasattr(is_all_true, "default"):
+        found[is_all_true.default] = _is_all_true
     grouped = getattr(torch.ops.aten, "_grouped_mm", None)
     if grouped is not None and hasattr(grouped, "default"):
         found[grouped.default] = _grouped_mm

@@ -20,6 +20,7 @@ from ...errors import InvalidArgumentError
 from ...runtime.facts import FIXED_INPUT, fixed_inputs
 from ...runtime.facts import IMAGE_GRID as GRID
 from ...runtime.shapes import SAMPLE_SIZES
+from .vlm_prompts import feature_rows, prompt_sample, types_rule
 
 PARTS = ("vision", "embed", "decoder")
 IMAGE_TOKEN_KEYS = ("image_token_id", "image_token_index")
@@ -31,11 +32,6 @@ def image_token_of(config: Any) -> int | None:
         if isinstance(value, int):
             return value
     return None
-
-
-def takes_token_types(model: Any) -> bool:
-    """The forward reads ``token_type_ids`` (Gemma 3, PaliGemma: an image's tokens see each other both ways)."""
-    return "token_type_ids" in inspect.signature(model.forward).parameters
 
 
 def takes_grid(model: Any) -> bool:
@@ -55,33 +51,6 @@ def deepstack_layers(model: Any) -> int:
     depth = getattr(vision, "depth", None)  # an index past the tower's last block gives no features, and a block
     # named twice gives one (the tower checks each block against the list)
     return len({i for i in getattr(vision, "deepstack_visual_indexes", None) or [] if depth is None or i < depth})
-
-
-def types_rule(model: Any) -> str | None:
-    """What the family's processor gives as ``token_type_ids`` for a prompt: ``"image"`` (Gemma 3: 1 at an image's
-    tokens, which attend each other both ways), ``"prefix"`` (PaliGemma: 0 over the whole prompt, image and text,
-    which attends both ways; 1 marks a suffix), None where the forward reads none. Read from the forward itself."""
-    if not takes_token_types(model):
-        return None
-    for cls in (type(getattr(model, "model", model)), type(model)):
-        try:
-            if "token_type_ids == 0" in inspect.getsource(cls.forward):
-                return "prefix"
-        except (OSError, TypeError):
-            continue
-    return "image"
-
-
-def prompt_extras(model: Any, ids: torch.Tensor, image_token: int) -> dict[str, torch.Tensor]:
-    """What the family's processor gives beside a prompt's ids and mask: ``token_type_ids`` by the family's
-    :func:`types_rule`, ``mm_token_type_ids`` (1 at an image token) where the forward reads them (Qwen-VL)."""
-    rule = types_rule(model)
-    out = {}
-    if rule is not None:
-        out["token_type_ids"] = torch.zeros_like(ids) if rule == "prefix" else (ids == image_token).long()
-    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
-        out["mm_token_type_ids"] = (ids == image_token).int()
-    return out
 
 
 class ImageFeatures(torch.nn.Module):
@@ -107,15 +76,8 @@ class ImageFeatures(torch.nn.Module):
         out = self.model.get_image_features(pixel_values=pixel_values,
                                             **{k: v for k, v in given.items() if v is not None}, return_dict=True)
         pooled = out.pooler_output if hasattr(out, "pooler_output") else out
-        rows = [_rows(pooled)] + [_rows(d) for d in (getattr(out, "deepstack_features", None) or [])]
+        rows = [feature_rows(pooled)] + [feature_rows(d) for d in (getattr(out, "deepstack_features", None) or [])]
         return {"image_features": torch.cat(rows, -1)}
-
-
-def _rows(features: Any) -> torch.Tensor:
-    """Per-image features (a tensor, or a list of one per image) as one ``[rows, width]`` tensor."""
-    if isinstance(features, (list, tuple)):
-        features = torch.cat([f.reshape(-1, f.shape[-1]) for f in features], 0)
-    return features.reshape(-1, features.shape[-1])
 
 
 class MergedEmbedding(torch.nn.Module):
@@ -126,16 +88,13 @@ class MergedEmbedding(torch.nn.Module):
     first (:func:`check_counts`). Where the decoder reads token types, they come out too, by the family's
     :func:`types_rule`, so no runner needs to know it."""
 
-    def __init__(self, model: Any, image_token: int, grid: torch.Tensor | None = None, rows: int = 0) -> None:
+    def __init__(self, model: Any, image_token: int, sections: bool = False) -> None:
         super().__init__()
         self.embed = model.get_input_embeddings()
         self.image_token = image_token
         self.types = types_rule(model)
         self.deepstack = deepstack_layers(model)
-        self.table: torch.Tensor | None = None  # none: the family numbers its positions as text
-        self.advance = 0
-        if grid is not None:  # an image's positions past its start, and how far the text after it goes on
-            self.table, self.advance = position_table(model, image_token, grid, rows)
+        self.sections = sections  # the image rows carry their positions' columns (vlm_grid.position_columns)
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor,
                 text_position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -146,77 +105,30 @@ class MergedEmbedding(torch.nn.Module):
         flat = is_image.reshape(-1).long()
         index = torch.clamp(torch.cumsum(flat, 0) * flat, max=image_features.shape[0])
         table = torch.cat([image_features.new_zeros(1, image_features.shape[-1]), image_features], 0)
-        picked = table.index_select(0, index).reshape(*embeds.shape[:2], -1).to(embeds.dtype)
+        picked = table.index_select(0, index).reshape(*embeds.shape[:2], -1)
         width = embeds.shape[-1]
-        out = {"inputs_embeds": torch.where(is_image.unsqueeze(-1), picked[..., :width], embeds)}
+        used = width * (1 + self.deepstack)
+        out = {"inputs_embeds": torch.where(is_image.unsqueeze(-1), picked[..., :width].to(embeds.dtype), embeds)}
         if self.deepstack:  # each layer's addition at the image tokens, zeros elsewhere
-            deep = torch.where(is_image.unsqueeze(-1), picked[..., width:], torch.zeros_like(picked[..., width:]))
+            deep = picked[..., width:used].to(embeds.dtype)
+            deep = torch.where(is_image.unsqueeze(-1), deep, torch.zeros_like(deep))
             out["deepstack_embeds"] = deep.reshape(*embeds.shape[:2], self.deepstack, width).permute(2, 0, 1, 3)
         if self.types is not None:
             out["token_type_ids"] = torch.zeros_like(input_ids) if self.types == "prefix" else is_image.long()
-        if self.table is not None and text_position_ids is not None:
-            out["position_ids"] = self.positions(is_image.long(), text_position_ids)
+        if self.sections and text_position_ids is not None:
+            out["position_ids"] = self.positions(is_image.long(), text_position_ids, picked[..., used:])
         return out
 
-    def positions(self, is_image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def positions(is_image: torch.Tensor, text: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
         """Qwen-VL's three position sections ``[3, batch, sequence]`` from each token's text position (its count
-        of tokens before it, as the runner counts them): an image's tokens start where its first would be, the
-        k-th at that start plus the table's k-th offsets (temporal, height, width); after an image the text goes on
-        from that start plus the advance, as the model's ``get_rope_index`` numbered them (:func:`position_table`)."""
-        assert self.table is not None
-        per_image = self.table.shape[1]
-        before = torch.cumsum(is_image, 1) - is_image  # image tokens before each token in its row
-        images = torch.div(before, per_image, rounding_mode="floor")
-        k = (before - images * per_image) * is_image  # an image token's place in its image
-        start = text - before + images * self.advance
-        return start.unsqueeze(0) + self.table[:, k] * is_image.unsqueeze(0)
-
-
-def position_table(model: Any, image_token: int, grid: torch.Tensor, rows: int) -> tuple[torch.Tensor, int]:
-    """How the family numbers one image's ``rows`` tokens in its three position sections: each token's offsets
-    ``[3, rows]`` past the image's start, and how far the text after it goes on from there. Read from the model's
-    own ``get_rope_index``, twice, the image one token later the second time (offsets that move are refused:
-    HunYuan-VL's); where it cannot say, the tokens step over the merged grid (Qwen2-VL's rule)."""
-    from ...errors import ExportError
-
-    merge = int(getattr(model.config.vision_config, "spatial_merge_size", 1) or 1)
-    height, width = int(grid[0, 1]) // merge, int(grid[0, 2]) // merge
-    k = torch.arange(rows)
-    rule = (torch.stack([torch.zeros_like(k), torch.div(k, max(width, 1), rounding_mode="floor"),
-                         k % max(width, 1)], 0), max(height, width))
-    ids = prompt_sample(image_token, rows, 1, int(model.get_input_embeddings().num_embeddings))
-    found = [_numbered(model, prompt, grid, image_token, rows) for prompt in (ids, torch.cat([ids[:, :1], ids], 1))]
-    if found[0] is None or found[1] is None:
-        return rule
-    if not torch.equal(found[0][0], found[1][0]) or found[0][1] != found[1][1]:
-        raise ExportError(
-            f"{type(model).__name__} numbers an image's tokens in its position sections from a fixed origin (its "
-            "get_rope_index gives other offsets when the image starts one token later), which onnx-nb's embed file "
-            "cannot follow: not supported for now; the families the vision-language route serves are listed in "
-            "docs/supported-architectures.md.")
-    return found[0]
-
-
-def _numbered(model: Any, ids: torch.Tensor, grid: torch.Tensor, image_token: int,
-              rows: int) -> tuple[torch.Tensor, int] | None:
-    """The image's offsets past its start and the text's advance in ``ids`` (one prompt holding one image), by the
-    model's own ``get_rope_index``; None where it wants more than a prompt or gives other than three sections."""
-    owner = getattr(model, "model", model)
-    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), GRID: grid[:1],
-             "mm_token_type_ids": (ids == image_token).int(), **prompt_extras(model, ids, image_token)}
-    try:
-        takes = inspect.signature(owner.get_rope_index).parameters
-        with torch.no_grad():
-            found = owner.get_rope_index(**{k: v for k, v in given.items() if k in takes})
-    except Exception:  # noqa: BLE001 - a get_rope_index that wants more than a prompt: the grid's rule instead
-        return None
-    found = found[0] if isinstance(found, (tuple, list)) else found
-    if not isinstance(found, torch.Tensor) or found.ndim != 3 or found.shape[0] != 3:
-        return None  # before any indexing: other sections fall back to the grid's rule
-    first = int((ids[0] == image_token).nonzero()[0, 0])
-    start = int(found[0, 0, first - 1]) + 1
-    advance = int(found[0, 0, first + rows]) - start
-    return ((found[:, 0, first:first + rows] - start).long(), advance) if advance > 0 else None
+        of tokens before it, as the runner counts them) and its image row's columns: an image token at its text
+        position plus its offsets (less its place in the image: the image's start plus the offset, as the model's
+        ``get_rope_index`` numbers it), every token shifted by the extra advance of the images before it."""
+        columns = torch.round(columns).long() * is_image.unsqueeze(-1)  # zero at text tokens
+        extra = columns[..., 3]
+        base = text + torch.cumsum(extra, 1) - extra  # the images before each token, not its own
+        return base.unsqueeze(0) + columns[..., :3].permute(2, 0, 1)
 
 
 def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -268,17 +180,6 @@ def features_of(model: Any, pixels: dict[str, torch.Tensor]) -> torch.Tensor:
         return ImageFeatures(model, fixed)(**{k: v for k, v in pixels.items() if k not in fixed})["image_features"]
 
 
-def prompt_sample(image_token: int, features: int, images: int, vocab: int, seed: int = 0) -> torch.Tensor:
-    """A batch of one prompt per image: two text tokens, the image's tokens, three text tokens."""
-    g = torch.Generator().manual_seed(seed)
-    each = features // images
-    rows = []
-    for _ in range(images):
-        text = torch.randint(3, max(min(vocab, image_token), 4), (5,), generator=g).tolist()
-        rows.append(text[:2] + [image_token] * each + text[2:])
-    return torch.tensor(rows)
-
-
 def check_counts(input_ids: Any, image_token: int, features: int) -> None:
     """A prompt's image tokens against the images' feature rows: refused, saying both counts, when they differ."""
     import numpy as np
@@ -292,37 +193,49 @@ def check_counts(input_ids: Any, image_token: int, features: int) -> None:
 
 
 def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
-    """The vision and embedding parts: (module, sample, dynamic axes) each."""
+    """The vision and embedding parts: (module, sample, dynamic axes) each. A grid family's vision part takes any
+    grid where its tower allows (:func:`.vlm_grid.grid_free_part`), with the one-grid module as its ``fallback``."""
+    from .vlm_grid import grid_free_part, position_columns
+
     token = image_token_of(model.config)
     assert token is not None
     pixels = pixel_sample(model)
     features = features_of(model, pixels)
     vocab = int(model.get_input_embeddings().num_embeddings)
     ids = prompt_sample(token, features.shape[0], 1, vocab)
-    fixed = {k: pixels.pop(k) for k in fixed_names(model)}
-    # the grid numbers the prompt's positions only where the family counts them in three sections (EXAONE 4.5 and
-    # HyperCLOVAX-Vision-2 take flat patches with a grid and number their text plainly)
-    grid = fixed.get(GRID) if takes_grid(model) else None
+    # three position sections only where the family counts them (EXAONE 4.5 and HyperCLOVAX-Vision-2 take flat
+    # patches with a grid and number their text plainly)
+    sections = takes_grid(model)
     embed = {"input_ids": ids, "image_features": features}
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "image_features": {0: "image_tokens"}}
-    if grid is not None:  # the text positions the three sections are counted from
+    if sections:  # the image rows' position columns, and the text positions the sections are counted from
+        embed["image_features"] = torch.cat([features, position_columns(model, token, pixels[GRID],
+                                                                        [features.shape[0]])], 1)
         embed["text_position_ids"] = torch.arange(ids.shape[1]).expand(ids.shape).contiguous()
         axes["text_position_ids"] = {0: "batch", 1: "sequence"}
-    return {
-        # one image per run (the families split and loop over images in Python: a trace fixes their count); the
-        # runners run it per image and join the rows
-        "vision": (ImageFeatures(model, fixed), pixels, False),
-        "embed": (MergedEmbedding(model, token, grid, features.shape[0]), embed, axes),
-    }
+    free = grid_free_part(model, pixels, features, features_of) if GRID in pixels else None
+    fixed = {k: pixels.pop(k) for k in fixed_names(model)}
+    # one image per run (the families split and loop over images in Python: a trace fixes their count); the
+    # runners run it per image and join the rows
+    vision = (ImageFeatures(model, fixed), pixels, False)
+    if free is not None:
+        free[0].fallback = vision
+    return {"vision": free or vision, "embed": (MergedEmbedding(model, token, sections), embed, axes)}
 
 
-def image_features(vision: Any, pixels: dict[str, Any]) -> Any:
-    """The feature rows of every image, the vision file run once per image (its inputs' first axis)."""
+def per_image(vision: Any, pixels: dict[str, Any], model: Any = None) -> list[Any]:
+    """Each image's feature rows, the vision file run once per image (its inputs' first axis; a grid family's flat
+    patches, each image's grid of them). A file taking its grid's tensors computes them with ``model``'s tower
+    (:mod:`.vlm_grid`)."""
     import numpy as np
 
+    from ...runtime.facts import grid_derived
     from ...runtime.shapes import cast_feed
 
     inputs = vision.get_inputs()
+    derived = grid_derived(vision)
+    if derived:
+        return _grid_features(vision, pixels, None, model, derived)
     fixed = fixed_inputs(vision)
     for name, want in fixed.items():
         if name not in pixels:
@@ -347,26 +260,47 @@ def image_features(vision: Any, pixels: dict[str, Any]) -> Any:
                 f"{want[-3] if len(want) >= 3 else '-'} channels): give the processor's output, which resizes "
                 "pictures to that.")
     count = int(np.asarray(pixels[inputs[0].name]).shape[0])
-    rows = [vision.run(None, cast_feed(vision, {i.name: np.asarray(pixels[i.name])[k:k + 1] for i in inputs}))[0]
+    return [vision.run(None, cast_feed(vision, {i.name: np.asarray(pixels[i.name])[k:k + 1] for i in inputs}))[0]
             for k in range(count)]
-    return np.concatenate(rows, 0)
 
 
-def _grid_features(vision: Any, pixels: dict[str, Any], grid: list[int]) -> Any:
-    """Qwen-VL's images, flat patches with their grids: each image's rows through the file, whose grid is fixed."""
+def _grid_features(vision: Any, pixels: dict[str, Any], grid: list[int] | None, model: Any = None,
+                   derived: list[str] | tuple[str, ...] = ()) -> list[Any]:
+    """A grid family's images, flat patches with their grids: each image's rows through the file, whose grid is
+    fixed (``grid``) or whose ``derived`` inputs are computed from each image's grid by ``model``'s tower."""
     import numpy as np
 
     from ...runtime.shapes import cast_feed
 
-    grids = np.asarray(pixels[GRID]).reshape(-1, 3)
+    if GRID not in pixels:
+        raise InvalidArgumentError(f"The images come without {GRID}: pass the processor's whole output.")
+    if derived and model is None:
+        raise InvalidArgumentError(
+            f"This vision file takes {', '.join(derived)} computed from each image's grid by the model's own "
+            "functions: run it through the export's result (onnx_nb.generate(result, ...)), which holds the model.")
+    grids = np.asarray(pixels[GRID]).reshape(-1, 3).astype(np.int64)
     flat = np.asarray(pixels["pixel_values"])
-    each = int(np.prod(grid))
+    counts = [int(np.prod(g)) for g in grids] if grid is None else [int(np.prod(grid))] * len(grids)
+    if sum(counts) != flat.shape[0]:
+        raise InvalidArgumentError(
+            f"pixel_values has {flat.shape[0]} rows of patches and {GRID} {grids.tolist()} counts {sum(counts)}: "
+            "give the processor's output for these images (its pixel_values and its grid together).")
     name = vision.get_inputs()[0].name
-    return np.concatenate([vision.run(None, cast_feed(vision, {name: flat[k * each:(k + 1) * each]}))[0]
-                           for k in range(len(grids))], 0)
+    reads_grid = GRID in {i.name for i in vision.get_inputs()}  # the tower reads the image's grid too (GLM-4V)
+    rows, start = [], 0
+    for g, count in zip(grids, counts):
+        feed = {name: flat[start:start + count], **({GRID: g[None]} if reads_grid else {})}
+        if derived:
+            from .vlm_grid import grid_inputs, tower_of
+
+            made = grid_inputs(tower_of(model), g)
+            feed.update({n: made[n].numpy() for n in derived})
+        rows.append(vision.run(None, cast_feed(vision, feed))[0])
+        start += count
+    return rows
 
 
-def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int) -> Any:
+def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int, model: Any) -> Any:
     """The prompt's logits through the three files in ONNX Runtime (vision, embed, the decoder's prefill with an
     empty cache): what the export's check compares with the model's own forward."""
     import numpy as np
@@ -376,7 +310,7 @@ def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int
     from ..generate.genai import empty_shape
 
     vision, embed, decoder = (session(folder / f"{part}.onnx") for part in PARTS)
-    features = image_features(vision, pixels)
+    features = with_positions(embed, per_image(vision, pixels, model), pixels, model, image_token)
     check_counts(ids, image_token, int(features.shape[0]))
     wanted = {i.name for i in decoder.get_inputs()}
     batch, width = ids.shape
@@ -398,3 +332,19 @@ def token_feed(embed: Any, ids: Any, features: Any, positions: Any) -> dict[str,
     given = {"input_ids": ids.astype(np.int64), "image_features": features, "text_position_ids": positions}
     out = embed.run(None, {i.name: given[i.name] for i in embed.get_inputs()})
     return {o.name: value for o, value in zip(embed.get_outputs(), out)}
+
+
+def with_positions(embed: Any, images: list[Any], pixels: dict[str, Any], model: Any, image_token: int) -> Any:
+    """The images' feature rows (:func:`per_image`) one after another, each row with its position columns where the
+    embed file numbers three sections (it takes text positions), read from ``model`` per image grid
+    (:func:`.vlm_grid.position_columns`)."""
+    import numpy as np
+
+    features = np.concatenate(images, 0)
+    if not features.shape[0] or "text_position_ids" not in {i.name for i in embed.get_inputs()}:
+        return features
+    from .vlm_grid import position_columns
+
+    grids = np.asarray(pixels[GRID]).reshape(-1, 3)
+    columns = position_columns(model, image_token, grids, [int(x.shape[0]) for x in images]).numpy()
+    return np.concatenate([features.astype(np.float32), columns], 1)

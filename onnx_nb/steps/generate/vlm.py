@@ -1,6 +1,7 @@
 """A vision-language model's three files (:mod:`onnx_nb.steps.export.vlm`) as one step runner: the images through
 ``vision.onnx`` once, each step's tokens through ``embed.onnx`` (the image features merged at the first step), the
-embeddings through ``decoder.onnx`` with its cache. Needs no torch."""
+embeddings through ``decoder.onnx`` with its cache. Needs no torch, but for a grid family (Qwen-VL), whose tensors
+of each image's grid and positions the model computes (:mod:`onnx_nb.steps.export.vlm_grid`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from ...runtime.facts import fixed_inputs
+from ...runtime.facts import IMAGE_GRID, fixed_inputs, grid_derived
 from .runners import OnnxDecoder
 
 
@@ -29,7 +30,10 @@ class VlmDecoder(OnnxDecoder):
         self.embed = session(Path(files["embed"]), provider, **options)
         image_token = int(files["image_token"])
         self.image_token = image_token
-        self.vision_inputs = [i.name for i in self.vision.get_inputs()]
+        derived = grid_derived(self.vision)  # computed from the images' grids here, which come with them
+        self.vision_inputs = [i.name for i in self.vision.get_inputs() if i.name not in derived]
+        self.vision_inputs += [IMAGE_GRID] if derived and IMAGE_GRID not in self.vision_inputs else []
+        self.model = files.get("model")
         width = self.embed.get_inputs()[1].shape[-1]
         self.features_width = int(width) if isinstance(width, int) else int(
             self.session.get_inputs()[0].shape[-1])
@@ -55,10 +59,11 @@ class VlmDecoder(OnnxDecoder):
         if missing:
             raise InvalidArgumentError(f"The images lack {', '.join(missing)}, which this model's vision encoder "
                                        f"takes ({', '.join(self.vision_inputs)}): pass the processor's whole output.")
-        from ..export.vlm import image_features
+        from ..export.vlm import per_image, with_positions
 
         started = time.perf_counter()
-        self.pending = image_features(self.vision, pixels)
+        images = per_image(self.vision, pixels, self.model)
+        self.pending = with_positions(self.embed, images, pixels, self.model, self.image_token)
         self.vision_ms = (time.perf_counter() - started) * 1e3
 
     def token_feed(self, ids: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:

@@ -20,7 +20,8 @@ class VlmChain:
     beams = False  # transformers' beam search over the chain is checked by tests, not in every variant's parity
 
     def __init__(self, model: Any, files: dict[str, Any], max_new_tokens: int) -> None:
-        from ..export.vlm import features_of, pixel_sample, prompt_sample
+        from ..export.vlm import features_of, pixel_sample
+        from ..export.vlm_prompts import prompt_sample
 
         self.model, self.files, self.new = model, files, max_new_tokens
         self.token = int(files["image_token"])
@@ -37,7 +38,7 @@ class VlmChain:
 
     def _torch(self, index: int, tokens: list[int]) -> dict[str, Any]:
         ids = torch.tensor([tokens])
-        from ..export.vlm import prompt_extras
+        from ..export.vlm_prompts import prompt_extras
 
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), **self.pixels[index],
                 **prompt_extras(self.model, ids, self.token)}

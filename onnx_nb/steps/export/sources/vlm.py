@@ -59,7 +59,8 @@ class VlmSource(HfSource):
         from ....results.vlm import VlmExport
         from ..decoder_cache import NoKeyValueCache, layout_of
         from ..staged import write_parts
-        from ..vlm import PARTS, deepstack_layers, image_token_of, parts, takes_grid, takes_token_types
+        from ..vlm import PARTS, deepstack_layers, image_token_of, parts, takes_grid
+        from ..vlm_prompts import takes_token_types
         from ..wrap import eval_mode
         from ..writing import folder_for
 
@@ -96,9 +97,7 @@ class VlmSource(HfSource):
 
             def export_part(module: Any, sample: Any, **settings: Any) -> Any:
                 if settings["name"] != "decoder":
-                    from .torch import export_part as plain
-
-                    return plain(module, sample, **settings)
+                    return vision_or_embed(module, sample, settings)
                 return cls.export_decoder(record, settings)
 
             built = {**parts(vlm), "decoder": (None, None, None)}
@@ -154,6 +153,29 @@ class VlmSource(HfSource):
         return {**part.parts, name: here, "role": name, "image_token": token, "model": model}
 
 
+def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
+    """A plain part through the PyTorch route; a vision part for every grid that does not pass its check at
+    another grid is traced at the sample's grid instead (its ``fallback``), saying why in the result's warnings."""
+    from ....errors import ExportError, first_line
+    from .torch import export_part as plain
+
+    fallback = getattr(module, "fallback", None)
+    if fallback is None:
+        return plain(module, sample, **settings)
+    try:
+        done = plain(module, sample, **settings)
+        if done.status == "verified":
+            return done
+        why = f"its file did not match PyTorch at another grid ({done.check.get('summary', done.status)})"
+    except ExportError as exc:
+        why = f"{type(exc).__name__}: {first_line(exc)[:200]}"
+    fixed, pixels, axes = fallback
+    done = plain(fixed, pixels, **{**settings, "dynamic": axes})
+    done.warnings.append(f"The vision file is traced at the sample's grid only: the file for every grid failed "
+                         f"({why}).")
+    return done
+
+
 IMAGE_ROWS_CHECKED = 64  # image positions whose logits the export's chain check compares (evenly spaced)
 
 
@@ -165,7 +187,8 @@ def check_chain(result: Any) -> dict[str, Any]:
     import torch
 
     from ....results.tolerance import EXPORT_CHECK, measure
-    from ..vlm import chain_logits, features_of, pixel_sample, prompt_extras, prompt_sample
+    from ..vlm import chain_logits, features_of, pixel_sample
+    from ..vlm_prompts import prompt_extras, prompt_sample
 
     model = result.model
     pixels = pixel_sample(model, images=2, seed=3)
@@ -177,7 +200,7 @@ def check_chain(result: Any) -> dict[str, Any]:
         want = model(input_ids=ids, attention_mask=mask, **pixels, **extra, return_dict=True).logits.float().numpy()
     try:
         got = chain_logits(Path(result.folder), {k: v.numpy() for k, v in pixels.items()}, ids.numpy(),
-                           result.image_token)
+                           result.image_token, model)
     except Exception as exc:  # noqa: BLE001 - the files do not run together: the export failed its check
         from ....errors import first_line
 

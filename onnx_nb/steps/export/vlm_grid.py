@@ -1,0 +1,251 @@
+"""Vision-language families whose images come as flat patches with a grid (Qwen2-VL, Qwen3-VL, GLM-OCR, ...): a
+vision file that takes any grid, and the three position sections their text is numbered in.
+
+The tower's work follows the grid's values (its attention spans, its patch positions, the interpolation of its
+position table), which a trace cannot follow. transformers computes those tensors from the grid outside the tower
+(``transformers.exporters.utils.precompute_export_inputs``, the functions of ``transformers.vision_utils``) and the
+tower takes them precomputed; its attention's loop over spans is traced as one reshape (transformers' export patches),
+or as one masked attention where the spans differ in length (Qwen2.5-VL's windows: :func:`traceable_spans`). The
+vision file takes those tensors as inputs beside the patches, so one file runs every grid; the runners compute them
+per image from the grid with the model's own functions (:func:`grid_inputs`), and the file's metadata names them
+(``onnx_nb.grid_derived``). Where the tower does not go this way (GLM-4V reads the grid itself), the vision file is
+traced at one grid instead (:mod:`.vlm`).
+
+The embed file numbers the positions: each image row of ``image_features`` carries four more columns, its offsets
+past its image's start in the three sections (less its place in the image) and, at an image's last row, how much
+further the text after it goes on than it would as text (:func:`position_columns`, read from the model's own
+``get_rope_index`` per grid). Only imported by functions that already need torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ...runtime.facts import GRID_DERIVED
+from ...runtime.facts import IMAGE_GRID as GRID
+
+POSITION_COLUMNS = 4  # three sections' offsets and the text's shift, after each image row's features
+_TABLES: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, int]] = {}  # (model, grid) -> position table
+
+
+def tower_of(model: Any) -> Any:
+    """The vision tower ``get_image_features`` runs (``model.model.visual``), or None."""
+    return getattr(getattr(model, "model", model), "visual", None)
+
+
+def grid_inputs(tower: Any, grid: Any) -> dict[str, torch.Tensor]:
+    """What the tower takes precomputed for one image of ``grid`` (``[t, h, w]``): its attention spans, its patches'
+    positions, its position table's interpolation, as transformers computes them for an export."""
+    from transformers.exporters.utils import precompute_export_inputs
+
+    given: dict[str, Any] = {"grid_thw": torch.as_tensor(grid, dtype=torch.long).reshape(1, 3)}
+    precompute_export_inputs(tower, given)
+    return {k: v for k, v in given.items() if torch.is_tensor(v) and k != "grid_thw"}
+
+
+class GridFreeFeatures(torch.nn.Module):
+    """``forward(pixel_values, <the tower's precomputed inputs>) -> image_features``: one image's patches, of any
+    grid, through the tower and projector (rows as :class:`.vlm.ImageFeatures` gives them, deepstack features after).
+    ``other_sample()`` is the same image kind at another grid, the export's check (its tensors must agree with each
+    other, which growing each axis alone would not give)."""
+
+    def __init__(self, model: Any, names: list[str], grid: torch.Tensor, width: int, reads_grid: bool = False) -> None:
+        super().__init__()
+        self.reads_grid = reads_grid
+        self.model = model
+        self.tower = tower_of(model)
+        self.names = list(names)
+        self.grid = grid
+        self.width = width  # a patch row's values (channels x temporal x patch x patch)
+        self.onnx_metadata = {GRID_DERIVED: ",".join(self.names)}
+        self.related_axes = True  # patches four to a merged row, windows by the grid: torch.export relates them
+
+    def forward(self, pixel_values: torch.Tensor, cu_seqlens: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, interp_indices: torch.Tensor | None = None,
+                interp_weights: torch.Tensor | None = None, window_index: torch.Tensor | None = None,
+                cu_window_seqlens: torch.Tensor | None = None,
+                image_grid_thw: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        from .vlm_prompts import feature_rows
+
+        given = {"cu_seqlens": cu_seqlens, "position_ids": position_ids, "interp_indices": interp_indices,
+                 "interp_weights": interp_weights, "window_index": window_index,
+                 "cu_window_seqlens": cu_window_seqlens}
+        with traceable_spans(windows=window_index is not None):
+            out = self.tower(pixel_values, grid_thw=image_grid_thw,
+                             **{k: v for k, v in given.items() if v is not None})
+        pooled = out.pooler_output if hasattr(out, "pooler_output") else out
+        rows = [feature_rows(pooled)] + [feature_rows(d) for d in (getattr(out, "deepstack_features", None) or [])]
+        return {"image_features": torch.cat(rows, -1)}
+
+    def other_grid(self) -> torch.Tensor:
+        """The sample's grid a merge taller and a merge narrower (another count and another shape of patches)."""
+        merge = int(getattr(self.tower, "spatial_merge_size", 1) or 1)
+        t, h, w = (int(x) for x in self.grid.reshape(-1)[:3])
+        return torch.tensor([t, h + merge, max(w - merge, merge)])
+
+    def sample_at(self, grid: torch.Tensor, seed: int) -> dict[str, torch.Tensor]:
+        """Random patches of one image of ``grid`` and the tensors it gives (the grid too, where the tower reads
+        its values: GLM-4V interpolates its position table by the image's size)."""
+        g = torch.Generator().manual_seed(seed)
+        return {"pixel_values": torch.randn(int(grid.prod()), self.width, generator=g), **grid_inputs(self.tower, grid),
+                **({GRID: grid.reshape(1, 3)} if self.reads_grid else {})}
+
+    def other_sample(self) -> dict[str, torch.Tensor]:
+        return self.sample_at(self.other_grid(), seed=1)
+
+
+@contextlib.contextmanager
+def traceable_spans(windows: bool) -> Iterator[None]:
+    """The tower's attention over its spans (``cu_seqlens``: the image, or Qwen2.5-VL's windows) as a trace can
+    follow it: transformers' export patches (``apply_patches("dynamo")``) put one reshape in place of the loop over
+    spans, which needs spans of one length; with ``windows`` (spans of several lengths) each attention runs over the
+    whole image once more, masked to its spans (the same sums: a token sees its own span only)."""
+    from transformers.exporters import exporter_dynamo  # registers the patches
+    from transformers.exporters.utils import apply_patches, patch_attribute
+
+    with apply_patches("dynamo"), contextlib.ExitStack() as stack:
+        if windows:  # the function every patched attention class calls
+            stack.enter_context(patch_attribute(exporter_dynamo, "_reshaped_vision_attention_forward", _masked_spans))
+        yield
+
+
+def _masked_spans(patched: Any) -> Any:
+    """``patched`` (a reshaped span attention) over one span, its attention masked to the spans of ``cu_seqlens``."""
+    def forward(self: Any, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if "cu_seqlens" in kwargs:
+            spans = kwargs.pop("cu_seqlens")
+        else:
+            spans, args = args[0], args[1:]
+        place = torch.arange(hidden_states.shape[-2], device=hidden_states.device)
+        span = (place[:, None] >= spans[None, 1:]).sum(-1)  # each token's span
+        mask = span[:, None] == span[None, :]
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def masked(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *more: Any, **given: Any) -> Any:
+            return sdpa(query, key, value, *more, **{**given, "attn_mask": mask})
+
+        torch.nn.functional.scaled_dot_product_attention = masked
+        try:
+            return patched(self, hidden_states, *args, cu_seqlens=spans[[0, -1]], **kwargs)
+        finally:
+            torch.nn.functional.scaled_dot_product_attention = sdpa
+
+    return forward
+
+
+SUPPORTED = tuple(p for p in inspect.signature(GridFreeFeatures.forward).parameters if p not in ("self",))
+
+
+def grid_free_part(model: Any, pixels: dict[str, torch.Tensor], features: torch.Tensor,
+                   reference: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]) -> tuple[Any, Any, Any] | None:
+    """The vision part of a grid family as one file for every grid (module, sample, axes), or None where the tower
+    does not take its grid's tensors precomputed, takes some this module does not pass, or gives other features with
+    them than the model's own (``features`` at the sample's grid, ``reference(model, pixels)`` at another)."""
+    tower = tower_of(model)
+    grid = pixels.get(GRID)
+    if tower is None or grid is None or grid.shape[0] != 1:
+        return None
+    try:
+        pre = grid_inputs(tower, grid[0])
+    except Exception:  # noqa: BLE001 - transformers cannot precompute this tower's inputs: traced at one grid
+        return None
+    if not pre or set(pre) - set(SUPPORTED):
+        return None
+    for reads_grid in (False, True):  # the grid itself as an input only where the tower reads it
+        module = GridFreeFeatures(model, list(pre), grid[0], int(pixels["pixel_values"].shape[-1]), reads_grid)
+        sample = {"pixel_values": pixels["pixel_values"], **pre, **({GRID: grid[:1]} if reads_grid else {})}
+        if _gives(module, sample, features, reference):
+            break
+    else:
+        return None
+    rows = sample["pixel_values"].shape[0]  # one image's spans ([0, rows]) and grid are fixed; the rest grows
+    axes = {n: {0: "patches" if v.shape[0] == rows else f"{n}_length"} for n, v in sample.items()
+            if n not in ("cu_seqlens", GRID)}
+    return module, sample, axes
+
+
+def _gives(module: GridFreeFeatures, sample: dict[str, torch.Tensor], features: torch.Tensor,
+           reference: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]) -> bool:
+    """``module`` gives ``features`` for ``sample``, and the model's own features at another grid."""
+    other = module.other_sample()
+    try:
+        with torch.no_grad():
+            if not torch.allclose(module(**sample)["image_features"], features, atol=1e-5):
+                return False
+            want = reference(module.model, {"pixel_values": other["pixel_values"], GRID: module.other_grid()[None]})
+            return bool(torch.allclose(module(**other)["image_features"], want, atol=1e-5))
+    except Exception:  # noqa: BLE001 - the tower wants more than these inputs: traced at one grid
+        return False
+
+
+def position_columns(model: Any, image_token: int, grids: Any, rows: list[int]) -> torch.Tensor:
+    """The four columns each image row carries for the embed file (``[sum(rows), 4]``, float): its three sections'
+    offsets past its image's start less its place ``k`` in the image, and at an image's last row the text's extra
+    advance (how much further than ``rows`` the text after it goes on); :class:`.vlm.MergedEmbedding` turns them into
+    positions from the text positions."""
+    out = []
+    for grid, count in zip(grids, rows):
+        key = (id(model), tuple(int(x) for x in grid))
+        if key not in _TABLES:
+            _TABLES[key] = position_table(model, image_token, torch.as_tensor(grid).reshape(1, 3), count)
+        table, advance = _TABLES[key]
+        k = torch.arange(count)
+        extra = torch.zeros(count, dtype=torch.long)
+        extra[-1] = advance - count
+        out.append(torch.cat([(table - k).T, extra[:, None]], 1))
+    return torch.cat(out, 0).float() if out else torch.zeros(0, POSITION_COLUMNS)
+
+
+def position_table(model: Any, image_token: int, grid: torch.Tensor, rows: int) -> tuple[torch.Tensor, int]:
+    """How the family numbers one image's ``rows`` tokens in its three position sections: each token's offsets
+    ``[3, rows]`` past the image's start, and how far the text after it goes on from there. Read from the model's
+    own ``get_rope_index``, twice, the image one token later the second time (offsets that move are refused:
+    HunYuan-VL's); where it cannot say, the tokens step over the merged grid (Qwen2-VL's rule)."""
+    from ...errors import ExportError
+    from .vlm_prompts import prompt_sample
+
+    merge = int(getattr(model.config.vision_config, "spatial_merge_size", 1) or 1)
+    height, width = int(grid[0, 1]) // merge, int(grid[0, 2]) // merge
+    k = torch.arange(rows)
+    rule = (torch.stack([torch.zeros_like(k), torch.div(k, max(width, 1), rounding_mode="floor"),
+                         k % max(width, 1)], 0), max(height, width))
+    ids = prompt_sample(image_token, rows, 1, int(model.get_input_embeddings().num_embeddings))
+    found = [_numbered(model, prompt, grid, image_token, rows) for prompt in (ids, torch.cat([ids[:, :1], ids], 1))]
+    if found[0] is None or found[1] is None:
+        return rule
+    if not torch.equal(found[0][0], found[1][0]) or found[0][1] != found[1][1]:
+        raise ExportError(
+            f"{type(model).__name__} numbers an image's tokens in its position sections from a fixed origin (its "
+            "get_rope_index gives other offsets when the image starts one token later), which onnx-nb's embed file "
+            "cannot follow: not supported for now; the families the vision-language route serves are listed in "
+            "docs/supported-architectures.md.")
+    return found[0]
+
+
+def _numbered(model: Any, ids: torch.Tensor, grid: torch.Tensor, image_token: int,
+              rows: int) -> tuple[torch.Tensor, int] | None:
+    """The image's offsets past its start and the text's advance in ``ids`` (one prompt holding one image), by the
+    model's own ``get_rope_index``; None where it wants more than a prompt or gives other than three sections."""
+    from .vlm_prompts import prompt_extras
+
+    owner = getattr(model, "model", model)
+    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), GRID: grid[:1],
+             "mm_token_type_ids": (ids == image_token).int(), **prompt_extras(model, ids, image_token)}
+    try:
+        takes = inspect.signature(owner.get_rope_index).parameters
+        with torch.no_grad():
+            found = owner.get_rope_index(**{k: v for k, v in given.items() if k in takes})
+    except Exception:  # noqa: BLE001 - a get_rope_index that wants more than a prompt: the grid's rule instead
+        return None
+    found = found[0] if isinstance(found, (tuple, list)) else found
+    if not isinstance(found, torch.Tensor) or found.ndim != 3 or found.shape[0] != 3:
+        return None  # before any indexing: other sections fall back to the grid's rule
+    first = int((ids[0] == image_token).nonzero()[0, 0])
+    start = int(found[0, 0, first - 1]) + 1
+    advance = int(found[0, 0, first + rows]) - start
+    return ((found[:, 0, first:first + rows] - start).long(), advance) if advance > 0 else None
