@@ -135,6 +135,7 @@ class VlmSource(HfSource):
         from ....results.export import export_of
         from ....results.vlm import VlmExport
         from ..vlm import PARTS, ImageFeatures, image_token_of
+        from ..vlm_grid import GridFreeFeatures
 
         if isinstance(result, VlmExport):  # the whole: its decoder part's file
             result = result.parts["decoder"]
@@ -143,7 +144,7 @@ class VlmSource(HfSource):
         if part is None or len(role) != 1:
             return None
         model = part.source.model
-        if isinstance(model, ImageFeatures):  # the vision part's module: the model is inside it
+        if isinstance(model, (ImageFeatures, GridFreeFeatures)):  # the vision part's module: the model is inside
             model = model.model
         token = image_token_of(model.config) if model is not None else None
         if token is None:
