@@ -175,12 +175,18 @@ def _gives(module: GridFreeFeatures, sample: dict[str, torch.Tensor], features: 
     other = module.other_sample()
     try:
         with torch.no_grad():
-            if not torch.allclose(module(**sample)["image_features"], features, atol=1e-5):
+            if not _close(module(**sample)["image_features"], features):
                 return False
             want = reference(module.model, {"pixel_values": other["pixel_values"], GRID: module.other_grid()[None]})
-            return bool(torch.allclose(module(**other)["image_features"], want, atol=1e-5))
+            return _close(module(**other)["image_features"], want)
     except Exception:  # noqa: BLE001 - the tower wants more than these inputs: traced at one grid
         return False
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """The same features up to the order of sums (the traced attention runs torch's math kernel, not its fused
+    one): within a thousandth of their largest value. The files are judged by the export's checks."""
+    return got.shape == want.shape and float((got - want).abs().max()) <= 1e-3 * float(want.abs().max()) + 1e-6
 
 
 def position_columns(model: Any, image_token: int, grids: Any, rows: list[int]) -> torch.Tensor:
