@@ -312,7 +312,7 @@ def test_qwen_takes_any_grid_and_numbers_positions_as_get_rope_index(family: str
     import onnxruntime as ort
     import torch
 
-    from onnx_nb.steps.export.vlm import features_of, per_image, with_positions
+    from onnx_nb.steps.export.vlm import features_of, per_image, token_feed, with_positions
 
     model = build_vlm(family)
     result = onnx_nb.export(model, out=tmp_path / "q", progress=False)
@@ -337,10 +337,9 @@ def test_qwen_takes_any_grid_and_numbers_positions_as_get_rope_index(family: str
     images = per_image(files["vision"], numpy_pixels, model)
     assert np.abs(np.concatenate(images) - features_of(model, both).numpy()).max() < 1e-4
     positions = np.maximum(np.cumsum(mask.numpy(), 1) - 1, 0)
-    out = files["embed"].run(None, {"input_ids": ids.numpy(), "text_position_ids": positions,
-                                    "image_features": with_positions(files["embed"], images, numpy_pixels, model,
-                                                                     token)})
-    got = dict(zip([o.name for o in files["embed"].get_outputs()], out))["position_ids"]
+    packed = with_positions(files["embed"], images, numpy_pixels, model, token)  # as the runners hold them
+    got = token_feed(files["embed"], ids.numpy(), packed, positions)["position_ids"]
+    assert [i.name for i in files["embed"].get_inputs()][-1] == "image_positions"  # whole numbers, int64
     want, _ = model.model.get_rope_index(ids, mm_token_type_ids=(ids == token).int(),
                                          image_grid_thw=both["image_grid_thw"], attention_mask=mask)
     real = mask.numpy().astype(bool)

@@ -29,6 +29,10 @@ class VlmExport(PartsExport):
     TITLE = "Vision-language model exported"
     image_token: int = 0
     chain: dict[str, Any] = field(default_factory=dict)  # the three files chained against the model's forward
+    # which images the vision file takes: "every grid" (a grid family's file takes the tensors of each image's
+    # grid), "one grid" or "one image size" (traced at the sample's values of image_grid_thw or image_sizes: another
+    # is refused), else "the tower's size" (the processor resizes every picture to it)
+    image_sizes: str = ""
 
     @property
     def status(self) -> str:
@@ -37,21 +41,6 @@ class VlmExport(PartsExport):
 
     def __bool__(self) -> bool:
         return self.status != "failed"
-
-    @property
-    def image_sizes(self) -> str:
-        """Which images the vision file takes: ``"every grid"`` (a grid family's file taking the tensors of each
-        image's grid), ``"one grid"`` or ``"one image size"`` (traced at the sample's values of ``image_grid_thw`` or
-        ``image_sizes``: another is refused), else ``"the tower's size"`` (the processor resizes to it)."""
-        from ..runtime.facts import FIXED_INPUT, GRID_DERIVED, IMAGE_GRID
-        from ..runtime.onnxfile import load_proto
-
-        meta = {p.key: p.value for p in load_proto(self.parts["vision"].path).metadata_props}
-        if meta.get(GRID_DERIVED):
-            return "every grid"
-        if FIXED_INPUT + IMAGE_GRID in meta:
-            return "one grid"
-        return "one image size" if FIXED_INPUT + "image_sizes" in meta else "the tower's size"
 
     @property
     def source(self) -> Any:

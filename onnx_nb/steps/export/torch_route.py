@@ -151,8 +151,9 @@ def _grown_check(s: Any, flat: Any, before: tuple[Any, ...], warnings_seen: list
         return s, before, {}
     # a module whose inputs hang together (an image's patches and the tensors its grid gives) makes its own
     own = getattr(flat.model, "other_sample", None)
-    grown = inputs.Sample(list(s.names), [own()[n] for n in s.names], s.as_kwargs, dict(s.axes)) \
-        if callable(own) else inputs.grow(s)
+    other = own() if callable(own) else None
+    grown = inputs.Sample(list(s.names), [other[n] for n in s.names], s.as_kwargs, dict(s.axes)) \
+        if other is not None else inputs.grow(s)
     try:
         with torch.no_grad():
             after = flat.flat(*grown.tensors)

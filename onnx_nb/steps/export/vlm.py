@@ -22,6 +22,9 @@ from ...runtime.facts import IMAGE_GRID as GRID
 from ...runtime.shapes import SAMPLE_SIZES
 from .vlm_prompts import feature_rows, prompt_sample, types_rule
 
+POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (vlm_grid)
+COLUMNS = 4
+
 PARTS = ("vision", "embed", "decoder")
 IMAGE_TOKEN_KEYS = ("image_token_id", "image_token_index")
 
@@ -94,10 +97,11 @@ class MergedEmbedding(torch.nn.Module):
         self.image_token = image_token
         self.types = types_rule(model)
         self.deepstack = deepstack_layers(model)
-        self.sections = sections  # the image rows carry their positions' columns (vlm_grid.position_columns)
+        self.sections = sections  # each image row's position columns come beside it (vlm_grid.position_columns)
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor,
-                text_position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                text_position_ids: torch.Tensor | None = None,
+                image_positions: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         any_features = image_features.new_ones(image_features.shape[0]).sum() > 0
         is_image = (input_ids == self.image_token) & any_features
         # an image token id may lie outside the text vocabulary (its row is replaced anyway)
@@ -107,16 +111,18 @@ class MergedEmbedding(torch.nn.Module):
         table = torch.cat([image_features.new_zeros(1, image_features.shape[-1]), image_features], 0)
         picked = table.index_select(0, index).reshape(*embeds.shape[:2], -1)
         width = embeds.shape[-1]
-        used = width * (1 + self.deepstack)
         out = {"inputs_embeds": torch.where(is_image.unsqueeze(-1), picked[..., :width].to(embeds.dtype), embeds)}
         if self.deepstack:  # each layer's addition at the image tokens, zeros elsewhere
-            deep = picked[..., width:used].to(embeds.dtype)
+            deep = picked[..., width:].to(embeds.dtype)
             deep = torch.where(is_image.unsqueeze(-1), deep, torch.zeros_like(deep))
             out["deepstack_embeds"] = deep.reshape(*embeds.shape[:2], self.deepstack, width).permute(2, 0, 1, 3)
         if self.types is not None:
             out["token_type_ids"] = torch.zeros_like(input_ids) if self.types == "prefix" else is_image.long()
-        if self.sections and text_position_ids is not None:
-            out["position_ids"] = self.positions(is_image.long(), text_position_ids, picked[..., used:])
+        if self.sections and text_position_ids is not None and image_positions is not None:
+            rows = torch.cat([image_positions.new_zeros(1, image_positions.shape[-1]), image_positions], 0)
+            columns = rows.index_select(0, torch.clamp(index, max=image_positions.shape[0]))
+            out["position_ids"] = self.positions(is_image.long(), text_position_ids,
+                                                 columns.reshape(*embeds.shape[:2], -1))
         return out
 
     @staticmethod
@@ -125,7 +131,7 @@ class MergedEmbedding(torch.nn.Module):
         of tokens before it, as the runner counts them) and its image row's columns: an image token at its text
         position plus its offsets (less its place in the image: the image's start plus the offset, as the model's
         ``get_rope_index`` numbers it), every token shifted by the extra advance of the images before it."""
-        columns = torch.round(columns).long() * is_image.unsqueeze(-1)  # zero at text tokens
+        columns = columns * is_image.unsqueeze(-1)  # zero at text tokens
         extra = columns[..., 3]
         base = text + torch.cumsum(extra, 1) - extra  # the images before each token, not its own
         return base.unsqueeze(0) + columns[..., :3].permute(2, 0, 1)
@@ -208,11 +214,10 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     sections = takes_grid(model)
     embed = {"input_ids": ids, "image_features": features}
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "image_features": {0: "image_tokens"}}
-    if sections:  # the image rows' position columns, and the text positions the sections are counted from
-        embed["image_features"] = torch.cat([features, position_columns(model, token, pixels[GRID],
-                                                                        [features.shape[0]])], 1)
+    if sections:  # the text positions the sections are counted from, and the image rows' position columns
         embed["text_position_ids"] = torch.arange(ids.shape[1]).expand(ids.shape).contiguous()
-        axes["text_position_ids"] = {0: "batch", 1: "sequence"}
+        embed[POSITIONS] = position_columns(model, token, pixels[GRID], [features.shape[0]])
+        axes.update({"text_position_ids": {0: "batch", 1: "sequence"}, POSITIONS: {0: "image_tokens"}})
     free = grid_free_part(model, pixels, features, features_of) if GRID in pixels else None
     fixed = {k: pixels.pop(k) for k in fixed_names(model)}
     # one image per run (the families split and loop over images in Python: a trace fixes their count); the
@@ -330,21 +335,32 @@ def token_feed(embed: Any, ids: Any, features: Any, positions: Any) -> dict[str,
     import numpy as np
 
     given = {"input_ids": ids.astype(np.int64), "image_features": features, "text_position_ids": positions}
-    out = embed.run(None, {i.name: given[i.name] for i in embed.get_inputs()})
+    inputs = {i.name: i for i in embed.get_inputs()}
+    if POSITIONS in inputs:  # a grid family's rows carry their position columns last (with_positions): its own input
+        packed = features.shape[-1] != inputs["image_features"].shape[-1]
+        given["image_features"] = features[:, :-COLUMNS] if packed else features
+        given[POSITIONS] = np.rint(features[:, -COLUMNS:]).astype(np.int64) if packed else \
+            np.zeros((features.shape[0], COLUMNS), np.int64)
+    out = embed.run(None, {name: given[name] for name in inputs})
     return {o.name: value for o, value in zip(embed.get_outputs(), out)}
 
 
 def with_positions(embed: Any, images: list[Any], pixels: dict[str, Any], model: Any, image_token: int) -> Any:
-    """The images' feature rows (:func:`per_image`) one after another, each row with its position columns where the
-    embed file numbers three sections (it takes text positions), read from ``model`` per image grid
-    (:func:`.vlm_grid.position_columns`)."""
+    """The images' feature rows (:func:`per_image`) one after another, each with its position columns last where the
+    embed file numbers three sections (it takes ``image_positions``: :func:`token_feed` hands them to it as int64),
+    read from ``model`` per image grid (:func:`.vlm_grid.position_columns`): one array for the runners to hold,
+    split and repeat by rows (float32 holds those whole numbers exactly)."""
     import numpy as np
 
     features = np.concatenate(images, 0)
-    if not features.shape[0] or "text_position_ids" not in {i.name for i in embed.get_inputs()}:
+    if not features.shape[0] or POSITIONS not in {i.name for i in embed.get_inputs()}:
         return features
+    if model is None:
+        raise InvalidArgumentError(
+            "This model's embed file numbers positions by each image's grid, which the model's own get_rope_index "
+            "says: run the files through the export's result (onnx_nb.generate(result, ...)), which holds the model.")
     from .vlm_grid import position_columns
 
     grids = np.asarray(pixels[GRID]).reshape(-1, 3)
     columns = position_columns(model, image_token, grids, [int(x.shape[0]) for x in images]).numpy()
-    return np.concatenate([features.astype(np.float32), columns], 1)
+    return np.concatenate([features.astype(np.float32), columns.astype(np.float32)], 1)

@@ -8,19 +8,22 @@ tower takes them precomputed; its attention's loop over spans is traced as one r
 or as one masked attention where the spans differ in length (Qwen2.5-VL's windows: :func:`traceable_spans`). The
 vision file takes those tensors as inputs beside the patches, so one file runs every grid; the runners compute them
 per image from the grid with the model's own functions (:func:`grid_inputs`), and the file's metadata names them
-(``onnx_nb.grid_derived``). Where the tower does not go this way (GLM-4V reads the grid itself), the vision file is
-traced at one grid instead (:mod:`.vlm`).
+(``onnx_nb.grid_derived``); a tower that reads the grid's values itself (GLM-4V interpolates its position table by
+them) takes the grid too. Where the tower does not go this way (another module than ``model.model.visual``, other
+features than the model's), the vision file is traced at one grid instead (:mod:`.vlm`).
 
-The embed file numbers the positions: each image row of ``image_features`` carries four more columns, its offsets
-past its image's start in the three sections (less its place in the image) and, at an image's last row, how much
-further the text after it goes on than it would as text (:func:`position_columns`, read from the model's own
-``get_rope_index`` per grid). Only imported by functions that already need torch.
+The embed file numbers the positions: beside each image row of ``image_features`` it takes four columns
+(``image_positions``, int64), the row's offsets past its image's start in the three sections less its place in the
+image and, at an image's last row, how much further the text after it goes on than it would as text
+(:func:`position_columns`, read from the model's own ``get_rope_index`` per grid). Only imported by functions that
+already need torch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,7 +33,8 @@ from ...runtime.facts import GRID_DERIVED
 from ...runtime.facts import IMAGE_GRID as GRID
 
 POSITION_COLUMNS = 4  # three sections' offsets and the text's shift, after each image row's features
-_TABLES: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, int]] = {}  # (model, grid) -> position table
+# model -> grid -> its position table (read once per grid; forgotten with the model)
+_TABLES: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], tuple[torch.Tensor, int]]] = weakref.WeakKeyDictionary()
 
 
 def tower_of(model: Any) -> Any:
@@ -117,10 +121,8 @@ def traceable_spans(windows: bool) -> Iterator[None]:
 def _masked_spans(patched: Any) -> Any:
     """``patched`` (a reshaped span attention) over one span, its attention masked to the spans of ``cu_seqlens``."""
     def forward(self: Any, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if "cu_seqlens" in kwargs:
-            spans = kwargs.pop("cu_seqlens")
-        else:
-            spans, args = args[0], args[1:]
+        named = "cu_seqlens" in kwargs
+        spans = kwargs.pop("cu_seqlens") if named else args[0]
         place = torch.arange(hidden_states.shape[-2], device=hidden_states.device)
         span = (place[:, None] >= spans[None, 1:]).sum(-1)  # each token's span
         mask = span[:, None] == span[None, :]
@@ -131,7 +133,9 @@ def _masked_spans(patched: Any) -> Any:
 
         torch.nn.functional.scaled_dot_product_attention = masked
         try:
-            return patched(self, hidden_states, *args, cu_seqlens=spans[[0, -1]], **kwargs)
+            one = spans[[0, -1]]  # the whole image as one span, in the place the spans came
+            return patched(self, hidden_states, *args, cu_seqlens=one, **kwargs) if named else \
+                patched(self, hidden_states, one, *args[1:], **kwargs)
         finally:
             torch.nn.functional.scaled_dot_product_attention = sdpa
 
@@ -190,21 +194,22 @@ def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
 
 
 def position_columns(model: Any, image_token: int, grids: Any, rows: list[int]) -> torch.Tensor:
-    """The four columns each image row carries for the embed file (``[sum(rows), 4]``, float): its three sections'
-    offsets past its image's start less its place ``k`` in the image, and at an image's last row the text's extra
-    advance (how much further than ``rows`` the text after it goes on); :class:`.vlm.MergedEmbedding` turns them into
-    positions from the text positions."""
+    """The four columns each image row has beside it for the embed file (``[sum(rows), 4]``, int64): its three
+    sections' offsets past its image's start less its place ``k`` in the image, and at an image's last row the
+    text's extra advance (how much further than ``rows`` the text after it goes on);
+    :class:`.vlm.MergedEmbedding` turns them into positions from the text positions."""
     out = []
     for grid, count in zip(grids, rows):
-        key = (id(model), tuple(int(x) for x in grid))
-        if key not in _TABLES:
-            _TABLES[key] = position_table(model, image_token, torch.as_tensor(grid).reshape(1, 3), count)
-        table, advance = _TABLES[key]
+        known = _TABLES.setdefault(model, {})
+        key = tuple(int(x) for x in grid)
+        if key not in known:
+            known[key] = position_table(model, image_token, torch.as_tensor(grid).reshape(1, 3), count)
+        table, advance = known[key]
         k = torch.arange(count)
         extra = torch.zeros(count, dtype=torch.long)
         extra[-1] = advance - count
         out.append(torch.cat([(table - k).T, extra[:, None]], 1))
-    return torch.cat(out, 0).float() if out else torch.zeros(0, POSITION_COLUMNS)
+    return torch.cat(out, 0) if out else torch.zeros(0, POSITION_COLUMNS, dtype=torch.long)
 
 
 def position_table(model: Any, image_token: int, grid: torch.Tensor, rows: int) -> tuple[torch.Tensor, int]:

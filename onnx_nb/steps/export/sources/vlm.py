@@ -103,7 +103,7 @@ class VlmSource(HfSource):
             built = {**parts(vlm), "decoder": (None, None, None)}
             folder, files, seconds = write_parts("A vision-language model", PARTS, lambda: built, record.name, folder,
                                                  args.overwrite, args.progress, args.opset, export_part)
-        result = VlmExport(folder, files, vlm, seconds, image_token=token)
+        result = VlmExport(folder, files, vlm, seconds, image_token=token, image_sizes=images_taken(files["vision"]))
         for name in ("vision", "decoder"):  # each knows the files it runs with: its variants are judged on the chain
             files[name].parts = {other: files[other].path for other in PARTS if other != name}
         files["vision"].source.adapter = cls.key
@@ -154,10 +154,23 @@ class VlmSource(HfSource):
         return {**part.parts, name: here, "role": name, "image_token": token, "model": model}
 
 
+def images_taken(vision: Any) -> str:
+    """Which images a vision file takes (:attr:`~onnx_nb.results.vlm.VlmExport.image_sizes`), from the module it was
+    exported from: every grid, one grid or one image size (traced at the sample's), else the tower's size."""
+    from ....runtime.facts import FIXED_INPUT, GRID_DERIVED, IMAGE_GRID
+
+    meta = getattr(vision.source.model, "onnx_metadata", None) or {}
+    if meta.get(GRID_DERIVED):
+        return "every grid"
+    if FIXED_INPUT + IMAGE_GRID in meta:
+        return "one grid"
+    return "one image size" if FIXED_INPUT + "image_sizes" in meta else "the tower's size"
+
+
 def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
     """A plain part through the PyTorch route; a vision part for every grid that does not pass its check at
     another grid is traced at the sample's grid instead (its ``fallback``), saying why in the result's warnings."""
-    from ....errors import ExportError, first_line
+    from ....errors import OnnxNbError, first_line
     from .torch import export_part as plain
 
     fallback = getattr(module, "fallback", None)
@@ -168,7 +181,7 @@ def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
         if done.status == "verified":
             return done
         why = f"its file did not match PyTorch at another grid ({done.check.get('summary', done.status)})"
-    except ExportError as exc:
+    except OnnxNbError as exc:  # no exporter's file passed, its sample failed, ...: the one-grid file instead
         why = f"{type(exc).__name__}: {first_line(exc)[:200]}"
     fixed, pixels, axes = fallback
     done = plain(fixed, pixels, **{**settings, "dynamic": axes})
