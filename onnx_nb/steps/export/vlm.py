@@ -20,7 +20,7 @@ from ...errors import InvalidArgumentError
 from ...runtime.facts import FIXED_INPUT, fixed_inputs
 from ...runtime.facts import IMAGE_GRID as GRID
 from ...runtime.shapes import SAMPLE_SIZES
-from .vlm_prompts import feature_rows, prompt_sample, types_rule
+from .vlm_prompts import image_rows, prompt_sample, types_rule
 
 POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (vlm_grid)
 COLUMNS = 4
@@ -78,9 +78,7 @@ class ImageFeatures(torch.nn.Module):
         given = {"pixel_attention_mask": pixel_attention_mask, "image_sizes": image_sizes, **fixed}
         out = self.model.get_image_features(pixel_values=pixel_values,
                                             **{k: v for k, v in given.items() if v is not None}, return_dict=True)
-        pooled = out.pooler_output if hasattr(out, "pooler_output") else out
-        rows = [feature_rows(pooled)] + [feature_rows(d) for d in (getattr(out, "deepstack_features", None) or [])]
-        return {"image_features": torch.cat(rows, -1)}
+        return {"image_features": image_rows(out)}
 
 
 class MergedEmbedding(torch.nn.Module):

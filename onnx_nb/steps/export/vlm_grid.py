@@ -74,7 +74,7 @@ class GridFreeFeatures(torch.nn.Module):
                 interp_weights: torch.Tensor | None = None, window_index: torch.Tensor | None = None,
                 cu_window_seqlens: torch.Tensor | None = None,
                 image_grid_thw: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        from .vlm_prompts import feature_rows
+        from .vlm_prompts import image_rows
 
         given = {"cu_seqlens": cu_seqlens, "position_ids": position_ids, "interp_indices": interp_indices,
                  "interp_weights": interp_weights, "window_index": window_index,
@@ -82,9 +82,7 @@ class GridFreeFeatures(torch.nn.Module):
         with traceable_spans(windows=window_index is not None):
             out = self.tower(pixel_values, grid_thw=image_grid_thw,
                              **{k: v for k, v in given.items() if v is not None})
-        pooled = out.pooler_output if hasattr(out, "pooler_output") else out
-        rows = [feature_rows(pooled)] + [feature_rows(d) for d in (getattr(out, "deepstack_features", None) or [])]
-        return {"image_features": torch.cat(rows, -1)}
+        return {"image_features": image_rows(out)}
 
     def other_grid(self) -> torch.Tensor:
         """The sample's grid a merge taller and a merge narrower (another count and another shape of patches)."""

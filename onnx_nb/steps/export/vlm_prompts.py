@@ -42,6 +42,14 @@ def prompt_extras(model: Any, ids: torch.Tensor, image_token: int) -> dict[str, 
     return out
 
 
+def image_rows(out: Any) -> torch.Tensor:
+    """A tower's output (``get_image_features``' or the tower's own) as the vision file's rows: the pooled features,
+    Qwen3-VL's deepstack features after them in the same rows (``[rows, embeds * (1 + layers)]``)."""
+    pooled = out.pooler_output if hasattr(out, "pooler_output") else out
+    deep = getattr(out, "deepstack_features", None) or []
+    return torch.cat([feature_rows(pooled)] + [feature_rows(d) for d in deep], -1)
+
+
 def feature_rows(features: Any) -> torch.Tensor:
     """Per-image features (a tensor, or a list of one per image) as one ``[rows, width]`` tensor."""
     if isinstance(features, (list, tuple)):
