@@ -58,6 +58,38 @@ def test_moe_file_runs_each_expert_on_its_own_tokens_only(tmp_path: Path) -> Non
     assert sum(n.op_type == "MatMul" for n in graph.node) >= 2 * experts  # each expert's up and down projections
 
 
+def test_experts_with_their_own_loop_and_zero_compute_experts_export_and_generate(tmp_path: Path) -> None:
+    """LongCat-Flash writes its own experts loop (``int(expert.item())`` per expert hit) and adds "zero-compute"
+    experts (a slot that returns the token itself): the export dispatches them as transformers' grouped matmul
+    (dynamo, no TorchScript ``If``), and the file gives PyTorch's tokens with slots of both kinds taken."""
+    import transformers
+
+    from onnx_nb.steps.export.moe_dispatch import traceable_experts
+
+    config = transformers.LongcatFlashConfig(
+        num_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32,
+        qk_rope_head_dim=8, qk_nope_head_dim=8, head_dim=8, qk_head_dim=16, v_head_dim=16, n_routed_experts=4,
+        zero_expert_num=2, moe_topk=2, expert_ffn_hidden_size=32, ffn_hidden_size=128, vocab_size=100)
+    torch.manual_seed(0)
+    model = transformers.LongcatFlashForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.2)
+        prompt = torch.tensor([[5, 9, 14, 3, 22, 17, 40, 61]])
+        taken = model.model.layers[0].mlp.router(model.model.embed_tokens(prompt))[2]
+        assert bool((taken >= 4).any()) and bool((taken < 4).any()), taken  # computing and zero-compute slots
+        expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False)
+        plain = model(prompt).logits
+        with traceable_experts(model) as names:  # the dispatch is the model's own arithmetic
+            assert names == [f"model.layers.{i}.mlp.experts" for i in range(2)]
+            assert model(prompt).logits.allclose(plain, atol=1e-5)
+        assert "forward" not in vars(model.model.layers[0].mlp.experts)  # its own loop back
+    result = onnx_nb.export(model, out=tmp_path / "l.onnx", progress=False)
+    assert result and result.exporter == "dynamo", repr(result)
+    made = onnx_nb.generate(result, prompt.tolist(), max_new_tokens=6, eos_token_id=-1).tokens[0]
+    assert made == expected[0, prompt.shape[1]:].tolist()
+
+
 def test_uncached_decoder_says_so_and_cache_true_is_refused(tmp_path: Path) -> None:
     import transformers
 

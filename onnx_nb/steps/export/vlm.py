@@ -293,11 +293,10 @@ def _grid_features(vision: Any, pixels: dict[str, Any], grid: list[int] | None, 
     rows, start = [], 0
     for g, count in zip(grids, counts):
         feed = {name: flat[start:start + count], **({GRID: g[None]} if reads_grid else {})}
-        if derived:
-            from .vlm_grid import grid_inputs, tower_of
+        if derived:  # computed once per grid
+            from .vlm_grid import grid_feed, tower_of
 
-            made = grid_inputs(tower_of(model), g)
-            feed.update({n: made[n].numpy() for n in derived})
+            feed.update(grid_feed(tower_of(model), g, derived))
         rows.append(vision.run(None, cast_feed(vision, feed))[0])
         start += count
     return rows

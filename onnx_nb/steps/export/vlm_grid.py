@@ -35,6 +35,8 @@ from ...runtime.facts import IMAGE_GRID as GRID
 POSITION_COLUMNS = 4  # three sections' offsets and the text's shift, after each image row's features
 # model -> grid -> its position table (read once per grid; forgotten with the model)
 _TABLES: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], tuple[torch.Tensor, int]]] = weakref.WeakKeyDictionary()
+# tower -> grid -> the tensors it takes precomputed, as numpy (what the runners feed; images repeat their grids)
+_FEEDS: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 
 def tower_of(model: Any) -> Any:
@@ -50,6 +52,15 @@ def grid_inputs(tower: Any, grid: Any) -> dict[str, torch.Tensor]:
     given: dict[str, Any] = {"grid_thw": torch.as_tensor(grid, dtype=torch.long).reshape(1, 3)}
     precompute_export_inputs(tower, given)
     return {k: v for k, v in given.items() if torch.is_tensor(v) and k != "grid_thw"}
+
+
+def grid_feed(tower: Any, grid: Any, names: Any) -> dict[str, Any]:
+    """:func:`grid_inputs` named ``names`` as numpy arrays, computed once per tower and grid."""
+    known = _FEEDS.setdefault(tower, {})
+    key = tuple(int(x) for x in grid)
+    if key not in known:
+        known[key] = {k: v.numpy() for k, v in grid_inputs(tower, key).items()}
+    return {n: known[key][n] for n in names}
 
 
 class GridFreeFeatures(torch.nn.Module):

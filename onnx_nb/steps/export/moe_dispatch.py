@@ -1,0 +1,84 @@
+"""A trace-friendly dispatch for the experts of a mixture of experts that has no transformers experts implementation.
+
+transformers' experts classes carry ``@use_experts_implementation``, whose default ``grouped_mm`` dispatch traces
+(rows sorted by expert, counted with ``histc``, one grouped matmul; :mod:`.translations` gives both an ONNX
+translation). A family that writes its own experts loop instead (LongCat-Flash: ``for expert in expert_hit:
+int(expert.item())``) cannot be traced: the loop's length is data, and TorchScript bakes an ``If`` ONNX Runtime
+cannot type. :func:`traceable_experts` gives such a module, for the length of an export, the same grouped dispatch
+through transformers' own ``grouped_mm_experts_forward``, on the module's own weights; its "zero-compute" experts
+(``zero_expert_num``: a top-k slot that returns the token itself, scaled by its weight) are added beside it.
+
+Recognised by layout, not by family: an ``nn.Module`` with 3-d ``gate_up_proj`` ``[experts, 2 * inner, hidden]``
+and ``down_proj`` ``[experts, hidden, inner]``, an ``act_fn``, a ``forward(hidden_states, top_k_index,
+top_k_weights)``, and no experts implementation of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+ARGS = ["self", "hidden_states", "top_k_index", "top_k_weights"]
+
+
+def _loops(module: Any) -> bool:
+    """Whether ``module`` is experts in the layout above that transformers cannot dispatch itself."""
+    if hasattr(module, "has_gate") or not callable(getattr(module, "act_fn", None)):
+        return False  # transformers' decorator sets has_gate: its own implementations trace
+    gate_up: Any = getattr(module, "gate_up_proj", None)
+    down: Any = getattr(module, "down_proj", None)
+    if getattr(gate_up, "ndim", 0) != 3 or getattr(down, "ndim", 0) != 3:
+        return False
+    if gate_up.shape[-1] != down.shape[1] or gate_up.shape[1] != 2 * down.shape[2]:
+        return False
+    try:
+        return list(inspect.signature(type(module).forward).parameters) == ARGS
+    except (TypeError, ValueError):  # pragma: no cover - a forward without a signature
+        return False
+
+
+class _Routed:
+    """The attributes ``grouped_mm_experts_forward`` reads, over the experts that compute (the first ``routed``)."""
+
+    has_gate, has_bias, is_transposed, has_post_expert_norm, _is_expert_parallel = True, False, False, False, False
+
+    def __init__(self, experts: Any, routed: int) -> None:
+        self.gate_up_proj, self.down_proj = experts.gate_up_proj[:routed], experts.down_proj[:routed]
+        self.num_experts, self.act_fn = routed, experts.act_fn
+
+    def _apply_gate(self, gate_up: Any) -> Any:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return self.act_fn(gate) * up
+
+
+def grouped_forward(experts: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+    """``experts``' output by a grouped dispatch: each token's routed slots through their experts, weighted; a slot
+    past the computing experts (a zero-compute expert) adds the token itself times its weight. Such a slot is sent
+    to expert 0 with weight 0, so every expert's rows keep one static shape."""
+    import torch
+    from transformers.integrations.moe import grouped_mm_experts_forward
+
+    routed = int(experts.down_proj.shape[0])
+    computes = top_k_index < routed
+    none = torch.zeros_like(top_k_weights)
+    out = grouped_mm_experts_forward(_Routed(experts, routed), hidden_states,  # type: ignore[arg-type]
+                                     torch.where(computes, top_k_index, torch.zeros_like(top_k_index)),
+                                     torch.where(computes, top_k_weights, none))
+    itself = torch.where(computes, none, top_k_weights).sum(dim=-1, keepdim=True)
+    return out + hidden_states * itself.to(hidden_states.dtype)
+
+
+@contextlib.contextmanager
+def traceable_experts(model: Any) -> Iterator[list[str]]:
+    """Within: every experts module of ``model`` with its own loop dispatches as :func:`grouped_forward`; yields
+    their names. The module's ``forward`` is restored on leaving."""
+    found = [(name, m) for name, m in model.named_modules() if _loops(m)] if hasattr(model, "named_modules") else []
+    for _, m in found:
+        m.forward = grouped_forward.__get__(m)
+    try:
+        yield [name for name, _ in found]
+    finally:
+        for _, m in found:
+            del m.forward
