@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -193,6 +194,26 @@ def test_histc_translation_counts_as_torch_does(tmp_path: Path) -> None:
     for values in (torch.tensor([3.0, 3, 0, 1.2, 9]), torch.arange(16.0) % 7):
         got = session.run(None, {session.get_inputs()[0].name: values.numpy()})
         assert [g.tolist() for g in got] == [t.tolist() for t in Counts()(values)]
+
+
+def test_squeeze_and_split_of_a_symbolic_axis_run_at_other_sizes(tmp_path: Path) -> None:
+    """torch squeezes an axis only when its size is 1, so a trace keeps a symbolic axis that ``squeeze(0)`` names,
+    and ``torch.split`` into one part is the whole; torchlib's translations squeeze it anyway and bake the split's
+    sizes, which fails at any other size. The export repairs both by its own shapes (Mistral 3's merged rows)."""
+    import onnxruntime as ort
+
+    class Rows(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.split((x * 2).squeeze(0), [x.shape[0]])[0] + 1
+
+    result = onnx_nb.export(Rows(), {"x": torch.randn(3, 4)}, out=tmp_path / "r.onnx", exporter="dynamo",
+                            dynamic={"x": {0: "rows"}}, progress=False)
+    assert result, repr(result)  # its check ran the file at another row count
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    for rows in (5, 1):
+        x = torch.randn(rows, 4)
+        got = session.run(None, {"x": x.numpy()})[0]
+        assert got.shape == (rows, 4) and np.allclose(got, (x * 2 + 1).numpy())
 
 
 def test_float_arange_with_known_bounds_has_torchs_length(tmp_path: Path) -> None:

@@ -374,6 +374,42 @@ def test_a_vision_file_traced_at_one_size_refuses_another_naming_it(tmp_path: Pa
                          max_new_tokens=2)
 
 
+def test_pixtral_takes_any_image_size_each_cropped_from_the_processors_batch(tmp_path: Path) -> None:
+    """Mistral 3's tower (Pixtral) crops each image of a padded batch to its image_sizes row: its vision file takes
+    one image of any size, its size read from its shape, checked at another size at export; two images of other
+    sizes than the sample's in one prompt, padded together as the processor pads them, give PyTorch's tokens."""
+    import torch
+
+    from onnx_nb.steps.export.vlm import features_of
+
+    model = build_vlm("mistral3")
+    result = onnx_nb.export(model, out=tmp_path / "m", progress=False)
+    assert result.image_sizes == "any image size" and result.chain["passed"], (result.image_sizes, result.chain)
+    assert result.parts["vision"].exporter == "dynamo" and not result.parts["vision"].warnings
+    step = int(model.config.vision_config.patch_size) * int(model.config.spatial_merge_size)
+    sizes = [[2 * step, 5 * step], [4 * step, 3 * step]]
+    g = torch.Generator().manual_seed(4)
+    values = torch.zeros(2, 3, 4 * step, 5 * step)  # the processor's batch: each image padded to the largest
+    for k, (h, w) in enumerate(sizes):
+        values[k, :, :h, :w] = torch.randn(3, h, w, generator=g)
+    pixels = {"pixel_values": values, "image_sizes": torch.tensor(sizes)}
+    rows = [features_of(model, {"pixel_values": values[k:k + 1], "image_sizes": pixels["image_sizes"][k:k + 1]})
+            .shape[0] for k in range(2)]
+    assert rows == [10, 12]  # (h / step) * (w / step) each
+    token = result.image_token
+    ids = torch.tensor([[5, 6] + [token] * rows[0] + [7] + [token] * rows[1] + [8, 9]])
+    want = _torch_tokens(model, ids, pixels, token)
+    got = onnx_nb.generate(result, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()}, max_new_tokens=NEW)
+    assert got.tokens == want
+    with torch.no_grad():
+        again = onnx_nb.to_transformers(result).generate(**_inputs(model, ids, pixels, token), max_new_tokens=NEW,
+                                                         do_sample=False)
+    assert again[:, ids.shape[1]:].tolist()[0][:len(want[0])] == want[0]
+    bad = {"pixel_values": values.numpy(), "image_sizes": np.array([[5 * step, 5 * step], sizes[1]])}
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"image_sizes row 0 is .* must fit inside"):
+        onnx_nb.generate(result, ids.tolist(), images=bad, max_new_tokens=2)
+
+
 def test_a_results_text_and_pictures_are_escaped_once() -> None:
     """Text a model made is escaped once in the result's HTML (not twice: "&amp;lt;"), and only PNG data URIs are
     shown as pictures."""

@@ -29,6 +29,7 @@ UNET_INPUTS = frozenset({"sample", "timestep", "encoder_hidden_states"})  # expo
 IMAGE_GRID = "image_grid_thw"
 FIXED_INPUT = "onnx_nb.fixed."
 GRID_DERIVED = "onnx_nb.grid_derived"  # a vision file's inputs computed per image from its grid (comma-separated)
+SIZED_BY = "onnx_nb.sized_by"  # a vision file taking one image cropped to its size: the input that gives the size
 
 
 def fixed_inputs(vision: Any) -> dict[str, list[int]]:
@@ -43,6 +44,12 @@ def grid_derived(vision: Any) -> list[str]:
     positions: :mod:`onnx_nb.steps.export.vlm_grid`), from an ORT session; empty for other files."""
     value = vision.get_modelmeta().custom_metadata_map.get(GRID_DERIVED, "")
     return [n for n in value.split(",") if n]
+
+
+def sized_by(vision: Any) -> str | None:
+    """The input naming each image's size, where a vision file takes one image cropped to it (Pixtral's towers:
+    :mod:`onnx_nb.steps.export.vlm_sized`), from an ORT session; None for other files."""
+    return vision.get_modelmeta().custom_metadata_map.get(SIZED_BY) or None
 
 
 def is_cache(name: str) -> bool:

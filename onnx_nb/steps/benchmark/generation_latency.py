@@ -120,7 +120,8 @@ class _ChainStep:
         self.floor_bytes = sum(file_bytes(files[part]) for part in PARTS)  # the weights of the three files
         rng = np.random.default_rng(0)
         self.pixels, _ = graph_sample(Path(files["vision"]), 0)  # one image, in the shapes the vision file fixes
-        if IMAGE_GRID in runner.vision_inputs and files.get("model") is not None:  # patches and their grid
+        takes_model = IMAGE_GRID in runner.vision_inputs or "image_sizes" in runner.vision_inputs
+        if takes_model and files.get("model") is not None:  # patches and their grid, an image and its size
             self.pixels = {k: v.numpy() for k, v in pixel_sample(files["model"]).items()}
         if "image_sizes" in self.pixels:  # the image's size beside its pixels (Pixtral's towers)
             self.pixels["image_sizes"] = np.array([self.pixels["pixel_values"].shape[-2:]], np.int64)

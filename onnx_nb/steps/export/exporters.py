@@ -162,6 +162,7 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
         )
     if program is None:  # pragma: no cover - torch always returns a program with dynamo=True
         raise RuntimeError("torch.onnx.export returned no program")
+    translations.drop_no_op_reshapes(program.model)
     program.save(str(path), external_data=external_data)
     if varargs_from is not None or related:  # the axis names in place of the exporter's symbols
         import onnx

@@ -18,6 +18,12 @@ rotary multiplies queries by ``polar(...)[:, :, None, :]``). The exporter drops 
 value (it registers them as real only), so these go into torchlib's own registry, where a complex value is a real
 tensor with a trailing axis of 2 (real, imaginary).
 
+:func:`drop_no_op_reshapes` repairs two of torchlib's translations after the export, by the exporter's own shapes: a
+``Squeeze`` whose output keeps its input's rank (``aten::squeeze.dim`` of an axis whose size is symbolic: torch
+squeezes only a size of 1, so the trace kept the axis, yet the translation squeezes it and fails at run time; the
+merged rows of Mistral 3's image at a size the trace did not fix) and a ``Split`` into one part (the sizes of
+``torch.split`` baked from the sample) become ``Identity``.
+
 :func:`exact_no_ops` also makes the exporter's graph clean-up (onnxscript's optimizer) drop ``x + 0``, ``x - 0``,
 ``x * 1`` and ``x / 1`` only where the constant is exactly 0 or 1: its patterns match within 1e-8, so a norm's
 ``variance + 1e-8`` (Helium's ``rms_norm_eps``) lost its epsilon and a zero row (the padding token's embedding) came
@@ -180,3 +186,27 @@ def table() -> dict[Any, Any]:
         if fallback is not None:
             found[fallback.default] = _grouped_mm_fallback
     return found
+
+
+def drop_no_op_reshapes(model: Any) -> int:
+    """In ``model`` (the exporter's ONNX IR), every ``Squeeze`` that keeps its input's rank and every ``Split`` into
+    one part made an ``Identity``; returns how many."""
+    import onnx_ir as ir
+
+    changed = 0
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("Squeeze", "Split") or not node.inputs:
+            continue
+        source, out = node.inputs[0], node.outputs[0]
+        if node.op_type == "Squeeze":
+            ranks = [v.shape.rank() if v is not None and v.shape is not None else None for v in (source, out)]
+            if None in ranks or ranks[0] != ranks[1]:
+                continue
+        elif len(node.outputs) != 1:
+            continue
+        node.op_type = "Identity"
+        node.resize_inputs(1)
+        node.attributes.clear()
+        changed += 1
+    return changed
+

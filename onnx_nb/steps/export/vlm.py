@@ -198,7 +198,8 @@ def check_counts(input_ids: Any, image_token: int, features: int) -> None:
 
 def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     """The vision and embedding parts: (module, sample, dynamic axes) each. A grid family's vision part takes any
-    grid where its tower allows (:func:`.vlm_grid.grid_free_part`), with the one-grid module as its ``fallback``."""
+    grid where its tower allows (:func:`.vlm_grid.grid_free_part`), a family whose images come with their sizes any
+    size (:func:`.vlm_sized.sized_part`), with the one-size module as its ``fallback``."""
     from .vlm_grid import grid_free_part, position_columns
 
     token = image_token_of(model.config)
@@ -216,7 +217,10 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
         embed["text_position_ids"] = torch.arange(ids.shape[1]).expand(ids.shape).contiguous()
         embed[POSITIONS] = position_columns(model, token, pixels[GRID], [features.shape[0]])
         axes.update({"text_position_ids": {0: "batch", 1: "sequence"}, POSITIONS: {0: "image_tokens"}})
-    free = grid_free_part(model, pixels, features, features_of) if GRID in pixels else None
+    from .vlm_sized import sized_part
+
+    free = grid_free_part(model, pixels, features, features_of) if GRID in pixels else \
+        sized_part(model, pixels, features, features_of)
     fixed = {k: pixels.pop(k) for k in fixed_names(model)}
     # one image per run (the families split and loop over images in Python: a trace fixes their count); the
     # runners run it per image and join the rows
@@ -232,13 +236,22 @@ def per_image(vision: Any, pixels: dict[str, Any], model: Any = None) -> list[An
     (:mod:`.vlm_grid`)."""
     import numpy as np
 
-    from ...runtime.facts import grid_derived
+    from ...runtime.facts import grid_derived, sized_by
     from ...runtime.shapes import cast_feed
 
     inputs = vision.get_inputs()
     derived = grid_derived(vision)
     if derived:
         return _grid_features(vision, pixels, None, model, derived)
+    if sized_by(vision):  # one image at a time, cropped to its size
+        from .vlm_sized import cropped
+
+        count, channels = np.shape(pixels["pixel_values"])[0], inputs[0].shape[1]
+        if isinstance(channels, int) and np.shape(pixels["pixel_values"])[1:2] != (channels,):
+            raise InvalidArgumentError(f"pixel_values has shape {list(np.shape(pixels['pixel_values']))}; this "
+                                       f"model's vision encoder takes [images, {channels}, height, width]: give the "
+                                       "processor's output.")
+        return [vision.run(None, cast_feed(vision, {inputs[0].name: cropped(pixels, k)}))[0] for k in range(count)]
     fixed = fixed_inputs(vision)
     for name, want in fixed.items():
         if name not in pixels:

@@ -136,6 +136,7 @@ class VlmSource(HfSource):
         from ....results.vlm import VlmExport
         from ..vlm import PARTS, ImageFeatures, image_token_of
         from ..vlm_grid import GridFreeFeatures
+        from ..vlm_sized import SizedImageFeatures
 
         if isinstance(result, VlmExport):  # the whole: its decoder part's file
             result = result.parts["decoder"]
@@ -144,7 +145,7 @@ class VlmSource(HfSource):
         if part is None or len(role) != 1:
             return None
         model = part.source.model
-        if isinstance(model, (ImageFeatures, GridFreeFeatures)):  # the vision part's module: the model is inside
+        if isinstance(model, (ImageFeatures, GridFreeFeatures, SizedImageFeatures)):  # the vision part's module
             model = model.model
         token = image_token_of(model.config) if model is not None else None
         if token is None:
@@ -156,20 +157,23 @@ class VlmSource(HfSource):
 
 def images_taken(vision: Any) -> str:
     """Which images a vision file takes (:attr:`~onnx_nb.results.vlm.VlmExport.image_sizes`), from the module it was
-    exported from: every grid, one grid or one image size (traced at the sample's), else the tower's size."""
-    from ....runtime.facts import FIXED_INPUT, GRID_DERIVED, IMAGE_GRID
+    exported from: every grid, any image size, one grid or one image size (traced at the sample's), else the
+    tower's size."""
+    from ....runtime.facts import FIXED_INPUT, GRID_DERIVED, IMAGE_GRID, SIZED_BY
 
     meta = getattr(vision.source.model, "onnx_metadata", None) or {}
     if meta.get(GRID_DERIVED):
         return "every grid"
+    if meta.get(SIZED_BY):
+        return "any image size"
     if FIXED_INPUT + IMAGE_GRID in meta:
         return "one grid"
     return "one image size" if FIXED_INPUT + "image_sizes" in meta else "the tower's size"
 
 
 def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
-    """A plain part through the PyTorch route; a vision part for every grid that does not pass its check at
-    another grid is traced at the sample's grid instead (its ``fallback``), saying why in the result's warnings."""
+    """A plain part through the PyTorch route; a vision part for every grid or image size that does not pass its
+    check at another is traced at the sample's instead (its ``fallback``), saying why in the result's warnings."""
     from ....errors import OnnxNbError, first_line
     from .torch import export_part as plain
 
@@ -180,13 +184,13 @@ def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
         done = plain(module, sample, **settings)
         if done.status == "verified":
             return done
-        why = f"its file did not match PyTorch at another grid ({done.check.get('summary', done.status)})"
+        why = f"its file did not match PyTorch at another size ({done.check.get('summary', done.status)})"
     except OnnxNbError as exc:  # no exporter's file passed, its sample failed, ...: the one-grid file instead
         why = f"{type(exc).__name__}: {first_line(exc)[:200]}"
     fixed, pixels, axes = fallback
     done = plain(fixed, pixels, **{**settings, "dynamic": axes})
-    done.warnings.append(f"The vision file is traced at the sample's grid only: the file for every grid failed "
-                         f"({why}).")
+    done.warnings.append(f"The vision file is traced at the sample's image size only: the file for every size "
+                         f"failed ({why}).")
     return done
 
 
