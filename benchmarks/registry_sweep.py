@@ -546,7 +546,8 @@ def vlm_section(path: Path) -> list[str]:
         "processor-only input) is listed but not counted. [Vision-language models](guides/vision-language.md) "
         "says how each family is served; `tests/test_vlm.py` checks fifteen of them, beams included. *images*: "
         "which images the vision file takes (`VlmExport.image_sizes`): every grid (a grid family's file takes the "
-        "tensors of each image's grid), any image size (Pixtral's towers: one image cropped to its size), one grid "
+        "tensors of each image's grid), any image size (one image cropped to its size, Pixtral's "
+        "towers; or its tiles packed by its size, LLaVA-NeXT), one grid "
         "or one image size (traced at the sample's; another is refused), "
         "or the tower's size (the processor resizes every picture to it).",
         "",

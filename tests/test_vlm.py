@@ -359,14 +359,62 @@ def test_qwen_takes_any_grid_and_numbers_positions_as_get_rope_index(family: str
                                 max_new_tokens=2).tokens[0]
 
 
-def test_a_vision_file_traced_at_one_size_refuses_another_naming_it(tmp_path: Path) -> None:
-    """LLaVA-NeXT tiles an image by the values of image_sizes, so its vision file is traced at the sample's size,
-    recorded in its metadata; a picture of another size is refused, not run."""
-    from onnx_nb.steps.export.vlm import pixel_sample
+def _two_images_give_pytorchs_tokens(model: Any, result: Any, pixels: dict[str, Any], rows: list[int]) -> Any:
+    """One prompt holding two images (``rows`` tokens each) of the processor's padded batch ``pixels``: the tokens
+    of onnx_nb.generate and of transformers' generate() over the files are PyTorch's. Returns the prompt."""
+    import torch
+
+    token = result.image_token
+    ids = torch.tensor([[5, 6] + [token] * rows[0] + [7] + [token] * rows[1] + [8, 9]])
+    want = _torch_tokens(model, ids, pixels, token)
+    got = onnx_nb.generate(result, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()}, max_new_tokens=NEW)
+    assert got.tokens == want
+    with torch.no_grad():
+        again = onnx_nb.to_transformers(result).generate(**_inputs(model, ids, pixels, token), max_new_tokens=NEW,
+                                                         do_sample=False)
+    assert again[:, ids.shape[1]:].tolist()[0][:len(want[0])] == want[0]
+    return ids
+
+
+def test_llava_next_takes_any_image_size_its_tiles_packed_by_the_models_own_rule(tmp_path: Path) -> None:
+    """LLaVA-NeXT tiles each image by its image_sizes row and packs the tiles' rows (arranged, unpadded, a newline
+    after each row): its vision file takes one image's tiles, any count, and the packing as an index the runner
+    computes per size from the model's own pack_image_features. Two images of other sizes (2 and 3 tiles, padded
+    to 3 as the processor pads them) in one prompt give PyTorch's tokens."""
+    import torch
+
+    from onnx_nb.steps.export.vlm import features_of
+    from onnx_nb.steps.export.vlm_tiled import tiles_of
 
     model = build_vlm("llava_next")
     result = onnx_nb.export(model, out=tmp_path / "n", progress=False)
-    assert result.chain["passed"], result.chain
+    assert result.image_sizes == "any image size" and result.chain["passed"], (result.image_sizes, result.chain)
+    side = int(model.config.vision_config.image_size)
+    sizes = [[side, 2 * side], [side - 12, side - 2]]
+    assert [tiles_of(model, s) for s in sizes] == [3, 2]
+    g = torch.Generator().manual_seed(4)
+    values = torch.randn(2, 3, 3, side, side, generator=g)
+    values[1, 2] = 0  # the second image's third tile is the batch's padding
+    pixels = {"pixel_values": values, "image_sizes": torch.tensor(sizes)}
+    rows = [features_of(model, {"pixel_values": values[k:k + 1, :tiles_of(model, sizes[k])],
+                                "image_sizes": pixels["image_sizes"][k:k + 1]}).shape[0] for k in range(2)]
+    ids = _two_images_give_pytorchs_tokens(model, result, pixels, rows)
+    narrow = {"pixel_values": values[:, :2].numpy(), "image_sizes": np.array(sizes)}  # too few tiles for the first
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"makes 3 tiles and its pixel_values holds 2"):
+        onnx_nb.generate(result, ids.tolist(), images=narrow, max_new_tokens=2)
+
+
+def test_a_vision_file_traced_at_one_size_refuses_another_naming_it(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the file for every size is not taken (here: LLaVA-NeXT with its tiled module turned away), the vision
+    file is traced at the sample's image size, recorded in its metadata; a picture of another size is refused."""
+    from onnx_nb.steps.export import vlm_tiled
+    from onnx_nb.steps.export.vlm import pixel_sample
+
+    monkeypatch.setattr(vlm_tiled, "tiled_part", lambda *_: None)
+    model = build_vlm("llava_next")
+    result = onnx_nb.export(model, out=tmp_path / "n", progress=False)
+    assert result.image_sizes == "one image size" and result.chain["passed"], result.chain
     pixels = {k: v.numpy() for k, v in pixel_sample(model).items()}
     h, w = (int(x) for x in pixels["image_sizes"][0])
     with pytest.raises(onnx_nb.InvalidArgumentError, match=rf"exported for images of {h}x{w} pixels"):
@@ -396,15 +444,7 @@ def test_pixtral_takes_any_image_size_each_cropped_from_the_processors_batch(tmp
     rows = [features_of(model, {"pixel_values": values[k:k + 1], "image_sizes": pixels["image_sizes"][k:k + 1]})
             .shape[0] for k in range(2)]
     assert rows == [10, 12]  # (h / step) * (w / step) each
-    token = result.image_token
-    ids = torch.tensor([[5, 6] + [token] * rows[0] + [7] + [token] * rows[1] + [8, 9]])
-    want = _torch_tokens(model, ids, pixels, token)
-    got = onnx_nb.generate(result, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()}, max_new_tokens=NEW)
-    assert got.tokens == want
-    with torch.no_grad():
-        again = onnx_nb.to_transformers(result).generate(**_inputs(model, ids, pixels, token), max_new_tokens=NEW,
-                                                         do_sample=False)
-    assert again[:, ids.shape[1]:].tolist()[0][:len(want[0])] == want[0]
+    ids = _two_images_give_pytorchs_tokens(model, result, pixels, rows)
     bad = {"pixel_values": values.numpy(), "image_sizes": np.array([[5 * step, 5 * step], sizes[1]])}
     with pytest.raises(onnx_nb.InvalidArgumentError, match=r"image_sizes row 0 is .* must fit inside"):
         onnx_nb.generate(result, ids.tolist(), images=bad, max_new_tokens=2)

@@ -45,7 +45,7 @@ VLMS: dict[str, tuple[str, dict[str, Any]]] = {
         "text_config": _llama(300), "image_token_index": 260, "vision_feature_layers": [-2, -1],
         "vision_config": {"model_type": "clip_vision_model", **VISION}}),
     "llava_next": ("LlavaNextForConditionalGeneration", {
-        "text_config": _llama(300), "image_token_index": 260, "image_grid_pinpoints": [[32, 32]],
+        "text_config": _llama(300), "image_token_index": 260, "image_grid_pinpoints": [[32, 32], [32, 64], [64, 32]],
         "vision_config": {"model_type": "clip_vision_model", **VISION}}),
     "internvl": ("InternVLForConditionalGeneration", {
         "text_config": {"model_type": "qwen2", **TEXT, "vocab_size": 300}, "image_token_id": 260,

@@ -30,9 +30,9 @@ class VlmExport(PartsExport):
     image_token: int = 0
     chain: dict[str, Any] = field(default_factory=dict)  # the three files chained against the model's forward
     # which images the vision file takes: "every grid" (a grid family's file takes the tensors of each image's
-    # grid), "any image size" (Pixtral's towers: one image cropped to its image_sizes row), "one grid" or "one image
-    # size" (traced at the sample's values of image_grid_thw or image_sizes: another is refused), else "the tower's
-    # size" (the processor resizes every picture to it)
+    # grid), "any image size" (one image cropped to its image_sizes row, or its tiles packed by it), "one grid" or
+    # "one image size" (traced at the sample's values of image_grid_thw or image_sizes: another is refused), else
+    # "the tower's size" (the processor resizes every picture to it)
     image_sizes: str = ""
 
     @property

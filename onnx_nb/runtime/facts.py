@@ -30,6 +30,7 @@ IMAGE_GRID = "image_grid_thw"
 FIXED_INPUT = "onnx_nb.fixed."
 GRID_DERIVED = "onnx_nb.grid_derived"  # a vision file's inputs computed per image from its grid (comma-separated)
 SIZED_BY = "onnx_nb.sized_by"  # a vision file taking one image cropped to its size: the input that gives the size
+TILED = "onnx_nb.tiled"  # a vision file taking one image's tiles: its input packing their rows, computed per size
 
 
 def fixed_inputs(vision: Any) -> dict[str, list[int]]:
@@ -50,6 +51,12 @@ def sized_by(vision: Any) -> str | None:
     """The input naming each image's size, where a vision file takes one image cropped to it (Pixtral's towers:
     :mod:`onnx_nb.steps.export.vlm_sized`), from an ORT session; None for other files."""
     return vision.get_modelmeta().custom_metadata_map.get(SIZED_BY) or None
+
+
+def tiled(vision: Any) -> str | None:
+    """The input packing a tiled image's rows, where a vision file takes one image's tiles (LLaVA-NeXT:
+    :mod:`onnx_nb.steps.export.vlm_tiled`), from an ORT session; None for other files."""
+    return vision.get_modelmeta().custom_metadata_map.get(TILED) or None
 
 
 def is_cache(name: str) -> bool:

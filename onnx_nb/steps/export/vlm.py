@@ -199,7 +199,8 @@ def check_counts(input_ids: Any, image_token: int, features: int) -> None:
 def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     """The vision and embedding parts: (module, sample, dynamic axes) each. A grid family's vision part takes any
     grid where its tower allows (:func:`.vlm_grid.grid_free_part`), a family whose images come with their sizes any
-    size (:func:`.vlm_sized.sized_part`), with the one-size module as its ``fallback``."""
+    size (:func:`.vlm_sized.sized_part`, :func:`.vlm_tiled.tiled_part`), with the one-size module as its
+    ``fallback``."""
     from .vlm_grid import grid_free_part, position_columns
 
     token = image_token_of(model.config)
@@ -218,9 +219,10 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
         embed[POSITIONS] = position_columns(model, token, pixels[GRID], [features.shape[0]])
         axes.update({"text_position_ids": {0: "batch", 1: "sequence"}, POSITIONS: {0: "image_tokens"}})
     from .vlm_sized import sized_part
+    from .vlm_tiled import tiled_part
 
     free = grid_free_part(model, pixels, features, features_of) if GRID in pixels else \
-        sized_part(model, pixels, features, features_of)
+        sized_part(model, pixels, features, features_of) or tiled_part(model, pixels, features, features_of)
     fixed = {k: pixels.pop(k) for k in fixed_names(model)}
     # one image per run (the families split and loop over images in Python: a trace fixes their count); the
     # runners run it per image and join the rows
@@ -236,13 +238,17 @@ def per_image(vision: Any, pixels: dict[str, Any], model: Any = None) -> list[An
     (:mod:`.vlm_grid`)."""
     import numpy as np
 
-    from ...runtime.facts import grid_derived, sized_by
+    from ...runtime.facts import grid_derived, sized_by, tiled
     from ...runtime.shapes import cast_feed
 
     inputs = vision.get_inputs()
     derived = grid_derived(vision)
     if derived:
         return _grid_features(vision, pixels, None, model, derived)
+    if tiled(vision):  # one image's tiles at a time, packed by its size
+        from .vlm_tiled import tiled_feeds
+
+        return [vision.run(None, cast_feed(vision, feed))[0] for feed in tiled_feeds(vision, pixels, model)]
     if sized_by(vision):  # one image at a time, cropped to its size
         from .vlm_sized import cropped
 

@@ -137,6 +137,7 @@ class VlmSource(HfSource):
         from ..vlm import PARTS, ImageFeatures, image_token_of
         from ..vlm_grid import GridFreeFeatures
         from ..vlm_sized import SizedImageFeatures
+        from ..vlm_tiled import TiledImageFeatures
 
         if isinstance(result, VlmExport):  # the whole: its decoder part's file
             result = result.parts["decoder"]
@@ -145,7 +146,7 @@ class VlmSource(HfSource):
         if part is None or len(role) != 1:
             return None
         model = part.source.model
-        if isinstance(model, (ImageFeatures, GridFreeFeatures, SizedImageFeatures)):  # the vision part's module
+        if isinstance(model, (ImageFeatures, GridFreeFeatures, SizedImageFeatures, TiledImageFeatures)):
             model = model.model
         token = image_token_of(model.config) if model is not None else None
         if token is None:
@@ -164,7 +165,7 @@ def images_taken(vision: Any) -> str:
     meta = getattr(vision.source.model, "onnx_metadata", None) or {}
     if meta.get(GRID_DERIVED):
         return "every grid"
-    if meta.get(SIZED_BY):
+    if meta.get(SIZED_BY):  # cropped (Pixtral) or tiled (LLaVA-NeXT) by each image's size
         return "any image size"
     if FIXED_INPUT + IMAGE_GRID in meta:
         return "one grid"

@@ -1,0 +1,173 @@
+"""Vision-language families that tile each image by its size (LLaVA-NeXT, LLaVA-NeXT-Video: "anyres"): one vision
+file for every image size.
+
+Their ``get_image_features`` counts an image's tiles from its ``image_sizes`` row, runs the tiles through the tower
+and projector, then packs the tiles' rows by that size (the grid of tiles arranged, the padding cropped away, a
+newline row after each row of patches): Python that a trace fixes. The packing only moves rows and adds the newline,
+so the vision file takes the tiles (``[tiles, channels, side, side]``, any count) and the packing as an index
+(``pack_index``: for each image token, which tile row it takes, or the newline row after the last one), and gathers.
+The index comes from the model's own ``pack_image_features`` run on the row numbers (:func:`pack_index`), per image
+size, in the runners; the file's metadata names it (``onnx_nb.tiled``) and the input that gives the size
+(``onnx_nb.sized_by``). Where the module does not give the model's features, the vision file is traced at one image
+size instead (:mod:`.vlm`). Only imported by functions that already need torch.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ...runtime.facts import SIZED_BY, TILED
+
+SIZES, INDEX = "image_sizes", "pack_index"
+# model -> (height, width) -> its tile count and pack index (images repeat their sizes; forgotten with the model)
+_INDEXES: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], tuple[int, Any]]] = weakref.WeakKeyDictionary()
+
+
+def _inner(model: Any) -> Any:
+    """The module holding ``pack_image_features`` (the model's ``.model``)."""
+    return getattr(model, "model", model)
+
+
+def tiles_of(model: Any, size: Any) -> int:
+    """How many tiles the family makes of an image of ``size`` (``[height, width]``): its grid of tiles, plus one
+    for the whole image resized."""
+    namespace = sys.modules[type(_inner(model)).__module__]
+    config = model.config
+    return int(namespace.image_size_to_num_patches(image_size=[int(x) for x in size],
+                                                   grid_pinpoints=config.image_grid_pinpoints,
+                                                   patch_size=config.vision_config.image_size))
+
+
+def pack_index(model: Any, size: Any) -> tuple[int, Any]:
+    """The tile count of an image of ``size`` and its pack index (int64 numpy, one entry per image token): the
+    model's ``pack_image_features`` run on each tile row's number, the newline rows numbered past the last."""
+    key = (int(size[0]), int(size[1]))
+    known = _INDEXES.setdefault(model, {})
+    if key not in known:
+        tiles = tiles_of(model, key)
+        vision = model.config.vision_config
+        per = (int(vision.image_size) // int(vision.patch_size)) ** 2
+        strategy = getattr(model.config, "vision_feature_select_strategy", "default")
+        per += 0 if strategy == "default" else 1  # "full" keeps the CLS row
+        numbers = torch.arange(tiles * per, dtype=torch.float64).reshape(tiles, per, 1)
+        with torch.no_grad():
+            packed, _ = _inner(model).pack_image_features(
+                [numbers], torch.tensor([key]), vision_feature_select_strategy=strategy,
+                image_newline=torch.tensor([-1.0], dtype=torch.float64))
+        rows = packed[0].reshape(-1)
+        known[key] = tiles, torch.where(rows < 0, tiles * per, rows).long().numpy()
+    return known[key]
+
+
+class TiledImageFeatures(torch.nn.Module):
+    """``forward(pixel_values, pack_index) -> image_features``: one image's tiles (any count) through the tower and
+    projector, their rows and the newline row gathered by ``pack_index``. ``other_sample()`` is an image of another
+    size (another tile count), the export's check."""
+
+    def __init__(self, model: Any, side: int) -> None:
+        super().__init__()
+        self.model = model
+        self.side = side
+        self.onnx_metadata = {SIZED_BY: SIZES, TILED: INDEX}
+
+    def forward(self, pixel_values: torch.Tensor, pack_index: torch.Tensor) -> dict[str, torch.Tensor]:
+        from transformers.exporters.utils import patch_attribute
+
+        from .vlm_prompts import feature_rows
+
+        inner, tiles = _inner(self.model), pixel_values.shape[0]
+
+        def flat(image_features: Any, image_sizes: Any, vision_feature_select_strategy: Any,
+                 image_newline: Any = None) -> Any:  # every tile's rows, the newline row last
+            rows = feature_rows(list(image_features))
+            return [torch.cat([rows, image_newline[None].to(rows)]) if image_newline is not None else rows], None
+
+        namespace = sys.modules[type(inner).__module__]
+        with patch_attribute(inner, "pack_image_features", lambda _original: flat), \
+                patch_attribute(namespace, "image_size_to_num_patches", lambda _original: lambda **_: tiles):
+            out = self.model.get_image_features(pixel_values=pixel_values, image_sizes=[(self.side, self.side)],
+                                                return_dict=True)
+        return {"image_features": feature_rows(out.pooler_output)[pack_index]}
+
+    def sample_at(self, size: tuple[int, int], seed: int) -> dict[str, torch.Tensor]:
+        tiles, index = pack_index(self.model, size)
+        g = torch.Generator().manual_seed(seed)
+        channels = int(getattr(self.model.config.vision_config, "num_channels", 3) or 3)
+        return {"pixel_values": torch.randn(tiles, channels, self.side, self.side, generator=g),
+                INDEX: torch.from_numpy(index)}
+
+    def other_size(self) -> tuple[int, int]:
+        """A size of another tile count than a square image's: twice as wide as tall, else twice as tall."""
+        square = tiles_of(self.model, (self.side, self.side))
+        return next((s for s in ((self.side, 2 * self.side), (2 * self.side, self.side), (self.side // 2, self.side))
+                     if tiles_of(self.model, s) != square), (self.side, 2 * self.side))
+
+    def other_sample(self) -> dict[str, torch.Tensor]:
+        return self.sample_at(self.other_size(), seed=1)
+
+
+def tiled_part(model: Any, pixels: dict[str, torch.Tensor], features: torch.Tensor,
+               reference: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]) -> tuple[Any, Any, Any] | None:
+    """The vision part of a family that tiles its images by their sizes as one file for every size (module,
+    sample, axes), or None where the family does not tile, or the module gives other features than the model's own
+    (``features`` at the sample's size, ``reference(model, pixels)`` at another)."""
+    from .vlm_grid import _close
+
+    values = pixels.get("pixel_values")
+    if SIZES not in pixels or values is None or values.dim() != 5 or values.shape[0] != 1 or \
+            not getattr(model.config, "image_grid_pinpoints", None) or \
+            not hasattr(_inner(model), "pack_image_features"):
+        return None
+    side = int(values.shape[-1])
+    module = TiledImageFeatures(model, side)
+    try:
+        size = tuple(int(x) for x in pixels[SIZES][0])
+        sample = {"pixel_values": values[0], INDEX: torch.from_numpy(pack_index(model, size)[1])}
+        other = module.other_sample()
+        with torch.no_grad():
+            if not _close(module(**sample)["image_features"], features):
+                return None
+            want = reference(model, {"pixel_values": other["pixel_values"][None],
+                                     SIZES: torch.tensor([list(module.other_size())])})
+            if not _close(module(**other)["image_features"], want):
+                return None
+    except Exception:  # noqa: BLE001 - another tiling than LLaVA-NeXT's: traced at one image size
+        return None
+    return module, sample, {"pixel_values": {0: "tiles"}, INDEX: {0: "image_tokens"}}
+
+
+def tiled_feeds(vision: Any, pixels: dict[str, Any], model: Any) -> list[dict[str, Any]]:
+    """What the tiled vision file takes for each image of the processor's batch: its tiles (the batch pads every
+    image to the most tiles) and its pack index, from its ``image_sizes`` row."""
+    import numpy as np
+
+    from ...errors import InvalidArgumentError
+
+    if SIZES not in pixels:
+        raise InvalidArgumentError(f"The images come without {SIZES}: pass the processor's whole output (each image's "
+                                   "size says how it was tiled).")
+    if model is None:
+        raise InvalidArgumentError(
+            "This vision file takes each image's pack index, computed from its size by the model's own "
+            "pack_image_features: run it through the export's result (onnx_nb.generate(result, ...)), which holds "
+            "the model.")
+    values, sizes = np.asarray(pixels["pixel_values"]), np.asarray(pixels[SIZES]).reshape(-1, 2)
+    if values.ndim == 4:  # one image's tiles without the images axis
+        values = values[None]
+    if sizes.shape[0] != values.shape[0]:
+        raise InvalidArgumentError(f"pixel_values holds {values.shape[0]} images and {SIZES} {sizes.shape[0]} sizes: "
+                                   "give the processor's output for these images (both together).")
+    feeds = []
+    for k, size in enumerate(sizes):
+        tiles, index = pack_index(model, size)
+        if tiles > values.shape[1]:
+            raise InvalidArgumentError(f"{SIZES} row {k} ({int(size[0])}x{int(size[1])}) makes {tiles} tiles and its "
+                                       f"pixel_values holds {values.shape[1]}: give the processor's output for "
+                                       "these images.")
+        feeds.append({"pixel_values": values[k, :tiles], INDEX: index})
+    return feeds
