@@ -122,9 +122,32 @@ def traceable_spans(windows: bool) -> Iterator[None]:
     from transformers.exporters.utils import apply_patches, patch_attribute
 
     with apply_patches("dynamo"), contextlib.ExitStack() as stack:
-        if windows:  # the function every patched attention class calls
+        # the function every patched attention class calls
+        stack.enter_context(patch_attribute(exporter_dynamo, "_reshaped_vision_attention_forward", _normed_heads))
+        if windows:
             stack.enter_context(patch_attribute(exporter_dynamo, "_reshaped_vision_attention_forward", _masked_spans))
         yield
+
+
+def _normed_heads(patched: Any) -> Any:
+    """``patched`` (a reshaped span attention) with the query and key norms of an attention whose projections are
+    one fused ``qkv`` (GLM-OCR): the patch applies ``q_norm``/``k_norm`` only for separate projections, and left them
+    out here, features a percent off. They go where the model's own forward applies them: on the heads, before the
+    rotary (the family's ``apply_rotary_pos_emb_vision``, which the patch looks up in the attention's module)."""
+    import sys
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not (hasattr(self, "qkv") and hasattr(self, "q_norm") and hasattr(self, "k_norm")):
+            return patched(self, *args, **kwargs)
+        namespace: Any = sys.modules[type(self).__module__]
+        rotary = namespace.apply_rotary_pos_emb_vision
+        namespace.apply_rotary_pos_emb_vision = lambda q, k, *more: rotary(self.q_norm(q), self.k_norm(k), *more)
+        try:
+            return patched(self, *args, **kwargs)
+        finally:
+            namespace.apply_rotary_pos_emb_vision = rotary
+
+    return forward
 
 
 def _masked_spans(patched: Any) -> Any:
