@@ -197,9 +197,10 @@ def test_histc_translation_counts_as_torch_does(tmp_path: Path) -> None:
 
 
 def test_squeeze_and_split_of_a_symbolic_axis_run_at_other_sizes(tmp_path: Path) -> None:
-    """torch squeezes an axis only when its size is 1, so a trace keeps a symbolic axis that ``squeeze(0)`` names,
-    and ``torch.split`` into one part is the whole; torchlib's translations squeeze it anyway and bake the split's
-    sizes, which fails at any other size. The export repairs both by its own shapes (Mistral 3's merged rows)."""
+    """torch squeezes an axis only when its size is 1, so a trace keeps a symbolic axis that ``squeeze(0)`` names;
+    torchlib's translation squeezes it anyway, which fails at any other size. The export repairs it by its own shapes.
+    (A one-part ``torch.split`` whose sizes torchlib baked, the other repair, is Mistral 3's merged rows: the test of
+    its vision file at other image sizes in test_vlm.py fails without it.)"""
     import onnxruntime as ort
 
     class Rows(torch.nn.Module):

@@ -5,8 +5,10 @@ transformers' experts classes carry ``@use_experts_implementation``, whose defau
 translation). A family that writes its own experts loop instead (LongCat-Flash: ``for expert in expert_hit:
 int(expert.item())``) cannot be traced: the loop's length is data, and TorchScript bakes an ``If`` ONNX Runtime
 cannot type. :func:`traceable_experts` gives such a module, for the length of an export, the same grouped dispatch
-through transformers' own ``grouped_mm_experts_forward``, on the module's own weights; its "zero-compute" experts
-(``zero_expert_num``: a top-k slot that returns the token itself, scaled by its weight) are added beside it.
+through transformers' own ``grouped_mm_experts_forward``, on the module's own weights and its own gate
+(``_apply_gate``, where the class has one: Step-3.7's clamp). Only a module that declares "zero-compute" experts
+(``zero_expert_num``: a top-k slot that returns the token itself, scaled by its weight) adds them beside it; any other
+slot past the computing experts adds nothing, as those loops skip it.
 
 Recognised by layout, not by family: an ``nn.Module`` with 3-d ``gate_up_proj`` ``[experts, 2 * inner, hidden]``
 and ``down_proj`` ``[experts, hidden, inner]``, an ``act_fn``, a ``forward(hidden_states, top_k_index,
@@ -47,16 +49,21 @@ class _Routed:
     def __init__(self, experts: Any, routed: int) -> None:
         self.gate_up_proj, self.down_proj = experts.gate_up_proj[:routed], experts.down_proj[:routed]
         self.num_experts, self.act_fn = routed, experts.act_fn
+        own = getattr(type(experts), "_apply_gate", None)
+        self.own_gate = own.__get__(experts) if own is not None else None
 
     def _apply_gate(self, gate_up: Any) -> Any:
+        if self.own_gate is not None:
+            return self.own_gate(gate_up)
         gate, up = gate_up.chunk(2, dim=-1)
         return self.act_fn(gate) * up
 
 
 def grouped_forward(experts: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
     """``experts``' output by a grouped dispatch: each token's routed slots through their experts, weighted; a slot
-    past the computing experts (a zero-compute expert) adds the token itself times its weight. Such a slot is sent
-    to expert 0 with weight 0, so every expert's rows keep one static shape."""
+    past the computing experts adds the token itself times its weight where the module declares zero-compute experts
+    (``zero_expert_num``), else nothing. Such a slot is sent to expert 0 with weight 0, so every expert's rows keep
+    one static shape."""
     import torch
     from transformers.integrations.moe import grouped_mm_experts_forward
 
@@ -66,6 +73,8 @@ def grouped_forward(experts: Any, hidden_states: Any, top_k_index: Any, top_k_we
     out = grouped_mm_experts_forward(_Routed(experts, routed), hidden_states,  # type: ignore[arg-type]
                                      torch.where(computes, top_k_index, torch.zeros_like(top_k_index)),
                                      torch.where(computes, top_k_weights, none))
+    if not int(getattr(experts, "zero_expert_num", 0) or 0):
+        return out
     itself = torch.where(computes, none, top_k_weights).sum(dim=-1, keepdim=True)
     return out + hidden_states * itself.to(hidden_states.dtype)
 
@@ -75,10 +84,14 @@ def traceable_experts(model: Any) -> Iterator[list[str]]:
     """Within: every experts module of ``model`` with its own loop dispatches as :func:`grouped_forward`; yields
     their names. The module's ``forward`` is restored on leaving."""
     found = [(name, m) for name, m in model.named_modules() if _loops(m)] if hasattr(model, "named_modules") else []
-    for _, m in found:
-        m.forward = grouped_forward.__get__(m)
+    before = [vars(m).get("forward") for _, m in found]  # an instance forward already there (a hook's) comes back
     try:
+        for _, m in found:
+            m.forward = grouped_forward.__get__(m)
         yield [name for name, _ in found]
     finally:
-        for _, m in found:
-            del m.forward
+        for (_, m), prior in zip(found, before):
+            if prior is not None:
+                m.forward = prior
+            else:
+                vars(m).pop("forward", None)

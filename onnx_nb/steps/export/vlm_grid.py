@@ -9,8 +9,9 @@ or as one masked attention where the spans differ in length (Qwen2.5-VL's window
 vision file takes those tensors as inputs beside the patches, so one file runs every grid; the runners compute them
 per image from the grid with the model's own functions (:func:`grid_inputs`), and the file's metadata names them
 (``onnx_nb.grid_derived``); a tower that reads the grid's values itself (GLM-4V interpolates its position table by
-them) takes the grid too. Where the tower does not go this way (another module than ``model.model.visual``, other
-features than the model's), the vision file is traced at one grid instead (:mod:`.vlm`).
+them) takes the grid too, and a projection that ``get_image_features`` applies after the tower (HyperCLOVAX-Vision-2)
+is in the file too. Where the tower does not go this way (none of :data:`TOWERS`, a tower whose inputs transformers
+cannot precompute, other features than the model's), the vision file is traced at one grid instead (:mod:`.vlm`).
 
 The embed file numbers the positions: beside each image row of ``image_features`` it takes four columns
 (``image_positions``, int64), the row's offsets past its image's start in the three sections less its place in the
@@ -39,9 +40,21 @@ _TABLES: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], tuple[torch.Tensor
 _FEEDS: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 
+TOWERS = ("visual", "vision_model", "vision_tower")  # where get_image_features finds its tower, in this order
+
+
 def tower_of(model: Any) -> Any:
-    """The vision tower ``get_image_features`` runs (``model.model.visual``), or None."""
-    return getattr(getattr(model, "model", model), "visual", None)
+    """The vision tower ``get_image_features`` runs (``model.model.visual``; HyperCLOVAX-Vision-2's
+    ``vision_model``), or None."""
+    inner = getattr(model, "model", model)
+    return next((getattr(inner, n) for n in TOWERS if isinstance(getattr(inner, n, None), torch.nn.Module)), None)
+
+
+def projector_of(model: Any) -> Any:
+    """A projection ``get_image_features`` applies to the tower's output (HyperCLOVAX-Vision-2's ``projector``), or
+    None; whether it does is the screen's to find (:func:`grid_free_part`)."""
+    found = getattr(getattr(model, "model", model), "projector", None)
+    return found if isinstance(found, torch.nn.Module) else None
 
 
 def grid_inputs(tower: Any, grid: Any) -> dict[str, torch.Tensor]:
@@ -69,8 +82,10 @@ class GridFreeFeatures(torch.nn.Module):
     ``other_sample()`` is the same image kind at another grid, the export's check (its tensors must agree with each
     other, which growing each axis alone would not give)."""
 
-    def __init__(self, model: Any, names: list[str], grid: torch.Tensor, width: int, reads_grid: bool = False) -> None:
+    def __init__(self, model: Any, names: list[str], grid: torch.Tensor, width: int, reads_grid: bool = False,
+                 projector: Any = None) -> None:
         super().__init__()
+        self.projector = projector  # applied to the tower's pooled rows, where get_image_features does
         self.reads_grid = reads_grid
         self.model = model
         self.tower = tower_of(model)
@@ -93,6 +108,8 @@ class GridFreeFeatures(torch.nn.Module):
         with traceable_spans(windows=window_index is not None):
             out = self.tower(pixel_values, grid_thw=image_grid_thw,
                              **{k: v for k, v in given.items() if v is not None})
+        if self.projector is not None:
+            out.pooler_output = self.projector(out.pooler_output)
         return {"image_features": image_rows(out)}
 
     def other_grid(self) -> torch.Tensor:
@@ -141,7 +158,9 @@ def _normed_heads(patched: Any) -> Any:
             return patched(self, *args, **kwargs)
         namespace: Any = sys.modules[type(self).__module__]
         rotary = namespace.apply_rotary_pos_emb_vision
-        namespace.apply_rotary_pos_emb_vision = lambda q, k, *more: rotary(self.q_norm(q), self.k_norm(k), *more)
+        # the (q, k, cos, sin) form only; a one-tensor form (x, rotary) is left as it is
+        namespace.apply_rotary_pos_emb_vision = lambda *a: rotary(self.q_norm(a[0]), self.k_norm(a[1]), *a[2:]) \
+            if len(a) == 4 else rotary(*a)
         try:
             return patched(self, *args, **kwargs)
         finally:
@@ -192,8 +211,11 @@ def grid_free_part(model: Any, pixels: dict[str, torch.Tensor], features: torch.
         return None
     if not pre or set(pre) - set(SUPPORTED):
         return None
-    for reads_grid in (False, True):  # the grid itself as an input only where the tower reads it
-        module = GridFreeFeatures(model, list(pre), grid[0], int(pixels["pixel_values"].shape[-1]), reads_grid)
+    # the grid itself as an input only where the tower reads it; the projection only where the features need it
+    tries = [(reads, projector) for projector in (None, projector_of(model)) for reads in (False, True)]
+    for reads_grid, projector in tries[:4 if projector_of(model) is not None else 2]:
+        module = GridFreeFeatures(model, list(pre), grid[0], int(pixels["pixel_values"].shape[-1]), reads_grid,
+                                  projector)
         sample = {"pixel_values": pixels["pixel_values"], **pre, **({GRID: grid[:1]} if reads_grid else {})}
         if _gives(module, sample, features, reference):
             break
@@ -208,8 +230,8 @@ def grid_free_part(model: Any, pixels: dict[str, torch.Tensor], features: torch.
 def _gives(module: GridFreeFeatures, sample: dict[str, torch.Tensor], features: torch.Tensor,
            reference: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]) -> bool:
     """``module`` gives ``features`` for ``sample``, and the model's own features at another grid."""
-    other = module.other_sample()
     try:
+        other = module.other_sample()
         with torch.no_grad():
             if not _close(module(**sample)["image_features"], features):
                 return False

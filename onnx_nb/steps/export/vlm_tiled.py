@@ -48,6 +48,8 @@ def pack_index(model: Any, size: Any) -> tuple[int, Any]:
     model's ``pack_image_features`` run on each tile row's number, the newline rows numbered past the last."""
     key = (int(size[0]), int(size[1]))
     known = _INDEXES.setdefault(model, {})
+    if len(known) > 512:  # pictures of many sizes: start again rather than grow without bound
+        known.clear()
     if key not in known:
         tiles = tiles_of(model, key)
         vision = model.config.vision_config
@@ -60,6 +62,8 @@ def pack_index(model: Any, size: Any) -> tuple[int, Any]:
                 [numbers], torch.tensor([key]), vision_feature_select_strategy=strategy,
                 image_newline=torch.tensor([-1.0], dtype=torch.float64))
         rows = packed[0].reshape(-1)
+        if not bool((rows == rows.round()).all()) or float(rows.max()) >= tiles * per:
+            raise ValueError("pack_image_features mixes the tile rows (interpolates them) rather than moving them")
         known[key] = tiles, torch.where(rows < 0, tiles * per, rows).long().numpy()
     return known[key]
 
@@ -102,10 +106,12 @@ class TiledImageFeatures(torch.nn.Module):
                 INDEX: torch.from_numpy(index)}
 
     def other_size(self) -> tuple[int, int]:
-        """A size of another tile count than a square image's: twice as wide as tall, else twice as tall."""
+        """A size of another tile count than the square sample's: the first of the family's pinpoints (the
+        resolutions it tiles to) that gives one, else an image twice as wide as tall (another unpadding)."""
         square = tiles_of(self.model, (self.side, self.side))
-        return next((s for s in ((self.side, 2 * self.side), (2 * self.side, self.side), (self.side // 2, self.side))
-                     if tiles_of(self.model, s) != square), (self.side, 2 * self.side))
+        pinpoints = [(int(h), int(w)) for h, w in self.model.config.image_grid_pinpoints]
+        return next((s for s in sorted(pinpoints, key=lambda p: -p[0] * p[1]) if tiles_of(self.model, s) != square),
+                    (self.side, 2 * self.side))
 
     def other_sample(self) -> dict[str, torch.Tensor]:
         return self.sample_at(self.other_size(), seed=1)
@@ -157,6 +163,10 @@ def tiled_feeds(vision: Any, pixels: dict[str, Any], model: Any) -> list[dict[st
             "pack_image_features: run it through the export's result (onnx_nb.generate(result, ...)), which holds "
             "the model.")
     values, sizes = np.asarray(pixels["pixel_values"]), np.asarray(pixels[SIZES]).reshape(-1, 2)
+    if values.ndim == 4 and sizes.shape[0] > 1:
+        raise InvalidArgumentError(f"pixel_values is {list(values.shape)}, every image's tiles in one run, with "
+                                   f"{sizes.shape[0]} sizes: give the processor's 5-d output ([images, tiles, "
+                                   "channels, height, width]).")
     if values.ndim == 4:  # one image's tiles without the images axis
         values = values[None]
     if sizes.shape[0] != values.shape[0]:

@@ -7,8 +7,9 @@ One graph serves prefill and decode (as Optimum's merged decoder and onnxruntime
 ``past_key_values.{i}.key`` / ``.value`` of shape ``[batch, kv_heads, past_sequence, head_size]``
 (``past_sequence`` is 0 at the first step), and returns ``logits`` and ``present.{i}.key`` / ``.value``.
 Running a file needs no torch: a process that only generates never imports it (the re-export imports it inside).
-The one exception is a vision-language model's every-grid vision file, whose per-grid inputs the model's own
-functions compute (:mod:`onnx_nb.steps.export.vlm_grid`).
+Vision-language models are the exception: their runner imports torch, and a vision file for every grid or for any
+LLaVA-NeXT image size takes inputs the model's own functions compute (:mod:`onnx_nb.steps.export.vlm_grid`,
+:mod:`onnx_nb.steps.export.vlm_tiled`).
 """
 
 from __future__ import annotations

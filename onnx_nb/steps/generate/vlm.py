@@ -1,7 +1,9 @@
 """A vision-language model's three files (:mod:`onnx_nb.steps.export.vlm`) as one step runner: the images through
 ``vision.onnx`` once, each step's tokens through ``embed.onnx`` (the image features merged at the first step), the
-embeddings through ``decoder.onnx`` with its cache. Needs no torch, but for a grid family (Qwen-VL), whose tensors
-of each image's grid and positions the model computes (:mod:`onnx_nb.steps.export.vlm_grid`)."""
+embeddings through ``decoder.onnx`` with its cache. It imports torch (the feature handling lives beside the export's
+modules), and for a grid family (Qwen-VL) or LLaVA-NeXT's tiles it needs the model, whose functions compute each
+image's grid tensors and positions or its pack index (:mod:`onnx_nb.steps.export.vlm_grid`,
+:mod:`onnx_nb.steps.export.vlm_tiled`)."""
 
 from __future__ import annotations
 

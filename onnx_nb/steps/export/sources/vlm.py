@@ -176,21 +176,23 @@ def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
     """A plain part through the PyTorch route; a vision part for every grid or image size that does not pass its
     check at another is traced at the sample's instead (its ``fallback``), saying why in the result's warnings."""
     from ....errors import OnnxNbError, first_line
+    from ....runtime.facts import IMAGE_GRID
     from .torch import export_part as plain
 
     fallback = getattr(module, "fallback", None)
     if fallback is None:
         return plain(module, sample, **settings)
+    kind = "grid" if IMAGE_GRID in fallback[1] or hasattr(module, "other_grid") else "image size"
     try:
         done = plain(module, sample, **settings)
         if done.status == "verified":
             return done
-        why = f"its file did not match PyTorch at another size ({done.check.get('summary', done.status)})"
+        why = f"its file did not match PyTorch at another {kind} ({done.check.get('summary', done.status)})"
     except OnnxNbError as exc:  # no exporter's file passed, its sample failed, ...: the one-grid file instead
         why = f"{type(exc).__name__}: {first_line(exc)[:200]}"
     fixed, pixels, axes = fallback
     done = plain(fixed, pixels, **{**settings, "dynamic": axes})
-    done.warnings.append(f"The vision file is traced at the sample's image size only: the file for every size "
+    done.warnings.append(f"The vision file is traced at the sample's {kind} only: the file for every {kind} "
                          f"failed ({why}).")
     return done
 
