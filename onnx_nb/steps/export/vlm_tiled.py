@@ -92,10 +92,13 @@ class TiledImageFeatures(torch.nn.Module):
             return [torch.cat([rows, image_newline[None].to(rows)]) if image_newline is not None else rows], None
 
         namespace = sys.modules[type(inner).__module__]
-        with patch_attribute(inner, "pack_image_features", lambda _original: flat), \
-                patch_attribute(namespace, "image_size_to_num_patches", lambda _original: lambda **_: tiles):
-            out = self.model.get_image_features(pixel_values=pixel_values, image_sizes=[(self.side, self.side)],
-                                                return_dict=True)
+        inner.pack_image_features = flat  # on the instance, dropped after (the class's method is left as it is)
+        try:
+            with patch_attribute(namespace, "image_size_to_num_patches", lambda _original: lambda **_: tiles):
+                out = self.model.get_image_features(pixel_values=pixel_values, image_sizes=[(self.side, self.side)],
+                                                    return_dict=True)
+        finally:
+            vars(inner).pop("pack_image_features", None)
         return {"image_features": feature_rows(out.pooler_output)[pack_index]}
 
     def sample_at(self, size: tuple[int, int], seed: int) -> dict[str, torch.Tensor]:
