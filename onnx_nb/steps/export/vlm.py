@@ -20,7 +20,7 @@ from ...errors import InvalidArgumentError
 from ...runtime.facts import FIXED_INPUT, fixed_inputs
 from ...runtime.facts import IMAGE_GRID as GRID
 from ...runtime.shapes import SAMPLE_SIZES
-from .vlm_prompts import image_rows, prompt_sample, types_rule
+from .vlm_prompts import VisionPart, image_rows, prompt_sample, types_rule
 
 POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (vlm_grid)
 COLUMNS = 4
@@ -56,15 +56,14 @@ def deepstack_layers(model: Any) -> int:
     return len({i for i in getattr(vision, "deepstack_visual_indexes", None) or [] if depth is None or i < depth})
 
 
-class ImageFeatures(torch.nn.Module):
+class ImageFeatures(VisionPart):
     """``forward(pixel_values, [pixel_attention_mask], [image_sizes]) -> image_features``: the vision tower and
     projector, one row per image token (every image's rows one after another, as the model concatenates them).
     Qwen3-VL's deepstack features ride in the same rows, after the features (``[rows, embeds * (1 + layers)]``),
     so every runner passes one array; the embed file splits them."""
 
     def __init__(self, model: Any, fixed: dict[str, torch.Tensor] | None = None) -> None:
-        super().__init__()
-        self.model = model
+        super().__init__(model)
         # inputs whose values shape the tower's work (Qwen-VL's grid, LLaVA-NeXT's image size): constants of the
         # trace, recorded in the file's metadata so that runners refuse other values
         self.fixed = dict(fixed or {})

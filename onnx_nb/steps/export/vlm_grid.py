@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,6 +33,7 @@ import torch
 
 from ...runtime.facts import GRID_DERIVED
 from ...runtime.facts import IMAGE_GRID as GRID
+from .vlm_prompts import VisionPart, gives
 
 POSITION_COLUMNS = 4  # three sections' offsets and the text's shift, after each image row's features
 # model -> grid -> its position table (read once per grid; forgotten with the model)
@@ -76,7 +78,7 @@ def grid_feed(tower: Any, grid: Any, names: Any) -> dict[str, Any]:
     return {n: known[key][n] for n in names}
 
 
-class GridFreeFeatures(torch.nn.Module):
+class GridFreeFeatures(VisionPart):
     """``forward(pixel_values, <the tower's precomputed inputs>) -> image_features``: one image's patches, of any
     grid, through the tower and projector (rows as :class:`.vlm.ImageFeatures` gives them, deepstack features after).
     ``other_sample()`` is the same image kind at another grid, the export's check (its tensors must agree with each
@@ -84,10 +86,9 @@ class GridFreeFeatures(torch.nn.Module):
 
     def __init__(self, model: Any, names: list[str], grid: torch.Tensor, width: int, reads_grid: bool = False,
                  projector: Any = None) -> None:
-        super().__init__()
+        super().__init__(model)
         self.projector = projector  # applied to the tower's pooled rows, where get_image_features does
         self.reads_grid = reads_grid
-        self.model = model
         self.tower = tower_of(model)
         self.names = list(names)
         self.grid = grid
@@ -127,6 +128,9 @@ class GridFreeFeatures(torch.nn.Module):
 
     def other_sample(self) -> dict[str, torch.Tensor]:
         return self.sample_at(self.other_grid(), seed=1)
+
+    def model_pixels(self, other: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"pixel_values": other["pixel_values"], GRID: self.other_grid()[None]}
 
 
 @contextlib.contextmanager
@@ -212,12 +216,12 @@ def grid_free_part(model: Any, pixels: dict[str, torch.Tensor], features: torch.
     if not pre or set(pre) - set(SUPPORTED):
         return None
     # the grid itself as an input only where the tower reads it; the projection only where the features need it
-    tries = [(reads, projector) for projector in (None, projector_of(model)) for reads in (False, True)]
-    for reads_grid, projector in tries[:4 if projector_of(model) is not None else 2]:
+    projectors = [None] if projector_of(model) is None else [None, projector_of(model)]
+    for projector, reads_grid in itertools.product(projectors, (False, True)):
         module = GridFreeFeatures(model, list(pre), grid[0], int(pixels["pixel_values"].shape[-1]), reads_grid,
                                   projector)
         sample = {"pixel_values": pixels["pixel_values"], **pre, **({GRID: grid[:1]} if reads_grid else {})}
-        if _gives(module, sample, features, reference):
+        if gives(module, sample, features, reference):
             break
     else:
         return None
@@ -225,26 +229,6 @@ def grid_free_part(model: Any, pixels: dict[str, torch.Tensor], features: torch.
     axes = {n: {0: "patches" if v.shape[0] == rows else f"{n}_length"} for n, v in sample.items()
             if n not in ("cu_seqlens", GRID)}
     return module, sample, axes
-
-
-def _gives(module: GridFreeFeatures, sample: dict[str, torch.Tensor], features: torch.Tensor,
-           reference: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]) -> bool:
-    """``module`` gives ``features`` for ``sample``, and the model's own features at another grid."""
-    try:
-        other = module.other_sample()
-        with torch.no_grad():
-            if not _close(module(**sample)["image_features"], features):
-                return False
-            want = reference(module.model, {"pixel_values": other["pixel_values"], GRID: module.other_grid()[None]})
-            return _close(module(**other)["image_features"], want)
-    except Exception:  # noqa: BLE001 - the tower wants more than these inputs: traced at one grid
-        return False
-
-
-def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
-    """The same features up to the order of sums (the traced attention runs torch's math kernel, not its fused
-    one): within a thousandth of their largest value. The files are judged by the export's checks."""
-    return got.shape == want.shape and float((got - want).abs().max()) <= 1e-3 * float(want.abs().max()) + 1e-6
 
 
 def position_columns(model: Any, image_token: int, grids: Any, rows: list[int]) -> torch.Tensor:

@@ -1,10 +1,12 @@
 """What a vision-language model's processor gives beside the pixels, as the family's forward reads it (token types,
 image-token marks), and the shapes both export files share: a prompt with the family's count of image tokens, the
-feature rows of a tower's output. Only imported by functions that already need torch."""
+feature rows of a tower's output; and what every vision module shares (:class:`VisionPart`, the screen
+:func:`gives`). Only imported by functions that already need torch."""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -66,3 +68,41 @@ def prompt_sample(image_token: int, features: int, images: int, vocab: int, seed
         text = torch.randint(3, max(min(vocab, image_token), 4), (5,), generator=g).tolist()
         rows.append(text[:2] + [image_token] * each + text[2:])
     return torch.tensor(rows)
+
+
+class VisionPart(torch.nn.Module):
+    """A vision file's module: it holds the model (``.model``), which later steps find in it. A module for more
+    than one image size also gives ``other_sample()`` (its inputs at another size, the export's check) and
+    ``model_pixels(other)`` (the same image as the model's ``get_image_features`` takes it)."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def other_sample(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError(type(self).__name__)
+
+    def model_pixels(self, other: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        raise NotImplementedError(type(self).__name__)
+
+
+def gives(module: VisionPart, sample: dict[str, torch.Tensor], features: torch.Tensor,
+          reference: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]) -> bool:
+    """``module`` gives ``features`` for ``sample``, and at its ``other_sample()`` the model's own features for that
+    image (``reference(model, pixels)``): the screen before a vision file for more than one size is exported."""
+    try:
+        other = module.other_sample()
+        with torch.no_grad():
+            if not _close(module(**sample)["image_features"], features):
+                return False
+            want = reference(module.model, module.model_pixels(other))
+            return _close(module(**other)["image_features"], want)
+    except Exception:  # noqa: BLE001 - the tower wants its inputs otherwise: traced at one size
+        return False
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """The same features up to the order of sums (the traced attention runs torch's math kernel, not its fused
+    one): within a thousandth of their largest value. The files are judged by the export's checks."""
+    return got.shape == want.shape and float((got - want).abs().max()) <= 1e-3 * float(want.abs().max()) + 1e-6
+

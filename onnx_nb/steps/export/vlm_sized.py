@@ -19,18 +19,18 @@ from typing import Any
 import torch
 
 from ...runtime.facts import SIZED_BY
+from .vlm_prompts import VisionPart, gives
 
 SIZES = "image_sizes"
 
 
-class SizedImageFeatures(torch.nn.Module):
+class SizedImageFeatures(VisionPart):
     """``forward(pixel_values) -> image_features``: one image of any size (a multiple of ``step`` a side, as the
     family's processor makes them) through the tower and projector, its ``image_sizes`` its own shape.
     ``other_sample()`` is an image a step taller and a step narrower, the export's check."""
 
     def __init__(self, model: Any, sample: torch.Tensor, step: int) -> None:
-        super().__init__()
-        self.model = model
+        super().__init__(model)
         self.sample = sample
         self.step = step
         self.onnx_metadata = {SIZED_BY: SIZES}
@@ -49,14 +49,15 @@ class SizedImageFeatures(torch.nn.Module):
         other = (height + self.step, max(width - self.step, self.step))
         return {"pixel_values": torch.randn(*self.sample.shape[:-2], *other, generator=g)}
 
+    def model_pixels(self, other: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"pixel_values": other["pixel_values"], SIZES: torch.tensor([list(other["pixel_values"].shape[-2:])])}
+
 
 def sized_part(model: Any, pixels: dict[str, torch.Tensor], features: torch.Tensor,
                reference: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]) -> tuple[Any, Any, Any] | None:
     """The vision part of a family whose images come with their ``image_sizes`` as one file for every size
     (module, sample, axes), or None where the family tiles its images instead (LLaVA-NeXT) or the module gives other
     features than the model's own (``features`` at the sample's size, ``reference(model, pixels)`` at another)."""
-    from .vlm_grid import _close
-
     values = pixels.get("pixel_values")
     if SIZES not in pixels or values is None or values.dim() != 4 or values.shape[0] != 1 or \
             getattr(model.config, "image_grid_pinpoints", None):
@@ -64,15 +65,7 @@ def sized_part(model: Any, pixels: dict[str, torch.Tensor], features: torch.Tens
     vision = model.config.vision_config
     merge = int(getattr(model.config, "spatial_merge_size", 1) or 1)
     module = SizedImageFeatures(model, values, int(vision.patch_size) * merge)
-    other = module.other_sample()["pixel_values"]
-    try:
-        with torch.no_grad():
-            if not _close(module(values)["image_features"], features):
-                return None
-            want = reference(model, {"pixel_values": other, SIZES: torch.tensor([list(other.shape[-2:])])})
-            if not _close(module(other)["image_features"], want):
-                return None
-    except Exception:  # noqa: BLE001 - the tower wants its sizes otherwise: traced at the tower's size
+    if not gives(module, {"pixel_values": values}, features, reference):  # else traced at the tower's size
         return None
     return module, {"pixel_values": values}, {"pixel_values": {2: "height", 3: "width"}}
 

@@ -33,11 +33,10 @@ class VlmDecoder(OnnxDecoder):
         image_token = int(files["image_token"])
         self.image_token = image_token
         derived = grid_derived(self.vision)  # computed from the images' grids here, which come with them
-        packing = [tiled(self.vision)] if tiled(self.vision) else []  # computed from the images' sizes here
-        self.vision_inputs = [i.name for i in self.vision.get_inputs() if i.name not in derived + packing]
+        packing, size = tiled(self.vision), sized_by(self.vision)  # the pack index: computed from the sizes here
+        self.vision_inputs = [i.name for i in self.vision.get_inputs() if i.name not in [*derived, packing]]
         self.vision_inputs += [IMAGE_GRID] if derived and IMAGE_GRID not in self.vision_inputs else []
-        # each image's size: its crop or its tiles
-        self.vision_inputs += [sized_by(self.vision)] if sized_by(self.vision) else []
+        self.vision_inputs += [size] if size else []  # each image's size: its crop or its tiles
         self.model = files.get("model")
         width = self.embed.get_inputs()[1].shape[-1]
         self.features_width = int(width) if isinstance(width, int) else int(

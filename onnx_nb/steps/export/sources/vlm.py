@@ -134,10 +134,8 @@ class VlmSource(HfSource):
         the image token their features go to and the model (:class:`onnx_nb.steps.generate.vlm.VlmDecoder`)."""
         from ....results.export import export_of
         from ....results.vlm import VlmExport
-        from ..vlm import PARTS, ImageFeatures, image_token_of
-        from ..vlm_grid import GridFreeFeatures
-        from ..vlm_sized import SizedImageFeatures
-        from ..vlm_tiled import TiledImageFeatures
+        from ..vlm import PARTS, image_token_of
+        from ..vlm_prompts import VisionPart
 
         if isinstance(result, VlmExport):  # the whole: its decoder part's file
             result = result.parts["decoder"]
@@ -146,7 +144,7 @@ class VlmSource(HfSource):
         if part is None or len(role) != 1:
             return None
         model = part.source.model
-        if isinstance(model, (ImageFeatures, GridFreeFeatures, SizedImageFeatures, TiledImageFeatures)):
+        if isinstance(model, VisionPart):  # the vision part's module: the model is inside
             model = model.model
         token = image_token_of(model.config) if model is not None else None
         if token is None:
