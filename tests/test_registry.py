@@ -91,6 +91,48 @@ def test_experts_with_their_own_loop_and_zero_compute_experts_export_and_generat
     assert made == expected[0, prompt.shape[1]:].tolist()
 
 
+def test_windows_compressed_into_entries_export_at_every_length_and_generate(tmp_path: Path) -> None:
+    """DeepSeek-V4 (a cache whose layers are a class of its own, not carried: the file takes the whole sequence)
+    pools each window of tokens into one more key/value entry (overlapping windows picked by an
+    indexer in one layer, plain windows in the other) and decides from the length in Python whether any window
+    closed: the trace fixed the sequence at the sample's 7 tokens. The branch-free form is the model's arithmetic at
+    lengths with no window, one and several, padded; the file takes any length and gives PyTorch's tokens (those
+    of its cached generate) while windows close during the generation. Prompts one at a time: PyTorch's own padded
+    batch gives other tokens than its prompts alone (the padding enters the windows)."""
+    import transformers
+
+    from onnx_nb.steps.export.decoder_cache import NoKeyValueCache, layout_of
+    from onnx_nb.steps.export.window_compressors import traceable_windows
+
+    config = registry_sweep.causal_config("deepseek_v4", "DeepseekV4ForCausalLM", registry_sweep.TINY)
+    config.compress_rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}
+    config.vocab_size = 300
+    torch.manual_seed(0)
+    model = transformers.DeepseekV4ForCausalLM(config).eval()
+    with pytest.raises(NoKeyValueCache, match="DeepseekV4HCACache"):  # its cache layers are its own: not rebuilt
+        layout_of(model)
+    with torch.no_grad():
+        for length in (3, 9, 17):
+            ids = torch.randint(3, 300, (2, length))
+            mask = torch.ones(2, length, dtype=torch.long)
+            mask[1, :2] = 0
+            given = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+                     "use_cache": False}
+            plain = model(**given).logits
+            with traceable_windows(model) as names:
+                assert model(**given).logits.allclose(plain, atol=1e-5), length
+        assert names == ["model.layers.0.self_attn.compressor", "model.layers.1.self_attn.compressor",
+                         "model.layers.1.self_attn.compressor.indexer"]
+        assert "forward" not in vars(model.model.layers[1].self_attn.compressor.indexer)
+        prompts = [[5, 9, 14, 3, 22, 17], [40, 61, 7]]
+        expected = [model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                   max_new_tokens=12, do_sample=False)[0, len(p):].tolist() for p in prompts]
+    result = onnx_nb.export(model, out=tmp_path / "d.onnx", progress=False)
+    assert result and result.exporter == "dynamo", repr(result)
+    assert not result.fixed_axes, result.fixed_axes
+    assert [onnx_nb.generate(result, [p], max_new_tokens=12, eos_token_id=-1).tokens[0] for p in prompts] == expected
+
+
 def test_uncached_decoder_says_so_and_cache_true_is_refused(tmp_path: Path) -> None:
     import transformers
 
@@ -335,16 +377,3 @@ def test_tiny_config_keeps_each_layer_kind_and_its_own_sizes() -> None:
     assert mamba2.num_heads * mamba2.head_dim == mamba2.expand * mamba2.hidden_size
 
 
-def test_cache_layers_of_a_models_own_class_are_not_rebuilt_as_plain_ones() -> None:
-    """DeepSeek-V4's compressed-attention layers (keys and values plus compressed entries, a class of its own in a
-    DynamicCache) are not carried as plain keys and values, which the model refuses: the file takes the whole
-    sequence instead, and says why."""
-    import transformers
-
-    from onnx_nb.steps.export.decoder_cache import NoKeyValueCache, layout_of
-
-    config = registry_sweep.causal_config("deepseek_v4", "DeepseekV4ForCausalLM", registry_sweep.TINY)
-    torch.manual_seed(0)
-    model = transformers.DeepseekV4ForCausalLM(config).eval()
-    with pytest.raises(NoKeyValueCache, match="DeepseekV4HCACache"):
-        layout_of(model)

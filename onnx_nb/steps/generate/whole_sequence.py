@@ -33,10 +33,9 @@ class WholeSequenceDecoder:
         if isinstance(fixed, int):
             raise InvalidArgumentError(
                 f"{path} takes exactly {fixed} tokens: its export fixed the sequence length (the model's forward "
-                "decides in Python from the length, which the trace fixed: RWKV loops over the tokens, DeepSeek-V4 "
-                "compresses whole windows of them), and generating needs a file whose "
-                "sequence grows at each step. Generate with the PyTorch model, or export with a cache the file can "
-                "carry.")
+                "decides in Python from the length, which the trace fixed: RWKV loops over the tokens), and "
+                "generating needs a file whose sequence grows at each step. Generate with the PyTorch model, or "
+                "export with a cache the file can carry.")
         appended = self.session.get_modelmeta().custom_metadata_map.get(APPENDED)
         self.appended = None if appended is None else int(appended)
         unknown = set(self.inputs) - {"input_ids", "attention_mask", "position_ids", "token_type_ids"}
