@@ -381,6 +381,8 @@ def exported(row: dict[str, Any], folder: Any, out: Path, started: float, sample
     row["export_s"] = round(time.perf_counter() - t, 1)
     row["exporter"] = getattr(result, "exporter", None)
     row["export"] = "ok" if result else f"check {getattr(result, 'status', 'failed')}"
+    if not result:  # the check's own words: what differed, and where
+        row["export_note"] = result.check_text()[:300]
     return result
 
 
@@ -516,7 +518,7 @@ def _row(r: dict[str, Any]) -> str:
         why = f"PyTorch {r.get('pytorch', 'did not finish')}"
         return f"| {r['type']} | {r['class']} | – | – | – | – | {html.escape(why).replace('|', '/')} |"
     if r.get("export") != "ok":
-        why = r.get("export", "did not finish")
+        why = ": ".join(x for x in (r.get("export", "did not finish"), r.get("export_note")) if x)
     elif not served(r):
         why = r.get("generate_note") or r.get("generate", "")
     else:

@@ -158,7 +158,7 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
     result = registry_sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
     if result is None:
         return row
-    row["check"] = result._check_text()[:300]
+    row["check"] = result.check_text()[:300]
     fixed = [f"{f.input}[{f.axis}]" for f in result.fixed_axes if hasattr(f, "input")]
     if fixed:
         row["fixed_axes"] = fixed

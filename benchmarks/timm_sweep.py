@@ -81,7 +81,7 @@ def one(family: str, folder: Path, variants: bool) -> dict[str, Any]:
     result = registry_sweep.exported(row, model, folder.parent / "onnx" / "model.onnx", started, sample=image)
     if result is None:
         return row
-    row["check"] = result._check_text()[:300]
+    row["check"] = result.check_text()[:300]
     row["dynamic_axes"] = [f"{t.name}{t.shape}" for t in result.inputs if any(isinstance(d, str) for d in t.shape)]
     if variants and result:
         registry_sweep.quantized(row, result, folder.parent / "onnx")

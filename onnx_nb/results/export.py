@@ -148,7 +148,7 @@ class ExportResult:
             rows.append(("peak memory", peak_text(m["build_peak_bytes"], m["weights_bytes"], "the checkpoint's")
                          + f" writing the file; {human_bytes(m['build_process_peak_bytes'] or 0)} resident in all"))
         if self.check:
-            rows.append(("check", self._check_text()))
+            rows.append(("check", self.check_text()))
         rows.append(("status", self.status if not self.unverified else
                      "UNVERIFIED: see below"))
         if self.fixed_axes:
@@ -157,7 +157,8 @@ class ExportResult:
             rows.append(("key/value cache", self.cache_layout.text()))
         return rows
 
-    def _check_text(self) -> str:
+    def check_text(self) -> str:
+        """The check in ONNX Runtime in one line: passed or failed, and the difference at which shapes."""
         c = self.check
         if "error" in c:
             return f"FAILED: {c['error']}"
