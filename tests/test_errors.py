@@ -139,7 +139,7 @@ def test_first_line_of_any_exception(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_generate_refuses_a_file_whose_sequence_length_is_fixed(tmp_path: Path) -> None:
-    """A whole-sequence decoder whose trace fixed the prompt length (RWKV's forward loops over its tokens) is refused
+    """A whole-sequence decoder whose trace fixed the prompt length (its forward decides from the length) is refused
     by name and length, not left to ONNX Runtime's "invalid dimensions"."""
     import numpy as np
     import onnx

@@ -133,6 +133,34 @@ def test_windows_compressed_into_entries_export_at_every_length_and_generate(tmp
     assert [onnx_nb.generate(result, [p], max_new_tokens=12, eos_token_id=-1).tokens[0] for p in prompts] == expected
 
 
+@pytest.mark.parametrize("model_type, class_name", [("recurrent_gemma", "RecurrentGemmaForCausalLM"),
+                                                     ("rwkv", "RwkvForCausalLM")])
+def test_recurrences_looping_over_the_tokens_export_as_a_scan(tmp_path: Path, model_type: str,
+                                                              class_name: str) -> None:
+    """RecurrentGemma's RG-LRU and RWKV's WKV loop over the tokens in Python, which a trace unrolled at the sample's 7
+    tokens. As a scan (the same arithmetic) the whole-sequence file takes any length, one token
+    included, and gives PyTorch's tokens for prompts shorter and longer than the sample."""
+    import transformers
+
+    from onnx_nb.steps.export.token_scans import traceable_scans
+
+    config = registry_sweep.causal_config(model_type, class_name, registry_sweep.TINY)
+    torch.manual_seed(0)
+    model = getattr(transformers, class_name)(config).eval()
+    prompts = [[5], [5, 9, 14, 3, 22, 17, 40, 61, 7, 11, 30]]
+    with torch.no_grad():
+        ids = torch.tensor([prompts[1]])
+        plain = model(input_ids=ids, use_cache=False).logits
+        with traceable_scans(model) as replaced:
+            assert replaced and model(input_ids=ids, use_cache=False).logits.allclose(plain, atol=1e-5)
+        expected = [model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                   max_new_tokens=6, do_sample=False)[0, len(p):].tolist() for p in prompts]
+    result = onnx_nb.export(model, out=tmp_path / "r.onnx", progress=False)
+    assert result and result.exporter == "dynamo" and not result.fixed_axes, repr(result)
+    assert result.op_histogram.get("Scan"), result.op_histogram
+    assert [onnx_nb.generate(result, [p], max_new_tokens=6, eos_token_id=-1).tokens[0] for p in prompts] == expected
+
+
 def test_uncached_decoder_says_so_and_cache_true_is_refused(tmp_path: Path) -> None:
     import transformers
 

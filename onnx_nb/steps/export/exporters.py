@@ -139,7 +139,7 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     cache plus the new tokens, which named dims cannot say) and named after ``axes`` in the saved file. ``related``:
     the same for a module whose axes follow each other otherwise (an image's patches, four per merged row, and its
     windows)."""
-    from . import moe_dispatch, translations, window_compressors
+    from . import moe_dispatch, token_scans, translations, window_compressors
 
     dims: dict[str, Any] = {}
     shapes: list[Any] = []
@@ -154,8 +154,10 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
         shapes = [*shapes[:varargs_from], tuple(shapes[varargs_from:])]
     translations.exact_no_ops()  # a norm's epsilon of 1e-8 is not "+ 0"
     translations.complex_ops()  # Llama 4's rotary unsqueezes a complex tensor
-    # an experts loop of its own: transformers' grouped dispatch; windows pooled into entries: without a branch
-    with moe_dispatch.traceable_experts(module), window_compressors.traceable_windows(module):
+    # an experts loop of its own: transformers' grouped dispatch; windows pooled into entries: without a branch;
+    # a recurrence looping over the tokens: a scan
+    with moe_dispatch.traceable_experts(module), window_compressors.traceable_windows(module), \
+            token_scans.traceable_scans(module):
         program = torch.onnx.export(
             module, args, dynamo=True, input_names=input_names, output_names=output_names,
             dynamic_shapes=tuple(shapes) if axes else None, opset_version=opset,

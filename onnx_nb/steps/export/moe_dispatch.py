@@ -82,16 +82,10 @@ def grouped_forward(experts: Any, hidden_states: Any, top_k_index: Any, top_k_we
 @contextlib.contextmanager
 def traceable_experts(model: Any) -> Iterator[list[str]]:
     """Within: every experts module of ``model`` with its own loop dispatches as :func:`grouped_forward`; yields
-    their names. The module's ``forward`` is restored on leaving."""
+    their names. The module's ``forward`` is restored on leaving (an instance forward already there, a hook's,
+    comes back)."""
+    from .lending import lent
+
     found = [(name, m) for name, m in model.named_modules() if _loops(m)] if hasattr(model, "named_modules") else []
-    before = [vars(m).get("forward") for _, m in found]  # an instance forward already there (a hook's) comes back
-    try:
-        for _, m in found:
-            m.forward = grouped_forward.__get__(m)
+    with lent([(m, "forward", grouped_forward.__get__(m)) for _, m in found]):
         yield [name for name, _ in found]
-    finally:
-        for (_, m), prior in zip(found, before):
-            if prior is not None:
-                m.forward = prior
-            else:
-                vars(m).pop("forward", None)

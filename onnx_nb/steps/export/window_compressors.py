@@ -134,16 +134,9 @@ FORWARDS = {"heavy": heavy_forward, "indexer": indexer_forward, "sparse": sparse
 def traceable_windows(model: Any) -> Iterator[list[str]]:
     """Within: every window compressor of ``model`` runs its stateless path without a branch on the length (above);
     yields their names. The modules' ``forward`` is restored on leaving."""
+    from .lending import lent
+
     found = [(name, m, kind) for name, m in model.named_modules() if (kind := _kind(m))] \
         if hasattr(model, "named_modules") else []
-    before = [vars(m).get("forward") for _, m, _ in found]
-    try:
-        for _, m, kind in found:
-            m.forward = FORWARDS[kind].__get__(m)
+    with lent([(m, "forward", FORWARDS[kind].__get__(m)) for _, m, kind in found]):
         yield [name for name, _, _ in found]
-    finally:
-        for (_, m, _), prior in zip(found, before):
-            if prior is not None:
-                m.forward = prior
-            else:
-                vars(m).pop("forward", None)

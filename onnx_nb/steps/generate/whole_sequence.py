@@ -33,7 +33,7 @@ class WholeSequenceDecoder:
         if isinstance(fixed, int):
             raise InvalidArgumentError(
                 f"{path} takes exactly {fixed} tokens: its export fixed the sequence length (the model's forward "
-                "decides in Python from the length, which the trace fixed: RWKV loops over the tokens), and "
+                "decides in Python from the length, which the trace fixed), and "
                 "generating needs a file whose sequence grows at each step. Generate with the PyTorch model, or "
                 "export with a cache the file can carry.")
         appended = self.session.get_modelmeta().custom_metadata_map.get(APPENDED)

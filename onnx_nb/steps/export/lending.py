@@ -1,0 +1,26 @@
+"""Lending an object an attribute of the export's for the length of a block: the trace-friendly forms of
+:mod:`.moe_dispatch`, :mod:`.window_compressors` and :mod:`.token_scans` are set on the instances (or source files)
+they replace, and what each instance had of its own comes back after, a hook's ``forward`` included."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+
+@contextlib.contextmanager
+def lent(loans: Sequence[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Within: each ``(holder, attribute, value)`` set on the holder itself; after: the holder's own value back, or
+    none (its class's again)."""
+    before = [vars(holder).get(name) for holder, name, _ in loans]
+    try:
+        for holder, name, value in loans:
+            setattr(holder, name, value)
+        yield
+    finally:
+        for (holder, name, _), prior in zip(loans, before):
+            if prior is not None:
+                setattr(holder, name, prior)
+            else:
+                vars(holder).pop(name, None)
