@@ -11,16 +11,17 @@ from typing import Any
 
 @contextlib.contextmanager
 def lent(loans: Sequence[tuple[Any, str, Any]]) -> Iterator[None]:
-    """Within: each ``(holder, attribute, value)`` set on the holder itself; after: the holder's own value back, or
-    none (its class's again)."""
-    before = [vars(holder).get(name) for holder, name, _ in loans]
+    """Within: each ``(holder, attribute, value)`` set on the holder itself; after: the holder's own value back (even
+    None), or none (its class's again). For plain attributes: a torch module's parameters and submodules are not in
+    its ``__dict__``."""
+    own = [(name in vars(holder), vars(holder).get(name)) for holder, name, _ in loans]
     try:
         for holder, name, value in loans:
             setattr(holder, name, value)
         yield
     finally:
-        for (holder, name, _), prior in zip(loans, before):
-            if prior is not None:
+        for (holder, name, _), (had, prior) in zip(loans, own):
+            if had:
                 setattr(holder, name, prior)
             else:
                 vars(holder).pop(name, None)

@@ -9,10 +9,11 @@ one (``if n_windows > 1``), ``min(index_topk, entries)``, and the attention appe
 some. A trace keeps the sample's answers, so the file matched PyTorch at the sample's length only.
 
 Within :func:`traceable_windows` each such module computes the same thing without a branch: the windows by
-reshaping ``length // rate`` of them (none is an empty axis, not a special case), the previous window's half by
-shifting along the window axis, ``top_k`` as a symbolic minimum, and one more entry that no query sees (a zero key
-and value, ``-inf`` in the bias) so the attention always has entries to append; a weight of ``exp(-inf) = 0`` leaves
-its output as it was. With a cache the model's own forward runs: the cache keeps Python state a trace cannot carry.
+reshaping ``length // rate`` of them plus two spares over the zero-padded rest (so the entries' axis is never empty
+or 1), the previous window's half by shifting along the window axis, and ``top_k`` as a symbolic minimum; the spares
+(and every entry a query may not see yet) get ``-inf`` in the bias, so the attention always has entries to append
+and a weight of ``exp(-inf) = 0`` leaves its output as the model's. With a cache the model's own forward runs: the
+cache keeps Python state a trace cannot carry.
 
 Recognised by what the modules hold, not by family: ``compress_rate``, ``kv_proj``, ``gate_proj``,
 ``position_bias``, ``kv_norm``, ``rotary_emb`` and ``rope_layer_type``; with an ``indexer`` it is the compressor of
