@@ -33,6 +33,7 @@ import torch
 
 from ...runtime.facts import GRID_DERIVED
 from ...runtime.facts import IMAGE_GRID as GRID
+from .lending import lent
 from .vlm_prompts import VisionPart, gives
 
 POSITION_COLUMNS = 4  # three sections' offsets and the text's shift, after each image row's features
@@ -163,12 +164,9 @@ def _normed_heads(patched: Any) -> Any:
         namespace: Any = sys.modules[type(self).__module__]
         rotary = namespace.apply_rotary_pos_emb_vision
         # the (q, k, cos, sin) form only; a one-tensor form (x, rotary) is left as it is
-        namespace.apply_rotary_pos_emb_vision = lambda *a: rotary(self.q_norm(a[0]), self.k_norm(a[1]), *a[2:]) \
-            if len(a) == 4 else rotary(*a)
-        try:
+        with lent([(namespace, "apply_rotary_pos_emb_vision", lambda *a: rotary(
+                self.q_norm(a[0]), self.k_norm(a[1]), *a[2:]) if len(a) == 4 else rotary(*a))]):
             return patched(self, *args, **kwargs)
-        finally:
-            namespace.apply_rotary_pos_emb_vision = rotary
 
     return forward
 
@@ -186,13 +184,10 @@ def _masked_spans(patched: Any) -> Any:
         def masked(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *more: Any, **given: Any) -> Any:
             return sdpa(query, key, value, *more, **{**given, "attn_mask": mask})
 
-        torch.nn.functional.scaled_dot_product_attention = masked
-        try:
+        with lent([(torch.nn.functional, "scaled_dot_product_attention", masked)]):
             one = spans[[0, -1]]  # the whole image as one span, in the place the spans came
             return patched(self, hidden_states, *args, cu_seqlens=one, **kwargs) if named else \
                 patched(self, hidden_states, one, *args[1:], **kwargs)
-        finally:
-            torch.nn.functional.scaled_dot_product_attention = sdpa
 
     return forward
 

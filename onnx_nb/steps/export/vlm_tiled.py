@@ -82,6 +82,7 @@ class TiledImageFeatures(VisionPart):
     def forward(self, pixel_values: torch.Tensor, pack_index: torch.Tensor) -> dict[str, torch.Tensor]:
         from transformers.exporters.utils import patch_attribute
 
+        from .lending import lent
         from .vlm_prompts import feature_rows
 
         inner, tiles = _inner(self.model), pixel_values.shape[0]
@@ -92,13 +93,11 @@ class TiledImageFeatures(VisionPart):
             return [torch.cat([rows, image_newline[None].to(rows)]) if image_newline is not None else rows], None
 
         namespace = sys.modules[type(inner).__module__]
-        inner.pack_image_features = flat  # on the instance, dropped after (the class's method is left as it is)
-        try:
-            with patch_attribute(namespace, "image_size_to_num_patches", lambda _original: lambda **_: tiles):
-                out = self.model.get_image_features(pixel_values=pixel_values, image_sizes=[(self.side, self.side)],
-                                                    return_dict=True)
-        finally:
-            vars(inner).pop("pack_image_features", None)
+        # on the instance, dropped after (the class's method is left as it is)
+        with lent([(inner, "pack_image_features", flat)]), \
+                patch_attribute(namespace, "image_size_to_num_patches", lambda _original: lambda **_: tiles):
+            out = self.model.get_image_features(pixel_values=pixel_values, image_sizes=[(self.side, self.side)],
+                                                return_dict=True)
         return {"image_features": feature_rows(out.pooler_output)[pack_index]}
 
     def sample_at(self, size: tuple[int, int], seed: int) -> dict[str, torch.Tensor]:

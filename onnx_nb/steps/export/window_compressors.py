@@ -24,8 +24,9 @@ sparse attention (overlapping windows), with a ``scorer`` the indexer itself, wi
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 HOLDS = ("compress_rate", "kv_proj", "gate_proj", "position_bias", "kv_norm", "rotary_emb", "rope_layer_type")
@@ -83,23 +84,32 @@ def _seen(module: Any, position_ids: Any, entries: int, closed: Any) -> Any:
     return (index < threshold.unsqueeze(-1)) & (index < closed)
 
 
-def heavy_forward(module: Any, hidden_states: Any, q_residual: Any, position_ids: Any, cache: Any = None,
-                  layer_idx: int = 0) -> tuple[Any, Any]:
+def _stateless(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``forward`` for the path without a cache; with one, the module's own forward."""
+    @functools.wraps(forward)
+    def either(module: Any, hidden_states: Any, q_residual: Any, position_ids: Any, cache: Any = None,
+               layer_idx: int = 0) -> Any:
+        if cache is not None:
+            return type(module).forward(module, hidden_states, q_residual, position_ids, cache, layer_idx)
+        return forward(module, hidden_states, q_residual, position_ids, layer_idx)
+
+    return either
+
+
+@_stateless
+def heavy_forward(module: Any, hidden_states: Any, q_residual: Any, position_ids: Any,
+                  layer_idx: int) -> tuple[Any, Any]:
     import torch
 
-    if cache is not None:
-        return type(module).forward(module, hidden_states, q_residual, position_ids, cache, layer_idx)
     entries, closed = pooled(module, hidden_states, overlap=False)
     seen = _seen(module, position_ids, entries.shape[1], closed).unsqueeze(1)
     return entries.unsqueeze(1), torch.where(seen, entries.new_zeros(()), entries.new_full((), float("-inf")))
 
 
-def indexer_forward(module: Any, hidden_states: Any, q_residual: Any, position_ids: Any, cache: Any = None,
-                    layer_idx: int = 0) -> Any:
+@_stateless
+def indexer_forward(module: Any, hidden_states: Any, q_residual: Any, position_ids: Any, layer_idx: int) -> Any:
     import torch
 
-    if cache is not None:
-        return type(module).forward(module, hidden_states, q_residual, position_ids, cache, layer_idx)
     batch, sequence = hidden_states.shape[:2]
     entries, closed = pooled(module, hidden_states, overlap=True)
     count = entries.shape[1]
@@ -114,10 +124,9 @@ def indexer_forward(module: Any, hidden_states: Any, q_residual: Any, position_i
     return torch.where(seen.gather(-1, picked), picked, torch.full_like(picked, -1))
 
 
-def sparse_forward(module: Any, hidden_states: Any, q_residual: Any, position_ids: Any, cache: Any = None,
-                   layer_idx: int = 0) -> tuple[Any, Any]:
-    if cache is not None:
-        return type(module).forward(module, hidden_states, q_residual, position_ids, cache, layer_idx)
+@_stateless
+def sparse_forward(module: Any, hidden_states: Any, q_residual: Any, position_ids: Any,
+                   layer_idx: int) -> tuple[Any, Any]:
     batch, sequence = hidden_states.shape[:2]
     entries, _ = pooled(module, hidden_states, overlap=True)
     count = entries.shape[1]
