@@ -12,8 +12,13 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
-import tiny_models
-from deprecations import Watch
+import scheduling
+
+scheduling.set_worker_environment()  # before torch is imported (tiny_models)
+
+import timings  # noqa: E402
+import tiny_models  # noqa: E402
+from deprecations import Watch  # noqa: E402
 
 # A suite started in the background from a non-interactive shell inherits SIGINT ignored, and so would every child
 # it starts (an ignored signal stays ignored across exec): the Ctrl-C tests would see no interrupt land. Python's own
@@ -21,26 +26,50 @@ from deprecations import Watch
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The docs site last: it renders the tutorials tests/test_notebooks.py executed (and executes only those it
-    finds no fresh copy of), so in a whole run no tutorial runs twice."""
-    items.sort(key=lambda item: item.nodeid.startswith("tests/test_docs.py") or
-               item.nodeid.startswith("test_docs.py"))
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--timings", default="build/test-durations.json",
+                     help="where the run's per-test and per-fixture seconds go (benchmarks/suite_time.py reads it)")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def leaves_the_checkout_as_it_found_it() -> Iterator[None]:
-    """Exports given no out= write under ./onnx_nb_out: what the run added there is removed at its end."""
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(timings.Recorder(config, Path(config.getoption("timings"))), "onnx-nb-timings")
+    config.pluginmanager.register(scheduling.Scheduler(config), "onnx-nb-scheduler")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's unit of work and the order units start in (tests/scheduling.py); the docs site after the tutorials
+    tests/test_notebooks.py executed (it renders them, and executes only those it finds no fresh copy of), so in a
+    whole run no tutorial runs twice."""
+    scheduling.order(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist hands out units of work as tests/scheduling.py draws them."""
+    return scheduling.make_scheduler(config, log)
+
+
+_CHECKOUT_ROOT = Path("onnx_nb_out")
+_checkout_before: set[Path] | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Steps given no out= write under each worker's own root (ONNX_NB_OUT, tests/scheduling.py); whatever a run
+    still adds to the checkout's ./onnx_nb_out is removed at its end, by the one process that started the run."""
+    global _checkout_before
+    if not timings.is_worker(session.config):
+        _checkout_before = set(_CHECKOUT_ROOT.iterdir()) if _CHECKOUT_ROOT.is_dir() else None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
     import shutil
 
-    root = Path("onnx_nb_out")
-    before = set(root.iterdir()) if root.is_dir() else None
-    yield
-    if root.is_dir():
-        for entry in set(root.iterdir()) - (before or set()):
-            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-        if before is None and not any(root.iterdir()):
-            root.rmdir()
+    if timings.is_worker(session.config) or not _CHECKOUT_ROOT.is_dir():
+        return
+    for entry in set(_CHECKOUT_ROOT.iterdir()) - (_checkout_before or set()):
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+    if _checkout_before is None and not any(_CHECKOUT_ROOT.iterdir()):
+        _CHECKOUT_ROOT.rmdir()
 
 
 @pytest.fixture(autouse=True)
@@ -88,3 +117,45 @@ def ip() -> object:
     shell = start_ipython() or get_ipython()
     shell.run_line_magic("load_ext", "onnx_nb")
     return shell
+
+
+
+# Shared, read-only exports: the models many files export the same way, exported once per worker. A test that writes
+# beside its parent (a variant's default name is the parent's with a suffix) takes a private copy first
+# (helpers.copy_export); a test that needs other export settings keeps its own export.
+@pytest.fixture(scope="session")
+def shared_exports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("shared-exports")
+
+
+@pytest.fixture(scope="session")
+def bert_export(shared_exports: Path) -> object:
+    """The tiny BERT classifier (tiny_models "bert") exported with default settings."""
+    import onnx_nb
+
+    return onnx_nb.export(tiny_models.build("bert"), out=shared_exports / "bert" / "bert.onnx", progress=False)
+
+
+@pytest.fixture(scope="session")
+def minilm_export(shared_exports: Path, minilm_dir: Path) -> object:
+    """all-MiniLM-L6-v2 from its folder, exported with default settings."""
+    import onnx_nb
+
+    return onnx_nb.export(str(minilm_dir), out=shared_exports / "minilm" / "model.onnx", progress=False)
+
+
+@pytest.fixture(scope="session")
+def gpt2_export(shared_exports: Path) -> object:
+    """The tiny GPT-2 exported with default settings (with its cache)."""
+    import onnx_nb
+
+    return onnx_nb.export(tiny_models.build("gpt2"), out=shared_exports / "gpt2" / "gpt2.onnx", progress=False)
+
+
+@pytest.fixture(scope="session")
+def gpt2_whole_export(shared_exports: Path) -> object:
+    """The tiny GPT-2 exported with ``cache=False`` (the whole sequence's logits)."""
+    import onnx_nb
+
+    return onnx_nb.export(tiny_models.build("gpt2"), out=shared_exports / "gpt2-whole" / "g.onnx", cache=False,
+                          progress=False)

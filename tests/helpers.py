@@ -73,3 +73,17 @@ def perturb(path: Path, out: Path, module: str) -> str:
     inits[name].CopyFrom(onnx.numpy_helper.from_array(weight, name))
     onnx.save(proto, str(out))
     return node.name
+
+
+def copy_export(result: Any, folder: Path) -> Any:
+    """A private copy of a shared, read-only export (conftest's session exports) for a test that writes beside its
+    parent (a variant's default name is the parent's, with a suffix): the files copied into ``folder``, the same
+    model and check."""
+    import dataclasses
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in result.files:
+        shutil.copy2(f, folder / f.name)
+    return dataclasses.replace(result, path=folder / result.path.name, files=[folder / f.name for f in result.files],
+                               parts={k: folder / p.name for k, p in result.parts.items()})

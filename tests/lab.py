@@ -31,6 +31,7 @@ def jupyterlab(root: Path) -> Iterator[str]:
     """Start Lab serving ``root``; yields the base URL with the token."""
     port, token = free_port(), "onnxnbtest"
     env = dict(os.environ)
+    env.pop("ONNX_NB_OUT", None)  # as a user's: a step given no out= writes beside the notebook (./onnx_nb_out)
     for var, sub in (("JUPYTER_CONFIG_DIR", "cfg"), ("JUPYTER_RUNTIME_DIR", "rt"),
                      ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "ws"),
                      ("IPYTHONDIR", "ipython")):

@@ -249,6 +249,7 @@ def test_bad_input(world: World, case: Case, monkeypatch: pytest.MonkeyPatch) ->
     here = world.root / "cwd" / ident  # where a step given no out= would write (./onnx_nb_out/<name>/)
     here.mkdir(parents=True)
     monkeypatch.chdir(here)
+    monkeypatch.delenv("ONNX_NB_OUT", raising=False)
     with pytest.raises(expected) as info:
         call(world)
     message = str(info.value)

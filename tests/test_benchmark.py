@@ -189,3 +189,23 @@ def test_bad_arguments(linear: onnx_nb.ExportResult) -> None:
         onnx_nb.benchmark(42)
     with pytest.raises(onnx_nb.InvalidArgumentError, match="Unknown execution provider"):
         onnx_nb.benchmark(linear, providers=["warp-drive"])
+
+
+def test_onnx_nb_threads_caps_every_sessions_threads(linear: onnx_nb.ExportResult,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ONNX_NB_THREADS``: the most threads a session takes, and its count when a call gives none (processes
+    sharing the cores each take their share); the rows say the count and why; a bad value is a clear error."""
+    from onnx_nb.runtime.providers import options
+
+    monkeypatch.setenv("ONNX_NB_THREADS", "1")
+    assert options().intra_op_num_threads == 1 and options(threads=2).intra_op_num_threads == 1
+    table = onnx_nb.benchmark(linear, providers="cpu", reference=linear, runs=3, warmup=1, threads=2, progress=False)
+    assert {r.backend: r.options.get("intra_op_threads", r.options.get("threads")) for r in table.rows} == {
+        "ort:cpu": "1 (ONNX_NB_THREADS)", "torch:cpu": 1}
+    monkeypatch.setenv("ONNX_NB_THREADS", "4")
+    assert options(threads=2).intra_op_num_threads == 2 and options().intra_op_num_threads == 4
+    monkeypatch.delenv("ONNX_NB_THREADS")
+    assert options().intra_op_num_threads == 0  # ONNX Runtime's own choice
+    monkeypatch.setenv("ONNX_NB_THREADS", "two")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="ONNX_NB_THREADS='two' is not a thread count"):
+        options()

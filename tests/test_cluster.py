@@ -19,7 +19,6 @@ import pytest
 
 pytest.importorskip("ray")
 import onnx_nb
-import tiny_models
 from onnx_nb.runtime.local_cluster import LocalRayCluster
 
 
@@ -31,9 +30,8 @@ def cluster() -> Iterator[LocalRayCluster]:
 
 
 @pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    folder = tmp_path_factory.mktemp("cluster-bert")
-    return onnx_nb.export(tiny_models.build("bert"), out=folder / "bert.onnx", progress=False)
+def bert(bert_export: Any) -> Any:
+    return bert_export  # read only (conftest's shared exports)
 
 
 def test_rows_land_with_each_nodes_hardware(cluster: LocalRayCluster, bert: Any) -> None:

@@ -107,10 +107,10 @@ def test_hf_object_with_user_sample_and_task(tmp_path: Path) -> None:
 
 
 @pytest.mark.lower_bounds
-def test_real_minilm(minilm_dir: Path, tmp_path: Path) -> None:
+def test_real_minilm(minilm_dir: Path, minilm_export: onnx_nb.ExportResult) -> None:
     tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     model = transformers.AutoModel.from_pretrained(minilm_dir).eval()
-    result = onnx_nb.export(str(minilm_dir), out=tmp_path / "minilm.onnx", progress=False)
+    result = minilm_export  # read only (conftest's shared exports)
     assert result.source.task == "feature-extraction"
     assert [o.name for o in result.outputs] == ["last_hidden_state", "pooler_output"]
     assert 22_000_000 < result.parameters < 23_500_000

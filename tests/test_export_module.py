@@ -86,6 +86,7 @@ def test_module_custom_dynamic_axes_and_static(tmp_path: Path) -> None:
 
 def test_default_output_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ONNX_NB_OUT", raising=False)  # a worker's own root (tests/scheduling.py)
     result = onnx_nb.export(torch.nn.Linear(3, 2), torch.randn(2, 3), progress=False)
     assert result.path == tmp_path / "onnx_nb_out" / "Linear" / "model.onnx"
     assert sorted(p.name for p in result.path.parent.iterdir()) == ["model.onnx"], "no temp files left"
@@ -183,3 +184,12 @@ def test_folded_weights_named_only_where_one_top_level_node_reads_them() -> None
     assert onnxedit.name_folded_weights(proto) == 1
     assert [i.name for i in proto.graph.initializer] == ["lin.weight.T", "val_2", "val_3"]
     assert list(proto.graph.node[0].input) == ["x", "lin.weight.T"] and proto.graph.node[1].input[1] == "val_2"
+
+
+def test_default_output_folder_follows_onnx_nb_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ONNX_NB_OUT`` moves the default folder (a shared machine, the suite's workers: each its own)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ONNX_NB_OUT", str(tmp_path / "elsewhere"))
+    result = onnx_nb.export(torch.nn.Linear(3, 2), torch.randn(2, 3), progress=False)
+    assert result.path == tmp_path / "elsewhere" / "Linear" / "model.onnx"
+    assert not (tmp_path / "onnx_nb_out").exists()

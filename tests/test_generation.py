@@ -23,10 +23,11 @@ DECODERS = ["gpt2", "llama", "qwen2", "phi", "gpt_neox"]
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, onnx_nb.ExportResult]:
-    folder = tmp_path_factory.mktemp("decoders")
-    return {name: onnx_nb.export(tiny_models.build(name), out=folder / f"{name}.onnx", progress=False)
-            for name in DECODERS}
+def exports(tmp_path_factory: pytest.TempPathFactory,
+            gpt2_export: onnx_nb.ExportResult) -> dict[str, onnx_nb.ExportResult]:
+    folder = tmp_path_factory.mktemp("decoders")  # GPT-2's: conftest's shared export, read only
+    return {name: gpt2_export if name == "gpt2" else
+            onnx_nb.export(tiny_models.build(name), out=folder / f"{name}.onnx", progress=False) for name in DECODERS}
 
 
 @pytest.mark.lower_bounds
@@ -150,8 +151,9 @@ def test_a_damaged_decoder_diverges(exports: dict[str, onnx_nb.ExportResult], tm
     assert any(c.verdict == "DIVERGED" for c in report.generation)
 
 
-def test_cache_false_keeps_whole_sequence_logits(tmp_path: Path) -> None:
-    result = onnx_nb.export(tiny_models.build("gpt2"), out=tmp_path / "g.onnx", cache=False, progress=False)
+def test_cache_false_keeps_whole_sequence_logits(tmp_path: Path, gpt2_whole_export: onnx_nb.ExportResult,
+                                                 bert_export: onnx_nb.ExportResult) -> None:
+    result = gpt2_whole_export  # read only (conftest's shared exports)
     assert [i.name for i in result.inputs] == ["input_ids", "attention_mask", "position_ids"]  # as generate() passes
     assert [o.name for o in result.outputs] == ["logits"] and result.cache_layout is None
     # generate() runs such a file on the whole sequence at each step: PyTorch's tokens, more slowly
@@ -162,7 +164,7 @@ def test_cache_false_keeps_whole_sequence_logits(tmp_path: Path) -> None:
                                    max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
         assert onnx_nb.generate(result, [prompt], max_new_tokens=6, min_new_tokens=6).tokens == \
             [eager[0, len(prompt):].tolist()]
-    classifier = onnx_nb.export(tiny_models.build("bert"), out=tmp_path / "classifier.onnx", progress=False)
+    classifier = bert_export  # read only (conftest's shared exports)
     with pytest.raises(onnx_nb.InvalidArgumentError, match=r"is not a decoder: generate.. needs an input_ids input "
                                                            "and a logits output per token"):
         onnx_nb.generate(classifier, [[1, 2]], max_new_tokens=2)

@@ -28,9 +28,9 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any]:
+def bert(tmp_path_factory: pytest.TempPathFactory, bert_export: Any) -> tuple[Any, Any, Any]:
     root = tmp_path_factory.mktemp("bert")
-    result = onnx_nb.export(tiny_models.build("bert"), out=root / "bert.onnx", progress=False)
+    result = bert_export  # read only (conftest's shared exports): the variants go into root
     opt = onnx_nb.optimize(result, out=root / "bert.optimized.onnx")
     q = onnx_nb.quantize(opt, method="dynamic", out=root / "bert.optimized.int8.onnx")
     return result, opt, q
@@ -243,7 +243,7 @@ def test_a_broken_report_beside_the_file_does_not_block_it(tmp_path: Path, mlp: 
     assert not c.errors and any("could not be read" in n for n in c.notes)
 
 
-def test_optimized_and_int8_files_keep_their_layers_and_compare_pairs_each_module(minilm_dir: Path,
+def test_optimized_and_int8_files_keep_their_layers_and_compare_pairs_each_module(minilm_export: Any,
                                                                                   tmp_path: Path) -> None:
     """ONNX Runtime's fused and quantized nodes take the module of what they replaced (runtime/scopes.py): the graph
     view groups an optimized or INT8 file by layer as it does the export, and compare() pairs every layer-level
@@ -255,7 +255,7 @@ def test_optimized_and_int8_files_keep_their_layers_and_compare_pairs_each_modul
         parts = (module or "").split(".")
         return ".".join(parts[:3]) if parts[0] == "encoder" else parts[0]
 
-    export = onnx_nb.export(minilm_dir, out=tmp_path / "m.onnx", progress=False)
+    export = minilm_export  # read only (conftest's shared exports)
     fast = onnx_nb.optimize(export, out=tmp_path / "o.onnx")
     int8 = onnx_nb.quantize(fast, out=tmp_path / "q.onnx")
     int8_plain = onnx_nb.quantize(export, out=tmp_path / "q2.onnx")

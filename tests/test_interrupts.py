@@ -80,6 +80,7 @@ STEPS = {
 }
 
 
+@pytest.mark.alone  # the interrupts land at fractions of a timed run: nothing beside it may change its pace
 @pytest.mark.parametrize("name", list(STEPS))
 def test_interrupt_leaves_nothing_behind(tmp_path: Path, name: str) -> None:
     tmp = tmp_path / "tmp"

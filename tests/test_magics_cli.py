@@ -176,6 +176,7 @@ def test_readme_magic_example_runs_as_written(ip: object, tiny_dirs: dict[str, P
     block = re.search(r"```ipython\n(.*?)```", readme, re.S)
     assert block, "the README's magic example"
     monkeypatch.chdir(tmp_path)  # the export writes under ./onnx_nb_out
+    monkeypatch.delenv("ONNX_NB_OUT", raising=False)
     ip.user_ns.pop("result", None)  # type: ignore[attr-defined]
     for line in block.group(1).strip().splitlines():
         line = line.replace("path/to/hf-folder", str(tiny_dirs["bert"]))

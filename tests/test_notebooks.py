@@ -40,7 +40,7 @@ def execute(name: str, tmp_path: Path) -> list[Any]:
         NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
                        extra_arguments=["--IPKernelApp.log_level=ERROR"],  # ipykernel's notice about TCP: not ours
                        resources={"metadata": {"path": str(tmp_path)}}).execute(
-            env={**os.environ, "TMPDIR": str(kernel_tmp)})
+            env={**{k: v for k, v in os.environ.items() if k != "ONNX_NB_OUT"}, "TMPDIR": str(kernel_tmp)})
     finally:
         shutil.rmtree(kernel_tmp, ignore_errors=True)
     nb.metadata["onnx_nb_source_sha256"] = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()

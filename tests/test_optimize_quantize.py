@@ -16,14 +16,14 @@ import torch
 
 import onnx_nb
 import tiny_models
+from helpers import copy_export
 from onnx_nb.runtime.padding import UnpaddedSession, plan_buckets
 from onnx_nb.steps.variants.quantizing import CalibrationError
 
 
 @pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> onnx_nb.ExportResult:
-    return onnx_nb.export(tiny_models.build("bert"), out=tmp_path_factory.mktemp("oq") / "bert.onnx",
-                          progress=False)
+def bert(tmp_path_factory: pytest.TempPathFactory, bert_export: onnx_nb.ExportResult) -> onnx_nb.ExportResult:
+    return copy_export(bert_export, tmp_path_factory.mktemp("oq"))  # its variants are written beside it
 
 
 @pytest.fixture(scope="module")
@@ -198,8 +198,8 @@ def test_autotune(bert: onnx_nb.ExportResult, tmp_path: Path) -> None:
         onnx_nb.autotune(bert, out=tmp_path / "tune", progress=False)
 
 
-def test_minilm_optimize_and_quantize(minilm_dir: Path, tmp_path: Path) -> None:
-    export = onnx_nb.export(str(minilm_dir), out=tmp_path / "m.onnx", progress=False)
+def test_minilm_optimize_and_quantize(minilm_export: onnx_nb.ExportResult, tmp_path: Path) -> None:
+    export = copy_export(minilm_export, tmp_path)  # its variants are written beside it
     fp32 = onnx_nb.optimize(export)
     assert fp32.fused.get("com.microsoft.Attention") == 6 and fp32, repr(fp32.parity)
     assert max(r.max_abs or 0 for r in fp32.parity.rows) < 1e-4

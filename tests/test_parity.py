@@ -257,8 +257,8 @@ def test_magic_and_cli(ip: Any, bert_exports: dict[str, onnx_nb.ExportResult], t
 
 
 @pytest.mark.lower_bounds
-def test_real_minilm_parity(minilm_dir: Path, tmp_path: Path) -> None:
-    result = onnx_nb.export(str(minilm_dir), out=tmp_path / "m.onnx", progress=False)
+def test_real_minilm_parity(minilm_export: onnx_nb.ExportResult) -> None:
+    result = minilm_export  # read only (conftest's shared exports)
     report = onnx_nb.check_parity(result, progress=False)
     assert report, repr(report)
     assert max(r.max_abs or 0 for r in report.rows) < 1e-4

@@ -52,6 +52,7 @@ def test_run_needs_forgets_and_skips(tmp_path: Path) -> None:
 
 def test_studio_runs_the_pipelines_plan(tmp_path: Path, monkeypatch: object) -> None:
     monkeypatch.chdir(tmp_path)  # type: ignore[attr-defined]  # the Studio writes into onnx-nb's default folder
+    monkeypatch.delenv("ONNX_NB_OUT", raising=False)  # type: ignore[attr-defined]
     sample = torch.randn(2, 8)
     studio = onnx_nb.Studio(Small(), sample, threaded=False)
     assert studio.panel.steps == tabs(Settings()) and studio.panel.methods == list(QUANTIZE_METHODS)

@@ -107,7 +107,7 @@ def test_modules_stay_small_and_export_fits_a_screen() -> None:
     assert body[-1].end_lineno - body[0].lineno + 1 <= 12  # type: ignore[operator]
 
 
-def test_the_table_recognises_each_kind_and_records_it(tmp_path: Path) -> None:
+def test_the_table_recognises_each_kind_and_records_it(tmp_path: Path, gpt2_export: onnx_nb.ExportResult) -> None:
     import torch
     import transformers
 
@@ -143,7 +143,7 @@ def test_the_table_recognises_each_kind_and_records_it(tmp_path: Path) -> None:
     assert (result.source.adapter, result.source.generation, result.source.eager) == ("hf", None, True)
     assert adapter_of(result).key == "hf" and adapter_of(str(result.path)).key == "onnx"
     assert resolve(result.path).key == "onnx"
-    decoder = onnx_nb.export(tiny_models.build("gpt2"), out=tmp_path / "g.onnx", progress=False)
+    decoder = gpt2_export  # read only (conftest's shared exports)
     assert decoder.source.generation == "decoder" and decoder.cache_layout is not None
     plain = onnx_nb.export(torch.nn.Linear(4, 2), torch.randn(2, 4), out=tmp_path / "l.onnx", progress=False)
     assert (plain.source.kind, plain.source.adapter) == ("module", "torch")

@@ -104,15 +104,14 @@ def test_underflowing_reference_is_inconclusive(tmp_path: Path) -> None:
     assert "inconclusive" in report._repr_html_()
 
 
-def test_real_models_keep_passing(minilm_dir: Path, tmp_path: Path) -> None:
+def test_real_models_keep_passing(minilm_export: onnx_nb.ExportResult,
+                                  gpt2_whole_export: onnx_nb.ExportResult) -> None:
     """The defaults stay strict for real models and still pass them (MiniLM, GPT-2 with its logits)."""
-    report = onnx_nb.check_parity(onnx_nb.export(str(minilm_dir), out=tmp_path / "m.onnx", progress=False),
-                                  progress=False)
+    report = onnx_nb.check_parity(minilm_export, progress=False)
     assert report, repr(report)
     assert all((r.tolerance.max_scaled or 0) <= 1e-3 and r.tolerance.min_cosine >= 0.999
                for r in report.rows if r.tolerance)
-    gpt2 = onnx_nb.check_parity(onnx_nb.export(tiny_models.build("gpt2"), out=tmp_path / "g.onnx", cache=False,
-                                                progress=False), progress=False)
+    gpt2 = onnx_nb.check_parity(gpt2_whole_export, progress=False)
     assert gpt2, repr(gpt2)
 
 

@@ -14,7 +14,6 @@ import onnx
 import pytest
 
 import onnx_nb
-import tiny_models
 from onnx_nb.runtime import browser, browser_pages
 
 pytestmark = pytest.mark.skipif(bool(browser.unavailable_reason()) and not os.environ.get("CI"),
@@ -37,14 +36,13 @@ def software_webgpu() -> Any:
 
 
 @pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return onnx_nb.export(tiny_models.build("bert"), out=tmp_path_factory.mktemp("web") / "bert.onnx",
-                          progress=False)
+def bert(bert_export: Any) -> Any:
+    return bert_export  # read only (conftest's shared exports)
 
 
 @pytest.fixture(scope="module")
-def minilm(tmp_path_factory: pytest.TempPathFactory, minilm_dir: Path) -> Any:
-    return onnx_nb.export(minilm_dir, out=tmp_path_factory.mktemp("web-minilm") / "model.onnx", progress=False)
+def minilm(minilm_export: Any) -> Any:
+    return minilm_export  # read only (conftest's shared exports)
 
 
 def browser_rows(report: Any) -> list[Any]:

@@ -25,6 +25,7 @@ from ..errors import DiskFullError, OnnxNbError, OutputExistsError, OutputNotWri
 from ..render import human_bytes
 
 DEFAULT_ROOT = "onnx_nb_out"
+ROOT_VARIABLE = "ONNX_NB_OUT"  # where steps given no out= write instead (a shared machine, a test worker)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -34,8 +35,13 @@ def safe_name(name: str) -> str:
     return cleaned or "model"
 
 
+def default_root() -> Path:
+    """The folder steps given no ``out=`` write under: ``$ONNX_NB_OUT`` when set, else ``./onnx_nb_out``."""
+    return Path(os.environ.get(ROOT_VARIABLE) or DEFAULT_ROOT).expanduser()
+
+
 def default_output(model_name: str, filename: str = "model.onnx") -> Path:
-    return Path(DEFAULT_ROOT) / safe_name(model_name) / filename
+    return default_root() / safe_name(model_name) / filename
 
 
 _MADE: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("onnx_nb_made_folders", default=None)

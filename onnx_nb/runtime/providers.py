@@ -115,6 +115,43 @@ def providers_named(names: str | Any) -> list[Provider]:
     return result
 
 
+THREADS_VARIABLE = "ONNX_NB_THREADS"
+
+
+def thread_cap() -> int | None:
+    """``$ONNX_NB_THREADS``: the most threads a session (ONNX Runtime's intra-op pool, OpenVINO's, PyTorch's in a
+    latency row) takes, and its count when a call gives none; None when unset (ONNX Runtime's own choice, one per
+    physical core). Processes that share the cores (a busy laptop, the test suite's workers) each take their share
+    instead of spinning threads fighting over them."""
+    import os
+
+    value = os.environ.get(THREADS_VARIABLE, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise InvalidArgumentError(f"{THREADS_VARIABLE}={value!r} is not a thread count; set it to a whole number "
+                                   "of at least 1, or unset it for ONNX Runtime's default.")
+    return int(value)
+
+
+def threads_for(threads: int | None) -> int | None:
+    """The threads a session asked for ``threads`` runs on: ``threads`` (None: the runtime's default), at most
+    :func:`thread_cap`."""
+    cap = thread_cap()
+    if cap is None:
+        return threads
+    return min(threads, cap) if threads else cap
+
+
+def threads_shown(threads: int | None) -> int | str:
+    """The threads a session asked for ``threads`` runs on, as a latency row's options show them (the variable
+    named when it decided)."""
+    used = threads_for(threads)
+    if used is None:
+        return "default"
+    return used if used == threads else f"{used} ({THREADS_VARIABLE})"
+
+
 def options(*, threads: int | None = None, level: str | None = None, quiet: bool = True,
             profile_prefix: str | None = None, save_to: str | Path | None = None, prepack: bool = True,
             save_external: bool = False, stop_spinning: bool = False) -> Any:
@@ -131,6 +168,7 @@ def options(*, threads: int | None = None, level: str | None = None, quiet: bool
     opts = ort.SessionOptions()
     if quiet:
         opts.log_severity_level = 3
+    threads = threads_for(threads)
     if threads:
         opts.intra_op_num_threads = threads
     if level is not None:

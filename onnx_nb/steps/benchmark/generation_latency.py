@@ -16,6 +16,7 @@ import torch
 from ...errors import InvalidArgumentError
 from ...runtime.facts import file_facts, is_cache, is_cross_cache, is_state, present_of
 from ...runtime.onnxfile import file_bytes
+from ...runtime.providers import threads_for, threads_shown
 from ..export.decoder_cache import layout_of
 from ..export.hf.samples import audio_rows
 from ..export.hf_cache import cache_kwargs
@@ -71,7 +72,7 @@ class _OrtStep:
                 value = rng.standard_normal((1, size(shape[1], ENCODER_SEQUENCE), shape[2]))
             floating = "float" in info.type
             self.feed[name] = value.astype(np.float32 if floating else np.int64)
-        self.options = {"graph_level": "all", "intra_op_threads": threads or "default", "step": "prefill" if
+        self.options = {"graph_level": "all", "intra_op_threads": threads_shown(threads), "step": "prefill" if
                         not past else "decode, cache kept"}
         self.output_names = [o.name for o in self.session.get_outputs()]
         if self.steps > 1:
@@ -141,7 +142,7 @@ class _ChainStep:
             self.cache = {n: rng.standard_normal((1, v.shape[1], past, v.shape[3])).astype(runner.float_type)
                           for n, v in self.cache.items()}
         self.runner, self.past = runner, past
-        self.options = {"graph_level": "all", "intra_op_threads": threads or "default",
+        self.options = {"graph_level": "all", "intra_op_threads": threads_shown(threads),
                         "step": "vision + embed + decoder prefill" if not past else "embed + decoder, cache kept"}
 
     def __call__(self) -> None:
@@ -169,7 +170,7 @@ class _TorchImagePrefill:
         self.ids = torch.cat([text[:, :1], torch.full((1, rows), token), text[:, 1:]], 1)
         self.extra = prompt_extras(model, self.ids, token)
         self.model = model
-        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+        self.options = {"mode": "eager, inference_mode", "threads": threads_for(threads) or torch.get_num_threads(),
                         "cache": "on"}
         self.held_bytes = weight_bytes(model)
 
@@ -214,7 +215,7 @@ class _TorchStep:
         start = past if cache else 0
         self.positions = {"position_ids": torch.arange(start, start + total)[None]} if \
             "position_ids" in inspect.signature(model.forward).parameters else {}
-        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+        self.options = {"mode": "eager, inference_mode", "threads": threads_for(threads) or torch.get_num_threads(),
                         "cache": "on" if cache else "off (whole sequence each token)"}
         self.held_bytes = weight_bytes(model)  # loaded before the row: counted into its peak memory
 
@@ -373,7 +374,7 @@ class TorchDecodeStep:
             cross = [(encoded[f"present.{i}.encoder.key"], encoded[f"present.{i}.encoder.value"])
                      for i in range(layout.layers)]
             self.cache = _new_cache(model, own, cross)
-        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+        self.options = {"mode": "eager, inference_mode", "threads": threads_for(threads) or torch.get_num_threads(),
                         "cache": "on" if cache else "off (whole sequence each token)",
                         "encoder": f"{self.states.shape[1]} positions, computed once"}
         self.held_bytes = weight_bytes(model)  # loaded before the row: counted into its peak memory

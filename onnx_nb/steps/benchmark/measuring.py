@@ -86,7 +86,10 @@ def remeasure(kept: list[tuple[LatencyRow, Any]], clock: Clock, threads: int | N
 def torch_threads_set(threads: int | None) -> Iterator[None]:
     import torch
 
+    from ...runtime.providers import threads_for
+
     before = torch.get_num_threads()
+    threads = threads_for(threads)
     if threads:
         torch.set_num_threads(threads)
     try:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...runtime.onnxfile import file_bytes
+from ...runtime.providers import threads_for, threads_shown
 from ...runtime.shapes import contiguous
 
 
@@ -26,7 +27,7 @@ class OrtRunner:
 
         self.path, self.provider, self.level, self.threads = path, provider, level, threads
         self.floor_bytes = file_bytes(path)  # the weights a session holds: its row's memory is never less
-        self.options = {"graph_level": level, "intra_op_threads": threads or "default",
+        self.options = {"graph_level": level, "intra_op_threads": threads_shown(threads),
                         "execution_mode": "sequential", "profiling": bool(profile_dir)}
         self.session = sessions.session(
             path, provider, threads=threads, level=level, map_weights=False,
@@ -78,8 +79,8 @@ class OpenVinoRunner:
 
         core = ov.Core()
         config = {"PERFORMANCE_HINT": "LATENCY", **(config or {})}
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = threads
+        if threads_for(threads):
+            config["INFERENCE_NUM_THREADS"] = threads_for(threads)
         model = core.read_model(str(path))
         self.floor_bytes = file_bytes(path)
         self.compiled = core.compile_model(model, "CPU", config)
@@ -87,7 +88,7 @@ class OpenVinoRunner:
         names = {p.get_any_name() for p in self.compiled.inputs}
         self.feed = {k: v for k, v in feed.items() if k in names}
         self.options = {"runtime": f"openvino {ov.__version__}", "device": "CPU", "hint": "LATENCY",
-                        "threads": threads or "default",
+                        "threads": threads_shown(threads),
                         # f32 files run in bf16 where the CPU has bf16 instructions, unless told otherwise
                         "precision": _type_name(self.compiled.get_property("INFERENCE_PRECISION_HINT"))}
 
@@ -109,7 +110,7 @@ class TorchRunner:
         from ...runtime.memory import weight_bytes
 
         self.held_bytes = weight_bytes(self.model)  # loaded before the row: counted into its peak memory
-        self.options = {"mode": "eager, inference_mode", "threads": threads or torch.get_num_threads(),
+        self.options = {"mode": "eager, inference_mode", "threads": threads_for(threads) or torch.get_num_threads(),
                         "attention": str(getattr(getattr(self.model, "config", None), "_attn_implementation", "-"))}
 
     def __call__(self) -> None:

@@ -1,0 +1,177 @@
+"""How the suite shares two cores (pytest-xdist, ``-n 2``; the README's test command).
+
+- **Units.** pytest-xdist's scheduler (:func:`make_scheduler`) hands out units of work: a unit goes to one worker
+  whole and runs in order there. A test file is one unit (its module fixtures are made once), except the files in
+  ``GROUPS``, which share a unit with the files they must not run beside (the real browser's pages, the tutorials
+  before the docs site that renders them), and the files in ``SPLIT``, whose tests share nothing costly and go one
+  by one.
+- **Order.** Units start longest first, by the times ``tests/durations.json`` kept from a whole run (a unit it does
+  not know counts as ``UNKNOWN_S`` a test): the last unit to finish is a short one.
+- **Alone.** A test marked ``alone`` (timing-sensitive checks, the >2 GB model) runs with nothing beside it: the
+  other worker finishes its test and waits (a readers-writer lock on files shared by the workers, a turnstile in
+  front so the alone test is not starved). It runs on every core.
+- **Cores and folders.** Each worker runs ONNX Runtime and torch on its share of the cores (``ONNX_NB_THREADS``,
+  ``OMP_NUM_THREADS`` for the processes it starts, ``torch.set_num_threads``) and writes what a step given no
+  ``out=`` writes under its own temporary folder (``ONNX_NB_OUT``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+KEPT = HERE / "durations.json"
+UNKNOWN_S = 5.0
+# files that share one unit: nothing in a unit runs beside another test of the same unit
+GROUPS = {
+    "test_notebooks.py": "tutorials", "test_docs.py": "tutorials",  # the docs site renders the executed tutorials
+    "test_browser.py": "chromium", "test_lab_viewer.py": "chromium", "test_web.py": "chromium",
+}
+# files whose tests go one by one (no module fixture worth sharing, long tests)
+SPLIT: set[str] = set()
+
+
+def worker() -> str | None:
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def worker_count() -> int:
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+
+
+def share_of_cores() -> int:
+    return max(1, (os.cpu_count() or 1) // worker_count())
+
+
+def set_worker_environment() -> None:
+    """Before torch is imported: a worker's share of the cores for itself and the processes it starts."""
+    if worker() is None:
+        return
+    share = str(share_of_cores())
+    os.environ["ONNX_NB_THREADS"] = share
+    os.environ["OMP_NUM_THREADS"] = share
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to, from its node id (what pytest-xdist's scheduler sees)."""
+    file = nodeid.split("::")[0].rsplit("/", 1)[-1]
+    if file in GROUPS:
+        return GROUPS[file]
+    if file in SPLIT:
+        return nodeid.split("[")[0]
+    return file
+
+
+def kept_durations() -> dict[str, float]:
+    try:
+        tests = json.loads(KEPT.read_text())["tests"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {nodeid: sum(row.get(phase, 0.0) for phase in ("setup", "call", "teardown"))
+            for nodeid, row in tests.items()}
+
+
+def order(items: list[pytest.Item]) -> None:
+    """The docs site after the tutorials; under pytest-xdist, the longest units first (every worker collects, and
+    sorts, the same list; the scheduler queues the units in its order)."""
+    docs_last = {item.nodeid: item.path.name == "test_docs.py" for item in items}
+    if worker() is None:
+        items.sort(key=lambda item: docs_last[item.nodeid])
+        return
+    kept = kept_durations()
+    units: dict[str, float] = {}
+    for item in items:
+        unit = unit_of(item.nodeid)
+        units[unit] = units.get(unit, 0.0) + kept.get(item.nodeid, UNKNOWN_S)
+    position = {item.nodeid: i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-units[unit_of(item.nodeid)], unit_of(item.nodeid), docs_last[item.nodeid],
+                                 position[item.nodeid]))
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scope scheduling with our units as the scopes, queued in the collection's order (longest
+    first, :func:`order`): a worker takes the next unit when it has at most two tests left. None (xdist's own) for
+    a ``--dist`` other than its default."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    if config.getvalue("dist") != "load":
+        return None
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False  # the collection's order, not xdist's by-count one
+    return UnitScheduling(config, log)
+
+
+class AloneLock:
+    """The workers' readers-writer lock: every test holds it shared, an ``alone`` test exclusively."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.turnstile = open(folder / "turnstile.lock", "a+")
+        self.room = open(folder / "room.lock", "a+")
+
+    @contextlib.contextmanager
+    def held(self, alone: bool) -> Iterator[None]:
+        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+        if not alone:
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        fcntl.flock(self.room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.room, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def all_cores() -> Iterator[None]:
+    """An alone test runs on every core (a worker's share otherwise)."""
+    import torch
+
+    saved = {k: os.environ.pop(k, None) for k in ("ONNX_NB_THREADS", "OMP_NUM_THREADS")}
+    before = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
+
+
+class Scheduler:
+    """A pytest plugin for each worker: the alone lock around each test's whole protocol (its fixtures'
+    setup and teardown included), and the worker's own output root."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.lock: AloneLock | None = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        base = session.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+        os.environ["ONNX_NB_OUT"] = str(base / "onnx_nb_out")
+        if worker() is not None:
+            import torch
+
+            torch.set_num_threads(share_of_cores())
+            self.lock = AloneLock(base.parent / "onnx-nb-alone")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[Any]:
+        alone = item.get_closest_marker("alone") is not None
+        if self.lock is None:
+            yield
+            return
+        with self.lock.held(alone), (all_cores() if alone else contextlib.nullcontext()):
+            yield
