@@ -2,11 +2,12 @@
 
 - **Units.** pytest-xdist's scheduler (:func:`make_scheduler`) hands out units of work: a unit goes to one worker
   whole and runs in order there. A test file is one unit (its module fixtures are made once), except the files in
-  ``GROUPS``, which share a unit with the files they must not run beside (the real browser's pages, the tutorials
-  before the docs site that renders them), and the files in ``SPLIT``, whose tests share nothing costly and go one
-  by one.
+  ``GROUPS``, which share a unit with the files they must not run beside (the real browser's pages), and the files
+  in ``SPLIT``, whose tests share nothing costly and go one by one (the tutorials).
 - **Order.** Units start longest first, by the times ``tests/durations.json`` kept from a whole run (a unit it does
-  not know counts as ``UNKNOWN_S`` a test): the last unit to finish is a short one.
+  not know counts as ``UNKNOWN_S`` a test): the last unit to finish is a short one. The docs site (``LAST``) starts
+  last and builds once every tutorial's test of the run is done, on either worker (:func:`wait_for`): it renders
+  their executed copies.
 - **Alone.** A test marked ``alone`` (timing-sensitive checks, the >2 GB model) runs with nothing beside it: the
   other worker finishes its test and waits (a readers-writer lock on files shared by the workers, a turnstile in
   front so the alone test is not starved). It runs on every core.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -31,12 +33,13 @@ HERE = Path(__file__).parent
 KEPT = HERE / "durations.json"
 UNKNOWN_S = 5.0
 # files that share one unit: nothing in a unit runs beside another test of the same unit
-GROUPS = {
-    "test_notebooks.py": "tutorials", "test_docs.py": "tutorials",  # the docs site renders the executed tutorials
-    "test_browser.py": "chromium", "test_lab_viewer.py": "chromium", "test_web.py": "chromium",
-}
+GROUPS = {"test_browser.py": "chromium", "test_lab_viewer.py": "chromium", "test_web.py": "chromium"}
 # files whose tests go one by one (no module fixture worth sharing, long tests)
-SPLIT: set[str] = set()
+SPLIT = {"test_notebooks.py"}
+# files whose unit starts last: the docs site renders the tutorials the run executed, so its build waits for them
+# (:func:`wait_for`: they may still run on the other worker)
+LAST = {"test_docs.py"}
+TUTORIALS = "tests/test_notebooks.py::"
 
 
 def worker() -> str | None:
@@ -82,7 +85,7 @@ def kept_durations() -> dict[str, float]:
 def order(items: list[pytest.Item]) -> None:
     """The docs site after the tutorials; under pytest-xdist, the longest units first (every worker collects, and
     sorts, the same list; the scheduler queues the units in its order)."""
-    docs_last = {item.nodeid: item.path.name == "test_docs.py" for item in items}
+    docs_last = {item.nodeid: item.path.name in LAST for item in items}
     if worker() is None:
         items.sort(key=lambda item: docs_last[item.nodeid])
         return
@@ -92,8 +95,38 @@ def order(items: list[pytest.Item]) -> None:
         unit = unit_of(item.nodeid)
         units[unit] = units.get(unit, 0.0) + kept.get(item.nodeid, UNKNOWN_S)
     position = {item.nodeid: i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (-units[unit_of(item.nodeid)], unit_of(item.nodeid), docs_last[item.nodeid],
+    items.sort(key=lambda item: (docs_last[item.nodeid], -units[unit_of(item.nodeid)], unit_of(item.nodeid),
                                  position[item.nodeid]))
+
+
+def run_folder(config: pytest.Config) -> Path:
+    """A folder of this run's, shared by its workers."""
+    base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    return base.parent if worker() is not None else base
+
+
+def finished(config: pytest.Config, nodeid: str) -> None:
+    """Marks a tutorial's test done (passed or not), for :func:`wait_for` on any worker."""
+    if nodeid.startswith(TUTORIALS):
+        folder = run_folder(config) / "onnx-nb-finished"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / hashlib.sha1(nodeid.encode()).hexdigest()).touch()
+
+
+def wait_for(session: pytest.Session, timeout: float = 1800.0) -> list[str]:
+    """Waits until every tutorial's test this run collected is done (on whichever worker ran it); returns those
+    still not done at the timeout (a worker lost: the docs build then executes those tutorials itself)."""
+    import time
+
+    folder = run_folder(session.config) / "onnx-nb-finished"
+    wanted = {hashlib.sha1(i.nodeid.encode()).hexdigest(): i.nodeid for i in session.items
+              if i.nodeid.startswith(TUTORIALS)}
+    deadline = time.monotonic() + timeout
+    while True:
+        missing = [nodeid for digest, nodeid in wanted.items() if not (folder / digest).exists()]
+        if not missing or time.monotonic() > deadline:
+            return missing
+        time.sleep(2.0)
 
 
 def make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -152,7 +185,7 @@ def all_cores() -> Iterator[None]:
 
 class Scheduler:
     """A pytest plugin for each worker: the alone lock around each test's whole protocol (its fixtures'
-    setup and teardown included), and the worker's own output root."""
+    setup and teardown included), the worker's own output root, and the tutorials' tests marked done."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -165,7 +198,10 @@ class Scheduler:
             import torch
 
             torch.set_num_threads(share_of_cores())
-            self.lock = AloneLock(base.parent / "onnx-nb-alone")
+            self.lock = AloneLock(run_folder(self.config) / "onnx-nb-alone")
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        finished(self.config, nodeid)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[Any]:

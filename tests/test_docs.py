@@ -2,7 +2,8 @@
 
 Warnings are errors: a broken link between pages (or to a heading), a docstring autodoc cannot read, a tutorial
 that does not render all fail the build. The tutorials come from tests/test_notebooks.py's executed copies
-(build/executed/; conftest.py runs this file after that one); a tutorial without a copy of its current content is
+(build/executed/; this file runs after that one, and on two workers its build waits for the other's tutorials:
+tests/scheduling.py); a tutorial without a copy of its current content is
 executed by the build itself. Screenshots of a guide, a tutorial and the API page go to tests/screenshots/.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import scheduling
 from lab import available, browser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +27,11 @@ SHOTS = Path(__file__).parent / "screenshots"
 
 
 @pytest.fixture(scope="module")
-def site() -> Path:
+def site(request: pytest.FixtureRequest) -> Path:
+    # the tutorials this run executes first (on either worker): the build renders their executed copies
+    missing = scheduling.wait_for(request.session)
+    if missing:
+        print(f"built without waiting for {missing}: the build executes those tutorials itself")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("ONNX_NB_DOCS_EXECUTE", None)  # the test's build renders every tutorial executed
     start = time.perf_counter()
