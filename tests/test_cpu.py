@@ -134,7 +134,7 @@ def test_quantize_times_the_schemes_here_and_says_when_int8_is_slower(tmp_path: 
     parent says so, the pipeline's summary too, and the latency table marks its row and never calls it best."""
     import tiny_models
     from onnx_nb.results.latency import LatencyRow, LatencyTable, mark_slower
-    from onnx_nb.results.report import _headline
+    from onnx_nb.results.report import headline
 
     bert = tiny_models.build("bert")
     result = onnx_nb.export(bert, out=tmp_path / "bert.onnx", progress=False)
@@ -147,7 +147,7 @@ def test_quantize_times_the_schemes_here_and_says_when_int8_is_slower(tmp_path: 
     assert "speed here" in repr(int8) and here.label in repr(int8)
     slower = int8.slower_than_parent
     assert (any("no INT8 file beats its fp32 parent" in w for w in int8.warnings)) == slower
-    assert ("slower than its fp32 parent" in _headline(int8)) == slower
+    assert ("slower than its fp32 parent" in headline(int8)) == slower
     # the table's rule, on rows whose numbers are given: a child at or above its parent is marked, never best
     rows = [LatencyRow("fp32", "ort:cpu", "s", p50_ms=10.0), LatencyRow("int8", "ort:cpu", "s", p50_ms=12.0,
                                                                        parent="fp32")]

@@ -126,13 +126,13 @@ def test_every_error_class_lives_in_errors_and_is_exported() -> None:
 def test_first_line_of_any_exception(monkeypatch: pytest.MonkeyPatch) -> None:
     """One helper for "the first line of an error"; the inline copies raised IndexError on an empty message."""
     from onnx_nb.errors import first_line, telling_lines
-    from onnx_nb.steps.export.hf.loading import _hub_error
+    from onnx_nb.steps.export.hf.loading import hub_error
 
     assert first_line(OSError()) == "OSError"
     assert first_line(ValueError("\n  \nthe cause\nmore")) == "the cause"
     assert first_line(ValueError("x" * 500), 10) == "x" * 10
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    assert str(_hub_error("x", OSError())) == "Could not load 'x': OSError"  # was an IndexError
+    assert str(hub_error("x", OSError())) == "Could not load 'x': OSError"  # was an IndexError
     assert telling_lines(RuntimeError("Exception from core.cpp:84:\nCheck 'false' failed\n"
                                       "-- No conversion rule found for operations: com.microsoft.Foo")) == (
         "Exception from core.cpp:84: … -- No conversion rule found for operations: com.microsoft.Foo")

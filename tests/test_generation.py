@@ -16,7 +16,7 @@ import torch
 import onnx_nb
 import tiny_models
 from onnx_nb.steps.export.decoder_cache import CacheLayout
-from onnx_nb.steps.parity.generation import _compare_tokens
+from onnx_nb.steps.parity.generation import compare_tokens
 from onnx_nb.steps.parity.probes import default_prompts
 
 DECODERS = ["gpt2", "llama", "qwen2", "phi", "gpt_neox"]
@@ -126,13 +126,13 @@ def test_exact_tie_is_a_near_tie() -> None:
         with torch.no_grad():
             return model(input_ids=torch.tensor([prompt + prefix])).logits[0, -1]
 
-    check = _compare_tokens(logits_at, [other], [top], 0)
+    check = compare_tokens(logits_at, [other], [top], 0)
     assert check.verdict == "near-tie" and check.gap == pytest.approx(0.0, abs=1e-6)
     with torch.no_grad():
         low = int(torch.argmin(model(input_ids=torch.tensor([prompt])).logits[0, -1]))
-    far = _compare_tokens(logits_at, [low], [top], 0)
+    far = compare_tokens(logits_at, [low], [top], 0)
     assert far.verdict == "DIVERGED" and far.gap is not None and far.gap > 0
-    assert _compare_tokens(logits_at, [top], [top], 0).verdict == "identical"
+    assert compare_tokens(logits_at, [top], [top], 0).verdict == "identical"
 
 
 def test_a_damaged_decoder_diverges(exports: dict[str, onnx_nb.ExportResult], tmp_path: Path) -> None:
@@ -355,9 +355,9 @@ def test_generate_keeps_its_session_and_reads_builder_folders(exports: dict[str,
 
     fast = onnx_nb.optimize(exports["llama"], out=tmp_path / "gqa.onnx", validate=False)
     first = onnx_nb.generate(fast, [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1, threads=1)
-    decoder = runners._LAST["runner"]
+    decoder = runners.LAST_RUNNER["runner"]
     again = onnx_nb.generate(fast, [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1, threads=1)
-    assert runners._LAST["runner"] is decoder and again.tokens == first.tokens
+    assert runners.LAST_RUNNER["runner"] is decoder and again.tokens == first.tokens
     alone = subprocess.run(  # a process that only generates from a file never imports torch
         [sys.executable, "-c", "import sys, onnx_nb; r = onnx_nb.generate(sys.argv[1], [[5, 6, 7], [8]], "
          "max_new_tokens=6, eos_token_id=-1); print(r.tokens, 'torch' in sys.modules)", str(fast.path)],
@@ -383,8 +383,8 @@ def test_generate_keeps_its_session_and_reads_builder_folders(exports: dict[str,
               "num_key_value_heads": config.num_key_value_heads}
     (folder / "genai_config.json").write_text(json.dumps({"model": {"decoder": layout}}))
     builder = onnx_nb.generate(folder / "model.onnx", [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1)
-    assert runners._LAST["runner"] is not decoder and builder.tokens == first.tokens
-    assert runners._LAST["runner"].max_positions == config.max_position_embeddings  # read from "cos_cache"
+    assert runners.LAST_RUNNER["runner"] is not decoder and builder.tokens == first.tokens
+    assert runners.LAST_RUNNER["runner"].max_positions == config.max_position_embeddings  # read from "cos_cache"
     by_genai = onnx_nb.generate(folder / "model.onnx", [[5, 6, 7], [8]], max_new_tokens=6, eos_token_id=-1,
                                 runtime="onnxruntime-genai")  # onnx-nb's C++-loop route reads such a file too
     assert by_genai.tokens == first.tokens
@@ -402,7 +402,7 @@ def test_onnxruntime_genai_runtime(ip: object, exports: dict[str, onnx_nb.Export
     ours = onnx_nb.generate(fast, prompts, max_new_tokens=7, eos_token_id=-1)
     theirs = onnx_nb.generate(fast, prompts, max_new_tokens=7, eos_token_id=-1, runtime="onnxruntime-genai")
     assert theirs.tokens == ours.tokens and len(theirs.decode_ms) == 3 * 6 and theirs.prefill_ms > 0
-    folder = runners._LAST["runner"].folder
+    folder = runners.LAST_RUNNER["runner"].folder
     config = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
     want = exports["llama"].source.model.config
     assert (folder / "gqa.onnx").is_symlink() and config["num_key_value_heads"] == want.num_key_value_heads

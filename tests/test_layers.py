@@ -128,3 +128,30 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
 
 def test_no_import_cycle() -> None:
     assert cycles(imports()) == []
+
+
+def private_imports(root: Path) -> list[str]:
+    """``from <an onnx_nb module> import _name`` anywhere under ``root`` (tests too): a name a module keeps to itself,
+    taken by another (dunders such as ``__version__`` are public)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("onnx_nb")):
+                found += [f"{path.relative_to(root.parent)}:{node.lineno} imports {alias.name} from "
+                          f"{'.' * node.level}{node.module or ''}" for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_module_takes_another_modules_private_name() -> None:
+    found = private_imports(PACKAGE) + private_imports(PACKAGE.parent / "tests")
+    assert not found, "\n".join(found)
+
+
+def test_export_imports_no_later_step() -> None:
+    """Within the steps, export comes first: it never reaches into generation, parity, variants or latency (what they
+    share with it lives below, in runtime/)."""
+    later = ("steps.generate", "steps.parity", "steps.variants", "steps.benchmark")
+    found = [f"{m} imports {d}" for m, deps in imports().items() if m.startswith("steps.export")
+             for d in sorted(deps) if d.startswith(later)]
+    assert not found, "\n".join(found)

@@ -85,7 +85,7 @@ def test_each_family_matches_pytorch(checkpoints: dict[str, Path], name: str, tm
 def test_mixture_of_experts_in_int4(checkpoints: dict[str, Path], tmp_path: Path) -> None:
     """Mixtral to INT4: the experts are ONNX Runtime's QMoE (4-bit blocks), the router stays in float; generation
     parity against PyTorch passes. The generic exporter traces Mixtral too now (its expert dispatch and histc
-    translated: steps/export/translations.py); the lean route stays the lean road for the families it covers."""
+    translated: steps/export/patches/translations.py); the lean route stays the lean road for the families it covers."""
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoints["mixtral"])

@@ -259,9 +259,9 @@ def test_int8_attention_route_is_timed_and_chosen(bert: onnx_nb.ExportResult, tm
     # what it cost, said where its time is shown (the pipeline's optimize step takes longer than optimize() alone)
     assert 0 < fast.recipe["routes_seconds"] <= fast.seconds
     assert f"{fast.recipe['routes_seconds']:.1f} s of it for the INT8 step" in dict(fast._summary())["made in"]
-    from onnx_nb.results.report import _headline
+    from onnx_nb.results.report import headline
 
-    assert "choosing the attention route for the INT8 step" in _headline(fast)
+    assert "choosing the attention route for the INT8 step" in headline(fast)
     int8 = onnx_nb.quantize(fast, out=tmp_path / "route.int8.onnx")
     assert int8, repr(int8.parity)
     attention = [n.op_type for n in onnx.load(str(int8.path)).graph.node if n.op_type.endswith("Attention")]

@@ -65,7 +65,7 @@ def test_experts_with_their_own_loop_and_zero_compute_experts_export_and_generat
     (dynamo, no TorchScript ``If``), and the file gives PyTorch's tokens with slots of both kinds taken."""
     import transformers
 
-    from onnx_nb.steps.export.moe_dispatch import traceable_experts
+    from onnx_nb.steps.export.patches.experts import traceable_experts
 
     config = transformers.LongcatFlashConfig(
         num_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32,
@@ -102,7 +102,7 @@ def test_windows_compressed_into_entries_export_at_every_length_and_generate(tmp
     import transformers
 
     from onnx_nb.steps.export.decoder_cache import NoKeyValueCache, layout_of
-    from onnx_nb.steps.export.window_compressors import traceable_windows
+    from onnx_nb.steps.export.patches.windows import traceable_windows
 
     config = registry_sweep.causal_config("deepseek_v4", "DeepseekV4ForCausalLM", registry_sweep.TINY)
     config.compress_rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}
@@ -151,7 +151,7 @@ def test_recurrences_looping_over_the_tokens_export_as_a_scan(tmp_path: Path, mo
     included, and gives PyTorch's tokens for prompts shorter and longer than the sample."""
     import transformers
 
-    from onnx_nb.steps.export.token_scans import traceable_scans
+    from onnx_nb.steps.export.patches.scans import traceable_scans
 
     config = registry_sweep.causal_config(model_type, class_name, registry_sweep.TINY)
     torch.manual_seed(0)
@@ -208,7 +208,7 @@ def test_token_appended_by_the_models_generate_is_fed_each_step(tmp_path: Path) 
     import onnxruntime as ort
     import transformers
 
-    from onnx_nb.steps.generate.whole_sequence import APPENDED
+    from onnx_nb.runtime.facts import APPENDED
 
     config = registry_sweep.tiny_config("xlm")
     config.tie_word_embeddings = False

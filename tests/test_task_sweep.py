@@ -35,13 +35,13 @@ def test_end_of_sequence_token_closes_each_rows_attended_tokens() -> None:
     it at each row's last attended token (a right-padded row's, not in its padding) and nowhere else."""
     import torch
 
-    from onnx_nb.steps.export.hf.samples import _one_eos_each
+    from onnx_nb.steps.export.hf.samples import one_eos_each
 
     ids = torch.tensor([[5, 2, 6, 7], [8, 9, 1, 1]])
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
-    assert _one_eos_each(ids.clone(), 2, mask).tolist() == [[5, 3, 6, 2], [8, 2, 1, 1]]
-    assert _one_eos_each(ids.clone(), 2).tolist() == [[5, 3, 6, 2], [8, 9, 1, 2]]
-    assert _one_eos_each(torch.tensor([[5, 2], [2, 6]]), 2).tolist() == [[5, 2], [2, 6]]  # one each already
+    assert one_eos_each(ids.clone(), 2, mask).tolist() == [[5, 3, 6, 2], [8, 2, 1, 1]]
+    assert one_eos_each(ids.clone(), 2).tolist() == [[5, 3, 6, 2], [8, 9, 1, 2]]
+    assert one_eos_each(torch.tensor([[5, 2], [2, 6]]), 2).tolist() == [[5, 2], [2, 6]]  # one each already
 
 
 def test_weight_normed_conv_stays_float_in_dynamic_int8(tmp_path: Path) -> None:

@@ -56,11 +56,11 @@ def main() -> None:
 
     def onnx_nb_generate(runtime: str) -> float:
         if runtime in kept:
-            runners._LAST.clear()
-            runners._LAST.update(kept[runtime])
+            runners.LAST_RUNNER.clear()
+            runners.LAST_RUNNER.update(kept[runtime])
         result = onnx_nb.generate(args.onnx_nb_file, [prompt], max_new_tokens=args.new_tokens, eos_token_id=-1,
                                   threads=args.threads, runtime=runtime)
-        kept[runtime] = dict(runners._LAST)
+        kept[runtime] = dict(runners.LAST_RUNNER)
         return statistics.median(result.decode_ms) / 1e3
 
     candidates = {

@@ -229,7 +229,8 @@ class ParityReport:
         return svg_hbars(items, axis="atol needed to pass (log); dashed: the tolerance's atol", log=True,
                          title="Parity: error against tolerance")
 
-    def _headline(self) -> str:
+    def headline(self) -> str:
+        """One line: the verdict, how many rows passed and failed, and what was compared on which CPU."""
         n_fail, n_pass = len(self.failures), sum(r.passed for r in self.rows)
         verdict = "PASSED" if self else "UNVERIFIED" if self.unverified and not n_fail else "FAILED"
         extra = f", {len(self.unavailable)} unavailable" if self.unavailable else ""
@@ -240,7 +241,7 @@ class ParityReport:
     def __repr__(self) -> str:
         cols = ["output", "shape", "provider", "status", "max_abs", "cosine", "tolerance", "needed_atol"]
         idx = [COLUMNS.index(c) for c in cols]
-        lines = [self._headline(), *(f"UNVERIFIED: {u}" for u in self.unverified),
+        lines = [self.headline(), *(f"UNVERIFIED: {u}" for u in self.unverified),
                  text_table(cols, [[r.cells()[i] for i in idx] for r in self.rows])]
         if self.divergence:
             lines.append(self.divergence.text())
@@ -294,7 +295,7 @@ class ParityReport:
         unverified = "".join(f'<div class="bad">Unverified: {esc(u)}</div>' for u in self.unverified)
         cls = "ok" if self else "bad"
         return (f'<div class="onnxnb"><h4><span class="{cls}">{"✓" if self else "✗"}</span> '
-                f"{esc(self._headline())}</h4>{unverified}{div}{table}{notes}</div>")
+                f"{esc(self.headline())}</h4>{unverified}{div}{table}{notes}</div>")
 
     def _repr_html_(self) -> str:
         return CSS + self.html_body()

@@ -56,7 +56,7 @@ class Report:
     def summary_rows(self) -> list[list[str]]:
         rows = []
         for s in self.steps:
-            detail = s.error or _headline(s.result)
+            detail = s.error or headline(s.result)
             rows.append([s.step, s.status, f"{s.seconds:.1f} s", detail])
         return rows
 
@@ -138,14 +138,14 @@ def _figures(step: StepResult) -> list[Any]:
     return figs
 
 
-def _headline(result: Any) -> str:
+def headline(result: Any) -> str:
     if result is None:
         return ""
     name = type(result).__name__
     if name == "ExportResult":
         return f"{result.exporter}, opset {result.opset}, {len(result.op_histogram)} op types"
     if name == "ParityReport":
-        return result._headline()
+        return result.headline()
     if name == "Variant":
         line = f"{result.name}: {result.nodes_before}→{result.nodes_after} nodes"
         if "routes_seconds" in result.recipe:  # optimize(then='int8'): why it took longer than alone

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BrowserError, InvalidModelError, NoWebGpuError
-from .browser_pages import _IDS, STATIC, HeadlessPage, NotebookPage, chromium
+from .browser_pages import PAGE_IDS, STATIC, HeadlessPage, NotebookPage, chromium
 from .shapes import contiguous
 
 # ORT Web's builds: "wasm" for provider "browser", "webgpu" for "browser-webgpu" (sent to the page only when used)
@@ -129,7 +129,7 @@ class BrowserSession:
         self._outputs = [NodeArg(t.name, list(t.shape), WEB_TYPES.get(t.dtype, t.dtype)) for t in outputs]
         self.page = page()
         self.info = dict(_loaded(self.page, self.ep, threads))
-        self.id = next(_IDS)
+        self.id = next(PAGE_IDS)
         model = self.page.serve(f"model-{self.id}.onnx", self.path.read_bytes())
         web_level = {"disable": "disabled", None: "all"}.get(level, level)
         reply, _ = self.page.call({"op": "open", "session": self.id, "ep": self.ep, "level": web_level}, [model])

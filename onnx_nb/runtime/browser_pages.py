@@ -178,7 +178,7 @@ class NotebookPage:
         return data
 
     def call(self, msg: dict[str, Any], buffers: list[Any]) -> tuple[dict[str, Any], list[bytes]]:
-        ident = next(_IDS)
+        ident = next(PAGE_IDS)
         self.widget.send({**msg, "id": ident}, buffers=[memoryview(bytes(b)) for b in buffers])
         self._wait(lambda: ident in self._replies, REPLY_TIMEOUT_S)
         if ident not in self._replies:
@@ -202,7 +202,7 @@ REPLY_TIMEOUT_S = 600.0
 HANDSHAKE_S = 8.0  # how long a notebook waits for its page to say it is there
 
 
-_IDS = itertools.count(1)
+PAGE_IDS = itertools.count(1)
 
 WEBGPU_FLAGS = "--enable-unsafe-webgpu --enable-features=Vulkan"  # WebGPU is behind a flag on Linux
 

@@ -12,9 +12,13 @@ modification time. A model that onnx-nb exported knows all this from its source 
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..errors import InvalidArgumentError
 
 # where transformers' generate() reads an encoder-decoder's first decoder token, in its order (mBART's and PLBart's
 # default configs name no start token: the BOS then)
@@ -30,6 +34,9 @@ IMAGE_GRID = "image_grid_thw"
 FIXED_INPUT = "onnx_nb.fixed."
 GRID_DERIVED = "onnx_nb.grid_derived"  # a vision file's inputs computed per image from its grid (comma-separated)
 SIZED_BY = "onnx_nb.sized_by"  # a vision file taking one image cropped to its size: the input that gives the size
+# a whole-sequence file's metadata: the token the model's own generate() appends to the ids at every step (XLM's mask
+# token); the logits at its position are the next token's
+APPENDED = "onnx_nb.appended_token"
 TILED = "onnx_nb.tiled"  # a vision file taking one image's tiles: its input packing their rows, computed per size
 
 
@@ -131,3 +138,27 @@ def _cached(path: str, _mtime: int, _size: int) -> FileFacts:
     from .onnxfile import load_proto
 
     return facts_of_proto(load_proto(path))
+
+
+def cache_dims(path: Any, shape: Sequence[Any]) -> tuple[int, int]:
+    """Key/value heads and head size of a cache tensor: fixed in onnx-nb's files; an onnxruntime-genai builder
+    folder names them (``kv_cache_dim``) and gives them in its ``genai_config.json``."""
+    if isinstance(shape[1], int) and isinstance(shape[3], int):
+        return shape[1], shape[3]
+    config = Path(str(path)).parent / "genai_config.json"
+    if config.is_file():
+        decoder = json.loads(config.read_text())["model"]["decoder"]
+        heads = shape[1] if isinstance(shape[1], int) else decoder["num_key_value_heads"]
+        return int(heads), int(decoder["head_size"])
+    raise InvalidArgumentError(
+        f"{path}: the cache's heads and head size are not fixed in the file ({shape}) and there is no "
+        "genai_config.json beside it to give them; export the decoder with onnx_nb.export(model, cache=True).")
+
+
+def empty_shape(path: Any, shape: Sequence[Any]) -> tuple[int, ...]:
+    """A cache tensor's shape before the first token, without its batch: ``(heads, 0, head size)``, or a
+    sparse-attention layer's indexer keys' ``(0, size)`` (``[batch, past_sequence, size]``)."""
+    if len(shape) == 3:
+        return 0, int(shape[2])
+    heads, size = cache_dims(path, shape)
+    return heads, 0, size

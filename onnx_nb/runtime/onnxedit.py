@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .onnxfile import _tensors
+from .onnxfile import stored_tensors
 
 
 def name_dims(proto: Any, axes: dict[str, dict[int, str]]) -> None:
@@ -187,7 +187,7 @@ def save_proto(proto: Any, path: Path, external: bool) -> None:
     if external:
         data = Path(path).with_name(Path(path).name + ".data")
         still_read = any(t.data_location == onnx.TensorProto.EXTERNAL and any(
-            e.key == "location" and e.value == data.name for e in t.external_data) for t in _tensors(proto.graph))
+            e.key == "location" and e.value == data.name for e in t.external_data) for t in stored_tensors(proto.graph))
         if data.exists() and not still_read:  # onnx appends to an existing data file: a rewrite in place doubled it
             data.unlink()
         onnx.save(proto, str(path), save_as_external_data=True, location=data.name)
@@ -227,7 +227,7 @@ def consolidate_external(proto: Any, folder: Path, name: str) -> int:
     tmp = folder / (name + ".part")
     offset = 0
     with open(tmp, "wb") as f:
-        for t in _tensors(proto.graph):
+        for t in stored_tensors(proto.graph):
             if t.data_location != TensorProto.EXTERNAL:
                 continue
             info = {e.key: e.value for e in t.external_data}

@@ -117,7 +117,7 @@ def read_structure(path: str | Path) -> tuple[Any, dict[str, tuple[int, int]]]:
     return proto, offsets
 
 
-def _tensors(graph: Any) -> Iterator[Any]:
+def stored_tensors(graph: Any) -> Iterator[Any]:
     """Every tensor stored in a graph: initializers, sparse ones, and constants in node attributes,
     subgraphs included."""
     yield from graph.initializer
@@ -130,9 +130,9 @@ def _tensors(graph: Any) -> Iterator[Any]:
                 yield attr.t
             yield from attr.tensors
             if attr.HasField("g"):
-                yield from _tensors(attr.g)
+                yield from stored_tensors(attr.g)
             for g in attr.graphs:
-                yield from _tensors(g)
+                yield from stored_tensors(g)
 
 
 def check_external_data(path: Path, proto: Any) -> None:
@@ -146,7 +146,7 @@ def check_external_data(path: Path, proto: Any) -> None:
 
     folder = path.parent
     root = folder.resolve()
-    for tensor in _tensors(proto.graph):
+    for tensor in stored_tensors(proto.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in tensor.external_data}
@@ -285,7 +285,7 @@ def files_of(path: Path, proto: Any) -> list[Path]:
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
     found = {path}
-    for init in _tensors(proto.graph):
+    for init in stored_tensors(proto.graph):
         if uses_external_data(init):
             found.add(path.parent / ExternalDataInfo(init).location)
     return sorted(found)

@@ -20,7 +20,13 @@ from ...runtime.providers import threads_for, threads_shown
 from ..export.decoder_cache import layout_of
 from ..export.hf.samples import audio_rows
 from ..export.hf_cache import cache_kwargs
-from ..export.seq2seq_cache import AUDIO_INPUTS, EncoderWithCross, _new_cache, as_encoder_output, encoder_inputs
+from ..export.seq2seq_cache import (
+    AUDIO_INPUTS,
+    EncoderWithCross,
+    as_encoder_output,
+    encoder_decoder_cache,
+    encoder_inputs,
+)
 from ..export.seq2seq_cache import layout_of as seq2seq_layout
 from ..export.state_cache import attends, build_cache, entry_shape
 
@@ -373,7 +379,7 @@ class TorchDecodeStep:
             own = [(torch.randn(shape, generator=g), torch.randn(shape, generator=g)) for _ in range(layout.layers)]
             cross = [(encoded[f"present.{i}.encoder.key"], encoded[f"present.{i}.encoder.value"])
                      for i in range(layout.layers)]
-            self.cache = _new_cache(model, own, cross)
+            self.cache = encoder_decoder_cache(model, own, cross)
         self.options = {"mode": "eager, inference_mode", "threads": threads_for(threads) or torch.get_num_threads(),
                         "cache": "on" if cache else "off (whole sequence each token)",
                         "encoder": f"{self.states.shape[1]} positions, computed once"}

@@ -139,7 +139,8 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     cache plus the new tokens, which named dims cannot say) and named after ``axes`` in the saved file. ``related``:
     the same for a module whose axes follow each other otherwise (an image's patches, four per merged row, and its
     windows)."""
-    from . import moe_dispatch, token_scans, translations, window_compressors
+    from .patches import translations
+    from .patches.applying import applied
 
     dims: dict[str, Any] = {}
     shapes: list[Any] = []
@@ -156,8 +157,7 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     translations.complex_ops()  # Llama 4's rotary unsqueezes a complex tensor
     # an experts loop of its own: transformers' grouped dispatch; windows pooled into entries: without a branch;
     # a recurrence looping over the tokens: a scan
-    with moe_dispatch.traceable_experts(module), window_compressors.traceable_windows(module), \
-            token_scans.traceable_scans(module):
+    with applied(module):
         program = torch.onnx.export(
             module, args, dynamo=True, input_names=input_names, output_names=output_names,
             dynamic_shapes=tuple(shapes) if axes else None, opset_version=opset,

@@ -108,7 +108,7 @@ def reference_check(location: str, path: Path, precision: str, info: dict[str, A
 def checkpoint_folder(model: Any) -> tuple[Path, str]:
     """(local folder, kind) of a folder or hub id; a hub id's config, tokenizer and safetensors are downloaded
     (only those: no PyTorch ``.bin``, no other formats)."""
-    from .hf.loading import _hub_error, load_config, looks_like_path
+    from .hf.loading import hub_error, load_config, looks_like_path
 
     name = str(model)
     if looks_like_path(name):
@@ -121,7 +121,7 @@ def checkpoint_folder(model: Any) -> tuple[Path, str]:
         folder = snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model",
                                                          "*.txt", "*.tiktoken"])
     except Exception as exc:
-        raise _hub_error(name, exc) from exc
+        raise hub_error(name, exc) from exc
     return Path(folder), kind
 
 

@@ -52,7 +52,7 @@ def _caches(cache: Any) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[t
             [(layer.keys, layer.values) for layer in cache.cross_attention_cache.layers])
 
 
-def _new_cache(model: Any, self_kv: list[Any], cross_kv: list[Any]) -> Any:
+def encoder_decoder_cache(model: Any, self_kv: list[Any], cross_kv: list[Any]) -> Any:
     from transformers import DynamicCache, EncoderDecoderCache
 
     own, cross = DynamicCache(config=model.config), DynamicCache(config=model.config)
@@ -131,7 +131,7 @@ def layout_of(model: Any, sample: dict[str, torch.Tensor]) -> Seq2SeqLayout:
     with torch.no_grad():
         step = model(encoder_outputs=as_encoder_output(out["encoder_hidden_states"]),
                      decoder_input_ids=_start(model, 1)[:1].expand(key.shape[0], 1),
-                     **cache_kwargs(model, _new_cache(model, [], [])), use_cache=True, return_dict=True,
+                     **cache_kwargs(model, encoder_decoder_cache(model, [], [])), use_cache=True, return_dict=True,
                      **({"attention_mask": sample["attention_mask"]} if "attention_mask" in names else {}))
     own = _caches(cache_of(step))[0][0][0]
     layers = sum(1 for k in out if k.startswith("present.") and k.endswith(".key"))
@@ -152,8 +152,8 @@ class EncoderWithCross(torch.nn.Module):
         mask = {"attention_mask": feed["attention_mask"]} if "attention_mask" in feed else {}
         out = self.model(encoder_outputs=as_encoder_output(states),
                          decoder_input_ids=_start(self.model, 1).expand(states.shape[0], 1),
-                         **cache_kwargs(self.model, _new_cache(self.model, [], [])), use_cache=True, return_dict=True,
-                         **mask)
+                         **cache_kwargs(self.model, encoder_decoder_cache(self.model, [], [])), use_cache=True,
+                         return_dict=True, **mask)
         result = {"encoder_hidden_states": states}
         for i, (k, v) in enumerate(_caches(cache_of(out))[1]):
             result[f"present.{i}.encoder.key"], result[f"present.{i}.encoder.value"] = k, v
@@ -175,7 +175,7 @@ class DecoderWithCaches(torch.nn.Module):
         own = [(caches[2 * i], caches[2 * i + 1]) for i in range(n)]
         cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
         out = self.model(encoder_outputs=as_encoder_output(states), decoder_input_ids=decoder_input_ids,
-                         **cache_kwargs(self.model, _new_cache(self.model, own, cross)), use_cache=True,
+                         **cache_kwargs(self.model, encoder_decoder_cache(self.model, own, cross)), use_cache=True,
                          return_dict=True, **({"attention_mask": mask} if mask is not None else {}))
         result = {"logits": out.logits}
         for i, (k, v) in enumerate(_caches(cache_of(out))[0]):

@@ -19,7 +19,8 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     cache, computed once) beside the decoder file at ``target`` (self-attention cache in and out)."""
     from . import seq2seq_cache
     from .attempts import first_that_passes
-    from .wrap import eager_attention, eval_mode
+    from .patches.attention import eager_attention
+    from .wrap import eval_mode
 
     s = adapter.sample(source, sample, True)
     warnings_seen: list[str] = list(source.load_warnings)

@@ -222,7 +222,7 @@ def dynamo_or_eager(model: Any, warnings_seen: list[str], export: Callable[[], N
     try:
         export()
     except Exception as exc:
-        from .wrap import attention_holder, eager_attention
+        from .patches.attention import attention_holder, eager_attention
 
         holder = attention_holder(model)
         if not _attention_strides(exc) or holder is None or \

@@ -325,9 +325,8 @@ def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int
     empty cache): what the export's check compares with the model's own forward."""
     import numpy as np
 
-    from ...runtime.facts import is_cache
+    from ...runtime.facts import empty_shape, is_cache
     from ...runtime.sessions import session
-    from ..generate.genai import empty_shape
 
     vision, embed, decoder = (session(folder / f"{part}.onnx") for part in PARTS)
     features = with_positions(embed, per_image(vision, pixels, model), pixels, model, image_token)

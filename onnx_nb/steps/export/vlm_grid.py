@@ -1,17 +1,18 @@
-"""Vision-language families whose images come as flat patches with a grid (Qwen2-VL, Qwen3-VL, GLM-OCR, ...): a
-vision file that takes any grid, and the three position sections their text is numbered in.
+"""Vision-language families whose images come as flat patches with a grid (Qwen2-VL, Qwen3-VL, GLM-OCR, ...): a vision
+file that takes any grid, and the three position sections their text is numbered in.
 
 The tower's work follows the grid's values (its attention spans, its patch positions, the interpolation of its
 position table), which a trace cannot follow. transformers computes those tensors from the grid outside the tower
 (``transformers.exporters.utils.precompute_export_inputs``, the functions of ``transformers.vision_utils``) and the
-tower takes them precomputed; its attention's loop over spans is traced as one reshape (transformers' export patches),
-or as one masked attention where the spans differ in length (Qwen2.5-VL's windows: :func:`traceable_spans`). The
-vision file takes those tensors as inputs beside the patches, so one file runs every grid; the runners compute them
-per image from the grid with the model's own functions (:func:`grid_inputs`), and the file's metadata names them
-(``onnx_nb.grid_derived``); a tower that reads the grid's values itself (GLM-4V interpolates its position table by
-them) takes the grid too, and a projection that ``get_image_features`` applies after the tower (HyperCLOVAX-Vision-2)
-is in the file too. Where the tower does not go this way (none of :data:`TOWERS`, a tower whose inputs transformers
-cannot precompute, other features than the model's), the vision file is traced at one grid instead (:mod:`.vlm`).
+tower takes them precomputed; its attention's loop over spans is traced as one reshape (transformers' export
+patches), or as one masked attention where the spans differ in length (Qwen2.5-VL's windows), both lent around the
+tower by :mod:`.patches.vision_towers`. The vision file takes those tensors as inputs beside the patches, so one
+file runs every grid; the runners compute them per image from the grid with the model's own functions
+(:func:`grid_inputs`), and the file's metadata names them (``onnx_nb.grid_derived``); a tower that reads the grid's
+values itself (GLM-4V interpolates its position table by them) takes the grid too, and a projection that
+``get_image_features`` applies after the tower (HyperCLOVAX-Vision-2) is in the file too. Where the tower does not
+go this way (none of :data:`TOWERS`, a tower whose inputs transformers cannot precompute, other features than the
+model's), the vision file is traced at one grid instead (:mod:`.vlm`).
 
 The embed file numbers the positions: beside each image row of ``image_features`` it takes four columns
 (``image_positions``, int64), the row's offsets past its image's start in the three sections less its place in the
@@ -22,18 +23,16 @@ already need torch.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import itertools
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ...runtime.facts import GRID_DERIVED
 from ...runtime.facts import IMAGE_GRID as GRID
-from .lending import lent
 from .vlm_prompts import VisionPart, gives
 
 POSITION_COLUMNS = 4  # three sections' offsets and the text's shift, after each image row's features
@@ -107,7 +106,9 @@ class GridFreeFeatures(VisionPart):
         given = {"cu_seqlens": cu_seqlens, "position_ids": position_ids, "interp_indices": interp_indices,
                  "interp_weights": interp_weights, "window_index": window_index,
                  "cu_window_seqlens": cu_window_seqlens}
-        with traceable_spans(windows=window_index is not None):
+        from .patches.vision_towers import traceable_spans
+
+        with traceable_spans(self.tower, windows=window_index is not None):
             out = self.tower(pixel_values, grid_thw=image_grid_thw,
                              **{k: v for k, v in given.items() if v is not None})
         if self.projector is not None:
@@ -132,64 +133,6 @@ class GridFreeFeatures(VisionPart):
 
     def model_pixels(self, other: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {"pixel_values": other["pixel_values"], GRID: self.other_grid()[None]}
-
-
-@contextlib.contextmanager
-def traceable_spans(windows: bool) -> Iterator[None]:
-    """The tower's attention over its spans (``cu_seqlens``: the image, or Qwen2.5-VL's windows) as a trace can
-    follow it: transformers' export patches (``apply_patches("dynamo")``) put one reshape in place of the loop over
-    spans, which needs spans of one length; with ``windows`` (spans of several lengths) each attention runs over the
-    whole image once more, masked to its spans (the same sums: a token sees its own span only)."""
-    from transformers.exporters import exporter_dynamo  # registers the patches
-    from transformers.exporters.utils import apply_patches, patch_attribute
-
-    with apply_patches("dynamo"), contextlib.ExitStack() as stack:
-        # the function every patched attention class calls
-        stack.enter_context(patch_attribute(exporter_dynamo, "_reshaped_vision_attention_forward", _normed_heads))
-        if windows:
-            stack.enter_context(patch_attribute(exporter_dynamo, "_reshaped_vision_attention_forward", _masked_spans))
-        yield
-
-
-def _normed_heads(patched: Any) -> Any:
-    """``patched`` (a reshaped span attention) with the query and key norms of an attention whose projections are
-    one fused ``qkv`` (GLM-OCR): the patch applies ``q_norm``/``k_norm`` only for separate projections, and left them
-    out here, features a percent off. They go where the model's own forward applies them: on the heads, before the
-    rotary (the family's ``apply_rotary_pos_emb_vision``, which the patch looks up in the attention's module)."""
-    import sys
-
-    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not (hasattr(self, "qkv") and hasattr(self, "q_norm") and hasattr(self, "k_norm")):
-            return patched(self, *args, **kwargs)
-        namespace: Any = sys.modules[type(self).__module__]
-        rotary = namespace.apply_rotary_pos_emb_vision
-        # the (q, k, cos, sin) form only; a one-tensor form (x, rotary) is left as it is
-        with lent([(namespace, "apply_rotary_pos_emb_vision", lambda *a: rotary(
-                self.q_norm(a[0]), self.k_norm(a[1]), *a[2:]) if len(a) == 4 else rotary(*a))]):
-            return patched(self, *args, **kwargs)
-
-    return forward
-
-
-def _masked_spans(patched: Any) -> Any:
-    """``patched`` (a reshaped span attention) over one span, its attention masked to the spans of ``cu_seqlens``."""
-    def forward(self: Any, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        named = "cu_seqlens" in kwargs
-        spans = kwargs.pop("cu_seqlens") if named else args[0]
-        place = torch.arange(hidden_states.shape[-2], device=hidden_states.device)
-        span = (place[:, None] >= spans[None, 1:]).sum(-1)  # each token's span
-        mask = span[:, None] == span[None, :]
-        sdpa = torch.nn.functional.scaled_dot_product_attention
-
-        def masked(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *more: Any, **given: Any) -> Any:
-            return sdpa(query, key, value, *more, **{**given, "attn_mask": mask})
-
-        with lent([(torch.nn.functional, "scaled_dot_product_attention", masked)]):
-            one = spans[[0, -1]]  # the whole image as one span, in the place the spans came
-            return patched(self, hidden_states, *args, cu_seqlens=one, **kwargs) if named else \
-                patched(self, hidden_states, one, *args[1:], **kwargs)
-
-    return forward
 
 
 SUPPORTED = tuple(p for p in inspect.signature(GridFreeFeatures.forward).parameters if p not in ("self",))

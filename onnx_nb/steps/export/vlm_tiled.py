@@ -82,7 +82,7 @@ class TiledImageFeatures(VisionPart):
     def forward(self, pixel_values: torch.Tensor, pack_index: torch.Tensor) -> dict[str, torch.Tensor]:
         from transformers.exporters.utils import patch_attribute
 
-        from .lending import lent
+        from .patches.lending import lent
         from .vlm_prompts import feature_rows
 
         inner, tiles = _inner(self.model), pixel_values.shape[0]

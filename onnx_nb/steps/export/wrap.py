@@ -38,31 +38,6 @@ def eval_mode(model: torch.nn.Module) -> Iterator[None]:
             m.training = flag
 
 
-def attention_holder(model: torch.nn.Module) -> Any:
-    """The module whose attention implementation transformers lets one switch: the model itself, or the
-    transformer inside a wrapper (a SentenceTransformer's chain); None for any other model."""
-    if hasattr(model, "set_attn_implementation"):
-        return model
-    return next((m for m in model.modules() if hasattr(m, "set_attn_implementation")), None)
-
-
-@contextlib.contextmanager
-def eager_attention(model: torch.nn.Module) -> Iterator[bool]:
-    """Trace with transformers' eager attention (matmul, softmax, matmul), the implementation given back
-    afterwards. Yields whether the model runs eager attention inside the block (False: it has no switch)."""
-    holder = attention_holder(model)
-    before = getattr(getattr(holder, "config", None), "_attn_implementation", None)
-    if holder is None or before == "eager":
-        yield holder is not None
-        return
-    holder.set_attn_implementation("eager")
-    try:
-        yield True
-    finally:
-        if before:
-            holder.set_attn_implementation(before)
-
-
 def forward_parameters(model: torch.nn.Module) -> dict[str, inspect.Parameter]:
     try:
         return dict(inspect.signature(model.forward).parameters)

@@ -22,32 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InvalidArgumentError
+from ...runtime.facts import cache_dims
 
 RUNTIMES = ("onnx-nb", "onnxruntime-genai")
-
-
-def cache_dims(path: Any, shape: Sequence[Any]) -> tuple[int, int]:
-    """Key/value heads and head size of a cache tensor: fixed in onnx-nb's files; an onnxruntime-genai builder
-    folder names them (``kv_cache_dim``) and gives them in its ``genai_config.json``."""
-    if isinstance(shape[1], int) and isinstance(shape[3], int):
-        return shape[1], shape[3]
-    config = Path(str(path)).parent / "genai_config.json"
-    if config.is_file():
-        decoder = json.loads(config.read_text())["model"]["decoder"]
-        heads = shape[1] if isinstance(shape[1], int) else decoder["num_key_value_heads"]
-        return int(heads), int(decoder["head_size"])
-    raise InvalidArgumentError(
-        f"{path}: the cache's heads and head size are not fixed in the file ({shape}) and there is no "
-        "genai_config.json beside it to give them; export the decoder with onnx_nb.export(model, cache=True).")
-
-
-def empty_shape(path: Any, shape: Sequence[Any]) -> tuple[int, ...]:
-    """A cache tensor's shape before the first token, without its batch: ``(heads, 0, head size)``, or a
-    sparse-attention layer's indexer keys' ``(0, size)`` (``[batch, past_sequence, size]``)."""
-    if len(shape) == 3:
-        return 0, int(shape[2])
-    heads, size = cache_dims(path, shape)
-    return heads, 0, size
 
 
 def config_for(path: Path, proto: Any, threads: int | None) -> dict[str, Any]:

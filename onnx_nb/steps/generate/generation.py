@@ -27,10 +27,10 @@ from .runners import (
     GenerationResult,
     OnnxDecoder,
     SharedBufferDecoder,
-    _last_runner,
-    _prompts,
     decoder_for,
+    last_runner,
     left_pad,
+    prompt_ids,
 )
 from .sampling import accept, next_ids, pick
 
@@ -158,8 +158,8 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
             raise InvalidArgumentError(
                 "runtime='onnxruntime-genai' runs its own search, without the generation config's rules (forced "
                 "tokens, minimum lengths, penalties, suppressed tokens): use runtime='onnx-nb' for them.")
-        prompts = _prompts(inputs, tokenizer)
-        runner = _last_runner(path, named, io_binding, threads, runtime)
+        prompts = prompt_ids(inputs, tokenizer)
+        runner = last_runner(path, named, io_binding, threads, runtime)
         made, first, steps = runner.generate(prompts, max_new_tokens=max_new_tokens, do_sample=do_sample,
                                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                              eos=eos_set, stream=stream)
@@ -173,8 +173,8 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
                     start=next((v for v in (_setting(n, generation, config) for n in DECODER_START)
                                 if v is not None), pad),
                     pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
-    decoder = own or _last_runner(path, named, io_binding, threads, runtime)
-    prompts = _prompts(inputs, getattr(tokenizer, "tokenizer", tokenizer))
+    decoder = own or last_runner(path, named, io_binding, threads, runtime)
+    prompts = prompt_ids(inputs, getattr(tokenizer, "tokenizer", tokenizer))
     ids, mask = left_pad(prompts, pad)
     width = ids.shape[1]
     cache = decoder.empty_cache(len(prompts), capacity=width + max_new_tokens)

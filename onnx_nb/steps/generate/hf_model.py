@@ -110,7 +110,7 @@ class _Seq2SeqSteps:
         return {name: take_rows(value, rows) if name in moving else value for name, value in state.items()}
 
 
-def _config_of(model: Any, config: Any) -> tuple[Any, Any]:
+def configs_of(model: Any, config: Any) -> tuple[Any, Any]:
     """The transformers config and generation config of an export (or of ``config``: an object or a folder)."""
     from ...results.export import source_of
 
@@ -179,9 +179,9 @@ class _OnnxModel(PreTrainedModel):
                           ) -> tuple[dict[str, torch.Tensor], list[list[int]], int]:
         """``onnx_nb.generate``'s inputs as this model's ``generate()`` takes them, the prompts (token lists, for
         the result), and how many leading tokens of each returned row are not new."""
-        from .runners import _prompts, left_pad
+        from .runners import left_pad, prompt_ids
 
-        prompts = _prompts(inputs, tokenizer)
+        prompts = prompt_ids(inputs, tokenizer)
         ids, mask = left_pad(prompts, pad)
         return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}, prompts, ids.shape[1]
 
@@ -357,7 +357,7 @@ class _WhisperShape(torch.nn.Module):
         self.encoder = torch.nn.Module()
         self.encoder.conv1, self.encoder.conv2 = _Strides(1), _Strides(2)
 
-def _speech_class() -> type:
+def speech_class() -> type:
     from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
 
     class OnnxForSpeechSeq2Seq(WhisperGenerationMixin, OnnxForSeq2SeqLM):

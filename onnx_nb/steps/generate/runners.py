@@ -15,9 +15,8 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...render import CSS, esc, html_table
-from ...runtime.facts import is_cache, is_state, present_of
+from ...runtime.facts import empty_shape, is_cache, is_state, present_of
 from ...runtime.shapes import contiguous
-from .genai import empty_shape
 
 # -- running the file ------------------------------------------------------------------------------
 
@@ -281,36 +280,36 @@ def decoder_for(path: Any, provider: str = "CPUExecutionProvider", io_binding: b
     return SharedBufferDecoder(path, provider, positions if positions is not None else 1 << 31, **options)
 
 
-_LAST: dict[str, Any] = {}
+LAST_RUNNER: dict[str, Any] = {}
 
 
-def _key(path: Path, *how: Any) -> tuple[Any, ...]:
+def runner_key(path: Path, *how: Any) -> tuple[Any, ...]:
     stat = path.stat()
     return (str(path.resolve()), stat.st_size, stat.st_mtime_ns, *how)
 
 
-def _kept(path: Path, *how: Any) -> Any:
+def kept_runner(path: Path, *how: Any) -> Any:
     """The runner of the last ``generate()`` call (a decoder, or an onnxruntime-genai model) if it was for the
     same file (unchanged since: path, size and modification time) and the same provider, binding, threads and
     runtime: calling again skips parsing the file and building a session (seconds for a large model)."""
-    return _LAST["runner"] if path.is_file() and _LAST.get("key") == _key(path, *how) else None
+    return LAST_RUNNER["runner"] if path.is_file() and LAST_RUNNER.get("key") == runner_key(path, *how) else None
 
 
-def _last_runner(path: Path, provider: str, io_binding: bool | None, threads: int | None, runtime: str) -> Any:
-    """:func:`_kept`, else a new one kept in its place (one is kept: the old one goes first, never two models'
+def last_runner(path: Path, provider: str, io_binding: bool | None, threads: int | None, runtime: str) -> Any:
+    """:func:`kept_runner`, else a new one kept in its place (one is kept: the old one goes first, never two models'
     weights at once)."""
     how = (provider, io_binding, threads, runtime)
-    kept = _kept(path, *how)
+    kept = kept_runner(path, *how)
     if kept is not None:
         return kept
-    _LAST.clear()
+    LAST_RUNNER.clear()
     if runtime == "onnxruntime-genai":
         from .genai import GenaiRunner
 
         runner: Any = GenaiRunner(path, provider, threads)
     else:
         runner = decoder_for(path, provider, io_binding=io_binding, threads=threads)
-    _LAST.update(key=_key(path, *how), runner=runner)
+    LAST_RUNNER.update(key=runner_key(path, *how), runner=runner)
     return runner
 
 
@@ -382,7 +381,7 @@ class GenerationResult:
         return f'{CSS}<div class="onnxnb"><h4>{head}</h4>{table}</div>'
 
 
-def _prompts(inputs: Any, tokenizer: Any) -> list[list[int]]:
+def prompt_ids(inputs: Any, tokenizer: Any) -> list[list[int]]:
     if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
         if tokenizer is None:
             raise InvalidArgumentError("Text prompts need a tokenizer: pass tokenizer=..., or token ids.")

@@ -112,7 +112,7 @@ def encoder_of(model: Any) -> Path | None:
     from ...results.export import export_of
 
     path = Path(getattr(model, "path", model))
-    if isinstance(model, _Beside):
+    if isinstance(model, BesideEncoder):
         return model.encoder
     if encoder_path(path).exists():
         return encoder_path(path)
@@ -159,14 +159,14 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: se
 
 # -- export -----------------------------------------------------------------------------------------
 
-def _full(provider: str) -> str:
+def full_provider_name(provider: str) -> str:
     from ...runtime.providers import providers_named
 
     return providers_named([provider])[0].name
 
 
 @dataclass
-class _Beside:
+class BesideEncoder:
     """A decoder file (a variant) and the export's encoder file it runs with."""
 
     path: Path

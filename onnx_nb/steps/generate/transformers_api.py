@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ...errors import InvalidArgumentError
-from .hf_model import OnnxForCausalLM, OnnxForSeq2SeqLM, _config_of, _speech_class
+from .hf_model import OnnxForCausalLM, OnnxForSeq2SeqLM, configs_of, speech_class
 
 
 def _named_like(cls: type, model: Any, config: Any) -> type:
@@ -42,7 +42,7 @@ def _seq2seq(model: Any, config: Any, path: Path, provider: str, threads: int | 
     from .seq2seq import OnnxSeq2Seq, encoder_of
 
     runner = OnnxSeq2Seq(path, provider, encoder_of(model), threads, io_binding)
-    cls = _speech_class() if config.model_type == "whisper" else OnnxForSeq2SeqLM
+    cls = speech_class() if config.model_type == "whisper" else OnnxForSeq2SeqLM
     return cls(config, path, provider, runner)
 
 
@@ -85,7 +85,7 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
     if not path.exists():
         raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
     named = providers_named([provider])[0].name
-    hf_config, generation = _config_of(model, config)
+    hf_config, generation = configs_of(model, config)
     wrapped = WRAPPERS[generation_of(model) or "decoder"](model, hf_config, path, named, threads, io_binding)
     wrapped.__class__ = _named_like(type(wrapped), model, hf_config)
     wrapped.generation_config = generation
@@ -101,7 +101,7 @@ def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: d
     :func:`to_transformers` makes, kept for the next call like the loops' runners), with the rules and beams of
     the generation config (the wrapped model's) and the call's ``overrides``; the result as the loops give it
     (new tokens per returned sequence, cut after EOS; the first forward's time, then each later one's)."""
-    from .runners import _LAST, GenerationResult, _kept, _key
+    from .runners import LAST_RUNNER, GenerationResult, kept_runner, runner_key
 
     what = "Beam search" if rules.num_beams > 1 or not rules.elsewhere else \
         f"{', '.join(f'{k}={v!r}' for k, v in rules.elsewhere.items())} (the generation config's or this call's)"
@@ -114,11 +114,11 @@ def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: d
                                    "the setting's neutral value) to stream.")
     path = Path(getattr(model, "path", model))
     how = (provider, io_binding, threads, "transformers")
-    wrapped = _kept(path, *how)
+    wrapped = kept_runner(path, *how)
     if wrapped is None:
-        _LAST.clear()  # one model kept at a time
+        LAST_RUNNER.clear()  # one model kept at a time
         wrapped = to_transformers(model, provider=provider, io_binding=io_binding, threads=threads)
-        _LAST.update(key=_key(path, *how), runner=wrapped)
+        LAST_RUNNER.update(key=runner_key(path, *how), runner=wrapped)
     tensors, prompts, prompt = wrapped.generation_inputs(inputs, tokenizer, pad, rules)
     if sampling["do_sample"]:
         torch.manual_seed(seed)

@@ -10,10 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-
-# metadata key: the token the model's own generate() appends to the ids at every step (XLM's mask token); the logits
-# at its position are the next token's
-APPENDED = "onnx_nb.appended_token"
+from ...runtime.facts import APPENDED  # the token the model's own generate() appends at every step (XLM's mask)
 
 
 class WholeSequenceDecoder:

@@ -210,7 +210,7 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
                 level = 0.0
             bar.step(f"greedy tokens and {BEAMS} beams on {p.short}")
             for i, (mine, theirs) in enumerate(zip(generated, reference)):
-                check = _compare_tokens(lambda prefix, i=i: family.logits_at(i, prefix), mine, theirs, i, level)
+                check = compare_tokens(lambda prefix, i=i: family.logits_at(i, prefix), mine, theirs, i, level)
                 checks.append(check)
                 status = "fail" if check.verdict == "DIVERGED" else "pass"
                 note = (f"{len(mine)} greedy tokens identical to PyTorch" if check.first_difference is None else
@@ -244,7 +244,7 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     return report
 
 
-def _compare_tokens(logits_at: Any, mine: list[int], theirs: list[int], index: int, level: float = 0.0) -> TokenCheck:
+def compare_tokens(logits_at: Any, mine: list[int], theirs: list[int], index: int, level: float = 0.0) -> TokenCheck:
     """``logits_at(prefix)``: PyTorch's next-token logits after the prompt and ``prefix`` of generated tokens.
     ``level``: the largest logits error measured under teacher forcing; as in
     :func:`~onnx_nb.results.tolerance.rank_check`, a first difference whose margin is within twice that error (or
@@ -265,11 +265,11 @@ def _beam_checks(family: Any, export: Any, path: Path, provider: str, level: flo
     scores it within the logits' error of its own beam (summed log-probabilities, twice the error per token)."""
     from transformers import GenerationMixin
 
-    from ..generate.seq2seq import _Beside
+    from ..generate.seq2seq import BesideEncoder
     from ..generate.transformers_api import to_transformers
 
     wrapped = to_transformers(path if getattr(family, "encoder", None) is None else
-                              _Beside(path, family.encoder), provider=provider, config=family.model.config)
+                              BesideEncoder(path, family.encoder), provider=provider, config=family.model.config)
     checks = []
     for index, (feed, before) in enumerate(family.feeds()):
         settings = plain(before + family.new, family.pad, num_beams=BEAMS, num_return_sequences=BEAMS)

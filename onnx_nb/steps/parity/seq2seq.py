@@ -12,13 +12,13 @@ from ..export.hf.samples import audio_rows
 from ..export.hf_cache import cache_kwargs, cache_of
 from ..export.seq2seq_cache import (
     AUDIO_INPUTS,
-    _new_cache,
     as_encoder_output,
+    encoder_decoder_cache,
     encoder_inputs,
     encoder_states,
     start_token,
 )
-from ..generate.seq2seq import OnnxSeq2Seq, _Beside, _full, encoder_feed, generate
+from ..generate.seq2seq import BesideEncoder, OnnxSeq2Seq, encoder_feed, full_provider_name, generate
 from .probes import plain
 
 
@@ -82,7 +82,7 @@ class Seq2SeqParity:
     def _greedy(self, feed: dict[str, torch.Tensor]) -> list[int]:
         """PyTorch's own greedy loop with its cache (the encoder once, one decoder step per token)."""
         states = encoder_states(self.model, feed)
-        cache = _new_cache(self.model, [], [])
+        cache = encoder_decoder_cache(self.model, [], [])
         ids = torch.tensor([[self.start]])
         tokens: list[int] = []
         for _ in range(self.new):
@@ -101,7 +101,7 @@ class Seq2SeqParity:
         mask = {"attention_mask": feed["attention_mask"]} if "attention_mask" in feed else {}
         with torch.no_grad():
             states = encoder_states(self.model, feed)
-        cache = _new_cache(self.model, [], [])
+        cache = encoder_decoder_cache(self.model, [], [])
         steps = min(len(r) for r in reference)
         ids = np.full((len(reference), 1), self.start, np.int64)
         out = []
@@ -119,10 +119,10 @@ class Seq2SeqParity:
     def generated(self, provider: str) -> list[list[int]]:
         runner_tokens = []
         for item in self.items:  # one at a time, as the reference ran
-            tokens, _ = generate(self.path if self.encoder is None else _Beside(self.path, self.encoder), item,
+            tokens, _ = generate(self.path if self.encoder is None else BesideEncoder(self.path, self.encoder), item,
                                  max_new_tokens=self.new, pick=lambda logits: np.argmax(logits, -1),
-                                 eos=set(), pad=self.pad, start=self.start, provider=_full(provider), tokenizer=None,
-                                 stream=None)
+                                 eos=set(), pad=self.pad, start=self.start, provider=full_provider_name(provider),
+                                 tokenizer=None, stream=None)
             runner_tokens.append(tokens[0])
         return runner_tokens
 

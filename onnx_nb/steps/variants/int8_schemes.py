@@ -107,7 +107,7 @@ def serving_feed(variant: Variant) -> tuple[dict[str, np.ndarray], str]:
     from ...runtime.facts import file_facts
     from ...runtime.feeds import feed_for
     from ...runtime.onnxfile import load_proto, signature
-    from .optimizing import _timing_feed
+    from .optimizing import timing_feed
 
     feed, _axes = feed_for(variant.path, variant)
     names = [i.name for i in signature(load_proto(variant.path))[0]]
@@ -115,7 +115,7 @@ def serving_feed(variant: Variant) -> tuple[dict[str, np.ndarray], str]:
     tokens = [n for n in names if n in feed and feed[n].ndim == 2 and feed[n].dtype.kind in "iu"]
     if tokens and source is not None and getattr(source, "model", None) is not None and \
             not file_facts(variant.path).generative:
-        tiled = _timing_feed(source)
+        tiled = timing_feed(source)
         if all(n in tiled for n in names):
             feed = {n: tiled[n] for n in names}
     shape = ", ".join(f"{n}={list(np.shape(feed[n]))}" for n in names if n in feed)

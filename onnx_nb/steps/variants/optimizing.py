@@ -59,7 +59,7 @@ def _onnxscript_fusions(src: Path, dst: Path) -> dict[str, int]:
     import onnx_ir as ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
-    from ..export.translations import exact_no_ops
+    from ..export.patches.translations import exact_no_ops
 
     exact_no_ops()  # a norm's epsilon of 1e-8 is not "+ 0"
     model = ir.load(str(src))
@@ -72,7 +72,7 @@ def _onnxscript_fusions(src: Path, dst: Path) -> dict[str, int]:
 def _eager_reexport(source: Any, dst: Path) -> None:
     """Export the PyTorch source again with eager attention (TorchScript), which ORT fuses."""
     from ..export.exporting import export
-    from ..export.wrap import eager_attention
+    from ..export.patches.attention import eager_attention
 
     with eager_attention(source.model) as eager:
         if not eager:
@@ -128,7 +128,7 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
         with quiet([], []):  # ORT's quantizer logs to the root logger: nothing of it is about the route chosen
             run_quantizer("dynamic", finished[name], scratch / f"route{i}.prepared.onnx", quantized[name], True, [],
                           None, None, 32, scheme=schemes_for(this_cpu())[0][0])
-    ms = time_files(quantized, _timing_feed(source))
+    ms = time_files(quantized, timing_feed(source))
     best = min(ms, key=lambda k: ms[k])
     recipe["routes_int8_ms"] = {k: round(v, 3) for k, v in ms.items()}
     recipe["route_rule"] = (f"the attention route whose dynamic INT8 file ran fastest on the sample tiled to "
@@ -142,7 +142,7 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
 ROUTE_BATCH, ROUTE_SEQUENCE = 8, 128  # routes differ at serving sizes, not at the sample's few tokens
 
 
-def _timing_feed(source: Any) -> dict[str, np.ndarray]:
+def timing_feed(source: Any) -> dict[str, np.ndarray]:
     """The sample at a serving size: token inputs tiled to 8 x 128 (or the model's longest), a full mask."""
     config = getattr(source.model, "config", None)
     length = min(ROUTE_SEQUENCE, int(getattr(config, "max_position_embeddings", ROUTE_SEQUENCE) or ROUTE_SEQUENCE))
@@ -254,7 +254,7 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
             recipe.update(model_type=ort_type, num_heads=heads, hidden_size=hidden)
             from ...runtime.providers import providers_named
 
-            _transformer_route(work, staged, scratch, source, (ort_type, heads, hidden), then, recipe, warnings,
+            transformer_route(work, staged, scratch, source, (ort_type, heads, hidden), then, recipe, warnings,
                                cpu=all(p.name == "CPUExecutionProvider" for p in providers_named(providers)))
         return warnings
 
@@ -272,7 +272,7 @@ def _simplified(src: Path, scratch: Path) -> Path:
     import onnx
     import onnxscript
 
-    from ..export.translations import exact_no_ops
+    from ..export.patches.translations import exact_no_ops
 
     exact_no_ops()
     model = onnxscript.optimizer.optimize(onnx.load(str(src)))
@@ -281,7 +281,7 @@ def _simplified(src: Path, scratch: Path) -> Path:
     return out
 
 
-def _transformer_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],
+def transformer_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],
                        then: str | None, recipe: dict[str, Any], warnings: list[str], cpu: bool = True) -> None:
     """Attention fused whatever attention the export used (as exported, onnxscript's fusions, or a re-export with
     eager attention), then ORT's transformer optimizer; with ``then="int8"`` the faster route for INT8. On CPU, its

@@ -242,14 +242,14 @@ def _int8_route(model: Variant, scratch: Path, recipe: dict[str, Any]) -> Path |
     variant's own export, each route's dynamic INT8 file timed, the faster route's fp32 file returned when it is
     not the variant's (None: the variant's own route is the faster, or the other could not be made). The timings
     and the choice go into ``recipe["int8_route"]``."""
-    from .optimizing import _transformer_route
+    from .optimizing import transformer_route
 
     route: dict[str, Any] = {}
     notes: list[str] = []
     rerouted = scratch / "rerouted.onnx"
     params = (str(model.recipe["model_type"]), int(model.recipe["num_heads"]), int(model.recipe["hidden_size"]))
     try:
-        _transformer_route(model.parent, rerouted, scratch, model.source, params, "int8", route, notes)
+        transformer_route(model.parent, rerouted, scratch, model.source, params, "int8", route, notes)
     except Exception as exc:  # noqa: BLE001 - the variant's own route stays, and the recipe says why
         notes.append(f"the other route could not be made: {type(exc).__name__}: {first_line(exc)[:150]}")
     timings = route.get("routes_int8_ms", {})

@@ -13,7 +13,7 @@ from typing import Any
 from ....errors import HubUnavailableError, ModelLoadError, ModelNotFoundError, first_line
 from .tasks import TASK_AUTO_CLASS, check_task, infer_task
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _OFFLINE_HINTS = ("offline", "couldn't connect", "could not connect", "connection", "max retries",
                   "name resolution", "network", "timed out",
                   "cannot find the requested files in the local cache")
@@ -31,7 +31,7 @@ class LoadedModel:
 
 def looks_like_path(text: str) -> bool:
     return (
-        (os.sep in text and not _HUB_ID.match(text))
+        (os.sep in text and not HUB_ID.match(text))
         or text.startswith((".", "~", "/"))
         or Path(text).expanduser().exists()
     )
@@ -47,7 +47,7 @@ def _transformers() -> Any:
     return transformers
 
 
-def _hub_error(name: str, exc: Exception) -> Exception:
+def hub_error(name: str, exc: Exception) -> Exception:
     text = str(exc).lower()
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     if any(h in text for h in _OFFLINE_HINTS) or offline:
@@ -82,7 +82,7 @@ def load_config(name: str) -> tuple[Any, str]:
                 "Save one with model.save_pretrained(folder), or pass the model object."
             )
         kind = "hf-dir"
-    elif _HUB_ID.match(name):
+    elif HUB_ID.match(name):
         kind = "hub-id"
     else:
         raise ModelNotFoundError(
@@ -93,7 +93,7 @@ def load_config(name: str) -> tuple[Any, str]:
                                                          trust_remote_code=False)
     except (OSError, ValueError) as exc:
         if kind == "hub-id":
-            raise _hub_error(name, exc) from exc
+            raise hub_error(name, exc) from exc
         raise ModelLoadError(f"Could not read the config in {name}: {first_line(exc)}") from exc
     return config, kind
 
@@ -129,7 +129,7 @@ def load_model(name: str, task: str | None = None) -> LoadedModel:
         model = cls.from_pretrained(location, trust_remote_code=False)  # never run code shipped with a model
     except (OSError, ValueError) as exc:
         if kind == "hub-id":
-            raise _hub_error(name, exc) from exc
+            raise hub_error(name, exc) from exc
         raise ModelLoadError(
             f"Could not load the weights in {location} as {cls.__name__} for task {task!r}: "
             f"{first_line(exc)}"

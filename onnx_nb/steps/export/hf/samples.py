@@ -101,7 +101,7 @@ def pools_at_eos(model: Any) -> bool:
     return bool(getattr(model.config, "is_encoder_decoder", False)) and hasattr(model, "classification_head")
 
 
-def _one_eos_each(ids: torch.Tensor, eos: Any, mask: torch.Tensor | None = None) -> torch.Tensor:
+def one_eos_each(ids: torch.Tensor, eos: Any, mask: torch.Tensor | None = None) -> torch.Tensor:
     """``ids`` with each row's last attended token (``mask``'s last 1; the last column without one) the
     end-of-sequence token and no other (unchanged where each row already holds one: a tokenizer's)."""
     if not isinstance(eos, int) or bool((ids == eos).sum(1).eq(1).all()):
@@ -228,7 +228,7 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
                 f"{type(model).__name__}; pass sample={{'{name}': ...}}."
             )
     if "input_ids" in values and pools_at_eos(model):
-        values["input_ids"] = _one_eos_each(values["input_ids"], getattr(config, "eos_token_id", None),
+        values["input_ids"] = one_eos_each(values["input_ids"], getattr(config, "eos_token_id", None),
                                             values.get("attention_mask"))
     if "pixel_values" in values and names[0] != "pixel_values" and not _takes(model, values):
         del values["pixel_values"]  # an image the text model takes but only with its image tokens (ModernVBERT)

@@ -24,9 +24,9 @@ def location_config(model: Any) -> dict[str, Any]:
     if folder.is_dir():
         return folder_config(folder)
     from ..checkpoints import SUFFIXES as CHECKPOINT_SUFFIXES
-    from ..hf.loading import _HUB_ID
+    from ..hf.loading import HUB_ID
 
-    if folder.suffix.lower() in (*CHECKPOINT_SUFFIXES, ".onnx", ".ort") or not _HUB_ID.match(str(model)):
+    if folder.suffix.lower() in (*CHECKPOINT_SUFFIXES, ".onnx", ".ort") or not HUB_ID.match(str(model)):
         return {}
     return _hub_config(str(model))
 
@@ -257,7 +257,7 @@ class HfSource(Source):
         flat = FlatModule(record.model, names, as_kwargs, kwargs, hf=True)
         token = appended_token(record.model, names) if is_causal_lm(record.model) else None
         if token is not None:  # the whole-sequence runner reads it from the file (generate from a path too)
-            from ...generate.whole_sequence import APPENDED
+            from ....runtime.facts import APPENDED
 
             flat.onnx_metadata[APPENDED] = str(token)
         return flat

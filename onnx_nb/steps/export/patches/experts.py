@@ -22,6 +22,8 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
+from .contract import Patch
+
 ARGS = ["self", "hidden_states", "top_k_index", "top_k_weights"]
 
 
@@ -89,3 +91,13 @@ def traceable_experts(model: Any) -> Iterator[list[str]]:
     found = [(name, m) for name, m in model.named_modules() if _loops(m)] if hasattr(model, "named_modules") else []
     with lent([(m, "forward", grouped_forward.__get__(m)) for _, m in found]):
         yield [name for name, _ in found]
+
+
+PATCH = Patch(
+    name="experts dispatch",
+    applies_to="experts modules with 3-d gate_up_proj and down_proj weights, an act_fn and a forward(hidden_states, "
+               "top_k_index, top_k_weights), and no transformers experts implementation of their own",
+    replaces="the module's own Python loop over the experts hit (int(expert.item()) per expert)",
+    why="the loop's length is data: torch.export cannot trace it, and TorchScript bakes an If ONNX Runtime cannot "
+        "type; transformers' grouped dispatch traces and has an ONNX translation",
+    during=traceable_experts)

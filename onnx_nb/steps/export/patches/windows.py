@@ -29,6 +29,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .contract import Patch
+
 HOLDS = ("compress_rate", "kv_proj", "gate_proj", "position_bias", "kv_norm", "rotary_emb", "rope_layer_type")
 
 
@@ -150,3 +152,12 @@ def traceable_windows(model: Any) -> Iterator[list[str]]:
         if hasattr(model, "named_modules") else []
     with lent([(m, "forward", FORWARDS[kind].__get__(m)) for _, m, kind in found]):
         yield [name for name, _, _ in found]
+
+
+PATCH = Patch(
+    name="window compressors",
+    applies_to="modules holding compress_rate, kv_proj, gate_proj, position_bias, kv_norm, rotary_emb and "
+               "rope_layer_type (an indexer or a scorer tells the kind), on their stateless path",
+    replaces="the forward that decides in Python from the length (windows closed, more than one, top-k size)",
+    why="a trace keeps the sample's answers, so the file took the sample's length only",
+    during=traceable_windows)

@@ -1,5 +1,5 @@
 """Lending an object an attribute of the export's for the length of a block: the trace-friendly forms of
-:mod:`.moe_dispatch`, :mod:`.window_compressors` and :mod:`.token_scans` are set on the instances (or source files)
+:mod:`.experts`, :mod:`.windows` and :mod:`.scans` are set on the instances (or source files)
 they replace, and what each instance had of its own comes back after, a hook's ``forward`` included."""
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from .contract import Patch
+
 RNN_ARGS = ["self", "hidden_states", "recurrent_gate", "reset", "recurrent_states", "acc_dtype"]
 
 
@@ -99,3 +101,13 @@ def traceable_scans(model: Any) -> Iterator[list[str]]:
         (f, "rwkv_linear_attention", functools.partial(wkv_scan, f.rwkv_linear_attention_cpu)) for f in sources]
     with lent(loans):
         yield [name for name, _ in found] + [f"{f.__name__}.rwkv_linear_attention" for f in sources]
+
+
+PATCH = Patch(
+    name="token scans",
+    applies_to="RG-LRU modules (an _rnn_scan with the recurrence's arguments) and RWKV's WKV (the modeling "
+               "module's rwkv_linear_attention)",
+    replaces="the recurrence's Python loop over the tokens",
+    why="a trace unrolls the loop at the sample's length, so the file took exactly that many tokens; torch's scan "
+        "is written as one ONNX Scan",
+    during=traceable_scans)

@@ -1,0 +1,15 @@
+"""Export-time rewrites of a model, in one place and under one contract (:class:`.contract.Patch`): where each
+applies (what in a model it recognises), what it replaces, and why the export needs it.
+
+- Module patches, lent to a model's instances for the length of a dynamo export (:func:`.applying.applied`):
+  :mod:`.experts` (an experts loop of a family's own: transformers' grouped dispatch), :mod:`.windows` (windows
+  pooled into entries without a branch on the length), :mod:`.scans` (a recurrence looping over the tokens: one scan).
+  They lend through :func:`.lending.lent`, which gives each instance its own attribute back.
+- :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.
+- :mod:`.vision_towers`: the span attention of grid vision towers (transformers' own export patches, and two
+  repairs of them), lent by the vision-language export around its tower.
+- :mod:`.translations`: ONNX translations the dynamo exporter lacks, given to every dynamo export, and the repairs
+  made on its graph after.
+
+Nothing here is imported by ``import onnx_nb``: the exporters import what they apply.
+"""

@@ -1,0 +1,22 @@
+"""The module patches every dynamo export applies (:mod:`.experts`, :mod:`.windows`, :mod:`.scans`), in one
+block."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from . import experts, scans, windows
+from .contract import Patch
+
+MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, windows.PATCH, scans.PATCH)
+
+
+@contextlib.contextmanager
+def applied(model: Any) -> Iterator[dict[str, list[str]]]:
+    """Within: every patch of :data:`MODEL_PATCHES` that applies to ``model`` in place; yields, per patch name, the
+    modules it replaced (only those that replaced some). Everything is given back on leaving."""
+    with contextlib.ExitStack() as stack:
+        replaced = {p.name: stack.enter_context(p.during(model)) for p in MODEL_PATCHES}
+        yield {name: found for name, found in replaced.items() if found}
