@@ -5,12 +5,14 @@
   ``GROUPS``, which share a unit with the files they must not run beside (the real browser's pages), and the files
   in ``SPLIT``, whose tests share nothing costly and go one by one (the tutorials).
 - **Order.** Units start longest first, by the times ``tests/durations.json`` kept from a whole run (a unit it does
-  not know counts as ``UNKNOWN_S`` a test): the last unit to finish is a short one. The docs site (``LAST``) starts
+  not know counts as ``UNKNOWN_S`` a test): the last unit to finish is a short one. A worker is sent its next unit
+  before it is free (it runs a test only once it knows the one after): the longest waiting goes to the worker
+  expected to be free first, the other gets the shortest (:func:`pick_unit`). The docs site (``LAST``) starts
   last and builds once every tutorial's test of the run is done, on either worker (:func:`wait_for`): it renders
   their executed copies.
-- **Alone.** A test marked ``alone`` (timing-sensitive checks, the >2 GB model) runs with nothing beside it: the
-  other worker finishes its test and waits (a readers-writer lock on files shared by the workers, a turnstile in
-  front so the alone test is not starved). It runs on every core.
+- **Alone.** A test marked ``alone`` (timing-sensitive checks) runs with nothing beside it: the other worker
+  finishes its test and waits (a readers-writer lock on files shared by the workers, a turnstile in front so the
+  alone test is not starved; alone tests in a row keep it from one to the next). It runs on every core.
 - **Cores and folders.** Each worker runs ONNX Runtime and torch on its share of the cores (``ONNX_NB_THREADS``,
   ``OMP_NUM_THREADS`` for the processes it starts, ``torch.set_num_threads``) and writes what a step given no
   ``out=`` writes under its own temporary folder (``ONNX_NB_OUT``).
@@ -131,19 +133,43 @@ def wait_for(session: pytest.Session, timeout: float = 1800.0) -> list[str]:
 
 def make_scheduler(config: pytest.Config, log: Any) -> Any:
     """pytest-xdist's scope scheduling with our units as the scopes, queued in the collection's order (longest
-    first, :func:`order`): a worker takes the next unit when it has at most two tests left. None (xdist's own) for
-    a ``--dist`` other than its default."""
+    first, :func:`order`). A worker is sent its next unit when it has at most two tests left (it runs a test only
+    once it knows the one after): the longest unit waiting goes to the worker expected to be free first by the kept
+    times, and a worker with longer ahead of it than another gets the shortest (it only waits there, behind a long
+    test, while the longest may soon go to the other). None (xdist's own) for a ``--dist`` other than its default."""
     from xdist.scheduler import LoadScopeScheduling
 
     if config.getvalue("dist") != "load":
         return None
+    kept = kept_durations()
 
     class UnitScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
 
+        def _assign_work_unit(self, node: Any) -> None:
+            self.workqueue.move_to_end(pick_unit(self.workqueue, node, self.assigned_work, kept), last=False)
+            super()._assign_work_unit(node)
+
     config.option.loadscopereorder = False  # the collection's order, not xdist's by-count one
     return UnitScheduling(config, log)
+
+
+def pick_unit(queue: dict[str, dict[str, bool]], node: Any, assigned: dict[Any, dict[str, dict[str, bool]]],
+              kept: dict[str, float]) -> str:
+    """The unit of ``queue`` (longest first) to send ``node``: the first, unless another worker's tests not yet done
+    are expected to take less time than ``node``'s; then the shortest that may start early (not one of ``LAST``)."""
+    def ahead(work: dict[str, dict[str, bool]]) -> float:
+        return sum(kept.get(nodeid, UNKNOWN_S) for unit in work.values() for nodeid, done in unit.items() if not done)
+
+    first = next(iter(queue))
+    mine = ahead(assigned.get(node, {}))
+    if not any(ahead(work) < mine for other, work in assigned.items() if other is not node):
+        return first
+    early = [unit for unit in queue if unit.split("::")[0].rsplit("/", 1)[-1] not in LAST]
+    if not early:
+        return first
+    return min(reversed(early), key=lambda unit: sum(kept.get(nodeid, UNKNOWN_S) for nodeid in queue[unit]))
 
 
 class AloneLock:
@@ -153,19 +179,28 @@ class AloneLock:
         folder.mkdir(parents=True, exist_ok=True)
         self.turnstile = open(folder / "turnstile.lock", "a+")
         self.room = open(folder / "room.lock", "a+")
+        self.kept = False  # still held exclusively: the test before was alone, and so is this one
 
     @contextlib.contextmanager
-    def held(self, alone: bool) -> Iterator[None]:
-        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
-        if not alone:
-            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
-        fcntl.flock(self.room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    def held(self, alone: bool, keep: bool = False) -> Iterator[None]:
+        """Around one test. ``keep``: an alone test the next of which is alone too keeps the room for it (the other
+        worker would otherwise start a test in between, and that test would be waited for)."""
+        exclusive = alone or self.kept
+        if not self.kept:
+            fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+            if not alone:
+                fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+            fcntl.flock(self.room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        self.kept = False
         try:
             yield
         finally:
-            fcntl.flock(self.room, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+            if alone and keep:
+                self.kept = True
+            else:
+                fcntl.flock(self.room, fcntl.LOCK_UN)
+                if exclusive:
+                    fcntl.flock(self.turnstile, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager
@@ -209,5 +244,6 @@ class Scheduler:
         if self.lock is None:
             yield
             return
-        with self.lock.held(alone), (all_cores() if alone else contextlib.nullcontext()):
+        keep = nextitem is not None and nextitem.get_closest_marker("alone") is not None
+        with self.lock.held(alone, keep), (all_cores() if alone else contextlib.nullcontext()):
             yield

@@ -193,3 +193,49 @@ def test_default_output_folder_follows_onnx_nb_out(tmp_path: Path, monkeypatch: 
     result = onnx_nb.export(torch.nn.Linear(3, 2), torch.randn(2, 3), progress=False)
     assert result.path == tmp_path / "elsewhere" / "Linear" / "model.onnx"
     assert not (tmp_path / "onnx_nb_out").exists()
+
+
+def test_linear_matching_rewrites_the_same_graph() -> None:
+    """The exporter's clean-up (onnxscript's rewriter, default rules) within ``linear_matching`` writes the same graph
+    as without it, and the several-output rule (two Slices of one input) is tried on a Relu without the matcher
+    walking the graph: the patch only skips nodes the rule's first output node could never match."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnxscript import rewriter
+
+    from onnx_nb.steps.export.patches.matching import PATCH, linear_matching
+
+    def const(name: str, value: int) -> onnx.TensorProto:
+        return helper.make_tensor(name, TensorProto.INT64, [1], [value])
+
+    nodes, outputs, shapes, prev = [], [], [], "x"
+    for i in range(40):  # a rotary's halves: the last axis cut in two, in each of 40 layers
+        nodes += [helper.make_node("Relu", [prev], [f"r{i}"]),
+                  helper.make_node("Slice", [f"r{i}", "zero", "half", "last"], [f"a{i}"]),
+                  helper.make_node("Slice", [f"r{i}", "half", "whole", "last"], [f"b{i}"]),
+                  helper.make_node("Add", [f"a{i}", f"b{i}"], [f"y{i}"])]
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [4, 4]))
+        shapes.append(helper.make_tensor_value_info(f"r{i}", TensorProto.FLOAT, [4, 8]))
+        prev = f"r{i}"
+    graph = helper.make_graph(nodes, "slices", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              outputs, [const("zero", 0), const("half", 4), const("whole", 8), const("last", 1)],
+                              value_info=shapes)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    plain = rewriter.rewrite(onnx.ModelProto.FromString(model.SerializeToString()))
+    with linear_matching() as replaced:
+        fast = rewriter.rewrite(onnx.ModelProto.FromString(model.SerializeToString()))
+    assert replaced == ["SimplePatternMatcher.match"] and "linear matching" in PATCH.describe()
+    assert fast.SerializeToString() == plain.SerializeToString() and len(fast.graph.node) >= 120
+    from onnxscript import ir
+    from onnxscript.rewriter._matcher import SimplePatternMatcher
+
+    assert not getattr(SimplePatternMatcher.match, "linear", False), "given back on leaving"
+    slices = next(r for r in rewriter._DEFAULT_REWRITE_RULES if getattr(r, "name", "") == "SlicesSplit")
+    relu = ir.serde.deserialize_model(model).graph[0]
+
+    class Unwalkable:  # the matcher's own path starts by reading the graph this stands for
+        def __getattr__(self, name: str) -> None:
+            raise AssertionError(f"the matcher read {name!r} for a node it cannot match")
+
+    with linear_matching():
+        assert not slices._matcher.match(None, Unwalkable(), relu)

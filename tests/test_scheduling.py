@@ -64,6 +64,47 @@ def test_an_alone_test_waits_for_the_others_and_is_not_starved(tmp_path: Path) -
     assert events == ["shared in", "shared out", "alone in", "alone out", "late in"], events
 
 
+def test_an_alone_test_followed_by_another_keeps_the_room(tmp_path: Path) -> None:
+    """Two alone tests in a row hold the lock from the first into the second: a test the other worker asks for in
+    between waits for both (it would otherwise get in, and the second alone test would wait for it)."""
+    alone, other = scheduling.AloneLock(tmp_path), scheduling.AloneLock(tmp_path)
+    events: list[str] = []
+    first_in = threading.Event()
+
+    def other_worker() -> None:
+        first_in.wait(5)
+        with other.held(alone=False):
+            events.append("other in")
+
+    thread = threading.Thread(target=other_worker)
+    thread.start()
+    with alone.held(alone=True, keep=True):
+        first_in.set()
+        time.sleep(0.3)  # the other worker now waits at the turnstile
+        events.append("first out")
+    time.sleep(0.3)  # between the two alone tests: the other worker must not get in
+    with alone.held(alone=True):
+        events.append("second in")
+    thread.join(10)
+    assert events == ["first out", "second in", "other in"], events
+
+
+def test_the_longest_unit_goes_to_the_worker_free_first() -> None:
+    """A worker with the longer wait ahead gets the shortest unit (it only waits behind its long test), unless the
+    shortest is the docs site, which must start last; a worker with the shorter wait ahead gets the longest."""
+    kept = {"tests/test_long.py::t": 100.0, "tests/test_mid.py::t": 30.0, "tests/test_short.py::t": 1.0,
+            "tests/test_docs.py::t": 0.5, "tests/test_big.py::t": 200.0, "tests/test_small.py::t": 20.0}
+    queue = {f"test_{n}.py": {f"tests/test_{n}.py::t": False} for n in ("long", "mid", "short", "docs")}
+    busy, idle = {"test_big.py": {"tests/test_big.py::t": False}}, {"test_small.py": {"tests/test_small.py::t": False}}
+    assigned: dict[object, dict[str, dict[str, bool]]] = {"gw0": busy, "gw1": idle}
+    assert scheduling.pick_unit(queue, "gw0", assigned, kept) == "test_short.py"
+    assert scheduling.pick_unit(queue, "gw1", assigned, kept) == "test_long.py"
+    assert scheduling.pick_unit(queue, "gw0", {"gw0": busy, "gw1": busy}, kept) == "test_long.py"  # a tie
+    assert scheduling.pick_unit({"test_docs.py": queue["test_docs.py"]}, "gw0", assigned, kept) == "test_docs.py"
+    busy["test_big.py"]["tests/test_big.py::t"] = True  # done: nothing ahead of gw0 now
+    assert scheduling.pick_unit(queue, "gw0", assigned, kept) == "test_long.py"
+
+
 def test_the_report_says_where_the_time_went() -> None:
     record = {"started": "2026-12-02T00:00:00", "wall_s": 100.0, "cpu": "AMD EPYC", "cores": 2, "workers": 2,
               "load_start": [1.0, 1.0, 1.0], "load_end": [2.0, 2.0, 2.0], "tests": {

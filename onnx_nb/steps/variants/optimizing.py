@@ -59,11 +59,13 @@ def _onnxscript_fusions(src: Path, dst: Path) -> dict[str, int]:
     import onnx_ir as ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
+    from ..export.patches.matching import linear_matching
     from ..export.patches.translations import exact_no_ops
 
     exact_no_ops()  # a norm's epsilon of 1e-8 is not "+ 0"
     model = ir.load(str(src))
-    result = optimize_for_ort(model)
+    with linear_matching():
+        result = optimize_for_ort(model)
     fused_model, counts = result if isinstance(result, tuple) else (model, {})
     ir.save(fused_model, str(dst))
     return {k: int(v) for k, v in dict(counts).items() if v}

@@ -1,5 +1,5 @@
-"""The module patches every dynamo export applies (:mod:`.experts`, :mod:`.windows`, :mod:`.scans`), in one
-block."""
+"""The patches every dynamo export applies, in one block: the module patches (:mod:`.experts`, :mod:`.windows`,
+:mod:`.scans`) and the exporter's own (:mod:`.matching`)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,18 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from . import experts, scans, windows
+from . import experts, matching, scans, windows
 from .contract import Patch
 
 MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, windows.PATCH, scans.PATCH)
+EXPORTER_PATCHES: tuple[Patch, ...] = (matching.PATCH,)
 
 
 @contextlib.contextmanager
 def applied(model: Any) -> Iterator[dict[str, list[str]]]:
-    """Within: every patch of :data:`MODEL_PATCHES` that applies to ``model`` in place; yields, per patch name, the
-    modules it replaced (only those that replaced some). Everything is given back on leaving."""
+    """Within: every patch of :data:`MODEL_PATCHES` that applies to ``model`` in place, and the exporter's
+    (:data:`EXPORTER_PATCHES`); yields, per patch name, what it replaced (only those that replaced some). Everything
+    is given back on leaving."""
     with contextlib.ExitStack() as stack:
-        replaced = {p.name: stack.enter_context(p.during(model)) for p in MODEL_PATCHES}
+        replaced = {p.name: stack.enter_context(p.during(model)) for p in (*MODEL_PATCHES, *EXPORTER_PATCHES)}
         yield {name: found for name, found in replaced.items() if found}
