@@ -88,7 +88,7 @@ def main() -> int:
     import onnx_nb
     from onnx_nb.runtime.timing import interleaved
     from onnx_nb.steps.benchmark.benchmarking import BucketedTorchRunner, OrtRunner, TorchRunner
-    from onnx_nb.steps.export.references import torch_reference
+    from onnx_nb.steps.export.machinery.references import torch_reference
     from onnx_nb.steps.export.sources.hf import HfSource
 
     load = os.getloadavg()[0]

@@ -11,6 +11,32 @@ import onnxruntime as ort
 import torch
 
 
+def installed(*names: str) -> None:
+    """Skips the calling test file where a package it needs is not installed, as ``pytest.importorskip`` would,
+    without importing it: both workers collect every file, one runs it, and only that one should pay for the
+    import (TensorFlow's takes seconds)."""
+    import importlib.util
+
+    import pytest
+
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"could not import {name!r}: not installed", allow_module_level=True)
+
+
+def lazy(name: str) -> Any:
+    """Module ``name``, imported when a test first uses it (:func:`installed` checks it is there)."""
+    import importlib
+    import types
+
+    class Lazy(types.ModuleType):
+        def __getattr__(self, attribute: str) -> Any:
+            return getattr(importlib.import_module(name), attribute)
+
+    installed(name)
+    return Lazy(name)
+
+
 def graph_inputs(path: Any) -> list[Any]:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_inputs()
 

@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("ray")
 import onnx_nb
+from helpers import installed
 from onnx_nb.runtime.local_cluster import LocalRayCluster
+
+installed("ray")
 
 
 @pytest.fixture(scope="module")

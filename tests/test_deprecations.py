@@ -41,7 +41,7 @@ def test_a_librarys_own_deprecation_is_not_ours() -> None:
 def test_the_cache_goes_in_and_out_under_the_installed_name() -> None:
     import transformers
 
-    from onnx_nb.steps.export.hf_cache import cache_kwargs, cache_name, cache_of
+    from onnx_nb.steps.export.caches.hf_names import cache_kwargs, cache_name, cache_of
     from tiny_models import build
 
     model = build("llama").eval()

@@ -12,10 +12,11 @@ import pytest
 
 import onnx_nb
 import tiny_models
+from helpers import installed
 from onnx_nb.errors import InvalidArgumentError, OutputExistsError
 from onnx_nb.steps.variants.quantizing import int8_method
 
-diffusers = pytest.importorskip("diffusers")
+installed("diffusers")
 
 
 @pytest.fixture(scope="module")

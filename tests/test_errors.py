@@ -73,7 +73,7 @@ def test_unsupported_operator_names_op_and_module(tmp_path: Path) -> None:
 
 def test_unsupported_operator_is_not_retried_at_fixed_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fixing the non-batch axes cannot give an operator a translation: each exporter runs once, not twice."""
-    from onnx_nb.steps.export import torch_route
+    from onnx_nb.steps.export.machinery import torch_route
 
     calls: list[str] = []
     real = torch_route.run_exporter

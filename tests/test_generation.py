@@ -15,7 +15,7 @@ import torch
 
 import onnx_nb
 import tiny_models
-from onnx_nb.steps.export.decoder_cache import CacheLayout
+from onnx_nb.steps.export.caches.decoder import CacheLayout
 from onnx_nb.steps.parity.generation import compare_tokens
 from onnx_nb.steps.parity.probes import default_prompts
 
@@ -350,7 +350,7 @@ def test_generate_keeps_its_session_and_reads_builder_folders(exports: dict[str,
     a changed file gets a new one. A GroupQueryAttention file as onnxruntime-genai's builder writes it (cache dims
     named, not fixed; its own rotary table names) generates the same tokens with the genai_config.json beside it,
     and is refused, saying what is missing, without."""
-    from onnx_nb.steps.export.gqa_io import COS, SIN
+    from onnx_nb.steps.export.caches.gqa_io import COS, SIN
     from onnx_nb.steps.generate import runners
 
     fast = onnx_nb.optimize(exports["llama"], out=tmp_path / "gqa.onnx", validate=False)

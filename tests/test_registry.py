@@ -101,7 +101,7 @@ def test_windows_compressed_into_entries_export_at_every_length_and_generate(tmp
     batch gives other tokens than its prompts alone (the padding enters the windows)."""
     import transformers
 
-    from onnx_nb.steps.export.decoder_cache import NoKeyValueCache, layout_of
+    from onnx_nb.steps.export.caches.decoder import NoKeyValueCache, layout_of
     from onnx_nb.steps.export.patches.windows import traceable_windows
 
     config = registry_sweep.causal_config("deepseek_v4", "DeepseekV4ForCausalLM", registry_sweep.TINY)

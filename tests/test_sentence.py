@@ -11,8 +11,6 @@ import onnxruntime as ort
 import pytest
 import torch
 import transformers
-from sentence_transformers import SentenceTransformer
-from sentence_transformers.sentence_transformer import modules as models
 
 import onnx_nb
 
@@ -23,6 +21,9 @@ TEXTS = ["A man is eating food.", "A man is riding a white horse on an enclosed 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     """A small BERT with mean pooling and normalisation (random weights), as an object and as a folder."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import modules as models
+
     folder = tmp_path_factory.mktemp("sentence")
     tokenizer = transformers.AutoTokenizer.from_pretrained(onnx_nb.default_model_path())
     config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
@@ -75,6 +76,8 @@ def test_minilm_sentence_embeddings_match_encode(tmp_path: Path) -> None:
     ops: "Unable to find data type"), cosine with encode() is 0.99 on average, "Hi" the lowest. quantize() takes
     the attention route whose INT8 file is faster (the eager re-export, ORT's QAttention): "Hi" keeps 0.980 there
     (0.98+ on the onnxscript route's slower file)."""
+    from sentence_transformers import SentenceTransformer
+
     st = SentenceTransformer(str(onnx_nb.default_model_path()), device="cpu")
     result = onnx_nb.export(st, out=tmp_path / "minilm.onnx", progress=False)
     want = st.encode(TEXTS, convert_to_numpy=True)

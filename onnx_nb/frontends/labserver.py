@@ -138,7 +138,7 @@ def tutorials() -> list[dict[str, str]]:
 def _short(folder: Path, model: str) -> str:
     """The model as a notebook's name: the demo, a folder's or a file's own name, a hub id's last part."""
     from ..runtime.files import safe_name
-    from ..steps.export.writing import source_name
+    from ..steps.export.machinery.writing import source_name
 
     if not model:
         return "demo"

@@ -156,7 +156,7 @@ class Studio:
     def __init__(self, model: Any, sample: Any = None, *, threaded: bool = True) -> None:
         from ..runtime.files import default_output
         from ..runtime.providers import providers_named
-        from ..steps.export.writing import source_name
+        from ..steps.export.machinery.writing import source_name
         from ..steps.plan import QUANTIZE_METHODS, Run, Settings, tabs
 
         self.model = model

@@ -289,7 +289,7 @@ def _reference_and_feed(reference: Any, sample: Any,
     """PyTorch eager as the baseline when there is a reference (loaded again from its location when the result
     no longer holds it), and the inputs every row runs on, with their variable axes."""
     from ...runtime.feeds import feed_for
-    from ..export.references import torch_reference
+    from ..export.machinery.references import torch_reference
     from ..export.sources.registry import adapter_of, resolve
 
     ref = None

@@ -17,18 +17,18 @@ from ...errors import InvalidArgumentError
 from ...runtime.facts import file_facts, is_cache, is_cross_cache, is_state, present_of
 from ...runtime.onnxfile import file_bytes
 from ...runtime.providers import threads_for, threads_shown
-from ..export.decoder_cache import layout_of
-from ..export.hf.samples import audio_rows
-from ..export.hf_cache import cache_kwargs
-from ..export.seq2seq_cache import (
+from ..export.caches.decoder import layout_of
+from ..export.caches.hf_names import cache_kwargs
+from ..export.caches.seq2seq import (
     AUDIO_INPUTS,
     EncoderWithCross,
     as_encoder_output,
     encoder_decoder_cache,
     encoder_inputs,
 )
-from ..export.seq2seq_cache import layout_of as seq2seq_layout
-from ..export.state_cache import attends, build_cache, entry_shape
+from ..export.caches.seq2seq import layout_of as seq2seq_layout
+from ..export.caches.states import attends, build_cache, entry_shape
+from ..export.hf.samples import audio_rows
 
 DEFAULT_GENERATION_SHAPES = ({"prompt": 32}, {"past": 32})
 

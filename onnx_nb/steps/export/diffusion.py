@@ -75,8 +75,8 @@ def export_diffusion(pipe: Any, out: Any, overwrite: bool, progress: bool, opset
                      name: str | None = None) -> DiffusionExport:
     """Every part into ``out`` (a folder; default: one named after ``name`` or the pipeline's class) with
     ``export`` (:func:`onnx_nb.export`), each checked at another shape, all or nothing
-    (:func:`~onnx_nb.steps.export.staged.write_parts`)."""
-    from .staged import write_parts
+    (:func:`~onnx_nb.steps.export.machinery.staged.write_parts`)."""
+    from .machinery.staged import write_parts
 
     folder, parts, seconds = write_parts(
         "a pipeline", PARTS, lambda: {k: (m.eval(), s, a) for k, (m, s, a) in samples(pipe).items()},

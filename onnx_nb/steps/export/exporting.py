@@ -44,7 +44,7 @@ def export(
     dynamo exporter, then TorchScript; the result says which was used and why the other was not.
     ``name`` names the model in results and in the default output folder. ``cache`` (``"auto"``: for causal
     LMs) exports a decoder with its key/value cache, one graph for prefill and decode (see
-    :mod:`onnx_nb.steps.export.decoder_cache`); ``cache=False`` exports logits for a whole sequence. A PyTorch
+    :mod:`onnx_nb.steps.export.caches.decoder`); ``cache=False`` exports logits for a whole sequence. A PyTorch
     checkpoint file (``.pt``, ``.pth``, ``.ckpt``) is loaded with ``weights_only=True``; one that pickles a whole model
     needs ``allow_pickle=True``, for files you trust (unpickling can run arbitrary code).
 
@@ -70,8 +70,8 @@ def export(
         result = onnx_nb.export(net, torch.randn(1, 3, 224, 224), out="net.onnx")   # a plain module and its sample
         assert result, result.check                        # falsy when the file disagrees with PyTorch
     """
+    from .machinery.torch_state import clear_leftovers
     from .sources.registry import resolve
-    from .torch_state import clear_leftovers
 
     if "torch" in sys.modules:  # an earlier export, interrupted mid-trace, may have left torch mid-trace
         clear_leftovers()

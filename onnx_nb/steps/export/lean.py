@@ -33,7 +33,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, ModelLoadError
 from ...runtime.onnxedit import pad_to_page, point_external
-from .gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
+from .caches.gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
 from .lean_families import PRECISIONS, Family, family_of, rotary_of
 from .lean_quant import ACCURACY_LEVEL, Blocks, by_quantizer, refuse_odd_blocks, rtn
 from .safetensors_file import Checkpoint

@@ -140,10 +140,10 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
     from ...runtime import onnxfile
     from ...runtime.files import check_space, total_size
     from ...runtime.memory import FACTORS, Peak, available_bytes, peak_memory
-    from .attempts import first_that_passes
-    from .decoder_cache import CacheLayout
+    from .caches.decoder import CacheLayout
     from .hf.loading import load_config, load_preprocessor
-    from .logs import quiet_loading
+    from .machinery.attempts import first_that_passes
+    from .machinery.logs import quiet_loading
 
     warnings_seen: list[str] = []
     with Steps(4, f"export ({precision}, layer by layer)", progress) as steps:

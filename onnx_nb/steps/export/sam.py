@@ -69,7 +69,7 @@ def load_sam(model: Any) -> Any:
     if not isinstance(model, (str, Path)):
         return model
     from .hf.loading import load_model
-    from .logs import quiet_loading
+    from .machinery.logs import quiet_loading
 
     with quiet_loading([], local=Path(str(model)).expanduser().exists()):
         return load_model(str(model)).model
@@ -120,9 +120,9 @@ def export_sam(model: Any, out: Any, overwrite: bool, progress: bool, opset: int
                name: str | None = None) -> SamExport:
     """Both parts into ``out`` (a folder; default: one named after ``name`` or the model's class) with ``export``
     (:func:`onnx_nb.export`), each checked at other shapes (two images; two images of three prompts of five
-    points), all or nothing (:func:`~onnx_nb.steps.export.staged.write_parts`)."""
-    from .staged import write_parts
-    from .wrap import eval_mode
+    points), all or nothing (:func:`~onnx_nb.steps.export.machinery.staged.write_parts`)."""
+    from .machinery.staged import write_parts
+    from .machinery.wrap import eval_mode
 
     with eval_mode(model):
         folder, parts, seconds = write_parts("SAM", PARTS, lambda: samples(model), name or type(model).__name__,

@@ -1,6 +1,6 @@
 """Generation in ONNX Runtime: :func:`generate` over a decoder exported with its cache (or an encoder-decoder:
 :mod:`onnx_nb.steps.generate.seq2seq`), and the opset-23 re-export with standard attention ops that ``optimize()`` uses.
-The cache layout and the export wrapper: :mod:`onnx_nb.steps.export.decoder_cache`.
+The cache layout and the export wrapper: :mod:`onnx_nb.steps.export.caches.decoder`.
 
 One graph serves prefill and decode (as Optimum's merged decoder and onnxruntime-genai do): it takes
 ``input_ids``, ``attention_mask`` (over past + new tokens), ``position_ids`` and, per layer,

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...runtime.facts import is_cross_cache, present_of
-from ..export.seq2seq_cache import AUDIO_INPUTS, encoder_path
+from ..export.caches.seq2seq import AUDIO_INPUTS, encoder_path
 from .runners import binding_device, on_device, run_bound
 
 

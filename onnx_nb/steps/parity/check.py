@@ -17,7 +17,7 @@ from ...results.parity import DivergingNode, ParityReport, Row
 from ...results.tolerance import measure, precision_of, tolerance_for
 from ...runtime.isolation import honours_isolate
 from ...runtime.shapes import axis_sizes, cast_feed, label, make_feed, right_padded, shape_specs, static_conflict
-from ..export.references import Reference
+from ..export.machinery.references import Reference
 
 _ORT_NODE = re.compile(r"running (?P<op>\w+) node\. Name:'(?P<name>[^']+)'")
 
@@ -88,7 +88,7 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     export = export_of(candidate_obj)
     cases, notes = make_cases(ref, shapes, candidate_obj, proto, probe_names, seed)
     if ref.fixed_feed:
-        from ..export.references import SAVED_NOTE
+        from ..export.machinery.references import SAVED_NOTE
 
         notes.append(SAVED_NOTE)
     rows: list[Row] = []

@@ -16,7 +16,7 @@ import torch
 from ...errors import InsufficientMemoryError
 from ...results.tolerance import NEAR_TIE
 from ...runtime.cpu import file_notes, this_cpu
-from ..export.hf_cache import cache_kwargs, cache_of
+from ..export.caches.hf_names import cache_kwargs, cache_of
 from ..generate.generation import generate
 from ..generate.runners import OnnxDecoder, decoder_for, left_pad
 from .probes import default_prompts, plain
@@ -143,7 +143,7 @@ def _chain(export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: in
 
 def _seq2seq(export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> Any:
     """An encoder-decoder's decoder file, its encoder a named part of the export."""
-    from ..export.seq2seq_cache import encoder_path
+    from ..export.caches.seq2seq import encoder_path
     from .seq2seq import Seq2SeqParity
 
     return Seq2SeqParity(model, path, max_new_tokens,

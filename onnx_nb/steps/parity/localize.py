@@ -23,7 +23,7 @@ from ...results.parity import DivergingNode
 from ...results.tolerance import Tolerance, measure, tolerance_for
 from ...runtime.files import scratch_dir
 from ...runtime.shapes import contiguous
-from ..export.references import Reference
+from ..export.machinery.references import Reference
 
 WRAPPER_PREFIXES = ("inner.model.", "inner.model")
 
@@ -226,9 +226,9 @@ def compare_modules(ref: Reference, cand_path: Path, feed: dict[str, np.ndarray]
 def _fresh_export(ref: Reference, exporter: str, opset: int, folder: Path) -> Path:
     import torch
 
-    from ..export.inputs import Sample
-    from ..export.torch_route import run_exporter
-    from ..export.wrap import eval_mode, signature_module
+    from ..export.machinery.inputs import Sample
+    from ..export.machinery.torch_route import run_exporter
+    from ..export.machinery.wrap import eval_mode, signature_module
 
     tensors = [torch.from_numpy(contiguous(ref.sample[n])) for n in ref.flat.input_names]
     s = Sample(list(ref.flat.input_names), tensors, ref.flat.as_kwargs, dict(ref.axes))

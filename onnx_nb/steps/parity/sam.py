@@ -36,8 +36,8 @@ def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, p
 
     from ...runtime.providers import providers_named
     from ...runtime.sessions import session
+    from ..export.machinery.wrap import eval_mode
     from ..export.sam import sample_points, side_of
-    from ..export.wrap import eval_mode
 
     SamSource.expect(result, "check_sam")
     model = result.model

@@ -8,9 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..export.hf.samples import audio_rows
-from ..export.hf_cache import cache_kwargs, cache_of
-from ..export.seq2seq_cache import (
+from ..export.caches.hf_names import cache_kwargs, cache_of
+from ..export.caches.seq2seq import (
     AUDIO_INPUTS,
     as_encoder_output,
     encoder_decoder_cache,
@@ -18,6 +17,7 @@ from ..export.seq2seq_cache import (
     encoder_states,
     start_token,
 )
+from ..export.hf.samples import audio_rows
 from ..generate.seq2seq import BesideEncoder, OnnxSeq2Seq, encoder_feed, full_provider_name, generate
 from .probes import plain
 

@@ -30,13 +30,13 @@ from ...errors import NotRewritableError as NotRewritable
 from ...runtime.facts import PRESENT_PREFIX
 from ...runtime.onnxedit import save_proto
 from ...runtime.onnxfile import GQA_OP
-from ..export.gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
-from ..export.gqa_io import rotary_tables as tables_of
+from ..export.caches.gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
+from ..export.caches.gqa_io import rotary_tables as tables_of
 
 __all__ = ["GQA_OP", "NotRewritable", "rewrite", "rotary_tables"]
 
 def rotary_tables(model: Any) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin for every position (:func:`~onnx_nb.steps.export.gqa_io.rotary_tables`) from the rotary module
+    """cos and sin for every position (:func:`~onnx_nb.steps.export.caches.gqa_io.rotary_tables`) from the rotary module
     inside ``model``."""
     rotary = next((m for m in model.modules() if hasattr(m, "inv_freq") and "Rotary" in type(m).__name__), None)
     if rotary is None:

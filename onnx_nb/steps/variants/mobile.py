@@ -89,7 +89,7 @@ def _convert(src: Path, staged: Path, scratch: Path) -> list[str]:
     import onnx
 
     from ...runtime.files import disk_error
-    from ..export.exporters import quiet
+    from ..export.machinery.exporters import quiet
 
     work = scratch / staged.name
     onnx.save(onnx.load(str(src), load_external_data=True), str(work))  # the weights inside the one file
@@ -203,7 +203,7 @@ def ort_format_rows(variant: Variant, sess: Any, sample: Any = None) -> tuple[li
     from ...results.tolerance import precision_of
     from ...runtime.feeds import feed_for
     from ...runtime.onnxfile import load_proto
-    from ..export.references import Reference
+    from ..export.machinery.references import Reference
     from ..export.sources.registry import adapter_of
     from ..parity.check import make_cases, probes_for, run_case
 

@@ -157,7 +157,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
 
         def write(src: Path, staged: Path) -> list[str]:
             from ...runtime.files import scratch_dir, temp_inside
-            from ..export.exporters import quiet
+            from ..export.machinery.exporters import quiet
 
             warnings: list[str] = []
             with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):

@@ -13,8 +13,8 @@ import torch
 
 from ....errors import SampleError
 from ....runtime.shapes import SAMPLE_SIZES
-from ..inputs import AxisSpec, Sample, to_tensor
-from ..wrap import forward_parameters
+from ..machinery.inputs import AxisSpec, Sample, to_tensor
+from ..machinery.wrap import forward_parameters
 
 BATCH, SEQUENCE, DECODER_SEQUENCE, AUDIO_SAMPLES, IMAGE_SIDE, MEL_FRAMES = (SAMPLE_SIZES[k] for k in (
     "batch", "sequence", "decoder_sequence", "audio_samples", "image_side", "mel_frames"))

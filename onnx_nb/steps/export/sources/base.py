@@ -85,8 +85,8 @@ class Source:
     def export_prepared(cls, model: Any, args: ExportArgs) -> Any:
         """The PyTorch route on what :meth:`prepared` made of ``model`` (a detector as one flat graph)."""
         from ....progress import Steps
-        from ..torch_route import export_module
-        from ..writing import target_for
+        from ..machinery.torch_route import export_module
+        from ..machinery.writing import target_for
 
         record, args = cls.prepared(model, args)
         label, target = target_for(model, args, record.name)
@@ -102,7 +102,7 @@ class Source:
                   against: Any = None) -> Any:
         """The reference ``candidate`` (a file of this export, or a variant of it) is checked against: the model
         run by its own framework, made flat and fed the way the export did."""
-        from ..references import torch_reference
+        from ..machinery.references import torch_reference
 
         record = cls.reload(export.source, "check_parity")
         return torch_reference(record, sample, f"PyTorch {export.source.name}", exporter or export.exporter,
@@ -127,7 +127,7 @@ class Source:
     @classmethod
     def sample(cls, record: Any, sample: Any, dynamic: Any = True) -> Any:
         """Named sample tensors with their dynamic axes (an ``inputs.Sample``), the caller's or made for the model."""
-        from .. import inputs
+        from ..machinery import inputs
 
         s = inputs.normalise(record.model, sample)
         s.axes = inputs.default_axes(s)
@@ -135,8 +135,8 @@ class Source:
 
     @classmethod
     def flat(cls, record: Any, names: list[str], as_kwargs: bool) -> Any:
-        """The model as one flat ``forward(*tensors)`` (a :class:`~onnx_nb.steps.export.wrap.FlatModule`)."""
-        from ..wrap import FlatModule
+        """The model as one flat ``forward(*tensors)`` (a :class:`~onnx_nb.steps.export.machinery.wrap.FlatModule`)."""
+        from ..machinery.wrap import FlatModule
 
         return FlatModule(record.model, names, as_kwargs, {})
 
@@ -144,7 +144,7 @@ class Source:
     def natural_axes(cls, record: Any, sample: Any) -> dict[str, dict[int, str]]:
         """The axes the model's inputs naturally vary along, even when an export fixed them (parity shows that a
         static export fails at other shapes)."""
-        from .. import inputs
+        from ..machinery import inputs
 
         return inputs.default_axes(sample)
 

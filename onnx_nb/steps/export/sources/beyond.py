@@ -53,7 +53,7 @@ class BeyondSource(Source):
         """``check_parity(model, file)`` with the model itself: its framework, on the file's own graph sample when
         no sample is given."""
         from ....results.export import ModelSource
-        from ..references import sample_from
+        from ..machinery.references import sample_from
 
         own = cls.loaded(model)
         location = str(model) if isinstance(model, (str, Path)) else None

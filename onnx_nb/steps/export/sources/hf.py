@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
 from ..hf.loading import folder_config
-from ..writing import source_name
+from ..machinery.writing import source_name
 from .base import Source
 
 
@@ -72,7 +72,7 @@ class HfSource(Source):
     def open(cls, model: Any, args: ExportArgs) -> Any:
         """Load (a folder or hub id) or wrap (an object) into the record; nothing about a cache decided yet."""
         from ....results.export import ModelSource
-        from ..logs import quiet_loading
+        from ..machinery.logs import quiet_loading
 
         task = args.task
         said: list[str] = []
@@ -116,7 +116,7 @@ class HfSource(Source):
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ....progress import Steps
         from ..lean_export import check_memory
-        from ..writing import target_for
+        from ..machinery.writing import target_for
 
         label, target = target_for(model, args)
         check_memory(model)
@@ -129,10 +129,10 @@ class HfSource(Source):
     @classmethod
     def export_record(cls, record: Any, args: ExportArgs, target: Path, steps: Any) -> Any:
         """The plan for a loaded model: an encoder-decoder's two files, a decoder with its cache, or one file."""
-        from ..torch_route import export_module
+        from ..machinery.torch_route import export_module
 
         if args.cache is not False and record.kind != "sentence-transformers":
-            from ..decoder_cache import layout_of
+            from ..caches.decoder import layout_of
 
             if is_seq2seq(record.model):
                 from ..seq2seq_route import export_seq2seq
@@ -141,7 +141,7 @@ class HfSource(Source):
                 record.generation = "seq2seq"
                 return export_seq2seq(cls, record, args.sample, target, args.opset_or_default, steps)
             if is_causal_lm(record.model):
-                from ..decoder_cache import NoKeyValueCache
+                from ..caches.decoder import NoKeyValueCache
 
                 try:
                     record.cache_layout = layout_of(record.model)
@@ -171,7 +171,7 @@ class HfSource(Source):
         import dataclasses
 
         from ....errors import OnnxNbError, first_line
-        from ..torch_route import export_module
+        from ..machinery.torch_route import export_module
 
         try:
             result = export_module(cls, record, args, target, steps)
@@ -215,10 +215,10 @@ class HfSource(Source):
 
     @classmethod
     def sample(cls, record: Any, sample: Any, dynamic: Any = True) -> Any:
-        from .. import inputs
+        from ..machinery import inputs
 
         if record.generation == "decoder":
-            from .. import decoder_cache
+            from ..caches import decoder as decoder_cache
 
             layout = record.cache_layout
             given = dict(sample) if sample is not None else decoder_cache.cache_sample(record.model, layout)
@@ -246,10 +246,10 @@ class HfSource(Source):
     def flat(cls, record: Any, names: list[str], as_kwargs: bool) -> Any:
         """A decoder with its cache through :class:`decoder_cache.DecoderWithCache`; every other model gets its
         call keywords (no cache, ModelOutput results)."""
-        from ..wrap import FlatModule, forward_parameters
+        from ..machinery.wrap import FlatModule, forward_parameters
 
         if record.generation == "decoder":
-            from ..decoder_cache import DecoderWithCache
+            from ..caches.decoder import DecoderWithCache
 
             return FlatModule(DecoderWithCache(record.model, record.cache_layout), names, False, {})
         params = forward_parameters(record.model)
@@ -280,7 +280,7 @@ class HfSource(Source):
     @classmethod
     def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,
                            exporter: str | None = None) -> Any:
-        from ..references import torch_reference
+        from ..machinery.references import torch_reference
 
         record = cls.open(model, ExportArgs())
         return torch_reference(record, sample, label or f"PyTorch {record.name}", exporter, adapter=cls)
@@ -304,7 +304,7 @@ def _with_positions(model: Any, s: Any) -> Any:
     them (the mask's running count): the file then gives generate()'s tokens for left-padded batches, and for the
     encoders registered as causal LMs (RoBERTa's own default positions start after its padding id)."""
 
-    from ..wrap import forward_parameters
+    from ..machinery.wrap import forward_parameters
 
     if "position_ids" in s.names or "position_ids" not in forward_parameters(model) or not is_causal_lm(model) \
             or "attention_mask" not in s.names:

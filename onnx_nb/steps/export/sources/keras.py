@@ -55,7 +55,7 @@ class _TensorflowFamily(BeyondSource):
     def native(cls, record: Any, candidate: Any, sample: Any = None) -> Any:
         """The model run by TensorFlow (Keras's own call, or the SavedModel's serving signature)."""
         from ..keras_tf import import_tensorflow
-        from ..references import Reference, output_names
+        from ..machinery.references import Reference, output_names
 
         names = output_names(candidate)
         model = record.model if record.model is not None or not record.location else record.location

@@ -34,7 +34,7 @@ class LeanSource(HfSource):
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ..lean_export import export_checkpoint
         from ..lean_quant import Blocks
-        from ..writing import target_for
+        from ..machinery.writing import target_for
 
         if not isinstance(model, (str, os.PathLike)):
             raise InvalidArgumentError(

@@ -37,7 +37,7 @@ class OnnxFileSource(BeyondSource):
                   against: Any = None) -> Any:
         """A variant against the file as it came; the file itself against an independent implementation."""
         from ....runtime.feeds import feed_for
-        from ..references import independent_reference, onnx_reference
+        from ..machinery.references import independent_reference, onnx_reference
 
         record = export.source
         original = Path(export.path)

@@ -26,7 +26,7 @@ class SklearnSource(BeyondSource):
     @classmethod
     def native(cls, record: Any, candidate: Any, sample: Any = None) -> Any:
         """predict / predict_proba / transform on the same rows (string labels compared as equal or not)."""
-        from ..references import Reference, output_names
+        from ..machinery.references import Reference, output_names
         from ..scikit import features, native_outputs
 
         names = output_names(candidate)

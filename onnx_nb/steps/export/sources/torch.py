@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
-from ..writing import source_name
+from ..machinery.writing import source_name
 from .base import Source
 
 NOT_A_MODEL = ("Pass a torch.nn.Module, a Hugging Face model object, the path of a local Hugging Face folder, a hub id "
@@ -61,8 +61,8 @@ class TorchSource(Source):
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ....progress import Steps
-        from ..torch_route import export_module
-        from ..writing import target_for
+        from ..machinery.torch_route import export_module
+        from ..machinery.writing import target_for
 
         label, target = target_for(model, args)
         with Steps(5, "export", args.progress) as steps:
@@ -82,7 +82,7 @@ class TorchSource(Source):
         """The reference for ``candidate`` when the model itself is given (``check_parity(model, file)``): a plain
         module cannot describe its inputs, so the sample defaults to the one ``candidate``'s export was made with."""
         from ....runtime.feeds import export_sample
-        from ..references import torch_reference
+        from ..machinery.references import torch_reference
 
         record = cls.open(model, ExportArgs())
         if sample is None and record.adapter == cls.key:

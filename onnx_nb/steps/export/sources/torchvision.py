@@ -40,7 +40,7 @@ class TorchvisionSource(Source):
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ..detection import BATCH_NOTE, TRACED_NOTE
-        from ..inputs import FixedAxis
+        from ..machinery.inputs import FixedAxis
 
         result = cls.export_prepared(model, args)
         result.fixed_axes.insert(0, FixedAxis("images", 0, 1, BATCH_NOTE))
@@ -52,7 +52,7 @@ class TorchvisionSource(Source):
     def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,
                            exporter: str | None = None) -> Any:
         from ....runtime.feeds import export_sample
-        from ..references import torch_reference
+        from ..machinery.references import torch_reference
 
         record, args = cls.prepared(model, ExportArgs(sample=sample if sample is not None else
                                                       export_sample(candidate)))

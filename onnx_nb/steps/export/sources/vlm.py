@@ -57,12 +57,12 @@ class VlmSource(HfSource):
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ....errors import ExportError
         from ....results.vlm import VlmExport
-        from ..decoder_cache import NoKeyValueCache, layout_of
-        from ..staged import write_parts
+        from ..caches.decoder import NoKeyValueCache, layout_of
+        from ..machinery.staged import write_parts
+        from ..machinery.wrap import eval_mode
+        from ..machinery.writing import folder_for
         from ..vlm import PARTS, deepstack_layers, image_token_of, parts, takes_grid
         from ..vlm_prompts import takes_token_types
-        from ..wrap import eval_mode
-        from ..writing import folder_for
 
         config = location_config(model) if isinstance(model, (str, os.PathLike)) else model.config.to_dict()
         if config.get("is_encoder_decoder"):
@@ -118,7 +118,7 @@ class VlmSource(HfSource):
         length), fed embeddings."""
         from ....progress import Steps
         from ....runtime.files import check_target
-        from ..torch_route import export_module
+        from ..machinery.torch_route import export_module
 
         args = ExportArgs(out=settings["out"], overwrite=True, progress=False, opset=settings.get("opset"))
         with Steps(3, "export", False) as steps:

@@ -43,7 +43,7 @@ class YoloSource(Source):
     @classmethod
     def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,
                            exporter: str | None = None) -> Any:
-        from ..references import torch_reference
+        from ..machinery.references import torch_reference
 
         record, args = cls.prepared(model, ExportArgs(sample=sample, nms=_nms_of(candidate)))
         return torch_reference(record, args.sample, label or f"PyTorch {record.name}", exporter, adapter=cls)

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from ...errors import SampleError
-from ...runtime.shapes import other_size, other_sizes
+from ....errors import SampleError
+from ....runtime.shapes import other_size, other_sizes
 from .wrap import forward_parameters
 
 AxisSpec = dict[str, dict[int, str]]
@@ -201,7 +201,7 @@ def probe_axes(run: Any, sample: Sample, static: Mapping[str, str]) -> list[Fixe
     Axes of equal size that only run together (a sequence shared by ``input_ids`` and ``attention_mask``)
     get one shared name. ``static`` names inputs whose non-batch axes must stay fixed, with the reason.
     """
-    from ...errors import first_line
+    from ....errors import first_line
 
     fixed: list[FixedAxis] = []
     candidates: dict[int, list[tuple[str, int]]] = {}

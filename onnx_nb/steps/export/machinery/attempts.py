@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import first_line
+from ....errors import first_line
 
 
 @dataclass
@@ -38,7 +38,7 @@ def first_that_passes(order: list[str], target: Path, write: Callable[[str, Path
     ``check(name, staged_path, written)``; publish the first file whose check passes, or the last one written (its
     check then says what differs). ``stop_on``: exceptions no other candidate would fare better with (besides a full
     disk, an interrupt and running out of memory). ``describe``: an exception as the attempt's one line."""
-    from ...runtime.files import disk_error, publish, staging_dir
+    from ....runtime.files import disk_error, publish, staging_dir
 
     fatal: tuple[type[BaseException], ...] = (KeyboardInterrupt, MemoryError, *stop_on)
     outcome = Outcome()

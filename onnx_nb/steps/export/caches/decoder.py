@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...render import human_bytes
-from ...runtime.shapes import SAMPLE_SIZES
-from .hf_cache import cache_kwargs, cache_of
+from ....render import human_bytes
+from ....runtime.shapes import SAMPLE_SIZES
+from .hf_names import cache_kwargs, cache_of
 
 PAST = "past_key_values.{}.{}"
 PRESENT = "present.{}.{}"
@@ -133,7 +133,7 @@ def layout_of(model: Any) -> CacheLayout:
         raise NoKeyValueCache(f"{name} returns no cache" + (
             " (it is an encoder: is_decoder=False in its config)"
             if getattr(getattr(model, "config", None), "is_decoder", True) is False else ""))
-    from .state_cache import read_cache, state_entries, transformers_own
+    from .states import read_cache, state_entries, transformers_own
 
     states = state_entries(cache)
     if states:
@@ -237,7 +237,7 @@ class DecoderWithCache(torch.nn.Module):
     def _state_step(self, ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                     given: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One token through a cache of states (:mod:`.state_cache`)."""
-        from .state_cache import attends, build_cache, entry_name, read_cache, unless_padding
+        from .states import attends, build_cache, entry_name, read_cache, unless_padding
 
         states = self.layout.states
         before = [given[entry_name(e)] for e in states]
@@ -282,7 +282,7 @@ def _first_step_cache() -> Any:
 
 def input_names(layout: CacheLayout) -> list[str]:
     if layout.states:
-        from .state_cache import entry_name
+        from .states import entry_name
 
         return ["input_ids", "attention_mask", "position_ids"] + [entry_name(e) for e in layout.states]
     first = ["inputs_embeds"] if layout.embeds else ["input_ids"]
@@ -293,7 +293,7 @@ def input_names(layout: CacheLayout) -> list[str]:
 
 def output_names(layout: CacheLayout) -> list[str]:
     if layout.states:
-        from .state_cache import entry_name
+        from .states import entry_name
 
         return ["logits"] + [entry_name(e, "present") for e in layout.states]
     return ["logits"] + [PRESENT.format(i, kind) for i, kind in _carried(layout)]
@@ -313,7 +313,7 @@ def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
             "inputs_embeds": {0: "batch", 1: "sequence"}, "token_type_ids": {0: "batch", 1: "sequence"},
             "deepstack_embeds": {1: "batch", 2: "sequence"}}
     if layout.states:  # one token per step: only the batch and the keys' past vary
-        from .state_cache import entry_name
+        from .states import entry_name
 
         axes.update(input_ids={0: "batch"}, position_ids={0: "batch"}, logits={0: "batch"})
         for e in layout.states:
@@ -356,7 +356,7 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
         .contiguous(),
     }
     if layout.states:
-        from .state_cache import entry_name, entry_shape
+        from .states import entry_name, entry_shape
 
         for e in layout.states:
             sample[entry_name(e)] = torch.randn(*entry_shape(e, b, p), generator=g) * \

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...runtime.facts import STATE_KINDS
+from ....runtime.facts import STATE_KINDS
 
 # one entry of a layout: (layer, kind, index, shape without the batch axis); a key or value's shape is
 # (heads, head size), its sequence axis left out

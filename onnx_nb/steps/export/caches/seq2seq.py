@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .hf_cache import cache_kwargs, cache_of
+from .hf_names import cache_kwargs, cache_of
 
 SUFFIX = ".encoder.onnx"
 
@@ -70,7 +70,7 @@ def start_token(model: Any) -> int:
     """The decoder's first token as transformers' ``generate()`` picks it: ``decoder_start_token_id`` (the config's,
     else the generation config's: PLBart's config has none), else ``bos_token_id`` (mBART's default config), else
     the padding id (T5's convention), else 0."""
-    from ...runtime.facts import DECODER_START
+    from ....runtime.facts import DECODER_START
 
     for name in (*DECODER_START, "pad_token_id"):
         for source in (model.config, getattr(model, "generation_config", None)):
@@ -117,7 +117,7 @@ AUDIO_INPUTS = ("input_features", "input_values")  # a spectrogram (Whisper, Spe
 
 
 def encoder_inputs(model: Any) -> tuple[str, ...]:
-    from .hf.samples import main_input
+    from ..hf.samples import main_input
 
     main = main_input(model)
     return (main,) if main in AUDIO_INPUTS else ("input_ids", "attention_mask")

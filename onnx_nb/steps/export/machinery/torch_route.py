@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...errors import ExportError, OnnxNbError, UnsupportedOperatorError, first_line
-from ...progress import Steps
-from ...results.export import ExportResult, ModelSource
-from ...runtime import onnxedit, onnxfile
-from ...runtime.files import check_space, total_size
-from .args import ExportArgs
+from ....errors import ExportError, OnnxNbError, UnsupportedOperatorError, first_line
+from ....progress import Steps
+from ....results.export import ExportResult, ModelSource
+from ....runtime import onnxedit, onnxfile
+from ....runtime.files import check_space, total_size
+from ..args import ExportArgs
 
 
 def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: Path, steps: Steps) -> ExportResult:
@@ -120,7 +120,7 @@ def _cache_check(source: ModelSource, flat: Any, s: Any) -> tuple[Any, Any, Any]
     export's check; the output axes of a cache graph are known."""
     import torch
 
-    from . import decoder_cache
+    from ..caches import decoder as decoder_cache
     from .inputs import Sample
 
     layout = source.cache_layout
@@ -222,7 +222,7 @@ def dynamo_or_eager(model: Any, warnings_seen: list[str], export: Callable[[], N
     try:
         export()
     except Exception as exc:
-        from .patches.attention import attention_holder, eager_attention
+        from ..patches.attention import attention_holder, eager_attention
 
         holder = attention_holder(model)
         if not _attention_strides(exc) or holder is None or \
@@ -272,7 +272,7 @@ def make_result(target: Path, files: list[Path], exporter: str, attempts: dict[s
 
 
 def _sample_failed(model: Any, s: Any, exc: Exception) -> Exception:
-    from ...errors import SampleError
+    from ....errors import SampleError
 
     return SampleError(
         f"{type(model).__name__} fails on the sample inputs {s.shapes()} "
@@ -283,8 +283,8 @@ def _sample_failed(model: Any, s: Any, exc: Exception) -> Exception:
 
 def _all_failed(model: Any, flat: Any, s: Any, attempts: dict[str, str],
                 errors: dict[str, BaseException], logs: dict[str, str]) -> ExportError:
+    from ..lean_families import FAMILIES
     from .exporters import locate_operator, scope_of, unsupported_operator
-    from .lean_families import FAMILIES
 
     listing = "; ".join(f"{k}: {v}" for k, v in attempts.items())
     kind = str(getattr(getattr(model, "config", None), "model_type", ""))

@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import first_line
+from ....errors import first_line
 
 
 def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.ndarray], shapes: dict[str, Any],
                  against: str = "PyTorch") -> dict[str, Any]:
     """Run the file at ``path`` in ONNX Runtime on ``feed`` and compare with ``want`` (output name -> array, in the
     file's output order); ``against`` names who computed ``want`` in the check's text."""
-    from ...runtime.sessions import session as open_session
+    from ....runtime.sessions import session as open_session
 
     try:
         session = open_session(path)
@@ -25,8 +25,8 @@ def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.nda
     except Exception as exc:  # noqa: BLE001 - ORT's own error types vary by version
         return {"passed": False, "shapes": shapes, "against": against,
                 "error": f"{type(exc).__name__}: {first_line(exc)}"}
-    from ...results import detections
-    from ...results.tolerance import EXPORT_CHECK, measure
+    from ....results import detections
+    from ....results.tolerance import EXPORT_CHECK, measure
 
     names = list(want)
     tol = EXPORT_CHECK

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, SampleError, first_line
-from ...runtime.feeds import to_numpy
-from ...runtime.shapes import contiguous
+from ....errors import InvalidArgumentError, SampleError, first_line
+from ....runtime.feeds import to_numpy
+from ....runtime.shapes import contiguous
 
 SAVED_NOTE = ("The reference is the outputs saved beside the sample: they hold for the saved inputs only, so only "
               "the sample's shape is checked and no probe runs.")
@@ -33,7 +33,7 @@ class Reference:
     axes: dict[str, dict[int, str]]
     output_names: list[str]
     model: Any = None  # the torch module a PyTorch reference runs
-    flat: Any = None  # onnx_nb.steps.export.wrap.FlatModule
+    flat: Any = None  # onnx_nb.steps.export.machinery.wrap.FlatModule
     path: Path | None = None  # the file a reference computes (an ONNX file in ONNX Runtime, or independently)
     graph: Path | None = None  # the ONNX file this reference runs in ONNX Runtime: compared tensor by tensor
     exporter: str | None = None  # how the ONNX model under test was exported, when known
@@ -46,7 +46,7 @@ class Reference:
             return dict(self.runner(feed))
         if self.graph is not None:
             if self.session is None:
-                from ...runtime.sessions import session
+                from ....runtime.sessions import session
 
                 self.session = session(self.graph, "CPUExecutionProvider")
             wanted = {i.name for i in self.session.get_inputs()}
@@ -64,7 +64,7 @@ class Reference:
 
 
 def onnx_reference(path: Path, sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> Reference:
-    from ...runtime.sessions import session
+    from ....runtime.sessions import session
 
     sess = session(path, "CPUExecutionProvider")
     return Reference("onnx", f"ONNX {path.name}", sample, axes, [o.name for o in sess.get_outputs()],
@@ -73,13 +73,13 @@ def onnx_reference(path: Path, sample: dict[str, np.ndarray], axes: dict[str, di
 
 def sample_from(candidate: Path, seed: int) -> dict[str, np.ndarray]:
     """Inputs made from the file's graph (a model given without a sample of its own)."""
-    from ...runtime.feeds import graph_sample
+    from ....runtime.feeds import graph_sample
 
     return graph_sample(candidate, seed)[0]
 
 
 def output_names(path: Path) -> list[str]:
-    from ...runtime.onnxfile import load_proto
+    from ....runtime.onnxfile import load_proto
 
     return [o.name for o in load_proto(path).graph.output]
 
@@ -114,9 +114,9 @@ def independent_reference(path: Path, against: Any, sample: Any, seed: int,
                           recorded: dict[str, np.ndarray] | None = None) -> Reference:
     """A reference for ``path`` that does not use ONNX Runtime: saved outputs (``against`` a ``.npz`` path, or
     ``recorded``), else :func:`~onnx_nb.runtime.independent.independent_runner`'s."""
-    from ...runtime.feeds import feed_for
-    from ...runtime.independent import independent_runner, read_saved
-    from ...runtime.onnxfile import load_proto, signature
+    from ....runtime.feeds import feed_for
+    from ....runtime.independent import independent_runner, read_saved
+    from ....runtime.onnxfile import load_proto, signature
 
     ins, outs = signature(load_proto(path))
     if isinstance(against, (str, os.PathLike)) and str(against).endswith(".npz"):

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...runtime.files import check_target, default_output
-from .args import ExportArgs
+from ....runtime.files import check_target, default_output
+from ..args import ExportArgs
 
 
 def label_of(model: Any, args: ExportArgs, default: str | None = None) -> str:

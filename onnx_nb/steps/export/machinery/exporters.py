@@ -139,8 +139,8 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     cache plus the new tokens, which named dims cannot say) and named after ``axes`` in the saved file. ``related``:
     the same for a module whose axes follow each other otherwise (an image's patches, four per merged row, and its
     windows)."""
-    from .patches import translations
-    from .patches.applying import applied
+    from ..patches import translations
+    from ..patches.applying import applied
 
     dims: dict[str, Any] = {}
     shapes: list[Any] = []
@@ -170,8 +170,8 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     if varargs_from is not None or related:  # the axis names in place of the exporter's symbols
         import onnx
 
-        from ...runtime.onnxedit import name_dims
-        from ...runtime.onnxfile import load_proto
+        from ....runtime.onnxedit import name_dims
+        from ....runtime.onnxfile import load_proto
 
         proto = load_proto(path)
         name_dims(proto, axes)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import NotRewritableError as NotRewritable
+from ....errors import NotRewritableError as NotRewritable
 
 SEQLENS, TOTAL = "gqa.seqlens_k", "gqa.total_sequence_length"
 COS, SIN = "gqa.cos_cache", "gqa.sin_cache"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from ....errors import InvalidArgumentError
 
 
 def write_parts(what: str, names: tuple[str, ...], build: Callable[[], dict[str, tuple[Any, Any, Any]]],
@@ -20,8 +20,8 @@ def write_parts(what: str, names: tuple[str, ...], build: Callable[[], dict[str,
     ``overwrite=True``), the parts are written to a staging folder beside (``runtime.files.staging_dir``, removed
     whatever happens) and published into ``out`` together once all passed their export. Returns the folder, the
     parts' results and the seconds taken. ``what`` names the model in the error for a file path as ``out``."""
-    from ...progress import Steps
-    from ...runtime.files import check_target, default_output, deferred_interrupt, publish, staging_dir
+    from ....progress import Steps
+    from ....runtime.files import check_target, default_output, deferred_interrupt, publish, staging_dir
 
     folder = Path(out).expanduser() if out is not None else default_output(default_name).parent
     if folder.suffix == ".onnx":

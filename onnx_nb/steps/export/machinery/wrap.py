@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ...errors import SampleError
+from ....errors import SampleError
 
 OutputPath = tuple[Any, ...]
 
