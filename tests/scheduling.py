@@ -166,10 +166,10 @@ def pick_unit(queue: dict[str, dict[str, bool]], node: Any, assigned: dict[Any, 
     mine = ahead(assigned.get(node, {}))
     if not any(ahead(work) < mine for other, work in assigned.items() if other is not node):
         return first
-    early = [unit for unit in queue if unit.split("::")[0].rsplit("/", 1)[-1] not in LAST]
+    early = [unit for unit in queue if unit not in LAST]  # a file's unit is its name (:func:`unit_of`)
     if not early:
         return first
-    return min(reversed(early), key=lambda unit: sum(kept.get(nodeid, UNKNOWN_S) for nodeid in queue[unit]))
+    return min(reversed(early), key=lambda unit: ahead({unit: queue[unit]}))
 
 
 class AloneLock:
