@@ -22,14 +22,14 @@ from .lending import lent
 
 
 def _first_output_first(match: Callable[..., Any]) -> Callable[..., Any]:
+    from onnxscript.rewriter import _basics  # once, not in each of the matcher's calls
+
     @functools.wraps(match)
     def fast(self: Any, model: Any, graph_or_function: Any, node: Any, **options: Any) -> Any:
         pattern = self.pattern
         if not pattern.has_single_output_node:
             first = pattern.output_nodes[0].op_identifier()
             if first is not None and first[1] != node.op_type:
-                from onnxscript.rewriter import _basics
-
                 return _basics.MatchResult().fail(f"OpType mismatch: expected {first[1]}, got {node.op_type}.")
         return match(self, model, graph_or_function, node, **options)
 
