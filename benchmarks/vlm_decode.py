@@ -85,8 +85,8 @@ def main() -> None:
     import torch
 
     import onnx_nb
-    from onnx_nb.steps.export.vlm import features_of, pixel_sample
-    from onnx_nb.steps.export.vlm_prompts import prompt_sample
+    from onnx_nb.kinds.vlm.parts import features_of, pixel_sample
+    from onnx_nb.kinds.vlm.prompts import prompt_sample
 
     print(f"load average before: {os.getloadavg()}")
     model = build(args.layers)

@@ -67,7 +67,7 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
         partial = rope.get("partial_rotary_factor") or getattr(text, "partial_rotary_factor", None) or 1.0
         half = int(head * float(partial)) // 2
         rope["mrope_section"] = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
-    from onnx_nb.steps.export.vlm import image_token_of
+    from onnx_nb.kinds.vlm.parts import image_token_of
 
     token, text = image_token_of(config), config.get_text_config()
     if token is not None and isinstance(getattr(text, "vocab_size", None), int) and token >= text.vocab_size:
@@ -120,7 +120,7 @@ def vision_sized(config: Any, vision: Any, text: Any) -> None:
 def torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> list[int]:
     import torch
 
-    from onnx_nb.steps.export.vlm_prompts import prompt_extras
+    from onnx_nb.kinds.vlm.prompts import prompt_extras
 
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **pixels,
@@ -135,8 +135,8 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
 
     import onnx_nb
     from onnx_nb.errors import first_line
-    from onnx_nb.steps.export.vlm import features_of, image_token_of, pixel_sample
-    from onnx_nb.steps.export.vlm_prompts import prompt_sample
+    from onnx_nb.kinds.vlm.parts import features_of, image_token_of, pixel_sample
+    from onnx_nb.kinds.vlm.prompts import prompt_sample
 
     row: dict[str, Any] = {"type": model_type, "class": class_name}
     started = time.perf_counter()

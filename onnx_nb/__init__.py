@@ -77,7 +77,7 @@ _LAZY = {
     "SamExport": ("onnx_nb.results.sam", "SamExport"),
     "SamParity": ("onnx_nb.results.sam", "SamParity"),
     "PartsExport": ("onnx_nb.results.parts", "PartsExport"),
-    "VlmExport": ("onnx_nb.results.vlm", "VlmExport"),
+    "VlmExport": ("onnx_nb.kinds.vlm.result", "VlmExport"),
     "to_transformers": ("onnx_nb.steps.generate.transformers_api", "to_transformers"),
     "summary": ("onnx_nb.steps.inspect.structure", "summary"),
     "compare": ("onnx_nb.steps.inspect.comparing", "compare"),
@@ -166,6 +166,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .frontends.demo import default_model_path, hub_or_standin
     from .frontends.widgets import CompareView, GraphView, Studio
+    from .kinds.vlm.result import VlmExport
     from .results.diffusion import DiffusionExport, DiffusionParity
     from .results.export import ExportResult, ModelSource
     from .results.latency import LatencyTable
@@ -176,7 +177,6 @@ if TYPE_CHECKING:
     from .results.summary import GraphComparison, ModelSummary
     from .results.tolerance import Tolerance
     from .results.variant import Variant
-    from .results.vlm import VlmExport
     from .runtime.isolation import IsolatedSession, isolated
     from .runtime.onnxfile import check_model
     from .runtime.padding import UnpaddedSession

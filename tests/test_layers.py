@@ -1,6 +1,6 @@
-"""The import rule of docs/architecture.md, read from the source: front ends -> steps -> results -> runtime -> leaves,
-never upward, and no import cycle anywhere (imports inside functions count; ``if TYPE_CHECKING:`` blocks do not,
-they never run)."""
+"""The import rule of docs/architecture.md, read from the source: front ends -> kinds -> steps -> results -> runtime ->
+leaves, never upward (a generic step reaches a kind only through the registry's dotted rows), and no import cycle
+anywhere (imports inside functions count; ``if TYPE_CHECKING:`` blocks do not, they never run)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "onnx_nb"
 
 LEAVES = {"errors", "render", "progress"}
-ORDER = ["leaves", "runtime", "results", "steps", "front ends"]
-FOLDERS = {"runtime": "runtime", "results": "results", "steps": "steps", "frontends": "front ends"}
+ORDER = ["leaves", "runtime", "results", "steps", "kinds", "front ends"]
+FOLDERS = {"runtime": "runtime", "results": "results", "steps": "steps", "kinds": "kinds", "frontends": "front ends"}
 
 
 def layer(module: str) -> str:
@@ -155,3 +155,35 @@ def test_export_imports_no_later_step() -> None:
     found = [f"{m} imports {d}" for m, deps in imports().items() if m.startswith("steps.export")
              for d in sorted(deps) if d.startswith(later)]
     assert not found, "\n".join(found)
+
+
+def test_the_registry_names_every_kind_it_reaches() -> None:
+    """The registry's dotted rows are the steps' only way to a kind: each names something that exists, every kind's
+    package is reached through a row, and no module outside kinds/ names a kind's package."""
+    from onnx_nb.steps.export.sources import registry
+
+    rows = list(registry.SOURCES) + [getattr(shape, part) for shape in registry.SHAPES.values()
+                                     for part in ("parity", "wrapper", "timing", "loop", "runner")
+                                     if getattr(shape, part)]
+    for row in rows:
+        assert registry.named(row) is not None, row
+    kinds = {p.name for p in (PACKAGE / "kinds").iterdir() if (p / "__init__.py").exists()}
+    reached = {row.split(":")[0].split(".")[2] for row in rows if row.startswith("onnx_nb.kinds.")}
+    assert kinds and kinds == reached, f"kinds without a row: {kinds - reached}"
+    naming = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path in sorted(PACKAGE.rglob("*.py"))
+              if not path.is_relative_to(PACKAGE / "kinds") and path != PACKAGE / "steps/export/sources/registry.py"
+              and path != PACKAGE / "__init__.py" for node in _code_strings(ast.parse(path.read_text()))
+              if "onnx_nb.kinds" in node.value]
+    assert not naming, naming
+    # the guard sees what it guards: a string in code counts, a docstring pointing to a kind does not
+    assert [n.value for n in _code_strings(ast.parse('"""See onnx_nb.kinds."""\nrow = "onnx_nb.kinds.vlm:X"'))] == [
+        "onnx_nb.kinds.vlm:X"]
+
+
+def _code_strings(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of a module's code (its docstrings, which may point a reader to a kind, left out)."""
+    docs = {id(body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and (body := node.body) and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)}
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docs]

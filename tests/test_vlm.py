@@ -44,8 +44,8 @@ def _torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> l
 
 
 def _prompt(model: Any, token: int, images: int, seed: int) -> tuple[Any, dict[str, Any]]:
-    from onnx_nb.steps.export.vlm import features_of, pixel_sample
-    from onnx_nb.steps.export.vlm_prompts import prompt_sample
+    from onnx_nb.kinds.vlm.parts import features_of, pixel_sample
+    from onnx_nb.kinds.vlm.prompts import prompt_sample
 
     pixels = pixel_sample(model, images, seed=seed)
     rows = features_of(model, pixels).shape[0]
@@ -312,7 +312,7 @@ def test_qwen_takes_any_grid_and_numbers_positions_as_get_rope_index(family: str
     import onnxruntime as ort
     import torch
 
-    from onnx_nb.steps.export.vlm import features_of, per_image, token_feed, with_positions
+    from onnx_nb.kinds.vlm.parts import features_of, per_image, token_feed, with_positions
 
     model = build_vlm(family)
     result = onnx_nb.export(model, out=tmp_path / "q", progress=False)
@@ -383,8 +383,8 @@ def test_llava_next_takes_any_image_size_its_tiles_packed_by_the_models_own_rule
     to 3 as the processor pads them) in one prompt give PyTorch's tokens."""
     import torch
 
-    from onnx_nb.steps.export.vlm import features_of
-    from onnx_nb.steps.export.vlm_tiled import tiles_of
+    from onnx_nb.kinds.vlm.parts import features_of
+    from onnx_nb.kinds.vlm.tiled import tiles_of
 
     model = build_vlm("llava_next")
     result = onnx_nb.export(model, out=tmp_path / "n", progress=False)
@@ -408,8 +408,8 @@ def test_a_vision_file_traced_at_one_size_refuses_another_naming_it(tmp_path: Pa
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the file for every size is not taken (here: LLaVA-NeXT with its tiled module turned away), the vision
     file is traced at the sample's image size, recorded in its metadata; a picture of another size is refused."""
-    from onnx_nb.steps.export import vlm_tiled
-    from onnx_nb.steps.export.vlm import pixel_sample
+    from onnx_nb.kinds.vlm import tiled as vlm_tiled
+    from onnx_nb.kinds.vlm.parts import pixel_sample
 
     monkeypatch.setattr(vlm_tiled, "tiled_part", lambda *_: None)
     model = build_vlm("llava_next")
@@ -428,7 +428,7 @@ def test_pixtral_takes_any_image_size_each_cropped_from_the_processors_batch(tmp
     sizes than the sample's in one prompt, padded together as the processor pads them, give PyTorch's tokens."""
     import torch
 
-    from onnx_nb.steps.export.vlm import features_of
+    from onnx_nb.kinds.vlm.parts import features_of
 
     model = build_vlm("mistral3")
     result = onnx_nb.export(model, out=tmp_path / "m", progress=False)
@@ -514,7 +514,7 @@ def test_a_tower_block_named_twice_gives_one_deepstack_layer() -> None:
     import torch
     import transformers
 
-    from onnx_nb.steps.export.vlm import deepstack_layers
+    from onnx_nb.kinds.vlm.parts import deepstack_layers
 
     config = build_vlm("qwen3_vl").config
     config.vision_config.deepstack_visual_indexes = [1, 1, 0, 7]  # 7: past the tower's depth of 2

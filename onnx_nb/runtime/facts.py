@@ -49,20 +49,20 @@ def fixed_inputs(vision: Any) -> dict[str, list[int]]:
 
 def grid_derived(vision: Any) -> list[str]:
     """The inputs of a vision file that runners compute per image from its grid (Qwen-VL's attention spans and patch
-    positions: :mod:`onnx_nb.steps.export.vlm_grid`), from an ORT session; empty for other files."""
+    positions: :mod:`onnx_nb.kinds.vlm.grid`), from an ORT session; empty for other files."""
     value = vision.get_modelmeta().custom_metadata_map.get(GRID_DERIVED, "")
     return [n for n in value.split(",") if n]
 
 
 def sized_by(vision: Any) -> str | None:
     """The input naming each image's size, where a vision file takes one image cropped to it (Pixtral's towers:
-    :mod:`onnx_nb.steps.export.vlm_sized`), from an ORT session; None for other files."""
+    :mod:`onnx_nb.kinds.vlm.sized`), from an ORT session; None for other files."""
     return vision.get_modelmeta().custom_metadata_map.get(SIZED_BY) or None
 
 
 def tiled(vision: Any) -> str | None:
     """The input packing a tiled image's rows, where a vision file takes one image's tiles (LLaVA-NeXT:
-    :mod:`onnx_nb.steps.export.vlm_tiled`), from an ORT session; None for other files."""
+    :mod:`onnx_nb.kinds.vlm.tiled`), from an ORT session; None for other files."""
     return vision.get_modelmeta().custom_metadata_map.get(TILED) or None
 
 

@@ -36,7 +36,7 @@ DEFAULT_GENERATION_SHAPES = ({"prompt": 32}, {"past": 32})
 ENCODER_SEQUENCE = 16  # encoder length of the timed decode steps of an encoder-decoder (when not fixed)
 
 
-class _OrtStep:
+class OrtStep:
     """One prefill (``past == 0``, ``length`` new tokens) or one decode step (1 token after ``past``) in ORT,
     its inputs built from the file's own signature (a decoder, or an encoder-decoder's decoder file)."""
 
@@ -111,82 +111,7 @@ class _OrtStep:
             self.session.run(None, self.feed)
 
 
-class _ChainStep:
-    """A vision-language model's files run as :func:`onnx_nb.generate` runs them (:class:`VlmDecoder`): a prefill is
-    one image through the vision file, the prompt (its image tokens and ``length`` text tokens) through the embed
-    file and the decoder's prefill, which is the time to first token; a decode step is one token through the embed
-    file and the decoder after ``past`` cached ones."""
-
-    def __init__(self, files: dict[str, Any], provider: str, length: int, past: int, threads: int | None) -> None:
-        from ...runtime.facts import IMAGE_GRID, fixed_inputs
-        from ...runtime.feeds import graph_sample
-        from ..export.vlm import PARTS, pixel_sample
-        from ..generate.vlm import VlmDecoder
-
-        runner = VlmDecoder(files, provider, threads=threads, level="all", map_weights=False)
-        self.floor_bytes = sum(file_bytes(files[part]) for part in PARTS)  # the weights of the three files
-        rng = np.random.default_rng(0)
-        self.pixels, _ = graph_sample(Path(files["vision"]), 0)  # one image, in the shapes the vision file fixes
-        takes_model = IMAGE_GRID in runner.vision_inputs or "image_sizes" in runner.vision_inputs
-        if takes_model and files.get("model") is not None:  # patches and their grid, an image and its size
-            self.pixels = {k: v.numpy() for k, v in pixel_sample(files["model"]).items()}
-        if "image_sizes" in self.pixels:  # the image's size beside its pixels (Pixtral's towers)
-            self.pixels["image_sizes"] = np.array([self.pixels["pixel_values"].shape[-2:]], np.int64)
-        for name, values in fixed_inputs(runner.vision).items():  # the values it was traced at
-            self.pixels[name] = np.array([values], np.int64)
-        runner.set_images(self.pixels)
-        self.image_tokens = int(runner.pending.shape[0]) if runner.pending is not None else 0
-        if past:
-            runner.set_images(None)  # a decode step's token is text
-        vocab = int(files["model"].get_input_embeddings().num_embeddings) if files.get("model") is not None else 100
-        text = rng.integers(3, max(min(vocab, runner.image_token), 4), (1, length if not past else 1))
-        self.ids = np.concatenate([text[:, :1], np.full((1, self.image_tokens), runner.image_token), text[:, 1:]], 1) \
-            if not past else text
-        self.mask = np.ones((1, past + self.ids.shape[1]), np.int64)
-        self.cache = runner.empty_cache(1)
-        if past:
-            self.cache = {n: rng.standard_normal((1, v.shape[1], past, v.shape[3])).astype(runner.float_type)
-                          for n, v in self.cache.items()}
-        self.runner, self.past = runner, past
-        self.options = {"graph_level": "all", "intra_op_threads": threads_shown(threads),
-                        "step": "vision + embed + decoder prefill" if not past else "embed + decoder, cache kept"}
-
-    def __call__(self) -> None:
-        if not self.past:
-            self.runner.set_images(self.pixels)  # the image's encoding is part of the time to first token
-        self.runner.step(self.ids, self.mask, self.cache)
-
-
-class _TorchImagePrefill:
-    """PyTorch eager: the model's forward on one image and a prompt of its image tokens and ``length`` text tokens
-    (what its first token costs)."""
-
-    def __init__(self, model: Any, length: int, threads: int | None) -> None:
-        from ...runtime.memory import weight_bytes
-        from ..export.vlm import features_of, image_token_of, pixel_sample
-        from ..export.vlm_prompts import prompt_extras
-
-        token = image_token_of(model.config)
-        assert token is not None
-        self.pixels = pixel_sample(model)
-        rows = features_of(model, self.pixels).shape[0]
-        vocab = int(model.get_input_embeddings().num_embeddings)
-        g = torch.Generator().manual_seed(0)
-        text = torch.randint(3, max(min(vocab, token), 4), (1, length), generator=g)
-        self.ids = torch.cat([text[:, :1], torch.full((1, rows), token), text[:, 1:]], 1)
-        self.extra = prompt_extras(model, self.ids, token)
-        self.model = model
-        self.options = {"mode": "eager, inference_mode", "threads": threads_for(threads) or torch.get_num_threads(),
-                        "cache": "on"}
-        self.held_bytes = weight_bytes(model)
-
-    def __call__(self) -> None:
-        with torch.inference_mode():
-            self.model(input_ids=self.ids, attention_mask=torch.ones_like(self.ids), **self.pixels, **self.extra,
-                       use_cache=True, return_dict=True)
-
-
-class _TorchStep:
+class TorchStep:
     """PyTorch eager: a prefill with the cache on, a decode step on a cache of ``past`` tokens, or (``cache=False``)
     the whole ``past + 1`` tokens again, which is what each new token costs without a cache."""
 
@@ -250,13 +175,12 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
         if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("prompt", "past"):
             raise InvalidArgumentError(f"For a decoder with its cache, shapes are {{'prompt': N}} (prefill of N "
                                        f"tokens) or {{'past': N}} (one token after N cached ones), not {spec!r}.")
-    from ..export.sources.registry import adapter_of, generation_of
+    from ..export.sources.registry import adapter_of, shape_of
 
-    # a vision-language model's files (the export, or a variant of its vision or decoder part): run as a chain
-    chains = {name: adapter_of(obj).step_files(obj) if not isinstance(obj, (str, Path)) else None
-              for name, obj, _ in entries}
-    lead = next((obj for name, obj, _ in entries if chains[name]), entries[0][2])
-    timing = TIMINGS[generation_of(lead) or "decoder"]
+    # files run together (an export written as several files, or a variant of one of its parts) lead the table
+    chained = [obj for _, obj, _ in entries if not isinstance(obj, (str, Path)) and adapter_of(obj).step_files(obj)]
+    timing = shape_of(chained[0] if chained else entries[0][2]).answer("timing")
+    timings = {name: shape_of(obj).answer("timing") for name, obj, _ in entries}
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 100) or 100) if model is not None else 100
     rows: list[Any] = []
     kept: list[tuple[Any, Any]] = []
@@ -274,15 +198,14 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
                     if not past and not cache:
                         continue  # a prefill is the same work with or without a cache
                     makers.append((label, "torch:cpu", timing.torch(model, length, past, cache, threads, layout)))
-            for name, _obj, path in entries:
+            for name, obj, path in entries:
                 for backend, provider, reason in backends:
                     if reason or provider is None:
                         rows.append(LatencyRow(name, backend, tag, status="unavailable",
                                                note=reason or "the OpenVINO runtime row is not timed for generation"))
                         continue
-                    files = chains.get(name)
-                    makers.append((name, backend, partial(_ChainStep, files, provider, length, past, threads)
-                                   if files else partial(_OrtStep, path, provider, length, past, threads, vocab)))
+                    makers.append((name, backend, timings[name].onnx(obj, path, provider, length, past, threads,
+                                                                     vocab)))
             for name, backend, make in makers:
                 steps.step(f"{name} on {backend}: {tag}")
                 row, runner = measure(name, backend, tag, 1, make, warmup, runs, min_seconds, clock, threads)
@@ -300,7 +223,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
     return summarize(rows, {}, notes)
 
 
-class _DecoderTiming:
+class DecoderTiming:
     """How a decoder's rows are timed: the tag of a row, PyTorch's maker, what the notes add, a prefill's refusal."""
 
     notes: tuple[str, ...] = ()
@@ -312,10 +235,16 @@ class _DecoderTiming:
 
     @staticmethod
     def torch(model: Any, length: int, past: int, cache: bool, threads: int | None, layout: Any) -> Any:
-        return partial(_TorchStep, model, length, past, cache, threads, layout)
+        return partial(TorchStep, model, length, past, cache, threads, layout)
+
+    @staticmethod
+    def onnx(obj: Any, path: Any, provider: str, length: int, past: int, threads: int | None, vocab: int) -> Any:
+        """The maker of ONNX Runtime's step for an entry (``obj``: an export, a variant or a path; ``path``: its
+        file)."""
+        return partial(OrtStep, path, provider, length, past, threads, vocab)
 
 
-class _Seq2SeqTiming(_DecoderTiming):
+class Seq2SeqTiming(DecoderTiming):
     notes = (f"An encoder-decoder's decode steps read an encoder output of {ENCODER_SEQUENCE} positions (or the "
              "length the file fixes, e.g. Whisper's), computed once before the timed steps, in PyTorch as in ONNX "
              "Runtime.",)
@@ -325,28 +254,6 @@ class _Seq2SeqTiming(_DecoderTiming):
     @staticmethod
     def torch(model: Any, length: int, past: int, cache: bool, threads: int | None, layout: Any) -> Any:
         return partial(TorchDecodeStep, model, past, cache, threads, ENCODER_SEQUENCE)
-
-
-class _ChainTiming(_DecoderTiming):
-    notes = ("A vision-language model runs as generate() runs it: a prefill row is one image through the vision "
-             "file, the prompt (the image's tokens and the text tokens) through the embed file and the decoder, so "
-             "it is the time to first token with an image; a decode row is the embed file and the decoder for one "
-             "token. PyTorch's prefill is the model's forward on the same image and prompt.",)
-
-    @staticmethod
-    def tag(length: int, past: int) -> str:
-        return f"prefill: an image + {length} text tokens" if not past else _DecoderTiming.tag(length, past)
-
-    @staticmethod
-    def torch(model: Any, length: int, past: int, cache: bool, threads: int | None, layout: Any) -> Any:
-        if past:
-            return _DecoderTiming.torch(model, length, past, cache, threads, layout)
-        return partial(_TorchImagePrefill, model, length, threads)
-
-
-# how each generation shape (sources.registry.generation_of) is timed
-TIMINGS: dict[str, type[_DecoderTiming]] = {"decoder": _DecoderTiming, "seq2seq": _Seq2SeqTiming,
-                                            "chain": _ChainTiming}
 
 
 class TorchDecodeStep:

@@ -7,9 +7,9 @@ One graph serves prefill and decode (as Optimum's merged decoder and onnxruntime
 ``past_key_values.{i}.key`` / ``.value`` of shape ``[batch, kv_heads, past_sequence, head_size]``
 (``past_sequence`` is 0 at the first step), and returns ``logits`` and ``present.{i}.key`` / ``.value``.
 Running a file needs no torch: a process that only generates never imports it (the re-export imports it inside).
-Vision-language models are the exception: their runner imports torch, and a vision file for every grid or for any
-LLaVA-NeXT image size takes inputs the model's own functions compute (:mod:`onnx_nb.steps.export.vlm_grid`,
-:mod:`onnx_nb.steps.export.vlm_tiled`).
+A model that generates in another shape brings its loop or its step runner (``sources.registry.SHAPES``): an
+encoder-decoder's loop, a vision-language model's chain of files (:mod:`onnx_nb.kinds.vlm`, whose runner imports
+torch).
 """
 
 from __future__ import annotations
@@ -36,46 +36,6 @@ from .sampling import accept, next_ids, pick
 
 __all__ = ["GenerationResult", "OnnxDecoder", "SharedBufferDecoder", "decoder_for",
            "generate", "left_pad"]
-
-
-def _own_runner(model: Any, inputs: Any, images: Any, provider: str, threads: int | None) -> tuple[Any, Any]:
-    """The step runner an export's adapter makes for it (a vision-language model's chain of files) and the inputs
-    it reads (text with pictures goes through the model's processor, which expands each image placeholder), else
-    (None, inputs); ``images`` given to anything else is refused."""
-    from ...results.export import source_of
-    from ..export.sources.registry import adapter_of
-
-    files = None if isinstance(model, (str, Path)) else adapter_of(model).step_files(model)
-    if files is None:
-        if images is not None:
-            raise InvalidArgumentError("images= is for a vision-language model's export (onnx_nb.export of an "
-                                       "image-text-to-text model); this model takes text only.")
-        return None, inputs
-    from .vlm import VlmDecoder, pixels_of, thumbnails, with_processor
-
-    processor = getattr(source_of(model), "preprocessor", None)
-    given = images
-    inputs, images = with_processor(inputs, images, processor)
-    runner = VlmDecoder(files, provider, threads=threads)
-    pixels = pixels_of(inputs, images, processor, runner.vision_inputs)
-    runner.set_images(pixels)
-    runner.thumbnails = thumbnails(given, pixels)
-    return runner, inputs
-
-
-def _seq2seq_loop(model: Any, inputs: Any, *, start: int | None, tokenizer: Any, pad: int,
-                  **loop: Any) -> GenerationResult:
-    """An encoder-decoder's files: the encoder once, then its decoder's steps (:mod:`.seq2seq`)."""
-    from . import seq2seq
-
-    tokens, steps = seq2seq.generate(model, inputs, start=int(start if start is not None else pad), pad=pad,
-                                     tokenizer=tokenizer, **loop)
-    text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
-    return GenerationResult([], tokens, text, steps[0], steps[1:])
-
-
-# the generation shapes (sources.registry.generation_of) that run a loop of their own
-LOOPS = {"seq2seq": _seq2seq_loop}
 
 
 def _setting(name: str, generation: Any, config: Any) -> Any:
@@ -129,7 +89,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         onnx_nb.generate(r, "A long article ...", max_new_tokens=40, num_beams=4).text
     """
     from ...runtime.providers import providers_named
-    from ..export.sources.registry import generation_of
+    from ..export.sources.registry import shape_of
     from .genai import check_runtime
 
     if max_new_tokens < 1:
@@ -165,8 +125,13 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
                                              eos=eos_set, stream=stream)
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in made] if tokenizer is not None else None
         return GenerationResult(prompts, made, text, first, steps)
-    own, inputs = _own_runner(model, inputs, images, named, threads)
-    loop = LOOPS.get(generation_of(model) or "decoder")
+    shape = shape_of(model)
+    make_runner = shape.answer("runner")  # a step runner of its own (a chain of files), else the file's decoder
+    if make_runner is None and images is not None:
+        raise InvalidArgumentError("images= is for a vision-language model's export (onnx_nb.export of an "
+                                   "image-text-to-text model); this model takes text only.")
+    own, inputs = make_runner(model, inputs, images, named, threads) if make_runner else (None, inputs)
+    loop = shape.answer("loop")
     if loop is not None:  # a shape with a loop of its own; a decoder or a chain of files runs the one below
         return loop(model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad, provider=named,
                     tokenizer=tokenizer, stream=stream, threads=threads, rules=rules,

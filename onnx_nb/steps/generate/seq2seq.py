@@ -157,6 +157,18 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: se
     return new, times
 
 
+
+def loop(model: Any, inputs: Any, *, start: int | None, tokenizer: Any, pad: int, **rest: Any) -> Any:
+    """``generate()``'s loop for an encoder-decoder's files (the shape's loop answer): the encoder once, then its
+    decoder's steps, as :func:`onnx_nb.generate` returns them."""
+    from .runners import GenerationResult
+
+    tokens, steps = generate(model, inputs, start=int(start if start is not None else pad), pad=pad,
+                             tokenizer=tokenizer, **rest)
+    text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
+    return GenerationResult([], tokens, text, steps[0], steps[1:])
+
+
 # -- export -----------------------------------------------------------------------------------------
 
 def full_provider_name(provider: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ...errors import InvalidArgumentError
-from .hf_model import OnnxForCausalLM, OnnxForSeq2SeqLM, configs_of, speech_class
+from .hf_model import OnnxForCausalLM, configs_of
 
 
 def _named_like(cls: type, model: Any, config: Any) -> type:
@@ -25,35 +25,12 @@ def _named_like(cls: type, model: Any, config: Any) -> type:
                                    "__qualname__": f"{cls.__name__}({names[0]})"})
 
 
-def _chain(model: Any, config: Any, path: Path, provider: str, threads: int | None, io_binding: bool | None) -> Any:
-    """Several files run together (a vision-language model's vision, embed and decoder files)."""
-    from ..export.sources.registry import adapter_of
-    from .hf_vlm import OnnxForImageTextToText
-    from .vlm import VlmDecoder
-
-    files = adapter_of(model).step_files(model)
-    assert files is not None  # the shape "chain" is its adapter answering step_files
-    decoder = VlmDecoder(files, provider, threads=threads)
-    return OnnxForImageTextToText(config, Path(files["decoder"]), provider, decoder)
-
-
-def _seq2seq(model: Any, config: Any, path: Path, provider: str, threads: int | None, io_binding: bool | None) -> Any:
-    """An encoder-decoder's two files (Whisper's with Whisper's own generate())."""
-    from .seq2seq import OnnxSeq2Seq, encoder_of
-
-    runner = OnnxSeq2Seq(path, provider, encoder_of(model), threads, io_binding)
-    cls = speech_class() if config.model_type == "whisper" else OnnxForSeq2SeqLM
-    return cls(config, path, provider, runner)
-
-
-def _decoder(model: Any, config: Any, path: Path, provider: str, threads: int | None, io_binding: bool | None) -> Any:
+def causal_lm(model: Any, config: Any, path: Path, provider: str, threads: int | None, io_binding: bool | None) -> Any:
+    """A decoder's file with its cache as a transformers causal LM: the decoder shape's answer to
+    :func:`to_transformers`."""
     from .runners import decoder_for
 
     return OnnxForCausalLM(config, path, provider, decoder_for(path, provider, io_binding=io_binding, threads=threads))
-
-
-# the transformers model each generation shape (sources.registry.generation_of) becomes
-WRAPPERS = {"decoder": _decoder, "seq2seq": _seq2seq, "chain": _chain}
 
 
 def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | None = None, threads: int | None = None,
@@ -79,14 +56,14 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
         pipeline("translation", model=m, tokenizer=r.source.preprocessor, num_beams=4)("Hello world")
     """
     from ...runtime.providers import providers_named
-    from ..export.sources.registry import generation_of
+    from ..export.sources.registry import shape_of
 
     path = Path(getattr(model, "path", model))
     if not path.exists():
         raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
     named = providers_named([provider])[0].name
     hf_config, generation = configs_of(model, config)
-    wrapped = WRAPPERS[generation_of(model) or "decoder"](model, hf_config, path, named, threads, io_binding)
+    wrapped = shape_of(model).answer("wrapper")(model, hf_config, path, named, threads, io_binding)
     wrapped.__class__ = _named_like(type(wrapped), model, hf_config)
     wrapped.generation_config = generation
     wrapped.eval()

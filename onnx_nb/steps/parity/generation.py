@@ -92,7 +92,7 @@ def teacher_forced(model: Any, decoder: OnnxDecoder, prompts: list[list[int]], c
     return out
 
 
-class _DecoderOnly:
+class DecoderOnly:
     """Generation parity's inputs and runs for a decoder-only model (prompts batched with left padding)."""
 
     def __init__(self, model: Any, path: Path, prompts: list[list[int]] | None, max_new_tokens: int) -> None:
@@ -103,6 +103,12 @@ class _DecoderOnly:
         self.first_step = "prefill (left-padded batch)"
         self.describe = (f"{len(self.prompts)} prompts of {', '.join(str(len(p)) for p in self.prompts)} tokens, "
                          "batched with left padding for the teacher-forced logits")
+
+    @classmethod
+    def of_export(cls, export: Any, model: Any, path: Path, prompts: list[list[int]] | None,
+                  max_new_tokens: int) -> DecoderOnly:
+        """The runs of ``path`` (the export's file or a variant's) against ``model``: the shape's parity answer."""
+        return cls(model, path, prompts, max_new_tokens)
 
     def reference(self) -> list[list[int]]:
         return torch_greedy(self.model, self.prompts, self.new, self.pad)
@@ -131,30 +137,6 @@ class _DecoderOnly:
         return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None]).sum())
 
 
-def _chain(export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> Any:
-    """Several files run together (a vision-language model's): judged as a chain."""
-    from ..export.sources.registry import adapter_of
-    from .vlm import VlmChain
-
-    files = adapter_of(export).step_files(export, path=path)
-    assert files is not None  # the shape "chain" is its adapter answering step_files
-    return VlmChain(files["model"], files, max_new_tokens)
-
-
-def _seq2seq(export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> Any:
-    """An encoder-decoder's decoder file, its encoder a named part of the export."""
-    from ..export.caches.seq2seq import encoder_path
-    from .seq2seq import Seq2SeqParity
-
-    return Seq2SeqParity(model, path, max_new_tokens,
-                         encoder=export.parts.get("encoder") or encoder_path(Path(export.path)))
-
-
-# how each generation shape (sources.registry.generation_of) is checked: its inputs and runs
-FAMILIES = {"decoder": lambda export, model, path, prompts, new: _DecoderOnly(model, path, prompts, new),
-            "seq2seq": _seq2seq, "chain": _chain}
-
-
 def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]] | None = None,
                       max_new_tokens: int = 8, providers: Any = ("cpu",), progress: bool = True) -> Any:
     """Generation parity of a model exported with its cache (a decoder, or an encoder-decoder's two files):
@@ -168,12 +150,12 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     from ...results.tolerance import measure, precision_of, tolerance_for
     from ...runtime.onnxfile import load_proto
     from ...runtime.providers import providers_named
-    from ..export.sources.registry import adapter_of, generation_of
+    from ..export.sources.registry import adapter_of, shape_of
 
     model = adapter_of(export).reload(export.source, "generation parity").model
     path = Path(path if path is not None else export.path)
     precision = precision_of(load_proto(path))
-    family = FAMILIES[generation_of(export, path) or "decoder"](export, model, path, prompts, max_new_tokens)
+    family = shape_of(export, path).answer("parity")(export, model, path, prompts, max_new_tokens)
     rows: list[Row] = []
     checks: list[TokenCheck] = []
     wanted = providers_named(providers)

@@ -26,6 +26,14 @@ class Seq2SeqParity:
     """Generation parity's inputs and runs for an encoder-decoder: three inputs of different lengths (token
     prompts right-padded for the encoder, or audio features), the decoder's steps under teacher forcing."""
 
+    @classmethod
+    def of_export(cls, export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> Seq2SeqParity:
+        """The runs of ``path`` (the export's decoder file or a variant's) against ``model``, its encoder a named part
+        of the export: the shape's parity answer (``prompts`` are a decoder's; an encoder-decoder makes its own)."""
+        from ..export.caches.seq2seq import encoder_path
+
+        return cls(model, path, max_new_tokens, encoder=export.parts.get("encoder") or encoder_path(Path(export.path)))
+
     def __init__(self, model: Any, path: Path, max_new_tokens: int, count: int = 3,
                  encoder: Path | None = None) -> None:
         from .probes import default_prompts

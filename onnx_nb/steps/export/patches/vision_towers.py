@@ -1,6 +1,6 @@
 """The span attention of grid vision towers as a trace can follow it (Qwen2-VL's family: ``cu_seqlens`` spans, one
 image each or Qwen2.5-VL's windows): transformers' own export patches, and two repairs of them. The vision-language
-export lends them around its tower (:mod:`onnx_nb.steps.export.vlm_grid`)."""
+export lends them around its tower (:mod:`onnx_nb.kinds.vlm.grid`)."""
 
 from __future__ import annotations
 

@@ -8,53 +8,72 @@ torch backend is a ``torch.nn.Module`` too, and is recognised as Keras on torch 
 route sits just before the Hugging Face row, ``precision=`` being what sends a decoder's folder down it, and every
 model a row above claims refuses ``precision=`` in its own words.
 
-To add a kind: one adapter file in this folder (a :class:`~.base.Source`) and one row below.
+How each generation shape is run (:data:`SHAPES`) is named here too: what parity, ``generate()``,
+``to_transformers()`` and the benchmark run for it, so those steps name no kind. To add a kind: a package in
+``onnx_nb/kinds/`` with its adapter (a :class:`~.base.Source`), one row below and, if it generates in a shape of
+its own, one entry in :data:`SHAPES`.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from ..args import ExportArgs
 from .base import Source
-from .diffusers import DiffusersSource
-from .hf import HfSource
-from .keras import KerasOnTorchSource, KerasSource, TensorflowSource
-from .lean import LeanSource
-from .onnx_file import OnnxFileSource
-from .sam import SamSource
-from .sklearn import SklearnSource
-from .speech_llm import SpeechLlmSource
-from .torch import TorchSource
-from .torchvision import TorchvisionSource
-from .vlm import VlmSource
-from .yolo import YoloSource
 
-SOURCES: tuple[type[Source], ...] = (
-    YoloSource,          # an Ultralytics YOLO object or network
-    TorchvisionSource,   # a torchvision detector (a list of images in, a list of dicts out)
-    DiffusersSource,     # a diffusers pipeline: text encoder, UNet, VAE decoder files
-    SamSource,           # SAM (an object, or a folder or hub id whose config says sam): two files
-    OnnxFileSource,      # an .onnx file made elsewhere, adopted in place
-    KerasOnTorchSource,  # a Keras 3 model on the torch backend: the PyTorch route
-    KerasSource,         # a Keras model (TensorFlow or JAX backend), or a .keras file
-    TensorflowSource,    # a SavedModel folder or a tf.Module
-    SklearnSource,       # a fitted scikit-learn estimator or pipeline
-    VlmSource,           # a vision-language model (image-text-to-text): vision, embed and decoder files
-    SpeechLlmSource,     # a speech LLM (an audio tower filling a causal LM's audio tokens): refused, saying so
-    LeanSource,          # precision= given: a decoder written layer by layer from its checkpoint folder or hub id
-    HfSource,            # a Hugging Face model object, folder or hub id; a SentenceTransformer
-    TorchSource,         # a torch.nn.Module and its sample; a PyTorch checkpoint file
+HERE = "onnx_nb.steps.export.sources"
+# the rows name their adapters by dotted path ("module:class"), imported when a model is first recognised, so a
+# generic step that reads this table imports no kind's package (onnx_nb/kinds/) at module level
+SOURCES: tuple[str, ...] = (
+    f"{HERE}.yolo:YoloSource",                      # an Ultralytics YOLO object or network
+    f"{HERE}.torchvision:TorchvisionSource",        # a torchvision detector (a list of images in, a list of dicts out)
+    f"{HERE}.diffusers:DiffusersSource",            # a diffusers pipeline: text encoder, UNet, VAE decoder files
+    f"{HERE}.sam:SamSource",                        # SAM (an object, or a folder or hub id whose config says sam)
+    f"{HERE}.onnx_file:OnnxFileSource",             # an .onnx file made elsewhere, adopted in place
+    f"{HERE}.keras:KerasOnTorchSource",             # a Keras 3 model on the torch backend: the PyTorch route
+    f"{HERE}.keras:KerasSource",                    # a Keras model (TensorFlow or JAX backend), or a .keras file
+    f"{HERE}.keras:TensorflowSource",               # a SavedModel folder or a tf.Module
+    f"{HERE}.sklearn:SklearnSource",                # a fitted scikit-learn estimator or pipeline
+    "onnx_nb.kinds.vlm.source:VlmSource",           # a vision-language model: vision, embed and decoder files
+    f"{HERE}.speech_llm:SpeechLlmSource",           # a speech LLM (an audio tower filling a causal LM's audio
+                                                    # tokens): refused, saying so
+    f"{HERE}.lean:LeanSource",                      # precision= given: a decoder written layer by layer from its
+                                                    # checkpoint folder or hub id
+    f"{HERE}.hf:HfSource",                          # a Hugging Face model object, folder or hub id; a
+                                                    # SentenceTransformer
+    f"{HERE}.torch:TorchSource",                    # a torch.nn.Module and its sample; a PyTorch checkpoint file
 )
-BY_KEY: dict[str, type[Source]] = {s.key: s for s in SOURCES}
+
+
+def named(dotted: str) -> Any:
+    """What a ``"module:name"`` row names, imported now."""
+    module, _, name = dotted.partition(":")
+    found: Any = importlib.import_module(module)
+    for attribute in name.split("."):  # a class's method: "module:Class.method"
+        found = getattr(found, attribute)
+    return found
+
+
+@cache
+def adapters() -> tuple[type[Source], ...]:
+    """The rows of :data:`SOURCES`, imported, in their order."""
+    return tuple(named(row) for row in SOURCES)
+
+
+@cache
+def by_key() -> dict[str, type[Source]]:
+    return {s.key: s for s in adapters()}
 
 
 def resolve(model: Any, args: ExportArgs | None = None) -> type[Source]:
     """The adapter of ``model`` (the first row whose predicate holds; the plain-module row takes the rest and
     refuses what it cannot export)."""
     args = args or ExportArgs()
-    return next(s for s in SOURCES if s.recognises(model, args))
+    return next(s for s in adapters() if s.recognises(model, args))
 
 
 def adapter_of(obj: Any) -> type[Source]:
@@ -66,11 +85,11 @@ def adapter_of(obj: Any) -> type[Source]:
     if record is None:
         record = getattr(obj, "source", None) or getattr(export_of(obj), "source", None)
     key = getattr(record, "adapter", "") if record is not None else ""
-    if key in BY_KEY:
-        return BY_KEY[key]
+    if key in by_key():
+        return by_key()[key]
     if isinstance(obj, (str, os.PathLike)) or not hasattr(obj, "path"):
         return resolve(obj)
-    return TorchSource
+    return named(SOURCES[-1])
 
 
 def generation_of(obj: Any, path: Any = None) -> str | None:
@@ -78,8 +97,8 @@ def generation_of(obj: Any, path: Any = None) -> str | None:
     result's place) generates, asked once here: ``"chain"`` (several files run together: its adapter's
     ``step_files``), ``"seq2seq"`` (an encoder-decoder's decoder file with cross-attention caches), ``"decoder"``
     (one file with its cache), or None (one forward; a decoder's whole-sequence file generates as a decoder does).
-    Parity, generate and the benchmark each pick their way of running such a model from a table keyed by this
-    answer, so a new kind that generates in one of these shapes changes none of them."""
+    Parity, generate and the benchmark run such a model as :data:`SHAPES` says for this answer
+    (:func:`shape_of`), so a new kind that generates in one of these shapes changes none of them."""
     from ....runtime.facts import file_facts
 
     if getattr(obj, "adapter", None) is not None and not hasattr(obj, "path"):  # a source record, mid-export
@@ -87,6 +106,53 @@ def generation_of(obj: Any, path: Any = None) -> str | None:
     if not isinstance(obj, (str, os.PathLike)) and adapter_of(obj).step_files(obj, path=path) is not None:
         return "chain"
     return file_facts(path if path is not None else getattr(obj, "path", obj)).generation
+
+
+
+@dataclass(frozen=True)
+class GenerationShape:
+    """How the steps run a model that generates in one shape, each an answer named ``"module:name"`` and imported
+    when a step asks: ``parity(export, model, path, prompts, max_new_tokens)`` makes generation parity's runs;
+    ``wrapper(model, config, path, provider, threads, io_binding)`` makes ``to_transformers()``'s model;
+    ``timing`` is the benchmark's :class:`~onnx_nb.steps.benchmark.generation_latency.DecoderTiming` for it;
+    ``loop`` (optional) is a ``generate()`` loop of its own; ``runner`` (optional) makes ``generate()``'s step runner
+    and the inputs it reads, ``runner(model, inputs, images, provider, threads)``, in place of the file's decoder."""
+
+    parity: str
+    wrapper: str
+    timing: str
+    loop: str | None = None
+    runner: str | None = None
+
+    def answer(self, part: str) -> Any:
+        """The answer ``part`` names, imported (None where this shape has none)."""
+        dotted = getattr(self, part)
+        return named(dotted) if dotted else None
+
+
+STEPS = "onnx_nb.steps"
+SHAPES: dict[str, GenerationShape] = {
+    # one file with its cache (a causal LM's, a decoder's whole-sequence file, a lean route's file)
+    "decoder": GenerationShape(parity=f"{STEPS}.parity.generation:DecoderOnly.of_export",
+                               wrapper=f"{STEPS}.generate.transformers_api:causal_lm",
+                               timing=f"{STEPS}.benchmark.generation_latency:DecoderTiming"),
+    # an encoder-decoder's decoder file with cross-attention caches, its encoder a file beside it
+    "seq2seq": GenerationShape(parity=f"{STEPS}.parity.seq2seq:Seq2SeqParity.of_export",
+                               wrapper=f"{STEPS}.generate.hf_model:seq2seq_model",
+                               timing=f"{STEPS}.benchmark.generation_latency:Seq2SeqTiming",
+                               loop=f"{STEPS}.generate.seq2seq:loop"),
+    # several files run together, as the adapter's step_files names them (a vision-language model's)
+    "chain": GenerationShape(parity="onnx_nb.kinds.vlm.parity:VlmChain.of_export",
+                             wrapper="onnx_nb.kinds.vlm.transformers_model:transformers_model",
+                             timing="onnx_nb.kinds.vlm.timing:ChainTiming",
+                             runner="onnx_nb.kinds.vlm.runner:step_runner"),
+}
+
+
+def shape_of(obj: Any, path: Any = None) -> GenerationShape:
+    """How the steps run ``obj`` to generate: :data:`SHAPES`'s entry for :func:`generation_of`'s answer (a model
+    that answers None generates, if at all, as a decoder does)."""
+    return SHAPES[generation_of(obj, path) or "decoder"]
 
 
 def subject_of(export: Any) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .parts import PartsExport
+from ...results.parts import PartsExport
 
 PARTS = ("vision", "embed", "decoder")
 

@@ -1,9 +1,9 @@
-"""A vision-language model's three files (:mod:`onnx_nb.steps.export.vlm`) as one step runner: the images through
+"""A vision-language model's three files (:mod:`.parts`) as one step runner: the images through
 ``vision.onnx`` once, each step's tokens through ``embed.onnx`` (the image features merged at the first step), the
 embeddings through ``decoder.onnx`` with its cache. It imports torch (the feature handling lives beside the export's
 modules), and for a grid family (Qwen-VL) or LLaVA-NeXT's tiles it needs the model, whose functions compute each
-image's grid tensors and positions or its pack index (:mod:`onnx_nb.steps.export.vlm_grid`,
-:mod:`onnx_nb.steps.export.vlm_tiled`)."""
+image's grid tensors and positions or its pack index (:mod:`.grid`,
+:mod:`.tiled`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...runtime.facts import IMAGE_GRID, fixed_inputs, grid_derived, sized_by, tiled
-from .runners import OnnxDecoder
+from ...steps.generate.runners import OnnxDecoder
 
 
 class VlmDecoder(OnnxDecoder):
@@ -63,7 +63,7 @@ class VlmDecoder(OnnxDecoder):
         if missing:
             raise InvalidArgumentError(f"The images lack {', '.join(missing)}, which this model's vision encoder "
                                        f"takes ({', '.join(self.vision_inputs)}): pass the processor's whole output.")
-        from ..export.vlm import per_image, with_positions
+        from .parts import per_image, with_positions
 
         started = time.perf_counter()
         images = per_image(self.vision, pixels, self.model)
@@ -71,7 +71,7 @@ class VlmDecoder(OnnxDecoder):
         self.vision_ms = (time.perf_counter() - started) * 1e3
 
     def token_feed(self, ids: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
-        from ..export.vlm import check_counts, token_feed
+        from .parts import check_counts, token_feed
 
         features = self.pending
         if features is None:  # a decode step, or a prompt without images: every token is text
@@ -86,6 +86,25 @@ class VlmDecoder(OnnxDecoder):
             else:
                 feed["position_ids"] = feed["position_ids"] + self.shift[None, :, None]
         return feed
+
+
+def step_runner(model: Any, inputs: Any, images: Any, provider: str, threads: int | None) -> tuple[Any, Any]:
+    """The chain shape's runner for :func:`onnx_nb.generate`: the export's files as one :class:`VlmDecoder`, its
+    images set, and the inputs it reads (text with pictures goes through the model's processor, which expands each
+    image placeholder)."""
+    from ...results.export import source_of
+    from ...steps.export.sources.registry import adapter_of
+
+    files = adapter_of(model).step_files(model)
+    assert files is not None  # the shape "chain" is its adapter answering step_files
+    processor = getattr(source_of(model), "preprocessor", None)
+    given = images
+    inputs, images = with_processor(inputs, images, processor)
+    runner = VlmDecoder(files, provider, threads=threads)
+    pixels = pixels_of(inputs, images, processor, runner.vision_inputs)
+    runner.set_images(pixels)
+    runner.thumbnails = thumbnails(given, pixels)
+    return runner, inputs
 
 
 def pixels_of(inputs: Any, images: Any, processor: Any, names: list[str]) -> dict[str, Any] | None:

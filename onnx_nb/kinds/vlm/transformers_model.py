@@ -1,19 +1,20 @@
-"""A vision-language model's three files as a transformers image-text-to-text model (:func:`to_transformers`):
-:class:`~.hf_model.OnnxForCausalLM` over :class:`~.vlm.VlmDecoder`. Only imported by functions that already need
-torch and transformers."""
+"""A vision-language model's three files as a transformers image-text-to-text model (:func:`onnx_nb.to_transformers`):
+:class:`~onnx_nb.steps.generate.hf_model.OnnxForCausalLM` over :class:`~.runner.VlmDecoder`. Only imported by
+functions that already need torch and transformers."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .hf_model import OnnxCache, OnnxForCausalLM, OnnxLMOutput
+from ...steps.generate.hf_model import OnnxCache, OnnxForCausalLM, OnnxLMOutput
 
 
 class OnnxForImageTextToText(OnnxForCausalLM):
-    """A vision-language model's three files (:class:`~.vlm.VlmDecoder`) as a transformers image-text-to-text
+    """A vision-language model's three files (:class:`~.runner.VlmDecoder`) as a transformers image-text-to-text
     model: the first forward's pixels (and the family's extras) go through the vision file, the later ones are text;
     beam search encodes the images once and repeats each prompt's feature rows per beam as it repeats the prompt
     (Qwen-VL's pixels are rows of patches, which a per-row repeat would scramble)."""
@@ -61,3 +62,16 @@ class OnnxForImageTextToText(OnnxForCausalLM):
         if cache is None:
             self.step_ms[-1] += decoder.vision_ms  # time to first token: the image encoding too
         return out
+
+
+def transformers_model(model: Any, config: Any, path: Path, provider: str, threads: int | None,
+                       io_binding: bool | None) -> Any:
+    """The export's vision, embed and decoder files as one transformers model: the chain shape's answer to
+    :func:`onnx_nb.to_transformers`."""
+    from ...steps.export.sources.registry import adapter_of
+    from .runner import VlmDecoder
+
+    files = adapter_of(model).step_files(model)
+    assert files is not None  # the shape "chain" is its adapter answering step_files
+    decoder = VlmDecoder(files, provider, threads=threads)
+    return OnnxForImageTextToText(config, Path(files["decoder"]), provider, decoder)

@@ -1,17 +1,18 @@
 """Generation parity of a vision-language model's decoder file (the export's own, or a variant of it), judged on the
 whole chain: two prompts with an image each through the vision and embed files and this decoder, per-step logits
-under teacher forcing and greedy tokens against PyTorch's ``generate()`` with the pixels. The family object
-:func:`~.generation.generation_parity` runs (as ``_DecoderOnly`` is for a decoder-only model). Only imported by
-functions that already need torch."""
+under teacher forcing and greedy tokens against PyTorch's ``generate()`` with the pixels: the runs
+:func:`~onnx_nb.steps.parity.generation.generation_parity` makes for the chain shape (as ``DecoderOnly`` are a
+decoder's). Only imported by functions that already need torch."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .probes import plain
+from ...steps.parity.probes import plain
 
 
 class VlmChain:
@@ -20,8 +21,8 @@ class VlmChain:
     beams = False  # transformers' beam search over the chain is checked by tests, not in every variant's parity
 
     def __init__(self, model: Any, files: dict[str, Any], max_new_tokens: int) -> None:
-        from ..export.vlm import features_of, pixel_sample
-        from ..export.vlm_prompts import prompt_sample
+        from .parts import features_of, pixel_sample
+        from .prompts import prompt_sample
 
         self.model, self.files, self.new = model, files, max_new_tokens
         self.token = int(files["image_token"])
@@ -36,9 +37,19 @@ class VlmChain:
         self.describe = (f"{len(self.prompts)} prompts with an image each ({rows} image tokens), through "
                          f"{others} and this {files['role']} file")
 
+    @classmethod
+    def of_export(cls, export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> VlmChain:
+        """The chain of the export's files (``path``: its decoder's or a variant's) judged against ``model``: the
+        chain shape's parity answer (``prompts`` are a decoder's; the chain makes its own, with their images)."""
+        from ...steps.export.sources.registry import adapter_of
+
+        files = adapter_of(export).step_files(export, path=path)
+        assert files is not None  # the shape "chain" is its adapter answering step_files
+        return cls(files["model"], files, max_new_tokens)
+
     def _torch(self, index: int, tokens: list[int]) -> dict[str, Any]:
         ids = torch.tensor([tokens])
-        from ..export.vlm_prompts import prompt_extras
+        from .prompts import prompt_extras
 
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), **self.pixels[index],
                 **prompt_extras(self.model, ids, self.token)}
@@ -52,7 +63,7 @@ class VlmChain:
         return out
 
     def _runner(self, provider: str, index: int) -> Any:
-        from ..generate.vlm import VlmDecoder
+        from .runner import VlmDecoder
 
         runner = VlmDecoder(self.files, provider)
         runner.set_images({k: v.numpy() for k, v in self.pixels[index].items()})

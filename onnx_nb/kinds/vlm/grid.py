@@ -33,7 +33,7 @@ import torch
 
 from ...runtime.facts import GRID_DERIVED
 from ...runtime.facts import IMAGE_GRID as GRID
-from .vlm_prompts import VisionPart, gives
+from .prompts import VisionPart, gives
 
 POSITION_COLUMNS = 4  # three sections' offsets and the text's shift, after each image row's features
 # model -> grid -> its position table (read once per grid; forgotten with the model)
@@ -101,12 +101,12 @@ class GridFreeFeatures(VisionPart):
                 interp_weights: torch.Tensor | None = None, window_index: torch.Tensor | None = None,
                 cu_window_seqlens: torch.Tensor | None = None,
                 image_grid_thw: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        from .vlm_prompts import image_rows
+        from .prompts import image_rows
 
         given = {"cu_seqlens": cu_seqlens, "position_ids": position_ids, "interp_indices": interp_indices,
                  "interp_weights": interp_weights, "window_index": window_index,
                  "cu_window_seqlens": cu_window_seqlens}
-        from .patches.vision_towers import traceable_spans
+        from ...steps.export.patches.vision_towers import traceable_spans
 
         with traceable_spans(self.tower, windows=window_index is not None):
             out = self.tower(pixel_values, grid_thw=image_grid_thw,
@@ -194,7 +194,7 @@ def position_table(model: Any, image_token: int, grid: torch.Tensor, rows: int) 
     own ``get_rope_index``, twice, the image one token later the second time (offsets that move are refused:
     HunYuan-VL's); where it cannot say, the tokens step over the merged grid (Qwen2-VL's rule)."""
     from ...errors import ExportError
-    from .vlm_prompts import prompt_sample
+    from .prompts import prompt_sample
 
     merge = int(getattr(model.config.vision_config, "spatial_merge_size", 1) or 1)
     height, width = int(grid[0, 1]) // merge, int(grid[0, 2]) // merge
@@ -218,7 +218,7 @@ def _numbered(model: Any, ids: torch.Tensor, grid: torch.Tensor, image_token: in
               rows: int) -> tuple[torch.Tensor, int] | None:
     """The image's offsets past its start and the text's advance in ``ids`` (one prompt holding one image), by the
     model's own ``get_rope_index``; None where it wants more than a prompt or gives other than three sections."""
-    from .vlm_prompts import prompt_extras
+    from .prompts import prompt_extras
 
     owner = getattr(model, "model", model)
     given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), GRID: grid[:1],

@@ -1,7 +1,7 @@
 """A vision-language model (transformers' image-text-to-text: an object, a folder or a hub id whose config has a
 vision tower and an image token): three files in one folder, ``vision``, ``embed`` and ``decoder``
-(:mod:`onnx_nb.steps.export.vlm`), the decoder through the causal-LM route with its cache and embeddings in place of
-token ids. The result is a :class:`~onnx_nb.results.vlm.VlmExport`; ``onnx_nb.generate(result, inputs,
+(:mod:`.parts`), the decoder through the causal-LM route with its cache and embeddings in place of
+token ids. The result is a :class:`~.result.VlmExport`; ``onnx_nb.generate(result, inputs,
 images=...)`` runs the chain (:meth:`VlmSource.step_files`)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..args import ExportArgs
-from .base import Source, is_torch_module, require_float32_cpu
-from .hf import HfSource, location_config
+from ...steps.export.args import ExportArgs
+from ...steps.export.sources.base import Source, is_torch_module, require_float32_cpu
+from ...steps.export.sources.hf import HfSource, location_config
 
 TASK = "image-text-to-text"
 
@@ -55,14 +55,14 @@ class VlmSource(HfSource):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ....errors import ExportError
-        from ....results.vlm import VlmExport
-        from ..caches.decoder import NoKeyValueCache, layout_of
-        from ..machinery.staged import write_parts
-        from ..machinery.wrap import eval_mode
-        from ..machinery.writing import folder_for
-        from ..vlm import PARTS, deepstack_layers, image_token_of, parts, takes_grid
-        from ..vlm_prompts import takes_token_types
+        from ...errors import ExportError
+        from ...steps.export.caches.decoder import NoKeyValueCache, layout_of
+        from ...steps.export.machinery.staged import write_parts
+        from ...steps.export.machinery.wrap import eval_mode
+        from ...steps.export.machinery.writing import folder_for
+        from .parts import PARTS, deepstack_layers, image_token_of, parts, takes_grid
+        from .prompts import takes_token_types
+        from .result import VlmExport
 
         config = location_config(model) if isinstance(model, (str, os.PathLike)) else model.config.to_dict()
         if config.get("is_encoder_decoder"):
@@ -116,9 +116,9 @@ class VlmSource(HfSource):
     def export_decoder(cls, record: Any, settings: dict[str, Any]) -> Any:
         """The decoder part through the causal-LM route (dynamo first, its check at another batch and cache
         length), fed embeddings."""
-        from ....progress import Steps
-        from ....runtime.files import check_target
-        from ..machinery.torch_route import export_module
+        from ...progress import Steps
+        from ...runtime.files import check_target
+        from ...steps.export.machinery.torch_route import export_module
 
         args = ExportArgs(out=settings["out"], overwrite=True, progress=False, opset=settings.get("opset"))
         with Steps(3, "export", False) as steps:
@@ -131,11 +131,11 @@ class VlmSource(HfSource):
     def step_files(cls, result: Any, path: Path | None = None) -> dict[str, Any] | None:
         """What :func:`onnx_nb.generate` and generation parity chain for this export (the whole, its vision or
         decoder part, or a variant of either: ``path`` in that part's place): the vision, embed and decoder files,
-        the image token their features go to and the model (:class:`onnx_nb.steps.generate.vlm.VlmDecoder`)."""
-        from ....results.export import export_of
-        from ....results.vlm import VlmExport
-        from ..vlm import PARTS, image_token_of
-        from ..vlm_prompts import VisionPart
+        the image token their features go to and the model (:class:`~.runner.VlmDecoder`)."""
+        from ...results.export import export_of
+        from .parts import PARTS, image_token_of
+        from .prompts import VisionPart
+        from .result import VlmExport
 
         if isinstance(result, VlmExport):  # the whole: its decoder part's file
             result = result.parts["decoder"]
@@ -155,10 +155,10 @@ class VlmSource(HfSource):
 
 
 def images_taken(vision: Any) -> str:
-    """Which images a vision file takes (:attr:`~onnx_nb.results.vlm.VlmExport.image_sizes`), from the module it was
+    """Which images a vision file takes (:attr:`~.result.VlmExport.image_sizes`), from the module it was
     exported from: every grid, any image size, one grid or one image size (traced at the sample's), else the
     tower's size."""
-    from ....runtime.facts import FIXED_INPUT, GRID_DERIVED, IMAGE_GRID, SIZED_BY
+    from ...runtime.facts import FIXED_INPUT, GRID_DERIVED, IMAGE_GRID, SIZED_BY
 
     meta = getattr(vision.source.model, "onnx_metadata", None) or {}
     if meta.get(GRID_DERIVED):
@@ -173,9 +173,9 @@ def images_taken(vision: Any) -> str:
 def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
     """A plain part through the PyTorch route; a vision part for every grid or image size that does not pass its
     check at another is traced at the sample's instead (its ``fallback``), saying why in the result's warnings."""
-    from ....errors import OnnxNbError, first_line
-    from ....runtime.facts import IMAGE_GRID
-    from .torch import export_part as plain
+    from ...errors import OnnxNbError, first_line
+    from ...runtime.facts import IMAGE_GRID
+    from ...steps.export.sources.torch import export_part as plain
 
     fallback = getattr(module, "fallback", None)
     if fallback is None:
@@ -205,9 +205,9 @@ def check_chain(result: Any) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from ....results.tolerance import EXPORT_CHECK, measure
-    from ..vlm import chain_logits, features_of, pixel_sample
-    from ..vlm_prompts import prompt_extras, prompt_sample
+    from ...results.tolerance import EXPORT_CHECK, measure
+    from .parts import chain_logits, features_of, pixel_sample
+    from .prompts import prompt_extras, prompt_sample
 
     model = result.model
     pixels = pixel_sample(model, images=2, seed=3)
@@ -221,7 +221,7 @@ def check_chain(result: Any) -> dict[str, Any]:
         got = chain_logits(Path(result.folder), {k: v.numpy() for k, v in pixels.items()}, ids.numpy(),
                            result.image_token, model)
     except Exception as exc:  # noqa: BLE001 - the files do not run together: the export failed its check
-        from ....errors import first_line
+        from ...errors import first_line
 
         said = f"ONNX Runtime cannot run the three files together: {type(exc).__name__}: {first_line(exc)[:300]}"
         return {"passed": False, "max_abs_diff": float("nan"), "images": 2, "image_tokens": int(rows),
@@ -248,7 +248,7 @@ def is_vlm(model: Any) -> bool:
     (``get_image_features`` -> features placed at the image tokens, a language model fed embeddings)."""
     import inspect
 
-    from ..vlm import image_token_of
+    from .parts import image_token_of
 
     config = getattr(model, "config", None)
     return (getattr(config, "vision_config", None) is not None and image_token_of(config) is not None

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ...runtime.facts import SIZED_BY, TILED
-from .vlm_prompts import VisionPart, gives
+from .prompts import VisionPart, gives
 
 SIZES, INDEX = "image_sizes", "pack_index"
 # model -> (height, width) -> its tile count and pack index (images repeat their sizes; forgotten with the model)
@@ -82,8 +82,8 @@ class TiledImageFeatures(VisionPart):
     def forward(self, pixel_values: torch.Tensor, pack_index: torch.Tensor) -> dict[str, torch.Tensor]:
         from transformers.exporters.utils import patch_attribute
 
-        from .patches.lending import lent
-        from .vlm_prompts import feature_rows
+        from ...steps.export.patches.lending import lent
+        from .prompts import feature_rows
 
         inner, tiles = _inner(self.model), pixel_values.shape[0]
 

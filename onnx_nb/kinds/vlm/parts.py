@@ -20,9 +20,9 @@ from ...errors import InvalidArgumentError
 from ...runtime.facts import FIXED_INPUT, fixed_inputs
 from ...runtime.facts import IMAGE_GRID as GRID
 from ...runtime.shapes import SAMPLE_SIZES
-from .vlm_prompts import VisionPart, image_rows, prompt_sample, types_rule
+from .prompts import VisionPart, image_rows, prompt_sample, types_rule
 
-POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (vlm_grid)
+POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (grid.py)
 COLUMNS = 4
 
 PARTS = ("vision", "embed", "decoder")
@@ -94,7 +94,7 @@ class MergedEmbedding(torch.nn.Module):
         self.image_token = image_token
         self.types = types_rule(model)
         self.deepstack = deepstack_layers(model)
-        self.sections = sections  # each image row's position columns come beside it (vlm_grid.position_columns)
+        self.sections = sections  # each image row's position columns come beside it (grid.position_columns)
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor,
                 text_position_ids: torch.Tensor | None = None,
@@ -197,10 +197,10 @@ def check_counts(input_ids: Any, image_token: int, features: int) -> None:
 
 def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     """The vision and embedding parts: (module, sample, dynamic axes) each. A grid family's vision part takes any
-    grid where its tower allows (:func:`.vlm_grid.grid_free_part`), a family whose images come with their sizes any
-    size (:func:`.vlm_sized.sized_part`, :func:`.vlm_tiled.tiled_part`), with the one-size module as its
+    grid where its tower allows (:func:`.grid.grid_free_part`), a family whose images come with their sizes any
+    size (:func:`.sized.sized_part`, :func:`.tiled.tiled_part`), with the one-size module as its
     ``fallback``."""
-    from .vlm_grid import grid_free_part, position_columns
+    from .grid import grid_free_part, position_columns
 
     token = image_token_of(model.config)
     assert token is not None
@@ -217,8 +217,8 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
         embed["text_position_ids"] = torch.arange(ids.shape[1]).expand(ids.shape).contiguous()
         embed[POSITIONS] = position_columns(model, token, pixels[GRID], [features.shape[0]])
         axes.update({"text_position_ids": {0: "batch", 1: "sequence"}, POSITIONS: {0: "image_tokens"}})
-    from .vlm_sized import sized_part
-    from .vlm_tiled import tiled_part
+    from .sized import sized_part
+    from .tiled import tiled_part
 
     free = grid_free_part(model, pixels, features, features_of) if GRID in pixels else \
         sized_part(model, pixels, features, features_of) or tiled_part(model, pixels, features, features_of)
@@ -234,7 +234,7 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
 def per_image(vision: Any, pixels: dict[str, Any], model: Any = None) -> list[Any]:
     """Each image's feature rows, the vision file run once per image (its inputs' first axis; a grid family's flat
     patches, each image's grid of them). A file taking its grid's tensors computes them with ``model``'s tower
-    (:mod:`.vlm_grid`)."""
+    (:mod:`.grid`)."""
     import numpy as np
 
     from ...runtime.facts import grid_derived, sized_by, tiled
@@ -245,11 +245,11 @@ def per_image(vision: Any, pixels: dict[str, Any], model: Any = None) -> list[An
     if derived:
         return _grid_features(vision, pixels, None, model, derived)
     if tiled(vision):  # one image's tiles at a time, packed by its size
-        from .vlm_tiled import tiled_feeds
+        from .tiled import tiled_feeds
 
         return [vision.run(None, cast_feed(vision, feed))[0] for feed in tiled_feeds(vision, pixels, model)]
     if sized_by(vision):  # one image at a time, cropped to its size
-        from .vlm_sized import cropped
+        from .sized import cropped
 
         count, channels = np.shape(pixels["pixel_values"])[0], inputs[0].shape[1]
         if isinstance(channels, int) and np.shape(pixels["pixel_values"])[1:2] != (channels,):
@@ -312,7 +312,7 @@ def _grid_features(vision: Any, pixels: dict[str, Any], grid: list[int] | None, 
     for g, count in zip(grids, counts):
         feed = {name: flat[start:start + count], **({GRID: g[None]} if reads_grid else {})}
         if derived:  # computed once per grid
-            from .vlm_grid import grid_feed, tower_of
+            from .grid import grid_feed, tower_of
 
             feed.update(grid_feed(tower_of(model), g, derived))
         rows.append(vision.run(None, cast_feed(vision, feed))[0])
@@ -362,7 +362,7 @@ def token_feed(embed: Any, ids: Any, features: Any, positions: Any) -> dict[str,
 def with_positions(embed: Any, images: list[Any], pixels: dict[str, Any], model: Any, image_token: int) -> Any:
     """The images' feature rows (:func:`per_image`) one after another, each with its position columns last where the
     embed file numbers three sections (it takes ``image_positions``: :func:`token_feed` hands them to it as int64),
-    read from ``model`` per image grid (:func:`.vlm_grid.position_columns`): one array for the runners to hold,
+    read from ``model`` per image grid (:func:`.grid.position_columns`): one array for the runners to hold,
     split and repeat by rows (float32 holds those whole numbers exactly)."""
     import numpy as np
 
@@ -373,7 +373,7 @@ def with_positions(embed: Any, images: list[Any], pixels: dict[str, Any], model:
         raise InvalidArgumentError(
             "This model's embed file numbers positions by each image's grid, which the model's own get_rope_index "
             "says: run the files through the export's result (onnx_nb.generate(result, ...)), which holds the model.")
-    from .vlm_grid import position_columns
+    from .grid import position_columns
 
     grids = np.asarray(pixels[GRID]).reshape(-1, 3)
     columns = position_columns(model, image_token, grids, [int(x.shape[0]) for x in images]).numpy()

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ...runtime.facts import SIZED_BY
-from .vlm_prompts import VisionPart, gives
+from .prompts import VisionPart, gives
 
 SIZES = "image_sizes"
 
@@ -37,7 +37,7 @@ class SizedImageFeatures(VisionPart):
         self.related_axes = True  # patches, merged rows and positions all follow height and width
 
     def forward(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
-        from .vlm_prompts import image_rows
+        from .prompts import image_rows
 
         sizes = [(pixel_values.shape[-2], pixel_values.shape[-1])]
         out = self.model.get_image_features(pixel_values=pixel_values, image_sizes=sizes, return_dict=True)
