@@ -66,9 +66,9 @@ def main() -> None:
     import torch
 
     import onnx_nb
+    from onnx_nb.kinds.diffusion.parity import psnr
+    from onnx_nb.kinds.diffusion.pipeline import part_times, reset_times
     from onnx_nb.runtime.timing import interleaved
-    from onnx_nb.steps.generate.diffusion import part_times, reset_times
-    from onnx_nb.steps.parity.diffusion import psnr
 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="onnx-nb-sd-"))

@@ -174,8 +174,8 @@ def main() -> None:
     from diffusion import build
 
     import onnx_nb
-    from onnx_nb.steps.generate.diffusion import part_times, reset_times
-    from onnx_nb.steps.parity.diffusion import psnr
+    from onnx_nb.kinds.diffusion.parity import psnr
+    from onnx_nb.kinds.diffusion.pipeline import part_times, reset_times
 
     torch.set_num_threads(args.threads)
     folder = args.folder or Path(tempfile.mkdtemp(prefix="onnx-nb-sd-optimum-"))

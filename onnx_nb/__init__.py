@@ -68,14 +68,14 @@ _LAZY = {
     "IsolatedSession": ("onnx_nb.runtime.isolation", "IsolatedSession"),
     "check_model": ("onnx_nb.runtime.onnxfile", "check_model"),
     "generate": ("onnx_nb.steps.generate.generation", "generate"),
-    "to_diffusers": ("onnx_nb.steps.generate.diffusion", "to_diffusers"),
-    "check_diffusion": ("onnx_nb.steps.parity.diffusion", "check_diffusion"),
-    "DiffusionExport": ("onnx_nb.results.diffusion", "DiffusionExport"),
-    "DiffusionParity": ("onnx_nb.results.diffusion", "DiffusionParity"),
-    "unet_calibration": ("onnx_nb.steps.parity.diffusion", "unet_calibration"),
-    "check_sam": ("onnx_nb.steps.parity.sam", "check_sam"),
-    "SamExport": ("onnx_nb.results.sam", "SamExport"),
-    "SamParity": ("onnx_nb.results.sam", "SamParity"),
+    "to_diffusers": ("onnx_nb.kinds.diffusion.pipeline", "to_diffusers"),
+    "check_diffusion": ("onnx_nb.kinds.diffusion.parity", "check_diffusion"),
+    "DiffusionExport": ("onnx_nb.kinds.diffusion.result", "DiffusionExport"),
+    "DiffusionParity": ("onnx_nb.kinds.diffusion.result", "DiffusionParity"),
+    "unet_calibration": ("onnx_nb.kinds.diffusion.parity", "unet_calibration"),
+    "check_sam": ("onnx_nb.kinds.sam.parity", "check_sam"),
+    "SamExport": ("onnx_nb.kinds.sam.result", "SamExport"),
+    "SamParity": ("onnx_nb.kinds.sam.result", "SamParity"),
     "PartsExport": ("onnx_nb.results.parts", "PartsExport"),
     "VlmExport": ("onnx_nb.kinds.vlm.result", "VlmExport"),
     "to_transformers": ("onnx_nb.steps.generate.transformers_api", "to_transformers"),
@@ -166,14 +166,17 @@ __all__ = [
 if TYPE_CHECKING:
     from .frontends.demo import default_model_path, hub_or_standin
     from .frontends.widgets import CompareView, GraphView, Studio
+    from .kinds.diffusion.parity import check_diffusion, unet_calibration
+    from .kinds.diffusion.pipeline import to_diffusers
+    from .kinds.diffusion.result import DiffusionExport, DiffusionParity
+    from .kinds.sam.parity import check_sam
+    from .kinds.sam.result import SamExport, SamParity
     from .kinds.vlm.result import VlmExport
-    from .results.diffusion import DiffusionExport, DiffusionParity
     from .results.export import ExportResult, ModelSource
     from .results.latency import LatencyTable
     from .results.parity import ParityReport
     from .results.parts import PartsExport
     from .results.report import Report
-    from .results.sam import SamExport, SamParity
     from .results.summary import GraphComparison, ModelSummary
     from .results.tolerance import Tolerance
     from .results.variant import Variant
@@ -183,14 +186,11 @@ if TYPE_CHECKING:
     from .runtime.profiling import parse_profile
     from .steps.benchmark.benchmarking import benchmark
     from .steps.export.exporting import export
-    from .steps.generate.diffusion import to_diffusers
     from .steps.generate.generation import GenerationResult, generate
     from .steps.generate.transformers_api import to_transformers
     from .steps.inspect.comparing import compare
     from .steps.inspect.structure import summary
     from .steps.parity.check import check_parity
-    from .steps.parity.diffusion import check_diffusion, unet_calibration
-    from .steps.parity.sam import check_sam
     from .steps.pipelines import pipeline
     from .steps.variants.autotuning import autotune
     from .steps.variants.debugging import quant_debug

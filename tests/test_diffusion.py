@@ -66,7 +66,7 @@ def test_a_different_seed_is_told_apart(exported: onnx_nb.DiffusionExport) -> No
     kwargs = {"num_inference_steps": 2, "output_type": "np"}
     ours = onnx_pipe("the sun", generator=torch.Generator().manual_seed(0), **kwargs).images
     theirs = exported.pipeline("the sun", generator=torch.Generator().manual_seed(1), **kwargs).images
-    from onnx_nb.steps.parity.diffusion import psnr
+    from onnx_nb.kinds.diffusion.parity import psnr
 
     assert psnr(ours, theirs) < 40
 

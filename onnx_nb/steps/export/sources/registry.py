@@ -31,8 +31,8 @@ HERE = "onnx_nb.steps.export.sources"
 SOURCES: tuple[str, ...] = (
     f"{HERE}.yolo:YoloSource",                      # an Ultralytics YOLO object or network
     f"{HERE}.torchvision:TorchvisionSource",        # a torchvision detector (a list of images in, a list of dicts out)
-    f"{HERE}.diffusers:DiffusersSource",            # a diffusers pipeline: text encoder, UNet, VAE decoder files
-    f"{HERE}.sam:SamSource",                        # SAM (an object, or a folder or hub id whose config says sam)
+    "onnx_nb.kinds.diffusion.source:DiffusersSource",  # a diffusers pipeline: text encoder, UNet, VAE decoder files
+    "onnx_nb.kinds.sam.source:SamSource",           # SAM (an object, or a folder or hub id whose config says sam)
     f"{HERE}.onnx_file:OnnxFileSource",             # an .onnx file made elsewhere, adopted in place
     f"{HERE}.keras:KerasOnTorchSource",             # a Keras 3 model on the torch backend: the PyTorch route
     f"{HERE}.keras:KerasSource",                    # a Keras model (TensorFlow or JAX backend), or a .keras file

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ...results.diffusion import PARTS, DiffusionExport
+from .result import PARTS, DiffusionExport
 
 
 class TextEncoderPart(torch.nn.Module):
@@ -76,7 +76,7 @@ def export_diffusion(pipe: Any, out: Any, overwrite: bool, progress: bool, opset
     """Every part into ``out`` (a folder; default: one named after ``name`` or the pipeline's class) with
     ``export`` (:func:`onnx_nb.export`), each checked at another shape, all or nothing
     (:func:`~onnx_nb.steps.export.machinery.staged.write_parts`)."""
-    from .machinery.staged import write_parts
+    from ...steps.export.machinery.staged import write_parts
 
     folder, parts, seconds = write_parts(
         "a pipeline", PARTS, lambda: {k: (m.eval(), s, a) for k, (m, s, a) in samples(pipe).items()},

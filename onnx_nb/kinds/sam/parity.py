@@ -12,9 +12,9 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...results.detections import pixel_iou
-from ...results.sam import SamExport, SamParity
 from ...results.tolerance import SAM_MIN_MASK_IOU, SAM_SCORE_ATOL
-from ..export.sources.sam import SamSource
+from .result import SamExport, SamParity
+from .source import SamSource
 
 
 def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, pixel_values: Any = None,
@@ -36,8 +36,8 @@ def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, p
 
     from ...runtime.providers import providers_named
     from ...runtime.sessions import session
-    from ..export.machinery.wrap import eval_mode
-    from ..export.sam import sample_points, side_of
+    from ...steps.export.machinery.wrap import eval_mode
+    from .export import sample_points, side_of
 
     SamSource.expect(result, "check_sam")
     model = result.model

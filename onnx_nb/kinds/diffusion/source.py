@@ -1,5 +1,5 @@
 """A diffusers pipeline: its text encoder, UNet and VAE decoder as three files in one folder, each exported by the
-PyTorch route at its own sample and checked at other shapes (:mod:`onnx_nb.steps.export.diffusion`); the result is a
+PyTorch route at its own sample and checked at other shapes (:mod:`onnx_nb.kinds.diffusion.export`); the result is a
 :class:`~onnx_nb.DiffusionExport`, checked whole by :func:`onnx_nb.check_diffusion`."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
-from ....errors import InvalidArgumentError
-from ..args import ExportArgs
-from .base import Source, is_torch_module, require_float32_cpu
+from ...errors import InvalidArgumentError
+from ...steps.export.args import ExportArgs
+from ...steps.export.sources.base import Source, is_torch_module, require_float32_cpu
 
 
 class DiffusersSource(Source):
@@ -27,8 +27,8 @@ class DiffusersSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ..diffusion import export_diffusion
-        from .torch import export_part as export
+        from ...steps.export.sources.torch import export_part as export
+        from .export import export_diffusion
 
         check_supported(model)
         return export_diffusion(model, args.out, args.overwrite, args.progress, args.opset, export, args.name)
@@ -36,7 +36,7 @@ class DiffusersSource(Source):
     @classmethod
     def expect(cls, result: Any, what: str) -> Any:
         """``result`` when it is this kind's export (``to_diffusers``, ``check_diffusion`` take nothing else)."""
-        from ....results.diffusion import DiffusionExport
+        from .result import DiffusionExport
 
         if not isinstance(result, DiffusionExport):
             raise InvalidArgumentError(f"{what} takes what onnx_nb.export(pipeline) returns (a DiffusionExport), "

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ...results.sam import PARTS, SamExport
+from .result import PARTS, SamExport
 
 
 class SamVisionEncoderPart(torch.nn.Module):
@@ -68,8 +68,8 @@ def load_sam(model: Any) -> Any:
     """The model itself, or the ``SamModel`` in a folder or behind a hub id (loaded as any export loads one)."""
     if not isinstance(model, (str, Path)):
         return model
-    from .hf.loading import load_model
-    from .machinery.logs import quiet_loading
+    from ...steps.export.hf.loading import load_model
+    from ...steps.export.machinery.logs import quiet_loading
 
     with quiet_loading([], local=Path(str(model)).expanduser().exists()):
         return load_model(str(model)).model
@@ -121,8 +121,8 @@ def export_sam(model: Any, out: Any, overwrite: bool, progress: bool, opset: int
     """Both parts into ``out`` (a folder; default: one named after ``name`` or the model's class) with ``export``
     (:func:`onnx_nb.export`), each checked at other shapes (two images; two images of three prompts of five
     points), all or nothing (:func:`~onnx_nb.steps.export.machinery.staged.write_parts`)."""
-    from .machinery.staged import write_parts
-    from .machinery.wrap import eval_mode
+    from ...steps.export.machinery.staged import write_parts
+    from ...steps.export.machinery.wrap import eval_mode
 
     with eval_mode(model):
         folder, parts, seconds = write_parts("SAM", PARTS, lambda: samples(model), name or type(model).__name__,

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ...errors import InvalidArgumentError
-from ..export.sources.diffusers import DiffusersSource
+from .source import DiffusersSource
 
 
 class _OnnxPart(torch.nn.Module):

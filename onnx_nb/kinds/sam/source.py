@@ -1,6 +1,6 @@
 """SAM (transformers' ``SamModel``, segment-anything's ``Sam``; an object, or a folder or hub id whose config says
 sam): its vision encoder and its prompt encoder + mask decoder as two files in one folder
-(:mod:`onnx_nb.steps.export.sam`); the result is a :class:`~onnx_nb.SamExport`, checked whole by
+(:mod:`onnx_nb.kinds.sam.export`); the result is a :class:`~onnx_nb.SamExport`, checked whole by
 :func:`onnx_nb.check_sam`."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
-from ....errors import InvalidArgumentError
-from ..args import ExportArgs
-from .base import Source, is_torch_module, require_float32_cpu
+from ...errors import InvalidArgumentError
+from ...steps.export.args import ExportArgs
+from ...steps.export.sources.base import Source, is_torch_module, require_float32_cpu
 
 
 class SamSource(Source):
@@ -18,7 +18,7 @@ class SamSource(Source):
     several_files = True
     what = "a SAM model"
     instead = (", whose parts get their own samples and axes; export a part alone with "
-               "onnx_nb.export(SamVisionEncoderPart(model), sample, ...) (onnx_nb.steps.export.sam), or "
+               "onnx_nb.export(SamVisionEncoderPart(model), sample, ...) (onnx_nb.kinds.sam.export), or "
                "quantize(sam.parts['vision_encoder'], method='fp16') for another precision")
     takes: ClassVar[frozenset[str]] = frozenset({"opset"})
 
@@ -33,8 +33,8 @@ class SamSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ..sam import export_sam, load_sam
-        from .torch import export_part as export
+        from ...steps.export.sources.torch import export_part as export
+        from .export import export_sam, load_sam
 
         loaded = load_sam(model)
         check_supported(loaded)
@@ -43,7 +43,7 @@ class SamSource(Source):
     @classmethod
     def expect(cls, result: Any, what: str) -> Any:
         """``result`` when it is a transformers SAM's export with both parts (what ``check_sam`` takes)."""
-        from ....results.sam import PARTS, SamExport
+        from .result import PARTS, SamExport
 
         if not isinstance(result, SamExport) or set(result.parts) != set(PARTS) or not is_hf_sam(result.model):
             raise InvalidArgumentError(f"{what} takes what onnx_nb.export(sam_model) returns, not "
@@ -53,7 +53,7 @@ class SamSource(Source):
 
 def _sam_location(model: Any) -> bool:
     """A folder or hub id whose config says SAM."""
-    from .hf import location_config
+    from ...steps.export.sources.hf import location_config
 
     return location_config(model).get("model_type") == "sam"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..render import CSS, html_table
-from .parts import PartsExport
+from ...render import CSS, html_table
+from ...results.parts import PartsExport
 
 PARTS = ("vision_encoder", "prompt_encoder_mask_decoder")
 

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from ...results.diffusion import PARTS, DiffusionExport, DiffusionParity
-from ..export.sources.diffusers import DiffusersSource
+from .result import PARTS, DiffusionExport, DiffusionParity
+from .source import DiffusersSource
 
 
 def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
@@ -38,7 +38,7 @@ def check_diffusion(result: DiffusionExport, prompt: str | list[str] = "a photo 
     """
     import torch
 
-    from ..generate.diffusion import part_times, reset_times, to_diffusers
+    from .pipeline import part_times, reset_times, to_diffusers
 
     DiffusersSource.expect(result, "check_diffusion")
     unknown = sorted(set(parts) - set(PARTS))

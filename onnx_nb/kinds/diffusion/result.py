@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..render import CSS, html_table
-from .parts import PartsExport
+from ...render import CSS, html_table
+from ...results.parts import PartsExport
 
 PARTS = ("text_encoder", "unet", "vae_decoder")
 
