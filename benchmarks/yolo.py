@@ -118,7 +118,7 @@ def main() -> None:
     bus = image(Path(ultralytics.__file__).parent / "assets" / "bus.jpg", args.size)
     feeds = {name: {s.get_inputs()[0].name: bus} for name, s in sessions.items()}
     with torch.no_grad():
-        ref = onnx_nb.steps.export.yolo.YoloGraph(model)(torch.from_numpy(bus))["output0"].numpy()[0]
+        ref = onnx_nb.kinds.detection.yolo_export.YoloGraph(model)(torch.from_numpy(bus))["output0"].numpy()[0]
     top = np.argsort(-ref[4:].max(0))[:100]
     times = interleaved({name: (lambda s=s, f=feeds[name]: s.run(None, f)) for name, s in sessions.items()},
                         rounds=args.rounds, warmup=3, runs=10)

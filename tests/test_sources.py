@@ -69,10 +69,10 @@ def test_one_rule_for_the_other_shape_and_one_table_of_sample_sizes() -> None:
     import numpy as np
     import torch
 
+    from onnx_nb.kinds.foreign.converting import grown
     from onnx_nb.results.export import ModelSource
     from onnx_nb.runtime.shapes import SAMPLE_SIZES, other_size, other_sizes
     from onnx_nb.steps.export.caches.decoder import SAMPLE_PAST, SAMPLE_SEQUENCE
-    from onnx_nb.steps.export.converting import grown
     from onnx_nb.steps.export.hf.samples import BATCH, SEQUENCE
     from onnx_nb.steps.export.machinery.inputs import Sample, growth
     from onnx_nb.steps.variants.variants import too_big_advice

@@ -177,8 +177,8 @@ def test_traced_resize_gives_pytorchs_size_and_pixels(tmp_path: Path) -> None:
     does, for a min/max size and for SSD's fixed size."""
     from torchvision.models.detection.transform import GeneralizedRCNNTransform
 
+    from onnx_nb.kinds.detection.torchvision_export import DetectorGraph
     from onnx_nb.steps.export.args import DEFAULT_OPSET
-    from onnx_nb.steps.export.detection import DetectorGraph
     from onnx_nb.steps.export.machinery.exporters import export_torchscript, quiet
 
     class Resized(torch.nn.Module):  # the transform's padded batch as the "masks" of one empty box
@@ -218,8 +218,8 @@ def test_traced_box_decoding_runs_on_no_boxes(tmp_path: Path) -> None:
     import onnxruntime as ort
     from torchvision.models.detection._utils import BoxCoder
 
+    from onnx_nb.kinds.detection.torchvision_export import DetectorGraph
     from onnx_nb.steps.export.args import DEFAULT_OPSET
-    from onnx_nb.steps.export.detection import DetectorGraph
     from onnx_nb.steps.export.machinery.exporters import export_torchscript, quiet
 
     class Decoding(torch.nn.Module):  # an image's rows as proposals, kept by their first value, two classes' codes

@@ -29,23 +29,34 @@ HERE = "onnx_nb.steps.export.sources"
 # the rows name their adapters by dotted path ("module:class"), imported when a model is first recognised, so a
 # generic step that reads this table imports no kind's package (onnx_nb/kinds/) at module level
 SOURCES: tuple[str, ...] = (
-    f"{HERE}.yolo:YoloSource",                      # an Ultralytics YOLO object or network
-    f"{HERE}.torchvision:TorchvisionSource",        # a torchvision detector (a list of images in, a list of dicts out)
-    "onnx_nb.kinds.diffusion.source:DiffusersSource",  # a diffusers pipeline: text encoder, UNet, VAE decoder files
-    "onnx_nb.kinds.sam.source:SamSource",           # SAM (an object, or a folder or hub id whose config says sam)
-    f"{HERE}.onnx_file:OnnxFileSource",             # an .onnx file made elsewhere, adopted in place
-    f"{HERE}.keras:KerasOnTorchSource",             # a Keras 3 model on the torch backend: the PyTorch route
-    f"{HERE}.keras:KerasSource",                    # a Keras model (TensorFlow or JAX backend), or a .keras file
-    f"{HERE}.keras:TensorflowSource",               # a SavedModel folder or a tf.Module
-    f"{HERE}.sklearn:SklearnSource",                # a fitted scikit-learn estimator or pipeline
-    "onnx_nb.kinds.vlm.source:VlmSource",           # a vision-language model: vision, embed and decoder files
-    f"{HERE}.speech_llm:SpeechLlmSource",           # a speech LLM (an audio tower filling a causal LM's audio
-                                                    # tokens): refused, saying so
-    f"{HERE}.lean:LeanSource",                      # precision= given: a decoder written layer by layer from its
-                                                    # checkpoint folder or hub id
-    f"{HERE}.hf:HfSource",                          # a Hugging Face model object, folder or hub id; a
-                                                    # SentenceTransformer
-    f"{HERE}.torch:TorchSource",                    # a torch.nn.Module and its sample; a PyTorch checkpoint file
+    # an Ultralytics YOLO object or network
+    "onnx_nb.kinds.detection.yolo_source:YoloSource",
+    # a torchvision detector (a list of images in, a list of dicts out)
+    "onnx_nb.kinds.detection.torchvision_source:TorchvisionSource",
+    # a diffusers pipeline: text encoder, UNet, VAE decoder files
+    "onnx_nb.kinds.diffusion.source:DiffusersSource",
+    # SAM (an object, or a folder or hub id whose config says sam): two files
+    "onnx_nb.kinds.sam.source:SamSource",
+    # an .onnx file made elsewhere, adopted in place
+    "onnx_nb.kinds.foreign.onnx_source:OnnxFileSource",
+    # a Keras 3 model on the torch backend: the PyTorch route
+    "onnx_nb.kinds.foreign.keras_source:KerasOnTorchSource",
+    # a Keras model (TensorFlow or JAX backend), or a .keras file
+    "onnx_nb.kinds.foreign.keras_source:KerasSource",
+    # a SavedModel folder or a tf.Module
+    "onnx_nb.kinds.foreign.keras_source:TensorflowSource",
+    # a fitted scikit-learn estimator or pipeline
+    "onnx_nb.kinds.foreign.sklearn_source:SklearnSource",
+    # a vision-language model (image-text-to-text): vision, embed and decoder files
+    "onnx_nb.kinds.vlm.source:VlmSource",
+    # a speech LLM (an audio tower filling a causal LM's audio tokens): refused, saying so
+    f"{HERE}.speech_llm:SpeechLlmSource",
+    # precision= given: a decoder written layer by layer from its checkpoint folder or hub id
+    f"{HERE}.lean:LeanSource",
+    # a Hugging Face model object, folder or hub id; a SentenceTransformer
+    f"{HERE}.hf:HfSource",
+    # a torch.nn.Module and its sample; a PyTorch checkpoint file
+    f"{HERE}.torch:TorchSource",
 )
 
 

@@ -1,5 +1,5 @@
 """An ``.onnx`` file made elsewhere (a model zoo, a vendor, another team), adopted where it is
-(:mod:`onnx_nb.steps.export.adopt`) and checked against an implementation that is not ONNX Runtime; a variant of it
+(:mod:`.onnx_adopt`) and checked against an implementation that is not ONNX Runtime; a variant of it
 is checked against the file as it came. A ``.ort`` file is ONNX Runtime Mobile's format, refused where a ``.onnx`` is
 needed (:func:`onnx_nb.runtime.onnxfile.check_model`)."""
 
@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..args import ExportArgs
+from ...steps.export.args import ExportArgs
 from .beyond import BeyondSource
 
 
@@ -28,7 +28,7 @@ class OnnxFileSource(BeyondSource):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ..adopt import adopt
+        from .onnx_adopt import adopt
 
         return adopt(Path(str(model)).expanduser(), args.sample, args.out, args.overwrite, args.name)
 
@@ -36,8 +36,8 @@ class OnnxFileSource(BeyondSource):
     def reference(cls, export: Any, candidate: Path, sample: Any, seed: int, exporter: str | None = None,
                   against: Any = None) -> Any:
         """A variant against the file as it came; the file itself against an independent implementation."""
-        from ....runtime.feeds import feed_for
-        from ..machinery.references import independent_reference, onnx_reference
+        from ...runtime.feeds import feed_for
+        from ...steps.export.machinery.references import independent_reference, onnx_reference
 
         record = export.source
         original = Path(export.path)

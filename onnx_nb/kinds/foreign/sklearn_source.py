@@ -1,4 +1,4 @@
-"""A fitted scikit-learn estimator or pipeline, through skl2onnx (:mod:`onnx_nb.steps.export.scikit`: probabilities
+"""A fitted scikit-learn estimator or pipeline, through skl2onnx (:mod:`.sklearn_export`: probabilities
 as a tensor, no ZipMap), checked against ``predict`` / ``predict_proba`` / ``transform``. Its file holds trees and
 linear models in ``ai.onnx.ml``: nothing INT8 applies to, so the pipeline quantizes nothing by default."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
-from ..args import ExportArgs
+from ...steps.export.args import ExportArgs
 from .beyond import BeyondSource
 
 
@@ -26,8 +26,8 @@ class SklearnSource(BeyondSource):
     @classmethod
     def native(cls, record: Any, candidate: Any, sample: Any = None) -> Any:
         """predict / predict_proba / transform on the same rows (string labels compared as equal or not)."""
-        from ..machinery.references import Reference, output_names
-        from ..scikit import features, native_outputs
+        from ...steps.export.machinery.references import Reference, output_names
+        from .sklearn_export import features, native_outputs
 
         names = output_names(candidate)
         model = cls.held(record)
@@ -39,7 +39,7 @@ class SklearnSource(BeyondSource):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ..scikit import export_sklearn
+        from .sklearn_export import export_sklearn
 
         return export_sklearn(model, args.sample, args.out, args.overwrite, args.progress, args.opset, args.name,
                               args.dynamic is not False)

@@ -1,4 +1,4 @@
-"""Keras 3 and TensorFlow (:mod:`onnx_nb.steps.export.keras_tf`): a Keras model on the TensorFlow or JAX backend
+"""Keras 3 and TensorFlow (:mod:`onnx_nb.kinds.foreign.keras_export`): a Keras model on the TensorFlow or JAX backend
 through tf2onnx, then Keras's own ``model.export(format="onnx")``; a ``.keras`` file; a SavedModel folder or a
 ``tf.Module`` through tf2onnx on its serving signature. A Keras model on the torch backend is a ``torch.nn.Module``:
 it takes the PyTorch route, its sample made from ``model.inputs`` when none is given."""
@@ -11,11 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ....errors import InvalidArgumentError
-from ..args import ExportArgs
-from .base import is_torch_module
+from ...errors import InvalidArgumentError
+from ...steps.export.args import ExportArgs
+from ...steps.export.sources.base import is_torch_module
+from ...steps.export.sources.torch import TorchSource
 from .beyond import TF2ONNX_MAX_OPSET, BeyondSource
-from .torch import TorchSource
 
 
 def _is_keras(model: Any) -> bool:
@@ -36,7 +36,7 @@ class KerasOnTorchSource(TorchSource):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ..keras_tf import keras_sample
+        from .keras_export import keras_sample
 
         return super().export(model, replace(args, sample=keras_sample(model, args.sample, tensors=True)))
 
@@ -47,15 +47,15 @@ class _TensorflowFamily(BeyondSource):
 
     @classmethod
     def route(cls, model: Any, sample: Any, tf: Any) -> Any:
-        from ..keras_tf import SignatureRoute
+        from .keras_export import SignatureRoute
 
         return SignatureRoute(model, sample, True, tf)
 
     @classmethod
     def native(cls, record: Any, candidate: Any, sample: Any = None) -> Any:
         """The model run by TensorFlow (Keras's own call, or the SavedModel's serving signature)."""
-        from ..keras_tf import import_tensorflow
-        from ..machinery.references import Reference, output_names
+        from ...steps.export.machinery.references import Reference, output_names
+        from .keras_export import import_tensorflow
 
         names = output_names(candidate)
         model = record.model if record.model is not None or not record.location else record.location
@@ -75,7 +75,7 @@ class _TensorflowFamily(BeyondSource):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ..keras_tf import export_tensorflow
+        from .keras_export import export_tensorflow
 
         return export_tensorflow(model, cls.kind, args.sample, args.out, args.overwrite, args.progress, args.opset,
                                  args.name, args.exporter, args.dynamic is not False)
@@ -89,7 +89,7 @@ class KerasSource(_TensorflowFamily):
 
     @classmethod
     def route(cls, model: Any, sample: Any, tf: Any) -> Any:
-        from ..keras_tf import KerasRoute, keras_sample
+        from .keras_export import KerasRoute, keras_sample
 
         return KerasRoute(model, sample if hasattr(sample, "keys") else keras_sample(model, sample), True, tf)
 
@@ -99,7 +99,7 @@ class KerasSource(_TensorflowFamily):
 
     @classmethod
     def loaded(cls, model: Any) -> Any:
-        from ..keras_tf import load_keras
+        from .keras_export import load_keras
 
         return load_keras(model)
 

@@ -1,6 +1,6 @@
 """A torchvision detector (Faster/Mask/Keypoint R-CNN, RetinaNet, FCOS, SSD): a list of images in, a list of dicts out
 in PyTorch, one image tensor in and ``detections`` (``masks``, ``keypoints``) out in the file
-(:mod:`onnx_nb.steps.export.detection`), then the PyTorch route; the batch stays fixed at one image."""
+(:mod:`onnx_nb.kinds.detection.torchvision_export`), then the PyTorch route; the batch stays fixed at one image."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sys
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from ....errors import SampleError
-from ..args import ExportArgs
-from .base import Source
+from ...errors import SampleError
+from ...steps.export.args import ExportArgs
+from ...steps.export.sources.base import Source
 
 
 class TorchvisionSource(Source):
@@ -22,7 +22,7 @@ class TorchvisionSource(Source):
     def recognises(model: Any, args: ExportArgs) -> bool:
         if "torchvision.models.detection" not in sys.modules:
             return False
-        from ..detection import is_torchvision_detector
+        from .torchvision_export import is_torchvision_detector
 
         return is_torchvision_detector(model)
 
@@ -30,8 +30,8 @@ class TorchvisionSource(Source):
     def prepared(cls, model: Any, args: ExportArgs) -> tuple[Any, Any]:
         """(the record of the detector as one image tensor in, flat outputs out; the args with its sample and
         axes). The sample the detector is called with, a list of image tensors, is taken as the one image."""
-        from ....results.export import ModelSource
-        from ..detection import as_module
+        from ...results.export import ModelSource
+        from .torchvision_export import as_module
 
         graph, sample, name, dynamic = as_module(model, _one_image(args.sample), args.name, args.dynamic)
         return (ModelSource(kind="module", name=name, model=graph, adapter=cls.key),
@@ -39,8 +39,8 @@ class TorchvisionSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ..detection import BATCH_NOTE, TRACED_NOTE
-        from ..machinery.inputs import FixedAxis
+        from ...steps.export.machinery.inputs import FixedAxis
+        from .torchvision_export import BATCH_NOTE, TRACED_NOTE
 
         result = cls.export_prepared(model, args)
         result.fixed_axes.insert(0, FixedAxis("images", 0, 1, BATCH_NOTE))
@@ -51,8 +51,8 @@ class TorchvisionSource(Source):
     @classmethod
     def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,
                            exporter: str | None = None) -> Any:
-        from ....runtime.feeds import export_sample
-        from ..machinery.references import torch_reference
+        from ...runtime.feeds import export_sample
+        from ...steps.export.machinery.references import torch_reference
 
         record, args = cls.prepared(model, ExportArgs(sample=sample if sample is not None else
                                                       export_sample(candidate)))

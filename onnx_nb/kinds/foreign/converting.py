@@ -59,8 +59,8 @@ def convert_checked(kind: str, target: Path, order: list[str], convert: Callable
     import onnx
 
     from ...runtime import onnxedit, onnxfile
-    from .machinery.attempts import first_that_passes
-    from .machinery.checks import check_arrays
+    from ...steps.export.machinery.attempts import first_that_passes
+    from ...steps.export.machinery.checks import check_arrays
 
     def write(name: str, staged: Path) -> Any:
         convert(name, staged)

@@ -143,7 +143,7 @@ def _tf2onnx_watch(collected: list[str], unsupported: list[tuple[str, str]]) -> 
     """tf2onnx's log lines and the warnings of TensorFlow and Keras go to ``collected`` (the result's warnings);
     the operators tf2onnx could not translate (it logs them and goes on) to ``unsupported``."""
 
-    from .machinery.logs import LogCollector
+    from ...steps.export.machinery.logs import LogCollector
 
     class Watch(LogCollector):
         def emit(self, record: logging.LogRecord) -> None:
@@ -192,7 +192,7 @@ def export_tensorflow(model: Any, kind: str, sample: Any, out: Any, overwrite: b
     """A Keras model (object or ``.keras`` file) or a TensorFlow SavedModel folder / ``tf.Module``, exported."""
     from ...progress import Steps
     from ...runtime.files import check_target, default_output
-    from .machinery.writing import source_name
+    from ...steps.export.machinery.writing import source_name
 
     label = name or (Path(str(model)).name if isinstance(model, (str, os.PathLike)) else
                      getattr(model, "name", None) or type(model).__name__)
@@ -279,7 +279,7 @@ class KerasRoute:
                   if size is not None and 0 < a < len(s) - 1 and len(s) == 4]
         if not static:
             return []
-        from .machinery.inputs import FixedAxis
+        from ...steps.export.machinery.inputs import FixedAxis
 
         return [FixedAxis(n, a, size, "fixed in the Keras model's input shape") for n, a, size in static]
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ....errors import InvalidArgumentError, OnnxNbError
-from ..args import ExportArgs
-from .base import Source
+from ...errors import InvalidArgumentError, OnnxNbError
+from ...steps.export.args import ExportArgs
+from ...steps.export.sources.base import Source
 
 TF2ONNX_MAX_OPSET = 18  # tf2onnx 1.17 knows IR versions up to opset 18
 
@@ -52,8 +52,8 @@ class BeyondSource(Source):
                            exporter: str | None = None) -> Any:
         """``check_parity(model, file)`` with the model itself: its framework, on the file's own graph sample when
         no sample is given."""
-        from ....results.export import ModelSource
-        from ..machinery.references import sample_from
+        from ...results.export import ModelSource
+        from ...steps.export.machinery.references import sample_from
 
         own = cls.loaded(model)
         location = str(model) if isinstance(model, (str, Path)) else None

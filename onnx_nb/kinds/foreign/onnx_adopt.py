@@ -59,7 +59,7 @@ def adopt(path: Path, sample: Any, out: Any, overwrite: bool, name: str | None) 
 def _check(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.ndarray], against: str,
            order: list[str]) -> dict[str, Any]:
     """ONNX Runtime on ``feed`` against ``want``, in the file's output order ``order``."""
-    from .machinery.checks import check_arrays
+    from ...steps.export.machinery.checks import check_arrays
 
     return check_arrays(path, feed, {n: want[n] for n in order if n in want}, shapes_of(feed), against)
 
