@@ -136,17 +136,8 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     if on is not None:  # the node says whether it has the provider
         backends = [(b, p, "") for b, p, _ in backends]
     if _has_cache(entries[0][2]) or _chained(entries[0][1]):  # prefill and decode steps, not one forward
-        if on is not None:
-            raise InvalidArgumentError("benchmark(cluster=...) measures single-forward models; a decoder with its "
-                                       "cache (prefill and decode rows) is measured on this machine only for now.")
-        from .generation_latency import benchmark_generation
-
-        source = getattr(reference, "source", None) or getattr(entries[0][1], "source", None)
-        model = reference if reference is not None and not hasattr(reference, "source") else \
-            getattr(source, "model", None)
-        layout = getattr(source, "cache_layout", None) if model is getattr(source, "model", None) else None
-        return benchmark_generation(entries, model, backends, shapes, warmup, runs, min_seconds, threads, clock,
-                                    progress, layout)
+        return _generation_table(entries, reference, backends, on, shapes, warmup, runs, min_seconds, threads, clock,
+                                 progress)
     ref, feed0, axes = _reference_and_feed(reference, sample, entries)
     specs = shape_specs(shapes if shapes is not None else "sample", axis_sizes(feed0, axes), list(feed0))
     if on is not None:
@@ -177,30 +168,16 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                                           warmup, runs, min_seconds, clock, threads)
                     rows.append(row)
                     kept.append((row, runner))
-            for name, _obj, path in entries:
+            for name, obj, path in entries:
                 for backend, provider, reason in backends:
                     steps.step(f"{name} on {backend} at {tag}")
                     if reason:
                         rows.append(LatencyRow(name, backend, tag, status="unavailable", note=reason))
                         continue
-                    runtime = getattr(_obj, "runtime", None)
-                    ran, why = path, ""
-                    if not provider:  # the OpenVINO runtime: a file it can read, made from the same export
-                        if path not in for_openvino:
-                            for_openvino[path] = openvino_file(_obj, path, tmp)
-                        ran, why = for_openvino[path] or (path, "")
-                    make: Callable[[], Any] = (partial(OrtRunner, path, provider, feed, threads, level, None, runtime)
-                                               if provider else partial(OpenVinoRunner, ran, feed, threads))
-                    row, runner = measure(name, backend, tag, batch, make, warmup, runs, min_seconds, clock,
-                                           threads)
-                    if why:
-                        row.options["file"] = Path(ran).name
-                        row.note = f"{why}. {row.note}".strip()
-                    if row.options.get("browser"):  # which browser and which ORT Web made the row
-                        adapter = f", adapter {row.options['adapter']}" if row.options.get("adapter") else ""
-                        row.backend = f"{backend} ({row.options['browser']}, {row.options['runtime']}{adapter})"
-                    elif row.status == "error" and row.note.startswith("NoWebGpuError: "):  # the page has no GPU
-                        row.status, row.note = "unavailable", row.note.removeprefix("NoWebGpuError: ")
+                    if not provider and path not in for_openvino:  # the OpenVINO runtime: a file it can read
+                        for_openvino[path] = openvino_file(obj, path, tmp)
+                    row, runner = _file_row(name, obj, path, backend, provider, feed, tag, batch,
+                                            for_openvino.get(path), level, (warmup, runs, min_seconds, clock, threads))
                     rows.append(row)
                     if runner is not None and small[path]:
                         kept.append((row, runner))
@@ -213,17 +190,60 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                                                                           folder)
         steps.step("re-measuring every row briefly")
         remeasure(kept, clock, threads)
-    notes = []
-    if load is not None:
-        notes.append(f"1-minute load average at start: {load:.2f} on {os.cpu_count()} cores")
+    described(entries, rows)
+    return summarize(rows, profiles, _table_notes(entries, load), lineage(entries, rows))
+
+
+def _generation_table(entries: list[tuple[str, Any, Path]], reference: Any, backends: list[Any], on: Any,
+                      shapes: Any, warmup: int, runs: int | None, min_seconds: float, threads: int | None,
+                      clock: Clock, progress: bool) -> LatencyTable:
+    """Files that generate (a decoder with its cache, files run as a chain): prefill and decode rows, against
+    PyTorch eager with its cache and without (:mod:`.generation_latency`)."""
+    if on is not None:
+        raise InvalidArgumentError("benchmark(cluster=...) measures single-forward models; a decoder with its "
+                                   "cache (prefill and decode rows) is measured on this machine only for now.")
+    from .generation_latency import benchmark_generation
+
+    source = getattr(reference, "source", None) or getattr(entries[0][1], "source", None)
+    model = reference if reference is not None and not hasattr(reference, "source") else \
+        getattr(source, "model", None)
+    layout = getattr(source, "cache_layout", None) if model is getattr(source, "model", None) else None
+    return benchmark_generation(entries, model, backends, shapes, warmup, runs, min_seconds, threads, clock,
+                                progress, layout)
+
+
+def _file_row(name: str, obj: Any, path: Path, backend: str, provider: Any, feed: dict[str, Any], tag: str,
+              batch: int, for_openvino: tuple[Path, str] | None, level: str,
+              timing: tuple[int, int | None, float, Clock, int | None]) -> tuple[LatencyRow, Any]:
+    """One file's row on one backend at one shape (``provider`` None: the OpenVINO runtime, on the file made for
+    it, ``for_openvino``), and its runner kept for the re-measuring round."""
+    warmup, runs, min_seconds, clock, threads = timing
+    ran, why = (for_openvino or (path, "")) if not provider else (path, "")
+    make: Callable[[], Any] = (partial(OrtRunner, path, provider, feed, threads, level, None,
+                                       getattr(obj, "runtime", None))
+                               if provider else partial(OpenVinoRunner, ran, feed, threads))
+    row, runner = measure(name, backend, tag, batch, make, warmup, runs, min_seconds, clock, threads)
+    if why:
+        row.options["file"] = Path(ran).name
+        row.note = f"{why}. {row.note}".strip()
+    if row.options.get("browser"):  # which browser and which ORT Web made the row
+        adapter = f", adapter {row.options['adapter']}" if row.options.get("adapter") else ""
+        row.backend = f"{backend} ({row.options['browser']}, {row.options['runtime']}{adapter})"
+    elif row.status == "error" and row.note.startswith("NoWebGpuError: "):  # the page has no GPU
+        row.status, row.note = "unavailable", row.note.removeprefix("NoWebGpuError: ")
+    return row, runner
+
+
+def _table_notes(entries: list[tuple[str, Any, Path]], load: float | None) -> list[str]:
+    """The load, the CPU, and what each file says of the CPU it was made for."""
     from ...runtime.cpu import file_notes, this_cpu
     from ...runtime.onnxfile import load_proto
 
+    notes = [f"1-minute load average at start: {load:.2f} on {os.cpu_count()} cores"] if load is not None else []
     notes.append(f"CPU: {this_cpu().label}")
     for name, _obj, path in entries:  # an INT8 file made for another kind of CPU says so
         notes += [f"{name}: {note}" for note in file_notes(load_proto(path))]
-    described(entries, rows)
-    return summarize(rows, profiles, notes, lineage(entries, rows))
+    return notes
 
 
 def lineage(entries: list[tuple[str, Any, Path]], rows: list[LatencyRow]) -> dict[str, str]:

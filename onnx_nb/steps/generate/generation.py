@@ -140,6 +140,15 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
                     pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
     decoder = own or last_runner(path, named, io_binding, threads, runtime)
     prompts = prompt_ids(inputs, getattr(tokenizer, "tokenizer", tokenizer))
+    return _decoder_loop(decoder, prompts, max_new_tokens, rules, eos_set, pad, tokenizer, stream,
+                         lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
+
+
+def _decoder_loop(decoder: Any, prompts: list[list[int]], max_new_tokens: int, rules: Any, eos_set: set[int],
+                  pad: int, tokenizer: Any, stream: Any, choose: Any) -> GenerationResult:
+    """The loop of a decoder (or a chain of files run as one): the prompts left-padded into one batch, one step
+    per new token with the cache kept, the generation config's rules applied to each step's logits, ``choose``
+    picking the tokens, rows stopping at EOS."""
     ids, mask = left_pad(prompts, pad)
     width = ids.shape[1]
     cache = decoder.empty_cache(len(prompts), capacity=width + max_new_tokens)
@@ -155,7 +164,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         start = time.perf_counter()  # a step's time: the whole turn of the loop, the next step's inputs included
         logits, cache = decoder.step(step_ids, whole[:, :width], cache, keep=False)
         last = rules.apply(logits[:, -1, :], seqs, begin, begin + max_new_tokens) if rules.active else logits[:, -1, :]
-        chosen = pick(last, do_sample, temperature, top_k, top_p, rng)
+        chosen = choose(last)
         finished = accept(chosen, done, new, eos_set, stream)
         if not finished:
             step_ids = next_ids(chosen, done, pad)

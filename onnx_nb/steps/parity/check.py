@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,80 +61,111 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     """
     from ...runtime.cluster import as_cluster
     from ...runtime.cpu import file_notes, this_cpu
-    from ...runtime.onnxfile import load_proto
     from ..export.sources.registry import subject_of
-    from .references import reference_and_model
 
     on = as_cluster(cluster)
     wanted = _providers_checked(atol, rtol, providers, on is not None)
-    # a model written as several files is checked on the part its adapter names (a vision-language model's
-    # decoder, judged on the chain of its files)
+    # choose: a model written as several files is checked on the part its adapter names (a vision-language model's
+    # decoder, judged on the chain of its files); a decoder with its cache gets generation parity
     reference = subject_of(reference)
     onnx_model = subject_of(onnx_model) if onnx_model is not None else None
     generative = _generative(reference, onnx_model)
     if generative is not None and on is not None:
         raise InvalidArgumentError("check_parity(cluster=...) checks single-forward models; generation parity of a "
                                    "decoder with its cache runs on this machine only for now.")
-    if generative is not None:  # a decoder with its cache: parity is generation parity
+    if generative is not None:
         from .generation import generation_parity
 
         return generation_parity(generative[0], generative[1], providers=providers, progress=progress)
-    ref, path = reference_and_model(reference, onnx_model, sample, seed, against)
-    proto = load_proto(path)
-    precision = precision_of(proto)
-    probe_names = probes_for(probes, precision, ref.model)
-    if ref.fixed_feed:  # saved outputs: the saved inputs only
-        shapes, probe_names = "sample", []
-    candidate_obj = onnx_model if onnx_model is not None else reference
-    export = export_of(candidate_obj)
-    cases, notes = make_cases(ref, shapes, candidate_obj, proto, probe_names, seed)
-    if ref.fixed_feed:
-        from ..export.machinery.references import SAVED_NOTE
-
-        notes.append(SAVED_NOTE)
-    rows: list[Row] = []
-    first_failure: tuple[dict[str, np.ndarray], str] | None = None
-    divergence: DivergingNode | None = None
-    judge = {"precision": precision, "atol": atol, "rtol": rtol, "tolerances": tolerances, "seed": seed}
-    model = candidate_obj if hasattr(candidate_obj, "path") else path
-    if on is not None:
-        from .remote import remote_sessions
-
-        slots, rows, cluster_notes = remote_sessions(on, model, wanted, [feed for _, feed, _ in cases], progress)
-        notes += cluster_notes
-    else:
-        slots, opened_rows = _local_sessions(model, wanted, notes)
-        rows += opened_rows
-    with Steps(len(cases) * max(len(slots), 1) + int(localize), "parity", progress) as steps:
-        for tag, feed, moved in cases:
-            try:
-                expected = ref.run(feed)
-            except Exception as exc:  # noqa: BLE001 - the reference's own failure is reported, not raised
-                fixed = [(short, static_conflict(sess, feed, ref.axes, export)) for short, sess, _ in slots]
-                rows += [Row("*", tag, short, "shape-mismatch", note=why) for short, why in fixed if why]
-                rows.append(Row("*", tag, "reference", "skipped",
-                                note=f"the reference itself fails here: {type(exc).__name__}: {first_line(exc, 150)}"))
-                continue
-            if padding_mask(feed, ref.axes) is not None:
-                notes.append("Padded token positions (attention_mask == 0) are excluded from the statistics.")
-            for short, sess, provider in slots:
-                steps.step(f"{tag} on {short}")
-                new_rows, named, expected = run_case(sess, short, tag, feed, moved, expected, ref, export, judge,
-                                                      notes)
-                rows += new_rows
-                if named is not None and divergence is None:
-                    divergence = named
-                if first_failure is None and any(r.status == "fail" for r in new_rows):
-                    first_failure = (feed, provider)
-        unverified = list(getattr(export, "unverified", None) or [])
-        if first_failure is not None:  # diagnosed even when a node is named already: the one-branch note still holds
-            found = _diagnose(path, ref, first_failure[0], precision, atol, rtol, bool(unverified),
-                              localize and divergence is None, steps, notes)
-            divergence = divergence or found
-    return ParityReport(model=path.name, reference=ref.label, precision=precision, rows=rows,
-                        shapes={tag: {k: list(v.shape) for k, v in feed.items()} for tag, feed, _ in cases},
-                        divergence=divergence, notes=list(dict.fromkeys(notes + file_notes(proto))),
+    plan = _Plan.of(reference, onnx_model, sample, shapes, probes, seed, against)  # make the cases
+    judge = {"precision": plan.precision, "atol": atol, "rtol": rtol, "tolerances": tolerances, "seed": seed}
+    rows, divergence, unverified = plan.run(on, wanted, judge, localize, progress)  # run, judge, localise
+    return ParityReport(model=plan.path.name, reference=plan.ref.label, precision=plan.precision, rows=rows,
+                        shapes={tag: {k: list(v.shape) for k, v in feed.items()} for tag, feed, _ in plan.cases},
+                        divergence=divergence, notes=list(dict.fromkeys(plan.notes + file_notes(plan.proto))),
                         unverified=unverified, cpu=this_cpu().label if on is None else "")
+
+
+@dataclass
+class _Plan:
+    """What one check compares: the reference, the candidate file (its proto, precision and export), the cases
+    (a tag, the inputs, whether a probe moved them) and the notes so far."""
+
+    ref: Reference
+    path: Path
+    proto: Any
+    precision: str
+    export: Any
+    model: Any  # what the sessions open: the candidate result, else its path
+    cases: list[tuple[str, dict[str, np.ndarray], bool]]
+    notes: list[str]
+
+    @classmethod
+    def of(cls, reference: Any, onnx_model: Any, sample: Any, shapes: Any, probes: Any, seed: int,
+           against: Any) -> _Plan:
+        from ...runtime.onnxfile import load_proto
+        from .references import reference_and_model
+
+        ref, path = reference_and_model(reference, onnx_model, sample, seed, against)
+        proto = load_proto(path)
+        precision = precision_of(proto)
+        probe_names = probes_for(probes, precision, ref.model)
+        if ref.fixed_feed:  # saved outputs: the saved inputs only
+            shapes, probe_names = "sample", []
+        candidate = onnx_model if onnx_model is not None else reference
+        cases, notes = make_cases(ref, shapes, candidate, proto, probe_names, seed)
+        if ref.fixed_feed:
+            from ..export.machinery.references import SAVED_NOTE
+
+            notes.append(SAVED_NOTE)
+        return cls(ref, path, proto, precision, export_of(candidate),
+                   candidate if hasattr(candidate, "path") else path, cases, notes)
+
+    def run(self, on: Any, wanted: list[Any], judge: dict[str, Any], localize: bool,
+            progress: bool) -> tuple[list[Row], DivergingNode | None, list[Any]]:
+        """Every case on every provider's session (here, or on a cluster's nodes), each row judged; the first
+        failure diagnosed (the diverging node, unless a row named it already). Returns (rows, the diverging node,
+        the branches the export left unverified)."""
+        ref, export, notes = self.ref, self.export, self.notes
+        rows: list[Row] = []
+        first_failure: tuple[dict[str, np.ndarray], str] | None = None
+        divergence: DivergingNode | None = None
+        if on is not None:
+            from .remote import remote_sessions
+
+            slots, rows, cluster_notes = remote_sessions(on, self.model, wanted, [f for _, f, _ in self.cases],
+                                                         progress)
+            notes += cluster_notes
+        else:
+            slots, opened_rows = _local_sessions(self.model, wanted, notes)
+            rows += opened_rows
+        with Steps(len(self.cases) * max(len(slots), 1) + int(localize), "parity", progress) as steps:
+            for tag, feed, moved in self.cases:
+                try:
+                    expected = ref.run(feed)
+                except Exception as exc:  # noqa: BLE001 - the reference's own failure is reported, not raised
+                    fixed = [(short, static_conflict(sess, feed, ref.axes, export)) for short, sess, _ in slots]
+                    rows += [Row("*", tag, short, "shape-mismatch", note=why) for short, why in fixed if why]
+                    rows.append(Row("*", tag, "reference", "skipped", note="the reference itself fails here: "
+                                    f"{type(exc).__name__}: {first_line(exc, 150)}"))
+                    continue
+                if padding_mask(feed, ref.axes) is not None:
+                    notes.append("Padded token positions (attention_mask == 0) are excluded from the statistics.")
+                for short, sess, provider in slots:
+                    steps.step(f"{tag} on {short}")
+                    new_rows, named, expected = run_case(sess, short, tag, feed, moved, expected, ref, export, judge,
+                                                          notes)
+                    rows += new_rows
+                    if named is not None and divergence is None:
+                        divergence = named
+                    if first_failure is None and any(r.status == "fail" for r in new_rows):
+                        first_failure = (feed, provider)
+            unverified = list(getattr(export, "unverified", None) or [])
+            if first_failure is not None:  # diagnosed even when a node is named already: the one-branch note holds
+                found = _diagnose(self.path, ref, first_failure[0], self.precision, judge["atol"], judge["rtol"],
+                                  bool(unverified), localize and divergence is None, steps, notes)
+                divergence = divergence or found
+        return rows, divergence, unverified
 
 
 def _local_sessions(model: Any, wanted: list[Any], notes: list[str]) -> tuple[list[tuple[str, Any, str]], list[Row]]:

@@ -202,26 +202,11 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
 
         return for_mobile(onnx_model, reference=reference, out=out, overwrite=overwrite, validate=validate,
                           providers=providers, sample=sample)
-    if attention not in ATTENTION_CHOICES:
-        raise InvalidArgumentError(f"attention={attention!r}: one of {', '.join(ATTENTION_CHOICES)}.")
-    if then not in (None, "fp32", "int8"):
-        raise InvalidArgumentError(f"then={then!r}: None (fp32) or 'int8'.")
-    if level not in LEVELS:
-        raise InvalidArgumentError(f"level={level!r}: choose one of {', '.join(LEVELS)}.")
+    _check_choices(level, attention, then)
     parent, _ref, source = parent_of(onnx_model)
     ort_type, heads, hidden = transformer_params(source, model_type, num_heads, hidden_size)
-    chosen = level
     decoder = decoder_export(onnx_model)
-    if attention != "auto" and not decoder:
-        raise InvalidArgumentError(f"attention={attention!r} is for a decoder's own export with its cache "
-                                   "(onnx_nb.export(causal_lm)); leave it 'auto' here.")
-    if level == "auto":
-        chosen = "transformer" if decoder or (ort_type and heads and hidden) else "extended"
-    if chosen == "transformer" and not decoder and not (ort_type and heads and hidden):
-        raise InvalidArgumentError(
-            "Transformer fusion needs the model type, number of heads and hidden size; they come from the "
-            "Hugging Face config when optimizing an ExportResult, or pass model_type=, num_heads=, hidden_size=."
-        )
+    chosen = _level_for(level, attention, decoder, bool(ort_type and heads and hidden))
     from ...runtime.facts import file_facts
 
     skip_padding = file_facts(parent).padded_tokens if unpad == "auto" else bool(unpad)
@@ -267,6 +252,31 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     return make(onnx_model, tag, name, recipe, write, out=out, overwrite=overwrite, validate=validate,
                 runtime={"unpad": True} if skip_padding else {}, providers=providers, sample=sample,
                 reference=reference, needs=FACTORS["decoder route"] if reexport_decoder else None)
+
+
+def _check_choices(level: str, attention: str, then: str | None) -> None:
+    """``optimize()``'s choices refused before any file is read."""
+    if attention not in ATTENTION_CHOICES:
+        raise InvalidArgumentError(f"attention={attention!r}: one of {', '.join(ATTENTION_CHOICES)}.")
+    if then not in (None, "fp32", "int8"):
+        raise InvalidArgumentError(f"then={then!r}: None (fp32) or 'int8'.")
+    if level not in LEVELS:
+        raise InvalidArgumentError(f"level={level!r}: choose one of {', '.join(LEVELS)}.")
+
+
+def _level_for(level: str, attention: str, decoder: bool, transformer: bool) -> str:
+    """The level ``optimize()`` applies (``"auto"``: the transformer route for a decoder's export or a model whose
+    optimizer settings are known, else ``"extended"``, timed against ``"basic"``)."""
+    if attention != "auto" and not decoder:
+        raise InvalidArgumentError(f"attention={attention!r} is for a decoder's own export with its cache "
+                                   "(onnx_nb.export(causal_lm)); leave it 'auto' here.")
+    chosen = ("transformer" if decoder or transformer else "extended") if level == "auto" else level
+    if chosen == "transformer" and not decoder and not transformer:
+        raise InvalidArgumentError(
+            "Transformer fusion needs the model type, number of heads and hidden size; they come from the "
+            "Hugging Face config when optimizing an ExportResult, or pass model_type=, num_heads=, hidden_size=."
+        )
+    return chosen
 
 
 def _simplified(src: Path, scratch: Path) -> Path:

@@ -6,6 +6,7 @@ import functools
 import os
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,88 +87,149 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
         int4 = onnx_nb.quantize(decoder_result, method="int4")
     """
     started = time.perf_counter()  # the call's time: every candidate made and checked, not the last file alone
-    if method not in METHODS:
-        raise InvalidArgumentError(f"method={method!r}: choose one of {', '.join(METHODS)}.")
-    rule = ""
-    if method == "auto":
-        method, rule = int8_method(parent_of(onnx_model)[0])
-        if method == "static" and calibration is None:
-            calibration = "generated"
-    if method == "static" and calibration is None:
-        raise CalibrationError(
-            "Static quantization needs calibration data: pass calibration=[{input: array, ...}, ...] with "
-            "a few representative inputs (10-100 is typical), or calibration='generated' to use inputs "
-            "generated from the sample (less accurate)."
-        )
-    per_channel = True if per_channel is None else per_channel
-    auto_exclude = exclude == "auto" and method in ("dynamic", "static")
-    excluded = [] if isinstance(exclude, str) else list(exclude or [])
-    recipe: dict[str, Any] = {"method": method, **({"method_rule": rule} if rule else {})}
-    if method in ("dynamic", "static"):
-        recipe.update(per_channel=per_channel, exclude=excluded)
-    from . import int4_algorithms, int4_mixed, int8_schemes
+    plan = _Plan.of(onnx_model, method=method, per_channel=per_channel, calibration=calibration, exclude=exclude,
+                    reference=reference, op_types=op_types, block_size=block_size, accuracy_level=accuracy_level,
+                    algorithm=algorithm, lm_head_bits=lm_head_bits, mixed_precision=mixed_precision, scheme=scheme,
+                    target_cpu=target_cpu, validate=validate, providers=providers, sample=sample)
+    variant = plan.chosen(out, overwrite)
+    variant.seconds = max(variant.seconds, time.perf_counter() - started)
+    variant.remake = functools.partial(quantize, onnx_model, **plan.call(variant), out=variant.path, overwrite=True)
+    return variant
 
-    cpu, schemes = int8_schemes.choose(method, scheme, target_cpu, recipe)  # bad names refused before any work
-    algorithms = int4_algorithms.choose(method, algorithm, recipe)
-    if algorithms == ["gptq"]:
-        int4_algorithms.refuse_big_gptq(parent_of(onnx_model)[0])
-    mixed = int4_mixed.budgets(method, mixed_precision)
-    if lm_head_bits not in ("auto", 4, 8):
-        raise InvalidArgumentError(f"lm_head_bits={lm_head_bits!r}: choose 'auto', 4 or 8 (an INT4 decoder's LM head).")
-    runtime = dict(getattr(onnx_model, "runtime", None) or {})
+
+@dataclass
+class _Plan:
+    """One ``quantize()`` call, its settings checked and resolved before any file is written (:meth:`of`): the
+    method (``"auto"`` answered), the recipe so far, the INT8 schemes or INT4 algorithms to try, the calibration
+    inputs, the layers kept in float; :meth:`build` makes one candidate, :meth:`chosen` makes and measures them and
+    keeps the one the rules pick, :meth:`call` is the call that remakes it."""
+
+    model: Any
+    method: str
+    asked: dict[str, Any]  # the call's own arguments, as given (the remade call starts from them)
+    per_channel: bool
+    calibration: Any
+    recipe: dict[str, Any]
+    cpu: Any
+    schemes: list[str]
+    algorithms: list[str]
+    mixed: tuple[float, float | None] | None
+    runtime: dict[str, Any]
+    auto_exclude: bool
+    excluded: list[str]
+    accuracy_level: Any
+    op_types: Sequence[str] | None = None
     calib_items: list[dict[str, Any]] | None = None
     static_source: Path | None = None
-    if method == "int4" and set(algorithms) & set(int4_algorithms.DATA_AWARE):
-        calib_items = int4_algorithms.calibration(onnx_model, calibration)
-    if method == "static":
-        calib_items, static_source = _static_inputs(onnx_model, calibration, recipe)
-        if op_types is None:
-            from .vision import unet_op_types
+    kept_float: list[str] = field(default_factory=list)  # by a rule of the family, beside the exclude list
+    decoder: bool = False  # an INT4 file of a decoder with its cache: its own compute level and LM head
 
-            found, why = unet_op_types(static_source or parent_of(onnx_model)[0])
-            if found:
-                op_types = found
-                recipe.update(op_types=found, op_types_rule=why)
-    kept_float: list[str] = []  # by a rule of the family, beside the exclude list
-    if auto_exclude:
-        from .vision import detector_decoding
+    @classmethod
+    def of(cls, onnx_model: Any, *, method: str, per_channel: bool | None, calibration: Any, exclude: Any,
+           op_types: Sequence[str] | None, block_size: int, accuracy_level: Any, algorithm: str, lm_head_bits: Any,
+           mixed_precision: Any, scheme: str, target_cpu: Any, **asked: Any) -> _Plan:
+        """The call's settings checked (bad names refused before any work) and resolved."""
+        if method not in METHODS:
+            raise InvalidArgumentError(f"method={method!r}: choose one of {', '.join(METHODS)}.")
+        asked.update(exclude=exclude, block_size=block_size, algorithm=algorithm, lm_head_bits=lm_head_bits,
+                     mixed_precision=mixed_precision, scheme=scheme, target_cpu=target_cpu,
+                     accuracy_level=accuracy_level)
+        rule = ""
+        if method == "auto":
+            method, rule = int8_method(parent_of(onnx_model)[0])
+            if method == "static" and calibration is None:
+                calibration = "generated"
+        if method == "static" and calibration is None:
+            raise CalibrationError(
+                "Static quantization needs calibration data: pass calibration=[{input: array, ...}, ...] with "
+                "a few representative inputs (10-100 is typical), or calibration='generated' to use inputs "
+                "generated from the sample (less accurate)."
+            )
+        per_channel = True if per_channel is None else per_channel
+        excluded = [] if isinstance(exclude, str) else list(exclude or [])
+        recipe: dict[str, Any] = {"method": method, **({"method_rule": rule} if rule else {})}
+        if method in ("dynamic", "static"):
+            recipe.update(per_channel=per_channel, exclude=excluded)
+        from . import int4_algorithms, int4_mixed, int8_schemes
 
-        kept_float, why = detector_decoding(static_source or parent_of(onnx_model)[0])
-        if kept_float:
-            recipe["float_rule"] = why
-    level_asked = accuracy_level
-    decoder = False  # an INT4 file of a decoder with its cache: its own compute level and LM head
-    if method == "int4":
-        accuracy_level, decoder = _int4_settings(onnx_model, accuracy_level, block_size, recipe)
+        cpu, schemes = int8_schemes.choose(method, scheme, target_cpu, recipe)
+        algorithms = int4_algorithms.choose(method, algorithm, recipe)
+        if algorithms == ["gptq"]:
+            int4_algorithms.refuse_big_gptq(parent_of(onnx_model)[0])
+        mixed = int4_mixed.budgets(method, mixed_precision)
+        if lm_head_bits not in ("auto", 4, 8):
+            raise InvalidArgumentError(f"lm_head_bits={lm_head_bits!r}: choose 'auto', 4 or 8 (an INT4 decoder's "
+                                       "LM head).")
+        plan = cls(onnx_model, method, asked, per_channel, calibration, recipe, cpu, schemes, algorithms, mixed,
+                   dict(getattr(onnx_model, "runtime", None) or {}),
+                   exclude == "auto" and method in ("dynamic", "static"), excluded, accuracy_level, op_types)
+        plan.inputs_and_floats()
+        if method == "int4":
+            plan.accuracy_level, plan.decoder = _int4_settings(onnx_model, accuracy_level, block_size, recipe)
+        return plan
 
-    def build(chosen: str, out: Any, overwrite: bool, head_bits: int | None = None, level: Any = "call",
+    def inputs_and_floats(self) -> None:
+        """The calibration inputs the method reads, the operators static INT8 takes for a UNet, and the layers a
+        family keeps in float (a detector's box decoding)."""
+        from . import int4_algorithms
+
+        if self.method == "int4" and set(self.algorithms) & set(int4_algorithms.DATA_AWARE):
+            self.calib_items = int4_algorithms.calibration(self.model, self.calibration)
+        parent = parent_of(self.model)[0]
+        if self.method == "static":
+            self.calib_items, self.static_source = _static_inputs(self.model, self.calibration, self.recipe)
+            if self.op_types is None:
+                from .vision import unet_op_types
+
+                found, why = unet_op_types(self.static_source or parent)
+                if found:
+                    self.op_types = found
+                    self.recipe.update(op_types=found, op_types_rule=why)
+        if self.auto_exclude:
+            from .vision import detector_decoding
+
+            self.kept_float, why = detector_decoding(self.static_source or parent)
+            if self.kept_float:
+                self.recipe["float_rule"] = why
+
+    @property
+    def tag_and_name(self) -> tuple[str, str]:
+        return _tag_and_name(self.method, self.per_channel, self.asked["block_size"], bool(self.runtime.get("unpad")))
+
+    def build(self, chosen: str, out: Any, overwrite: bool, head_bits: int | None = None, level: Any = "call",
               eight: Any = ()) -> Variant:
         """The variant with INT8 scheme or INT4 algorithm ``chosen`` (re-validated, layers kept float as the exclude
         rule says; ``head_bits``, ``level``: an INT4 decoder's LM head bits and accuracy level, else the call's;
         ``eight``: the INT4 layers at 8 bits, ``"all"`` for every one)."""
-        bits = head_bits if head_bits is not None else (lm_head_bits if isinstance(lm_head_bits, int) else 4)
-        own = dict(recipe, **(int8_schemes.settings(chosen) if chosen and method != "int4" else {}),
+        from . import int8_schemes
+
+        method, asked = self.method, self.asked
+        int4 = method == "int4"
+        head = asked["lm_head_bits"]
+        bits = head_bits if head_bits is not None else (head if isinstance(head, int) else 4)
+        own = dict(self.recipe, **(int8_schemes.settings(chosen) if chosen and not int4 else {}),
                    **({"int4_algorithm": chosen, "symmetric": chosen in ("rtn", "awq"), "lm_head_bits": bits}
-                      if method == "int4" else {}))
+                      if int4 else {}))
         if level != "call":
             own["accuracy_level"] = level
         if eight:
             own["eight_bit_layers"] = eight
-        dropped = list(excluded)
+        dropped = list(self.excluded)
 
         def write(src: Path, staged: Path) -> list[str]:
             from ...runtime.files import scratch_dir, temp_inside
             from ..export.machinery.exporters import quiet
 
             warnings: list[str] = []
+            level_now = own.get("accuracy_level")
             with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
                 prepared = Path(scratch) / "prepared.onnx"
                 try:
-                    own.update(run_quantizer(method, static_source or src, prepared, staged, per_channel,
-                                  [*kept_float, *dropped], op_types, calib_items, block_size,
-                                  own.get("accuracy_level") if isinstance(own.get("accuracy_level"), int) else None,
-                                  bool(own.get("gemm_as_matmul")), chosen if chosen and method != "int4" else "u8s8",
-                                  cpu.label if chosen and method != "int4" else "", algorithm=chosen or "rtn",
+                    own.update(run_quantizer(method, self.static_source or src, prepared, staged, self.per_channel,
+                                  [*self.kept_float, *dropped], self.op_types, self.calib_items, asked["block_size"],
+                                  level_now if isinstance(level_now, int) else None,
+                                  bool(own.get("gemm_as_matmul")), chosen if chosen and not int4 else "u8s8",
+                                  self.cpu.label if chosen and not int4 else "", algorithm=chosen or "rtn",
                                   lm_head_bits=int(own.get("lm_head_bits", 4)), eight_bit=eight))
                 except OnnxNbError:
                     raise
@@ -176,54 +238,61 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
                                             f"{first_line(exc)}") from exc
             return warnings  # ORT's ask for its pre-processing is left out by quiet() (sources.LOG_NOISE)
 
+        tag, name = self.tag_and_name
+        checks = {"validate": asked["validate"], "runtime": self.runtime, "providers": asked["providers"],
+                  "sample": asked["sample"], "reference": asked["reference"]}
         # the exclusion rounds ask quant_debug which layer loses the most: no diverging-node search per round
-        made = make(onnx_model, tag, name, own, write, out=out, overwrite=overwrite, validate=validate,
-                    runtime=runtime, providers=providers, sample=sample, reference=reference,
-                    needs=FACTORS.get(method), localize=not auto_exclude)
-        if auto_exclude:
-            made = _auto_exclude(made, dropped, own, validate, sample,
-                                 lambda: make(onnx_model, tag, name, own, write, out=made.path, overwrite=True,
-                                              validate=validate, runtime=runtime, providers=providers,
-                                              sample=sample, reference=reference, localize=False))
+        made = make(self.model, tag, name, own, write, out=out, overwrite=overwrite, needs=FACTORS.get(method),
+                    localize=not self.auto_exclude, **checks)
+        if self.auto_exclude:
+            made = _auto_exclude(made, dropped, own, asked["validate"], asked["sample"],
+                                 lambda: make(self.model, tag, name, own, write, out=made.path, overwrite=True,
+                                              localize=False, **checks))
         return made
 
-    tag, name = _tag_and_name(method, per_channel, block_size, bool(runtime.get("unpad")))
-    from ...runtime.files import scratch_dir
+    def chosen(self, out: Any, overwrite: bool) -> Variant:
+        """Every candidate the call asks for, made and measured; the one its rules keep (the INT8 scheme by speed on
+        this CPU, the INT4 algorithm, bit mix, LM head bits and compute level by measured error)."""
+        from ...runtime.files import scratch_dir
+        from . import int4_algorithms, int4_mixed, int8_schemes
 
-    with scratch_dir("onnx-nb-route-") as route_dir:
-        if method == "dynamic" and _fused_route(onnx_model):
-            static_source = _int8_route(onnx_model, route_dir, recipe)
-        variant = build(algorithms[0] if method == "int4" else schemes[0], out, overwrite)
-        if schemes[0] and validate and cpu.here:
-            variant = int8_schemes.measured(variant, schemes, build, Path(route_dir), cpu)
-        if method == "int4" and validate and len(algorithms) > 1:
-            variant = int4_algorithms.most_accurate(variant, algorithms, build, Path(route_dir))
-        if mixed and validate:  # the head is one of the layers measured (unless lm_head_bits says its bits)
-            best, head = variant.recipe["int4_algorithm"], 8 if lm_head_bits == 8 else 4
-            variant = int4_mixed.measured(
-                variant, lambda eight, at, ow: build(best, at, ow, head_bits=head, eight=eight), Path(route_dir),
-                *mixed, head_given=lm_head_bits != "auto")
-        if method == "int4" and lm_head_bits == "auto" and validate and decoder and not variant.layers:
-            best = variant.recipe["int4_algorithm"]
-            variant = int4_algorithms.lm_head_measured(
-                variant, lambda bits, at, ow: build(best, at, ow, head_bits=bits), Path(route_dir))
-        if method == "int4" and level_asked == "auto" and accuracy_level == 4 and validate:
-            best, bits = variant.recipe["int4_algorithm"], variant.recipe["lm_head_bits"]
-            variant = int4_algorithms.level_measured(
-                variant, lambda at, ow: build(best, at, ow, head_bits=bits, level=None,
-                                              eight=variant.recipe.get("eight_bit_layers", ())), Path(route_dir))
-    # the call that made this variant, for quant_debug's requantize(): every setting and the calibration data kept
-    call = {"method": method, "per_channel": per_channel, "calibration": calibration if calib_items is None else
-            calib_items, "exclude": exclude, "reference": reference, "op_types": op_types, "block_size": block_size,
-            "accuracy_level": variant.recipe.get("accuracy_level", accuracy_level) if method == "int4" else
-            accuracy_level, "validate": validate, "providers": providers, "sample": sample,
-            "scheme": variant.recipe.get("int8_scheme", scheme), "target_cpu": target_cpu,
-            "algorithm": variant.recipe.get("int4_algorithm", algorithm) if method == "int4" else algorithm,
-            "lm_head_bits": variant.recipe.get("lm_head_bits", lm_head_bits) if method == "int4" else lm_head_bits,
-            "mixed_precision": mixed_precision}
-    variant.seconds = max(variant.seconds, time.perf_counter() - started)
-    variant.remake = functools.partial(quantize, onnx_model, **call, out=variant.path, overwrite=True)
-    return variant
+        method, validate, head = self.method, self.asked["validate"], self.asked["lm_head_bits"]
+        with scratch_dir("onnx-nb-route-") as route_dir:
+            if method == "dynamic" and _fused_route(self.model):
+                self.static_source = _int8_route(self.model, route_dir, self.recipe)
+            variant = self.build(self.algorithms[0] if method == "int4" else self.schemes[0], out, overwrite)
+            if self.schemes[0] and validate and self.cpu.here:
+                variant = int8_schemes.measured(variant, self.schemes, self.build, Path(route_dir), self.cpu)
+            if method == "int4" and validate and len(self.algorithms) > 1:
+                variant = int4_algorithms.most_accurate(variant, self.algorithms, self.build, Path(route_dir))
+            if self.mixed and validate:  # the head is one of the layers measured (unless lm_head_bits says its bits)
+                best, bits = variant.recipe["int4_algorithm"], 8 if head == 8 else 4
+                variant = int4_mixed.measured(
+                    variant, lambda eight, at, ow: self.build(best, at, ow, head_bits=bits, eight=eight),
+                    Path(route_dir), *self.mixed, head_given=head != "auto")
+            if method == "int4" and head == "auto" and validate and self.decoder and not variant.layers:
+                best = variant.recipe["int4_algorithm"]
+                variant = int4_algorithms.lm_head_measured(
+                    variant, lambda bits, at, ow: self.build(best, at, ow, head_bits=bits), Path(route_dir))
+            if method == "int4" and self.asked["accuracy_level"] == "auto" and self.accuracy_level == 4 and validate:
+                best, bits = variant.recipe["int4_algorithm"], variant.recipe["lm_head_bits"]
+                eight = variant.recipe.get("eight_bit_layers", ())
+                variant = int4_algorithms.level_measured(
+                    variant, lambda at, ow: self.build(best, at, ow, head_bits=bits, level=None, eight=eight),
+                    Path(route_dir))
+        return variant
+
+    def call(self, variant: Variant) -> dict[str, Any]:
+        """The call that made ``variant``, for quant_debug's ``requantize()``: every setting and the calibration
+        data kept."""
+        asked, recipe, int4 = self.asked, variant.recipe, self.method == "int4"
+        return {**asked, "method": self.method, "per_channel": self.per_channel,
+                "calibration": self.calibration if self.calib_items is None else self.calib_items,
+                "op_types": self.op_types,
+                "accuracy_level": recipe.get("accuracy_level", self.accuracy_level) if int4 else
+                self.accuracy_level, "scheme": recipe.get("int8_scheme", asked["scheme"]),
+                "algorithm": recipe.get("int4_algorithm", asked["algorithm"]) if int4 else asked["algorithm"],
+                "lm_head_bits": recipe.get("lm_head_bits", asked["lm_head_bits"]) if int4 else asked["lm_head_bits"]}
 
 
 def _fused_route(model: Any) -> bool:
