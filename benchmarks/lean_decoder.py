@@ -160,7 +160,7 @@ ACCURACY = r"""
 import json, sys
 import numpy as np
 from pathlib import Path
-from onnx_nb.steps.export import lean_export as lean
+from onnx_nb.kinds.lean import export as lean
 folder, files = sys.argv[1], sys.argv[2:]
 rng = np.random.default_rng(0)
 ids = rng.integers(3, 32000, (1, lean.CHECK_PROMPT + lean.CHECK_DECODE), dtype=np.int64)

@@ -69,6 +69,12 @@ def test_module_dict_sample_and_result_forms(tmp_path: Path) -> None:
     assert "Exported" in html and "<table" in html
     got = run(result.path, {"input": np.random.rand(4, 3, 8, 8).astype("float32")})[0]
     assert got.shape == (4, 4, 8, 8)
+    # the check is one typed record, read like the dict it was, and saved as one
+    check = result.check
+    assert type(check).__name__ == "ExportCheck" and check.route == "outputs" and check.passed
+    assert check["passed"] is True and check.get("max_abs_diff") == check.max_abs_diff < 1e-4
+    assert data["check"] == dict(check) and "per_output" in data["check"] and "error" not in check
+    assert type(check).of(data["check"]) == check and result.check_text().startswith("passed: ORT vs PyTorch")
 
 
 def test_module_custom_dynamic_axes_and_static(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import onnx_nb
+from onnx_nb.kinds.lean.safetensors_file import Checkpoint
 from onnx_nb.results.tolerance import precision_of
-from onnx_nb.steps.export.safetensors_file import Checkpoint
 
 BASE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
         "intermediate_size": 96, "vocab_size": 120, "max_position_embeddings": 64, "bos_token_id": 1,
@@ -132,7 +132,7 @@ def test_precisions_and_both_loops(checkpoints: dict[str, Path], tmp_path: Path)
 def test_sliding_window_is_written_and_needed(checkpoints: dict[str, Path], tmp_path: Path) -> None:
     """Mistral's 4-token window becomes the op's local_window_size; the same file without it fails the check (the
     check's prompt is longer than the window), so the window is what makes it match."""
-    from onnx_nb.steps.export.lean_export import reference_check
+    from onnx_nb.kinds.lean.export import reference_check
 
     result = onnx_nb.export(checkpoints["mistral"], precision="fp32", out=tmp_path / "w.onnx", progress=False)
     assert [a["local_window_size"] for a in gqa_attrs(result.path)] == [4, 4]

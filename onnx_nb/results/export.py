@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..render import CSS, esc, folded, html_table, human_bytes, human_count, peak_text, shape_text, text_table
 from ..runtime.onnxfile import TensorInfo
@@ -38,6 +39,8 @@ class ModelSource:
     adapter: str = ""  # the registry row ("hf", "torch", "yolo", "keras", "onnx", ...): later steps ask it
     generation: str | None = None  # "decoder" (with its key/value cache), "seq2seq" (encoder + decoder), None
     eager: bool = True  # a PyTorch model exists for the eager baseline row (False beyond PyTorch, adopted files)
+    # what another route offers this model should its own fail (the registry's offered_instead: the lean route's)
+    instead: str = field(default="", repr=False, compare=False)
 
     @property
     def has_torch_model(self) -> bool:
@@ -51,6 +54,75 @@ class ModelSource:
                 "input_axes": {k: {str(a): n for a, n in v.items()} for k, v in self.input_axes.items()},
                 "cache_layout": self.cache_layout.to_dict() if self.cache_layout else None,
                 "adapter": self.adapter, "generation": self.generation, "eager": self.eager}
+
+
+@dataclass
+class ExportCheck(Mapping[str, Any]):
+    """The export's own check in ONNX Runtime, one record whatever route wrote the file. ``route`` says what was
+    compared: ``"outputs"`` (every output at a shape the sample did not have, against the source framework),
+    ``"decode steps"`` (the lean route: a prefill and teacher-forced decode steps against PyTorch's logits), ``"parts"``
+    (an encoder-decoder's files, each checked at other shapes: ``figures["parts"]``), ``"none"`` (no check was run:
+    ``skipped``, or nothing recorded). ``figures`` holds what a route measured beside the verdict (``per_output``,
+    ``cosine``, ``argmax_agreement``, ``reference_dtype``). Read like the dict it was: ``result.check["passed"]``,
+    ``result.check.get("max_abs_diff")``, ``dict(result.check)``."""
+
+    passed: bool = True
+    summary: str = ""
+    shapes: dict[str, Any] = field(default_factory=dict)
+    against: str = "PyTorch"
+    max_abs_diff: float | None = None
+    error: str | None = None
+    skipped: bool = False
+    route: str = "outputs"
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("passed", "summary", "shapes", "against", "max_abs_diff", "error",
+                                         "skipped", "route")
+
+    @classmethod
+    def of(cls, value: Any) -> ExportCheck:
+        """``value`` as a record: a record itself, or the dict a saved result or an older route holds (empty: no
+        check recorded)."""
+        if isinstance(value, ExportCheck):
+            return value
+        given = dict(value or {})
+        if not given:
+            return cls(route="none")
+        known = {k: given.pop(k) for k in cls.FIELDS if k in given}
+        if "route" not in known and "reference_dtype" in given:  # a lean check saved before routes were named
+            known["route"] = "decode steps"
+        return cls(**known, figures=given)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.route == "none" and not self.skipped:
+            return {}
+        out: dict[str, Any] = {"passed": self.passed, "summary": self.summary, "shapes": self.shapes,
+                               "against": self.against, "route": self.route}
+        out.update({k: v for k, v in (("max_abs_diff", self.max_abs_diff), ("error", self.error)) if v is not None})
+        if self.skipped:
+            out["skipped"] = True
+        return {**out, **self.figures}
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
+
+    def text(self) -> str:
+        """The check in one line: passed or failed, and the difference at which shapes."""
+        if self.error:
+            return f"FAILED: {self.error}"
+        if self.skipped:
+            return "not run (see unverified)"
+        status = "passed" if self.passed else "FAILED"
+        if self.route == "decode steps":  # its summary says what was compared, in its own terms
+            return f"{status}: {self.summary}"
+        shapes = ", ".join(f"{k} {shape_text(v)}" for k, v in self.shapes.items())
+        return f"{status}: ORT vs {self.against} max abs diff {self.max_abs_diff or 0:.2e} at {shapes}"
 
 
 @dataclass
@@ -80,15 +152,18 @@ class ExportResult:
     export_seconds: float
     warnings: list[str]
     source: ModelSource
-    check: dict[str, Any] = field(default_factory=dict)
+    check: ExportCheck = field(default_factory=ExportCheck)  # a dict given here is read into the record
     fixed_axes: list[Any] = field(default_factory=list)  # inputs.FixedAxis: axes that stay fixed, and why
     dynamic: bool | str = True  # what was asked: True, False or "custom" (a dict of axes)
     unverified: list[str] = field(default_factory=list)  # why the file is not verified (one traced branch)
     memory: dict[str, Any] = field(default_factory=dict)  # the lean route: weights' bytes, the build's peak
     parts: dict[str, Path] = field(default_factory=dict)  # other files it needs: an encoder-decoder's encoder
 
+    def __post_init__(self) -> None:
+        self.check = ExportCheck.of(self.check)
+
     def __bool__(self) -> bool:
-        return bool(self.check.get("passed", True)) and not self.unverified
+        return self.check.passed and not self.unverified
 
     @property
     def cache_layout(self) -> Any:
@@ -99,7 +174,7 @@ class ExportResult:
     @property
     def status(self) -> str:
         """``verified``, ``unverified`` (the trace recorded one branch) or ``failed`` (ORT disagrees)."""
-        if not self.check.get("passed", True):
+        if not self.check.passed:
             return "failed"
         return "unverified" if self.unverified else "verified"
 
@@ -116,7 +191,7 @@ class ExportResult:
             "op_histogram": dict(self.op_histogram), "parameters": self.parameters,
             "file_size": self.file_size, "files": [str(f) for f in self.files],
             "export_seconds": round(self.export_seconds, 3), "warnings": list(self.warnings),
-            "source": self.source.to_dict(), "check": dict(self.check), "status": self.status,
+            "source": self.source.to_dict(), "check": self.check.to_dict(), "status": self.status,
             "fixed_axes": [f.to_dict() for f in self.fixed_axes], "dynamic": self.dynamic,
             "unverified": list(self.unverified), "memory": dict(self.memory),
             "parts": {k: str(v) for k, v in self.parts.items()},
@@ -147,7 +222,7 @@ class ExportResult:
             m = self.memory
             rows.append(("peak memory", peak_text(m["build_peak_bytes"], m["weights_bytes"], "the checkpoint's")
                          + f" writing the file; {human_bytes(m['build_process_peak_bytes'] or 0)} resident in all"))
-        if self.check:
+        if self.check.route != "none" or self.check.skipped:
             rows.append(("check", self.check_text()))
         rows.append(("status", self.status if not self.unverified else
                      "UNVERIFIED: see below"))
@@ -159,16 +234,7 @@ class ExportResult:
 
     def check_text(self) -> str:
         """The check in ONNX Runtime in one line: passed or failed, and the difference at which shapes."""
-        c = self.check
-        if "error" in c:
-            return f"FAILED: {c['error']}"
-        status = "passed" if c.get("passed") else "FAILED"
-        if c.get("skipped"):
-            return "not run (see unverified)"
-        if "reference_dtype" in c:  # the lean route's check: teacher-forced decode steps
-            return f"{status}: {c['summary']}"
-        shapes = ", ".join(f"{k} {shape_text(v)}" for k, v in c.get("shapes", {}).items())
-        return f"{status}: ORT vs {c.get('against', 'PyTorch')} max abs diff {c.get('max_abs_diff', 0):.2e} at {shapes}"
+        return self.check.text()
 
     def _io_rows(self) -> list[tuple[str, str, str, str]]:
         return [(io, t.name, t.dtype, shape_text(t.shape))

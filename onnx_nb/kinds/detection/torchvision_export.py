@@ -90,7 +90,8 @@ def _decode(coder: Any, rel_codes: torch.Tensor, boxes: list[torch.Tensor]) -> t
     concat_boxes = torch.cat(boxes, dim=0)
     count = concat_boxes.shape[0]  # the callers give one row of codes per box (all four of torchvision's)
     pred_boxes = coder.decode_single(rel_codes.reshape(count, rel_codes.shape[-1]), concat_boxes)
-    return pred_boxes.reshape(count, pred_boxes.shape[-1] // 4, 4)
+    out: torch.Tensor = pred_boxes.reshape(count, pred_boxes.shape[-1] // 4, 4)
+    return out
 
 
 @contextlib.contextmanager
@@ -104,7 +105,8 @@ def _traced_fixes() -> Iterator[None]:
     def resize(image: torch.Tensor, self_min_size: int, self_max_size: int, target: Any = None,
                fixed_size: Any = None) -> tuple[torch.Tensor, Any]:
         if target is not None:  # training's path, never traced here
-            return original(image, self_min_size, self_max_size, target, fixed_size)
+            out: tuple[torch.Tensor, Any] = original(image, self_min_size, self_max_size, target, fixed_size)
+            return out
         if fixed_size is not None:  # SSD's: the size is fixed, the pixels still PyTorch's
             size = torch.cat([torch.full((1,), fixed_size[1]), torch.full((1,), fixed_size[0])])
             return _bilinear_as_torch(image, size), target

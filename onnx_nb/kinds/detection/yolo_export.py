@@ -119,7 +119,8 @@ def _dfl_last_axis(dfl: Any) -> Any:
     def forward(x: torch.Tensor) -> torch.Tensor:
         b, _, a = x.shape
         p = x.view(b, 4, bins, a).transpose(2, 3).softmax(-1)  # (batch, 4 sides, anchors, bins)
-        return (p @ dfl.conv.weight.view(bins, 1)).view(b, 4, a)
+        out: torch.Tensor = (p @ dfl.conv.weight.view(bins, 1)).view(b, 4, a)
+        return out
 
     return forward
 

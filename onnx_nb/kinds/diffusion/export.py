@@ -36,7 +36,8 @@ class UNetPart(torch.nn.Module):
 
     def forward(self, sample: torch.Tensor, timestep: torch.Tensor,
                 encoder_hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.unet(sample, timestep, encoder_hidden_states, return_dict=False)[0]
+        out: torch.Tensor = self.unet(sample, timestep, encoder_hidden_states, return_dict=False)[0]
+        return out
 
 
 class VaeDecoderPart(torch.nn.Module):
@@ -47,7 +48,8 @@ class VaeDecoderPart(torch.nn.Module):
         self.vae = vae
 
     def forward(self, latent_sample: torch.Tensor) -> torch.Tensor:
-        return self.vae.decode(latent_sample, return_dict=False)[0]
+        out: torch.Tensor = self.vae.decode(latent_sample, return_dict=False)[0]
+        return out
 
 
 def samples(pipe: Any) -> dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor], dict[str, dict[int, str]]]]:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ExportError, UnsupportedOperatorError
-from ...results.export import ExportResult, ModelSource
+from ...results.export import ExportCheck, ExportResult, ModelSource
 
 TF2ONNX_MAX_OPSET = 18  # tf2onnx 1.17 knows IR versions up to opset 18
 WHAT = {"keras": "a Keras model", "tensorflow": "a TensorFlow model", "sklearn": "a scikit-learn model",
@@ -70,7 +70,7 @@ def convert_checked(kind: str, target: Path, order: list[str], convert: Callable
         onnx.save(proto, str(staged))
         return proto
 
-    def check(_name: str, staged: Path, proto: Any) -> dict[str, Any]:
+    def check(_name: str, staged: Path, proto: Any) -> ExportCheck:
         return check_arrays(staged, probe, want(probe, [o.name for o in proto.graph.output]), shapes_of(probe), against)
 
     done = first_that_passes(order, target, write, check, steps, verb="converting with", against=against,
@@ -86,7 +86,7 @@ def convert_checked(kind: str, target: Path, order: list[str], convert: Callable
 
 
 def foreign_result(target: Path, files: list[Path], exporter: str, attempts: dict[str, str], seconds: float,
-                   warnings_seen: list[str], source: ModelSource, check: dict[str, Any], fixed: list[Any],
+                   warnings_seen: list[str], source: ModelSource, check: ExportCheck, fixed: list[Any],
                    dynamic: bool, proto: Any, unverified: list[str] | None = None) -> ExportResult:
     """The result of the file at ``target``, whose graph ``proto`` the caller has read already (without weights)."""
     from ...runtime import onnxfile

@@ -82,11 +82,14 @@ def _vocab(model: Any) -> int:
 def _made(shape: list[int | None], dtype: str, vocab: int, rng: Any) -> np.ndarray:
     concrete = [s if s is not None else SAMPLE_SIZES["batch"] if i == 0 else IMAGE_SIDE if len(shape) == 4 else SEQUENCE
                 for i, s in enumerate(shape)]
+    made: np.ndarray
     if "int" in dtype:
-        return rng.integers(0, vocab, concrete).astype(dtype)
-    if dtype == "bool":
-        return np.ones(concrete, bool)
-    return rng.standard_normal(concrete).astype(dtype)
+        made = rng.integers(0, vocab, concrete).astype(dtype)
+    elif dtype == "bool":
+        made = np.ones(concrete, bool)
+    else:
+        made = rng.standard_normal(concrete).astype(dtype)
+    return made
 
 
 def _inputs_of(model: Any) -> list[tuple[str, list[int | None], str]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...results.export import ExportResult, ModelSource
+from ...results.export import ExportCheck, ExportResult, ModelSource
 from .converting import foreign_result, grown, shapes_of
 
 NO_REFERENCE = "no independent reference: {why}. Pass the outputs you trust beside the inputs (sample='io.npz')."
@@ -46,7 +46,7 @@ def adopt(path: Path, sample: Any, out: Any, overwrite: bool, name: str | None) 
     else:
         label, runner, why = independent_runner(path)
         if runner is None:
-            check, unverified = {"passed": True, "skipped": True}, [NO_REFERENCE.format(why=why)]
+            check, unverified = ExportCheck(skipped=True, route="none"), [NO_REFERENCE.format(why=why)]
         else:
             probe = grown(feed, {k: {a: n for a, n in v.items() if a == 0} for k, v in axes.items()})  # another batch
             check = _check(path, probe, runner(probe), label or "", order)
@@ -57,7 +57,7 @@ def adopt(path: Path, sample: Any, out: Any, overwrite: bool, name: str | None) 
 
 
 def _check(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.ndarray], against: str,
-           order: list[str]) -> dict[str, Any]:
+           order: list[str]) -> ExportCheck:
     """ONNX Runtime on ``feed`` against ``want``, in the file's output order ``order``."""
     from ...steps.export.machinery.checks import check_arrays
 

@@ -112,4 +112,5 @@ class VlmChain:
 
     def logits_at(self, index: int, prefix: list[int]) -> torch.Tensor:
         with torch.no_grad():
-            return self.model(**self._torch(index, self.prompts[index] + prefix)).logits[0, -1].float()
+            out: torch.Tensor = self.model(**self._torch(index, self.prompts[index] + prefix)).logits[0, -1].float()
+            return out

@@ -180,7 +180,9 @@ def fixed_names(model: Any) -> tuple[str, ...]:
 def features_of(model: Any, pixels: dict[str, torch.Tensor]) -> torch.Tensor:
     fixed = {k: v for k, v in pixels.items() if k in fixed_names(model)}
     with torch.no_grad():
-        return ImageFeatures(model, fixed)(**{k: v for k, v in pixels.items() if k not in fixed})["image_features"]
+        given = {k: v for k, v in pixels.items() if k not in fixed}
+        out: torch.Tensor = ImageFeatures(model, fixed)(**given)["image_features"]
+        return out
 
 
 def check_counts(input_ids: Any, image_token: int, features: int) -> None:

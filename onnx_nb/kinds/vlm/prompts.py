@@ -56,7 +56,8 @@ def feature_rows(features: Any) -> torch.Tensor:
     """Per-image features (a tensor, or a list of one per image) as one ``[rows, width]`` tensor."""
     if isinstance(features, (list, tuple)):
         features = torch.cat([f.reshape(-1, f.shape[-1]) for f in features], 0)
-    return features.reshape(-1, features.shape[-1])
+    out: torch.Tensor = features.reshape(-1, features.shape[-1])
+    return out
 
 
 def prompt_sample(image_token: int, features: int, images: int, vocab: int, seed: int = 0) -> torch.Tensor:

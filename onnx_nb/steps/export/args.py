@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ...errors import InvalidArgumentError
-from .lean_quant import ALGORITHMS as LEAN_ALGORITHMS
-from .lean_quant import Blocks
+from .precision import ALGORITHMS as LEAN_ALGORITHMS
+from .precision import Blocks
 
 EXPORTER_CHOICES = ("auto", "dynamo", "torchscript", "keras", "tf2onnx", "skl2onnx")
 PRECISIONS = ("int4", "int8", "fp16", "fp32")

@@ -51,7 +51,7 @@ def export(
     ``precision`` (``"int4"``, ``"int8"``, ``"fp16"``, ``"fp32"``) takes the lean route for decoders (Llama, Mistral,
     Qwen2/3, Phi-3, Gemma, Granite) given as a folder or hub id: ONNX Runtime's fused decoder graph written layer
     by layer from the safetensors checkpoint, each weight converted as it is read, so memory stays near one layer
-    (:mod:`onnx_nb.steps.export.lean`); checked against PyTorch on a prefill and decode steps. Its INT4 blocks are
+    (:mod:`onnx_nb.kinds.lean.graph`); checked against PyTorch on a prefill and decode steps. Its INT4 blocks are
     written by ``algorithm`` (``"rtn_asym"`` by default, ``"rtn"``, ``"k_quant"``, ``"hqq"``: ONNX Runtime's quantizer,
     one projection at a time) with the LM head at ``lm_head_bits`` (8 by default, or 4) and ``block_size`` weights per
     scale (32 by default).

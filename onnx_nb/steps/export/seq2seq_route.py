@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ...progress import Steps
-from ...results.export import ExportResult, ModelSource
+from ...results.export import ExportCheck, ExportResult, ModelSource
 from ...runtime.files import check_space
 from .machinery.torch_route import make_result, run_exporter, unverified_of
 
@@ -30,12 +30,13 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     def write(name: str, staged: Path) -> Any:  # both files into the staging folder, each checked at other shapes
         return export_seq2seq_parts(source.model, s, target, opset, staged.parent, warnings_seen, branches, name)
 
-    def check(_name: str, _staged: Path, written: Any) -> dict[str, Any]:  # the two files' checks as one
+    def check(_name: str, _staged: Path, written: Any) -> ExportCheck:  # the two files' checks as one
         checks = written[1]
-        return {"passed": all(c["passed"] for c in checks.values()), "shapes": checks["decoder"].get("shapes", {}),
-                "max_abs_diff": max(c.get("max_abs_diff", float("inf")) for c in checks.values()),
-                "summary": "; ".join(f"{k}: {c.get('error') or c['summary']}" for k, c in checks.items()),
-                "parts": {k: dict(c) for k, c in checks.items()}}
+        return ExportCheck(all(c["passed"] for c in checks.values()),
+                           "; ".join(f"{k}: {c.get('error') or c['summary']}" for k, c in checks.items()),
+                           checks["decoder"].get("shapes", {}),
+                           max_abs_diff=max(c.get("max_abs_diff", float("inf")) for c in checks.values()),
+                           route="parts", figures={"parts": {k: dict(c) for k, c in checks.items()}})
 
     # eager attention: SDPA's trace adds NaN guards and shape arithmetic per layer (a Marian-base decoder step:
     # 1230 nodes, 14.0 ms; eager: 924 nodes, 13.1 ms on 2 cores)

@@ -378,13 +378,3 @@ def speech_class() -> type:
 
     return OnnxForSpeechSeq2Seq
 
-
-def seq2seq_model(model: Any, config: Any, path: Path, provider: str, threads: int | None,
-                  io_binding: bool | None) -> Any:
-    """An encoder-decoder's two files as a transformers model (Whisper's with Whisper's own ``generate()``): the
-    seq2seq shape's answer to :func:`onnx_nb.to_transformers`."""
-    from .seq2seq import OnnxSeq2Seq, encoder_of
-
-    runner = OnnxSeq2Seq(path, provider, encoder_of(model), threads, io_binding)
-    cls = speech_class() if config.model_type == "whisper" else OnnxForSeq2SeqLM
-    return cls(config, path, provider, runner)

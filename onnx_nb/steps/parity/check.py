@@ -252,11 +252,11 @@ def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:
 def probes_for(probes: Any, precision: str, model: Any) -> list[str]:
     """The probe inputs ``probes`` asks for at this precision; ``"auto"`` leaves left padding to decoders (how they
     batch prompts; encoders pad right)."""
+    from ..export.sources.registry import resolve
     from .probes import chosen
 
     names = chosen(probes, precision)
-    if probes == "auto" and "left-padded" in names and \
-            not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
+    if probes == "auto" and "left-padded" in names and (model is None or not resolve(model).pads_left(model)):
         names.remove("left-padded")
     return names
 

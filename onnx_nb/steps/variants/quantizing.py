@@ -13,6 +13,7 @@ from typing import Any
 from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, QuantizationError, first_line
 from ...results.variant import Variant
 from ...runtime.memory import FACTORS
+from .int8_routes import fused_route, int8_route
 from .ort_quantizer import CalibrationReader, gemm_to_matmul, run_quantizer
 from .variants import generated_calibration, make, parent_of
 
@@ -258,8 +259,8 @@ class _Plan:
 
         method, validate, head = self.method, self.asked["validate"], self.asked["lm_head_bits"]
         with scratch_dir("onnx-nb-route-") as route_dir:
-            if method == "dynamic" and _fused_route(self.model):
-                self.static_source = _int8_route(self.model, route_dir, self.recipe)
+            if method == "dynamic" and fused_route(self.model):
+                self.static_source = int8_route(self.model, route_dir, self.recipe)
             variant = self.build(self.algorithms[0] if method == "int4" else self.schemes[0], out, overwrite)
             if self.schemes[0] and validate and self.cpu.here:
                 variant = int8_schemes.measured(variant, self.schemes, self.build, Path(route_dir), self.cpu)
@@ -293,44 +294,6 @@ class _Plan:
                 self.accuracy_level, "scheme": recipe.get("int8_scheme", asked["scheme"]),
                 "algorithm": recipe.get("int4_algorithm", asked["algorithm"]) if int4 else asked["algorithm"],
                 "lm_head_bits": recipe.get("lm_head_bits", asked["lm_head_bits"]) if int4 else asked["lm_head_bits"]}
-
-
-def _fused_route(model: Any) -> bool:
-    """A transformer variant optimize() made for fp32 (onnxscript's attention fusions, no ``then="int8"``), whose
-    export and PyTorch model are at hand: the other attention route may make the faster INT8 file."""
-    recipe = getattr(model, "recipe", None) or {}
-    source = getattr(model, "source", None)
-    return isinstance(model, Variant) and recipe.get("level") == "transformer" and recipe.get("then") != "int8" \
-        and not recipe.get("simplify") and str(recipe.get("attention_route", "")).startswith("onnxscript") \
-        and all(recipe.get(k) for k in ("model_type", "num_heads", "hidden_size")) \
-        and source is not None and getattr(source, "model", None) is not None
-
-
-def _int8_route(model: Variant, scratch: Path, recipe: dict[str, Any]) -> Path | None:
-    """What ``optimize(export, then="int8")`` does, for a variant made without it: both attention routes from the
-    variant's own export, each route's dynamic INT8 file timed, the faster route's fp32 file returned when it is
-    not the variant's (None: the variant's own route is the faster, or the other could not be made). The timings
-    and the choice go into ``recipe["int8_route"]``."""
-    from .optimizing import transformer_route
-
-    route: dict[str, Any] = {}
-    notes: list[str] = []
-    rerouted = scratch / "rerouted.onnx"
-    params = (str(model.recipe["model_type"]), int(model.recipe["num_heads"]), int(model.recipe["hidden_size"]))
-    try:
-        transformer_route(model.parent, rerouted, scratch, model.source, params, "int8", route, notes)
-    except Exception as exc:  # noqa: BLE001 - the variant's own route stays, and the recipe says why
-        notes.append(f"the other route could not be made: {type(exc).__name__}: {first_line(exc)[:150]}")
-    timings = route.get("routes_int8_ms", {})
-    chosen = str(route.get("attention_route", ""))
-    switched = bool(timings) and chosen != model.recipe["attention_route"]
-    recipe["int8_route"] = {
-        "rule": "the attention route whose dynamic INT8 file ran fastest (as optimize(..., then='int8')); "
-                + ("another route than the fp32 variant's: its fp32 file, made again from the export, was quantized"
-                   if switched else "the fp32 variant's own route, quantized as it is"),
-        "routes_int8_ms": timings, "chosen": chosen if switched else model.recipe["attention_route"],
-        **({"notes": notes} if notes else {})}
-    return rerouted if switched else None
 
 
 def _auto_exclude(variant: Variant, excluded: list[str], recipe: dict[str, Any], validate: bool, sample: Any,

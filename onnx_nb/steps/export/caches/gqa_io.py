@@ -1,5 +1,5 @@
 """What every onnx-nb GroupQueryAttention decoder file shares, whichever route wrote it (``optimize()``'s rewrite,
-:mod:`~onnx_nb.steps.variants.gqa`, or the lean checkpoint route, :mod:`~onnx_nb.steps.export.lean`): the
+:mod:`~onnx_nb.steps.variants.gqa`, or the lean checkpoint route, :mod:`~onnx_nb.kinds.lean.graph`): the
 ``seqlens_k`` / ``total_sequence_length`` nodes computed from ``attention_mask``, the rotary cos/sin tables from
 the model's own rotary module, and the names. Only imported by functions that already need torch.
 """

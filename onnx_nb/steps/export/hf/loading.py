@@ -163,3 +163,20 @@ def _config(path: str, _mtime: int) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def check_memory(model: Any) -> None:
+    """Before loading a checkpoint folder: refuse an export that would not fit in memory (the kernel would die
+    halfway), with what to do instead (another route's offer: the lean route's, for a decoder it writes)."""
+    if not isinstance(model, (str, os.PathLike)) or not Path(model).expanduser().is_dir():
+        return
+    folder = Path(model).expanduser()
+    weights = checkpoint_bytes(folder)
+    if not weights:
+        return
+    from ....runtime.memory import FACTORS, require
+    from ..sources.registry import offered_instead
+
+    kind = str(folder_config(folder).get("model_type", ""))  # the folder's config.json, read once for every step
+    require(int(FACTORS["export"] * weights), f"export() of {folder.name} ({weights / 2**30:.2f} GiB of weights)",
+            offered_instead(kind) or "Export it on a machine with more memory.")

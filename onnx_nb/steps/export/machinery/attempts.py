@@ -6,12 +6,13 @@ goes on to the next candidate and is kept to say why."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ....errors import first_line
+from ....results.export import ExportCheck
 
 
 @dataclass
@@ -23,7 +24,7 @@ class Outcome:
 
     name: str = ""
     files: list[Path] = field(default_factory=list)
-    check: dict[str, Any] = field(default_factory=dict)
+    check: ExportCheck = field(default_factory=lambda: ExportCheck(route="none"))
     attempts: dict[str, str] = field(default_factory=dict)
     errors: dict[str, BaseException] = field(default_factory=dict)
     written: Any = None
@@ -31,7 +32,7 @@ class Outcome:
 
 
 def first_that_passes(order: list[str], target: Path, write: Callable[[str, Path], Any],
-                      check: Callable[[str, Path, Any], dict[str, Any]], steps: Any, *, verb: str, against: str,
+                      check: Callable[[str, Path, Any], Mapping[str, Any]], steps: Any, *, verb: str, against: str,
                       stop_on: tuple[type[BaseException], ...] = (), describe: Callable[[BaseException], str] | None
                       = None) -> Outcome:
     """Run ``write(name, staged_path)`` for each name in ``order`` into a staging folder beside ``target``, then
@@ -62,9 +63,9 @@ def first_that_passes(order: list[str], target: Path, write: Callable[[str, Path
                 steps.step(f"{name} failed")
                 continue
             steps.step("checking in ONNX Runtime")
-            result = check(name, staged, written)
-            if not result["passed"] and name != order[-1]:
-                why = result.get("error") or result["summary"]
+            result = ExportCheck.of(check(name, staged, written))
+            if not result.passed and name != order[-1]:
+                why = result.error or result.summary
                 outcome.attempts[name] = f"its graph did not match {against}: {why}"
                 continue
             steps.step("saving")

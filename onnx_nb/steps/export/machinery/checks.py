@@ -5,17 +5,21 @@ made elsewhere, an independent reference). Numpy only: no framework is imported 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ....errors import first_line
 
+if TYPE_CHECKING:
+    from ....results.export import ExportCheck
+
 
 def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.ndarray], shapes: dict[str, Any],
-                 against: str = "PyTorch") -> dict[str, Any]:
+                 against: str = "PyTorch") -> ExportCheck:
     """Run the file at ``path`` in ONNX Runtime on ``feed`` and compare with ``want`` (output name -> array, in the
     file's output order); ``against`` names who computed ``want`` in the check's text."""
+    from ....results.export import ExportCheck
     from ....runtime.sessions import session as open_session
 
     try:
@@ -23,8 +27,7 @@ def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.nda
         wanted = {i.name for i in session.get_inputs()}
         got = session.run(None, {n: v for n, v in feed.items() if n in wanted})
     except Exception as exc:  # noqa: BLE001 - ORT's own error types vary by version
-        return {"passed": False, "shapes": shapes, "against": against,
-                "error": f"{type(exc).__name__}: {first_line(exc)}"}
+        return ExportCheck(False, shapes=shapes, against=against, error=f"{type(exc).__name__}: {first_line(exc)}")
     from ....results import detections
     from ....results.tolerance import EXPORT_CHECK, measure
 
@@ -57,6 +60,5 @@ def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.nda
         if verdict["note"]:
             notes.append(f"{name}: {verdict['note']}")
     worst = max(per_output.values(), default=0.0)
-    return {"passed": passed, "shapes": shapes, "max_abs_diff": worst, "per_output": per_output, "against": against,
-            "cosine": min(cosines, default=None),
-            "summary": f"max abs diff {worst:.3g} at {shapes}" + (f" ({'; '.join(notes)})" if notes else "")}
+    return ExportCheck(passed, f"max abs diff {worst:.3g} at {shapes}" + (f" ({'; '.join(notes)})" if notes else ""),
+                       shapes, against, worst, figures={"per_output": per_output, "cosine": min(cosines, default=None)})

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ....results.export import ExportCheck
 from .inputs import AxisSpec
 
 EXPORTERS = ("dynamo", "torchscript")
@@ -386,7 +387,7 @@ def data_dependent_failure(message: str) -> bool:
     return any(m in message for m in ("data-dependent", "GuardOnDataDependent", "DataDependentOutputException"))
 
 
-def check_file(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) -> dict[str, Any]:
+def check_file(path: Path, probe: Any, expected: tuple[Any, ...], names: list[str]) -> ExportCheck:
     """Run the staged file in ONNX Runtime on ``probe`` and compare with PyTorch's outputs."""
     from .checks import check_arrays
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ....errors import ExportError, OnnxNbError, UnsupportedOperatorError, first_line
 from ....progress import Steps
-from ....results.export import ExportResult, ModelSource
+from ....results.export import ExportCheck, ExportResult, ModelSource
 from ....runtime import onnxedit, onnxfile
 from ....runtime.files import check_space, total_size
 from ..args import ExportArgs
@@ -87,7 +87,7 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
         if done.name:
             return make_result(target, done.files, done.name, done.attempts, done.seconds, warnings_seen, source,
                                done.check, s, fixed, dynamic, unverified_of(done.written, done.attempts))
-    raise _all_failed(model, flat, s, done.attempts, done.errors, logs)
+    raise _all_failed(model, flat, s, done.attempts, done.errors, logs, source.instead)
 
 
 def _no_translation(done: Any) -> bool:
@@ -249,7 +249,7 @@ def _attention_strides(exc: BaseException) -> str | None:
 
 def make_result(target: Path, files: list[Path], exporter: str, attempts: dict[str, str],
             seconds: float, warnings_seen: list[str], source: ModelSource,
-            check: dict[str, Any], s: Any, fixed: list[Any], dynamic: Any, unverified: list[str]) -> ExportResult:
+            check: ExportCheck, s: Any, fixed: list[Any], dynamic: Any, unverified: list[str]) -> ExportResult:
     from .inputs import FixedAxis
 
     proto = onnxfile.load_proto(target)
@@ -282,14 +282,11 @@ def _sample_failed(model: Any, s: Any, exc: Exception) -> Exception:
 
 
 def _all_failed(model: Any, flat: Any, s: Any, attempts: dict[str, str],
-                errors: dict[str, BaseException], logs: dict[str, str]) -> ExportError:
-    from ..lean_families import FAMILIES
+                errors: dict[str, BaseException], logs: dict[str, str], instead: str) -> ExportError:
     from .exporters import locate_operator, scope_of, unsupported_operator
 
     listing = "; ".join(f"{k}: {v}" for k, v in attempts.items())
-    kind = str(getattr(getattr(model, "config", None), "model_type", ""))
-    lean = (f" This is a {kind} decoder: export(its folder or hub id, precision='fp32') (or 'int4', 'int8', 'fp16') "
-            "writes it straight from its checkpoint, without tracing (the lean route)." if kind in FAMILIES else "")
+    lean = f" {instead}" if instead else ""  # another route's offer (the source record's)
     op = next((o for o in (unsupported_operator(str(e)) for e in errors.values()) if o), None)
     if op:
         where = next((w for w in (scope_of(f"{errors[k]}\n{logs.get(k, '')}", op) for k in errors) if w is not None),

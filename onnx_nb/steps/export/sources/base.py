@@ -149,6 +149,18 @@ class Source:
         return inputs.default_axes(sample)
 
     @classmethod
+    def offers(cls, model_type: str) -> str:
+        """What this kind's route offers a model of ``model_type`` that another route cannot export (too big to
+        load, or failing to trace): one sentence the other routes' refusals add, empty when nothing."""
+        return ""
+
+    @classmethod
+    def pads_left(cls, model: Any) -> bool:
+        """Whether ``model`` batches inputs of different lengths with left padding (a decoder-only LM does, so its
+        parity probes include left-padded inputs; encoders pad right)."""
+        return False
+
+    @classmethod
     def checked_by_generating(cls, export: Any) -> bool:
         """The export's files are judged by generating against its PyTorch model (a decoder with its cache, an
         encoder-decoder, a chain of files): what the adapter recorded when it opened the model, not the file's
@@ -158,7 +170,7 @@ class Source:
     @classmethod
     def with_cache(cls, record: Any) -> bool:
         """The record is of a decoder that goes with its cache (its export checked by the cache check)."""
-        return record.generation == "decoder"
+        return bool(record.generation == "decoder")
 
     @classmethod
     def decoder_reexport(cls, result: Any) -> bool:

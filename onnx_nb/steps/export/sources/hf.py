@@ -53,6 +53,10 @@ class HfSource(Source):
     takes: ClassVar[frozenset[str]] = frozenset({"sample", "task", "dynamic", "exporter", "opset", "cache",
                                                  "allow_pickle"})
 
+    @classmethod
+    def pads_left(cls, model: Any) -> bool:
+        return is_causal_lm(model)
+
     @staticmethod
     def is_object(model: Any) -> bool:
         """A Hugging Face model object (``config`` and ``main_input_name``) or a SentenceTransformer."""
@@ -115,7 +119,7 @@ class HfSource(Source):
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ....progress import Steps
-        from ..lean_export import check_memory
+        from ..hf.loading import check_memory
         from ..machinery.writing import target_for
 
         label, target = target_for(model, args)
@@ -130,6 +134,9 @@ class HfSource(Source):
     def export_record(cls, record: Any, args: ExportArgs, target: Path, steps: Any) -> Any:
         """The plan for a loaded model: an encoder-decoder's two files, a decoder with its cache, or one file."""
         from ..machinery.torch_route import export_module
+        from .registry import offered_instead
+
+        record.instead = offered_instead(str(getattr(getattr(record.model, "config", None), "model_type", "")))
 
         if args.cache is not False and record.kind != "sentence-transformers":
             from ..caches.decoder import layout_of

@@ -52,7 +52,7 @@ SOURCES: tuple[str, ...] = (
     # a speech LLM (an audio tower filling a causal LM's audio tokens): refused, saying so
     f"{HERE}.speech_llm:SpeechLlmSource",
     # precision= given: a decoder written layer by layer from its checkpoint folder or hub id
-    f"{HERE}.lean:LeanSource",
+    "onnx_nb.kinds.lean.source:LeanSource",
     # a Hugging Face model object, folder or hub id; a SentenceTransformer
     f"{HERE}.hf:HfSource",
     # a torch.nn.Module and its sample; a PyTorch checkpoint file
@@ -100,7 +100,7 @@ def adapter_of(obj: Any) -> type[Source]:
         return by_key()[key]
     if isinstance(obj, (str, os.PathLike)) or not hasattr(obj, "path"):
         return resolve(obj)
-    return named(SOURCES[-1])
+    return adapters()[-1]
 
 
 def generation_of(obj: Any, path: Any = None) -> str | None:
@@ -113,11 +113,17 @@ def generation_of(obj: Any, path: Any = None) -> str | None:
     from ....runtime.facts import file_facts
 
     if getattr(obj, "adapter", None) is not None and not hasattr(obj, "path"):  # a source record, mid-export
-        return obj.generation
+        return str(obj.generation) if obj.generation else None
     if not isinstance(obj, (str, os.PathLike)) and adapter_of(obj).step_files(obj, path=path) is not None:
         return "chain"
     return file_facts(path if path is not None else getattr(obj, "path", obj)).generation
 
+
+
+def offered_instead(model_type: str) -> str:
+    """What other routes offer a model of ``model_type`` that the one at hand cannot export (each adapter's
+    ``offers``): the sentence a refusal adds."""
+    return " ".join(o for o in (a.offers(model_type) for a in adapters()) if o)
 
 
 @dataclass(frozen=True)
@@ -149,7 +155,7 @@ SHAPES: dict[str, GenerationShape] = {
                                timing=f"{STEPS}.benchmark.generation_latency:DecoderTiming"),
     # an encoder-decoder's decoder file with cross-attention caches, its encoder a file beside it
     "seq2seq": GenerationShape(parity=f"{STEPS}.parity.seq2seq:Seq2SeqParity.of_export",
-                               wrapper=f"{STEPS}.generate.hf_model:seq2seq_model",
+                               wrapper=f"{STEPS}.generate.transformers_api:seq2seq_model",
                                timing=f"{STEPS}.benchmark.generation_latency:Seq2SeqTiming",
                                loop=f"{STEPS}.generate.seq2seq:loop"),
     # several files run together, as the adapter's step_files names them (a vision-language model's)

@@ -1,5 +1,5 @@
 """``export(folder, precision=...)``: a decoder written layer by layer from its safetensors checkpoint, no PyTorch model
-built (:mod:`onnx_nb.steps.export.lean`). Its record is a Hugging Face decoder's: later steps load the PyTorch model
+built (:mod:`onnx_nb.kinds.lean.graph`). Its record is a Hugging Face decoder's: later steps load the PyTorch model
 from the same folder when they need a reference."""
 
 from __future__ import annotations
@@ -7,16 +7,24 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
-from ....errors import InvalidArgumentError
-from ..args import ExportArgs
-from .base import is_torch_module
-from .hf import HfSource
+from ...errors import InvalidArgumentError
+from ...steps.export.args import ExportArgs
+from ...steps.export.sources.base import is_torch_module
+from ...steps.export.sources.hf import HfSource
 
 
 class LeanSource(HfSource):
     key = "lean"
     what = "the lean route (precision=)"
     takes: ClassVar[frozenset[str]] = frozenset({"precision", "algorithm", "lm_head_bits", "block_size"})
+
+    @classmethod
+    def offers(cls, model_type: str) -> str:
+        from .families import FAMILIES
+
+        return (f"This {model_type} decoder can take the lean route: export(its folder or hub id, precision='int4') "
+                "(or 'int8', 'fp16', 'fp32') writes it straight from its checkpoint, layer by layer, without tracing "
+                "and in a fraction of the weights' memory." if model_type in FAMILIES else "")
 
     @staticmethod
     def recognises(model: Any, args: ExportArgs) -> bool:
@@ -32,9 +40,9 @@ class LeanSource(HfSource):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ..lean_export import export_checkpoint
-        from ..lean_quant import Blocks
-        from ..machinery.writing import target_for
+        from ...steps.export.machinery.writing import target_for
+        from ...steps.export.precision import Blocks
+        from .export import export_checkpoint
 
         if not isinstance(model, (str, os.PathLike)):
             raise InvalidArgumentError(

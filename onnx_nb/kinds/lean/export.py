@@ -1,43 +1,20 @@
-"""``export(folder, precision=...)`` around the lean writer (:mod:`~onnx_nb.steps.export.lean`): where the checkpoint
+"""``export(folder, precision=...)`` around the lean writer (:mod:`~onnx_nb.kinds.lean.graph`): where the checkpoint
 comes from, whether it fits, the export's own check against PyTorch, and the ExportResult. Only imported by
 functions that already need torch.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .lean import build
-from .lean_families import FAMILIES, family_of
-from .lean_quant import Blocks
+from ...results.export import ExportCheck
+from ...steps.export.precision import Blocks
+from .families import family_of
+from .graph import build
 from .safetensors_file import Checkpoint
-
-
-def check_memory(model: Any) -> None:
-    """Before loading a checkpoint folder: refuse an export that would not fit in memory (the kernel would die
-    halfway), with what to do instead."""
-    if not isinstance(model, (str, os.PathLike)) or not Path(model).expanduser().is_dir():
-        return
-    folder = Path(model).expanduser()
-    from .hf.loading import checkpoint_bytes
-
-    weights = checkpoint_bytes(folder)
-    if not weights:
-        return
-    from ...runtime.memory import FACTORS, require
-    from .hf.loading import folder_config  # the folder's config.json, read once for every step that asks
-
-    kind = str(folder_config(folder).get("model_type", ""))
-    instead = (f"This {kind} decoder can take the lean route: export(folder, precision='int4') (or 'int8', 'fp16', "
-               "'fp32') writes it layer by layer in a fraction of the weights' memory."
-               if kind in FAMILIES else "Export it on a machine with more memory.")
-    require(int(FACTORS["export"] * weights), f"export() of {folder.name} ({weights / 2**30:.2f} GiB of weights)",
-            instead)
-
 
 CHECK_PROMPT, CHECK_DECODE = 8, 3  # the export's own check: a prefill of 8 tokens, then 3 decode steps
 
@@ -77,7 +54,7 @@ def _onnx_logits(path: Path, ids: np.ndarray, info: dict[str, Any]) -> np.ndarra
     return np.stack(out)
 
 
-def reference_check(location: str, path: Path, precision: str, info: dict[str, Any]) -> dict[str, Any]:
+def reference_check(location: str, path: Path, precision: str, info: dict[str, Any]) -> ExportCheck:
     """The export's own check: teacher-forced next-token logits of the file (prefill, then decode steps with the
     cache) against PyTorch's, judged with the tolerance of the file's precision (or of the reference's, when the
     checkpoint is in half precision)."""
@@ -91,24 +68,24 @@ def reference_check(location: str, path: Path, precision: str, info: dict[str, A
         ref, ref_dtype = _reference_logits(location, ids)
         got = _onnx_logits(path, ids, info)
     except Exception as exc:  # noqa: BLE001 - either side failing is the check's verdict, not a crash
-        return {"passed": False, "shapes": shapes, "error": f"{type(exc).__name__}: {first_line(exc)}"}
+        return ExportCheck(False, shapes=shapes, route="decode steps", error=f"{type(exc).__name__}: {first_line(exc)}")
     order = ["fp32", "fp16", "int8", "int4"]
     judged = precision if ref_dtype == "float32" else max(precision, "fp16", key=order.index)
     tol = tolerance_for(judged, "logits", None, None, None)
     stats, errors = measure(got, ref, "logits")
     verdict = errors.judge(tol)
     worst = float(stats["max_abs"] or 0.0)
-    return {"passed": bool(verdict["passed"]), "shapes": shapes, "max_abs_diff": worst,
-            "cosine": stats["cosine"], "argmax_agreement": stats["argmax_agreement"], "reference_dtype": ref_dtype,
-            "summary": (f"prefill + {CHECK_DECODE} decode steps against PyTorch ({ref_dtype}): cosine "
-                        f"{stats['cosine']:.5f}, max abs diff {worst:.3g}, judged as {judged}"
-                        + (f" ({verdict['note']})" if verdict["note"] else ""))}
+    summary = (f"prefill + {CHECK_DECODE} decode steps against PyTorch ({ref_dtype}): cosine {stats['cosine']:.5f}, "
+               f"max abs diff {worst:.3g}, judged as {judged}" + (f" ({verdict['note']})" if verdict["note"] else ""))
+    return ExportCheck(bool(verdict["passed"]), summary, shapes, max_abs_diff=worst, route="decode steps",
+                       figures={"cosine": stats["cosine"], "argmax_agreement": stats["argmax_agreement"],
+                                "reference_dtype": ref_dtype})
 
 
 def checkpoint_folder(model: Any) -> tuple[Path, str]:
     """(local folder, kind) of a folder or hub id; a hub id's config, tokenizer and safetensors are downloaded
     (only those: no PyTorch ``.bin``, no other formats)."""
-    from .hf.loading import hub_error, load_config, looks_like_path
+    from ...steps.export.hf.loading import hub_error, load_config, looks_like_path
 
     name = str(model)
     if looks_like_path(name):
@@ -140,10 +117,10 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
     from ...runtime import onnxfile
     from ...runtime.files import check_space, total_size
     from ...runtime.memory import FACTORS, Peak, available_bytes, peak_memory
-    from .caches.decoder import CacheLayout
-    from .hf.loading import load_config, load_preprocessor
-    from .machinery.attempts import first_that_passes
-    from .machinery.logs import quiet_loading
+    from ...steps.export.caches.decoder import CacheLayout
+    from ...steps.export.hf.loading import load_config, load_preprocessor
+    from ...steps.export.machinery.attempts import first_that_passes
+    from ...steps.export.machinery.logs import quiet_loading
 
     warnings_seen: list[str] = []
     with Steps(4, f"export ({precision}, layer by layer)", progress) as steps:
@@ -169,13 +146,13 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
             built_in.append(time.perf_counter() - started)
             return info
 
-        def check_it(_name: str, staged: Path, info: Any) -> dict[str, Any]:  # against PyTorch, where it fits
+        def check_it(_name: str, staged: Path, info: Any) -> ExportCheck:  # against PyTorch, where it fits
             have, needed = available_bytes(), int(ckpt.bytes * FACTORS["reload"])  # PyTorch's, in its own dtype
             if have is not None and needed > have:
                 unverified.append(f"not checked against PyTorch: loading the model takes about {human_bytes(needed)}"
                                   f", this machine has {human_bytes(have)} available; run check_parity(result) "
                                   "where it fits")
-                return {"passed": True, "skipped": True}
+                return ExportCheck(skipped=True, route="none")
             with peak_memory() as peaks["check"], quiet_loading(warnings_seen, True):
                 return reference_check(str(folder), staged, precision, info)
 

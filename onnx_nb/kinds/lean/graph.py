@@ -15,11 +15,11 @@ parity, onnxruntime-genai's loop and ``benchmark()`` take it as they take that o
 - each projection's weight in the asked precision as it is read: ``int4`` and ``int8`` are ONNX Runtime's
   ``MatMulNBits`` (blocks of 32, INT8 compute on CPU: accuracy level 4, as the builder writes for CPU; INT4 blocks
   asymmetric round-to-nearest and the LM head at INT8 unless ``algorithm=`` / ``lm_head_bits=`` / ``block_size=`` say
-  otherwise: :mod:`~onnx_nb.steps.export.lean_quant`), ``fp32`` a plain ``MatMul``; ``fp16`` computes in half
+  otherwise: :mod:`~onnx_nb.kinds.lean.weights`), ``fp32`` a plain ``MatMul``; ``fp16`` computes in half
   precision (for GPU providers) with float32 logits;
 - weights go straight into the external-data file as they are converted (aligned, one file), so the process holds
   one layer's tensors at a time; the checkpoint is read with ``pread``, never mapped
-  (:mod:`~onnx_nb.steps.export.safetensors_file`).
+  (:mod:`~onnx_nb.kinds.lean.safetensors_file`).
 
 Only imported by functions that already need torch.
 """
@@ -33,10 +33,11 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, ModelLoadError
 from ...runtime.onnxedit import pad_to_page, point_external
-from .caches.gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
-from .lean_families import PRECISIONS, Family, family_of, rotary_of
-from .lean_quant import ACCURACY_LEVEL, Blocks, by_quantizer, refuse_odd_blocks, rtn
+from ...steps.export.caches.gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
+from ...steps.export.precision import ACCURACY_LEVEL, Blocks
+from .families import PRECISIONS, Family, family_of, rotary_of
 from .safetensors_file import Checkpoint
+from .weights import by_quantizer, refuse_odd_blocks, rtn
 
 INLINE_BYTES = 1024  # smaller tensors stay in the graph
 OPSET = 21
@@ -132,14 +133,14 @@ class Writer:
             y = self.node("MatMul", [x, self.w.add(f"{name}.weight", w_nk.T.astype(self.float))], name)
         if bias is not None:
             y = self.node("Add", [y, self.w.add(f"{name}.bias", bias.astype(self.float))], f"{name}/bias")
-        return y
+        return str(y)
 
     def norm_weight(self, name: str) -> str:
         return self.w.add(name, (self.read(name) + self.fam.norm_offset).astype(self.float))
 
     def norm(self, x: str, weight: str, name: str) -> str:
-        return self.node("SimplifiedLayerNormalization", [x, self.norm_weight(weight)], name, axis=-1,
-                         epsilon=self.fam.eps, stash_type=1)
+        return str(self.node("SimplifiedLayerNormalization", [x, self.norm_weight(weight)], name, axis=-1,
+                         epsilon=self.fam.eps, stash_type=1))
 
     def skip_norm(self, x: str, skip: str, weight: str, name: str) -> tuple[str, str]:
         """(normalized, x + skip): the residual sum comes out of the norm."""

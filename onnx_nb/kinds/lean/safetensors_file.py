@@ -1,6 +1,6 @@
 """A Hugging Face checkpoint's safetensors weights read one tensor at a time, without memory-mapping them.
 
-The lean decoder route (:mod:`~onnx_nb.steps.export.lean`) needs each weight once, converted as it is read. Reading
+The lean decoder route (:mod:`~onnx_nb.kinds.lean.graph`) needs each weight once, converted as it is read. Reading
 with ``pread`` into a fresh array (instead of mapping the file) keeps the process's resident memory at the tensor
 being converted: pages of a mapped file count as resident while they stay mapped, so a mapped 13 GB checkpoint
 shows 13 GB of peak memory by the time its last layer is read. bf16 and fp16 come out as float32.

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from .caches.gqa_io import rotary_tables
+from ...steps.export.caches.gqa_io import rotary_tables
 
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 
