@@ -163,7 +163,7 @@ def test_the_registry_names_every_kind_it_reaches() -> None:
     from onnx_nb.steps.export.sources import registry
 
     rows = list(registry.SOURCES) + [getattr(shape, part) for shape in registry.SHAPES.values()
-                                     for part in ("parity", "wrapper", "timing", "loop", "runner")
+                                     for part in ("parity", "wrapper", "timing", "loop", "runner", "export")
                                      if getattr(shape, part)]
     for row in rows:
         assert registry.named(row) is not None, row

@@ -1,5 +1,5 @@
 """Generation in ONNX Runtime: :func:`generate` over a decoder exported with its cache (or an encoder-decoder:
-:mod:`onnx_nb.steps.generate.seq2seq`), and the opset-23 re-export with standard attention ops that ``optimize()`` uses.
+:mod:`onnx_nb.kinds.seq2seq.runner`), and the opset-23 re-export with standard attention ops that ``optimize()`` uses.
 The cache layout and the export wrapper: :mod:`onnx_nb.steps.export.caches.decoder`.
 
 One graph serves prefill and decode (as Optimum's merged decoder and onnxruntime-genai do): it takes

@@ -292,7 +292,7 @@ class OnnxForSeq2SeqLM(_OnnxModel, GenerationMixin):
     def generation_inputs(self, inputs: Any, tokenizer: Any, pad: int, rules: Any
                           ) -> tuple[dict[str, torch.Tensor], list[list[int]], int]:
         """The encoder's inputs; ``generate()`` returns the decoder's start (and forced) tokens before the new."""
-        from .seq2seq import encoder_feed
+        from ..export.caches.seq2seq import encoder_feed
 
         feed = encoder_feed(inputs, tokenizer, tuple(self.runner.encoder_names), pad)
         return {k: torch.from_numpy(v) for k, v in feed.items()}, [], len(rules.prefix) + 1

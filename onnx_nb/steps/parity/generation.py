@@ -104,6 +104,10 @@ class DecoderOnly:
         self.describe = (f"{len(self.prompts)} prompts of {', '.join(str(len(p)) for p in self.prompts)} tokens, "
                          "batched with left padding for the teacher-forced logits")
 
+    def files(self) -> Any:
+        """What :func:`onnx_nb.to_transformers` takes for these runs' files (beam search over them)."""
+        return self.path
+
     @classmethod
     def of_export(cls, export: Any, model: Any, path: Path, prompts: list[list[int]] | None,
                   max_new_tokens: int) -> DecoderOnly:
@@ -247,11 +251,9 @@ def _beam_checks(family: Any, export: Any, path: Path, provider: str, level: flo
     scores it within the logits' error of its own beam (summed log-probabilities, twice the error per token)."""
     from transformers import GenerationMixin
 
-    from ..generate.seq2seq import BesideEncoder
     from ..generate.transformers_api import to_transformers
 
-    wrapped = to_transformers(path if getattr(family, "encoder", None) is None else
-                              BesideEncoder(path, family.encoder), provider=provider, config=family.model.config)
+    wrapped = to_transformers(family.files(), provider=provider, config=family.model.config)
     checks = []
     for index, (feed, before) in enumerate(family.feeds()):
         settings = plain(before + family.new, family.pad, num_beams=BEAMS, num_return_sequences=BEAMS)

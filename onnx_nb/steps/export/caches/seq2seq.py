@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from ....errors import InvalidArgumentError
 from .hf_names import cache_kwargs, cache_of
 
 SUFFIX = ".encoder.onnx"
@@ -242,3 +244,27 @@ def decoder_sample(model: Any, layout: Seq2SeqLayout, encoder_sample: dict[str, 
 
 
 # -- running the two files --------------------------------------------------------------------------
+
+
+def encoder_feed(inputs: Any, tokenizer: Any, names: tuple[str, ...], pad: int) -> dict[str, np.ndarray]:
+    """Encoder inputs from text, token id lists (right-padded into a batch), a dict or audio features."""
+    if names[0] in AUDIO_INPUTS:  # one spectrogram [bins, frames] or waveform [samples] gets its batch axis
+        value = inputs[names[0]] if hasattr(inputs, "keys") else inputs
+        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, np.float32)
+        return {names[0]: array[None] if array.ndim == (2 if names[0] == "input_features" else 1) else array}
+    if hasattr(inputs, "keys"):
+        return {k: np.asarray(inputs[k].numpy() if hasattr(inputs[k], "numpy") else inputs[k], np.int64)
+                for k in names}
+    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
+        if tokenizer is None:
+            raise InvalidArgumentError("Text prompts need a tokenizer: pass tokenizer=..., or token ids.")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        rows = [list(tokenizer(t)["input_ids"]) for t in texts]
+    else:
+        rows = [[int(t) for t in r] for r in inputs]
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad, np.int64)
+    mask = np.zeros((len(rows), width), np.int64)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], mask[i, :len(r)] = r, 1
+    return {"input_ids": ids, "attention_mask": mask}

@@ -142,11 +142,12 @@ class HfSource(Source):
             from ..caches.decoder import layout_of
 
             if is_seq2seq(record.model):
-                from ..seq2seq_route import export_seq2seq
+                from .registry import SHAPES
 
                 steps.step("preparing sample inputs")
                 record.generation = "seq2seq"
-                return export_seq2seq(cls, record, args.sample, target, args.opset_or_default, steps)
+                return SHAPES["seq2seq"].answer("export")(cls, record, args.sample, target, args.opset_or_default,
+                                                         steps)
             if is_causal_lm(record.model):
                 from ..caches.decoder import NoKeyValueCache
 

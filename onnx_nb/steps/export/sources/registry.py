@@ -133,13 +133,16 @@ class GenerationShape:
     ``wrapper(model, config, path, provider, threads, io_binding)`` makes ``to_transformers()``'s model;
     ``timing`` is the benchmark's :class:`~onnx_nb.steps.benchmark.generation_latency.DecoderTiming` for it;
     ``loop`` (optional) is a ``generate()`` loop of its own; ``runner`` (optional) makes ``generate()``'s step runner
-    and the inputs it reads, ``runner(model, inputs, images, provider, threads)``, in place of the file's decoder."""
+    and the inputs it reads, ``runner(model, inputs, images, provider, threads)``, in place of the file's decoder;
+    ``export`` (optional) writes a loaded model's files in this shape, ``export(adapter, record, sample, target, opset,
+    steps)``, where the adapter that opened it does not (an encoder-decoder's two files)."""
 
     parity: str
     wrapper: str
     timing: str
     loop: str | None = None
     runner: str | None = None
+    export: str | None = None
 
     def answer(self, part: str) -> Any:
         """The answer ``part`` names, imported (None where this shape has none)."""
@@ -154,10 +157,11 @@ SHAPES: dict[str, GenerationShape] = {
                                wrapper=f"{STEPS}.generate.transformers_api:causal_lm",
                                timing=f"{STEPS}.benchmark.generation_latency:DecoderTiming"),
     # an encoder-decoder's decoder file with cross-attention caches, its encoder a file beside it
-    "seq2seq": GenerationShape(parity=f"{STEPS}.parity.seq2seq:Seq2SeqParity.of_export",
-                               wrapper=f"{STEPS}.generate.transformers_api:seq2seq_model",
-                               timing=f"{STEPS}.benchmark.generation_latency:Seq2SeqTiming",
-                               loop=f"{STEPS}.generate.seq2seq:loop"),
+    "seq2seq": GenerationShape(parity="onnx_nb.kinds.seq2seq.parity:Seq2SeqParity.of_export",
+                               wrapper="onnx_nb.kinds.seq2seq.transformers_model:seq2seq_model",
+                               timing="onnx_nb.kinds.seq2seq.timing:Seq2SeqTiming",
+                               loop="onnx_nb.kinds.seq2seq.runner:loop",
+                               export="onnx_nb.kinds.seq2seq.export:export_seq2seq"),
     # several files run together, as the adapter's step_files names them (a vision-language model's)
     "chain": GenerationShape(parity="onnx_nb.kinds.vlm.parity:VlmChain.of_export",
                              wrapper="onnx_nb.kinds.vlm.transformers_model:transformers_model",

@@ -8,35 +8,41 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..export.caches.hf_names import cache_kwargs, cache_of
-from ..export.caches.seq2seq import (
+from ...steps.export.caches.hf_names import cache_kwargs, cache_of
+from ...steps.export.caches.seq2seq import (
     AUDIO_INPUTS,
     as_encoder_output,
     encoder_decoder_cache,
+    encoder_feed,
     encoder_inputs,
     encoder_states,
     start_token,
 )
-from ..export.hf.samples import audio_rows
-from ..generate.seq2seq import BesideEncoder, OnnxSeq2Seq, encoder_feed, full_provider_name, generate
-from .probes import plain
+from ...steps.export.hf.samples import audio_rows
+from ...steps.parity.probes import plain
+from .runner import BesideEncoder, OnnxSeq2Seq, full_provider_name, generate
 
 
 class Seq2SeqParity:
     """Generation parity's inputs and runs for an encoder-decoder: three inputs of different lengths (token
     prompts right-padded for the encoder, or audio features), the decoder's steps under teacher forcing."""
 
+    def files(self) -> Any:
+        """What :func:`onnx_nb.to_transformers` takes for these runs' files: the decoder file, beside the export's
+        encoder when it is a variant's."""
+        return self.path if self.encoder is None else BesideEncoder(self.path, self.encoder)
+
     @classmethod
     def of_export(cls, export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> Seq2SeqParity:
         """The runs of ``path`` (the export's decoder file or a variant's) against ``model``, its encoder a named part
         of the export: the shape's parity answer (``prompts`` are a decoder's; an encoder-decoder makes its own)."""
-        from ..export.caches.seq2seq import encoder_path
+        from ...steps.export.caches.seq2seq import encoder_path
 
         return cls(model, path, max_new_tokens, encoder=export.parts.get("encoder") or encoder_path(Path(export.path)))
 
     def __init__(self, model: Any, path: Path, max_new_tokens: int, count: int = 3,
                  encoder: Path | None = None) -> None:
-        from .probes import default_prompts
+        from ...steps.parity.probes import default_prompts
 
         self.model, self.path, self.new, self.encoder = model, path, max_new_tokens, encoder
         self.names = encoder_inputs(model)
@@ -137,4 +143,5 @@ class Seq2SeqParity:
     def logits_at(self, index: int, prefix: list[int]) -> torch.Tensor:
         feed = self._torch(self.items[index])
         with torch.no_grad():
-            return self.model(**feed, decoder_input_ids=torch.tensor([[self.start, *prefix]])).logits[0, -1].float()
+            out: torch.Tensor = self.model(**feed, decoder_input_ids=torch.tensor([[self.start, *prefix]])).logits
+        return out[0, -1].float()

@@ -19,8 +19,8 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...runtime.facts import is_cross_cache, present_of
-from ..export.caches.seq2seq import AUDIO_INPUTS, encoder_path
-from .runners import binding_device, on_device, run_bound
+from ...steps.export.caches.seq2seq import encoder_feed, encoder_path
+from ...steps.generate.runners import binding_device, on_device, run_bound
 
 
 class OnnxSeq2Seq:
@@ -82,30 +82,6 @@ class OnnxSeq2Seq:
         return logits, grown
 
 
-def encoder_feed(inputs: Any, tokenizer: Any, names: tuple[str, ...], pad: int) -> dict[str, np.ndarray]:
-    """Encoder inputs from text, token id lists (right-padded into a batch), a dict or audio features."""
-    if names[0] in AUDIO_INPUTS:  # one spectrogram [bins, frames] or waveform [samples] gets its batch axis
-        value = inputs[names[0]] if hasattr(inputs, "keys") else inputs
-        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, np.float32)
-        return {names[0]: array[None] if array.ndim == (2 if names[0] == "input_features" else 1) else array}
-    if hasattr(inputs, "keys"):
-        return {k: np.asarray(inputs[k].numpy() if hasattr(inputs[k], "numpy") else inputs[k], np.int64)
-                for k in names}
-    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
-        if tokenizer is None:
-            raise InvalidArgumentError("Text prompts need a tokenizer: pass tokenizer=..., or token ids.")
-        texts = [inputs] if isinstance(inputs, str) else list(inputs)
-        rows = [list(tokenizer(t)["input_ids"]) for t in texts]
-    else:
-        rows = [[int(t) for t in r] for r in inputs]
-    width = max(len(r) for r in rows)
-    ids = np.full((len(rows), width), pad, np.int64)
-    mask = np.zeros((len(rows), width), np.int64)
-    for i, r in enumerate(rows):
-        ids[i, :len(r)], mask[i, :len(r)] = r, 1
-    return {"input_ids": ids, "attention_mask": mask}
-
-
 def encoder_of(model: Any) -> Path | None:
     """The encoder file of a decoder file, an export or a variant of the decoder (which keeps using the export's
     encoder file)."""
@@ -126,7 +102,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: se
              provider: str, tokenizer: Any, stream: Any, threads: int | None = None, rules: Any = None
              ) -> tuple[list[list[int]], list[float]]:
     """The generation loop of an encoder-decoder (called by :func:`onnx_nb.generate`)."""
-    from .sampling import accept, next_ids
+    from ...steps.generate.sampling import accept, next_ids
 
     runner = OnnxSeq2Seq(Path(getattr(model, "path", model)), provider, encoder_of(model), threads)
     names = tuple(runner.encoder_names)
@@ -161,7 +137,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: se
 def loop(model: Any, inputs: Any, *, start: int | None, tokenizer: Any, pad: int, **rest: Any) -> Any:
     """``generate()``'s loop for an encoder-decoder's files (the shape's loop answer): the encoder once, then its
     decoder's steps, as :func:`onnx_nb.generate` returns them."""
-    from .runners import GenerationResult
+    from ...steps.generate.runners import GenerationResult
 
     tokens, steps = generate(model, inputs, start=int(start if start is not None else pad), pad=pad,
                              tokenizer=tokenizer, **rest)

@@ -10,17 +10,17 @@ from typing import Any
 from ...progress import Steps
 from ...results.export import ExportCheck, ExportResult, ModelSource
 from ...runtime.files import check_space
-from .machinery.torch_route import make_result, run_exporter, unverified_of
+from ...steps.export.machinery.torch_route import make_result, run_exporter, unverified_of
 
 
 def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path, opset: int,
                    steps: Steps) -> ExportResult:
     """An encoder-decoder for generation: ``<name>.encoder.onnx`` (encoder states and the cross-attention
     cache, computed once) beside the decoder file at ``target`` (self-attention cache in and out)."""
-    from .caches import seq2seq as seq2seq_cache
-    from .machinery.attempts import first_that_passes
-    from .machinery.wrap import eval_mode
-    from .patches.attention import eager_attention
+    from ...steps.export.caches import seq2seq as seq2seq_cache
+    from ...steps.export.machinery.attempts import first_that_passes
+    from ...steps.export.machinery.wrap import eval_mode
+    from ...steps.export.patches.attention import eager_attention
 
     s = adapter.sample(source, sample, True)
     warnings_seen: list[str] = list(source.load_warnings)
@@ -65,7 +65,7 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
                   "TorchScript cannot write them (its decoder cache grows by a sum of dynamic axes)"}
     result = make_result(target, done.files, done.name, attempts, done.seconds, warnings_seen, source,
                          done.check, s, [], True, unverified_of(branches, {}))
-    from .caches.seq2seq import encoder_path
+    from ...steps.export.caches.seq2seq import encoder_path
 
     result.parts = {"encoder": encoder_path(target)}  # the decoder is the result's own file
     return result
@@ -77,7 +77,7 @@ def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, stag
     both in ONNX Runtime at other shapes. Returns the layout, the checks and the decoder's sample."""
     import torch
 
-    from .caches.seq2seq import (
+    from ...steps.export.caches.seq2seq import (
         SUFFIX,
         DecoderWithCaches,
         EncoderWithCross,
@@ -87,9 +87,9 @@ def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, stag
         encoder_inputs,
         layout_of,
     )
-    from .machinery.exporters import check_file
-    from .machinery.inputs import Sample, grow
-    from .machinery.wrap import FlatModule, signature_module
+    from ...steps.export.machinery.exporters import check_file
+    from ...steps.export.machinery.inputs import Sample, grow
+    from ...steps.export.machinery.wrap import FlatModule, signature_module
 
     names = encoder_inputs(model)
     given = dict(sample.as_dict())
