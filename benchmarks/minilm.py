@@ -86,10 +86,10 @@ def main() -> int:
     import transformers
 
     import onnx_nb
+    from onnx_nb.kinds.hf.source import HfSource
     from onnx_nb.runtime.timing import interleaved
     from onnx_nb.steps.benchmark.benchmarking import BucketedTorchRunner, OrtRunner, TorchRunner
     from onnx_nb.steps.export.machinery.references import torch_reference
-    from onnx_nb.steps.export.sources.hf import HfSource
 
     load = os.getloadavg()[0]
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, {platform.processor() or platform.platform()}; "

@@ -179,7 +179,7 @@ def test_traced_resize_gives_pytorchs_size_and_pixels(tmp_path: Path) -> None:
 
     from onnx_nb.kinds.detection.torchvision_export import DetectorGraph
     from onnx_nb.steps.export.args import DEFAULT_OPSET
-    from onnx_nb.steps.export.machinery.exporters import export_torchscript, quiet
+    from onnx_nb.steps.export.machinery.torch_exporters import export_torchscript, quiet
 
     class Resized(torch.nn.Module):  # the transform's padded batch as the "masks" of one empty box
         def __init__(self, fixed_size: tuple[int, int] | None) -> None:
@@ -220,7 +220,7 @@ def test_traced_box_decoding_runs_on_no_boxes(tmp_path: Path) -> None:
 
     from onnx_nb.kinds.detection.torchvision_export import DetectorGraph
     from onnx_nb.steps.export.args import DEFAULT_OPSET
-    from onnx_nb.steps.export.machinery.exporters import export_torchscript, quiet
+    from onnx_nb.steps.export.machinery.torch_exporters import export_torchscript, quiet
 
     class Decoding(torch.nn.Module):  # an image's rows as proposals, kept by their first value, two classes' codes
         def forward(self, images: list[Any]) -> list[dict[str, Any]]:

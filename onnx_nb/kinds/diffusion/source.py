@@ -27,7 +27,7 @@ class DiffusersSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ...steps.export.sources.torch import export_part as export
+        from ..torch_module.source import export_part as export
         from .export import export_diffusion
 
         check_supported(model)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from ...errors import InvalidArgumentError
 from ...steps.export.args import ExportArgs
 from ...steps.export.sources.base import is_torch_module
-from ...steps.export.sources.torch import TorchSource
+from ..torch_module.source import TorchSource
 from .beyond import TF2ONNX_MAX_OPSET, BeyondSource
 
 

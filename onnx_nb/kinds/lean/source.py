@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from ...errors import InvalidArgumentError
 from ...steps.export.args import ExportArgs
 from ...steps.export.sources.base import is_torch_module
-from ...steps.export.sources.hf import HfSource
+from ..hf.source import HfSource
 
 
 class LeanSource(HfSource):

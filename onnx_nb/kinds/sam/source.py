@@ -33,7 +33,7 @@ class SamSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ...steps.export.sources.torch import export_part as export
+        from ..torch_module.source import export_part as export
         from .export import export_sam, load_sam
 
         loaded = load_sam(model)
@@ -53,7 +53,7 @@ class SamSource(Source):
 
 def _sam_location(model: Any) -> bool:
     """A folder or hub id whose config says SAM."""
-    from ...steps.export.sources.hf import location_config
+    from ..hf.source import location_config
 
     return location_config(model).get("model_type") == "sam"
 

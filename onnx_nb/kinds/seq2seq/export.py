@@ -87,8 +87,8 @@ def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, stag
         encoder_inputs,
         layout_of,
     )
-    from ...steps.export.machinery.exporters import check_file
     from ...steps.export.machinery.inputs import Sample, grow
+    from ...steps.export.machinery.torch_exporters import check_file
     from ...steps.export.machinery.wrap import FlatModule, signature_module
 
     names = encoder_inputs(model)

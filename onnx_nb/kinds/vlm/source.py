@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ...steps.export.args import ExportArgs
 from ...steps.export.sources.base import Source, is_torch_module, require_float32_cpu
-from ...steps.export.sources.hf import HfSource, location_config
+from ..hf.source import HfSource, location_config
 
 TASK = "image-text-to-text"
 
@@ -175,7 +175,7 @@ def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
     check at another is traced at the sample's instead (its ``fallback``), saying why in the result's warnings."""
     from ...errors import OnnxNbError, first_line
     from ...runtime.facts import IMAGE_GRID
-    from ...steps.export.sources.torch import export_part as plain
+    from ..torch_module.source import export_part as plain
 
     fallback = getattr(module, "fallback", None)
     if fallback is None:

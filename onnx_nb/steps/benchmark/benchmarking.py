@@ -17,8 +17,8 @@ from ...results.latency import LatencyRow, LatencyTable, summarize
 from ...runtime.isolation import honours_isolate
 from ...runtime.onnxfile import file_bytes
 from ...runtime.timing import Clock
+from .backends import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
 from .measuring import described, measure, remeasure
-from .runners import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
 
 KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the re-measure
 

@@ -21,7 +21,7 @@ from .measuring import measure, remeasure
 def onnx_row(name: str, backend: str, provider: str | None, bundle: Any, feed: dict[str, np.ndarray], tag: str,
              batch: int, settings: dict[str, Any]) -> LatencyRow:
     """One ONNX row, on the node this runs on (a Ray job)."""
-    from .runners import OpenVinoRunner, OrtRunner
+    from .backends import OpenVinoRunner, OrtRunner
 
     path = bundle.materialize()
     threads = settings["threads"]

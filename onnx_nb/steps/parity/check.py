@@ -104,7 +104,7 @@ class _Plan:
     def of(cls, reference: Any, onnx_model: Any, sample: Any, shapes: Any, probes: Any, seed: int,
            against: Any) -> _Plan:
         from ...runtime.onnxfile import load_proto
-        from .references import reference_and_model
+        from .reference_choice import reference_and_model
 
         ref, path = reference_and_model(reference, onnx_model, sample, seed, against)
         proto = load_proto(path)

@@ -96,7 +96,7 @@ def export_standard_ops(model: Any, path: Path, warnings: list[str] | None = Non
     from ...runtime import onnxfile
     from ...runtime.memory import weight_bytes
     from ..export.caches.decoder import DecoderWithCache, cache_axes, cache_sample, input_names, layout_of, output_names
-    from ..export.machinery.exporters import export_dynamo, quiet
+    from ..export.machinery.torch_exporters import export_dynamo, quiet
     from ..export.machinery.torch_route import dynamo_or_eager
 
     layout = layout_of(model)

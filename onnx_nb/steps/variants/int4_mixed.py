@@ -95,7 +95,7 @@ def candidates(rows: list[dict[str, Any]], extra_bytes: float) -> list[list[str]
     return out
 
 
-def measured(four: Any, build: Callable[[Any, Path, bool], Any], scratch: Path, size_budget: float,
+def cheapest_mix(four: Any, build: Callable[[Any, Path, bool], Any], scratch: Path, size_budget: float,
              error_budget: float | None, head_given: bool = False) -> Any:
     """The INT4 variant ``four`` (every layer at 4 bits but a head given 8) or the cheapest mixed file that meets
     the error budget (``build(eight_bit, path, overwrite)`` makes one; ``"all"`` every layer at 8). ``head_given``:

@@ -43,7 +43,7 @@ def settings(scheme: str) -> dict[str, Any]:
     return {"int8_scheme": scheme, "weight_type": weights, "reduce_range": reduce_range}
 
 
-def measured(first: Variant, schemes: list[str], build: Callable[[str, Any, bool], Variant], scratch: Path,
+def fastest_that_passes(first: Variant, schemes: list[str], build: Callable[[str, Any, bool], Variant], scratch: Path,
              cpu: Cpu) -> Variant:
     """Every scheme in ``schemes`` made (``first`` is the first, already at its place; the others in ``scratch``),
     all timed interleaved on this CPU against the fp32 parent at a serving size; the fastest that passes parity is

@@ -89,7 +89,7 @@ def _convert(src: Path, staged: Path, scratch: Path) -> list[str]:
     import onnx
 
     from ...runtime.files import disk_error
-    from ..export.machinery.exporters import quiet
+    from ..export.machinery.torch_exporters import quiet
 
     work = scratch / staged.name
     onnx.save(onnx.load(str(src), load_external_data=True), str(work))  # the weights inside the one file

@@ -32,12 +32,12 @@ def written(proto: Any) -> list[str]:
 def timings(hidden: int, threads: int = 0) -> tuple[float, float]:
     """(fused ms, unfused ms) of one norm on ``[8, 128, hidden]`` in ONNX Runtime on CPU, each timed after warm-up
     runs, the two taking turns (measured once per size: :func:`measured`)."""
-    fused, unfused, _load = measured(hidden, threads)
+    fused, unfused, _load = timed_with_load(hidden, threads)
     return fused, unfused
 
 
 @functools.lru_cache(maxsize=8)
-def measured(hidden: int, threads: int = 0) -> tuple[float, float, float]:
+def timed_with_load(hidden: int, threads: int = 0) -> tuple[float, float, float]:
     """:func:`timings` and the machine's 1-minute load average when they were taken (-1 where the OS has none)."""
     from onnx import helper, numpy_helper
 
@@ -129,7 +129,7 @@ def apply(path: Path, hidden: int, recipe: dict[str, Any]) -> None:
     proto = load_proto(path)
     if not any(n.op_type == "SkipLayerNormalization" for n in proto.graph.node):
         return
-    fused, unfused, load = measured(hidden)
+    fused, unfused, load = timed_with_load(hidden)
     note: dict[str, Any] = {"fused_ms": round(fused, 3), "unfused_ms": round(unfused, 3)}
     if load >= 0:  # a busy machine makes a micro-benchmark less telling: the reader sees how busy it was
         note["load"] = f"{load:.2f} on {os.cpu_count()} cores"

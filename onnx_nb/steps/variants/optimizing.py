@@ -91,7 +91,7 @@ def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: 
 
     from onnxruntime.transformers import optimizer
 
-    from ..export.machinery.exporters import quiet
+    from ..export.machinery.torch_exporters import quiet
 
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
     with quiet(collected if collected is not None else [], []):  # the optimizer prints its progress to stdout
@@ -118,7 +118,7 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
 
     from ...runtime.cpu import schemes_for, this_cpu
     from ..benchmark.measuring import time_files
-    from ..export.machinery.exporters import quiet
+    from ..export.machinery.torch_exporters import quiet
     from .ort_quantizer import run_quantizer
 
     finished: dict[str, Path] = {}

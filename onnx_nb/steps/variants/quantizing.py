@@ -219,7 +219,7 @@ class _Plan:
 
         def write(src: Path, staged: Path) -> list[str]:
             from ...runtime.files import scratch_dir, temp_inside
-            from ..export.machinery.exporters import quiet
+            from ..export.machinery.torch_exporters import quiet
 
             warnings: list[str] = []
             level_now = own.get("accuracy_level")
@@ -263,12 +263,12 @@ class _Plan:
                 self.static_source = int8_route(self.model, route_dir, self.recipe)
             variant = self.build(self.algorithms[0] if method == "int4" else self.schemes[0], out, overwrite)
             if self.schemes[0] and validate and self.cpu.here:
-                variant = int8_schemes.measured(variant, self.schemes, self.build, Path(route_dir), self.cpu)
+                variant = int8_schemes.fastest_that_passes(variant, self.schemes, self.build, Path(route_dir), self.cpu)
             if method == "int4" and validate and len(self.algorithms) > 1:
                 variant = int4_algorithms.most_accurate(variant, self.algorithms, self.build, Path(route_dir))
             if self.mixed and validate:  # the head is one of the layers measured (unless lm_head_bits says its bits)
                 best, bits = variant.recipe["int4_algorithm"], 8 if head == 8 else 4
-                variant = int4_mixed.measured(
+                variant = int4_mixed.cheapest_mix(
                     variant, lambda eight, at, ow: self.build(best, at, ow, head_bits=bits, eight=eight),
                     Path(route_dir), *self.mixed, head_given=head != "auto")
             if method == "int4" and head == "auto" and validate and self.decoder and not variant.layers:

@@ -54,8 +54,8 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
         big = param_bytes > onnxfile.EXTERNAL_DATA_BYTES
 
         from .attempts import first_that_passes
-        from .exporters import check_file
-        from .exporters import first_line as exporter_error
+        from .torch_exporters import check_file
+        from .torch_exporters import first_line as exporter_error
 
         def attempt(s: Any, out_axes: Any, probe: Any, after: Any) -> Any:
             def write(name: str, staged: Path) -> list[Any]:
@@ -93,7 +93,7 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
 def _no_translation(done: Any) -> bool:
     """Whether every exporter stopped on an operator with no ONNX translation (DINOv2's antialiased bicubic
     upsample): fixing the image size cannot help there, and a retry would only double the failing export's time."""
-    from .exporters import unsupported_operator
+    from .torch_exporters import unsupported_operator
 
     return not done.name and len(done.errors) == len(done.attempts) and \
         all(unsupported_operator(str(e)) for e in done.errors.values())
@@ -166,7 +166,7 @@ def _grown_check(s: Any, flat: Any, before: tuple[Any, ...], warnings_seen: list
 
 def unverified_of(branches: list[Any], attempts: dict[str, str]) -> list[str]:
     """Why the file is not verified: the trace recorded one branch of data-dependent control flow."""
-    from .exporters import FIX_HINT, data_dependent_failure
+    from .torch_exporters import FIX_HINT, data_dependent_failure
 
     found = [b.text() for b in branches]
     if branches or not data_dependent_failure(attempts.get("dynamo", "")):
@@ -180,7 +180,7 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
                   warnings_seen: list[str], native: list[str], branches: list[Any] | None = None) -> None:
     """Run one exporter into ``staged``. TorchScript traces are watched for data-dependent branches
     (appended to ``branches``): such a file only computes the path the sample took."""
-    from .exporters import BranchWatch, export_dynamo, export_torchscript, quiet
+    from .torch_exporters import BranchWatch, export_dynamo, export_torchscript, quiet
 
     args = tuple(s.tensors)
     existing = set(staged.parent.iterdir())
@@ -283,7 +283,7 @@ def _sample_failed(model: Any, s: Any, exc: Exception) -> Exception:
 
 def _all_failed(model: Any, flat: Any, s: Any, attempts: dict[str, str],
                 errors: dict[str, BaseException], logs: dict[str, str], instead: str) -> ExportError:
-    from .exporters import locate_operator, scope_of, unsupported_operator
+    from .torch_exporters import locate_operator, scope_of, unsupported_operator
 
     listing = "; ".join(f"{k}: {v}" for k, v in attempts.items())
     lean = f" {instead}" if instead else ""  # another route's offer (the source record's)

@@ -1,2 +1,3 @@
-"""The source layer: one adapter per kind of model (:mod:`.registry` recognises, each ``<kind>.py`` opens, exports and
-answers later steps' questions about its kind). See docs/architecture.md, "Adding a kind of model"."""
+"""The kinds' protocol and registry: :mod:`.base` (the :class:`~.base.Source` an adapter subclasses and its
+defaults) and :mod:`.registry` (the ordered rows that recognise a model, the generation shapes, each naming a kind's
+package in ``onnx_nb/kinds/`` by dotted path). See docs/architecture.md, "Adding a kind of model"."""

@@ -25,7 +25,6 @@ from typing import Any
 from ..args import ExportArgs
 from .base import Source
 
-HERE = "onnx_nb.steps.export.sources"
 # the rows name their adapters by dotted path ("module:class"), imported when a model is first recognised, so a
 # generic step that reads this table imports no kind's package (onnx_nb/kinds/) at module level
 SOURCES: tuple[str, ...] = (
@@ -50,13 +49,13 @@ SOURCES: tuple[str, ...] = (
     # a vision-language model (image-text-to-text): vision, embed and decoder files
     "onnx_nb.kinds.vlm.source:VlmSource",
     # a speech LLM (an audio tower filling a causal LM's audio tokens): refused, saying so
-    f"{HERE}.speech_llm:SpeechLlmSource",
+    "onnx_nb.kinds.speech_llm.source:SpeechLlmSource",
     # precision= given: a decoder written layer by layer from its checkpoint folder or hub id
     "onnx_nb.kinds.lean.source:LeanSource",
     # a Hugging Face model object, folder or hub id; a SentenceTransformer
-    f"{HERE}.hf:HfSource",
+    "onnx_nb.kinds.hf.source:HfSource",
     # a torch.nn.Module and its sample; a PyTorch checkpoint file
-    f"{HERE}.torch:TorchSource",
+    "onnx_nb.kinds.torch_module.source:TorchSource",
 )
 
 

@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ....errors import InvalidArgumentError
-from ..args import ExportArgs
-from ..machinery.writing import source_name
-from .base import Source
+from ...errors import InvalidArgumentError
+from ...steps.export.args import ExportArgs
+from ...steps.export.machinery.writing import source_name
+from ...steps.export.sources.base import Source
 
 NOT_A_MODEL = ("Pass a torch.nn.Module, a Hugging Face model object, the path of a local Hugging Face folder, a hub id "
                "such as 'bert-base-uncased', a Keras model, a TensorFlow SavedModel folder or tf.Module, a fitted "
@@ -41,11 +41,11 @@ class TorchSource(Source):
     def open(cls, model: Any, args: ExportArgs) -> Any:
         """The record of a module, or of the model a checkpoint file holds (a Hugging Face model in one is the
         Hugging Face adapter's)."""
-        from ....results.export import ModelSource
+        from ...results.export import ModelSource
 
         if isinstance(model, (str, os.PathLike)):
-            from .. import checkpoints
-            from .hf import HfSource
+            from ...steps.export import checkpoints
+            from ..hf.source import HfSource
 
             path = Path(str(model)).expanduser()
             loaded = checkpoints.load(path, args.allow_pickle)
@@ -60,9 +60,9 @@ class TorchSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ....progress import Steps
-        from ..machinery.torch_route import export_module
-        from ..machinery.writing import target_for
+        from ...progress import Steps
+        from ...steps.export.machinery.torch_route import export_module
+        from ...steps.export.machinery.writing import target_for
 
         label, target = target_for(model, args)
         with Steps(5, "export", args.progress) as steps:
@@ -70,7 +70,7 @@ class TorchSource(Source):
             record = cls.open(model, args)
             record.name = label
             if record.adapter != cls.key:  # a checkpoint file holding a Hugging Face model
-                from .hf import HfSource
+                from ..hf.source import HfSource
 
                 return HfSource.export_record(record, args, target, steps)
             steps.step("preparing sample inputs")
@@ -81,13 +81,13 @@ class TorchSource(Source):
                            exporter: str | None = None) -> Any:
         """The reference for ``candidate`` when the model itself is given (``check_parity(model, file)``): a plain
         module cannot describe its inputs, so the sample defaults to the one ``candidate``'s export was made with."""
-        from ....runtime.feeds import export_sample
-        from ..machinery.references import torch_reference
+        from ...runtime.feeds import export_sample
+        from ...steps.export.machinery.references import torch_reference
 
         record = cls.open(model, ExportArgs())
         if sample is None and record.adapter == cls.key:
             sample = export_sample(candidate)
-        from .hf import HfSource
+        from ..hf.source import HfSource
 
         adapter = HfSource if record.adapter == HfSource.key else cls  # a checkpoint holding a Hugging Face model
         return torch_reference(record, sample, label or f"PyTorch {record.name}", exporter, adapter=adapter)

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ....errors import InvalidArgumentError
-from ..args import ExportArgs
-from ..hf.loading import folder_config
-from ..machinery.writing import source_name
-from .base import Source
+from ...errors import InvalidArgumentError
+from ...steps.export.args import ExportArgs
+from ...steps.export.hf.loading import folder_config
+from ...steps.export.machinery.writing import source_name
+from ...steps.export.sources.base import Source
 
 
 def location_config(model: Any) -> dict[str, Any]:
@@ -23,8 +23,8 @@ def location_config(model: Any) -> dict[str, Any]:
     folder = Path(str(model)).expanduser()
     if folder.is_dir():
         return folder_config(folder)
-    from ..checkpoints import SUFFIXES as CHECKPOINT_SUFFIXES
-    from ..hf.loading import HUB_ID
+    from ...steps.export.checkpoints import SUFFIXES as CHECKPOINT_SUFFIXES
+    from ...steps.export.hf.loading import HUB_ID
 
     if folder.suffix.lower() in (*CHECKPOINT_SUFFIXES, ".onnx", ".ort") or not HUB_ID.match(str(model)):
         return {}
@@ -36,8 +36,8 @@ _HUB_CONFIGS: dict[str, dict[str, Any]] = {}
 
 def _hub_config(name: str) -> dict[str, Any]:
     """A hub id's config, fetched once per session (a failure is not kept: the hub may answer the next time)."""
-    from ....errors import OnnxNbError
-    from ..hf.loading import load_config
+    from ...errors import OnnxNbError
+    from ...steps.export.hf.loading import load_config
 
     if name not in _HUB_CONFIGS:
         try:
@@ -67,7 +67,7 @@ class HfSource(Source):
     @staticmethod
     def recognises(model: Any, args: ExportArgs) -> bool:
         if isinstance(model, (str, os.PathLike)):
-            from ..checkpoints import is_checkpoint
+            from ...steps.export.checkpoints import is_checkpoint
 
             return not is_checkpoint(Path(str(model)).expanduser())
         return "torch" in sys.modules and HfSource.is_object(model)
@@ -75,22 +75,22 @@ class HfSource(Source):
     @classmethod
     def open(cls, model: Any, args: ExportArgs) -> Any:
         """Load (a folder or hub id) or wrap (an object) into the record; nothing about a cache decided yet."""
-        from ....results.export import ModelSource
-        from ..machinery.logs import quiet_loading
+        from ...results.export import ModelSource
+        from ...steps.export.machinery.logs import quiet_loading
 
         task = args.task
         said: list[str] = []
         if isinstance(model, (str, os.PathLike)):
             path = Path(str(model)).expanduser()
             if task == "sentence-embedding":
-                from ..hf import sentence
+                from ...steps.export.hf import sentence
 
                 location = str(path.resolve()) if path.exists() else str(model)
                 with quiet_loading(said, local=path.exists()):
                     record = _sentence_record(sentence.load(location), source_name(model), location)
                 record.load_warnings = said
                 return record
-            from ..hf.loading import load_model
+            from ...steps.export.hf.loading import load_model
 
             with quiet_loading(said, local=path.exists()):
                 loaded = load_model(str(model), task)
@@ -98,15 +98,15 @@ class HfSource(Source):
                                task=loaded.task, model_type=getattr(loaded.config, "model_type", None),
                                model=loaded.model, preprocessor=loaded.preprocessor, load_warnings=said,
                                adapter=cls.key)
-        from ..hf.sentence import is_sentence_transformer
+        from ...steps.export.hf.sentence import is_sentence_transformer
 
         if is_sentence_transformer(model):
             if task not in (None, "sentence-embedding"):
                 raise InvalidArgumentError(f"A SentenceTransformer exports for task 'sentence-embedding', not "
                                            f"{task!r}; export model[0].auto_model for the bare transformer.")
             return _sentence_record(model, None, None)
-        from ..hf.loading import load_preprocessor
-        from ..hf.tasks import check_task, infer_task
+        from ...steps.export.hf.loading import load_preprocessor
+        from ...steps.export.hf.tasks import check_task, infer_task
 
         config = model.config
         where = getattr(config, "_name_or_path", "") or None
@@ -118,9 +118,9 @@ class HfSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ....progress import Steps
-        from ..hf.loading import check_memory
-        from ..machinery.writing import target_for
+        from ...progress import Steps
+        from ...steps.export.hf.loading import check_memory
+        from ...steps.export.machinery.writing import target_for
 
         label, target = target_for(model, args)
         check_memory(model)
@@ -133,23 +133,23 @@ class HfSource(Source):
     @classmethod
     def export_record(cls, record: Any, args: ExportArgs, target: Path, steps: Any) -> Any:
         """The plan for a loaded model: an encoder-decoder's two files, a decoder with its cache, or one file."""
-        from ..machinery.torch_route import export_module
-        from .registry import offered_instead
+        from ...steps.export.machinery.torch_route import export_module
+        from ...steps.export.sources.registry import offered_instead
 
         record.instead = offered_instead(str(getattr(getattr(record.model, "config", None), "model_type", "")))
 
         if args.cache is not False and record.kind != "sentence-transformers":
-            from ..caches.decoder import layout_of
+            from ...steps.export.caches.decoder import layout_of
 
             if is_seq2seq(record.model):
-                from .registry import SHAPES
+                from ...steps.export.sources.registry import SHAPES
 
                 steps.step("preparing sample inputs")
                 record.generation = "seq2seq"
                 return SHAPES["seq2seq"].answer("export")(cls, record, args.sample, target, args.opset_or_default,
                                                          steps)
             if is_causal_lm(record.model):
-                from ..caches.decoder import NoKeyValueCache
+                from ...steps.export.caches.decoder import NoKeyValueCache
 
                 try:
                     record.cache_layout = layout_of(record.model)
@@ -178,8 +178,8 @@ class HfSource(Source):
         PyTorch, the file that takes the whole sequence each step, saying why."""
         import dataclasses
 
-        from ....errors import OnnxNbError, first_line
-        from ..machinery.torch_route import export_module
+        from ...errors import OnnxNbError, first_line
+        from ...steps.export.machinery.torch_route import export_module
 
         try:
             result = export_module(cls, record, args, target, steps)
@@ -203,13 +203,13 @@ class HfSource(Source):
         when the machine has not the memory for it (the kernel would die halfway)."""
         if record.model is not None:
             return record
-        from ..hf.loading import checkpoint_bytes
+        from ...steps.export.hf.loading import checkpoint_bytes
 
         folder = Path(record.location or "").expanduser()
         weights = checkpoint_bytes(folder) if record.location and folder.is_dir() else 0
         if weights:
-            from ....render import human_bytes
-            from ....runtime.memory import FACTORS, require
+            from ...render import human_bytes
+            from ...runtime.memory import FACTORS, require
 
             require(int(FACTORS["reload"] * weights),
                     f"{step} loads {folder.name} in PyTorch as its reference ({human_bytes(weights)} of weights)",
@@ -223,10 +223,10 @@ class HfSource(Source):
 
     @classmethod
     def sample(cls, record: Any, sample: Any, dynamic: Any = True) -> Any:
-        from ..machinery import inputs
+        from ...steps.export.machinery import inputs
 
         if record.generation == "decoder":
-            from ..caches import decoder as decoder_cache
+            from ...steps.export.caches import decoder as decoder_cache
 
             layout = record.cache_layout
             given = dict(sample) if sample is not None else decoder_cache.cache_sample(record.model, layout)
@@ -242,7 +242,7 @@ class HfSource(Source):
             if not dynamic:
                 s.axes = {}
             return s
-        from ..hf import samples
+        from ...steps.export.hf import samples
 
         s = samples.build(record.model, record.preprocessor) if sample is None \
             else samples.from_user(record.model, sample)
@@ -254,10 +254,10 @@ class HfSource(Source):
     def flat(cls, record: Any, names: list[str], as_kwargs: bool) -> Any:
         """A decoder with its cache through :class:`decoder_cache.DecoderWithCache`; every other model gets its
         call keywords (no cache, ModelOutput results)."""
-        from ..machinery.wrap import FlatModule, forward_parameters
+        from ...steps.export.machinery.wrap import FlatModule, forward_parameters
 
         if record.generation == "decoder":
-            from ..caches.decoder import DecoderWithCache
+            from ...steps.export.caches.decoder import DecoderWithCache
 
             return FlatModule(DecoderWithCache(record.model, record.cache_layout), names, False, {})
         params = forward_parameters(record.model)
@@ -265,14 +265,14 @@ class HfSource(Source):
         flat = FlatModule(record.model, names, as_kwargs, kwargs, hf=True)
         token = appended_token(record.model, names) if is_causal_lm(record.model) else None
         if token is not None:  # the whole-sequence runner reads it from the file (generate from a path too)
-            from ....runtime.facts import APPENDED
+            from ...runtime.facts import APPENDED
 
             flat.onnx_metadata[APPENDED] = str(token)
         return flat
 
     @classmethod
     def natural_axes(cls, record: Any, sample: Any) -> dict[str, dict[int, str]]:
-        from ..hf.samples import AXES, QUIRKS, Quirk
+        from ...steps.export.hf.samples import AXES, QUIRKS, Quirk
 
         quirk = QUIRKS.get(record.model_type or "", Quirk())
         return {n: ({0: "batch"} if n in quirk.static_axes else dict(AXES.get(n, {0: "batch"})))
@@ -280,7 +280,7 @@ class HfSource(Source):
 
     @classmethod
     def static_axes(cls, record: Any) -> dict[str, str]:
-        from ..hf.samples import QUIRKS, Quirk
+        from ...steps.export.hf.samples import QUIRKS, Quirk
 
         quirk = QUIRKS.get(record.model_type or "", Quirk())
         return {n: quirk.static_reason or "fixed for this architecture" for n in quirk.static_axes}
@@ -288,7 +288,7 @@ class HfSource(Source):
     @classmethod
     def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,
                            exporter: str | None = None) -> Any:
-        from ..machinery.references import torch_reference
+        from ...steps.export.machinery.references import torch_reference
 
         record = cls.open(model, ExportArgs())
         return torch_reference(record, sample, label or f"PyTorch {record.name}", exporter, adapter=cls)
@@ -298,8 +298,8 @@ def _sentence_record(st: Any, name: str | None, location: str | None) -> Any:
     """A SentenceTransformer as a model with token inputs and ``token_embeddings`` + ``sentence_embedding``
     outputs (its pooling and normalisation inside the graph), its tokenizer as the preprocessor; named after
     its transformer's folder or hub id unless ``name`` says otherwise."""
-    from ....results.export import ModelSource
-    from ..hf.sentence import TASK, wrap
+    from ...results.export import ModelSource
+    from ...steps.export.hf.sentence import TASK, wrap
 
     wrapper = wrap(st)
     return ModelSource(kind="sentence-transformers", name=name or source_name(wrapper), location=location, task=TASK,
@@ -312,7 +312,7 @@ def _with_positions(model: Any, s: Any) -> Any:
     them (the mask's running count): the file then gives generate()'s tokens for left-padded batches, and for the
     encoders registered as causal LMs (RoBERTa's own default positions start after its padding id)."""
 
-    from ..machinery.wrap import forward_parameters
+    from ...steps.export.machinery.wrap import forward_parameters
 
     if "position_ids" in s.names or "position_ids" not in forward_parameters(model) or not is_causal_lm(model) \
             or "attention_mask" not in s.names:
@@ -330,7 +330,7 @@ CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
 def is_causal_lm(model: Any) -> bool:
     """A decoder-only LM: a class transformers' auto mappings list for causal LM (or named like one)."""
-    from ..hf.tasks import generative_task
+    from ...steps.export.hf.tasks import generative_task
 
     name = type(model).__name__
     return (generative_task(name) == "text-generation" or name.endswith(CAUSAL_SUFFIXES)) and not getattr(
@@ -366,7 +366,7 @@ def appended_token(model: Any, names: list[str]) -> int | None:
 def is_seq2seq(model: Any) -> bool:
     """An encoder-decoder LM (text or speech): a class transformers' auto mappings list as sequence-to-sequence
     (``MarianMTModel``, ``*ForConditionalGeneration``, ...), with an encoder."""
-    from ..hf.tasks import generative_task
+    from ...steps.export.hf.tasks import generative_task
 
     config = getattr(model, "config", None)
     name = type(model).__name__

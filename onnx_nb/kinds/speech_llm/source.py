@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..args import ExportArgs
-from .base import is_torch_module
-from .hf import HfSource, location_config
+from ...steps.export.args import ExportArgs
+from ...steps.export.sources.base import is_torch_module
+from ..hf.source import HfSource, location_config
 
 AUDIO_TOKENS = ("audio_token_id", "audio_token_index")
 AUDIO_TOWERS = ("audio_config", "encoder_config", "audio_encoder_config")  # the audio tower's config
@@ -23,7 +23,7 @@ def is_speech_llm(config: dict[str, Any], class_name: str, main_input: str | Non
     ``main_input``: the model's own (an object's); else its transformers class's."""
     if not any(config.get(n) is not None for n in AUDIO_TOWERS):
         return False
-    from ..hf.tasks import task_from_class_name
+    from ...steps.export.hf.tasks import task_from_class_name
 
     if main_input is None:
         import transformers
@@ -51,7 +51,7 @@ class SpeechLlmSource(HfSource):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ....errors import ExportError
+        from ...errors import ExportError
 
         name = (next(iter(location_config(model).get("architectures") or []), str(model))
                 if isinstance(model, (str, os.PathLike)) else type(model).__name__)
