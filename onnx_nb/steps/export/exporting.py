@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...results.export import ExportResult
+from ...results.parts import PartsExport
 from ...runtime.files import cleans_up_folders
 from .args import ExportArgs
 
@@ -36,7 +37,7 @@ def export(
     lm_head_bits: int | None = None,
     block_size: int | None = None,
     nms: bool | Mapping[str, Any] = False,
-) -> ExportResult:
+) -> ExportResult | PartsExport:
     """Export ``model`` to ONNX and check the file in ONNX Runtime at a shape other than the sample's.
 
     ``model``: a ``torch.nn.Module`` (then ``sample`` is needed: a tensor, tuple or dict), a Hugging

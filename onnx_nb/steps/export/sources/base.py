@@ -11,10 +11,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from ....errors import InvalidArgumentError
 from ..args import ExportArgs
+
+if TYPE_CHECKING:
+    from ....results.export import ExportResult, ModelSource
+    from ....results.parts import PartsExport
+    from ....results.variant import Variant
+    from ..machinery.inputs import Sample
+    from ..machinery.references import Reference
+
+    # what an export returns: one file's result, or a model written as several files
+    Exported: TypeAlias = ExportResult | PartsExport
+    # a file's result: an export of one file, or a variant of one
+    Result: TypeAlias = ExportResult | Variant
 
 
 def is_torch_module(model: Any) -> bool:
@@ -72,17 +84,17 @@ class Source:
                                        f"{type(model).__name__}: use {_either(cls.exporters)}.")
 
     @classmethod
-    def export(cls, model: Any, args: ExportArgs) -> Any:  # pragma: no cover - every row defines its own
+    def export(cls, model: Any, args: ExportArgs) -> Exported:  # pragma: no cover - every row defines its own
         raise NotImplementedError
 
     @classmethod
-    def prepared(cls, model: Any, args: ExportArgs) -> tuple[Any, ExportArgs]:  # pragma: no cover
+    def prepared(cls, model: Any, args: ExportArgs) -> tuple[ModelSource, ExportArgs]:  # pragma: no cover
         """(the record of the model as one flat graph, the args with its sample): for the rows that export through
         :meth:`export_prepared`."""
         raise NotImplementedError
 
     @classmethod
-    def export_prepared(cls, model: Any, args: ExportArgs) -> Any:
+    def export_prepared(cls, model: Any, args: ExportArgs) -> ExportResult:
         """The PyTorch route on what :meth:`prepared` made of ``model`` (a detector as one flat graph)."""
         from ....progress import Steps
         from ..machinery.torch_route import export_module
@@ -98,8 +110,8 @@ class Source:
 
     # --- what later steps ask -----------------------------------------------------------------------------------
     @classmethod
-    def reference(cls, export: Any, candidate: Path, sample: Any, seed: int, exporter: str | None = None,
-                  against: Any = None) -> Any:
+    def reference(cls, export: ExportResult, candidate: Path, sample: Any, seed: int, exporter: str | None = None,
+                  against: Any = None) -> Reference:
         """The reference ``candidate`` (a file of this export, or a variant of it) is checked against: the model
         run by its own framework, made flat and fed the way the export did."""
         from ..machinery.references import torch_reference
@@ -110,14 +122,14 @@ class Source:
 
     @classmethod
     def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,
-                           exporter: str | None = None) -> Any:
+                           exporter: str | None = None) -> Reference:
         """The reference when the model itself is given (``check_parity(model, file)``)."""
         raise InvalidArgumentError(f"check_parity(model, file) cannot run {cls.what} as one reference: check each "
                                    "part's file against its own export (check_parity(result.parts[name])), or the "
                                    "whole with check_diffusion / check_sam.")
 
     @classmethod
-    def reload(cls, record: Any, step: str) -> Any:
+    def reload(cls, record: ModelSource, step: str) -> ModelSource:
         """``record`` with its model, loaded again from where it came from when the result no longer holds it."""
         if record.model is None:
             raise InvalidArgumentError(f"This export of {record.name} no longer holds its model (a result from "
@@ -125,7 +137,7 @@ class Source:
         return record
 
     @classmethod
-    def sample(cls, record: Any, sample: Any, dynamic: Any = True) -> Any:
+    def sample(cls, record: ModelSource, sample: Any, dynamic: Any = True) -> Sample:
         """Named sample tensors with their dynamic axes (an ``inputs.Sample``), the caller's or made for the model."""
         from ..machinery import inputs
 
@@ -134,14 +146,14 @@ class Source:
         return inputs.restrict_axes(s, dynamic)
 
     @classmethod
-    def flat(cls, record: Any, names: list[str], as_kwargs: bool) -> Any:
+    def flat(cls, record: ModelSource, names: list[str], as_kwargs: bool) -> Any:
         """The model as one flat ``forward(*tensors)`` (a :class:`~onnx_nb.steps.export.machinery.wrap.FlatModule`)."""
         from ..machinery.wrap import FlatModule
 
         return FlatModule(record.model, names, as_kwargs, {})
 
     @classmethod
-    def natural_axes(cls, record: Any, sample: Any) -> dict[str, dict[int, str]]:
+    def natural_axes(cls, record: ModelSource, sample: Any) -> dict[str, dict[int, str]]:
         """The axes the model's inputs naturally vary along, even when an export fixed them (parity shows that a
         static export fails at other shapes)."""
         from ..machinery import inputs
@@ -161,14 +173,14 @@ class Source:
         return False
 
     @classmethod
-    def checked_by_generating(cls, export: Any) -> bool:
+    def checked_by_generating(cls, export: Result) -> bool:
         """The export's files are judged by generating against its PyTorch model (a decoder with its cache, an
         encoder-decoder, a chain of files): what the adapter recorded when it opened the model, not the file's
         inputs (a decoder file adopted from elsewhere has no PyTorch model to generate with)."""
         return export.source.generation is not None or cls.step_files(export) is not None
 
     @classmethod
-    def with_cache(cls, record: Any) -> bool:
+    def with_cache(cls, record: ModelSource) -> bool:
         """The record is of a decoder that goes with its cache (its export checked by the cache check)."""
         return bool(record.generation == "decoder")
 
@@ -191,7 +203,7 @@ class Source:
         return None
 
     @classmethod
-    def static_axes(cls, record: Any) -> dict[str, str]:
+    def static_axes(cls, record: ModelSource) -> dict[str, str]:
         """Input axes that stay fixed for this model, with the reason (its architecture's quirk)."""
         return {}
 
