@@ -86,7 +86,7 @@ def main() -> int:
     import transformers
 
     import onnx_nb
-    from onnx_nb.kinds.hf.source import HfSource
+    from onnx_nb.kinds.hf.adapter import HfAdapter
     from onnx_nb.runtime.timing import interleaved
     from onnx_nb.steps.benchmark.benchmarking import BucketedTorchRunner, OrtRunner, TorchRunner
     from onnx_nb.steps.export.machinery.references import torch_reference
@@ -131,7 +131,7 @@ def main() -> int:
     # 2. Like with like, interleaved: every file alone in a plain session (what a server running the file gets),
     #    then padding skipping as an extra that the PyTorch baseline and the anchor get too (same bucket plan).
     ref = torch_reference(export.source, {k: torch.from_numpy(v) for k, v in feed.items()}, "PyTorch eager",
-                          adapter=HfSource)
+                          adapter=HfAdapter)
     torch.set_num_threads(args.threads)
     plain: dict[str, Any] = {"PyTorch eager (sdpa)": TorchRunner(ref, feed, args.threads)}
     for name, model in candidates.items():
@@ -197,9 +197,9 @@ def sentence_embeddings(folder: Path, feed: dict[str, np.ndarray], args: Any) ->
     from sentence_transformers import SentenceTransformer
 
     import onnx_nb
+    from onnx_nb.kinds.hf.sentence import wrap
     from onnx_nb.runtime.timing import interleaved
     from onnx_nb.steps.benchmark.benchmarking import OrtRunner
-    from onnx_nb.steps.export.hf.sentence import wrap
 
     st = SentenceTransformer(str(onnx_nb.default_model_path()), device="cpu")
     export = onnx_nb.export(st, out=folder / "st.onnx", overwrite=True, progress=False)

@@ -351,7 +351,7 @@ def quantized(row: dict[str, Any], result: Any, folder: Path) -> None:
     error."""
     import onnx_nb
     from onnx_nb.errors import first_line
-    from onnx_nb.steps.export.sources.registry import subject_of
+    from onnx_nb.steps.export.adapters.registry import subject_of
 
     subject = subject_of(result)  # of a vision-language model, its decoder part (judged on the whole chain)
     for name, kwargs in (("int8", {}), ("int4", {"method": "int4"})):
@@ -367,7 +367,7 @@ def exported(row: dict[str, Any], folder: Any, out: Path, started: float, sample
     exporter, outcome); the result, or None when it raised (the row's time then set: it ends there)."""
     import onnx_nb
     from onnx_nb.errors import first_line
-    from onnx_nb.steps.export.sources.registry import resolve
+    from onnx_nb.steps.export.adapters.registry import resolve
 
     if sample is None and resolve(folder).several_files:
         out = out.parent  # a kind written as several files (a vision-language model) is given a folder

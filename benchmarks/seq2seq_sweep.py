@@ -66,7 +66,7 @@ def prompts_for(model: Any, speech: bool) -> list[Any]:
     if not speech:
         vocab = int(model.get_input_embeddings().num_embeddings)
         return [[t % vocab for t in p] for p in registry_sweep.PROMPT]
-    from onnx_nb.steps.export.hf import samples
+    from onnx_nb.kinds.hf import samples
 
     sample = samples.build(model).as_dict()
     audio = {k: v for k, v in sample.items() if k in ("input_features", "input_values")}

@@ -111,7 +111,7 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
     import transformers
 
     from onnx_nb.errors import first_line
-    from onnx_nb.steps.export.hf import samples
+    from onnx_nb.kinds.hf import samples
 
     row: dict[str, Any] = {"type": model_type, "class": class_name, "task": task}
     started = time.perf_counter()

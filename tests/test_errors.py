@@ -126,7 +126,7 @@ def test_every_error_class_lives_in_errors_and_is_exported() -> None:
 def test_first_line_of_any_exception(monkeypatch: pytest.MonkeyPatch) -> None:
     """One helper for "the first line of an error"; the inline copies raised IndexError on an empty message."""
     from onnx_nb.errors import first_line, telling_lines
-    from onnx_nb.steps.export.hf.loading import hub_error
+    from onnx_nb.kinds.hf.loading import hub_error
 
     assert first_line(OSError()) == "OSError"
     assert first_line(ValueError("\n  \nthe cause\nmore")) == "the cause"

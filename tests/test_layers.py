@@ -160,9 +160,9 @@ def test_export_imports_no_later_step() -> None:
 def test_the_registry_names_every_kind_it_reaches() -> None:
     """The registry's dotted rows are the steps' only way to a kind: each names something that exists, every kind's
     package is reached through a row, and no module outside kinds/ names a kind's package."""
-    from onnx_nb.steps.export.sources import registry
+    from onnx_nb.steps.export.adapters import registry
 
-    rows = list(registry.SOURCES) + [getattr(shape, part) for shape in registry.SHAPES.values()
+    rows = list(registry.ROWS) + [getattr(shape, part) for shape in registry.SHAPES.values()
                                      for part in ("parity", "wrapper", "timing", "loop", "runner", "export")
                                      if getattr(shape, part)]
     for row in rows:
@@ -171,7 +171,7 @@ def test_the_registry_names_every_kind_it_reaches() -> None:
     reached = {row.split(":")[0].split(".")[2] for row in rows if row.startswith("onnx_nb.kinds.")}
     assert kinds and kinds == reached, f"kinds without a row: {kinds - reached}"
     naming = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path in sorted(PACKAGE.rglob("*.py"))
-              if not path.is_relative_to(PACKAGE / "kinds") and path != PACKAGE / "steps/export/sources/registry.py"
+              if not path.is_relative_to(PACKAGE / "kinds") and path != PACKAGE / "steps/export/adapters/registry.py"
               and path != PACKAGE / "__init__.py" for node in _code_strings(ast.parse(path.read_text()))
               if "onnx_nb.kinds" in node.value]
     assert not naming, naming

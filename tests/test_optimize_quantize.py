@@ -117,6 +117,11 @@ def test_quantize_methods(bert_opt: onnx_nb.Variant, tmp_path: Path) -> None:
     assert nbits > 0 and int4.parity.precision == ("int8" if every_layer_8 else "int4") and int4, int4.recipe
     fp16 = onnx_nb.quantize(bert_opt, method="fp16", out=tmp_path / "h.onnx")
     assert fp16.parity.precision == "fp16" and fp16.size_after < fp16.size_before
+    # every key a recipe holds is one the Recipe record declares (a key written through an untyped path shows here)
+    from onnx_nb.results.variant import Recipe
+
+    for variant in (bert_opt, dyn, per_tensor, static, int4, fp16):
+        assert set(variant.recipe) <= set(Recipe.__annotations__), set(variant.recipe) - set(Recipe.__annotations__)
 
 
 def test_static_quantization_needs_fitting_calibration(bert_opt: onnx_nb.Variant, tmp_path: Path) -> None:

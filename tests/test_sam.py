@@ -15,8 +15,8 @@ import torch
 import onnx_nb
 from onnx_nb.errors import InvalidArgumentError, OnnxNbError, OutputExistsError
 from onnx_nb.kinds.sam import export as sam
+from onnx_nb.kinds.sam.adapter import is_sam
 from onnx_nb.kinds.sam.result import SamExport
-from onnx_nb.kinds.sam.source import is_sam
 
 transformers = pytest.importorskip("transformers")
 

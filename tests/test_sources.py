@@ -1,4 +1,4 @@
-"""The source layer (onnx_nb/steps/export/sources/): one registry recognises a model, one adapter per kind answers for
+"""The source layer (onnx_nb/steps/export/adapters/): one registry recognises a model, one adapter per kind answers for
 it. Read from the source like tests/test_layers.py: no module outside the registry's folder and runtime/facts.py (the
 one place a bare file's inputs are read for meaning) decides again what kind of model it holds; no module over 400
 lines; export() fits a screen. Then the table itself, and what the shape fixed: arguments checked before any model is
@@ -17,9 +17,8 @@ import pytest
 import onnx_nb
 
 PACKAGE = Path(__file__).resolve().parent.parent / "onnx_nb"
-# the kinds' packages, the adapters and the one reader of a bare file's meaning; then the modules of kinds still
-# under steps/ (Hugging Face loading and tasks), until they move into kinds/ like the rest
-ALLOWED = ("kinds/", "steps/export/sources/", "runtime/facts.py", "steps/export/hf/")
+# the kinds' packages, their protocol and registry, and the one reader of a bare file's meaning
+ALLOWED = ("kinds/", "steps/export/adapters/", "runtime/facts.py")
 # what deciding "what kind of model is this" looks like in code (a numpy dtype's kind is not one)
 KIND_DECISIONS = [
     r"(?<!dtype)\.kind\s*(==|!=)\s*[\"']",
@@ -77,10 +76,10 @@ def test_one_rule_for_the_other_shape_and_one_table_of_sample_sizes() -> None:
     import torch
 
     from onnx_nb.kinds.foreign.converting import grown
+    from onnx_nb.kinds.hf.samples import BATCH, SEQUENCE
     from onnx_nb.results.export import ModelSource
     from onnx_nb.runtime.shapes import SAMPLE_SIZES, other_size, other_sizes
     from onnx_nb.steps.export.caches.decoder import SAMPLE_PAST, SAMPLE_SEQUENCE
-    from onnx_nb.steps.export.hf.samples import BATCH, SEQUENCE
     from onnx_nb.steps.export.machinery.inputs import Sample, growth
     from onnx_nb.steps.variants.variants import too_big_advice
 
@@ -119,8 +118,8 @@ def test_the_table_recognises_each_kind_and_records_it(tmp_path: Path, gpt2_expo
     import transformers
 
     import tiny_models
+    from onnx_nb.steps.export.adapters.registry import adapter_of, adapters, resolve
     from onnx_nb.steps.export.args import ExportArgs
-    from onnx_nb.steps.export.sources.registry import adapter_of, adapters, resolve
 
     keys = [s.key for s in adapters()]
     assert keys == ["yolo", "torchvision", "diffusers", "sam", "onnx", "keras-torch", "keras", "tensorflow",

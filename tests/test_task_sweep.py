@@ -35,7 +35,7 @@ def test_end_of_sequence_token_closes_each_rows_attended_tokens() -> None:
     it at each row's last attended token (a right-padded row's, not in its padding) and nowhere else."""
     import torch
 
-    from onnx_nb.steps.export.hf.samples import one_eos_each
+    from onnx_nb.kinds.hf.samples import one_eos_each
 
     ids = torch.tensor([[5, 2, 6, 7], [8, 9, 1, 1]])
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])

@@ -166,7 +166,7 @@ def test_settings_the_loop_lacks_run_in_transformers(exports: dict[str, onnx_nb.
 def test_task_inference_reads_transformers_mappings(tmp_path: Path) -> None:
     """A MarianMTModel saved with save_pretrained (no *ForConditionalGeneration in its name) exports as a
     sequence-to-sequence model with its caches, and generate() runs it."""
-    from onnx_nb.steps.export.hf.tasks import generative_task, infer_task
+    from onnx_nb.kinds.hf.tasks import generative_task, infer_task
 
     assert generative_task("MarianMTModel") == "text2text-generation"
     assert generative_task("WhisperForConditionalGeneration") == "automatic-speech-recognition"

@@ -172,8 +172,8 @@ def test_a_batch_of_prompts_with_an_image_each_and_the_processors_whole_output(l
 
 
 def test_a_folder_is_recognised_and_exported_as_its_parts(llava: tuple[Any, Any], tmp_path: Path) -> None:
+    from onnx_nb.steps.export.adapters.registry import resolve
     from onnx_nb.steps.export.args import ExportArgs
-    from onnx_nb.steps.export.sources.registry import resolve
 
     model, _ = llava
     model.save_pretrained(tmp_path / "llava")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..render import CSS, esc, folded, html_table, human_bytes, peak_text, setting_text, text_table
 
@@ -15,6 +15,76 @@ FUSED_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "SkipLaye
              "QLinearMatMul", "BiasSplitGelu", "GemmFastGelu", "QAttention", "QEmbedLayerNormalization", "QGemm",
              "QLinearConv", "ConvInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QOrderedMatMul", "QMoE",
              "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearGlobalAveragePool", "QLinearConcat")
+
+
+class Recipe(TypedDict, total=False):
+    """How a variant was made, as ``variant.recipe`` holds it (and its file's metadata, and the report): every key
+    ``optimize()``, ``quantize()`` and their helpers write, each read by name where later code reads it. A key
+    ending in ``_rule`` says in words why the choice beside it was made; ``*_ms`` keys hold the timings it was made
+    by."""
+
+    # optimize(): the graph level and the routes
+    level: str
+    level_rule: str
+    levels_ms: dict[str, float]
+    simplify: bool
+    unpad: bool
+    then: str
+    model_type: str | None
+    num_heads: int
+    hidden_size: int
+    attention_route: str
+    routes_int8_ms: dict[str, float]
+    routes_seconds: float
+    route: str
+    route_rule: str
+    kv_cache: Any
+    skip_layernorm: Any
+    target: str
+    format: str
+    optimization_style: str
+    target_platform: str
+    runtime: str
+    ir_version: int
+    started_from: str
+    # quantize(): the method and its settings
+    method: str
+    method_rule: str
+    per_channel: bool
+    exclude: list[str]
+    exclude_rule: str
+    float_rule: str
+    op_types: list[str]
+    op_types_rule: str
+    calibration: str
+    calibration_images: Any
+    activation_type: str
+    quantized_from: str
+    # INT8: the scheme for the CPU, the attention route
+    int8_cpu: str
+    int8_scheme: str
+    int8_scheme_rule: str
+    int8_schemes_ms: dict[str, float]
+    int8_route: dict[str, Any]
+    int8_timing: Any
+    int8_timed_at: Any
+    weight_type: str
+    reduce_range: bool
+    fp32_ms: float
+    # INT4: the algorithm, the bits of each layer, the compute level
+    int4_algorithm: str
+    int4_algorithm_rule: str
+    int4_errors: dict[str, Any]
+    symmetric: bool
+    awq_alpha: dict[str, float]
+    lm_head_bits: int
+    lm_head_rule: str
+    eight_bit_layers: Any
+    mixed_precision: Any
+    block_size: int
+    accuracy_level: int | str | None
+    accuracy_level_rule: str
+    gemm_as_matmul: bool
 
 
 @dataclass
@@ -34,7 +104,7 @@ class Variant:
     name: str  # e.g. "optimized(transformer)+unpad", "int8-dynamic(per-channel)"
     path: Path
     parent: Path
-    recipe: dict[str, Any]
+    recipe: Recipe
     nodes_before: int
     nodes_after: int
     op_diff: dict[str, tuple[int, int]]  # op -> (before, after), only the ops that changed

@@ -33,7 +33,7 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
         report = onnx_nb.pipeline("path/to/bert-folder", shapes=[{"batch": 8, "sequence": 128}])
         report.save_html("report.html")
     """
-    from .export.sources.registry import resolve
+    from .export.adapters.registry import resolve
     from .plan import Run, Settings, plan
     from .variants import autotuning  # noqa: F401 - warm the import so timings are not charged to a step
 

@@ -61,8 +61,8 @@ class Step:
 
 
 def _export(model: Any, s: Settings, _done: dict[str, Any]) -> Any:
+    from .export.adapters.registry import resolve
     from .export.exporting import export
-    from .export.sources.registry import resolve
 
     out = s.target
     if s.out is not None and resolve(model).several_files:  # the folder itself holds the parts
@@ -73,7 +73,7 @@ def _export(model: Any, s: Settings, _done: dict[str, Any]) -> Any:
 def _subject(export: Any) -> Any:
     """What parity and the variants work on: the export, or of several files the one its adapter names (a
     vision-language model's decoder part, judged on the chain of its files)."""
-    from .export.sources.registry import subject_of
+    from .export.adapters.registry import subject_of
 
     return subject_of(export)
 

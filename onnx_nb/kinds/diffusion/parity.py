@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
+from .adapter import DiffusersAdapter
 from .result import PARTS, DiffusionExport, DiffusionParity
-from .source import DiffusersSource
 
 
 def psnr(a: np.ndarray, b: np.ndarray, peak: float = 1.0) -> float:
@@ -40,7 +40,7 @@ def check_diffusion(result: DiffusionExport, prompt: str | list[str] = "a photo 
 
     from .pipeline import part_times, reset_times, to_diffusers
 
-    DiffusersSource.expect(result, "check_diffusion")
+    DiffusersAdapter.expect(result, "check_diffusion")
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise InvalidArgumentError(f"{', '.join(unknown)}: not a part; the parts are {', '.join(PARTS)}.")
@@ -81,7 +81,7 @@ def unet_calibration(result: DiffusionExport, prompts: str | list[str] | None = 
     """
     import torch
 
-    DiffusersSource.expect(result, "unet_calibration")
+    DiffusersAdapter.expect(result, "unet_calibration")
     if steps < 1:
         raise InvalidArgumentError(f"steps={steps}: at least 1.")
     prompts = [prompts] if isinstance(prompts, str) else list(prompts or CALIBRATION_PROMPTS)

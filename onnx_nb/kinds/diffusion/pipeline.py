@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ...errors import InvalidArgumentError
-from .source import DiffusersSource
+from .adapter import DiffusersAdapter
 
 
 class _OnnxPart(torch.nn.Module):
@@ -138,7 +138,7 @@ def to_diffusers(result: Any, *, provider: str = "cpu", threads: int | None = No
     """
     from ...runtime.providers import providers_named
 
-    DiffusersSource.expect(result, "to_diffusers")
+    DiffusersAdapter.expect(result, "to_diffusers")
     source = result.pipeline
     if source is None:
         raise InvalidArgumentError("This DiffusionExport has no source pipeline (its scheduler and tokenizer); "

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...errors import InvalidArgumentError, OnnxNbError
+from ...steps.export.adapters.base import Adapter
 from ...steps.export.args import ExportArgs
-from ...steps.export.sources.base import Source
 
 TF2ONNX_MAX_OPSET = 18  # tf2onnx 1.17 knows IR versions up to opset 18
 
 
-class BeyondSource(Source):
+class BeyondAdapter(Adapter):
     """A model with no PyTorch module behind it: its own converters, its own framework as the reference."""
 
     kind: ClassVar[str] = ""  # ModelSource.kind: "keras", "tensorflow", "sklearn", "onnx"

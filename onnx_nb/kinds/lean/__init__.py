@@ -1,7 +1,7 @@
 """The lean route (``export(folder or hub id, precision=...)``): a decoder written layer by layer straight from its
 safetensors checkpoint, no PyTorch model built, at fp32, fp16, INT8 or INT4, in a fraction of the weights' memory.
 
-- ``source.py``: the adapter (:class:`~.source.LeanSource`), and what it offers a decoder another route cannot
+- ``adapter.py``: the adapter (:class:`~.adapter.LeanAdapter`), and what it offers a decoder another route cannot
   export (``offers``: too big to load, failing to trace).
 - ``families.py``: the families it writes (dense and mixture-of-experts), each family's names and settings.
 - ``graph.py``: the graph, one layer at a time (attention as GroupQueryAttention, experts as QMoE).

@@ -85,7 +85,7 @@ def reference_check(location: str, path: Path, precision: str, info: dict[str, A
 def checkpoint_folder(model: Any) -> tuple[Path, str]:
     """(local folder, kind) of a folder or hub id; a hub id's config, tokenizer and safetensors are downloaded
     (only those: no PyTorch ``.bin``, no other formats)."""
-    from ...steps.export.hf.loading import hub_error, load_config, looks_like_path
+    from ..hf.loading import hub_error, load_config, looks_like_path
 
     name = str(model)
     if looks_like_path(name):
@@ -118,9 +118,9 @@ def export_checkpoint(model: Any, precision: str, target: Path, label: str, prog
     from ...runtime.files import check_space, total_size
     from ...runtime.memory import FACTORS, Peak, available_bytes, peak_memory
     from ...steps.export.caches.decoder import CacheLayout
-    from ...steps.export.hf.loading import load_config, load_preprocessor
     from ...steps.export.machinery.attempts import first_that_passes
     from ...steps.export.machinery.logs import quiet_loading
+    from ..hf.loading import load_config, load_preprocessor
 
     warnings_seen: list[str] = []
     with Steps(4, f"export ({precision}, layer by layer)", progress) as steps:

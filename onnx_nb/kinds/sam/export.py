@@ -68,8 +68,8 @@ def load_sam(model: Any) -> Any:
     """The model itself, or the ``SamModel`` in a folder or behind a hub id (loaded as any export loads one)."""
     if not isinstance(model, (str, Path)):
         return model
-    from ...steps.export.hf.loading import load_model
     from ...steps.export.machinery.logs import quiet_loading
+    from ..hf.loading import load_model
 
     with quiet_loading([], local=Path(str(model)).expanduser().exists()):
         return load_model(str(model)).model

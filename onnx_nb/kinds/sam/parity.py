@@ -13,8 +13,8 @@ import numpy as np
 from ...errors import InvalidArgumentError
 from ...results.detections import pixel_iou
 from ...results.tolerance import SAM_MIN_MASK_IOU, SAM_SCORE_ATOL
+from .adapter import SamAdapter
 from .result import SamExport, SamParity
-from .source import SamSource
 
 
 def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, pixel_values: Any = None,
@@ -39,7 +39,7 @@ def check_sam(result: SamExport, points: int | Any = 1, labels: Any = None, *, p
     from ...steps.export.machinery.wrap import eval_mode
     from .export import sample_points, side_of
 
-    SamSource.expect(result, "check_sam")
+    SamAdapter.expect(result, "check_sam")
     model = result.model
     if pixel_values is not None and np.ndim(pixel_values) == 4:
         batch = int(np.shape(pixel_values)[0])  # one prompt batch per image given

@@ -18,8 +18,8 @@ from ...steps.export.caches.seq2seq import (
     encoder_states,
     start_token,
 )
-from ...steps.export.hf.samples import audio_rows
 from ...steps.parity.probes import plain
+from ..hf.samples import audio_rows
 from .runner import BesideEncoder, OnnxSeq2Seq, full_provider_name, generate
 
 

@@ -20,7 +20,7 @@ from ...steps.export.caches.seq2seq import (
     encoder_inputs,
 )
 from ...steps.export.caches.seq2seq import layout_of as seq2seq_layout
-from ...steps.export.hf.samples import audio_rows
+from ..hf.samples import audio_rows
 
 
 class Seq2SeqTiming(DecoderTiming):

@@ -1,3 +1,3 @@
 """A plain ``torch.nn.Module`` and its sample, or a PyTorch checkpoint file: the row that takes every PyTorch model no
-other row claims. ``source.py`` is the adapter (:class:`~.source.TorchSource`) and ``export_part``, which the
+other row claims. ``adapter.py`` is the adapter (:class:`~.adapter.TorchAdapter`) and ``export_part``, which the
 multi-file kinds export each part with."""

@@ -2,7 +2,7 @@
 ``vision.onnx``, ``embed.onnx`` (the text embedding with the image features merged in) and ``decoder.onnx`` with its
 cache, generated as a chain.
 
-- ``source.py``: the adapter (:class:`~.source.VlmSource`): recognises the model, exports the three parts, checks
+- ``adapter.py``: the adapter (:class:`~.adapter.VlmAdapter`): recognises the model, exports the three parts, checks
   the chain against the model's own forward, answers ``step_files``.
 - ``parts.py``: the vision and merged-embedding modules, the samples counted from the model, the chain's logits;
   ``prompts.py``: prompts and token types; ``grid.py``: a grid family's vision file for every grid and its

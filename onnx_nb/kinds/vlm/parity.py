@@ -41,7 +41,7 @@ class VlmChain:
     def of_export(cls, export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> VlmChain:
         """The chain of the export's files (``path``: its decoder's or a variant's) judged against ``model``: the
         chain shape's parity answer (``prompts`` are a decoder's; the chain makes its own, with their images)."""
-        from ...steps.export.sources.registry import adapter_of
+        from ...steps.export.adapters.registry import adapter_of
 
         files = adapter_of(export).step_files(export, path=path)
         assert files is not None  # the shape "chain" is its adapter answering step_files

@@ -93,7 +93,7 @@ def step_runner(model: Any, inputs: Any, images: Any, provider: str, threads: in
     images set, and the inputs it reads (text with pictures goes through the model's processor, which expands each
     image placeholder)."""
     from ...results.export import source_of
-    from ...steps.export.sources.registry import adapter_of
+    from ...steps.export.adapters.registry import adapter_of
 
     files = adapter_of(model).step_files(model)
     assert files is not None  # the shape "chain" is its adapter answering step_files

@@ -112,7 +112,7 @@ class ChainTiming(DecoderTiming):
 
     @staticmethod
     def onnx(obj: Any, path: Any, provider: str, length: int, past: int, threads: int | None, vocab: int) -> Any:
-        from ...steps.export.sources.registry import adapter_of
+        from ...steps.export.adapters.registry import adapter_of
 
         files = adapter_of(obj).step_files(obj) if not isinstance(obj, (str, Path)) else None
         if not files:  # a file alone beside the chain: timed as a decoder's

@@ -68,7 +68,7 @@ def transformers_model(model: Any, config: Any, path: Path, provider: str, threa
                        io_binding: bool | None) -> Any:
     """The export's vision, embed and decoder files as one transformers model: the chain shape's answer to
     :func:`onnx_nb.to_transformers`."""
-    from ...steps.export.sources.registry import adapter_of
+    from ...steps.export.adapters.registry import adapter_of
     from .runner import VlmDecoder
 
     files = adapter_of(model).step_files(model)

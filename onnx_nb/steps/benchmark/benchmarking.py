@@ -309,8 +309,8 @@ def _reference_and_feed(reference: Any, sample: Any,
     """PyTorch eager as the baseline when there is a reference (loaded again from its location when the result
     no longer holds it), and the inputs every row runs on, with their variable axes."""
     from ...runtime.feeds import feed_for
+    from ..export.adapters.registry import adapter_of, resolve
     from ..export.machinery.references import torch_reference
-    from ..export.sources.registry import adapter_of, resolve
 
     ref = None
     if reference is not None:
@@ -332,7 +332,7 @@ def _reference_and_feed(reference: Any, sample: Any,
 
 def _chained(obj: Any) -> bool:
     """Files run together to generate (a vision-language model's): timed as generation."""
-    from ..export.sources.registry import adapter_of
+    from ..export.adapters.registry import adapter_of
 
     return not isinstance(obj, (str, Path)) and adapter_of(obj).step_files(obj) is not None
 

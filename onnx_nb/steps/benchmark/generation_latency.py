@@ -166,7 +166,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
         if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in ("prompt", "past"):
             raise InvalidArgumentError(f"For a decoder with its cache, shapes are {{'prompt': N}} (prefill of N "
                                        f"tokens) or {{'past': N}} (one token after N cached ones), not {spec!r}.")
-    from ..export.sources.registry import adapter_of, shape_of
+    from ..export.adapters.registry import adapter_of, shape_of
 
     # files run together (an export written as several files, or a variant of one of its parts) lead the table
     chained = [obj for _, obj, _ in entries if not isinstance(obj, (str, Path)) and adapter_of(obj).step_files(obj)]

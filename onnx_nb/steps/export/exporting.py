@@ -1,7 +1,7 @@
 """``export()``: any model onnx-nb knows to a checked ONNX file (or, for a pipeline or SAM, a folder of them).
 
 One argument table checks the arguments before anything is loaded (:mod:`.args`); one registry recognises the model
-(:mod:`.sources.registry`); its adapter refuses what it does not take, opens the model once and exports it.
+(:mod:`.adapters.registry`); its adapter refuses what it does not take, opens the model once and exports it.
 """
 
 from __future__ import annotations
@@ -71,13 +71,13 @@ def export(
         result = onnx_nb.export(net, torch.randn(1, 3, 224, 224), out="net.onnx")   # a plain module and its sample
         assert result, result.check                        # falsy when the file disagrees with PyTorch
     """
+    from .adapters.registry import resolve
     from .machinery.torch_state import clear_leftovers
-    from .sources.registry import resolve
 
     if "torch" in sys.modules:  # an earlier export, interrupted mid-trace, may have left torch mid-trace
         clear_leftovers()
     args = ExportArgs(sample, task, out, opset, dynamic, exporter, overwrite, progress, name, allow_pickle, cache,
                       precision, algorithm, lm_head_bits, block_size, nms)
-    source = resolve(model, args)  # the one place that asks what this model is
-    source.refuse(model, args)
-    return source.export(model, args)
+    adapter = resolve(model, args)  # the one place that asks what this model is
+    adapter.refuse(model, args)
+    return adapter.export(model, args)

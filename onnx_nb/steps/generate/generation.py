@@ -89,7 +89,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         onnx_nb.generate(r, "A long article ...", max_new_tokens=40, num_beams=4).text
     """
     from ...runtime.providers import providers_named
-    from ..export.sources.registry import shape_of
+    from ..export.adapters.registry import shape_of
     from .genai import check_runtime
 
     if max_new_tokens < 1:

@@ -56,7 +56,7 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
         pipeline("translation", model=m, tokenizer=r.source.preprocessor, num_beams=4)("Hello world")
     """
     from ...runtime.providers import providers_named
-    from ..export.sources.registry import shape_of
+    from ..export.adapters.registry import shape_of
 
     path = Path(getattr(model, "path", model))
     if not path.exists():

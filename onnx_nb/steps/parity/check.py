@@ -61,7 +61,7 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     """
     from ...runtime.cluster import as_cluster
     from ...runtime.cpu import file_notes, this_cpu
-    from ..export.sources.registry import subject_of
+    from ..export.adapters.registry import subject_of
 
     on = as_cluster(cluster)
     wanted = _providers_checked(atol, rtol, providers, on is not None)
@@ -240,7 +240,7 @@ def _diagnose(path: Path, ref: Reference, feed: dict[str, np.ndarray], precision
 def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:
     """(export, file) when the file under test belongs to a decoder exported with its cache (the export itself,
     a variant of it, or any file checked against it): such files are checked by generating."""
-    from ..export.sources.registry import adapter_of
+    from ..export.adapters.registry import adapter_of
 
     candidate = onnx_model if onnx_model is not None else reference
     for export in (export_of(reference), export_of(candidate)):
@@ -252,7 +252,7 @@ def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:
 def probes_for(probes: Any, precision: str, model: Any) -> list[str]:
     """The probe inputs ``probes`` asks for at this precision; ``"auto"`` leaves left padding to decoders (how they
     batch prompts; encoders pad right)."""
-    from ..export.sources.registry import resolve
+    from ..export.adapters.registry import resolve
     from .probes import chosen
 
     names = chosen(probes, precision)

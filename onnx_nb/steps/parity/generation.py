@@ -154,7 +154,7 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     from ...results.tolerance import measure, precision_of, tolerance_for
     from ...runtime.onnxfile import load_proto
     from ...runtime.providers import providers_named
-    from ..export.sources.registry import adapter_of, shape_of
+    from ..export.adapters.registry import adapter_of, shape_of
 
     model = adapter_of(export).reload(export.source, "generation parity").model
     path = Path(path if path is not None else export.path)

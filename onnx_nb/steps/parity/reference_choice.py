@@ -1,5 +1,5 @@
 """Which reference a check uses (:func:`reference_and_model`); the references themselves are built by the adapter of
-the model's kind (:mod:`onnx_nb.steps.export.machinery.references`, :mod:`onnx_nb.steps.export.sources`)."""
+the model's kind (:mod:`onnx_nb.steps.export.machinery.references`, :mod:`onnx_nb.steps.export.adapters`)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def reference_and_model(reference: Any, onnx_model: Any, sample: Any, seed: int,
     independent implementation; an export (or a model object, folder or hub id) by its adapter; another ONNX file as
     it is."""
     from ...results.export import ExportResult
+    from ..export.adapters.registry import adapter_of, resolve
     from ..export.machinery.references import independent_reference
-    from ..export.sources.registry import adapter_of, resolve
 
     if onnx_model is None and isinstance(reference, (str, os.PathLike)) and str(reference).endswith((".onnx", ".ort")):
         path = Path(reference)  # a file alone: ONNX Runtime against an implementation that is not ONNX Runtime

@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import NotRewritableError, first_line
+from ...results.variant import Recipe
 
 DECODER_ROUTE = "re-exported with torch.export at opset 23, standard ONNX ops: "
 
 
 def decoder_export(onnx_model: Any) -> bool:
     """An export whose adapter lets this route export its model again (a decoder-only model with its cache, its
-    PyTorch model at hand: :meth:`~onnx_nb.steps.export.sources.base.Source.decoder_reexport`)."""
+    PyTorch model at hand: :meth:`~onnx_nb.steps.export.adapters.base.Adapter.decoder_reexport`)."""
     from ...results.export import ExportResult
-    from ..export.sources.registry import adapter_of
+    from ..export.adapters.registry import adapter_of
 
     return isinstance(onnx_model, ExportResult) and adapter_of(onnx_model).decoder_reexport(onnx_model)
 
@@ -27,7 +28,7 @@ ATTENTION_CHOICES = ("auto", "gqa", "standard")
 GQA_ROUTE = "GroupQueryAttention (ONNX Runtime contrib op: packed QKV, rotary inside, shared key/value buffer) x"
 
 
-def decoder_route(source: Any, staged: Path, recipe: dict[str, Any], warnings: list[str], attention: str = "auto",
+def decoder_route(source: Any, staged: Path, recipe: Recipe, warnings: list[str], attention: str = "auto",
                    providers: Any = ("cpu",)) -> bool:
     """A decoder's export re-exported at opset 23 with standard Attention, RMSNormalization and RotaryEmbedding,
     then (``attention``) rewritten for GroupQueryAttention; False (and a warning) when the re-export failed."""
@@ -63,7 +64,7 @@ def _gqa_refusal(providers: Any) -> str | None:
     return None
 
 
-def _gqa_rewrite(model: Any, staged: Path, recipe: dict[str, Any]) -> str | None:
+def _gqa_rewrite(model: Any, staged: Path, recipe: Recipe) -> str | None:
     """The opset-23 file at ``staged`` rewritten in place for GroupQueryAttention; the reason when it does not
     match (the file stays as it was)."""
     from ...runtime import onnxfile

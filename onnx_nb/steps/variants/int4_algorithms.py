@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InvalidArgumentError, QuantizationError, first_line
+from ...results.variant import Recipe
 from .int8_schemes import BUILD_EVERY_BELOW, worst_error
 
 ALGORITHMS = ("rtn", "rtn_asym", "k_quant", "hqq", "gptq", "awq")
@@ -55,7 +56,7 @@ SENTENCES = (  # GPTQ's calibration text for a model with a tokenizer (general p
 )
 
 
-def choose(method: str, algorithm: str, recipe: dict[str, Any]) -> list[str]:
+def choose(method: str, algorithm: str, recipe: Recipe) -> list[str]:
     """The algorithms to make (the first is made first; ``[""]`` for a method that is not INT4)."""
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise InvalidArgumentError(f"algorithm={algorithm!r}: choose 'auto' or one of "

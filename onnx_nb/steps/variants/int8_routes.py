@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import first_line
-from ...results.variant import Variant
+from ...results.variant import Recipe, Variant
 
 
 def fused_route(model: Any) -> bool:
@@ -23,14 +23,14 @@ def fused_route(model: Any) -> bool:
         and source is not None and getattr(source, "model", None) is not None
 
 
-def int8_route(model: Variant, scratch: Path, recipe: dict[str, Any]) -> Path | None:
+def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> Path | None:
     """What ``optimize(export, then="int8")`` does, for a variant made without it: both attention routes from the
     variant's own export, each route's dynamic INT8 file timed, the faster route's fp32 file returned when it is
     not the variant's (None: the variant's own route is the faster, or the other could not be made). The timings
     and the choice go into ``recipe["int8_route"]``."""
     from .optimizing import transformer_route
 
-    route: dict[str, Any] = {}
+    route: Recipe = {}
     notes: list[str] = []
     rerouted = scratch / "rerouted.onnx"
     params = (str(model.recipe["model_type"]), int(model.recipe["num_heads"]), int(model.recipe["hidden_size"]))

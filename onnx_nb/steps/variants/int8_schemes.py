@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError, first_line
-from ...results.variant import Variant
+from ...results.variant import Recipe, Variant
 from ...runtime.cpu import SCHEMES, Cpu, schemes_for, target
 
 INT8_METHODS = ("dynamic", "static")
 BUILD_EVERY_BELOW = 2**30  # weights under which every scheme the CPU allows is made and timed
 
 
-def choose(method: str, scheme: str, target_cpu: Any, recipe: dict[str, Any]) -> tuple[Cpu, list[str]]:
+def choose(method: str, scheme: str, target_cpu: Any, recipe: Recipe) -> tuple[Cpu, list[str]]:
     """(the CPU the file is for, the schemes to make: the first is made first; '' for a method without INT8
     products), the rule written into ``recipe``."""
     if scheme != "auto" and scheme not in SCHEMES:
@@ -33,11 +33,11 @@ def choose(method: str, scheme: str, target_cpu: Any, recipe: dict[str, Any]) ->
         if len(schemes) > 1 and not cpu.here:
             schemes, rule = schemes[:1], rule.split(", whichever")[0] + f": {schemes[0]} (not measured: made " \
                 "for another CPU than this one)"
-    recipe.update(int8_cpu=cpu.label, int8_scheme_rule=rule)
+    recipe.update({"int8_cpu": cpu.label, "int8_scheme_rule": rule})
     return cpu, schemes
 
 
-def settings(scheme: str) -> dict[str, Any]:
+def settings(scheme: str) -> Recipe:
     """The recipe's lines for one scheme."""
     weights, reduce_range, _ = SCHEMES[scheme]
     return {"int8_scheme": scheme, "weight_type": weights, "reduce_range": reduce_range}
@@ -66,8 +66,8 @@ def fastest_that_passes(first: Variant, schemes: list[str], build: Callable[[str
         return first
     best = fastest_accurate(made, ms)
     variant = made[best] if best == schemes[0] else build(best, first.path, True)
-    variant.recipe.update(int8_schemes_ms={s: round(ms[s], 3) for s in made}, fp32_ms=round(ms["fp32"], 3),
-                          int8_timed_at=shape)
+    variant.recipe.update({"int8_schemes_ms": {s: round(ms[s], 3) for s in made}, "fp32_ms": round(ms["fp32"], 3),
+                           "int8_timed_at": shape})
     if len(made) > 1:
         variant.recipe["int8_scheme_rule"] += "; " + ", ".join(
             f"{s} {ms[s]:.3g} ms, largest error {worst_error(v):.3g}{'' if v else ' (failed parity)'}"

@@ -4,9 +4,10 @@ fusion: each level's file timed on the sample, the fastest kept."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+
+from ...results.variant import Recipe
 
 
 def ort_level(src: Path, dst: Path, level: str) -> None:
@@ -21,7 +22,7 @@ AUTO_LEVELS = ("extended", "basic")  # what level="auto" tries on a model with n
 
 
 def fastest_level(src: Path, staged: Path, scratch: Path, feed: dict[str, np.ndarray],
-                   recipe: dict[str, Any]) -> str:
+                   recipe: Recipe) -> str:
     """Save ``src`` at each of :data:`AUTO_LEVELS`, time the files interleaved on ``feed`` (each loaded the way a
     plain ONNX Runtime session loads a file, graph level "all"), and keep the fastest. A file saved at "extended"
     carries ORT's fused ops (FusedConv...), which can run slower than what ORT makes of the plain graph at load

@@ -18,7 +18,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError, OptimizationError, first_line
 from ...results.parity import Row
-from ...results.variant import Variant
+from ...results.variant import Recipe, Variant
 from .variants import make, parent_of, target_for
 
 ORT_FORMAT = "cpu:ort-format"  # the provider label of the rows run from the .ort file
@@ -64,7 +64,7 @@ def for_mobile(onnx_model: Any, *, reference: Any = None, out: str | os.PathLike
             "most 2 GB. Quantize it first (quantize(..., method='dynamic') is a quarter of the size; 'int4' less), "
             "then optimize(that_variant, target='mobile').")
     level = os.environ.get("ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL", "all")
-    recipe: dict[str, Any] = {"target": "mobile", "format": "ORT", "optimization_style": STYLE, "level": level,
+    recipe: Recipe = {"target": "mobile", "format": "ORT", "optimization_style": STYLE, "level": level,
                               "target_platform": PLATFORM, "runtime": f"onnxruntime {ort.__version__}"}
 
     def write(src: Path, staged: Path) -> list[str]:
@@ -203,8 +203,8 @@ def ort_format_rows(variant: Variant, sess: Any, sample: Any = None) -> tuple[li
     from ...results.tolerance import precision_of
     from ...runtime.feeds import feed_for
     from ...runtime.onnxfile import load_proto
+    from ..export.adapters.registry import adapter_of
     from ..export.machinery.references import Reference
-    from ..export.sources.registry import adapter_of
     from ..parity.check import make_cases, probes_for, run_case
 
     feed, axes = feed_for(variant.path, variant, sample)

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ...results.variant import Recipe
+
 FASTER_BY = 1.2  # rewrite only when the pair is clearly faster
 MARK = "/skipnorm_"  # in the names of the nodes written here
 
@@ -121,7 +123,7 @@ def _ranks(proto: Any) -> dict[str, int]:
             if v.type.tensor_type.HasField("shape")}
 
 
-def apply(path: Path, hidden: int, recipe: dict[str, Any]) -> None:
+def apply(path: Path, hidden: int, recipe: Recipe) -> None:
     """Rewrite the file at ``path`` in place when the unfused pair is measured faster; the timings and what was done
     go into ``recipe["skip_layernorm"]``."""
     from ...runtime.onnxfile import load_proto

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError, OptimizationError
-from ...results.variant import Variant
+from ...results.variant import Recipe, Variant
 from ...runtime.memory import FACTORS
 from .decoders import ATTENTION_CHOICES, decoder_export, decoder_route
 from .levels import fastest_level, ort_level
@@ -108,7 +108,7 @@ def precision_after(quantize_method: str | None) -> str | None:
 EAGER_ROUTE = "re-exported with eager attention"
 
 
-def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, source: Any, recipe: dict[str, Any],
+def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, source: Any, recipe: Recipe,
                    params: tuple[str, int, int]) -> str:
     """Finish each candidate with ORT's transformer optimizer, quantize each (dynamic INT8, per-channel) into the
     scratch folder, time those INT8 files interleaved on the sample, and keep the fp32 file whose INT8 file ran
@@ -212,10 +212,11 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
     skip_padding = file_facts(parent).padded_tokens if unpad == "auto" else bool(unpad)
     # a decoder's own export (a variant's changes would be lost): re-exported with standard attention ops
     reexport_decoder = decoder and chosen == "transformer" and not simplify
-    recipe: dict[str, Any] = {"level": chosen, "simplify": simplify, "unpad": skip_padding,
-                              **({"then": then} if then else {})}
+    recipe: Recipe = {"level": chosen, "simplify": simplify, "unpad": skip_padding}
+    if then:
+        recipe["then"] = then
     if chosen == "transformer" and not reexport_decoder:
-        recipe.update(model_type=ort_type, num_heads=heads, hidden_size=hidden)
+        recipe.update({"model_type": ort_type, "num_heads": heads, "hidden_size": hidden})
 
     def write(src: Path, staged: Path) -> list[str]:
         from ...runtime.files import scratch_dir
@@ -238,7 +239,7 @@ def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, mod
             ort_level(work, staged, "extended")
             recipe["attention_route"] = "ONNX Runtime's extended graph level (no re-export, no optimizer settings)"
         else:
-            recipe.update(model_type=ort_type, num_heads=heads, hidden_size=hidden)
+            recipe.update({"model_type": ort_type, "num_heads": heads, "hidden_size": hidden})
             from ...runtime.providers import providers_named
 
             transformer_route(work, staged, scratch, source, (ort_type, heads, hidden), then, recipe, warnings,
@@ -294,7 +295,7 @@ def _simplified(src: Path, scratch: Path) -> Path:
 
 
 def transformer_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],
-                       then: str | None, recipe: dict[str, Any], warnings: list[str], cpu: bool = True) -> None:
+                       then: str | None, recipe: Recipe, warnings: list[str], cpu: bool = True) -> None:
     """Attention fused whatever attention the export used (as exported, onnxscript's fusions, or a re-export with
     eager attention), then ORT's transformer optimizer; with ``then="int8"`` the faster route for INT8. On CPU, its
     SkipLayerNormalization nodes go back to Add + LayerNormalization where that is measured faster (``norms``)."""
@@ -306,7 +307,7 @@ def transformer_route(work: Path, staged: Path, scratch: Path, source: Any, para
 
 
 def _attention_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],
-                     then: str | None, recipe: dict[str, Any], warnings: list[str]) -> None:
+                     then: str | None, recipe: Recipe, warnings: list[str]) -> None:
     attention = ("Attention", "MultiHeadAttention")
     route = "as exported"
     if _count(work, attention) == 0:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import CalibrationError
+from ...results.variant import Recipe
 from ...runtime.onnxedit import save_proto, untie
 from ...runtime.onnxfile import load_proto, signature, total_file_size
 
@@ -117,7 +118,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                   op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
                   accuracy_level: int | None = None, gemm_as_matmul: bool = False, scheme: str = "u8s8",
                   made_for: str = "", algorithm: str = "rtn", lm_head_bits: int = 4,
-                  eight_bit: Sequence[str] | str = ()) -> dict[str, Any]:
+                  eight_bit: Sequence[str] | str = ()) -> Recipe:
     """Quantize ``src`` into ``staged``. INT8 takes ``scheme`` (:data:`onnx_nb.runtime.cpu.SCHEMES`: the weights'
     type and range, chosen for the CPU the file is made for, ``made_for``), written into the file's metadata.
     INT4 writes the MatMuls named in ``eight_bit`` (``"all"``: every one) at 8 bits, symmetric round-to-nearest.
@@ -127,7 +128,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
     from ...runtime.cpu import SCHEMES
 
     big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
-    chose: dict[str, Any] = {}
+    chose: Recipe = {}
     if method in ("dynamic", "static"):
         excluded = [*excluded, *kept_in_float(src, dynamic=method == "dynamic")]
     weights, reduce_range, _ = SCHEMES[scheme]

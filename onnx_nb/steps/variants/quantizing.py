@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, QuantizationError, first_line
-from ...results.variant import Variant
+from ...results.variant import Recipe, Variant
 from ...runtime.memory import FACTORS
 from .int8_routes import fused_route, int8_route
 from .ort_quantizer import CalibrationReader, gemm_to_matmul, run_quantizer
@@ -110,7 +110,7 @@ class _Plan:
     asked: dict[str, Any]  # the call's own arguments, as given (the remade call starts from them)
     per_channel: bool
     calibration: Any
-    recipe: dict[str, Any]
+    recipe: Recipe
     cpu: Any
     schemes: list[str]
     algorithms: list[str]
@@ -148,9 +148,9 @@ class _Plan:
             )
         per_channel = True if per_channel is None else per_channel
         excluded = [] if isinstance(exclude, str) else list(exclude or [])
-        recipe: dict[str, Any] = {"method": method, **({"method_rule": rule} if rule else {})}
+        recipe: Recipe = {"method": method, **({"method_rule": rule} if rule else {})}
         if method in ("dynamic", "static"):
-            recipe.update(per_channel=per_channel, exclude=excluded)
+            recipe.update({"per_channel": per_channel, "exclude": excluded})
         from . import int4_algorithms, int4_mixed, int8_schemes
 
         cpu, schemes = int8_schemes.choose(method, scheme, target_cpu, recipe)
@@ -185,7 +185,7 @@ class _Plan:
                 found, why = unet_op_types(self.static_source or parent)
                 if found:
                     self.op_types = found
-                    self.recipe.update(op_types=found, op_types_rule=why)
+                    self.recipe.update({"op_types": found, "op_types_rule": why})
         if self.auto_exclude:
             from .vision import detector_decoding
 
@@ -208,9 +208,11 @@ class _Plan:
         int4 = method == "int4"
         head = asked["lm_head_bits"]
         bits = head_bits if head_bits is not None else (head if isinstance(head, int) else 4)
-        own = dict(self.recipe, **(int8_schemes.settings(chosen) if chosen and not int4 else {}),
-                   **({"int4_algorithm": chosen, "symmetric": chosen in ("rtn", "awq"), "lm_head_bits": bits}
-                      if int4 else {}))
+        own = Recipe(**self.recipe)
+        if chosen and not int4:
+            own.update(int8_schemes.settings(chosen))
+        if int4:
+            own.update({"int4_algorithm": chosen, "symmetric": chosen in ("rtn", "awq"), "lm_head_bits": bits})
         if level != "call":
             own["accuracy_level"] = level
         if eight:
@@ -296,7 +298,7 @@ class _Plan:
                 "lm_head_bits": recipe.get("lm_head_bits", asked["lm_head_bits"]) if int4 else asked["lm_head_bits"]}
 
 
-def _auto_exclude(variant: Variant, excluded: list[str], recipe: dict[str, Any], validate: bool, sample: Any,
+def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validate: bool, sample: Any,
                   remake: Any) -> Variant:
     """Keep in float, one at a time, the layer that loses the most accuracy on its own, until the variant
     passes its parity policy (or, without validation, every layer far below the median), at most 1 in 10."""
@@ -321,7 +323,7 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: dict[str, Any],
         variant = remake()
         report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
     recipe["exclude"] = list(excluded)
-    variant.recipe = dict(recipe)
+    variant.recipe = Recipe(**recipe)
     if not variant and variant.parity is not None:
         worst = ", ".join(f"{layer.parent_node} ({layer.sqnr_db:.1f} dB)" for layer in report.layers[:3])
         variant.parity.notes.append(
@@ -343,7 +345,7 @@ def conv_fusions(path: Path) -> list[str]:
 
 
 def _static_inputs(onnx_model: Any, calibration: Any,
-                   recipe: dict[str, Any]) -> tuple[list[dict[str, Any]], Path | None]:
+                   recipe: Recipe) -> tuple[list[dict[str, Any]], Path | None]:
     """Static INT8's calibration items (checked against the model's inputs before any work) and the file to
     quantize when it is not the parent (the export, when the parent's ORT fusions hide its convolutions)."""
     if isinstance(calibration, (str, os.PathLike)) and Path(calibration).is_dir():
@@ -360,8 +362,8 @@ def _static_inputs(onnx_model: Any, calibration: Any,
         items = list(calibration or [])
     if not items:
         raise CalibrationError("The calibration data is empty; give at least one input dict.")
-    recipe.update(calibration="generated" if calibration == "generated" else f"{len(items)} samples",
-                  format="QDQ", activation_type="uint8")
+    recipe.update({"calibration": "generated" if calibration == "generated" else f"{len(items)} samples",
+                   "format": "QDQ", "activation_type": "uint8"})
     parent_path, parent_ref, _ = parent_of(onnx_model)
     CalibrationReader(parent_path, items)  # checks shapes before any work
     fused = conv_fusions(parent_path)
@@ -377,7 +379,7 @@ def _static_inputs(onnx_model: Any, calibration: Any,
 
 
 def _int4_settings(onnx_model: Any, accuracy_level: int | str | None, block_size: int,
-                   recipe: dict[str, Any]) -> tuple[int | str | None, bool]:
+                   recipe: Recipe) -> tuple[int | str | None, bool]:
     """INT4 for a decoder with its cache (decoding reads every weight per token): int8 compute (accuracy level 4)
     and its Gemm projections (GPT-2's) in INT4 too; elsewhere accuracy comes first (fp32 compute)."""
     from ...runtime.facts import file_facts
@@ -385,7 +387,7 @@ def _int4_settings(onnx_model: Any, accuracy_level: int | str | None, block_size
     decoder = bool(file_facts(parent_of(onnx_model)[0]).generative)
     if accuracy_level == "auto":
         accuracy_level = 4 if decoder else None
-    recipe.update(block_size=block_size, accuracy_level=accuracy_level, gemm_as_matmul=decoder)
+    recipe.update({"block_size": block_size, "accuracy_level": accuracy_level, "gemm_as_matmul": decoder})
     return accuracy_level, decoder
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...render import human_bytes
-from ...results.variant import FUSED_OPS, Variant
+from ...results.variant import FUSED_OPS, Recipe, Variant
 from ...runtime.files import check_target, cleans_up_folders, publish, staging_dir
 
 
@@ -67,7 +67,7 @@ def too_big_advice(source: Any) -> str:
 
 
 @cleans_up_folders
-def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: dict[str, Any],
+def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: Recipe,
          write: Callable[[Path, Path], list[str]],
          *, out: Any, overwrite: bool, validate: bool, runtime: dict[str, Any] | None = None,
          providers: Any = ("cpu",), sample: Any = None, reference: Any = None,
@@ -104,7 +104,7 @@ def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: dic
     diff = {k: (h0.get(k, 0), h1.get(k, 0)) for k in sorted(set(h0) | set(h1)) if h0.get(k, 0) != h1.get(k, 0)}
     # what this step made: fused or quantized ops the parent had fewer of (its own BiasGelu is not this step's)
     fused = {k: v for k, v in h1.items() if k.split(".")[-1] in FUSED_OPS and v > h0.get(k, 0)}
-    variant = Variant(name if isinstance(name, str) else name(), target, parent, dict(recipe), sum(h0.values()),
+    variant = Variant(name if isinstance(name, str) else name(), target, parent, Recipe(**recipe), sum(h0.values()),
                       sum(h1.values()), diff, fused,
                       size_before, sum(f.stat().st_size for f in files), seconds, reference=ref, source=source,
                       runtime=dict(runtime or {}), warnings=warnings, origin=parent_model,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import OptimizationError
-from ...results.variant import Variant
+from ...results.variant import Recipe, Variant
 from .levels import ort_level
 from .variants import make, parent_of
 
@@ -28,7 +28,7 @@ def for_web(onnx_model: Any, *, reference: Any = None, out: str | os.PathLike[st
 
     parent, ref, _source = parent_of(onnx_model)
     start = onnx_model
-    recipe: dict[str, Any] = {"target": "web", "level": "basic", "runtime": f"onnxruntime-web {ORT_WEB_VERSION}"}
+    recipe: Recipe = {"target": "web", "level": "basic", "runtime": f"onnxruntime-web {ORT_WEB_VERSION}"}
     contrib = contrib_ops(parent)
     if contrib:
         export_path = getattr(ref, "path", ref)

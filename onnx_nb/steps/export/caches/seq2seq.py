@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ....errors import InvalidArgumentError
+from ..machinery.wrap import forward_parameters
 from .hf_names import cache_kwargs, cache_of
 
 SUFFIX = ".encoder.onnx"
@@ -118,9 +119,17 @@ def encoder_states(model: Any, feed: dict[str, torch.Tensor]) -> torch.Tensor:
 AUDIO_INPUTS = ("input_features", "input_values")  # a spectrogram (Whisper, Speech2Text) or a waveform (Moonshine)
 
 
-def encoder_inputs(model: Any) -> tuple[str, ...]:
-    from ..hf.samples import main_input
+def main_input(model: Any) -> str:
+    """``model.main_input_name``; a composite's generic ``inputs`` (SpeechEncoderDecoderModel: whatever its
+    encoder takes) is its encoder's own name (a wav2vec2 encoder's ``input_values``) when ``forward`` takes it."""
+    main = model.main_input_name
+    if main == "inputs" and hasattr(model, "get_encoder"):
+        own = getattr(model.get_encoder(), "main_input_name", main)
+        return own if own in forward_parameters(model) else main
+    return main
 
+
+def encoder_inputs(model: Any) -> tuple[str, ...]:
     main = main_input(model)
     return (main,) if main in AUDIO_INPUTS else ("input_ids", "attention_mask")
 

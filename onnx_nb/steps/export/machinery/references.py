@@ -86,7 +86,7 @@ def output_names(path: Path) -> list[str]:
 
 def torch_reference(source: Any, sample: Any, label: str, exporter: str | None = None, *, adapter: Any) -> Reference:
     """From a resolved :class:`ModelSource` (model loaded) and an optional user sample: the model made flat and fed
-    by its ``adapter`` (:class:`~onnx_nb.steps.export.sources.base.Source`), the way the export made and fed it."""
+    by its ``adapter`` (:class:`~onnx_nb.steps.export.adapters.base.Adapter`), the way the export made and fed it."""
     from .inputs import Sample
     from .wrap import eval_mode
 

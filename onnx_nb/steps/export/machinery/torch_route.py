@@ -1,7 +1,7 @@
 """The PyTorch route every torch adapter shares (plain modules, Hugging Face models, YOLO, torchvision detectors,
 Keras on torch): trace with each exporter into a staging folder, check the file in ONNX Runtime at a shape the sample
 did not have, publish the first that matches, build the :class:`~onnx_nb.ExportResult`. The adapter supplies the
-flat module and the sample (:class:`~onnx_nb.steps.export.sources.base.Source`)."""
+flat module and the sample (:class:`~onnx_nb.steps.export.adapters.base.Adapter`)."""
 
 from __future__ import annotations
 

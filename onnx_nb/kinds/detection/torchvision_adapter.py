@@ -9,11 +9,11 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from ...errors import SampleError
+from ...steps.export.adapters.base import Adapter
 from ...steps.export.args import ExportArgs
-from ...steps.export.sources.base import Source
 
 
-class TorchvisionSource(Source):
+class TorchvisionAdapter(Adapter):
     key = "torchvision"
     what = "a torchvision detector"
     takes: ClassVar[frozenset[str]] = frozenset({"sample", "dynamic", "exporter", "opset"})

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ....errors import HubUnavailableError, ModelLoadError, ModelNotFoundError, first_line
+from ...errors import HubUnavailableError, ModelLoadError, ModelNotFoundError, first_line
 from .tasks import TASK_AUTO_CLASS, check_task, infer_task
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -174,8 +174,8 @@ def check_memory(model: Any) -> None:
     weights = checkpoint_bytes(folder)
     if not weights:
         return
-    from ....runtime.memory import FACTORS, require
-    from ..sources.registry import offered_instead
+    from ...runtime.memory import FACTORS, require
+    from ...steps.export.adapters.registry import offered_instead
 
     kind = str(folder_config(folder).get("model_type", ""))  # the folder's config.json, read once for every step
     require(int(FACTORS["export"] * weights), f"export() of {folder.name} ({weights / 2**30:.2f} GiB of weights)",

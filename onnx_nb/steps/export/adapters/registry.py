@@ -10,7 +10,7 @@ model a row above claims refuses ``precision=`` in its own words.
 
 How each generation shape is run (:data:`SHAPES`) is named here too: what parity, ``generate()``,
 ``to_transformers()`` and the benchmark run for it, so those steps name no kind. To add a kind: a package in
-``onnx_nb/kinds/`` with its adapter (a :class:`~.base.Source`), one row below and, if it generates in a shape of
+``onnx_nb/kinds/`` with its adapter (a :class:`~.base.Adapter`), one row below and, if it generates in a shape of
 its own, one entry in :data:`SHAPES`.
 """
 
@@ -23,39 +23,39 @@ from functools import cache
 from typing import Any
 
 from ..args import ExportArgs
-from .base import Source
+from .base import Adapter
 
 # the rows name their adapters by dotted path ("module:class"), imported when a model is first recognised, so a
 # generic step that reads this table imports no kind's package (onnx_nb/kinds/) at module level
-SOURCES: tuple[str, ...] = (
+ROWS: tuple[str, ...] = (
     # an Ultralytics YOLO object or network
-    "onnx_nb.kinds.detection.yolo_source:YoloSource",
+    "onnx_nb.kinds.detection.yolo_adapter:YoloAdapter",
     # a torchvision detector (a list of images in, a list of dicts out)
-    "onnx_nb.kinds.detection.torchvision_source:TorchvisionSource",
+    "onnx_nb.kinds.detection.torchvision_adapter:TorchvisionAdapter",
     # a diffusers pipeline: text encoder, UNet, VAE decoder files
-    "onnx_nb.kinds.diffusion.source:DiffusersSource",
+    "onnx_nb.kinds.diffusion.adapter:DiffusersAdapter",
     # SAM (an object, or a folder or hub id whose config says sam): two files
-    "onnx_nb.kinds.sam.source:SamSource",
+    "onnx_nb.kinds.sam.adapter:SamAdapter",
     # an .onnx file made elsewhere, adopted in place
-    "onnx_nb.kinds.foreign.onnx_source:OnnxFileSource",
+    "onnx_nb.kinds.foreign.onnx_adapter:OnnxFileAdapter",
     # a Keras 3 model on the torch backend: the PyTorch route
-    "onnx_nb.kinds.foreign.keras_source:KerasOnTorchSource",
+    "onnx_nb.kinds.foreign.keras_adapter:KerasOnTorchAdapter",
     # a Keras model (TensorFlow or JAX backend), or a .keras file
-    "onnx_nb.kinds.foreign.keras_source:KerasSource",
+    "onnx_nb.kinds.foreign.keras_adapter:KerasAdapter",
     # a SavedModel folder or a tf.Module
-    "onnx_nb.kinds.foreign.keras_source:TensorflowSource",
+    "onnx_nb.kinds.foreign.keras_adapter:TensorflowAdapter",
     # a fitted scikit-learn estimator or pipeline
-    "onnx_nb.kinds.foreign.sklearn_source:SklearnSource",
+    "onnx_nb.kinds.foreign.sklearn_adapter:SklearnAdapter",
     # a vision-language model (image-text-to-text): vision, embed and decoder files
-    "onnx_nb.kinds.vlm.source:VlmSource",
+    "onnx_nb.kinds.vlm.adapter:VlmAdapter",
     # a speech LLM (an audio tower filling a causal LM's audio tokens): refused, saying so
-    "onnx_nb.kinds.speech_llm.source:SpeechLlmSource",
+    "onnx_nb.kinds.speech_llm.adapter:SpeechLlmAdapter",
     # precision= given: a decoder written layer by layer from its checkpoint folder or hub id
-    "onnx_nb.kinds.lean.source:LeanSource",
+    "onnx_nb.kinds.lean.adapter:LeanAdapter",
     # a Hugging Face model object, folder or hub id; a SentenceTransformer
-    "onnx_nb.kinds.hf.source:HfSource",
+    "onnx_nb.kinds.hf.adapter:HfAdapter",
     # a torch.nn.Module and its sample; a PyTorch checkpoint file
-    "onnx_nb.kinds.torch_module.source:TorchSource",
+    "onnx_nb.kinds.torch_module.adapter:TorchAdapter",
 )
 
 
@@ -69,24 +69,24 @@ def named(dotted: str) -> Any:
 
 
 @cache
-def adapters() -> tuple[type[Source], ...]:
-    """The rows of :data:`SOURCES`, imported, in their order."""
-    return tuple(named(row) for row in SOURCES)
+def adapters() -> tuple[type[Adapter], ...]:
+    """The rows of :data:`ROWS`, imported, in their order."""
+    return tuple(named(row) for row in ROWS)
 
 
 @cache
-def by_key() -> dict[str, type[Source]]:
+def by_key() -> dict[str, type[Adapter]]:
     return {s.key: s for s in adapters()}
 
 
-def resolve(model: Any, args: ExportArgs | None = None) -> type[Source]:
+def resolve(model: Any, args: ExportArgs | None = None) -> type[Adapter]:
     """The adapter of ``model`` (the first row whose predicate holds; the plain-module row takes the rest and
     refuses what it cannot export)."""
     args = args or ExportArgs()
     return next(s for s in adapters() if s.recognises(model, args))
 
 
-def adapter_of(obj: Any) -> type[Source]:
+def adapter_of(obj: Any) -> type[Adapter]:
     """The adapter of an export, a variant, a source record or a model: what the export recorded, else
     :func:`resolve`'s answer."""
     from ....results.export import export_of

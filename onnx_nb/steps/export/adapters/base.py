@@ -1,4 +1,4 @@
-"""What every kind of model answers: :class:`Source`, the adapter's protocol and its defaults.
+"""What every kind of model answers: :class:`Adapter`, the adapter's protocol and its defaults.
 
 An adapter is recognised once (:mod:`.registry`), opens the model once into a :class:`~onnx_nb.ModelSource` record
 (``adapter``, ``generation``, ``eager`` and what the export learnt: sample, axes, cache layout), exports it, and is
@@ -47,7 +47,7 @@ def require_float32_cpu(dtype: Any, device: Any, who: str, call: str, part: str)
             f"{call}.to('cpu', torch.float32) first; quantize({part}, method='fp16') then makes an fp16 file.")
 
 
-class Source:
+class Adapter:
     """One kind of model. Subclasses set the class attributes and implement :meth:`export`; the policies below have
     the defaults of a model with a PyTorch module behind it."""
 

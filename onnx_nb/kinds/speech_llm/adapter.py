@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ...steps.export.adapters.base import is_torch_module
 from ...steps.export.args import ExportArgs
-from ...steps.export.sources.base import is_torch_module
-from ..hf.source import HfSource, location_config
+from ..hf.adapter import HfAdapter, location_config
 
 AUDIO_TOKENS = ("audio_token_id", "audio_token_index")
 AUDIO_TOWERS = ("audio_config", "encoder_config", "audio_encoder_config")  # the audio tower's config
@@ -23,7 +23,7 @@ def is_speech_llm(config: dict[str, Any], class_name: str, main_input: str | Non
     ``main_input``: the model's own (an object's); else its transformers class's."""
     if not any(config.get(n) is not None for n in AUDIO_TOWERS):
         return False
-    from ...steps.export.hf.tasks import task_from_class_name
+    from ..hf.tasks import task_from_class_name
 
     if main_input is None:
         import transformers
@@ -35,7 +35,7 @@ def is_speech_llm(config: dict[str, Any], class_name: str, main_input: str | Non
     return token or task_from_class_name(class_name, config.get("model_type")) == "automatic-speech-recognition"
 
 
-class SpeechLlmSource(HfSource):
+class SpeechLlmAdapter(HfAdapter):
     key = "speech-llm"
     what = "a speech LLM"
 
@@ -45,7 +45,7 @@ class SpeechLlmSource(HfSource):
             config = location_config(model)
             return is_speech_llm(config, next(iter(config.get("architectures") or []), ""))
         own = getattr(model, "config", None)  # (a SentenceTransformer has none)
-        if own is None or not (is_torch_module(model) and HfSource.is_object(model)) or not hasattr(own, "to_dict"):
+        if own is None or not (is_torch_module(model) and HfAdapter.is_object(model)) or not hasattr(own, "to_dict"):
             return False
         return is_speech_llm(own.to_dict(), type(model).__name__, getattr(model, "main_input_name", None))
 

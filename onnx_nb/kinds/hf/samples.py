@@ -11,10 +11,11 @@ from typing import Any
 
 import torch
 
-from ....errors import SampleError
-from ....runtime.shapes import SAMPLE_SIZES
-from ..machinery.inputs import AxisSpec, Sample, to_tensor
-from ..machinery.wrap import forward_parameters
+from ...errors import SampleError
+from ...runtime.shapes import SAMPLE_SIZES
+from ...steps.export.caches.seq2seq import main_input
+from ...steps.export.machinery.inputs import AxisSpec, Sample, to_tensor
+from ...steps.export.machinery.wrap import forward_parameters
 
 BATCH, SEQUENCE, DECODER_SEQUENCE, AUDIO_SAMPLES, IMAGE_SIDE, MEL_FRAMES = (SAMPLE_SIZES[k] for k in (
     "batch", "sequence", "decoder_sequence", "audio_samples", "image_side", "mel_frames"))
@@ -58,16 +59,6 @@ def _sub(config: Any, name: str) -> Any:
 def _vocab(config: Any) -> int:
     text = _sub(config, "text_config")
     return int(getattr(text, "vocab_size", None) or 100)
-
-
-def main_input(model: Any) -> str:
-    """``model.main_input_name``; a composite's generic ``inputs`` (SpeechEncoderDecoderModel: whatever its
-    encoder takes) is its encoder's own name (a wav2vec2 encoder's ``input_values``) when ``forward`` takes it."""
-    main = model.main_input_name
-    if main == "inputs" and hasattr(model, "get_encoder"):
-        own = getattr(model.get_encoder(), "main_input_name", main)
-        return own if own in forward_parameters(model) else main
-    return main
 
 
 def _input_names(model: Any, preprocessor: Any) -> list[str]:

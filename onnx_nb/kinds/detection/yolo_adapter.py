@@ -10,11 +10,11 @@ import sys
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from ...steps.export.adapters.base import Adapter
 from ...steps.export.args import ExportArgs
-from ...steps.export.sources.base import Source
 
 
-class YoloSource(Source):
+class YoloAdapter(Adapter):
     key = "yolo"
     what = "an Ultralytics YOLO model"
     takes: ClassVar[frozenset[str]] = frozenset({"sample", "nms", "dynamic", "exporter", "opset"})

@@ -8,12 +8,12 @@ import os
 from typing import Any, ClassVar
 
 from ...errors import InvalidArgumentError
+from ...steps.export.adapters.base import is_torch_module
 from ...steps.export.args import ExportArgs
-from ...steps.export.sources.base import is_torch_module
-from ..hf.source import HfSource
+from ..hf.adapter import HfAdapter
 
 
-class LeanSource(HfSource):
+class LeanAdapter(HfAdapter):
     key = "lean"
     what = "the lean route (precision=)"
     takes: ClassVar[frozenset[str]] = frozenset({"precision", "algorithm", "lm_head_bits", "block_size"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from ....errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 
 # Auto class (in ``transformers``) per task.
 TASK_AUTO_CLASS: dict[str, str] = {
@@ -24,7 +24,7 @@ TASK_AUTO_CLASS: dict[str, str] = {
     "audio-classification": "AutoModelForAudioClassification",
     "zero-shot-image-classification": "AutoModelForZeroShotImageClassification",
     "image-to-text": "AutoModelForVision2Seq",
-    "image-text-to-text": "AutoModelForImageTextToText",  # vision-language models: exported as parts (sources/vlm)
+    "image-text-to-text": "AutoModelForImageTextToText",  # vision-language models: exported as parts (kinds/vlm)
     "sentence-embedding": "AutoModel",  # loaded with sentence-transformers: its pooling and normalisation too
 }
 

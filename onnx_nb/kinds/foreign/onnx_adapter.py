@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...steps.export.args import ExportArgs
-from .beyond import BeyondSource
+from .beyond import BeyondAdapter
 
 
-class OnnxFileSource(BeyondSource):
+class OnnxFileAdapter(BeyondAdapter):
     key = kind = "onnx"
     what = "an ONNX file made elsewhere"
     exporters: ClassVar[tuple[str, ...]] = ("auto",)

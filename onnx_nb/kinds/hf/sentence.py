@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ....errors import ModelLoadError, first_line
+from ...errors import ModelLoadError, first_line
 
 TASK = "sentence-embedding"
 

@@ -8,11 +8,11 @@ import sys
 from typing import Any, ClassVar
 
 from ...errors import InvalidArgumentError
+from ...steps.export.adapters.base import Adapter, is_torch_module, require_float32_cpu
 from ...steps.export.args import ExportArgs
-from ...steps.export.sources.base import Source, is_torch_module, require_float32_cpu
 
 
-class DiffusersSource(Source):
+class DiffusersAdapter(Adapter):
     key = "diffusers"
     several_files = True
     what = "a diffusion pipeline"
@@ -27,7 +27,7 @@ class DiffusersSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ..torch_module.source import export_part as export
+        from ..torch_module.adapter import export_part as export
         from .export import export_diffusion
 
         check_supported(model)

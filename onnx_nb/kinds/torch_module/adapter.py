@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...errors import InvalidArgumentError
+from ...steps.export.adapters.base import Adapter
 from ...steps.export.args import ExportArgs
 from ...steps.export.machinery.writing import source_name
-from ...steps.export.sources.base import Source
 
 NOT_A_MODEL = ("Pass a torch.nn.Module, a Hugging Face model object, the path of a local Hugging Face folder, a hub id "
                "such as 'bert-base-uncased', a Keras model, a TensorFlow SavedModel folder or tf.Module, a fitted "
                "scikit-learn estimator, or an .onnx file.")
 
 
-class TorchSource(Source):
+class TorchAdapter(Adapter):
     key = "torch"
     what = "a plain torch.nn.Module"
     takes: ClassVar[frozenset[str]] = frozenset({"sample", "dynamic", "exporter", "opset", "allow_pickle"})
@@ -44,12 +44,12 @@ class TorchSource(Source):
         from ...results.export import ModelSource
 
         if isinstance(model, (str, os.PathLike)):
-            from ...steps.export import checkpoints
-            from ..hf.source import HfSource
+            from ..hf.adapter import HfAdapter
+            from . import checkpoints
 
             path = Path(str(model)).expanduser()
             loaded = checkpoints.load(path, args.allow_pickle)
-            record = HfSource.open(loaded, args) if HfSource.is_object(loaded) else cls.open(loaded, args)
+            record = HfAdapter.open(loaded, args) if HfAdapter.is_object(loaded) else cls.open(loaded, args)
             record.location = str(path)
             return record
         import torch
@@ -70,9 +70,9 @@ class TorchSource(Source):
             record = cls.open(model, args)
             record.name = label
             if record.adapter != cls.key:  # a checkpoint file holding a Hugging Face model
-                from ..hf.source import HfSource
+                from ..hf.adapter import HfAdapter
 
-                return HfSource.export_record(record, args, target, steps)
+                return HfAdapter.export_record(record, args, target, steps)
             steps.step("preparing sample inputs")
             return export_module(cls, record, args, target, steps)
 
@@ -87,9 +87,9 @@ class TorchSource(Source):
         record = cls.open(model, ExportArgs())
         if sample is None and record.adapter == cls.key:
             sample = export_sample(candidate)
-        from ..hf.source import HfSource
+        from ..hf.adapter import HfAdapter
 
-        adapter = HfSource if record.adapter == HfSource.key else cls  # a checkpoint holding a Hugging Face model
+        adapter = HfAdapter if record.adapter == HfAdapter.key else cls  # a checkpoint holding a Hugging Face model
         return torch_reference(record, sample, label or f"PyTorch {record.name}", exporter, adapter=adapter)
 
 
@@ -104,5 +104,5 @@ def export_part(module: Any, sample: Any, **settings: Any) -> Any:
     """One part of a model written as several files (a pipeline's UNet, SAM's vision encoder): a plain module and
     its sample through the PyTorch route, with ``export()``'s keyword arguments."""
     args = ExportArgs(sample=sample, **settings)
-    TorchSource.refuse(module, args)
-    return TorchSource.export(module, args)
+    TorchAdapter.refuse(module, args)
+    return TorchAdapter.export(module, args)

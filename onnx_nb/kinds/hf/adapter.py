@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...errors import InvalidArgumentError
+from ...steps.export.adapters.base import Adapter
 from ...steps.export.args import ExportArgs
-from ...steps.export.hf.loading import folder_config
 from ...steps.export.machinery.writing import source_name
-from ...steps.export.sources.base import Source
+from .loading import folder_config
 
 
 def location_config(model: Any) -> dict[str, Any]:
@@ -23,8 +23,8 @@ def location_config(model: Any) -> dict[str, Any]:
     folder = Path(str(model)).expanduser()
     if folder.is_dir():
         return folder_config(folder)
-    from ...steps.export.checkpoints import SUFFIXES as CHECKPOINT_SUFFIXES
-    from ...steps.export.hf.loading import HUB_ID
+    from ..torch_module.checkpoints import SUFFIXES as CHECKPOINT_SUFFIXES
+    from .loading import HUB_ID
 
     if folder.suffix.lower() in (*CHECKPOINT_SUFFIXES, ".onnx", ".ort") or not HUB_ID.match(str(model)):
         return {}
@@ -37,7 +37,7 @@ _HUB_CONFIGS: dict[str, dict[str, Any]] = {}
 def _hub_config(name: str) -> dict[str, Any]:
     """A hub id's config, fetched once per session (a failure is not kept: the hub may answer the next time)."""
     from ...errors import OnnxNbError
-    from ...steps.export.hf.loading import load_config
+    from .loading import load_config
 
     if name not in _HUB_CONFIGS:
         try:
@@ -47,7 +47,7 @@ def _hub_config(name: str) -> dict[str, Any]:
     return _HUB_CONFIGS[name]
 
 
-class HfSource(Source):
+class HfAdapter(Adapter):
     key = "hf"
     what = "a Hugging Face model"
     takes: ClassVar[frozenset[str]] = frozenset({"sample", "task", "dynamic", "exporter", "opset", "cache",
@@ -67,10 +67,10 @@ class HfSource(Source):
     @staticmethod
     def recognises(model: Any, args: ExportArgs) -> bool:
         if isinstance(model, (str, os.PathLike)):
-            from ...steps.export.checkpoints import is_checkpoint
+            from ..torch_module.checkpoints import is_checkpoint
 
             return not is_checkpoint(Path(str(model)).expanduser())
-        return "torch" in sys.modules and HfSource.is_object(model)
+        return "torch" in sys.modules and HfAdapter.is_object(model)
 
     @classmethod
     def open(cls, model: Any, args: ExportArgs) -> Any:
@@ -83,14 +83,14 @@ class HfSource(Source):
         if isinstance(model, (str, os.PathLike)):
             path = Path(str(model)).expanduser()
             if task == "sentence-embedding":
-                from ...steps.export.hf import sentence
+                from . import sentence
 
                 location = str(path.resolve()) if path.exists() else str(model)
                 with quiet_loading(said, local=path.exists()):
                     record = _sentence_record(sentence.load(location), source_name(model), location)
                 record.load_warnings = said
                 return record
-            from ...steps.export.hf.loading import load_model
+            from .loading import load_model
 
             with quiet_loading(said, local=path.exists()):
                 loaded = load_model(str(model), task)
@@ -98,15 +98,15 @@ class HfSource(Source):
                                task=loaded.task, model_type=getattr(loaded.config, "model_type", None),
                                model=loaded.model, preprocessor=loaded.preprocessor, load_warnings=said,
                                adapter=cls.key)
-        from ...steps.export.hf.sentence import is_sentence_transformer
+        from .sentence import is_sentence_transformer
 
         if is_sentence_transformer(model):
             if task not in (None, "sentence-embedding"):
                 raise InvalidArgumentError(f"A SentenceTransformer exports for task 'sentence-embedding', not "
                                            f"{task!r}; export model[0].auto_model for the bare transformer.")
             return _sentence_record(model, None, None)
-        from ...steps.export.hf.loading import load_preprocessor
-        from ...steps.export.hf.tasks import check_task, infer_task
+        from .loading import load_preprocessor
+        from .tasks import check_task, infer_task
 
         config = model.config
         where = getattr(config, "_name_or_path", "") or None
@@ -119,8 +119,8 @@ class HfSource(Source):
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ...progress import Steps
-        from ...steps.export.hf.loading import check_memory
         from ...steps.export.machinery.writing import target_for
+        from .loading import check_memory
 
         label, target = target_for(model, args)
         check_memory(model)
@@ -133,8 +133,8 @@ class HfSource(Source):
     @classmethod
     def export_record(cls, record: Any, args: ExportArgs, target: Path, steps: Any) -> Any:
         """The plan for a loaded model: an encoder-decoder's two files, a decoder with its cache, or one file."""
+        from ...steps.export.adapters.registry import offered_instead
         from ...steps.export.machinery.torch_route import export_module
-        from ...steps.export.sources.registry import offered_instead
 
         record.instead = offered_instead(str(getattr(getattr(record.model, "config", None), "model_type", "")))
 
@@ -142,7 +142,7 @@ class HfSource(Source):
             from ...steps.export.caches.decoder import layout_of
 
             if is_seq2seq(record.model):
-                from ...steps.export.sources.registry import SHAPES
+                from ...steps.export.adapters.registry import SHAPES
 
                 steps.step("preparing sample inputs")
                 record.generation = "seq2seq"
@@ -203,7 +203,7 @@ class HfSource(Source):
         when the machine has not the memory for it (the kernel would die halfway)."""
         if record.model is not None:
             return record
-        from ...steps.export.hf.loading import checkpoint_bytes
+        from .loading import checkpoint_bytes
 
         folder = Path(record.location or "").expanduser()
         weights = checkpoint_bytes(folder) if record.location and folder.is_dir() else 0
@@ -242,7 +242,7 @@ class HfSource(Source):
             if not dynamic:
                 s.axes = {}
             return s
-        from ...steps.export.hf import samples
+        from . import samples
 
         s = samples.build(record.model, record.preprocessor) if sample is None \
             else samples.from_user(record.model, sample)
@@ -272,7 +272,7 @@ class HfSource(Source):
 
     @classmethod
     def natural_axes(cls, record: Any, sample: Any) -> dict[str, dict[int, str]]:
-        from ...steps.export.hf.samples import AXES, QUIRKS, Quirk
+        from .samples import AXES, QUIRKS, Quirk
 
         quirk = QUIRKS.get(record.model_type or "", Quirk())
         return {n: ({0: "batch"} if n in quirk.static_axes else dict(AXES.get(n, {0: "batch"})))
@@ -280,7 +280,7 @@ class HfSource(Source):
 
     @classmethod
     def static_axes(cls, record: Any) -> dict[str, str]:
-        from ...steps.export.hf.samples import QUIRKS, Quirk
+        from .samples import QUIRKS, Quirk
 
         quirk = QUIRKS.get(record.model_type or "", Quirk())
         return {n: quirk.static_reason or "fixed for this architecture" for n in quirk.static_axes}
@@ -299,12 +299,12 @@ def _sentence_record(st: Any, name: str | None, location: str | None) -> Any:
     outputs (its pooling and normalisation inside the graph), its tokenizer as the preprocessor; named after
     its transformer's folder or hub id unless ``name`` says otherwise."""
     from ...results.export import ModelSource
-    from ...steps.export.hf.sentence import TASK, wrap
+    from .sentence import TASK, wrap
 
     wrapper = wrap(st)
     return ModelSource(kind="sentence-transformers", name=name or source_name(wrapper), location=location, task=TASK,
                        model_type=getattr(wrapper.config, "model_type", None), model=wrapper,
-                       preprocessor=st.tokenizer, adapter=HfSource.key)
+                       preprocessor=st.tokenizer, adapter=HfAdapter.key)
 
 
 def _with_positions(model: Any, s: Any) -> Any:
@@ -330,7 +330,7 @@ CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
 def is_causal_lm(model: Any) -> bool:
     """A decoder-only LM: a class transformers' auto mappings list for causal LM (or named like one)."""
-    from ...steps.export.hf.tasks import generative_task
+    from .tasks import generative_task
 
     name = type(model).__name__
     return (generative_task(name) == "text-generation" or name.endswith(CAUSAL_SUFFIXES)) and not getattr(
@@ -366,7 +366,7 @@ def appended_token(model: Any, names: list[str]) -> int | None:
 def is_seq2seq(model: Any) -> bool:
     """An encoder-decoder LM (text or speech): a class transformers' auto mappings list as sequence-to-sequence
     (``MarianMTModel``, ``*ForConditionalGeneration``, ...), with an encoder."""
-    from ...steps.export.hf.tasks import generative_task
+    from .tasks import generative_task
 
     config = getattr(model, "config", None)
     name = type(model).__name__

@@ -9,11 +9,11 @@ import os
 from typing import Any, ClassVar
 
 from ...errors import InvalidArgumentError
+from ...steps.export.adapters.base import Adapter, is_torch_module, require_float32_cpu
 from ...steps.export.args import ExportArgs
-from ...steps.export.sources.base import Source, is_torch_module, require_float32_cpu
 
 
-class SamSource(Source):
+class SamAdapter(Adapter):
     key = "sam"
     several_files = True
     what = "a SAM model"
@@ -33,7 +33,7 @@ class SamSource(Source):
 
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
-        from ..torch_module.source import export_part as export
+        from ..torch_module.adapter import export_part as export
         from .export import export_sam, load_sam
 
         loaded = load_sam(model)
@@ -53,7 +53,7 @@ class SamSource(Source):
 
 def _sam_location(model: Any) -> bool:
     """A folder or hub id whose config says SAM."""
-    from ..hf.source import location_config
+    from ..hf.adapter import location_config
 
     return location_config(model).get("model_type") == "sam"
 

@@ -2,7 +2,7 @@
 vision tower and an image token): three files in one folder, ``vision``, ``embed`` and ``decoder``
 (:mod:`.parts`), the decoder through the causal-LM route with its cache and embeddings in place of
 token ids. The result is a :class:`~.result.VlmExport`; ``onnx_nb.generate(result, inputs,
-images=...)`` runs the chain (:meth:`VlmSource.step_files`)."""
+images=...)`` runs the chain (:meth:`VlmAdapter.step_files`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ...steps.export.adapters.base import Adapter, is_torch_module, require_float32_cpu
 from ...steps.export.args import ExportArgs
-from ...steps.export.sources.base import Source, is_torch_module, require_float32_cpu
-from ..hf.source import HfSource, location_config
+from ..hf.adapter import HfAdapter, location_config
 
 TASK = "image-text-to-text"
 
@@ -30,7 +30,7 @@ def _answers_in_text(architectures: Any) -> bool:
     return any(a in known for a in architectures)
 
 
-class VlmSource(HfSource):
+class VlmAdapter(HfAdapter):
     key = "vlm"
     several_files = True
     primary_part = "decoder"  # its variants and parity run on the chain (step_files)
@@ -125,7 +125,7 @@ class VlmSource(HfSource):
             return export_module(cls, record, args, check_target(Path(settings["out"]), True), steps)
 
     # --- what later steps ask -----------------------------------------------------------------------------------
-    reload = Source.reload  # the model itself: a result from another session exports again (no reload from a folder)
+    reload = Adapter.reload  # the model itself: a result from another session exports again (no reload from a folder)
 
     @classmethod
     def step_files(cls, result: Any, path: Path | None = None) -> dict[str, Any] | None:
@@ -175,7 +175,7 @@ def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
     check at another is traced at the sample's instead (its ``fallback``), saying why in the result's warnings."""
     from ...errors import OnnxNbError, first_line
     from ...runtime.facts import IMAGE_GRID
-    from ..torch_module.source import export_part as plain
+    from ..torch_module.adapter import export_part as plain
 
     fallback = getattr(module, "fallback", None)
     if fallback is None:

@@ -8,10 +8,10 @@ import sys
 from typing import Any, ClassVar
 
 from ...steps.export.args import ExportArgs
-from .beyond import BeyondSource
+from .beyond import BeyondAdapter
 
 
-class SklearnSource(BeyondSource):
+class SklearnAdapter(BeyondAdapter):
     key = kind = "sklearn"
     what = "a scikit-learn model"
     converters: ClassVar[tuple[str, ...]] = ("skl2onnx",)

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ...errors import InvalidArgumentError
+from ...steps.export.adapters.base import is_torch_module
 from ...steps.export.args import ExportArgs
-from ...steps.export.sources.base import is_torch_module
-from ..torch_module.source import TorchSource
-from .beyond import TF2ONNX_MAX_OPSET, BeyondSource
+from ..torch_module.adapter import TorchAdapter
+from .beyond import TF2ONNX_MAX_OPSET, BeyondAdapter
 
 
 def _is_keras(model: Any) -> bool:
@@ -26,7 +26,7 @@ def _is_keras(model: Any) -> bool:
     return keras is not None and isinstance(model, getattr(keras, "Model", ()))
 
 
-class KerasOnTorchSource(TorchSource):
+class KerasOnTorchAdapter(TorchAdapter):
     key = "keras-torch"
     what = "a Keras model on the torch backend"
 
@@ -41,7 +41,7 @@ class KerasOnTorchSource(TorchSource):
         return super().export(model, replace(args, sample=keras_sample(model, args.sample, tensors=True)))
 
 
-class _TensorflowFamily(BeyondSource):
+class _TensorflowFamily(BeyondAdapter):
     converters: ClassVar[tuple[str, ...]] = ("tf2onnx",)
     framework: ClassVar[str] = "TensorFlow"
 
@@ -81,7 +81,7 @@ class _TensorflowFamily(BeyondSource):
                                  args.name, args.exporter, args.dynamic is not False)
 
 
-class KerasSource(_TensorflowFamily):
+class KerasAdapter(_TensorflowFamily):
     key = kind = "keras"
     what = "a Keras model"
     framework = "Keras"
@@ -104,7 +104,7 @@ class KerasSource(_TensorflowFamily):
         return load_keras(model)
 
 
-class TensorflowSource(_TensorflowFamily):
+class TensorflowAdapter(_TensorflowFamily):
     key = kind = "tensorflow"
     what = "a TensorFlow model"
 

@@ -1,1 +1,0 @@
-"""Hugging Face glue: loading, tasks and sample inputs (needs the ``hf`` extra)."""
