@@ -34,7 +34,7 @@ KIND_DECISIONS = [
     r"(hasattr|getattr)\([^)]*[\"']parts[\"']",  # "written as several files" sniffed from a result's attributes
     r"cache_layout[\"']\s*,\s*None\)\s+is\s+(not\s+)?None",
     # how a model generates, read from its record or its file's facts and branched on (steps take
-    # sources.registry.generation_of's answer from a table instead)
+    # adapters.registry.generation_of's answer from a table instead)
     r"\.generation\s*(==|!=|is\b|in\b)",
     r"\bgeneration_of\([^)]*\)\s*(==|!=|in\b)",
     # a model's type or class name compared (an adapter or a capability answers instead)

@@ -80,6 +80,11 @@ class ExportCheck(Mapping[str, Any]):
                                          "skipped", "route")
 
     @classmethod
+    def none(cls) -> ExportCheck:
+        """No check recorded (reads as an empty mapping, and no result shows a check row for it)."""
+        return cls(route="none")
+
+    @classmethod
     def of(cls, value: Any) -> ExportCheck:
         """``value`` as a record: a record itself, or the dict a saved result or an older route holds (empty: no
         check recorded)."""
@@ -87,7 +92,7 @@ class ExportCheck(Mapping[str, Any]):
             return value
         given = dict(value or {})
         if not given:
-            return cls(route="none")
+            return cls.none()
         known = {k: given.pop(k) for k in cls.FIELDS if k in given}
         if "route" not in known and "reference_dtype" in given:  # a lean check saved before routes were named
             known["route"] = "decode steps"
@@ -152,7 +157,7 @@ class ExportResult:
     export_seconds: float
     warnings: list[str]
     source: ModelSource
-    check: ExportCheck = field(default_factory=ExportCheck)  # a dict given here is read into the record
+    check: ExportCheck = field(default_factory=ExportCheck.none)  # a dict given here is read into the record
     fixed_axes: list[Any] = field(default_factory=list)  # inputs.FixedAxis: axes that stay fixed, and why
     dynamic: bool | str = True  # what was asked: True, False or "custom" (a dict of axes)
     unverified: list[str] = field(default_factory=list)  # why the file is not verified (one traced branch)
@@ -222,7 +227,7 @@ class ExportResult:
             m = self.memory
             rows.append(("peak memory", peak_text(m["build_peak_bytes"], m["weights_bytes"], "the checkpoint's")
                          + f" writing the file; {human_bytes(m['build_process_peak_bytes'] or 0)} resident in all"))
-        if self.check.route != "none" or self.check.skipped:
+        if self.check:  # a check recorded, or one skipped (and saying why)
             rows.append(("check", self.check_text()))
         rows.append(("status", self.status if not self.unverified else
                      "UNVERIFIED: see below"))

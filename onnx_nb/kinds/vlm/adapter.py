@@ -154,6 +154,16 @@ class VlmAdapter(HfAdapter):
         return {**part.parts, name: here, "role": name, "image_token": token, "model": model}
 
 
+
+def chain_files(obj: Any, path: Path | None = None) -> dict[str, Any]:
+    """The files the chain shape runs for ``obj`` (an export, its part or a variant; ``path`` in that part's place):
+    its adapter's ``step_files``, which is what made the registry choose this shape."""
+    from ...steps.export.adapters.registry import adapter_of
+
+    files = adapter_of(obj).step_files(obj, path=path)
+    assert files is not None  # the shape "chain" is its adapter answering step_files
+    return files
+
 def images_taken(vision: Any) -> str:
     """Which images a vision file takes (:attr:`~.result.VlmExport.image_sizes`), from the module it was
     exported from: every grid, any image size, one grid or one image size (traced at the sample's), else the

@@ -41,10 +41,9 @@ class VlmChain:
     def of_export(cls, export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> VlmChain:
         """The chain of the export's files (``path``: its decoder's or a variant's) judged against ``model``: the
         chain shape's parity answer (``prompts`` are a decoder's; the chain makes its own, with their images)."""
-        from ...steps.export.adapters.registry import adapter_of
+        from .adapter import chain_files
 
-        files = adapter_of(export).step_files(export, path=path)
-        assert files is not None  # the shape "chain" is its adapter answering step_files
+        files = chain_files(export, path)
         return cls(files["model"], files, max_new_tokens)
 
     def _torch(self, index: int, tokens: list[int]) -> dict[str, Any]:

@@ -93,10 +93,9 @@ def step_runner(model: Any, inputs: Any, images: Any, provider: str, threads: in
     images set, and the inputs it reads (text with pictures goes through the model's processor, which expands each
     image placeholder)."""
     from ...results.export import source_of
-    from ...steps.export.adapters.registry import adapter_of
+    from .adapter import chain_files
 
-    files = adapter_of(model).step_files(model)
-    assert files is not None  # the shape "chain" is its adapter answering step_files
+    files = chain_files(model)
     processor = getattr(source_of(model), "preprocessor", None)
     given = images
     inputs, images = with_processor(inputs, images, processor)

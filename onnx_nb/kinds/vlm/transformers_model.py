@@ -68,10 +68,9 @@ def transformers_model(model: Any, config: Any, path: Path, provider: str, threa
                        io_binding: bool | None) -> Any:
     """The export's vision, embed and decoder files as one transformers model: the chain shape's answer to
     :func:`onnx_nb.to_transformers`."""
-    from ...steps.export.adapters.registry import adapter_of
+    from .adapter import chain_files
     from .runner import VlmDecoder
 
-    files = adapter_of(model).step_files(model)
-    assert files is not None  # the shape "chain" is its adapter answering step_files
+    files = chain_files(model)
     decoder = VlmDecoder(files, provider, threads=threads)
     return OnnxForImageTextToText(config, Path(files["decoder"]), provider, decoder)

@@ -7,7 +7,7 @@ One graph serves prefill and decode (as Optimum's merged decoder and onnxruntime
 ``past_key_values.{i}.key`` / ``.value`` of shape ``[batch, kv_heads, past_sequence, head_size]``
 (``past_sequence`` is 0 at the first step), and returns ``logits`` and ``present.{i}.key`` / ``.value``.
 Running a file needs no torch: a process that only generates never imports it (the re-export imports it inside).
-A model that generates in another shape brings its loop or its step runner (``sources.registry.SHAPES``): an
+A model that generates in another shape brings its loop or its step runner (``adapters.registry.SHAPES``): an
 encoder-decoder's loop, a vision-language model's chain of files (:mod:`onnx_nb.kinds.vlm`, whose runner imports
 torch).
 """

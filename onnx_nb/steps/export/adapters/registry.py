@@ -118,7 +118,6 @@ def generation_of(obj: Any, path: Any = None) -> str | None:
     return file_facts(path if path is not None else getattr(obj, "path", obj)).generation
 
 
-
 def offered_instead(model_type: str) -> str:
     """What other routes offer a model of ``model_type`` that the one at hand cannot export (each adapter's
     ``offers``): the sentence a refusal adds."""

@@ -24,7 +24,7 @@ class Outcome:
 
     name: str = ""
     files: list[Path] = field(default_factory=list)
-    check: ExportCheck = field(default_factory=lambda: ExportCheck(route="none"))
+    check: ExportCheck = field(default_factory=ExportCheck.none)
     attempts: dict[str, str] = field(default_factory=dict)
     errors: dict[str, BaseException] = field(default_factory=dict)
     written: Any = None
