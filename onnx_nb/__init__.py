@@ -84,7 +84,7 @@ _LAZY = {
     "ModelSummary": ("onnx_nb.results.summary", "ModelSummary"),
     "GraphComparison": ("onnx_nb.results.summary", "GraphComparison"),
     "CompareView": ("onnx_nb.frontends.widgets", "CompareView"),
-    "GenerationResult": ("onnx_nb.steps.generate.generation", "GenerationResult"),
+    "GenerationResult": ("onnx_nb.results.generation", "GenerationResult"),
 }
 
 __all__ = [
@@ -173,6 +173,7 @@ if TYPE_CHECKING:
     from .kinds.sam.result import SamExport, SamParity
     from .kinds.vlm.result import VlmExport
     from .results.export import ExportResult, ModelSource
+    from .results.generation import GenerationResult
     from .results.latency import LatencyTable
     from .results.parity import ParityReport
     from .results.parts import PartsExport
@@ -186,7 +187,7 @@ if TYPE_CHECKING:
     from .runtime.profiling import parse_profile
     from .steps.benchmark.benchmarking import benchmark
     from .steps.export.exporting import export
-    from .steps.generate.generation import GenerationResult, generate
+    from .steps.generate.generation import generate
     from .steps.generate.transformers_api import to_transformers
     from .steps.inspect.comparing import compare
     from .steps.inspect.structure import summary

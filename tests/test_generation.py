@@ -73,8 +73,43 @@ def test_generate_matches_pytorch(exports: dict[str, onnx_nb.ExportResult]) -> N
         assert tokens == want
         alone = onnx_nb.generate(result, [prompt], max_new_tokens=6, eos_token_id=-1)
         assert alone.tokens[0] == tokens, "batching with left padding changes nothing"
+    assert batch.batching == "one batch, left-padded" and "prompts ran as one batch, left-padded" in repr(batch)
     assert batch.prefill_ms > 0 and len(batch.decode_ms) == 5 and batch.tokens_per_second
     assert "GenerationResult" in repr(batch)
+
+
+# positions from the past length (Marian as a causal LM), a recurrent state (RWKV), and Blenderbot (positions from
+# the past length, and a generation-config rule that sends the call through transformers' generate() over the file)
+@pytest.mark.parametrize("model_type", ["marian", "rwkv", "blenderbot"])
+def test_prompts_of_different_lengths_get_their_own_tokens(model_type: str, tmp_path: Path) -> None:
+    """A file whose logits change under left padding runs one batch per prompt length, in lockstep: each prompt
+    gets the tokens it gets alone (PyTorch's), streaming still sees every row at each step, and the result says so."""
+    import transformers
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from registry_sweep import tiny_config
+
+    config = tiny_config(model_type)
+    torch.manual_seed(0)
+    model = transformers.MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "m", progress=False)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [15, 16, 17]]
+    streamed: list[list[int]] = []
+    through_loop = model_type != "blenderbot"  # (transformers' generate() settles its tokens at the end)
+    batch = onnx_nb.generate(result, prompts, max_new_tokens=5, eos_token_id=-1,
+                             stream=streamed.append if through_loop else None)
+    for prompt, tokens in zip(prompts, batch.tokens):
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, min_new_tokens=5,
+                                  do_sample=False, eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
+        assert tokens == want, (prompt, batch.tokens)
+    assert batch.batching.startswith("2 batches by prompt length"), batch.batching
+    assert "changes under left" in repr(batch) or "change under left" in repr(batch)
+    if through_loop:
+        assert [len(s) for s in streamed] == [3] * 5 and [s[1] for s in streamed] == batch.tokens[1]
+    same = onnx_nb.generate(result, prompts[1:], max_new_tokens=2, eos_token_id=-1)
+    assert same.batching == "one batch, left-padded", "prompts of one length need no padding"
 
 
 def test_sampling_eos_and_inputs(exports: dict[str, onnx_nb.ExportResult]) -> None:

@@ -137,7 +137,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: se
 def loop(model: Any, inputs: Any, *, start: int | None, tokenizer: Any, pad: int, **rest: Any) -> Any:
     """``generate()``'s loop for an encoder-decoder's files (the shape's loop answer): the encoder once, then its
     decoder's steps, as :func:`onnx_nb.generate` returns them."""
-    from ...steps.generate.runners import GenerationResult
+    from ...results.generation import GenerationResult
 
     tokens, steps = generate(model, inputs, start=int(start if start is not None else pad), pad=pad,
                              tokenizer=tokenizer, **rest)

@@ -14,25 +14,18 @@ torch).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...errors import InvalidArgumentError
+from ...results.generation import GenerationResult
 from ...runtime.facts import DECODER_START
+from .batches import PADDED, decoder_loop, groups_for
 from .rules import generation_config_of, rules_for
-from .runners import (
-    GenerationResult,
-    OnnxDecoder,
-    SharedBufferDecoder,
-    decoder_for,
-    last_runner,
-    left_pad,
-    prompt_ids,
-)
-from .sampling import accept, next_ids, pick
+from .runners import OnnxDecoder, SharedBufferDecoder, decoder_for, last_runner, left_pad, prompt_ids
+from .sampling import pick
 
 __all__ = ["GenerationResult", "OnnxDecoder", "SharedBufferDecoder", "decoder_for",
            "generate", "left_pad"]
@@ -57,7 +50,9 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     Runtime, keeping the key/value cache between steps.
 
     ``inputs``: text (with a tokenizer: given, or the export's), token id lists of any lengths (batched
-    with left padding; for an encoder-decoder, the encoder's inputs right-padded), a tokenizer's output, an
+    with left padding where the file gives each row its own tokens under it, else one batch per prompt length run
+    in lockstep, as ``result.batching`` says: :mod:`onnx_nb.steps.generate.batches`; for an encoder-decoder, the
+    encoder's inputs right-padded), a tokenizer's output, an
     array, or audio features (``input_features``) for Whisper. Greedy unless ``do_sample`` (temperature, top-k,
     top-p). Stops at ``eos_token_id`` (the config's by default) or after ``max_new_tokens``. ``stream``:
     called with each step's new tokens (a notebook display updates as they come). ``io_binding`` (default: on
@@ -140,41 +135,8 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
                     pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
     decoder = own or last_runner(path, named, io_binding, threads, runtime)
     prompts = prompt_ids(inputs, getattr(tokenizer, "tokenizer", tokenizer))
-    return _decoder_loop(decoder, prompts, max_new_tokens, rules, eos_set, pad, tokenizer, stream,
-                         lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
+    # a chain of files (images per row) runs its rows as one batch; a decoder file is asked whether it pads safely
+    groups, batching = groups_for(decoder, prompts, pad) if own is None else (None, PADDED)
+    return decoder_loop(decoder, prompts, max_new_tokens, rules, eos_set, pad, tokenizer, stream,
+                        lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng), groups, batching)
 
-
-def _decoder_loop(decoder: Any, prompts: list[list[int]], max_new_tokens: int, rules: Any, eos_set: set[int],
-                  pad: int, tokenizer: Any, stream: Any, choose: Any) -> GenerationResult:
-    """The loop of a decoder (or a chain of files run as one): the prompts left-padded into one batch, one step
-    per new token with the cache kept, the generation config's rules applied to each step's logits, ``choose``
-    picking the tokens, rows stopping at EOS."""
-    ids, mask = left_pad(prompts, pad)
-    width = ids.shape[1]
-    cache = decoder.empty_cache(len(prompts), capacity=width + max_new_tokens)
-    whole = np.ones((len(prompts), width + max_new_tokens), np.int64)  # the mask of every step: views of it
-    whole[:, :width] = mask
-    done = [False] * len(prompts)
-    new: list[list[int]] = [[] for _ in prompts]
-    times: list[float] = []
-    step_ids = ids
-    seqs = ids.tolist() if rules.active else []  # the rows as transformers sees them (left padding included)
-    begin = width
-    for _ in range(max_new_tokens):
-        start = time.perf_counter()  # a step's time: the whole turn of the loop, the next step's inputs included
-        logits, cache = decoder.step(step_ids, whole[:, :width], cache, keep=False)
-        last = rules.apply(logits[:, -1, :], seqs, begin, begin + max_new_tokens) if rules.active else logits[:, -1, :]
-        chosen = choose(last)
-        finished = accept(chosen, done, new, eos_set, stream)
-        if not finished:
-            step_ids = next_ids(chosen, done, pad)
-            width += 1
-            for row, token in zip(seqs, step_ids[:, 0].tolist()):
-                row.append(token)
-        times.append((time.perf_counter() - start) * 1e3)
-        if finished:
-            break
-    text = [tokenizer.decode(t, skip_special_tokens=True) for t in new] if tokenizer is not None else None
-    # time to first token: a vision-language model's image encoding counts too
-    return GenerationResult(prompts, new, text, times[0] + getattr(decoder, "vision_ms", 0.0), times[1:],
-                            images=getattr(decoder, "thumbnails", []))

@@ -185,6 +185,12 @@ class _OnnxModel(PreTrainedModel):
         ids, mask = left_pad(prompts, pad)
         return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}, prompts, ids.shape[1]
 
+    def row_groups(self, prompts: list[list[int]], pad: int) -> tuple[list[list[int]], str]:
+        """Which prompts run together (:func:`onnx_nb.steps.generate.batches.groups_for`): all of them here."""
+        from .batches import PADDED
+
+        return [list(range(len(prompts)))], PADDED
+
     def length_settings(self, before: int, max_new_tokens: int) -> dict[str, int]:
         """The length in all (a config's ``max_length`` beside ``max_new_tokens`` would be a warning)."""
         return {"max_length": before + max_new_tokens}
@@ -220,6 +226,12 @@ class OnnxForCausalLM(_OnnxModel, GenerationMixin):
     def __init__(self, config: Any, path: Path, provider: str, decoder: Any) -> None:
         super().__init__(config, path, provider)
         self.steps = _DecoderSteps(decoder)
+
+    def row_groups(self, prompts: list[list[int]], pad: int) -> tuple[list[list[int]], str]:
+        """One left-padded batch where the file tolerates left padding, else one batch per prompt length."""
+        from .batches import groups_for
+
+        return groups_for(self.steps.decoder, prompts, pad)
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, cache: OnnxCache | None = None,
                                       attention_mask: torch.Tensor | None = None, **kwargs: Any) -> dict[str, Any]:

@@ -78,7 +78,8 @@ def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: d
     :func:`to_transformers` makes, kept for the next call like the loops' runners), with the rules and beams of
     the generation config (the wrapped model's) and the call's ``overrides``; the result as the loops give it
     (new tokens per returned sequence, cut after EOS; the first forward's time, then each later one's)."""
-    from .runners import LAST_RUNNER, GenerationResult, kept_runner, runner_key
+    from ...results.generation import GenerationResult
+    from .runners import LAST_RUNNER, kept_runner, runner_key
 
     what = "Beam search" if rules.num_beams > 1 or not rules.elsewhere else \
         f"{', '.join(f'{k}={v!r}' for k, v in rules.elsewhere.items())} (the generation config's or this call's)"
@@ -97,6 +98,13 @@ def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: d
         wrapped = to_transformers(model, provider=provider, io_binding=io_binding, threads=threads)
         LAST_RUNNER.update(key=runner_key(path, *how), runner=wrapped)
     tensors, prompts, prompt = wrapped.generation_inputs(inputs, tokenizer, pad, rules)
+    groups, batching = wrapped.row_groups(prompts, pad)
+    if len(groups) > 1:  # a file that changes under left padding: one generate() per prompt length
+        parts = [generate_with_transformers(
+            model, [prompts[r] for r in rows], rules, overrides, max_new_tokens=max_new_tokens, tokenizer=tokenizer,
+            eos=eos, pad=pad, provider=provider, io_binding=io_binding, threads=threads, stream=stream, seed=seed,
+            sampling=sampling, runtime=runtime) for rows in groups]
+        return merged(prompts, groups, parts, batching)
     if sampling["do_sample"]:
         torch.manual_seed(seed)
     else:
@@ -114,3 +122,21 @@ def generate_with_transformers(model: Any, inputs: Any, rules: Any, overrides: d
     text = [tokenizer.decode(t, skip_special_tokens=True) for t in tokens] if tokenizer is not None else None
     times = wrapped.step_ms or [0.0]
     return GenerationResult(prompts, tokens, text, times[0], times[1:])
+
+
+def merged(prompts: list[list[int]], groups: list[list[int]], parts: list[Any], batching: str) -> Any:
+    """The results of the batches of ``groups`` as one, each prompt's sequences (``num_return_sequences`` per
+    prompt) at its place; the batches' first forwards summed, their later ones in turn."""
+    from ...results.generation import GenerationResult
+
+    per = len(parts[0].tokens) // len(groups[0])
+    tokens: list[list[int]] = [[] for _ in range(len(prompts) * per)]
+    text: list[str] | None = [""] * len(tokens) if parts[0].text is not None else None
+    for rows, part in zip(groups, parts):
+        for k, row in enumerate(rows):
+            tokens[row * per:(row + 1) * per] = part.tokens[k * per:(k + 1) * per]
+            if text is not None:
+                text[row * per:(row + 1) * per] = part.text[k * per:(k + 1) * per]
+    return GenerationResult(prompts, tokens, text, sum(p.prefill_ms for p in parts),
+                            [ms for p in parts for ms in p.decode_ms], batching=batching)
+
