@@ -126,3 +126,16 @@ def test_bad_input_is_a_clear_error(exported: onnx_nb.DiffusionExport, tmp_path:
     with pytest.raises(InvalidArgumentError, match="float32 on the CPU"):
         onnx_nb.export(half, out=tmp_path / "half-onnx", progress=False)
     assert not (tmp_path / "half-onnx").exists()
+
+
+def test_a_bare_unet_whose_input_and_output_share_a_name(exported: onnx_nb.DiffusionExport, tmp_path: Path) -> None:
+    """A diffusers UNet given its own sample (``sample`` in, ``sample`` out): one dynamo file, its output named
+    ``out_sample`` as Optimum names it, every image axis dynamic and named after the input axis it follows."""
+    import torch
+
+    torch.manual_seed(0)
+    sample = (torch.randn(1, 4, 16, 16), torch.tensor([10]), torch.randn(1, 7, 32))
+    result = onnx_nb.export(exported.pipeline.unet, sample=sample, out=tmp_path / "unet.onnx", progress=False)
+    assert result and result.exporter == "dynamo" and result.status == "verified", repr(result)
+    assert [i.name for i in result.inputs][0] == "sample" and [o.name for o in result.outputs] == ["out_sample"]
+    assert result.outputs[0].shape == ["batch", 4, "height", "width"]

@@ -136,17 +136,20 @@ def output_axes(sample: Sample, probe: Sample, before: tuple[torch.Tensor, ...],
     An axis that follows an input axis gets its name; one derived from it (a strided length)
     is named ``<output>_dim<k>`` when ``keep_derived``, else left to the exporter's own name.
     """
-    sizes: dict[tuple[int, int], str] = {}
+    sizes: dict[tuple[int, int], dict[int, str]] = {}  # (size before, after) -> the input axes that grew so
     for name, t0, t1 in zip(sample.names, sample.tensors, probe.tensors):
         for axis, axis_name in sample.axes.get(name, {}).items():
-            sizes.setdefault((t0.shape[axis], t1.shape[axis]), axis_name)
+            sizes.setdefault((t0.shape[axis], t1.shape[axis]), {}).setdefault(axis, axis_name)
+    known = {n for by_axis in sizes.values() for n in by_axis.values()}
     result: AxisSpec = {}
     for name, o0, o1 in zip(names, before, after):
         spec = {}
         for axis, (a, b) in enumerate(zip(o0.shape, o1.shape)):
             if a != b:
-                spec[axis] = sizes.get((a, b), f"{name}_dim{axis}")
-                if not keep_derived and spec[axis] not in sizes.values():
+                # two input axes that grew alike (a square image's height and width): the one at this axis first
+                by_axis = sizes.get((a, b), {})
+                spec[axis] = by_axis.get(axis) or next(iter(by_axis.values()), f"{name}_dim{axis}")
+                if not keep_derived and spec[axis] not in known:
                     del spec[axis]
         if spec:
             result[name] = spec

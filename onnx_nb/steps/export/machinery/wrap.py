@@ -105,13 +105,22 @@ class FlatModule(torch.nn.Module):
                 f"{type(self.model).__name__} returned {type(raw).__name__}, which holds no "
                 "tensors, so there is nothing to export. Return tensors (or a tuple/dict of them)."
             )
-        self.output_names = [n for n, _ in named]
+        # an output named like an input (a diffusers UNet: sample in, sample out) is out_<name>, as Optimum names
+        # it: an ONNX graph's values have one name each
+        self.output_names = [distinct(n, set(self.input_names)) for n, _ in named]
         self.paths = [p for _, p in named]
         return tuple(pick(raw, p) for p in self.paths)
 
     def flat(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         raw = self.call(tensors)
         return tuple(pick(raw, p) for p in self.paths)
+
+
+def distinct(name: str, taken: set[str]) -> str:
+    """``name``, or ``out_<name>`` (``out_out_<name>``, ...) where an input holds it."""
+    while name in taken:
+        name = f"out_{name}"
+    return name
 
 
 def signature_module(flat: FlatModule) -> torch.nn.Module:

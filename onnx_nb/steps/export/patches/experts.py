@@ -29,12 +29,12 @@ ARGS = ["self", "hidden_states", "top_k_index", "top_k_weights"]
 
 def _loops(module: Any) -> bool:
     """Whether ``module`` is experts in the layout above that transformers cannot dispatch itself."""
-    if hasattr(module, "has_gate") or not callable(getattr(module, "act_fn", None)):
-        return False  # transformers' decorator sets has_gate: its own implementations trace
     gate_up: Any = getattr(module, "gate_up_proj", None)
     down: Any = getattr(module, "down_proj", None)
     if getattr(gate_up, "ndim", 0) != 3 or getattr(down, "ndim", 0) != 3:
-        return False
+        return False  # (first: asking a diffusers model for act_fn reads its config, with a deprecation warning)
+    if hasattr(module, "has_gate") or not callable(getattr(module, "act_fn", None)):
+        return False  # transformers' decorator sets has_gate: its own implementations trace
     if gate_up.shape[-1] != down.shape[1] or gate_up.shape[1] != 2 * down.shape[2]:
         return False
     try:
