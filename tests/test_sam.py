@@ -111,8 +111,8 @@ def test_bad_input_is_a_clear_error(exported: SamExport, tmp_path: Path) -> None
     assert is_sam(model) and not is_sam(model.vision_encoder) and not is_sam(torch.nn.Linear(2, 2))
     with pytest.raises(OutputExistsError, match="overwrite=True"):
         onnx_nb.export(model, out=exported.folder, progress=False)
-    with pytest.raises(InvalidArgumentError, match="give a folder"):
-        onnx_nb.export(model, out=tmp_path / "sam.onnx", progress=False)
+    with pytest.raises(OutputExistsError, match="overwrite=True"):  # a file's path names the folder: sam.onnx -> sam/
+        onnx_nb.export(model, out=exported.folder.with_suffix(".onnx"), progress=False)
     with pytest.raises(InvalidArgumentError, match="sample: not for a SAM model"):
         onnx_nb.export(model, {"x": torch.zeros(1)}, out=tmp_path / "other", progress=False)
     half = copy.deepcopy(model).to(torch.float16)

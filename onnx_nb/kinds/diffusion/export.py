@@ -81,6 +81,6 @@ def export_diffusion(pipe: Any, out: Any, overwrite: bool, progress: bool, opset
     from ...steps.export.machinery.staged import write_parts
 
     folder, parts, seconds = write_parts(
-        "a pipeline", PARTS, lambda: {k: (m.eval(), s, a) for k, (m, s, a) in samples(pipe).items()},
+        PARTS, lambda: {k: (m.eval(), s, a) for k, (m, s, a) in samples(pipe).items()},
         name or type(pipe).__name__, out, overwrite, progress, opset, export)
     return DiffusionExport(folder, parts, pipe, seconds)

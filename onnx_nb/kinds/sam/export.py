@@ -125,6 +125,6 @@ def export_sam(model: Any, out: Any, overwrite: bool, progress: bool, opset: int
     from ...steps.export.machinery.wrap import eval_mode
 
     with eval_mode(model):
-        folder, parts, seconds = write_parts("SAM", PARTS, lambda: samples(model), name or type(model).__name__,
+        folder, parts, seconds = write_parts(PARTS, lambda: samples(model), name or type(model).__name__,
                                              out, overwrite, progress, opset, export)
     return SamExport(folder, parts, model, seconds)

@@ -101,7 +101,7 @@ class VlmAdapter(HfAdapter):
                 return cls.export_decoder(record, settings)
 
             built = {**parts(vlm), "decoder": (None, None, None)}
-            folder, files, seconds = write_parts("A vision-language model", PARTS, lambda: built, record.name, folder,
+            folder, files, seconds = write_parts(PARTS, lambda: built, record.name, folder,
                                                  args.overwrite, args.progress, args.opset, export_part)
         result = VlmExport(folder, files, vlm, seconds, image_token=token, image_sizes=images_taken(files["vision"]))
         for name in ("vision", "decoder"):  # each knows the files it runs with: its variants are judged on the chain

@@ -43,7 +43,9 @@ def export(
     ``model``: a ``torch.nn.Module`` (then ``sample`` is needed: a tensor, tuple or dict), a Hugging
     Face model object, a local Hugging Face folder, or a hub id. ``exporter="auto"`` tries the
     dynamo exporter, then TorchScript; the result says which was used and why the other was not.
-    ``name`` names the model in results and in the default output folder. ``cache`` (``"auto"``: for causal
+    ``name`` names the model in results and in the default output folder. A model exported as several files (a
+    vision-language model, a diffusion pipeline, SAM) takes a folder as ``out``; a file's path there names the folder
+    (``out="sd.onnx"`` writes into ``sd/``). ``cache`` (``"auto"``: for causal
     LMs) exports a decoder with its key/value cache, one graph for prefill and decode (see
     :mod:`onnx_nb.steps.export.caches.decoder`); ``cache=False`` exports logits for a whole sequence. A PyTorch
     checkpoint file (``.pt``, ``.pth``, ``.ckpt``) is loaded with ``weights_only=True``; one that pickles a whole model

@@ -8,10 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ....errors import InvalidArgumentError
 
-
-def write_parts(what: str, names: tuple[str, ...], build: Callable[[], dict[str, tuple[Any, Any, Any]]],
+def write_parts(names: tuple[str, ...], build: Callable[[], dict[str, tuple[Any, Any, Any]]],
                 default_name: str, out: Any, overwrite: bool, progress: bool, opset: int | None,
                 export: Any) -> tuple[Path, dict[str, Any], float]:
     """Every part ``build()`` gives (name -> module, sample, dynamic axes) exported with ``export``
@@ -19,14 +17,13 @@ def write_parts(what: str, names: tuple[str, ...], build: Callable[[], dict[str,
     ``default_name``). All or nothing: every target is checked before the first is written (an existing file needs
     ``overwrite=True``), the parts are written to a staging folder beside (``runtime.files.staging_dir``, removed
     whatever happens) and published into ``out`` together once all passed their export. Returns the folder, the
-    parts' results and the seconds taken. ``what`` names the model in the error for a file path as ``out``."""
+    parts' results and the seconds taken. ``out`` naming a file (``sd.onnx``) names the folder (``sd/``)."""
     from ....progress import Steps
     from ....runtime.files import check_target, default_output, deferred_interrupt, publish, staging_dir
 
     folder = Path(out).expanduser() if out is not None else default_output(default_name).parent
-    if folder.suffix == ".onnx":
-        raise InvalidArgumentError(f"out={str(out)!r}: {what} is exported as several files; give a folder "
-                                   f"(they go to {folder.with_suffix('')}/{', '.join(f'{p}.onnx' for p in names)}).")
+    if folder.suffix == ".onnx":  # a file's path for several files: the folder of that name (sd.onnx -> sd/)
+        folder = folder.with_suffix("")
     for part in names:  # every part's file checked before the first is written
         check_target(folder / f"{part}.onnx", overwrite)
     started = time.perf_counter()
