@@ -50,6 +50,16 @@ TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "nu
         "embedding_dim": 64, "mamba_headdim": 16, "input_embedding_size": 64, "output_embedding_size": 64}
 
 
+# the second size every served type is tried at: other widths, head counts and depth (one size hides a shrink the
+# export handles only at it: a cache of linear-attention layers alone, latent sizes, strides)
+SECOND = {**TINY, "num_hidden_layers": 3, "num_layers": 3, "n_layer": 3, "hidden_size": 96, "intermediate_size": 160,
+          "num_attention_heads": 6, "num_key_value_heads": 3, "ffn_dim": 160, "d_ff": 160, "n_inner": 160,
+          "moe_intermediate_size": 48, "shared_expert_intermediate_size": 48, "kv_lora_rank": 24, "q_lora_rank": 48,
+          "qk_rope_head_dim": 16, "qk_nope_head_dim": 8, "v_head_dim": 24, "lru_width": 96,
+          "attention_hidden_size": 96, "embedding_dim": 96, "input_embedding_size": 96, "output_embedding_size": 96,
+          "linear_num_key_heads": 3, "linear_num_value_heads": 6, "mamba_n_heads": 6}
+
+
 def registry() -> dict[str, str]:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -251,8 +261,9 @@ def spread_zero_routers(model: Any, config: Any) -> list[str]:
     return spread
 
 
-def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[str, Any]:
-    """Everything about one type (in a child process)."""
+def one(model_type: str, class_name: str, folder: Path, variants: bool, second: bool = True) -> dict[str, Any]:
+    """Everything about one type (in a child process): the export at the first size PyTorch builds and runs, its
+    tokens for each prompt alone and for the prompts as one batch, then (``second``) the type at :data:`SECOND`."""
     import torch
     import transformers
 
@@ -314,10 +325,55 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool) -> dict[
                 row["generate"], row["generate_note"] = uncached_ties(model, prompts, made, torch_tokens)
     except Exception as exc:  # noqa: BLE001
         row["generate"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    if row.get("generate") in ("same", "near-tie"):
+        try:  # the prompts as one list: each must get the tokens it got alone
+            batch = onnx_nb.generate(result, prompts, max_new_tokens=NEW_TOKENS, num_beams=1)
+            row["batch"] = "same" if batch.tokens == made else "differs"
+            row["batching"] = batch.batching
+        except Exception as exc:  # noqa: BLE001
+            row["batch"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
     if variants and row.get("generate") in ("same", "near-tie"):
         quantized(row, result, folder.parent / "onnx")
+    if second and row.get("generate") in ("same", "near-tie") and row.get("size") == "tiny":
+        row["second_size"] = at_second_size(model_type, class_name, folder.parent / "second")
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
+
+
+def at_second_size(model_type: str, class_name: str, folder: Path) -> str:
+    """The type again at :data:`SECOND`: ``same`` or ``near-tie`` (judged as the first size is), ``differs``, or where
+    it failed; ``pytorch fails`` when PyTorch does not build or generate with it there (not held against it)."""
+    import torch
+    import transformers
+
+    import onnx_nb
+    from onnx_nb.errors import first_line
+
+    try:
+        config = causal_config(model_type, class_name, SECOND)
+        torch.manual_seed(1)
+        model = getattr(transformers, class_name)(config).eval()
+        spread_zero_routers(model, config)
+        vocab = int(getattr(text_of(config), "vocab_size", 100) or 100)
+        prompts = [[t % vocab for t in p] for p in PROMPT]
+        with torch.no_grad():
+            want = [model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                   max_new_tokens=NEW_TOKENS, do_sample=False, num_beams=1)[0, len(p):].tolist()
+                    for p in prompts]
+        model.save_pretrained(folder / "model")
+    except Exception:  # noqa: BLE001 - PyTorch's own limit at this size
+        return "pytorch fails"
+    other: dict[str, Any] = {}
+    result = exported(other, folder / "model", folder / "onnx" / "model.onnx", time.perf_counter())
+    if result is None or other.get("export") != "ok":
+        return f"export: {other.get('export')}"[:300]
+    try:
+        made = [onnx_nb.generate(result, [p], max_new_tokens=NEW_TOKENS, num_beams=1).tokens[0] for p in prompts]
+        judged(other, result, made, want)
+    except Exception as exc:  # noqa: BLE001
+        return f"generate: {type(exc).__name__}: {first_line(exc)}"[:300]
+    return str(other["generate"]) if other["generate"] in ("same", "near-tie") else \
+        f"differs: {other.get('generate_note', '')}"[:300]
 
 
 def judged(row: dict[str, Any], result: Any, made: list[list[int]], want: list[list[int]]) -> None:
@@ -414,7 +470,11 @@ def uncached_ties(model: Any, prompts: list[list[int]], made: list[list[int]],
 
 
 def served(row: dict[str, Any]) -> bool:
-    return row.get("export") == "ok" and row.get("generate") in ("same", "near-tie")
+    """Exported and generating PyTorch's tokens, for each prompt alone and in one batch, and at the second size
+    where PyTorch runs there (rows swept before those checks: at the first size alone)."""
+    return (row.get("export") == "ok" and row.get("generate") in ("same", "near-tie")
+            and row.get("batch", "same") == "same"
+            and row.get("second_size", "same") in ("same", "near-tie", "pytorch fails"))
 
 
 def counted(row: dict[str, Any]) -> bool:
@@ -432,7 +492,8 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "registers for `AutoModelForCausalLM` at a tiny size from its own default config (2 layers, width 64, random "
         "weights), saves it as a folder and runs one default `onnx_nb.export(folder)`, then `onnx_nb.generate` "
         f"against PyTorch's greedy `generate()` ({NEW_TOKENS} new tokens for each of two prompts of different "
-        "lengths), then "
+        "lengths, alone and as one batch), the same again at a second size (3 layers, width 96, 6 heads: a type "
+        "counts as served when both sizes give PyTorch's tokens, or PyTorch itself fails at the second), then "
         "INT8 (`quantize()`) and INT4 (`quantize(method=\"int4\")`), each with its parity (left empty when the sweep "
         "ran with `--no-variants`). Types PyTorch itself cannot build or generate with at that size are listed but not "
         "counted (the shrink is generic: every per-layer list follows the layers kept, one of each kind of layer "
@@ -519,8 +580,11 @@ def _row(r: dict[str, Any]) -> str:
         return f"| {r['type']} | {r['class']} | – | – | – | – | {html.escape(why).replace('|', '/')} |"
     if r.get("export") != "ok":
         why = ": ".join(x for x in (r.get("export", "did not finish"), r.get("export_note")) if x)
-    elif not served(r):
+    elif r.get("generate") not in ("same", "near-tie"):
         why = r.get("generate_note") or r.get("generate", "")
+    elif not served(r):
+        why = (f"batched prompts {r['batch']}" if r.get("batch", "same") != "same"
+               else f"at the second size: {r.get('second_size')}")
     else:
         why = "; ".join(f"{k.upper()}: {r[k]}" for k in ("int8", "int4") if r.get(k) not in (None, "ok"))
     if r.get("routers_spread"):

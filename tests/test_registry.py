@@ -29,16 +29,40 @@ import seq2seq_sweep
 # and DeepSeek-V3.2 (sparse attention: an indexer's keys cached beside each layer's keys and values),
 # XLM-RoBERTa-XL (an encoder that fills the cache generate() hands it in place, returning none) and Inkling (its
 # attention output viewed at strides only torch's fused kernel gives: dynamo traces it with eager attention)
+# at the sweep's second size too (other widths, head counts and depth): sliding-window layers between global ones
+SECOND_SIZE = {"gemma3_text"}
 SUBSET = ["mixtral", "qwen2_moe", "bert", "megatron-bert", "openai-gpt", "blenderbot", "gemma3_text", "helium",
           "minimax", "inkling2_text", "gemma4", "deepseek_v32", "xlm-roberta-xl", "inkling_text"]
 
 
 @pytest.mark.parametrize("model_type", SUBSET)
 def test_registry_type_exports_and_generates_pytorchs_tokens(model_type: str, tmp_path: Path) -> None:
-    row = registry_sweep.one(model_type, registry_sweep.registry()[model_type], tmp_path / "model", variants=False)
+    row = registry_sweep.one(model_type, registry_sweep.registry()[model_type], tmp_path / "model", variants=False,
+                             second=model_type in SECOND_SIZE)
     assert row["pytorch"] == "ok", row
     assert row["export"] == "ok", row
     assert row["generate"] == "same", row
+    assert row["batch"] == "same", row  # the two prompts as one list: each its own tokens
+    if model_type in SECOND_SIZE:
+        assert row["second_size"] == "same", row
+
+
+def test_a_cache_of_linear_attention_layers_only(tmp_path: Path) -> None:
+    """LFM-3 of one layer: its cache holds linear-attention layers only, which cannot tell a sequence length, so the
+    model counts no positions from it; the export hands it positions as generate() does."""
+    import transformers
+
+    config = registry_sweep.tiny_config("lfm3", {**registry_sweep.TINY, "num_hidden_layers": 1})
+    torch.manual_seed(0)
+    model = transformers.Lfm3ForCausalLM(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "m", progress=False)
+    assert result, repr(result)
+    prompt = [5, 9, 14, 3]
+    with torch.no_grad():
+        ids = torch.tensor([prompt])
+        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False,
+                              eos_token_id=None)[0, len(prompt):].tolist()
+    assert onnx_nb.generate(result, [prompt], max_new_tokens=5, eos_token_id=-1).tokens == [want]
 
 
 def test_moe_file_runs_each_expert_on_its_own_tokens_only(tmp_path: Path) -> None:

@@ -120,9 +120,15 @@ class NoKeyValueCache(Exception):
 def layout_of(model: Any) -> CacheLayout:
     """Run the model once on one token with its cache on, and read the cache it returns (NoKeyValueCache when it
     is not per-layer keys and values)."""
+    from ..machinery.wrap import forward_parameters
+
     name = type(model).__name__
+    # positions given as generate() gives them: without, some models count them from the cache, which a cache of
+    # linear-attention layers only cannot say (LFM-3 of one layer)
+    positions = {"position_ids": torch.zeros(1, 1, dtype=torch.long)} \
+        if "position_ids" in forward_parameters(model) else {}
     with torch.no_grad():
-        out = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, return_dict=True)
+        out = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, return_dict=True, **positions)
     try:
         cache = cache_of(out)
     except KeyError as exc:
