@@ -521,3 +521,33 @@ def test_a_tower_block_named_twice_gives_one_deepstack_layer() -> None:
     with torch.device("meta"):
         model = transformers.Qwen3VLForConditionalGeneration(config)
     assert deepstack_layers(model) == 2
+
+
+def test_tiles_as_the_processor_gives_them(tmp_path: Path) -> None:
+    """SmolVLM's processor (Idefics3's alike) splits each picture into tiles and gives ``[batch, images, 3, H, W]``
+    with a pixel mask beside, a row with fewer tiles padded with all-zero images: generate() and transformers'
+    generate() over the files (greedy, 2 beams) take it as PyTorch does."""
+    import torch
+
+    model = build_vlm("smolvlm")
+    result = onnx_nb.export(model, out=tmp_path / "smolvlm", progress=False)
+    g = torch.Generator().manual_seed(1)
+    pixels = torch.randn(2, 5, 3, 32, 32, generator=g)
+    pixels[1, 3:] = 0  # the second prompt's picture has three tiles
+    pixel_mask = torch.ones(2, 5, 32, 32, dtype=torch.bool)
+    pixel_mask[1, 3:] = False
+    token, rows = result.image_token, 4  # 4 rows per tile: 16 patches, merged 2x2
+    first = [5, 6] + [token] * (rows * 5) + [7, 8, 9]
+    second = [5, 11] + [token] * (rows * 3) + [7, 8, 9]
+    ids = torch.tensor([first, [0] * (len(first) - len(second)) + second])
+    mask = (torch.arange(ids.shape[1]) >= len(first) - len(second)).long()[None].repeat(2, 1)
+    mask[0] = 1
+    given = {"input_ids": ids, "attention_mask": mask, "pixel_values": pixels, "pixel_attention_mask": pixel_mask}
+    with torch.no_grad():
+        want = model.generate(**given, max_new_tokens=NEW, do_sample=False)
+    made = onnx_nb.generate(result, {k: v.numpy() for k, v in given.items()}, max_new_tokens=NEW, eos_token_id=-1)
+    assert made.tokens == want[:, ids.shape[1]:].tolist()
+    wrapped = onnx_nb.to_transformers(result)
+    with torch.no_grad():
+        assert wrapped.generate(**given, max_new_tokens=NEW, do_sample=False, num_beams=2).tolist() == \
+            model.generate(**given, max_new_tokens=NEW, do_sample=False, num_beams=2).tolist()

@@ -273,6 +273,9 @@ def per_image(vision: Any, pixels: dict[str, Any], model: Any = None) -> list[An
                 "its size= or min_pixels=/max_pixels=), or export again from a sample at the size you use.")
     if GRID in fixed:
         return _grid_features(vision, pixels, fixed[GRID])
+    from .tiled import images_as_rows
+
+    pixels = images_as_rows(inputs, pixels)
     for i in inputs:
         shape = list(np.shape(pixels[i.name]))
         want = list(i.shape[1:])

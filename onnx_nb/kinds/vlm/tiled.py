@@ -1,5 +1,6 @@
 """Vision-language families that tile each image by its size (LLaVA-NeXT, LLaVA-NeXT-Video: "anyres"): one vision
-file for every image size.
+file for every image size; and the tiles Idefics3's and SmolVLM's processors give as ``[batch, images, ...]``, as the
+vision file's rows of one image (:func:`images_as_rows`).
 
 Their ``get_image_features`` counts an image's tiles from its ``image_sizes`` row, runs the tiles through the tower
 and projector, then packs the tiles' rows by that size (the grid of tiles arranged, the padding cropped away, a
@@ -178,3 +179,21 @@ def tiled_feeds(vision: Any, pixels: dict[str, Any], model: Any) -> list[dict[st
                                        "these images.")
         feeds.append({"pixel_values": values[k, :tiles], INDEX: index})
     return feeds
+
+
+def images_as_rows(inputs: list[Any], pixels: dict[str, Any]) -> dict[str, Any]:
+    """A processor's ``[batch, images, ...]`` (Idefics3 and SmolVLM split each picture into tiles, a row's images
+    side by side) as the vision file's rows of one image, ``[images, 1, ...]``; the images that are all zeros (the
+    processor's padding of a row with fewer) dropped as the model drops them. Other layouts as they are."""
+    import numpy as np
+
+    first = inputs[0]
+    given = np.shape(pixels.get(first.name))
+    if len(first.shape) != 5 or first.shape[1] != 1 or len(given) != 5 or given[1] == 1:
+        return pixels
+    flat = {i.name: np.asarray(pixels[i.name]).reshape(-1, 1, *np.shape(pixels[i.name])[2:])
+            for i in inputs if i.name in pixels}
+    values = flat[first.name]
+    real = np.asarray(values != 0).reshape(len(values), -1).any(axis=1)
+    real[0] = real[0] or not real.any()  # (every image padding: the model keeps the first)
+    return {**pixels, **{name: array[real] for name, array in flat.items()}}
