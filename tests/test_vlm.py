@@ -477,8 +477,9 @@ def test_the_pipeline_runs_every_step_on_a_vision_language_model(tmp_path: Path)
 # decoder keeps a sparse-attention indexer beside its latent key/value cache, which the chain check feeds empty;
 # GLM-OCR's tower normalises the query and key heads of its fused qkv projection, which transformers' export patch
 # for span attention leaves out (onnx-nb puts them back: its vision file takes every grid); HyperCLOVAX-Vision-2's
-# tower is its vision_model and a projector follows it, both in its every-grid file
-SWEPT = ["exaone4_5", "hy_v4_vl", "glm_ocr", "hyperclovax_vision_v2"]
+# tower is its vision_model and a projector follows it, both in its every-grid file; DeepSeek-VL's features come from
+# its inner model's get_image_features (the outer class has none)
+SWEPT = ["exaone4_5", "hy_v4_vl", "glm_ocr", "hyperclovax_vision_v2", "deepseek_vl"]
 EVERY_GRID = {"exaone4_5", "glm_ocr", "hyperclovax_vision_v2"}
 
 

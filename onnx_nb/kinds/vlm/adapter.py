@@ -259,9 +259,10 @@ def is_vlm(model: Any) -> bool:
     import inspect
 
     from .parts import image_token_of
+    from .prompts import image_features
 
     config = getattr(model, "config", None)
     return (getattr(config, "vision_config", None) is not None and image_token_of(config) is not None
-            and callable(getattr(model, "get_image_features", None))
+            and image_features(model) is not None
             and callable(getattr(model, "get_input_embeddings", None))
             and "inputs_embeds" in inspect.signature(model.forward).parameters)

@@ -20,7 +20,7 @@ from ...errors import InvalidArgumentError
 from ...runtime.facts import FIXED_INPUT, fixed_inputs
 from ...runtime.facts import IMAGE_GRID as GRID
 from ...runtime.shapes import SAMPLE_SIZES
-from .prompts import VisionPart, image_rows, prompt_sample, types_rule
+from .prompts import VisionPart, image_features, image_rows, prompt_sample, types_rule
 
 POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (grid.py)
 COLUMNS = 4
@@ -40,7 +40,7 @@ def image_token_of(config: Any) -> int | None:
 def takes_grid(model: Any) -> bool:
     """The family's images come as flat patches with their grid (Qwen2-VL, Qwen2.5-VL), its positions in three
     sections (temporal, height, width: multimodal rotary positions)."""
-    return GRID in inspect.signature(model.get_image_features).parameters and callable(
+    return GRID in inspect.signature(image_features(model)).parameters and callable(
         getattr(getattr(model, "model", model), "get_rope_index", None))
 
 
@@ -75,8 +75,8 @@ class ImageFeatures(VisionPart):
         # a fixed image size as Python ints: LLaVA-NeXT computes its tiles and unpadding from them
         fixed = {k: v.tolist() if k == "image_sizes" else v for k, v in self.fixed.items()}
         given = {"pixel_attention_mask": pixel_attention_mask, "image_sizes": image_sizes, **fixed}
-        out = self.model.get_image_features(pixel_values=pixel_values,
-                                            **{k: v for k, v in given.items() if v is not None}, return_dict=True)
+        out = image_features(self.model)(pixel_values=pixel_values,
+                                          **{k: v for k, v in given.items() if v is not None}, return_dict=True)
         return {"image_features": image_rows(out)}
 
 
@@ -145,7 +145,7 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
     size = int(size[0] if isinstance(size, (list, tuple)) else size)
     channels = int(getattr(vision, "num_channels", 3) or 3)
     g = torch.Generator().manual_seed(seed)
-    takes = inspect.signature(model.get_image_features).parameters
+    takes = inspect.signature(image_features(model)).parameters
     sample: dict[str, torch.Tensor] = {}
     if GRID in takes:  # flat patches, channels x temporal x patch x patch each, in rows of the merge
         patch, merge = int(vision.patch_size), int(vision.spatial_merge_size)
@@ -172,7 +172,7 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
 def fixed_names(model: Any) -> tuple[str, ...]:
     """The image inputs whose values shape the tower's work, traced as constants: Qwen-VL's grid, the image size of
     LLaVA-NeXT's tiling (its tile count and unpadding follow the values)."""
-    takes = inspect.signature(model.get_image_features).parameters
+    takes = inspect.signature(image_features(model)).parameters
     return tuple(n for n in (GRID, "image_sizes") if n in takes and (
         n == GRID or getattr(model.config, "image_grid_pinpoints", None)))
 

@@ -107,3 +107,12 @@ def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
     one): within a thousandth of their largest value. The files are judged by the export's checks."""
     return got.shape == want.shape and float((got - want).abs().max()) <= 1e-3 * float(want.abs().max()) + 1e-6
 
+
+def image_features(model: Any) -> Any:
+    """The model's ``get_image_features``, or its inner model's where the outer class does not pass it on
+    (DeepSeek-VL, Janus, PerceptionLM); None when neither has one."""
+    for owner in (model, getattr(model, "model", None)):
+        found = getattr(owner, "get_image_features", None)
+        if callable(found):
+            return found
+    return None

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ...runtime.facts import SIZED_BY
-from .prompts import VisionPart, gives
+from .prompts import VisionPart, gives, image_features
 
 SIZES = "image_sizes"
 
@@ -40,7 +40,7 @@ class SizedImageFeatures(VisionPart):
         from .prompts import image_rows
 
         sizes = [(pixel_values.shape[-2], pixel_values.shape[-1])]
-        out = self.model.get_image_features(pixel_values=pixel_values, image_sizes=sizes, return_dict=True)
+        out = image_features(self.model)(pixel_values=pixel_values, image_sizes=sizes, return_dict=True)
         return {"image_features": image_rows(out)}
 
     def other_sample(self) -> dict[str, torch.Tensor]:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ...runtime.facts import SIZED_BY, TILED
-from .prompts import VisionPart, gives
+from .prompts import VisionPart, gives, image_features
 
 SIZES, INDEX = "image_sizes", "pack_index"
 # model -> (height, width) -> its tile count and pack index (images repeat their sizes; forgotten with the model)
@@ -97,7 +97,7 @@ class TiledImageFeatures(VisionPart):
         # on the instance, dropped after (the class's method is left as it is)
         with lent([(inner, "pack_image_features", flat)]), \
                 patch_attribute(namespace, "image_size_to_num_patches", lambda _original: lambda **_: tiles):
-            out = self.model.get_image_features(pixel_values=pixel_values, image_sizes=[(self.side, self.side)],
+            out = image_features(self.model)(pixel_values=pixel_values, image_sizes=[(self.side, self.side)],
                                                 return_dict=True)
         return {"image_features": feature_rows(out.pooler_output)[pack_index]}
 
