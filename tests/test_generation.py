@@ -245,6 +245,15 @@ def test_generation_latency(exports: dict[str, onnx_nb.ExportResult]) -> None:
         assert row.peak_mb is not None, row.variant
         assert row.peak_mb * 2**20 >= (weights if row.backend.startswith("torch") else held), (row.variant, row.peak_mb)
     assert "peak_mb" in repr(table) and "peak_mb" in table.to_pandas().columns
+    # a variant's rows name their parent's and are marked (never the best) where no faster than them
+    int8 = onnx_nb.quantize(result, method="dynamic", out=Path(result.path).with_name("llama.int8.onnx"),
+                            overwrite=True)
+    table = onnx_nb.benchmark([result, int8], reference=result, providers="cpu", shapes=[{"past": 24}], runs=5,
+                              warmup=1, progress=False)
+    parent = next(r for r in table.rows if r.variant == "fp32")
+    child = next(r for r in table.rows if r.variant == int8.name)
+    assert child.parent == "fp32" and child.slower == (child.p50_ms >= parent.p50_ms), (child, parent)
+    assert ("slower than its parent fp32" in child.note) == child.slower
     with pytest.raises(onnx_nb.InvalidArgumentError, match="'prompt': N"):
         onnx_nb.benchmark(result, shapes=[{"batch": 2}], progress=False)
 

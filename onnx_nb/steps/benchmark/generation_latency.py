@@ -211,7 +211,9 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
              "needed at its peak (weights, session, activations and, for decode rows, the cache of that many "
              "tokens).", *timing.notes]
     described(entries, rows)
-    return summarize(rows, {}, notes)
+    from .benchmarking import lineage  # a variant's rows name their parent's, and are marked when slower
+
+    return summarize(rows, {}, notes, lineage(entries, rows))
 
 
 class DecoderTiming:
