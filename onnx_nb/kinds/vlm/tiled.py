@@ -188,12 +188,12 @@ def images_as_rows(inputs: list[Any], pixels: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     first = inputs[0]
-    given = np.shape(pixels.get(first.name))
+    given = np.shape(pixels[first.name]) if first.name in pixels else ()
     if len(first.shape) != 5 or first.shape[1] != 1 or len(given) != 5 or given[1] == 1:
         return pixels
     flat = {i.name: np.asarray(pixels[i.name]).reshape(-1, 1, *np.shape(pixels[i.name])[2:])
             for i in inputs if i.name in pixels}
     values = flat[first.name]
-    real = np.asarray(values != 0).reshape(len(values), -1).any(axis=1)
-    real[0] = real[0] or not real.any()  # (every image padding: the model keeps the first)
+    real: np.ndarray = np.not_equal(values, 0).reshape(len(values), -1).any(axis=1)
+    real[0] = bool(real[0]) or not real.any()  # (every image padding: the model keeps the first)
     return {**pixels, **{name: array[real] for name, array in flat.items()}}
