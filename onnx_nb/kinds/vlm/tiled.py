@@ -188,7 +188,7 @@ def images_as_rows(inputs: list[Any], pixels: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     first = inputs[0]
-    given = np.shape(pixels[first.name]) if first.name in pixels else ()
+    given: tuple[int, ...] = tuple(np.shape(pixels[first.name])) if first.name in pixels else ()
     if len(first.shape) != 5 or first.shape[1] != 1 or len(given) != 5 or given[1] == 1:
         return pixels
     flat = {i.name: np.asarray(pixels[i.name]).reshape(-1, 1, *np.shape(pixels[i.name])[2:])
