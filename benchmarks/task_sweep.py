@@ -37,6 +37,10 @@ TASKS = {
     "question-answering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
     "token-classification": "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
     "text-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    "depth-estimation": "MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES",
+    "semantic-segmentation": "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",
+    "object-detection": "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",
+    "zero-shot-image-classification": "MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",
 }
 # the names a vision encoder gives its stages (one entry per stage): their count is kept, each stage one block deep
 STAGE_LISTS = ("depths", "hidden_sizes")
@@ -86,11 +90,24 @@ def tiny_config(model_type: str, sizes: dict[str, int]) -> Any:
 
 
 def runs_plainly(model: Any) -> bool:
-    """Whether a text model runs on the plainest input (one row of token ids ending with its end-of-sequence token,
-    where encoder-decoder classifiers pool) or the model is not a text model: a model that refuses even that fails at
-    this size whatever onnx-nb's sample holds."""
+    """Whether a model runs on the plainest input (a text model: one row of token ids ending with its end-of-sequence
+    token, where encoder-decoder classifiers pool; an image model: random pixels at its own image size), or it takes
+    something else: a model that refuses even that fails at this size whatever onnx-nb's sample holds (a backbone
+    whose neck reads layers the shrink removed)."""
     import torch
 
+    if getattr(model, "main_input_name", "input_ids") == "pixel_values":  # random pixels at its own image size
+        vision = getattr(model.config, "vision_config", None) or getattr(model.config, "backbone_config", None) \
+            or model.config
+        side = getattr(model.config, "image_size", None) or getattr(vision, "image_size", None) or IMAGE_SIDE
+        side = int(side[0] if isinstance(side, (list, tuple)) else side)
+        channels = int(getattr(vision, "num_channels", 3) or 3)
+        try:
+            with torch.no_grad():
+                model(pixel_values=torch.randn(1, channels, side, side))
+            return True
+        except Exception:  # noqa: BLE001 - the answer, not a crash
+            return False
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
         return True
     ids = torch.arange(3, 10).reshape(1, 7)

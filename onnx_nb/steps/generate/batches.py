@@ -3,8 +3,8 @@
 Left padding is how a batch of prompts usually runs (the mask hides the padding, positions count the mask). Some
 models do not follow the mask there: Blenderbot, Marian, Pegasus and BigBird-Pegasus as causal LMs take their
 positions from the past length, so a left-padded row is shifted; a recurrent state (RWKV, Mamba) reads the padding.
-Which kind a file is, the file says: its logits for the shortest prompt, alone and left-padded to the longest, are
-compared once per runner (:func:`pads_safely`). A file that changes them runs one batch per prompt length, the
+Which kind a file is, the file says: its logits for the shortest prompt, alone and left-padded beside the longest,
+are compared once per runner (:func:`pads_safely`). A file that changes them runs one batch per prompt length, the
 batches in lockstep (one step of each per new token), so streaming, the generation rules and the stopping rows stay
 those of one batch, and the result says how the prompts ran (``GenerationResult.batching``).
 """
@@ -34,9 +34,9 @@ def pads_safely(decoder: Any, prompts: list[list[int]], pad: int) -> bool:
     known = getattr(decoder, "left_padding_safe", None)
     if known is not None:
         return bool(known)
-    short, width = min(prompts, key=len), max(len(p) for p in prompts)
-    alone = _last_logits(decoder, [short], pad, width=len(short))
-    padded = _last_logits(decoder, [short], pad, width=width)
+    short, longest = min(prompts, key=len), max(prompts, key=len)
+    alone = _last_logits(decoder, [short], pad)[0]
+    padded = _last_logits(decoder, [short, longest], pad)[0]  # as the batch pads it, beside its longest row
     scale = max(1.0, float(np.abs(alone).max()))
     safe = bool(np.isfinite(padded).all() and float(np.abs(padded - alone).max()) <= 1e-3 * scale)
     try:
@@ -46,14 +46,10 @@ def pads_safely(decoder: Any, prompts: list[list[int]], pad: int) -> bool:
     return safe
 
 
-def _last_logits(decoder: Any, prompts: list[list[int]], pad: int, width: int) -> np.ndarray:
-    """The last position's logits of ``prompts`` left-padded to ``width`` tokens, from an empty cache."""
+def _last_logits(decoder: Any, prompts: list[list[int]], pad: int) -> np.ndarray:
+    """The last position's logits of ``prompts`` as one left-padded batch, from an empty cache."""
     ids, mask = left_pad(prompts, pad)
-    extra = width - ids.shape[1]
-    if extra:
-        ids = np.concatenate([np.full((len(prompts), extra), pad, np.int64), ids], axis=1)
-        mask = np.concatenate([np.zeros((len(prompts), extra), np.int64), mask], axis=1)
-    logits, _ = decoder.step(ids, mask, decoder.empty_cache(len(prompts), capacity=width), keep=True)
+    logits, _ = decoder.step(ids, mask, decoder.empty_cache(len(prompts), capacity=ids.shape[1]), keep=True)
     return np.asarray(logits[:, -1, :], np.float64)
 
 
