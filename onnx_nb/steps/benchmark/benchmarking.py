@@ -18,7 +18,7 @@ from ...runtime.isolation import honours_isolate
 from ...runtime.onnxfile import file_bytes
 from ...runtime.timing import Clock
 from .backends import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
-from .measuring import described, measure, remeasure
+from .measuring import described, lineage, measure, remeasure
 
 KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the re-measure
 
@@ -244,40 +244,6 @@ def _table_notes(entries: list[tuple[str, Any, Path]], load: float | None) -> li
     for name, _obj, path in entries:  # an INT8 file made for another kind of CPU says so
         notes += [f"{name}: {note}" for note in file_notes(load_proto(path))]
     return notes
-
-
-def lineage(entries: list[tuple[str, Any, Path]], rows: list[LatencyRow]) -> dict[str, str]:
-    """Each row's parent (the entry whose file its variant was made from, when benchmarked too) set on the row;
-    returns what is known of why a variant may be slower than its parent (variant name -> reason)."""
-    from ...runtime.cpu import this_cpu
-
-    by_path = {_resolved(path): name for name, _obj, path in entries}
-    parents, why, failed = {}, {}, set()
-    for name, obj, _path in entries:
-        if getattr(obj, "parity", None) is not None and not obj:  # a variant whose own parity check failed
-            failed.add(name)
-        parent = getattr(obj, "parent", None)
-        if parent is not None and _resolved(Path(parent)) in by_path:
-            parents[name] = by_path[_resolved(Path(parent))]
-        recipe = getattr(obj, "recipe", None) or {}
-        if recipe.get("method") in ("dynamic", "static"):
-            cpu = this_cpu()
-            why[name] = (f"INT8 products on {cpu.kernel} take 16-bit steps (no VNNI here)" if cpu.saturates else
-                         "the INT8 products do not outweigh quantizing the activations at this size"
-                         if recipe["method"] == "dynamic" else "")
-    for row in rows:
-        row.parent = parents.get(row.variant, row.parent)
-        if row.variant in failed and not row.failed_parity:
-            row.failed_parity = True
-            row.note = f"its file failed its parity check: timed, never the one to pick. {row.note}".strip()
-    return why
-
-
-def _resolved(path: Path) -> Path:
-    try:
-        return Path(path).resolve()
-    except OSError:
-        return Path(path)
 
 
 def _on_cluster(on: Any, entries: list[tuple[str, Any, Path]], backends: list[tuple[str, str | None, str]],

@@ -159,7 +159,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
     cache layout the export recorded (read from the model again only when the model came without its export)."""
     from ...progress import Steps
     from ...results.latency import LatencyRow, summarize
-    from .measuring import described, measure, remeasure
+    from .measuring import described, lineage, measure, remeasure
 
     specs = list(shapes) if shapes not in (None, "sample", "auto") else list(DEFAULT_GENERATION_SHAPES)
     for spec in specs:
@@ -211,8 +211,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
              "needed at its peak (weights, session, activations and, for decode rows, the cache of that many "
              "tokens).", *timing.notes]
     described(entries, rows)
-    from .benchmarking import lineage  # a variant's rows name their parent's, and are marked when slower
-
+    # a variant's rows name their parent's, and are marked when slower
     return summarize(rows, {}, notes, lineage(entries, rows))
 
 

@@ -1,6 +1,6 @@
 """One latency row, measured the same way for every backend and family (benchmark() and the generation rows): a
 first call, warm-up, timed calls, peak memory, PyTorch's threads set for torch rows, and a brief re-measure of every
-row at the end that flags rows timed while the machine was busy."""
+row at the end that flags rows timed while the machine was busy; which row a variant's parent is (its lineage)."""
 
 from __future__ import annotations
 
@@ -132,3 +132,37 @@ def described(entries: list[tuple[str, Any, Path]], rows: list[LatencyRow]) -> N
     for row in rows:
         if row.variant in about:
             row.size_mb, row.cosine, row.top1 = about[row.variant]
+
+
+def lineage(entries: list[tuple[str, Any, Path]], rows: list[LatencyRow]) -> dict[str, str]:
+    """Each row's parent (the entry whose file its variant was made from, when benchmarked too) set on the row;
+    returns what is known of why a variant may be slower than its parent (variant name -> reason)."""
+    from ...runtime.cpu import this_cpu
+
+    by_path = {_resolved(path): name for name, _obj, path in entries}
+    parents, why, failed = {}, {}, set()
+    for name, obj, _path in entries:
+        if getattr(obj, "parity", None) is not None and not obj:  # a variant whose own parity check failed
+            failed.add(name)
+        parent = getattr(obj, "parent", None)
+        if parent is not None and _resolved(Path(parent)) in by_path:
+            parents[name] = by_path[_resolved(Path(parent))]
+        recipe = getattr(obj, "recipe", None) or {}
+        if recipe.get("method") in ("dynamic", "static"):
+            cpu = this_cpu()
+            why[name] = (f"INT8 products on {cpu.kernel} take 16-bit steps (no VNNI here)" if cpu.saturates else
+                         "the INT8 products do not outweigh quantizing the activations at this size"
+                         if recipe["method"] == "dynamic" else "")
+    for row in rows:
+        row.parent = parents.get(row.variant, row.parent)
+        if row.variant in failed and not row.failed_parity:
+            row.failed_parity = True
+            row.note = f"its file failed its parity check: timed, never the one to pick. {row.note}".strip()
+    return why
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return Path(path).resolve()
+    except OSError:
+        return Path(path)
