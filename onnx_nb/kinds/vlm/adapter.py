@@ -154,7 +154,6 @@ class VlmAdapter(HfAdapter):
         return {**part.parts, name: here, "role": name, "image_token": token, "model": model}
 
 
-
 def chain_files(obj: Any, path: Path | None = None) -> dict[str, Any]:
     """The files the chain shape runs for ``obj`` (an export, its part or a variant; ``path`` in that part's place):
     its adapter's ``step_files``, which is what made the registry choose this shape."""
@@ -163,6 +162,7 @@ def chain_files(obj: Any, path: Path | None = None) -> dict[str, Any]:
     files = adapter_of(obj).step_files(obj, path=path)
     assert files is not None  # the shape "chain" is its adapter answering step_files
     return files
+
 
 def images_taken(vision: Any) -> str:
     """Which images a vision file takes (:attr:`~.result.VlmExport.image_sizes`), from the module it was

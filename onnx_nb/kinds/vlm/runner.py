@@ -21,6 +21,10 @@ class VlmDecoder(OnnxDecoder):
     """:class:`OnnxDecoder` over ``decoder.onnx``, its tokens embedded by ``embed.onnx`` with the features of the
     images given to :meth:`set_images` (used by the next step, the prompt's)."""
 
+    # its rows, each with its images, run as one left-padded batch: the images' rows follow the prompts' order, and
+    # a text-only probe (generate()'s batches.pads_safely) would run the chain without them
+    left_padding_safe = True
+
     def __init__(self, files: dict[str, Any], provider: str = "CPUExecutionProvider", **options: Any) -> None:
         """``files``: the adapter's ``step_files`` (the ``vision``, ``embed`` and ``decoder`` paths, the
         ``image_token``)."""

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...steps.generate.batches import PADDED
 from ...steps.generate.hf_model import OnnxCache, OnnxForCausalLM, OnnxLMOutput
 
 
@@ -21,10 +20,6 @@ class OnnxForImageTextToText(OnnxForCausalLM):
     (Qwen-VL's pixels are rows of patches, which a per-row repeat would scramble)."""
 
     encoded = False  # the images of the coming prompt were encoded by _expand_inputs_for_generation
-
-    def row_groups(self, prompts: list[list[int]], pad: int) -> tuple[list[list[int]], str]:
-        """A chain of files runs its rows, each with its images, as one left-padded batch."""
-        return [list(range(len(prompts)))], PADDED
 
     def _expand_inputs_for_generation(self, expand_size: int = 1, is_encoder_decoder: bool = False,
                                       input_ids: torch.Tensor | None = None, **model_kwargs: Any) -> Any:

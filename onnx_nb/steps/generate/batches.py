@@ -39,10 +39,7 @@ def pads_safely(decoder: Any, prompts: list[list[int]], pad: int) -> bool:
     padded = _last_logits(decoder, [short, longest], pad)[0]  # as the batch pads it, beside its longest row
     scale = max(1.0, float(np.abs(alone).max()))
     safe = bool(np.isfinite(padded).all() and float(np.abs(padded - alone).max()) <= 1e-3 * scale)
-    try:
-        decoder.left_padding_safe = safe
-    except AttributeError:  # a runner with slots: asked again next time
-        pass
+    decoder.left_padding_safe = safe
     return safe
 
 
@@ -96,11 +93,10 @@ class Batch:
 
 def decoder_loop(decoder: Any, prompts: list[list[int]], max_new_tokens: int, rules: Any, eos_set: set[int],
                  pad: int, tokenizer: Any, stream: Any, choose: Callable[[np.ndarray], np.ndarray],
-                 groups: list[list[int]] | None = None, batching: str = PADDED) -> GenerationResult:
-    """The loop of a decoder (or a chain of files run as one): each batch of ``groups`` (default: every row in one
-    left-padded batch) steps once per new token with its cache kept, the generation config's rules applied to its
-    logits and ``choose`` picking its tokens; rows stop at EOS, the loop when every row has."""
-    groups = groups or [list(range(len(prompts)))]
+                 groups: list[list[int]], batching: str) -> GenerationResult:
+    """The loop of a decoder (or a chain of files run as one): each batch of ``groups`` (:func:`groups_for`, which
+    says how they were formed: ``batching``) steps once per new token with its cache kept, the generation config's
+    rules applied to its logits and ``choose`` picking its tokens; rows stop at EOS, the loop when every row has."""
     batches = [Batch(decoder, [prompts[r] for r in rows], rows, pad, max_new_tokens, rules.active)
                for rows in groups]
     done = [False] * len(prompts)

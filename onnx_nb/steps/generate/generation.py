@@ -22,7 +22,7 @@ import numpy as np
 from ...errors import InvalidArgumentError
 from ...results.generation import GenerationResult
 from ...runtime.facts import DECODER_START
-from .batches import PADDED, decoder_loop, groups_for
+from .batches import decoder_loop, groups_for
 from .rules import generation_config_of, rules_for
 from .runners import OnnxDecoder, SharedBufferDecoder, decoder_for, last_runner, left_pad, prompt_ids
 from .sampling import pick
@@ -135,8 +135,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
                     pick=lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng))
     decoder = own or last_runner(path, named, io_binding, threads, runtime)
     prompts = prompt_ids(inputs, getattr(tokenizer, "tokenizer", tokenizer))
-    # a chain of files (images per row) runs its rows as one batch; a decoder file is asked whether it pads safely
-    groups, batching = groups_for(decoder, prompts, pad) if own is None else (None, PADDED)
+    groups, batching = groups_for(decoder, prompts, pad)
     return decoder_loop(decoder, prompts, max_new_tokens, rules, eos_set, pad, tokenizer, stream,
                         lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng), groups, batching)
 
