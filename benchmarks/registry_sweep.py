@@ -218,6 +218,35 @@ def set_ints(target: Any, sizes: dict[str, int]) -> None:
                 pass
 
 
+def chain_generated(row: dict[str, Any], result: Any, cases: list[Any], run: Any, started: float) -> dict[str, Any]:
+    """Each case (its inputs, then PyTorch's tokens last) through ``run(*inputs)`` (``onnx_nb.generate``'s tokens),
+    judged into ``row`` against PyTorch's; the row, its time set."""
+    from onnx_nb.errors import first_line
+
+    try:
+        judged(row, result, [run(*case[:-1]) for case in cases], [case[-1] for case in cases])
+    except Exception as exc:  # noqa: BLE001 - a row, not a crash
+        row["generate"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def chain_main(script: str, doc: str, path: Path, types: Any, one: Any, what: str) -> None:
+    """A chain kind's sweep (vision-language models, speech LLMs) from the command line: ``--one TYPE`` runs
+    ``one(type, class, folder)`` and prints its row, else every type of ``types()`` in a process of its own into
+    ``path``, then how many are served of those PyTorch builds and generates ``what`` (from an image, a clip)."""
+    parser = parser_for(doc, 240, variants=False)
+    parser.add_argument("--json", default=str(path))
+    args = parser.parse_args()
+    if args.one:
+        print("ROW " + json.dumps(one(args.one, types()[args.one], Path(args.folder))))
+        return
+    rows = run_rows(script, types(), Path(args.json), args.only, args.again, args.timeout, [])
+    base = [r for r in rows if counted(r)]
+    print(f"served: {sum(served(r) for r in base)} of {len(base)} that PyTorch builds and generates {what} "
+          f"({len(rows)} swept)")
+
+
 def parser_for(doc: str, timeout: int, variants: bool = True) -> argparse.ArgumentParser:
     """The options every sweep takes (``--only``, ``--timeout``, ``--again``, ``--no-variants`` where it has
     variants) and the hidden ones its child process is run with (``--one TYPE --folder F``)."""
@@ -438,7 +467,8 @@ def exported(row: dict[str, Any], folder: Any, out: Path, started: float, sample
     row["exporter"] = getattr(result, "exporter", None)
     row["export"] = "ok" if result else f"check {getattr(result, 'status', 'failed')}"
     if not result:  # the check's own words: what differed, and where
-        row["export_note"] = result.check_text()[:300]
+        said = getattr(result, "check_text", None)  # (files chained: the chain's own summary)
+        row["export_note"] = (said() if said else str(getattr(result, "chain", {}).get("summary", "")))[:300]
     return result
 
 
@@ -521,6 +551,7 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
               "", "## Speech-to-text models", "",
               *seq2seq_section(ROOT / "benchmarks" / "results" / "speech_sweep.json", speech=True)]
     lines += ["", "## Vision-language models", "", *vlm_section(ROOT / "benchmarks" / "results" / "vlm_sweep.json")]
+    lines += ["", "## Speech LLMs", "", *speech_llm_section(ROOT / "benchmarks" / "results" / "speech_llm_sweep.json")]
     import task_sweep  # the encoder tasks' and timm's sweeps (each imports this module: imported here, not above)
     import timm_sweep
 
@@ -596,7 +627,6 @@ def _row(r: dict[str, Any]) -> str:
 
 def vlm_section(path: Path) -> list[str]:
     """The vision-language models' part of the page, from ``benchmarks/vlm_sweep.py``'s rows."""
-    import html
 
     found = swept(path)
     if found is None:
@@ -626,6 +656,42 @@ def vlm_section(path: Path) -> list[str]:
         "| type | class | export | images | generate | the image changes the tokens | what stopped it |",
         "|---|---|---|---|---|---|---|",
     ]
+    return [*lines, *media_rows(rows, "images", "image_changes_tokens"), ""]
+
+
+def speech_llm_section(path: Path) -> list[str]:
+    """The speech LLMs' part of the page, from ``benchmarks/speech_llm_sweep.py``'s rows."""
+
+    found = swept(path)
+    if found is None:
+        return ["Not swept yet: run `benchmarks/speech_llm_sweep.py`.", ""]
+    rows, meta, base, good = found
+    lines = [
+        "`benchmarks/speech_llm_sweep.py` builds every model type transformers registers whose default config is a "
+        "speech LLM (an audio tower filling a causal LM's audio tokens, no vision tower) the same way (the text part "
+        "as above; the audio tower 2 layers, width 32), makes two clips of noise (3.1 s and 1.4 s) through the "
+        "family's feature extractor and prompts holding each clip's count of audio tokens, runs PyTorch's greedy "
+        "`generate()`, then one default `onnx_nb.export(folder)` (audio, embed and decoder files) and "
+        "`onnx_nb.generate(result, inputs)` on the same inputs. A type built but not driven from a clip by onnx-nb's "
+        "sample maker is counted, its export refused. [Speech LLMs](guides/speech-llm.md) says how each family is "
+        "served. *audio file*: its status and exporter.",
+        "",
+        f"Swept {meta['date']} on transformers {meta['transformers']}: **{good} of the {base} speech LLMs that "
+        f"PyTorch builds export with one default call and generate PyTorch's tokens from clips of their own "
+        f"lengths**; {len(rows)} types registered.",
+        "",
+        "| type | class | export | audio file | generate | the clip changes the tokens | what stopped it |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    return [*lines, *media_rows(rows, "audio_file", "audio_changes_tokens"), ""]
+
+
+def media_rows(rows: list[dict[str, Any]], column: str, changes: str) -> list[str]:
+    """A chain's table rows (vision-language models, speech LLMs): ``column`` what its tower's file takes,
+    ``changes`` whether its image or clip changes the tokens."""
+    import html
+
+    lines = []
     for r in sorted(rows, key=lambda r: (not counted(r), not served(r), r["type"])):
         if not counted(r):
             why = f"PyTorch {r.get('pytorch', 'did not finish')}"
@@ -633,10 +699,10 @@ def vlm_section(path: Path) -> list[str]:
             continue
         why = "" if served(r) else (r.get("export") if r.get("export") != "ok" else
                                      r.get("generate_note") or r.get("generate", ""))
-        changes = "yes" if r.get("image_changes_tokens") else "no"
-        lines.append(f"| {r['type']} | {r['class']} | {_cell(r.get('export'))} | {r.get('images', '')} | "
-                     f"{_cell(r.get('generate'))} | {changes} | {html.escape(str(why or '')).replace('|', '/')} |")
-    return [*lines, ""]
+        said = "yes" if r.get(changes) else ("no" if changes in r else "")
+        lines.append(f"| {r['type']} | {r['class']} | {_cell(r.get('export'))} | {r.get(column, '')} | "
+                     f"{_cell(r.get('generate'))} | {said} | {html.escape(str(why or '')).replace('|', '/')} |")
+    return lines
 
 
 def _cell(value: Any) -> str:

@@ -15,7 +15,6 @@ supported-architectures page beside the causal LMs.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -134,7 +133,6 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     import transformers
 
     import onnx_nb
-    from onnx_nb.errors import first_line
     from onnx_nb.kinds.vlm.parts import features_of, image_token_of, pixel_sample
     from onnx_nb.kinds.vlm.prompts import prompt_sample
 
@@ -179,28 +177,13 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     if result is None:
         return row
     row["images"] = result.image_sizes  # which images its vision file takes
-    try:
-        made = [onnx_nb.generate(result, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()},
-                                 max_new_tokens=NEW_TOKENS, num_beams=1).tokens[0]
-                for ids, pixels, _ in cases]
-        registry_sweep.judged(row, result, made, [c[2] for c in cases])
-    except Exception as exc:  # noqa: BLE001
-        row["generate"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
-    row["seconds"] = round(time.perf_counter() - started, 1)
-    return row
+    return registry_sweep.chain_generated(row, result, cases, lambda ids, pixels: onnx_nb.generate(
+        result, ids.tolist(), images={k: v.numpy() for k, v in pixels.items()}, max_new_tokens=NEW_TOKENS,
+        num_beams=1).tokens[0], started)
 
 
 def main() -> None:
-    parser = registry_sweep.parser_for(__doc__, 240, variants=False)
-    parser.add_argument("--json", default=str(JSON))
-    args = parser.parse_args()
-    if args.one:
-        print("ROW " + json.dumps(one(args.one, registry()[args.one], Path(args.folder))))
-        return
-    rows = registry_sweep.run_rows(__file__, registry(), Path(args.json), args.only, args.again, args.timeout, [])
-    base = [r for r in rows if registry_sweep.counted(r)]
-    print(f"served: {sum(registry_sweep.served(r) for r in base)} of {len(base)} that PyTorch builds and generates "
-          f"from an image ({len(rows)} swept)")
+    registry_sweep.chain_main(__file__, __doc__, JSON, registry, one, "from an image")
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ _LAZY = {
     "SamParity": ("onnx_nb.kinds.sam.result", "SamParity"),
     "PartsExport": ("onnx_nb.results.parts", "PartsExport"),
     "VlmExport": ("onnx_nb.kinds.vlm.result", "VlmExport"),
+    "SpeechLlmExport": ("onnx_nb.kinds.speech_llm.result", "SpeechLlmExport"),
     "to_transformers": ("onnx_nb.steps.generate.transformers_api", "to_transformers"),
     "summary": ("onnx_nb.steps.inspect.structure", "summary"),
     "compare": ("onnx_nb.steps.inspect.comparing", "compare"),
@@ -127,6 +128,7 @@ __all__ = [
     "SamParity",
     "SampleError",
     "ShapeMismatch",
+    "SpeechLlmExport",
     "Studio",
     "Tolerance",
     "ToleranceExceeded",
@@ -171,6 +173,7 @@ if TYPE_CHECKING:
     from .kinds.diffusion.result import DiffusionExport, DiffusionParity
     from .kinds.sam.parity import check_sam
     from .kinds.sam.result import SamExport, SamParity
+    from .kinds.speech_llm.result import SpeechLlmExport
     from .kinds.vlm.result import VlmExport
     from .results.export import ExportResult, ModelSource
     from .results.generation import GenerationResult

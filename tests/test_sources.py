@@ -143,8 +143,13 @@ def test_the_table_recognises_each_kind_and_records_it(tmp_path: Path, gpt2_expo
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(config))
         assert resolve(tmp_path / name).key == key, name
-    with pytest.raises(onnx_nb.ExportError, match="VoxtralForConditionalGeneration is a speech LLM"):
-        onnx_nb.export(tmp_path / "voxtral", out=tmp_path / "v.onnx", progress=False)
+    voxtral = transformers.VoxtralForConditionalGeneration(transformers.VoxtralConfig(
+        text_config={"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                     "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": 64},
+        audio_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}))
+    assert resolve(voxtral).key == "speech-llm"
+    with pytest.raises(onnx_nb.ExportError, match="names no audio token"):  # the default config's
+        onnx_nb.export(voxtral, out=tmp_path / "v", progress=False)
     result = onnx_nb.export(bert, out=tmp_path / "b.onnx", progress=False)
     assert (result.source.adapter, result.source.generation, result.source.eager) == ("hf", None, True)
     assert adapter_of(result).key == "hf" and adapter_of(str(result.path)).key == "onnx"

@@ -1,16 +1,20 @@
-"""A speech LLM (Voxtral, Granite Speech, Qwen2-Audio, Audio Flamingo 3, OmniASR, ...): an audio tower whose
+"""A speech LLM (Voxtral, Granite Speech, Audio Flamingo 3, Qwen3-ASR, GLM-ASR, OmniASR, ...): an audio tower whose
 features take the place of the audio tokens in a causal LM's prompt. Recognised from its config and class (an object,
-a folder or a hub id) and refused in its own words: onnx-nb writes no file of this shape yet, and a file of the
-model's forward on text alone would leave the audio tower out while reporting "ok"."""
+a folder or a hub id) and written as three files, ``audio``, ``embed`` and ``decoder`` (:mod:`.parts`), the decoder
+through the causal-LM route with its cache and embeddings in place of token ids; the result is a
+:class:`~.result.SpeechLlmExport`, and ``onnx_nb.generate(result, processor_output)`` runs the chain."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+import time
+from typing import Any, ClassVar
 
-from ...steps.export.adapters.base import is_torch_module
+from ...errors import InvalidArgumentError
+from ...steps.export.adapters.base import is_torch_module, require_float32_cpu
 from ...steps.export.args import ExportArgs
 from ..hf.adapter import HfAdapter, location_config
+from ..vlm.adapter import VlmAdapter
 
 AUDIO_TOKENS = ("audio_token_id", "audio_token_index")
 AUDIO_TOWERS = ("audio_config", "encoder_config", "audio_encoder_config")  # the audio tower's config
@@ -35,9 +39,24 @@ def is_speech_llm(config: dict[str, Any], class_name: str, main_input: str | Non
     return token or task_from_class_name(class_name, config.get("model_type")) == "automatic-speech-recognition"
 
 
-class SpeechLlmAdapter(HfAdapter):
+class SpeechLlmAdapter(VlmAdapter):
+    """The vision-language route's three files with the audio tower in the vision tower's place: ``audio``,
+    ``embed``, ``decoder``, generated as an ``"audio chain"``."""
+
     key = "speech-llm"
     what = "a speech LLM"
+    instead = ("; its three parts get their own samples and axes. Quantize a part afterwards: "
+               "quantize(speech.parts['decoder'], method='int4').")
+    takes: ClassVar[frozenset[str]] = frozenset({"opset"})
+    chained: ClassVar[tuple[str, ...]] = ("audio", "embed", "decoder")
+    token_key = "audio_token"
+    shape = "audio chain"
+
+    @staticmethod
+    def token_of(config: Any) -> int | None:
+        from .parts import audio_token_of
+
+        return audio_token_of(config)
 
     @staticmethod
     def recognises(model: Any, args: ExportArgs) -> bool:
@@ -52,12 +71,69 @@ class SpeechLlmAdapter(HfAdapter):
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ...errors import ExportError
+        from ...steps.export.machinery.staged import write_parts
+        from ...steps.export.machinery.wrap import eval_mode
+        from ...steps.export.machinery.writing import folder_for
+        from ..vlm.adapter import vision_or_embed
+        from .parts import PARTS, audio_token_of, parts
+        from .result import SpeechLlmExport
 
-        name = (next(iter(location_config(model).get("architectures") or []), str(model))
-                if isinstance(model, (str, os.PathLike)) else type(model).__name__)
-        raise ExportError(
-            f"{name} is a speech LLM: an audio tower whose features take the place of the audio tokens in a causal "
-            "LM's prompt. onnx-nb exports encoder-decoder speech models (Whisper, Moonshine, Speech2Text, "
-            "SeamlessM4T) and CTC models; this shape is not supported yet, and a file of its forward on text alone "
-            "would leave the audio tower out. For the text decoder alone, export its language model "
-            "(model.language_model, or model.model.language_model) as a causal LM.")
+        record = cls.open(model, ExportArgs())  # loaded (a folder, a hub id) or wrapped, its processor too
+        speech = record.model
+        first = next(speech.parameters())
+        require_float32_cpu(first.dtype, first.device, "The model", "model", "speech.parts['audio']")
+        token = audio_token_of(speech.config)
+        if token is None:
+            raise ExportError(
+                f"{type(speech).__name__}'s config names no audio token (audio_token_id): the speech LLM route "
+                "places the audio tower's rows at that token. Set model.config.audio_token_id to the id its "
+                "processor puts in the prompt for each audio row, then export again.")
+        record.name, folder = folder_for(model, args)
+        with eval_mode(speech):
+            record.cache_layout, record.generation = cls.decoder_layout(speech), "decoder"
+
+            def export_part(module: Any, sample: Any, **settings: Any) -> Any:
+                if settings["name"] != "decoder":
+                    return vision_or_embed(module, sample, settings)
+                return cls.export_decoder(record, settings)
+
+            try:
+                built = {**parts(speech, record.preprocessor), "decoder": (None, None, None)}
+            except InvalidArgumentError as why:  # a family this route does not take (its features need the prompt)
+                raise ExportError(str(why)) from None
+            folder, files, seconds = write_parts(PARTS, lambda: built, record.name, folder,
+                                                 args.overwrite, args.progress, args.opset, export_part)
+        result = SpeechLlmExport(folder, files, speech, seconds, audio_token=token)
+        for name in ("audio", "decoder"):  # each knows the files it runs with: its variants are judged on the chain
+            files[name].parts = {other: files[other].path for other in PARTS if other != name}
+        files["audio"].source.adapter = cls.key
+        started = time.perf_counter()
+        result.chain = check_audio_chain(result)
+        result.export_seconds += time.perf_counter() - started
+        return result
+
+
+def check_audio_chain(result: Any) -> dict[str, Any]:
+    """The three files chained in ONNX Runtime (a clip per prompt through the audio file, the embed file, the
+    decoder's prefill) against the model's own forward with the audio, two prompts in a batch."""
+    import torch
+
+    from ..vlm.adapter import chain_files, judged_chain
+    from ..vlm.prompts import prompt_sample
+    from .parts import audio_sample, features_of
+    from .runner import SpeechDecoder
+
+    model = result.model
+    audio = audio_sample(model, clips=2, seed=3, processor=result.preprocessor)
+    rows = features_of(model, audio).shape[0]
+    ids = prompt_sample(result.audio_token, rows, 2, int(model.get_input_embeddings().num_embeddings), seed=3)
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=torch.ones_like(ids), **audio, return_dict=True).logits
+    given = {k: v.numpy() for k, v in audio.items()}
+
+    def run() -> Any:
+        runner = SpeechDecoder(chain_files(result))
+        runner.set_images(given)
+        return runner.step(ids.numpy(), torch.ones_like(ids).numpy(), runner.empty_cache(ids.shape[0]))[0]
+
+    return judged_chain(ids.numpy(), result.audio_token, want.float().numpy(), "audio clip", run)

@@ -56,7 +56,6 @@ class VlmAdapter(HfAdapter):
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ...errors import ExportError
-        from ...steps.export.caches.decoder import NoKeyValueCache, layout_of
         from ...steps.export.machinery.staged import write_parts
         from ...steps.export.machinery.wrap import eval_mode
         from ...steps.export.machinery.writing import folder_for
@@ -79,17 +78,7 @@ class VlmAdapter(HfAdapter):
         token = image_token_of(vlm.config)
         assert token is not None
         with eval_mode(vlm):
-            try:
-                layout = layout_of(vlm)
-                if layout.states:  # the causal-LM route carries those, one token at a time; not this one yet
-                    raise NoKeyValueCache(f"{type(vlm).__name__} keeps linear-attention or SSM states in its cache")
-            except NoKeyValueCache as why:
-                raise ExportError(
-                    f"{why}: the vision-language route runs its decoder part step by step with one key and one "
-                    "value per layer, and cannot carry this model's cache yet (linear-attention, SSM or "
-                    "convolution states). Not supported for now; the families this route serves are listed in "
-                    "docs/supported-architectures.md.") from None
-            layout.embeds = int(vlm.get_input_embeddings().embedding_dim)
+            layout = cls.decoder_layout(vlm)
             layout.token_types = takes_token_types(vlm)
             layout.sections = 3 if takes_grid(vlm) else 0
             layout.deepstack = deepstack_layers(vlm)
@@ -113,6 +102,26 @@ class VlmAdapter(HfAdapter):
         return result
 
     @classmethod
+    def decoder_layout(cls, model: Any) -> Any:
+        """The decoder part's cache layout, fed embeddings (``embeds`` wide); refused, saying why, for a cache this
+        route cannot carry step by step."""
+        from ...errors import ExportError
+        from ...steps.export.caches.decoder import NoKeyValueCache, layout_of
+
+        try:
+            layout = layout_of(model)
+            if layout.states:  # the causal-LM route carries those, one token at a time; not this one yet
+                raise NoKeyValueCache(f"{type(model).__name__} keeps linear-attention or SSM states in its cache")
+        except NoKeyValueCache as why:
+            raise ExportError(
+                f"{why}: {cls.what}'s route runs its decoder part step by step with one key and one value per "
+                "layer, and cannot carry this model's cache yet (linear-attention, SSM or convolution states). Not "
+                "supported for now; the families this route serves are listed in "
+                "docs/supported-architectures.md.") from None
+        layout.embeds = int(model.get_input_embeddings().embedding_dim)
+        return layout
+
+    @classmethod
     def export_decoder(cls, record: Any, settings: dict[str, Any]) -> Any:
         """The decoder part through the causal-LM route (dynamo first, its check at another batch and cache
         length), fed embeddings."""
@@ -127,31 +136,42 @@ class VlmAdapter(HfAdapter):
     # --- what later steps ask -----------------------------------------------------------------------------------
     reload = Adapter.reload  # the model itself: a result from another session exports again (no reload from a folder)
 
+    # the files chained to generate, the token their tower's rows go to, the registry's shape that runs them
+    chained: ClassVar[tuple[str, ...]] = ("vision", "embed", "decoder")
+    token_key = "image_token"
+    shape = "chain"
+
+    @staticmethod
+    def token_of(config: Any) -> int | None:
+        from .parts import image_token_of
+
+        return image_token_of(config)
+
     @classmethod
     def step_files(cls, result: Any, path: Path | None = None) -> dict[str, Any] | None:
-        """What :func:`onnx_nb.generate` and generation parity chain for this export (the whole, its vision or
-        decoder part, or a variant of either: ``path`` in that part's place): the vision, embed and decoder files,
-        the image token their features go to and the model (:class:`~.runner.VlmDecoder`)."""
+        """What :func:`onnx_nb.generate` and generation parity chain for this export (the whole, its tower or
+        decoder part, or a variant of either: ``path`` in that part's place): the tower, embed and decoder files
+        (``chained``), the token their features go to, the model (:class:`~.runner.VlmDecoder`) and the registry's
+        ``shape`` that runs them."""
         from ...results.export import export_of
-        from .parts import PARTS, image_token_of
+        from ...results.parts import PartsExport
         from .prompts import VisionPart
-        from .result import VlmExport
 
-        if isinstance(result, VlmExport):  # the whole: its decoder part's file
+        if isinstance(result, PartsExport):  # the whole: its decoder part's file
             result = result.parts["decoder"]
         part = export_of(result)
-        role = set(PARTS) - set(part.parts) if part is not None else set()
+        role = set(cls.chained) - set(part.parts) if part is not None else set()
         if part is None or len(role) != 1:
             return None
         model = part.source.model
-        if isinstance(model, VisionPart):  # the vision part's module: the model is inside
+        if isinstance(model, VisionPart):  # the tower part's module: the model is inside
             model = model.model
-        token = image_token_of(model.config) if model is not None else None
+        token = cls.token_of(model.config) if model is not None else None
         if token is None:
             return None
         here = Path(path if path is not None else getattr(result, "path", part.path))
         name = role.pop()
-        return {**part.parts, name: here, "role": name, "image_token": token, "model": model}
+        return {**part.parts, name: here, "role": name, cls.token_key: token, "model": model, "shape": cls.shape}
 
 
 def chain_files(obj: Any, path: Path | None = None) -> dict[str, Any]:
@@ -190,7 +210,8 @@ def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
     fallback = getattr(module, "fallback", None)
     if fallback is None:
         return plain(module, sample, **settings)
-    kind = "grid" if IMAGE_GRID in fallback[1] or hasattr(module, "other_grid") else "image size"
+    kind = getattr(module, "varies", None) or (
+        "grid" if IMAGE_GRID in fallback[1] or hasattr(module, "other_grid") else "image size")
     try:
         done = plain(module, sample, **settings)
         if done.status == "verified":
@@ -200,8 +221,8 @@ def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:
         why = f"{type(exc).__name__}: {first_line(exc)[:200]}"
     fixed, pixels, axes = fallback
     done = plain(fixed, pixels, **{**settings, "dynamic": axes})
-    done.warnings.append(f"The vision file is traced at the sample's {kind} only: the file for every {kind} "
-                         f"failed ({why}).")
+    done.warnings.append(f"The {settings['name']} file is traced at the sample's {kind} only: the file for every "
+                         f"{kind} failed ({why}).")
     return done
 
 
@@ -212,10 +233,8 @@ def check_chain(result: Any) -> dict[str, Any]:
     """The three files chained in ONNX Runtime (vision, embed, the decoder's prefill) against the
     model's own forward with pixels, on a prompt of two images' tokens in a batch of two, judged as every export's
     check is."""
-    import numpy as np
     import torch
 
-    from ...results.tolerance import EXPORT_CHECK, measure
     from .parts import chain_logits, features_of, pixel_sample
     from .prompts import prompt_extras, prompt_sample
 
@@ -223,33 +242,45 @@ def check_chain(result: Any) -> dict[str, Any]:
     pixels = pixel_sample(model, images=2, seed=3)
     rows = features_of(model, pixels).shape[0]
     ids = prompt_sample(result.image_token, rows, 2, int(model.get_input_embeddings().num_embeddings), seed=3)
-    mask = torch.ones_like(ids)
     extra = prompt_extras(model, ids, result.image_token)
     with torch.no_grad():
-        want = model(input_ids=ids, attention_mask=mask, **pixels, **extra, return_dict=True).logits.float().numpy()
+        want = model(input_ids=ids, attention_mask=torch.ones_like(ids), **pixels, **extra,
+                     return_dict=True).logits.float().numpy()
+    return judged_chain(ids.numpy(), result.image_token, want, "image", lambda: chain_logits(
+        Path(result.folder), {k: v.numpy() for k, v in pixels.items()}, ids.numpy(), result.image_token, model))
+
+
+def judged_chain(ids: Any, token: int, want: Any, media: str, run: Any) -> dict[str, Any]:
+    """The chain's logits (``run()``) against the model's (``want``) for two prompts with one ``media`` (image,
+    audio clip) each, at every text position and at most :data:`IMAGE_ROWS_CHECKED` of the ``token`` positions,
+    judged as every export's check is."""
+    import numpy as np
+
+    from ...results.tolerance import EXPORT_CHECK, measure
+
+    rows = int((ids == token).sum())
     try:
-        got = chain_logits(Path(result.folder), {k: v.numpy() for k, v in pixels.items()}, ids.numpy(),
-                           result.image_token, model)
+        got = run()
     except Exception as exc:  # noqa: BLE001 - the files do not run together: the export failed its check
         from ...errors import first_line
 
         said = f"ONNX Runtime cannot run the three files together: {type(exc).__name__}: {first_line(exc)[:300]}"
-        return {"passed": False, "max_abs_diff": float("nan"), "images": 2, "image_tokens": int(rows),
+        return {"passed": False, "max_abs_diff": float("nan"), "prompts": 2, "media_tokens": rows,
                 "error": said, "summary": said}
-    # every text position (each reads the image rows before it) and at most IMAGE_ROWS_CHECKED image positions:
+    # every text position (each reads the media rows before it) and at most IMAGE_ROWS_CHECKED media positions:
     # the logits of a long image (LLaVA-OneVision's tiles: 1485 rows) over a large vocabulary would be gigabytes
-    image = (ids[0] == result.image_token).numpy()
-    kept = np.flatnonzero(~image).tolist() + np.flatnonzero(image)[
-        np.unique(np.linspace(0, max(int(image.sum()) - 1, 0), IMAGE_ROWS_CHECKED).astype(int))].tolist()
+    media_at = ids[0] == token
+    kept = np.flatnonzero(~media_at).tolist() + np.flatnonzero(media_at)[
+        np.unique(np.linspace(0, max(int(media_at.sum()) - 1, 0), IMAGE_ROWS_CHECKED).astype(int))].tolist()
     kept = sorted(set(kept))
     want, got = want[:, kept], np.asarray(got, np.float32)[:, kept]
     stats, errors = measure(got, want, "logits")
     verdict = errors.judge(EXPORT_CHECK)
     worst = float(stats["max_abs"] or 0.0)
-    return {"passed": bool(verdict["passed"]), "max_abs_diff": worst, "images": 2, "image_tokens": int(rows),
+    return {"passed": bool(verdict["passed"]), "max_abs_diff": worst, "prompts": 2, "media_tokens": rows,
             "positions": len(kept),
-            "summary": f"logits of 2 prompts with an image each at {len(kept)} positions (every text one, image ones "
-                       f"evenly spaced): max abs diff {worst:.3g}"
+            "summary": f"logits of 2 prompts with an {media} each at {len(kept)} positions (every text one, "
+                       f"{media} ones evenly spaced): max abs diff {worst:.3g}"
                        + (f" ({verdict['note']})" if verdict["note"] else "")}
 
 

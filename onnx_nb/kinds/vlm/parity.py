@@ -19,23 +19,35 @@ class VlmChain:
     """Two prompts of the model's own image-token count, each with its image, and the files that run them."""
 
     beams = False  # transformers' beam search over the chain is checked by tests, not in every variant's parity
+    tower, token_key, media = "vision", "image_token", "image"  # a speech LLM's chain: its audio file, a clip
 
     def __init__(self, model: Any, files: dict[str, Any], max_new_tokens: int) -> None:
-        from .parts import features_of, pixel_sample
         from .prompts import prompt_sample
 
         self.model, self.files, self.new = model, files, max_new_tokens
-        self.token = int(files["image_token"])
-        self.pixels = [pixel_sample(model, 1, seed=seed) for seed in (1, 2)]
-        rows = features_of(model, self.pixels[0]).shape[0]
+        self.token = int(files[self.token_key])
+        self.pixels = [self.sample(model, seed) for seed in (1, 2)]  # each prompt's image (clip)
+        rows = self.rows(model, self.pixels[0])
         vocab = int(model.get_input_embeddings().num_embeddings)
         self.prompts = [prompt_sample(self.token, rows, 1, vocab, seed=seed)[0].tolist() for seed in (1, 2)]
         self.pad = getattr(model.config.get_text_config(), "pad_token_id", None) or 0
-        self.labels = [f"prompt {i} ({len(p)} tokens, an image)" for i, p in enumerate(self.prompts)]
-        self.first_step = "prefill (with the image)"
-        others = " and ".join(f"the {p} file" for p in ("vision", "embed", "decoder") if p != files["role"])
-        self.describe = (f"{len(self.prompts)} prompts with an image each ({rows} image tokens), through "
-                         f"{others} and this {files['role']} file")
+        self.labels = [f"prompt {i} ({len(p)} tokens, one {self.media})" for i, p in enumerate(self.prompts)]
+        self.first_step = f"prefill (with the {self.media})"
+        others = " and ".join(f"the {p} file" for p in (self.tower, "embed", "decoder") if p != files["role"])
+        self.describe = (f"{len(self.prompts)} prompts with one {self.media} each ({rows} {self.tower} tokens), "
+                         f"through {others} and this {files['role']} file")
+
+    @staticmethod
+    def sample(model: Any, seed: int) -> dict[str, torch.Tensor]:
+        from .parts import pixel_sample
+
+        return pixel_sample(model, 1, seed=seed)
+
+    @staticmethod
+    def rows(model: Any, sample: dict[str, torch.Tensor]) -> int:
+        from .parts import features_of
+
+        return int(features_of(model, sample).shape[0])
 
     @classmethod
     def of_export(cls, export: Any, model: Any, path: Path, prompts: Any, max_new_tokens: int) -> VlmChain:
@@ -62,11 +74,15 @@ class VlmChain:
         return out
 
     def _runner(self, provider: str, index: int) -> Any:
-        from .runner import VlmDecoder
-
-        runner = VlmDecoder(self.files, provider)
+        runner = self.runner_class()(self.files, provider)
         runner.set_images({k: v.numpy() for k, v in self.pixels[index].items()})
         return runner
+
+    @staticmethod
+    def runner_class() -> Any:
+        from .runner import VlmDecoder
+
+        return VlmDecoder
 
     def _steps(self, provider: str, index: int, tokens: list[int]) -> list[np.ndarray]:
         """The chain's last-position logits after the prompt, then after each of ``tokens``."""

@@ -185,16 +185,19 @@ def features_of(model: Any, pixels: dict[str, torch.Tensor]) -> torch.Tensor:
         return out
 
 
-def check_counts(input_ids: Any, image_token: int, features: int) -> None:
-    """A prompt's image tokens against the images' feature rows: refused, saying both counts, when they differ."""
+def check_counts(input_ids: Any, image_token: int, features: int, media: str = "image") -> None:
+    """A prompt's image (``media``) tokens against the images' feature rows: refused, saying both counts, when they
+    differ."""
     import numpy as np
 
     tokens = int((np.asarray(input_ids) == image_token).sum())
     if tokens != features:
+        given = "images" if media == "image" else media
         raise InvalidArgumentError(
-            f"The prompts hold {tokens} image tokens (id {image_token}) and the images give {features} feature rows: "
-            "they must match. Make the prompts with the model's processor (processor(text=..., images=...) expands "
-            "each image placeholder to the family's count), or put that many image tokens in the token ids.")
+            f"The prompts hold {tokens} {media} tokens (id {image_token}) and the {given} give {features} feature "
+            f"rows: they must match. Make the prompts with the model's processor (processor(text=..., {given}=...) "
+            f"expands each {media} placeholder to the family's count), or put that many {media} tokens in the token "
+            "ids.")
 
 
 def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
@@ -353,8 +356,9 @@ def token_feed(embed: Any, ids: Any, features: Any, positions: Any) -> dict[str,
     three position sections from their text ``positions`` (Qwen-VL)."""
     import numpy as np
 
-    given = {"input_ids": ids.astype(np.int64), "image_features": features, "text_position_ids": positions}
     inputs = {i.name: i for i in embed.get_inputs()}
+    rows = list(inputs)[1]  # image_features (an audio file's embed: audio_features)
+    given = {"input_ids": ids.astype(np.int64), rows: features, "text_position_ids": positions}
     if POSITIONS in inputs:  # a grid family's rows carry their position columns last (with_positions): its own input
         packed = features.shape[-1] != inputs["image_features"].shape[-1]
         given["image_features"] = features[:, :-COLUMNS] if packed else features

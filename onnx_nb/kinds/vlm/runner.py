@@ -24,6 +24,8 @@ class VlmDecoder(OnnxDecoder):
     # its rows, each with its images, run as one left-padded batch: the images' rows follow the prompts' order, and
     # a text-only probe (generate()'s batches.pads_safely) would run the chain without them
     left_padding_safe = True
+    tower, token_key = "vision", "image_token"  # the step_files entries of its tower's file and its token
+    media = "image"
 
     def __init__(self, files: dict[str, Any], provider: str = "CPUExecutionProvider", **options: Any) -> None:
         """``files``: the adapter's ``step_files`` (the ``vision``, ``embed`` and ``decoder`` paths, the
@@ -32,9 +34,9 @@ class VlmDecoder(OnnxDecoder):
 
         super().__init__(Path(files["decoder"]), provider, **options)
         options.pop("io_binding", None)
-        self.vision = session(Path(files["vision"]), provider, **options)
+        self.vision = session(Path(files[self.tower]), provider, **options)
         self.embed = session(Path(files["embed"]), provider, **options)
-        image_token = int(files["image_token"])
+        image_token = int(files[self.token_key])
         self.image_token = image_token
         derived = grid_derived(self.vision)  # computed from the images' grids here, which come with them
         packing, size = tiled(self.vision), sized_by(self.vision)  # the pack index: computed from the sizes here
@@ -65,14 +67,20 @@ class VlmDecoder(OnnxDecoder):
             return
         missing = [n for n in self.vision_inputs if n not in pixels]
         if missing:
-            raise InvalidArgumentError(f"The images lack {', '.join(missing)}, which this model's vision encoder "
-                                       f"takes ({', '.join(self.vision_inputs)}): pass the processor's whole output.")
+            raise InvalidArgumentError(f"The {self.tower} inputs lack {', '.join(missing)}, which this model's "
+                                       f"{self.tower} file takes ({', '.join(self.vision_inputs)}): pass the "
+                                       "processor's whole output.")
+        started = time.perf_counter()
+        self.pending = self.encode(pixels)
+        self.vision_ms = (time.perf_counter() - started) * 1e3
+
+    def encode(self, pixels: dict[str, np.ndarray]) -> np.ndarray:
+        """The feature rows of every image, one after another (with their position columns, Qwen-VL)."""
         from .parts import per_image, with_positions
 
-        started = time.perf_counter()
         images = per_image(self.vision, pixels, self.model)
-        self.pending = with_positions(self.embed, images, pixels, self.model, self.image_token)
-        self.vision_ms = (time.perf_counter() - started) * 1e3
+        out: np.ndarray = with_positions(self.embed, images, pixels, self.model, self.image_token)
+        return out
 
     def token_feed(self, ids: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
         from .parts import check_counts, token_feed
@@ -81,7 +89,7 @@ class VlmDecoder(OnnxDecoder):
         if features is None:  # a decode step, or a prompt without images: every token is text
             features = np.zeros((0, self.features_width), np.float32)
         else:
-            check_counts(ids, self.image_token, int(features.shape[0]))
+            check_counts(ids, self.image_token, int(features.shape[0]), self.media)
         self.pending = None
         feed = token_feed(self.embed, ids, features, positions)
         if "position_ids" in feed:  # sections: the prompt's numbered by its images, later steps shifted as much

@@ -24,22 +24,11 @@ class ChainStep:
     file and the decoder after ``past`` cached ones."""
 
     def __init__(self, files: dict[str, Any], provider: str, length: int, past: int, threads: int | None) -> None:
-        from ...runtime.facts import IMAGE_GRID, fixed_inputs
-        from ...runtime.feeds import graph_sample
-        from .parts import PARTS, pixel_sample
-        from .runner import VlmDecoder
-
-        runner = VlmDecoder(files, provider, threads=threads, level="all", map_weights=False)
-        self.floor_bytes = sum(file_bytes(files[part]) for part in PARTS)  # the weights of the three files
+        runner = self.runner_class()(files, provider, threads=threads, level="all", map_weights=False)
+        # the weights of the three files
+        self.floor_bytes = sum(file_bytes(files[part]) for part in (runner.tower, "embed", "decoder"))
         rng = np.random.default_rng(0)
-        self.pixels, _ = graph_sample(Path(files["vision"]), 0)  # one image, in the shapes the vision file fixes
-        takes_model = IMAGE_GRID in runner.vision_inputs or "image_sizes" in runner.vision_inputs
-        if takes_model and files.get("model") is not None:  # patches and their grid, an image and its size
-            self.pixels = {k: v.numpy() for k, v in pixel_sample(files["model"]).items()}
-        if "image_sizes" in self.pixels:  # the image's size beside its pixels (Pixtral's towers)
-            self.pixels["image_sizes"] = np.array([self.pixels["pixel_values"].shape[-2:]], np.int64)
-        for name, values in fixed_inputs(runner.vision).items():  # the values it was traced at
-            self.pixels[name] = np.array([values], np.int64)
+        self.pixels = self.media(files, runner)
         runner.set_images(self.pixels)
         self.image_tokens = int(runner.pending.shape[0]) if runner.pending is not None else 0
         if past:
@@ -57,6 +46,30 @@ class ChainStep:
         self.options = {"graph_level": "all", "intra_op_threads": threads_shown(threads),
                         "step": "vision + embed + decoder prefill" if not past else "embed + decoder, cache kept"}
 
+    @staticmethod
+    def runner_class() -> Any:
+        from .runner import VlmDecoder
+
+        return VlmDecoder
+
+    @staticmethod
+    def media(files: dict[str, Any], runner: Any) -> dict[str, np.ndarray]:
+        """One image in the shapes the vision file fixes (patches and their grid, an image and its size, from the
+        model where the file takes those)."""
+        from ...runtime.facts import IMAGE_GRID, fixed_inputs
+        from ...runtime.feeds import graph_sample
+        from .parts import pixel_sample
+
+        pixels, _ = graph_sample(Path(files["vision"]), 0)
+        takes_model = IMAGE_GRID in runner.vision_inputs or "image_sizes" in runner.vision_inputs
+        if takes_model and files.get("model") is not None:
+            pixels = {k: v.numpy() for k, v in pixel_sample(files["model"]).items()}
+        if "image_sizes" in pixels:  # the image's size beside its pixels (Pixtral's towers)
+            pixels["image_sizes"] = np.array([pixels["pixel_values"].shape[-2:]], np.int64)
+        for name, values in fixed_inputs(runner.vision).items():  # the values it was traced at
+            pixels[name] = np.array([values], np.int64)
+        return pixels
+
     def __call__(self) -> None:
         if not self.past:
             self.runner.set_images(self.pixels)  # the image's encoding is part of the time to first token
@@ -69,13 +82,9 @@ class TorchImagePrefill:
 
     def __init__(self, model: Any, length: int, threads: int | None) -> None:
         from ...runtime.memory import weight_bytes
-        from .parts import features_of, image_token_of, pixel_sample
         from .prompts import prompt_extras
 
-        token = image_token_of(model.config)
-        assert token is not None
-        self.pixels = pixel_sample(model)
-        rows = features_of(model, self.pixels).shape[0]
+        token, self.pixels, rows = self.media(model)
         vocab = int(model.get_input_embeddings().num_embeddings)
         g = torch.Generator().manual_seed(0)
         text = torch.randint(3, max(min(vocab, token), 4), (1, length), generator=g)
@@ -85,6 +94,16 @@ class TorchImagePrefill:
         self.options = {"mode": "eager, inference_mode", "threads": threads_for(threads) or torch.get_num_threads(),
                         "cache": "on"}
         self.held_bytes = weight_bytes(model)
+
+    @staticmethod
+    def media(model: Any) -> tuple[int, dict[str, torch.Tensor], int]:
+        """The image token, one image's pixels and its count of feature rows."""
+        from .parts import features_of, image_token_of, pixel_sample
+
+        token = image_token_of(model.config)
+        assert token is not None
+        pixels = pixel_sample(model)
+        return token, pixels, int(features_of(model, pixels).shape[0])
 
     def __call__(self) -> None:
         with torch.inference_mode():
@@ -104,17 +123,20 @@ class ChainTiming(DecoderTiming):
     def tag(length: int, past: int) -> str:
         return f"prefill: an image + {length} text tokens" if not past else DecoderTiming.tag(length, past)
 
-    @staticmethod
-    def torch(model: Any, length: int, past: int, cache: bool, threads: int | None, layout: Any) -> Any:
+    steps: tuple[Any, Any] = (ChainStep, TorchImagePrefill)  # the chain's step and PyTorch's prefill
+
+    @classmethod
+    def torch(cls, model: Any, length: int, past: int, cache: bool, threads: int | None, layout: Any) -> Any:
         if past:
             return DecoderTiming.torch(model, length, past, cache, threads, layout)
-        return partial(TorchImagePrefill, model, length, threads)
+        return partial(cls.steps[1], model, length, threads)
 
-    @staticmethod
-    def onnx(obj: Any, path: Any, provider: str, length: int, past: int, threads: int | None, vocab: int) -> Any:
+    @classmethod
+    def onnx(cls, obj: Any, path: Any, provider: str, length: int, past: int, threads: int | None,
+             vocab: int) -> Any:
         from ...steps.export.adapters.registry import adapter_of
 
         files = adapter_of(obj).step_files(obj) if not isinstance(obj, (str, Path)) else None
         if not files:  # a file alone beside the chain: timed as a decoder's
             return DecoderTiming.onnx(obj, path, provider, length, past, threads, vocab)
-        return partial(ChainStep, files, provider, length, past, threads)
+        return partial(cls.steps[0], files, provider, length, past, threads)

@@ -52,16 +52,22 @@ class OnnxForImageTextToText(OnnxForCausalLM):
                 image_grid_thw: torch.Tensor | None = None, mm_token_type_ids: torch.Tensor | None = None,
                 **kwargs: Any) -> OnnxLMOutput:
         """``token_type_ids`` and ``mm_token_type_ids``: the embed file makes them from the image tokens."""
-        decoder = self.steps.decoder
         given = {"pixel_values": pixel_values, "pixel_attention_mask": pixel_attention_mask,
                  "image_sizes": image_sizes, "image_grid_thw": image_grid_thw}
-        pixels = {n: v.cpu().numpy() for n, v in given.items() if v is not None and n in decoder.vision_inputs}
+        return self.chain_forward(given, input_ids, attention_mask, cache, max_length, **kwargs)
+
+    def chain_forward(self, given: dict[str, torch.Tensor | None], input_ids: torch.Tensor,
+                      attention_mask: torch.Tensor | None, cache: OnnxCache | None, max_length: int | None,
+                      **kwargs: Any) -> OnnxLMOutput:
+        """A step of the chain: the first one's tower inputs (``given``, by name) through the tower file."""
+        decoder = self.steps.decoder
+        media = {n: v.cpu().numpy() for n, v in given.items() if v is not None and n in decoder.vision_inputs}
         if cache is None and not self.encoded:
-            decoder.set_images(pixels or None)
+            decoder.set_images(media or None)
         self.encoded = False
         out = super().forward(input_ids, attention_mask, cache, max_length, **kwargs)
         if cache is None:
-            self.step_ms[-1] += decoder.vision_ms  # time to first token: the image encoding too
+            self.step_ms[-1] += decoder.vision_ms  # time to first token: the image (audio) encoding too
         return out
 
 
@@ -69,9 +75,15 @@ def transformers_model(model: Any, config: Any, path: Path, provider: str, threa
                        io_binding: bool | None) -> Any:
     """The export's vision, embed and decoder files as one transformers model: the chain shape's answer to
     :func:`onnx_nb.to_transformers`."""
-    from .adapter import chain_files
     from .runner import VlmDecoder
 
+    return chained_model(OnnxForImageTextToText, VlmDecoder, model, config, provider, threads)
+
+
+def chained_model(wrapper: Any, runner: Any, model: Any, config: Any, provider: str, threads: int | None) -> Any:
+    """``wrapper`` (a transformers model class over a chain) over ``runner`` (its step runner class) on the export's
+    files."""
+    from .adapter import chain_files
+
     files = chain_files(model)
-    decoder = VlmDecoder(files, provider, threads=threads)
-    return OnnxForImageTextToText(config, Path(files["decoder"]), provider, decoder)
+    return wrapper(config, Path(files["decoder"]), provider, runner(files, provider, threads=threads))

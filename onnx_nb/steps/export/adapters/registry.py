@@ -104,17 +104,18 @@ def adapter_of(obj: Any) -> type[Adapter]:
 
 def generation_of(obj: Any, path: Any = None) -> str | None:
     """How ``obj`` (an export, a variant, a source record or an ``.onnx`` path; ``path``: another file in the
-    result's place) generates, asked once here: ``"chain"`` (several files run together: its adapter's
-    ``step_files``), ``"seq2seq"`` (an encoder-decoder's decoder file with cross-attention caches), ``"decoder"``
-    (one file with its cache), or None (one forward; a decoder's whole-sequence file generates as a decoder does).
-    Parity, generate and the benchmark run such a model as :data:`SHAPES` says for this answer
-    (:func:`shape_of`), so a new kind that generates in one of these shapes changes none of them."""
+    result's place) generates, asked once here: ``"chain"`` or ``"audio chain"`` (several files run together: its
+    adapter's ``step_files``, which names the shape), ``"seq2seq"`` (an encoder-decoder's decoder file with
+    cross-attention caches), ``"decoder"`` (one file with its cache), or None (one forward; a decoder's whole-sequence
+    file generates as a decoder does). Parity, generate and the benchmark run such a model as :data:`SHAPES` says for
+    this answer (:func:`shape_of`), so a new kind that generates in one of these shapes changes none of them."""
     from ....runtime.facts import file_facts
 
     if getattr(obj, "adapter", None) is not None and not hasattr(obj, "path"):  # a source record, mid-export
         return str(obj.generation) if obj.generation else None
-    if not isinstance(obj, (str, os.PathLike)) and adapter_of(obj).step_files(obj, path=path) is not None:
-        return "chain"
+    files = adapter_of(obj).step_files(obj, path=path) if not isinstance(obj, (str, os.PathLike)) else None
+    if files is not None:  # the shape its files run in (a chain of files, its tower's rows at image or audio tokens)
+        return str(files.get("shape", "chain"))
     return file_facts(path if path is not None else getattr(obj, "path", obj)).generation
 
 
@@ -165,6 +166,11 @@ SHAPES: dict[str, GenerationShape] = {
                              wrapper="onnx_nb.kinds.vlm.transformers_model:transformers_model",
                              timing="onnx_nb.kinds.vlm.timing:ChainTiming",
                              runner="onnx_nb.kinds.vlm.runner:step_runner"),
+    # a speech LLM's audio, embed and decoder files, run together as the vision-language chain with audio
+    "audio chain": GenerationShape(parity="onnx_nb.kinds.speech_llm.parity:AudioChain.of_export",
+                                   wrapper="onnx_nb.kinds.speech_llm.transformers_model:transformers_model",
+                                   timing="onnx_nb.kinds.speech_llm.timing:AudioChainTiming",
+                                   runner="onnx_nb.kinds.speech_llm.runner:step_runner"),
 }
 
 

@@ -1,0 +1,110 @@
+"""Speech LLMs as one kind (kinds/speech_llm): a tiny random Audio Flamingo 3 (a Whisper-like audio tower whose rows,
+masked by each clip's length, fill a Qwen2 decoder's audio tokens) exported as audio, embed and decoder files, the
+chain checked against the model's forward, then fed what its processor gives for clips of other lengths than the
+export's: onnx_nb.generate (two clips as one batch), to_transformers' generate() with beams, generation parity, an
+INT4 decoder judged on the chain, and a prompt whose audio tokens do not match its audio refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import onnx_nb
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+TEXT = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300, "max_position_embeddings": 512}
+AUDIO = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_mel_bins": 128}
+TOKEN = 260
+NEW = 8
+
+
+@pytest.fixture(scope="module")
+def flamingo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.AudioFlamingo3Config(text_config=TEXT, audio_config=AUDIO, audio_token_id=TOKEN)
+    model = transformers.AudioFlamingo3ForConditionalGeneration(config).eval()
+    out = tmp_path_factory.mktemp("speech") / "flamingo"
+    return model, onnx_nb.export(model, out=out, progress=False)
+
+
+def _clip(model: Any, seconds: float, seed: int) -> tuple[Any, dict[str, Any]]:
+    """A prompt with the clip's count of audio tokens, and the clip as Whisper's feature extractor gives it."""
+    from onnx_nb.kinds.speech_llm.parts import audio_sample, features_of
+    from onnx_nb.kinds.vlm.prompts import prompt_sample
+
+    audio = audio_sample(model, 1, seed=seed, seconds=seconds)
+    return prompt_sample(TOKEN, features_of(model, audio).shape[0], 1, 300, seed=seed), audio
+
+
+def _torch(model: Any, ids: Any, audio: dict[str, Any], **how: Any) -> list[int]:
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **audio, max_new_tokens=NEW,
+                             do_sample=False, **how)
+    return out[0, ids.shape[1]:].tolist()
+
+
+def test_three_files_checked_as_a_chain(flamingo: tuple[Any, Any]) -> None:
+    _, result = flamingo
+    assert isinstance(result, onnx_nb.SpeechLlmExport) and result.status == "verified"
+    assert sorted(p.name for p in result.folder.glob("*.onnx")) == ["audio.onnx", "decoder.onnx", "embed.onnx"]
+    assert result.chain["passed"] and "audio clip" in result.chain["summary"]
+    audio = result.parts["audio"]
+    assert [i.name for i in audio.inputs] == ["input_features", "input_features_mask"]
+    assert audio.inputs[0].shape[0] == "clips"  # checked with two clips of other lengths than the sample's
+    assert "chained against PyTorch" in repr(result)
+
+
+def test_clips_of_other_lengths_give_pytorchs_tokens(flamingo: tuple[Any, Any]) -> None:
+    """Two clips (3.1 s and 1.4 s: neither the export's sample nor its check) as one batch of prompts of different
+    lengths, each prompt's tokens as PyTorch gives them for it alone."""
+    from onnx_nb.steps.generate.runners import left_pad
+
+    model, result = flamingo
+    cases = [_clip(model, seconds, seed) for seconds, seed in ((3.1, 5), (1.4, 6))]
+    want = [_torch(model, ids, audio) for ids, audio in cases]
+    assert want[0] != want[1]  # the audio changes the tokens
+    ids, mask = left_pad([c[0][0].tolist() for c in cases], 0)
+    inputs = {"input_ids": ids, "attention_mask": mask,
+              **{k: np.concatenate([c[1][k].numpy() for c in cases]) for k in cases[0][1]}}
+    got = onnx_nb.generate(result, inputs, max_new_tokens=NEW)
+    assert [list(t)[:NEW] for t in got.tokens] == want
+
+
+def test_transformers_generate_with_beams_and_parity(flamingo: tuple[Any, Any]) -> None:
+    import torch
+
+    model, result = flamingo
+    ids, audio = _clip(model, 2.7, 7)
+    hf = onnx_nb.to_transformers(result)
+    for how in ({}, {"num_beams": 3}):
+        with torch.no_grad():
+            out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **audio, max_new_tokens=NEW,
+                              do_sample=False, **how)
+        assert out[0, ids.shape[1]:].tolist() == _torch(model, ids, audio, **how), how
+    report = onnx_nb.check_parity(result)
+    assert report.passed and "audio" in str(report.to_dict())
+
+
+def test_an_int4_decoder_is_judged_on_the_chain(flamingo: tuple[Any, Any]) -> None:
+    _, result = flamingo
+    variant = onnx_nb.quantize(result.parts["decoder"], method="int4")
+    assert variant.path.parent == result.folder and variant.parity is not None
+    assert "audio" in str(variant.parity.to_dict())  # generation parity ran through the audio and embed files
+
+
+def test_audio_tokens_that_do_not_match_the_audio_are_refused(flamingo: tuple[Any, Any]) -> None:
+    model, result = flamingo
+    ids, audio = _clip(model, 1.4, 6)
+    short = np.delete(ids.numpy(), int(np.flatnonzero(ids.numpy()[0] == TOKEN)[0]), axis=1)
+    with pytest.raises(onnx_nb.errors.InvalidArgumentError, match="audio tokens"):
+        onnx_nb.generate(result, {"input_ids": short, **{k: v.numpy() for k, v in audio.items()}},
+                         max_new_tokens=2)
