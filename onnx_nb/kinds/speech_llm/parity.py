@@ -15,7 +15,7 @@ from ..vlm.parity import VlmChain
 class AudioChain(VlmChain):
     """Two prompts of the model's own audio-token count for a second of audio, each with its clip."""
 
-    tower, token_key, media = "audio", "audio_token", "clip"
+    tower, token_key, media = "audio", "audio_token", "a clip"
 
     @staticmethod
     def sample(model: Any, seed: int) -> dict[str, torch.Tensor]:

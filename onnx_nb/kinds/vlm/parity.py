@@ -19,7 +19,7 @@ class VlmChain:
     """Two prompts of the model's own image-token count, each with its image, and the files that run them."""
 
     beams = False  # transformers' beam search over the chain is checked by tests, not in every variant's parity
-    tower, token_key, media = "vision", "image_token", "image"  # a speech LLM's chain: its audio file, a clip
+    tower, token_key, media = "vision", "image_token", "an image"  # a speech LLM's chain: its audio file, a clip
 
     def __init__(self, model: Any, files: dict[str, Any], max_new_tokens: int) -> None:
         from .prompts import prompt_sample
@@ -31,10 +31,10 @@ class VlmChain:
         vocab = int(model.get_input_embeddings().num_embeddings)
         self.prompts = [prompt_sample(self.token, rows, 1, vocab, seed=seed)[0].tolist() for seed in (1, 2)]
         self.pad = getattr(model.config.get_text_config(), "pad_token_id", None) or 0
-        self.labels = [f"prompt {i} ({len(p)} tokens, one {self.media})" for i, p in enumerate(self.prompts)]
-        self.first_step = f"prefill (with the {self.media})"
+        self.labels = [f"prompt {i} ({len(p)} tokens, {self.media})" for i, p in enumerate(self.prompts)]
+        self.first_step = f"prefill (with {self.media})"
         others = " and ".join(f"the {p} file" for p in (self.tower, "embed", "decoder") if p != files["role"])
-        self.describe = (f"{len(self.prompts)} prompts with one {self.media} each ({rows} {self.tower} tokens), "
+        self.describe = (f"{len(self.prompts)} prompts with {self.media} each ({rows} {self.tower} tokens), "
                          f"through {others} and this {files['role']} file")
 
     @staticmethod
