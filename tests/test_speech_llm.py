@@ -2,7 +2,8 @@
 masked by each clip's length, fill a Qwen2 decoder's audio tokens) exported as audio, embed and decoder files, the
 chain checked against the model's forward, then fed what its processor gives for clips of other lengths than the
 export's: onnx_nb.generate (two clips as one batch), to_transformers' generate() with beams, generation parity, an
-INT4 decoder judged on the chain, and a prompt whose audio tokens do not match its audio refused."""
+INT4 decoder judged on the chain, and a prompt whose audio tokens do not match its audio refused. A Qwen2-Audio, whose
+forward computes its audio rows itself (no get_audio_features), the same way."""
 
 from __future__ import annotations
 
@@ -32,6 +33,21 @@ def flamingo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
     model = transformers.AudioFlamingo3ForConditionalGeneration(config).eval()
     out = tmp_path_factory.mktemp("speech") / "flamingo"
     return model, onnx_nb.export(model, out=out, progress=False)
+
+
+def _batch(model: Any, result: Any, clips: tuple[float, ...]) -> None:
+    """Clips of ``clips`` seconds as one batch of prompts of different lengths: each prompt's tokens as PyTorch gives
+    them for it alone, and the clips change them."""
+    from onnx_nb.steps.generate.runners import left_pad
+
+    cases = [_clip(model, seconds, seed) for seed, seconds in enumerate(clips, 5)]
+    want = [_torch(model, ids, audio) for ids, audio in cases]
+    assert want[0] != want[1]  # the audio changes the tokens
+    ids, mask = left_pad([c[0][0].tolist() for c in cases], 0)
+    inputs = {"input_ids": ids, "attention_mask": mask,
+              **{k: np.concatenate([c[1][k].numpy() for c in cases]) for k in cases[0][1]}}
+    got = onnx_nb.generate(result, inputs, max_new_tokens=NEW)
+    assert [list(t)[:NEW] for t in got.tokens] == want
 
 
 def _clip(model: Any, seconds: float, seed: int) -> tuple[Any, dict[str, Any]]:
@@ -64,19 +80,21 @@ def test_three_files_checked_as_a_chain(flamingo: tuple[Any, Any]) -> None:
 
 
 def test_clips_of_other_lengths_give_pytorchs_tokens(flamingo: tuple[Any, Any]) -> None:
-    """Two clips (3.1 s and 1.4 s: neither the export's sample nor its check) as one batch of prompts of different
-    lengths, each prompt's tokens as PyTorch gives them for it alone."""
-    from onnx_nb.steps.generate.runners import left_pad
+    """Two clips (3.1 s and 1.4 s: neither the export's sample nor its check) in one batch."""
+    _batch(*flamingo, (3.1, 1.4))
 
-    model, result = flamingo
-    cases = [_clip(model, seconds, seed) for seconds, seed in ((3.1, 5), (1.4, 6))]
-    want = [_torch(model, ids, audio) for ids, audio in cases]
-    assert want[0] != want[1]  # the audio changes the tokens
-    ids, mask = left_pad([c[0][0].tolist() for c in cases], 0)
-    inputs = {"input_ids": ids, "attention_mask": mask,
-              **{k: np.concatenate([c[1][k].numpy() for c in cases]) for k in cases[0][1]}}
-    got = onnx_nb.generate(result, inputs, max_new_tokens=NEW)
-    assert [list(t)[:NEW] for t in got.tokens] == want
+
+def test_a_family_computing_its_audio_rows_in_forward(tmp_path_factory: pytest.TempPathFactory) -> None:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Qwen2AudioConfig(text_config=TEXT, audio_config=AUDIO, audio_token_id=TOKEN)
+    model = transformers.Qwen2AudioForConditionalGeneration(config).eval()
+    result = onnx_nb.export(model, out=tmp_path_factory.mktemp("speech") / "qwen2_audio", progress=False)
+    assert result.status == "verified" and [i.name for i in result.parts["audio"].inputs] == [
+        "input_features", "feature_attention_mask"]
+    _batch(model, result, (2.6, 0.9))
 
 
 def test_transformers_generate_with_beams_and_parity(flamingo: tuple[Any, Any]) -> None:

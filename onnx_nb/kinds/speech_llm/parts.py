@@ -39,12 +39,14 @@ def audio_token_of(config: Any) -> int | None:
 
 def audio_features(model: Any) -> Any:
     """The family's ``get_audio_features`` whose signature names its inputs: the model's, or its inner model's where
-    the outer one only passes ``*args`` on (Voxtral, Granite Speech); None when neither has one (Qwen2-Audio
-    computes its features inside its forward)."""
+    the outer one only passes ``*args`` on (Voxtral, Granite Speech); where neither has one, the steps of a forward
+    that computes them itself (Qwen2-Audio, :mod:`.inline`); else None."""
     found = [getattr(owner, "get_audio_features", None) for owner in (model, getattr(model, "model", None))]
     methods = [m for m in found if callable(m)]
-    if not methods:
-        return None
+    if not methods:  # computed inside forward (Qwen2-Audio): the same steps as a method
+        from .inline import inline_features
+
+        return inline_features(model)
     known = (*SIGNALS, *MASKS)
     # the one naming the most of a clip's inputs (Moss's outer method passes its padding_mask on unnamed)
     return max(methods, key=lambda m: sum(n in inspect.signature(m).parameters for n in known))
@@ -57,9 +59,8 @@ def audio_inputs(model: Any) -> tuple[str, ...]:
     method = audio_features(model)
     if method is None:
         raise InvalidArgumentError(
-            f"{type(model).__name__} has no get_audio_features: onnx-nb's speech LLM route writes the audio tower "
-            "from that method (the families that compute their audio features inside forward, Qwen2-Audio's, are "
-            "not supported yet).")
+            f"{type(model).__name__} has no get_audio_features and no audio_tower with a multi_modal_projector: "
+            "onnx-nb's speech LLM route writes the audio tower from that method. Not supported yet.")
     takes = inspect.signature(method).parameters
     forward = inspect.signature(model.forward).parameters
     signal = next((n for n in SIGNALS if n in takes), None)
