@@ -107,12 +107,13 @@ def test_speech_model_taking_a_waveform_exports_and_generates(tmp_path: Path) ->
     assert row["generate"] == "same" and row["int8"] == "ok" and row["int4"] == "ok", row
 
 
-def test_speech_llm_is_refused_not_exported_without_its_audio(tmp_path: Path) -> None:
-    """Voxtral (an audio tower feeding a causal LM) took onnx-nb's text sample and wrote a file without its audio
-    tower; it is refused, naming the shape and what to export instead."""
+def test_speech_llm_without_its_audio_token_is_refused_not_exported_without_its_audio(tmp_path: Path) -> None:
+    """Voxtral (an audio tower feeding a causal LM) once took onnx-nb's text sample and wrote a file without its audio
+    tower. It goes the speech LLM route (audio, embed and decoder files); built from its default config, which names
+    no audio token, it is refused, saying what to set."""
     import seq2seq_sweep
 
     row = seq2seq_sweep.one("voxtral", seq2seq_sweep.registry(True)["voxtral"], tmp_path / "model", False, True)
     assert row["pytorch"] == "ok", row
-    assert row["export"].startswith("ExportError: VoxtralForConditionalGeneration is a speech LLM"), row
-    assert "this shape is not supported yet" in row["export"], row
+    assert row["export"].startswith("ExportError: VoxtralForConditionalGeneration's config names no audio token"), row
+    assert "audio_token_id" in row["export"], row
