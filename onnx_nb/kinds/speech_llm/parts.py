@@ -146,7 +146,9 @@ def audio_sample(model: Any, clips: int = 1, seed: int = 0, processor: Any = Non
     if names[0] not in sample:
         tower = tower_config(model)
         if names[0] == "input_values":
-            sample = {"input_values": torch.from_numpy(np.stack(waves))[:, None]}
+            longest = max(len(w) for w in waves)  # the shorter clips zero-padded to the longest
+            sample = {"input_values": torch.from_numpy(np.stack([np.pad(w, (0, longest - len(w))) for w in waves]))[
+                :, None]}
         elif isinstance(getattr(tower, "input_dim", None), int):  # a Conformer's frames of input_dim features
             frames = int(seconds * 100)
             sample = {"input_features": torch.from_numpy(g.standard_normal((clips, frames, tower.input_dim))
