@@ -28,7 +28,6 @@ JSON = registry_sweep.ROOT / "benchmarks" / "results" / "speech_llm_sweep.json"
 AUDIO = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 4, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 64,
          "d_model": 32, "num_layers": 2, "num_heads": 4}
-TOWERS = ("audio_config", "encoder_config", "audio_encoder_config")
 CLIPS = (3.1, 1.4)  # seconds
 NEW_TOKENS = 8
 
@@ -42,17 +41,20 @@ def registry() -> dict[str, str]:
     from onnx_nb.kinds.speech_llm.adapter import is_speech_llm
 
     found: dict[str, str] = {}
+    configs: dict[str, Any] = {}  # each type's default config, made once (a type sits in several mappings)
     for mapping in sorted(n for n in dir(modeling_auto) if n.endswith("MAPPING_NAMES")):
         for model_type, names in getattr(modeling_auto, mapping).items():
             for name in (names,) if isinstance(names, str) else names:
                 if model_type in found or not name.endswith("ForConditionalGeneration"):
                     continue
-                try:
-                    config = transformers.AutoConfig.for_model(model_type)
-                except Exception:  # noqa: BLE001 - a type without a default config
-                    continue
-                if getattr(config, "vision_config", None) is None and not config.is_encoder_decoder and \
-                        is_speech_llm(config.to_dict(), name):  # (Dia, an encoder-decoder, speaks)
+                if model_type not in configs:
+                    try:
+                        configs[model_type] = transformers.AutoConfig.for_model(model_type)
+                    except Exception:  # noqa: BLE001 - a type without a default config
+                        configs[model_type] = None
+                config = configs[model_type]
+                if config is not None and getattr(config, "vision_config", None) is None and \
+                        not config.is_encoder_decoder and is_speech_llm(config.to_dict(), name):  # (Dia speaks)
                     found[model_type] = name
     return dict(sorted(found.items()))
 
@@ -61,9 +63,11 @@ def tiny_config(model_type: str, text_sizes: dict[str, int]) -> Any:
     """The text part shrunk as a causal LM's, the audio tower by :data:`AUDIO`, what joins them (a projector's
     widths, a tower's output width) as wide as each side; a default config without an audio token given one (24,
     Voxtral's), the vocabulary grown to hold it."""
+    from onnx_nb.kinds.speech_llm.names import AUDIO_TOWERS
+
     config = registry_sweep.tiny_config(model_type, text_sizes)
     text = config.get_text_config()
-    for name in TOWERS:
+    for name in AUDIO_TOWERS:
         tower = getattr(config, name, None)
         if tower is not None:
             registry_sweep.set_ints(tower, AUDIO)

@@ -7,7 +7,6 @@ through the causal-LM route with its cache and embeddings in place of token ids;
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, ClassVar
 
 from ...errors import InvalidArgumentError
@@ -15,9 +14,7 @@ from ...steps.export.adapters.base import is_torch_module, require_float32_cpu
 from ...steps.export.args import ExportArgs
 from ..hf.adapter import HfAdapter, location_config
 from ..vlm.adapter import VlmAdapter
-
-AUDIO_TOKENS = ("audio_token_id", "audio_token_index")
-AUDIO_TOWERS = ("audio_config", "encoder_config", "audio_encoder_config")  # the audio tower's config
+from .names import AUDIO_TOKENS, AUDIO_TOWERS
 
 
 def is_speech_llm(config: dict[str, Any], class_name: str, main_input: str | None = None) -> bool:
@@ -71,11 +68,9 @@ class SpeechLlmAdapter(VlmAdapter):
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ...errors import ExportError
-        from ...steps.export.machinery.staged import write_parts
         from ...steps.export.machinery.wrap import eval_mode
         from ...steps.export.machinery.writing import folder_for
-        from ..vlm.adapter import vision_or_embed
-        from .parts import PARTS, audio_token_of, parts
+        from .parts import audio_token_of, parts
         from .result import SpeechLlmExport
 
         record = cls.open(model, ExportArgs())  # loaded (a folder, a hub id) or wrapped, its processor too
@@ -90,27 +85,13 @@ class SpeechLlmAdapter(VlmAdapter):
                 "processor puts in the prompt for each audio row, then export again.")
         record.name, folder = folder_for(model, args)
         with eval_mode(speech):
-            record.cache_layout, record.generation = cls.decoder_layout(speech), "decoder"
-
-            def export_part(module: Any, sample: Any, **settings: Any) -> Any:
-                if settings["name"] != "decoder":
-                    return vision_or_embed(module, sample, settings)
-                return cls.export_decoder(record, settings)
-
+            layout = cls.decoder_layout(speech)
             try:
-                built = {**parts(speech, record.preprocessor), "decoder": (None, None, None)}
+                built = parts(speech, record.preprocessor)
             except InvalidArgumentError as why:  # a family this route does not take (its features need the prompt)
                 raise ExportError(str(why)) from None
-            folder, files, seconds = write_parts(PARTS, lambda: built, record.name, folder,
-                                                 args.overwrite, args.progress, args.opset, export_part)
-        result = SpeechLlmExport(folder, files, speech, seconds, audio_token=token)
-        for name in ("audio", "decoder"):  # each knows the files it runs with: its variants are judged on the chain
-            files[name].parts = {other: files[other].path for other in PARTS if other != name}
-        files["audio"].source.adapter = cls.key
-        started = time.perf_counter()
-        result.chain = check_audio_chain(result)
-        result.export_seconds += time.perf_counter() - started
-        return result
+            folder, files, seconds = cls.write_chain(record, layout, built, folder, args)
+        return cls.checked(SpeechLlmExport(folder, files, speech, seconds, audio_token=token), check_audio_chain)
 
 
 def check_audio_chain(result: Any) -> dict[str, Any]:

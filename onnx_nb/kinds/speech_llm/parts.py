@@ -19,9 +19,8 @@ import torch
 from ...errors import InvalidArgumentError
 from ..vlm.parts import MergedEmbedding
 from ..vlm.prompts import VisionPart, feature_rows, prompt_sample
+from .names import AUDIO_TOKENS, AUDIO_TOWERS
 
-PARTS = ("audio", "embed", "decoder")
-AUDIO_TOKEN_KEYS = ("audio_token_id", "audio_token_index")
 MASKS = ("input_features_mask", "feature_attention_mask", "padding_mask")  # a clip's mask, by the family's name
 SIGNALS = ("input_features", "input_values")  # a clip's features (a spectrogram) or its waveform
 SECONDS = 1.0  # the sample's length
@@ -30,7 +29,7 @@ RATE = 16000
 
 
 def audio_token_of(config: Any) -> int | None:
-    for key in AUDIO_TOKEN_KEYS:
+    for key in AUDIO_TOKENS:
         value = getattr(config, key, None)
         if isinstance(value, int):
             return value
@@ -87,7 +86,7 @@ def masks_rows(model: Any) -> bool:
 
 def tower_config(model: Any) -> Any:
     config = model.config
-    for name in ("audio_config", "encoder_config", "audio_encoder_config"):
+    for name in AUDIO_TOWERS:
         found = getattr(config, name, None)
         if found is not None:
             return found
@@ -158,10 +157,11 @@ def audio_sample(model: Any, clips: int = 1, seed: int = 0, processor: Any = Non
             frames = 2 * int(getattr(tower, "max_source_positions", 1500) or 1500)
             sample = {"input_features": torch.from_numpy(g.standard_normal((clips, bins, frames))
                                                          .astype(np.float32))}
+    after = masks_rows(model)
     for name in names[1:]:
         if name in sample:
             continue
-        if masks_rows(model):  # a flag per row of the tower's output
+        if after:  # a flag per row of the tower's output
             with torch.no_grad():
                 rows = audio_features(model)(sample[names[0]], return_dict=True).pooler_output
             sample[name] = torch.ones(rows.shape[:2], dtype=torch.bool)
@@ -182,6 +182,7 @@ class AudioFeatures(VisionPart):
     def __init__(self, model: Any, processor: Any = None) -> None:
         super().__init__(model)
         self.names = audio_inputs(model)
+        self.features = audio_features(model)
         self.after = masks_rows(model)
         self.processor = processor
         self.related_axes = True  # a mask of rows (Granite's) follows the frames: torch.export relates them
@@ -199,7 +200,7 @@ class AudioFeatures(VisionPart):
                  "padding_mask": padding_mask}
         given = {n: named[n] for n in self.names if named[n] is not None}
         mask = given.pop(self.names[1], None) if self.after else None
-        out = audio_features(self.model)(**given, return_dict=True)
+        out = self.features(**given, return_dict=True)
         rows = out.pooler_output if hasattr(out, "pooler_output") else out
         if mask is not None:
             rows = rows[mask.bool()]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from ..vlm.runner import VlmDecoder
+from ..vlm.runner import VlmDecoder, pixels_of
 
 
 class SpeechDecoder(VlmDecoder):
@@ -25,13 +25,6 @@ class SpeechDecoder(VlmDecoder):
         return per_clip(self.vision, pixels)
 
 
-def audio_of(inputs: Any, names: list[str]) -> dict[str, Any] | None:
-    """The audio file's inputs from a processor's output (a dict holding them), None for a prompt without audio."""
-    if hasattr(inputs, "keys") and names[0] in inputs:
-        return {n: inputs[n] for n in names if n in inputs}
-    return None
-
-
 def step_runner(model: Any, inputs: Any, images: Any, provider: str, threads: int | None) -> tuple[Any, Any]:
     """The audio chain's runner for :func:`onnx_nb.generate`: the export's files as one :class:`SpeechDecoder`, the
     audio of ``inputs`` (the processor's output: token ids with the audio tokens expanded, its features) set."""
@@ -41,5 +34,5 @@ def step_runner(model: Any, inputs: Any, images: Any, provider: str, threads: in
         raise InvalidArgumentError("A speech LLM takes no images=: pass the processor's output for the text and the "
                                    "audio (processor(text=..., audio=..., return_tensors='np')) as the inputs.")
     runner = SpeechDecoder(chain_files(model), provider, threads=threads)
-    runner.set_images(audio_of(inputs, runner.vision_inputs))
+    runner.set_images(pixels_of(inputs, None, None, runner.vision_inputs))  # the processor output's audio entries
     return runner, inputs

@@ -56,10 +56,9 @@ class VlmAdapter(HfAdapter):
     @classmethod
     def export(cls, model: Any, args: ExportArgs) -> Any:
         from ...errors import ExportError
-        from ...steps.export.machinery.staged import write_parts
         from ...steps.export.machinery.wrap import eval_mode
         from ...steps.export.machinery.writing import folder_for
-        from .parts import PARTS, deepstack_layers, image_token_of, parts, takes_grid
+        from .parts import deepstack_layers, image_token_of, parts, takes_grid
         from .prompts import takes_token_types
         from .result import VlmExport
 
@@ -82,22 +81,38 @@ class VlmAdapter(HfAdapter):
             layout.token_types = takes_token_types(vlm)
             layout.sections = 3 if takes_grid(vlm) else 0
             layout.deepstack = deepstack_layers(vlm)
-            record.cache_layout, record.generation = layout, "decoder"
-
-            def export_part(module: Any, sample: Any, **settings: Any) -> Any:
-                if settings["name"] != "decoder":
-                    return vision_or_embed(module, sample, settings)
-                return cls.export_decoder(record, settings)
-
-            built = {**parts(vlm), "decoder": (None, None, None)}
-            folder, files, seconds = write_parts(PARTS, lambda: built, record.name, folder,
-                                                 args.overwrite, args.progress, args.opset, export_part)
+            folder, files, seconds = cls.write_chain(record, layout, parts(vlm), folder, args)
         result = VlmExport(folder, files, vlm, seconds, image_token=token, image_sizes=images_taken(files["vision"]))
-        for name in ("vision", "decoder"):  # each knows the files it runs with: its variants are judged on the chain
-            files[name].parts = {other: files[other].path for other in PARTS if other != name}
-        files["vision"].source.adapter = cls.key
+        return cls.checked(result, check_chain)
+
+    @classmethod
+    def write_chain(cls, record: Any, layout: Any, built: dict[str, Any], folder: Any,
+                    args: ExportArgs) -> tuple[Any, dict[str, Any], float]:
+        """The tower and embed parts (``built``: name -> module, sample, axes) and the decoder part (the causal-LM
+        route with ``layout``) written into ``folder`` together: the folder, the parts' results, the seconds."""
+        from ...steps.export.machinery.staged import write_parts
+
+        record.cache_layout, record.generation = layout, "decoder"
+
+        def export_part(module: Any, sample: Any, **settings: Any) -> Any:
+            if settings["name"] != "decoder":
+                return vision_or_embed(module, sample, settings)
+            return cls.export_decoder(record, settings)
+
+        every = {**built, "decoder": (None, None, None)}
+        return write_parts(cls.chained, lambda: every, record.name, folder, args.overwrite, args.progress, args.opset,
+                           export_part)
+
+    @classmethod
+    def checked(cls, result: Any, check: Any) -> Any:
+        """``result`` with its tower and decoder parts each knowing the files they run with (their variants are
+        judged on the chain), and the chain checked by ``check(result)`` against the model's own forward."""
+        tower, files = cls.chained[0], result.parts
+        for name in (tower, "decoder"):
+            files[name].parts = {other: files[other].path for other in cls.chained if other != name}
+        files[tower].source.adapter = cls.key
         started = time.perf_counter()
-        result.chain = check_chain(result)
+        result.chain = check(result)
         result.export_seconds += time.perf_counter() - started
         return result
 
