@@ -175,11 +175,13 @@ def text_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def human_bytes(n: int | float) -> str:
+    """Bytes in decimal units (1 MB = 10^6 bytes), the one unit of sizes and memory everywhere onnx-nb shows them
+    (results, latency tables' ``size_mb`` and ``peak_mb``, charts, the report)."""
     size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
+        size /= 1000
     return f"{size:.1f} GB"  # pragma: no cover
 
 

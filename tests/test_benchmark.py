@@ -103,15 +103,55 @@ def test_benchmark_rows_with_injected_clock(linear: onnx_nb.ExportResult) -> Non
 def test_pytorch_row_uses_the_same_inputs(linear: onnx_nb.ExportResult) -> None:
     model = linear.source.model
     model.seen.clear()
-    onnx_nb.benchmark(linear, providers="cpu", reference=linear, runs=3, warmup=1,
-                      shapes=[{"batch": 5}], progress=False)
+    table = onnx_nb.benchmark(linear, providers="cpu", reference=linear, runs=3, warmup=1,
+                              shapes=[{"batch": 5}], progress=False)
     sample = linear.source.sample["x"].numpy()
     expected = np.take(sample, np.arange(5) % 2, axis=0)
     timed = [t for t in model.seen if t.shape[0] == 5]  # the others: one call at the sample to name outputs
-    from onnx_nb.steps.benchmark.measuring import REMEASURE_RUNS
+    torch_row = next(r for r in table.rows if r.backend.startswith("torch"))
+    from onnx_nb.steps.benchmark.measuring import MAX_ROUNDS, ROUND_SECONDS, ROUNDS
 
-    assert len(timed) == 1 + 1 + 3 + 1 + REMEASURE_RUNS, "first run + warm-up + timed runs, then the re-measure"
+    rounds = len(torch_row.rounds_ms)
+    calls = int(min(20, max(1, np.ceil(ROUND_SECONDS * 1e3 / torch_row.p50_ms))))
+    assert ROUNDS <= rounds <= MAX_ROUNDS
+    assert len(timed) == 1 + 1 + 3 + rounds * (1 + calls), "first run + warm-up + timed runs, then the rounds"
     assert all(np.array_equal(t.numpy(), expected) for t in timed)
+
+
+def test_speedup_intervals_from_interleaved_rounds() -> None:
+    """The interval is the order-statistic one for the median of the paired ratios (93.75% for 5 rounds: the
+    lowest and highest); a speed-up whose interval includes 1.0 is printed as the interval alone; a table whose
+    rows are against different baselines shows the baseline among its key columns."""
+    from onnx_nb.results.latency import LatencyRow, key_columns, median_interval, summarize
+
+    assert median_interval([1.0, 2.0, 3.0, 4.0]) is None, "4 values cannot cover 90%"
+    assert median_interval([5.0, 1.0, 3.0, 2.0, 4.0]) == (1.0, 5.0)
+    assert median_interval([float(i) for i in range(10)]) == (1.0, 8.0)  # 97.9% for [v1, v8]; [v2, v7] is 89%
+
+    def row(variant: str, backend: str, p50: float, rounds: list[float], unpad: bool = False) -> LatencyRow:
+        r = LatencyRow(variant, backend, "batch=8", p50_ms=p50, rounds_ms=rounds)
+        if unpad:
+            r.options["runtime"] = "skips padding"
+        return r
+
+    rows = [row("PyTorch eager", "torch:cpu", 50.0, [50, 52, 49, 60, 51]),
+            row("PyTorch eager, padding skipped", "torch:cpu", 30.0, [30, 31, 29, 33, 30], unpad=True),
+            row("fp32", "ort:cpu", 20.0, [20, 21, 20, 22, 19]),
+            row("int8", "ort:cpu", 48.0, [40, 60, 45, 70, 50]),
+            row("optimized", "ort:cpu", 10.0, [10, 10, 11, 10, 10], unpad=True)]
+    table = summarize(rows, {}, [])
+    fp32, int8, fast = rows[2], rows[3], rows[4]
+    assert fp32.speedup == pytest.approx(2.5) and fp32.baseline == "PyTorch eager"
+    assert fp32.speedup_low == pytest.approx(min(50 / 20, 52 / 21, 49 / 20, 60 / 22, 51 / 19))
+    assert fp32.separable and fp32.speedup_text().startswith("2.50x [")
+    assert not int8.separable and int8.speedup_text().endswith("x, not separable")
+    assert "1.04" not in int8.speedup_text(), "no ratio printed that the rounds cannot support"
+    assert fast.baseline == "PyTorch eager, padding skipped" and fast.speedup == pytest.approx(3.0)
+    assert key_columns(rows)[key_columns(rows).index("speedup") + 1] == "baseline"
+    assert "baseline" not in key_columns(rows[2:4])
+    assert any("not separable" in n for n in table.notes) and any("interleaved rounds" in n for n in table.notes)
+    text = repr(table)
+    assert "baseline" in text and "not separable" in text
 
 
 def test_real_timings_and_several_shapes(linear: onnx_nb.ExportResult) -> None:
@@ -133,7 +173,7 @@ def test_memory_is_never_less_than_the_weights(tmp_path: Path) -> None:
 
     result = onnx_nb.export(torch.nn.Linear(1024, 2048), torch.randn(2, 1024), out=tmp_path / "big.onnx",
                             progress=False)
-    weights = Path(result.path).stat().st_size / 2**20
+    weights = Path(result.path).stat().st_size / 1e6  # MB, as size_mb
     assert weights > 7
     for _ in range(2):
         table = onnx_nb.benchmark(result, runs=5, warmup=1, progress=False, providers="cpu")

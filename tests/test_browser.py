@@ -192,10 +192,11 @@ def assert_memory_holds_the_weights(rows: list[dict[str, str]]) -> None:
 
 
 def test_first_run_examples_run_verbatim_in_fresh_notebooks(tmp_path: Path) -> None:
-    """The README's example (the getting-started page's is the same) in a fresh notebook, the README's magic block
-    in another (its placeholder folder the demo model's), and the Launcher's "Export a model…" notebook: every cell
-    runs, the latency tables' memory holds the weights, and the page logs no error (it once logged "widget model not
-    found" and a page error)."""
+    """The README's example (the getting-started page's is the same) in a fresh notebook; the Launcher's "Export a
+    model…" notebook; then the README's magic block (its placeholder folder the demo model's) in the same folder as
+    that notebook, as a reader trying both would: every cell runs (the magic's export goes to a folder of its own
+    instead of failing on the notebook's), the latency tables' memory holds the weights, and the page logs no error
+    (it once logged "widget model not found" and a page error)."""
     import re
 
     import nbformat
@@ -207,25 +208,21 @@ def test_first_run_examples_run_verbatim_in_fresh_notebooks(tmp_path: Path) -> N
     magic = re.search(r"```ipython\n(.*?)```", readme, re.S).group(1)  # type: ignore[union-attr]
     assert "path/to/hf-folder" in magic
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(example)]), tmp_path / "example.ipynb")
-    (tmp_path / "magics").mkdir()  # a folder of its own: its export is not the first notebook's
+    (tmp_path / "launcher").mkdir()  # the Launcher's notebook and the magics share this folder
     setup = "import onnx_nb\nfolder = str(onnx_nb.default_model_path())"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup), nbformat.v4.new_code_cell(
-        magic.replace("path/to/hf-folder", "$folder"))]), tmp_path / "magics" / "magic.ipynb")
     with jupyterlab(tmp_path) as lab:
-        for name in ("example.ipynb", "magics/magic.ipynb"):
-            with browser() as page:  # a fresh page: the notebook opens alone, as a new user's would
-                problems = watch_console(page)
-                run_notebook(page, lab, name, 420)
-                text = page.locator(".jp-Notebook").inner_text()
-                page.screenshot(path=str(SHOTS / f"first_run_{Path(name).stem}.png"), full_page=True)
-                assert "Traceback" not in text and "Error" not in text, text[-3000:]
-                rows = latency_rows(page)
-                assert any(r["backend"].startswith("torch") for r in rows), rows  # PyTorch eager, the baseline
-                assert_memory_holds_the_weights(rows)
-                assert not problems, (name, problems)
-        # The Launcher's "Export a model…" with an empty Ok, in a folder of its own: a notebook named after the demo
-        # model that checks parity and times its files against PyTorch eager (its speed-ups once all read "-")
-        (tmp_path / "launcher").mkdir()
+        with browser() as page:  # a fresh page: the notebook opens alone, as a new user's would
+            problems = watch_console(page)
+            run_notebook(page, lab, "example.ipynb", 420)
+            text = page.locator(".jp-Notebook").inner_text()
+            page.screenshot(path=str(SHOTS / "first_run_example.png"), full_page=True)
+            assert "Traceback" not in text and "Error" not in text, text[-3000:]
+            rows = latency_rows(page)
+            assert any(r["backend"].startswith("torch") for r in rows), rows  # PyTorch eager, the baseline
+            assert_memory_holds_the_weights(rows)
+            assert not problems, problems
+        # The Launcher's "Export a model…" with an empty Ok: a notebook named after the demo model that checks
+        # parity and times its files against PyTorch eager (its speed-ups once all read "-")
         with browser() as page:
             problems = watch_console(page)
             base, token = lab.split("|")
@@ -248,6 +245,19 @@ def test_first_run_examples_run_verbatim_in_fresh_notebooks(tmp_path: Path) -> N
             files = [r for r in rows if r["backend"].startswith("ort")]
             assert len(files) == 3 and all(r["speedup"].endswith("x") for r in files), rows
             assert not problems, problems
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup), nbformat.v4.new_code_cell(
+            magic.replace("path/to/hf-folder", "$folder"))]), tmp_path / "launcher" / "magic.ipynb")
+        with browser() as page:
+            problems = watch_console(page)
+            run_notebook(page, lab, "launcher/magic.ipynb", 420)
+            text = page.locator(".jp-Notebook").inner_text()
+            page.screenshot(path=str(SHOTS / "first_run_magic.png"), full_page=True)
+            assert "Traceback" not in text and "Error" not in text, text[-3000:]
+            assert_memory_holds_the_weights(latency_rows(page))
+            assert not problems, problems
+        out = tmp_path / "launcher" / "onnx_nb_out"
+        assert sorted(p.name for p in out.iterdir()) == ["all-MiniLM-L6-v2", "all-MiniLM-L6-v2-2"], \
+            "the magic's export beside the notebook's, neither overwritten"
 
 
 def test_graph_view_goes_to_the_diverging_node(tmp_path: Path) -> None:

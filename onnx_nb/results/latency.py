@@ -11,12 +11,19 @@ from ..render import CSS, compact_table, esc, sig, svg_hbars, text_table
 
 NOISY_SPREAD = 0.25  # (p90 - p50) / p50 above this flags a row as noisy
 COLUMNS = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms",
-           "throughput", "speedup", "first_run_ms", "peak_mb", "size_mb", "cosine", "top1", "runs", "noisy", "options",
-           "parent", "note", "node"]
+           "throughput", "speedup", "baseline", "first_run_ms", "peak_mb", "size_mb", "cosine", "top1", "runs", "noisy",
+           "options", "parent", "note", "node"]
 # fits 1,000 px: speed, memory, the file's size and its accuracy (its own parity check) side by side
 KEY = ["variant", "backend", "shape", "status", "p50_ms", "speedup", "peak_mb", "size_mb", "cosine"]
 NUMERIC = [c for c in COLUMNS if c.endswith(("_ms", "_mb")) or c in ("throughput", "speedup", "runs", "cosine",
                                                                          "top1")]
+
+
+def key_columns(rows: list[LatencyRow]) -> list[str]:
+    """The columns always shown: :data:`KEY`, and the baseline beside the speed-up when rows of the table are
+    against different PyTorch rows (padding skipped, no cache)."""
+    several = len({r.baseline for r in rows if r.baseline}) > 1
+    return [c for k in KEY for c in ([k, "baseline"] if k == "speedup" and several else [k])]
 
 
 @dataclass
@@ -39,7 +46,7 @@ class LatencyRow:
     noisy: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     note: str = ""
-    remeasure_ms: float | None = None  # a brief second timing once every row was done (see ``noisy``)
+    remeasure_ms: float | None = None  # the median of ``rounds_ms``: far from p50, the row is ``noisy``
     peak_mb: float | None = None  # resident memory the row needed at its peak: weights, session, activations, cache
     node: str = ""  # the cluster node that measured it (cluster=); '' for this machine
     hardware: dict[str, Any] = field(default_factory=dict)  # that node's CPU, cores, GPUs, library versions
@@ -47,6 +54,10 @@ class LatencyRow:
     slower: bool = False  # no faster than its parent's row (same backend, shape, node): never the best
     failed_parity: bool = False  # its file failed its parity check: timed, never the best
     size_mb: float | None = None  # the file with its external data (MB); None for PyTorch
+    baseline: str = ""  # the PyTorch row its speed-up is against
+    speedup_low: float | None = None  # the speed-up's interval over the interleaved rounds (see ``rounds_ms``)
+    speedup_high: float | None = None
+    rounds_ms: list[float] = field(default_factory=list)  # its median in each interleaved round after all rows
     cosine: float | None = None  # the lowest cosine of the variant's own parity check against its reference
     top1: float | None = None  # the lowest argmax agreement of that check (logits, class scores)
 
@@ -62,6 +73,24 @@ class LatencyRow:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def separable(self) -> bool:
+        """Whether the run tells this row from its baseline: no interval (nothing to go by but p50), or one that
+        stays on one side of 1.0."""
+        return self.speedup_low is None or self.speedup_high is None or not (
+            self.speedup_low <= 1.0 <= self.speedup_high)
+
+    def speedup_text(self, short: bool = False) -> str:
+        """``2.49x [2.31, 2.66]``: the speed-up and its interval over the rounds (``short``: ``2.49x``); only the
+        interval when it includes 1.0 (the run cannot say which is faster, so it prints no ratio)."""
+        if self.speedup is None:
+            return "-" if not short else ""
+        if self.speedup_low is None or self.speedup_high is None or self.baseline == self.variant:
+            return f"{self.speedup:.2f}x"
+        if not self.separable:
+            return f"{self.speedup_low:.2f}-{self.speedup_high:.2f}x" + ("?" if short else ", not separable")
+        return f"{self.speedup:.2f}x" + ("" if short else f" [{self.speedup_low:.2f}, {self.speedup_high:.2f}]")
 
     def html_cells(self) -> list[str]:
         """The row for HTML: numbers to three significant digits, a noisy row says so beside its status."""
@@ -80,7 +109,7 @@ class LatencyRow:
 
         return [self.variant, self.backend, self.shape, self.status, f(self.p50_ms), f(self.p90_ms),
                 f(self.p99_ms), f(self.mean_ms), f(self.std_ms), f(self.min_ms), f(self.throughput, ".1f"),
-                "-" if self.speedup is None else f"{self.speedup:.2f}x", f(self.first_run_ms, ".0f"),
+                self.speedup_text(), self.baseline, f(self.first_run_ms, ".0f"),
                 f(self.peak_mb, ".0f"), f(self.size_mb, ".3g"), f(self.cosine, ".5f"), f(self.top1, ".3f"),
                 str(self.runs), "yes" if self.noisy else "",
                 ", ".join(f"{k}={v}" for k, v in self.options.items()),
@@ -105,28 +134,89 @@ def mark_slower(rows: list[LatencyRow], why: dict[str, str] | None = None) -> No
                   + (f": {reason}" if reason else "") + (f". {r.note}" if r.note else ""))
 
 
+INTERVAL = 0.9  # the speed-ups' intervals: at least this coverage of the median paired ratio
+
+
+def median_interval(values: list[float], confidence: float = INTERVAL) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of ``values`` (order statistics, as a sign test gives): the
+    j-th smallest and j-th largest, j as large as keeps ``confidence``; None when too few values for it (under 5 at
+    90%)."""
+    from math import comb
+
+    v, n = sorted(values), len(values)
+    best = None
+    for j in range(n // 2):
+        outside = 2 * sum(comb(n, i) for i in range(j + 1)) / 2**n  # P(the median lies outside [v[j], v[n-1-j]])
+        if 1 - outside < confidence:
+            break
+        best = (v[j], v[n - 1 - j])
+    return best
+
+
+def baselines(rows: list[LatencyRow]) -> dict[int, tuple[LatencyRow, LatencyRow]]:
+    """id(row) -> (row, its baseline): the first PyTorch row of its shape (and node, on a cluster); rows that skip
+    padding have the PyTorch row given the same skip, when there is one."""
+    first: dict[tuple[str, str, bool], LatencyRow] = {}
+    for r in rows:
+        key = (r.shape, r.node, skips_padding(r))
+        if r.backend.startswith("torch") and r.p50_ms and key not in first:
+            first[key] = r
+    pairs = {}
+    for r in rows:
+        base = first.get((r.shape, r.node, skips_padding(r))) or first.get((r.shape, r.node, False))
+        if base is not None and r.p50_ms:
+            pairs[id(r)] = (r, base)
+    return pairs
+
+
+def paired_interval(row: LatencyRow, base: LatencyRow) -> tuple[float, float] | None:
+    """The interval of the speed-up from the rounds where both rows were timed: one ratio per round."""
+    ratios = [b / r for b, r in zip(base.rounds_ms, row.rounds_ms, strict=False) if r > 0]
+    return median_interval(ratios) if row is not base else None
+
+
+def unsettled(pairs: dict[int, tuple[LatencyRow, LatencyRow]]) -> bool:
+    """Some row's interval against its baseline still includes 1.0 (or there are too few rounds for one)."""
+    for row, base in pairs.values():
+        if row is base:
+            continue
+        interval = paired_interval(row, base)
+        if interval is None or interval[0] <= 1.0 <= interval[1]:
+            return True
+    return False
+
+
 def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str],
               why: dict[str, str] | None = None) -> LatencyTable:
-    """Fill in speed-ups against the PyTorch row of the same shape (and the same node, on a cluster), and flag
-    noise."""
-    base: dict[tuple[str, str, bool], float] = {}
-    for r in rows:  # the first PyTorch row of each shape is the baseline (others, e.g. "no cache", are compared);
-        # rows that skip padding are compared with the PyTorch row given the same skip, when there is one
-        key = (r.shape, r.node, skips_padding(r))
-        if r.backend.startswith("torch") and r.p50_ms and key not in base:
-            base[key] = r.p50_ms
-    for r in rows:
-        baseline = base.get((r.shape, r.node, skips_padding(r))) or base.get((r.shape, r.node, False))
-        if r.p50_ms and baseline:
-            r.speedup = baseline / r.p50_ms
+    """Fill in speed-ups against the PyTorch row of the same shape (and the same node, on a cluster) with their
+    intervals over the interleaved rounds, and flag noise."""
+    for row, base in baselines(rows).values():
+        row.speedup, row.baseline = (base.p50_ms or 0.0) / (row.p50_ms or 1.0), base.variant
+        interval = paired_interval(row, base)
+        if interval is None:
+            continue
+        row.speedup_low, row.speedup_high = interval
+        if not interval[0] <= row.speedup <= interval[1]:  # p50s timed apart disagree with the paired rounds
+            row.noisy = True
+            row.note = (f"{row.note}; " if row.note else "") + (
+                f"p50s give {row.speedup:.2f}x, outside the rounds' interval: the machine was busy while one of "
+                "them was timed")
     mark_slower(rows, why)
     if any(skips_padding(r) and r.backend.startswith("torch") for r in rows):
         notes.append("Rows that skip padding (runtime=skips padding) are compared with 'PyTorch eager, padding "
                      "skipped': the same length buckets, run trimmed in PyTorch. The other rows run the padded "
                      "batch as a plain session would.")
+    rounds = max((len(r.rounds_ms) for r in rows), default=0)
+    if any(r.speedup_low is not None for r in rows):
+        notes.append(f"Speed-up: the baseline's p50 over the row's; in brackets its {INTERVAL:.0%} interval from "
+                     f"{rounds} interleaved rounds (each round times every row in a new order; one ratio per round).")
+    if not all(r.separable for r in rows):
+        notes.append("A speed-up whose interval includes 1.0 is shown as that interval alone ('not separable'): "
+                     "this run cannot tell the row from its baseline (a small difference, or a busy machine); "
+                     "re-run on a quiet machine before reading a ratio.")
     if any(r.noisy for r in rows):
-        notes.append(f"Some rows are noisy (p90 more than {NOISY_SPREAD:.0%} above p50, or a brief re-measure after "
-                     "all rows more than 1.3x away from p50): the machine was busy; re-run on a quiet machine before "
+        notes.append(f"Some rows are noisy (p90 more than {NOISY_SPREAD:.0%} above p50, or the interleaved rounds "
+                     "more than 1.3x away from p50): the machine was busy; re-run on a quiet machine before "
                      "trusting their ratios.")
     return LatencyTable(rows, profiles, notes)
 
@@ -185,7 +275,7 @@ class LatencyTable:
             labels = [f"{r.variant} · {r.backend}" + (f" · {r.shape}" if len(shapes) > 1 else "") +
                       (" (slower than parent)" if r.slower else "") for r in ok]
             fig.add_trace(go.Bar(y=labels, x=[r.p50_ms for r in ok], name="p50", orientation="h",
-                                 marker_color=["#d93025" if r.slower or (r.speedup and r.speedup < 1) else "#1a73e8"
+                                 marker_color=["#d93025" if r.slower or (r.separable and r.speedup and r.speedup < 1) else "#1a73e8"
                                                for r in ok],
                                  error_x={"type": "data", "symmetric": False,
                                           "array": [(r.p90_ms or 0) - (r.p50_ms or 0) for r in ok],
@@ -195,7 +285,7 @@ class LatencyTable:
                                      marker={"symbol": "line-ns-open", "size": 14, "color": "#b3261e"}))
             # the speed-up in a column of its own at the right, clear of bars and whiskers
             fig.add_trace(go.Scatter(y=labels, x=[1.0] * len(ok), xaxis="x2", mode="text", showlegend=False,
-                                     text=[f"{r.speedup:.2f}x" if r.speedup else "" for r in ok],
+                                     text=[r.speedup_text(short=True) for r in ok],
                                      textposition="middle left", hoverinfo="skip"))
             fig.update_layout(xaxis={"title": "latency (ms): bar p50, whisker p90, mark p99", "domain": [0, 0.86]},
                               xaxis2={"domain": [0.88, 1.0], "range": [0, 1.05], "visible": False},
@@ -217,14 +307,15 @@ class LatencyTable:
         ok = [r for r in self.rows if r.status == "ok" and r.p50_ms]
         several = len({r.shape for r in ok}) > 1
         items = [{"label": f"{r.variant} · {r.backend}" + (f" · {r.shape}" if several else ""), "value": r.p50_ms,
-                  "hi": r.p90_ms, "text": f"{r.speedup:.2f}x" if r.speedup else "",
-                  "bad": bool(r.slower or (r.speedup and r.speedup < 1.0))} for r in ok]
+                  "hi": r.p90_ms, "text": r.speedup_text(short=True),
+                  "bad": bool(r.slower or (r.separable and r.speedup and r.speedup < 1.0))} for r in ok]
         return svg_hbars(items, axis="p50 latency, ms (whisker to p90; speed-up vs PyTorch after it)",
                          title="Latency")
 
     def __repr__(self) -> str:
         cols = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "std_ms", "throughput",
-                "speedup", "first_run_ms", "peak_mb", "size_mb", "cosine", "runs", "noisy"]
+                *(["speedup", "baseline"] if "baseline" in key_columns(self.rows) else ["speedup"]), "first_run_ms",
+                "peak_mb", "size_mb", "cosine", "runs", "noisy"]
         idx = [COLUMNS.index(c) for c in cols]
         lines = ["LatencyTable", text_table(cols, [[r.cells()[i] for i in idx] for r in self.rows])]
         lines += [f"{r.variant} on {r.backend}: {r.note}" for r in self.rows if r.note]
@@ -239,7 +330,7 @@ class LatencyTable:
         """Key columns first (status, p50, speed-up) in a table that fits a notebook column; rows of providers
         this machine lacks folded into one line each; every column (options, spread, runs) behind a toggle."""
         shown = [r for r in self.rows if r.status != "unavailable"]
-        table = compact_table(COLUMNS, [r.html_cells() for r in shown], KEY, numeric=NUMERIC,
+        table = compact_table(COLUMNS, [r.html_cells() for r in shown], key_columns(shown), numeric=NUMERIC,
                               abbreviate=("variant", "shape"), wrap=("options", "note"), width=20,
                               details="All columns: spread, first run, options, notes")
         folded: dict[str, list[LatencyRow]] = {}

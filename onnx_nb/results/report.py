@@ -158,5 +158,5 @@ def headline(result: Any) -> str:
     if name == "LatencyTable":
         best = result.best()
         return f"best: {best.variant} on {best.backend}, {best.p50_ms:.1f} ms" + \
-            (f" ({best.speedup:.2f}x eager)" if best and best.speedup else "") if best else ""
+            (f" ({best.speedup_text(short=True)} eager)" if best and best.speedup else "") if best else ""
     return name

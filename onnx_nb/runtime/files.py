@@ -40,8 +40,17 @@ def default_root() -> Path:
     return Path(os.environ.get(ROOT_VARIABLE) or DEFAULT_ROOT).expanduser()
 
 
-def default_output(model_name: str, filename: str = "model.onnx") -> Path:
-    return default_root() / safe_name(model_name) / filename
+def default_output(model_name: str, filename: str = "model.onnx", *, taken_ok: bool = False) -> Path:
+    """Where a step given no ``out=`` writes: ``<root>/<name>/filename``. A folder that already holds files (an
+    earlier export of the same model: the Launcher's notebook, a magic, a second run of a cell) is left as it is and
+    the next free one is used, ``<name>-2``, ``<name>-3``, ... (numbered runs, as Ultralytics names its ``runs/``);
+    ``taken_ok`` (``overwrite=True``, or a folder the caller owns) gives ``<name>`` whatever it holds."""
+    first = default_root() / safe_name(model_name)
+    folder, n = first, 1
+    while not taken_ok and folder.is_dir() and any(folder.iterdir()):
+        n += 1
+        folder = first.with_name(f"{first.name}-{n}")
+    return folder / filename
 
 
 _MADE: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("onnx_nb_made_folders", default=None)

@@ -54,7 +54,7 @@ class Peak:
 
     @property
     def mb(self) -> float | None:
-        return None if self.added_bytes is None else self.added_bytes / 2**20
+        return None if self.added_bytes is None else self.added_bytes / 1e6  # MB, as every figure shown
 
 
 @contextlib.contextmanager

@@ -199,7 +199,8 @@ def export_tensorflow(model: Any, kind: str, sample: Any, out: Any, overwrite: b
 
     label = name or (Path(str(model)).name if isinstance(model, (str, os.PathLike)) else
                      getattr(model, "name", None) or type(model).__name__)
-    target = check_target(out if out is not None else default_output(label or source_name(model)), overwrite)
+    default = default_output(label or source_name(model), taken_ok=overwrite)
+    target = check_target(out if out is not None else default, overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     o = min(opset or TF2ONNX_MAX_OPSET, TF2ONNX_MAX_OPSET)
     warnings_seen: list[str] = []

@@ -107,7 +107,7 @@ def export_sklearn(model: Any, sample: Any, out: Any, overwrite: bool, progress:
         raise InvalidArgumentError(f"{type(model).__name__} is not fitted: call .fit(X, y) before exporting it.") \
             from exc
     label = name or type(model).__name__
-    target = check_target(out if out is not None else default_output(label), overwrite)
+    target = check_target(out if out is not None else default_output(label, taken_ok=overwrite), overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     warnings_seen: list[str] = []
     x = features(model, sample, warnings_seen)

@@ -18,7 +18,7 @@ from ...runtime.isolation import honours_isolate
 from ...runtime.onnxfile import file_bytes
 from ...runtime.timing import Clock
 from .backends import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
-from .measuring import described, lineage, measure, remeasure
+from .measuring import described, lineage, measure, rounds
 
 KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the re-measure
 
@@ -188,8 +188,8 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                         os.makedirs(folder)
                         profiles[f"{name} · {backend} · {tag}"] = _profile(path, provider, feed, threads, level,
                                                                           folder)
-        steps.step("re-measuring every row briefly")
-        remeasure(kept, clock, threads)
+        steps.step("interleaved rounds of every row")
+        rounds(kept, clock, threads)
     described(entries, rows)
     return summarize(rows, profiles, _table_notes(entries, load), lineage(entries, rows))
 

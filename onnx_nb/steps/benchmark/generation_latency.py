@@ -159,7 +159,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
     cache layout the export recorded (read from the model again only when the model came without its export)."""
     from ...progress import Steps
     from ...results.latency import LatencyRow, summarize
-    from .measuring import described, lineage, measure, remeasure
+    from .measuring import described, lineage, measure, rounds
 
     specs = list(shapes) if shapes not in (None, "sample", "auto") else list(DEFAULT_GENERATION_SHAPES)
     for spec in specs:
@@ -203,8 +203,8 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
                 rows.append(row)
                 if runner is not None:
                     kept.append((row, runner))
-        steps.step("re-measuring every row briefly")
-        remeasure(kept, clock, threads)
+        steps.step("interleaved rounds of every row")
+        rounds(kept, clock, threads)
     notes = ["Generation: a 'prefill' row is the time to first token for that prompt; a 'decode' row is one new "
              "token after that many cached ones (throughput = tokens/s at batch 1). 'PyTorch eager, no cache' runs "
              "the whole sequence again for each token: what the cache saves. peak_mb: resident memory the row "

@@ -1,6 +1,7 @@
 """One latency row, measured the same way for every backend and family (benchmark() and the generation rows): a
-first call, warm-up, timed calls, peak memory, PyTorch's threads set for torch rows, and a brief re-measure of every
-row at the end that flags rows timed while the machine was busy; which row a variant's parent is (its lineage)."""
+first call, warm-up, timed calls, peak memory, PyTorch's threads set for torch rows, and interleaved rounds of every
+row at the end that pair each row with its baseline (the speed-ups' intervals) and flag rows timed while the machine
+was busy; which row a variant's parent is (its lineage)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ from ...render import sig
 from ...results.latency import LatencyRow
 from ...runtime.timing import Clock, interleaved, time_runs
 
-REMEASURE_RUNS = 5  # a quick second look at every row once all rows are timed
-REMEASURE_RATIO = 1.3  # p50 and the re-measure this far apart: the machine was busy during one of them
+ROUNDS = 5  # interleaved rounds once every row is timed: the speed-ups' intervals come from them
+MAX_ROUNDS = 15  # more rounds while an interval includes 1.0 ...
+MORE_ROUNDS_SECONDS = 30.0  # ... for at most this long (and at most as long again as the first rounds)
+ROUND_SECONDS = 0.05  # each row's timed calls in a round (at least one, at most 20)
+REMEASURE_RATIO = 1.3  # p50 and the rounds' median this far apart: the machine was busy during one of them
 
 
 def measure(variant: str, backend: str, tag: str, batch: int, make: Callable[[], Any], warmup: int,
@@ -48,38 +52,71 @@ def measure(variant: str, backend: str, tag: str, batch: int, make: Callable[[],
     if peak.added_bytes is not None and not getattr(runner, "isolated", False):  # a worker's memory is its own
         grown = peak.added_bytes + getattr(runner, "held_bytes", 0)
         floor = getattr(runner, "floor_bytes", 0)  # a session holds its file's weights whatever the process had
-        row.peak_mb = max(grown, floor) / 2**20
+        row.peak_mb = max(grown, floor) / 1e6
         if floor > grown:
             row.note = (row.note + "; " if row.note else "") + (
-                f"peak_mb: the file's weights ({floor / 2**20:.1f} MB), which the session holds; the process grew "
-                f"only {grown / 2**20:.2f} MB (memory it had touched before was reused)")
+                f"peak_mb: the file's weights ({floor / 1e6:.1f} MB), which the session holds; the process grew "
+                f"only {grown / 1e6:.2f} MB (memory it had touched before was reused)")
     return row, runner
 
 
-def remeasure(kept: list[tuple[LatencyRow, Any]], clock: Clock, threads: int | None) -> None:
-    """Time every row again, briefly, once all rows are done: a row whose p50 and re-measure disagree by
-    more than :data:`REMEASURE_RATIO` was timed while the machine was busy (another process, a previous
-    session's threads still spinning) and is flagged noisy, however small its own spread."""
-    for row, runner in kept:
-        torch_threads = torch_threads_set(threads) if row.backend.startswith("torch") else contextlib.nullcontext()
-        try:
-            with torch_threads:
-                if getattr(runner, "isolated", False):  # timed where the session lives, as its row was
-                    quick = runner.session.time(runner.feed, warmup=1, runs=REMEASURE_RUNS, min_seconds=0.0)
-                else:
-                    quick = time_runs(runner, warmup=1, runs=REMEASURE_RUNS, min_seconds=0.0, clock=clock)
-        except Exception:  # noqa: BLE001 - the row stands as measured
+def rounds(kept: list[tuple[LatencyRow, Any]], clock: Clock, threads: int | None) -> None:
+    """Time every kept row again in :data:`ROUNDS` interleaved rounds once all rows are done, each round in a new
+    shuffled order and each visit starting with an untimed call (on two cores a row's time depends on which session
+    ran just before it). Every row gets one median per round (``rounds_ms``): a row and its baseline timed in the same
+    round give one paired ratio, and the ratios' spread is the speed-up's interval (:func:`results.latency.summarize`).
+    While an interval still includes 1.0, more rounds run, at most as long again as the first ones
+    (:data:`MORE_ROUNDS_SECONDS` at most, :data:`MAX_ROUNDS` in all). A row whose p50 and rounds disagree by more than
+    :data:`REMEASURE_RATIO` was timed while the machine was busy and is flagged noisy, however small its own
+    spread."""
+    import random
+
+    from ...results.latency import baselines, unsettled
+
+    if not kept:
+        return
+    for row, _ in kept:
+        row.rounds_ms = []
+    started, done, first = clock(), 0, 0.0
+    pairs = baselines([row for row, _ in kept])
+    while done < ROUNDS or (done < MAX_ROUNDS and unsettled(pairs)
+                            and clock() - started < min(MORE_ROUNDS_SECONDS, first * 2)):
+        order = list(kept)
+        random.Random(done).shuffle(order)
+        for row, runner in order:
+            visit(row, runner, clock, threads)
+        done += 1
+        if done == ROUNDS:
+            first = clock() - started
+    for row, _ in kept:
+        if not row.rounds_ms:
             continue
-        again = float(np.median(quick)) * 1e3
+        again = float(np.median(row.rounds_ms))
         row.remeasure_ms = again
         if row.p50_ms and again > 0:
             ratio = max(row.p50_ms, again) / min(row.p50_ms, again)
             if ratio > REMEASURE_RATIO:
                 row.noisy = True
                 row.note = (f"{row.note}; " if row.note else "") + (
-                    f"re-measured at {sig(again)} ms against p50 {sig(row.p50_ms)} ms ({ratio:.1f}x apart): the "
-                    "machine was busy during one of them")
+                    f"{len(row.rounds_ms)} interleaved rounds gave {sig(again)} ms against p50 {sig(row.p50_ms)} ms "
+                    f"({ratio:.1f}x apart): the machine was busy during one of them")
     kept.clear()
+
+
+def visit(row: LatencyRow, runner: Any, clock: Clock, threads: int | None) -> None:
+    """One round's look at a row: an untimed call, then calls for about :data:`ROUND_SECONDS` (1 to 20); their
+    median joins ``row.rounds_ms``. A runner that fails now leaves the row as it was measured."""
+    calls = int(min(20, max(1, np.ceil(ROUND_SECONDS * 1e3 / row.p50_ms)))) if row.p50_ms else 1
+    torch_threads = torch_threads_set(threads) if row.backend.startswith("torch") else contextlib.nullcontext()
+    try:
+        with torch_threads:
+            if getattr(runner, "isolated", False):  # timed where the session lives, as its row was
+                times = runner.session.time(runner.feed, warmup=1, runs=calls, min_seconds=0.0)
+            else:
+                times = time_runs(runner, warmup=1, runs=calls, min_seconds=0.0, clock=clock)
+    except Exception:  # noqa: BLE001 - the row stands as measured
+        return
+    row.rounds_ms.append(float(np.median(times)) * 1e3)
 
 
 @contextlib.contextmanager

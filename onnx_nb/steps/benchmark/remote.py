@@ -15,7 +15,7 @@ import numpy as np
 from ...results.latency import LatencyRow
 from ...runtime.cluster import Cluster, Job
 from ...runtime.local_cluster import describe
-from .measuring import measure, remeasure
+from .measuring import measure, rounds
 
 
 def onnx_row(name: str, backend: str, provider: str | None, bundle: Any, feed: dict[str, np.ndarray], tag: str,
@@ -48,7 +48,7 @@ def _measured(name: str, backend: str, tag: str, batch: int, make: Any, settings
     row, runner = measure(name, backend, tag, batch, make, settings["warmup"], settings["runs"],
                           settings["min_seconds"], time.perf_counter, settings["threads"])
     if runner is not None:
-        remeasure([(row, runner)], time.perf_counter, settings["threads"])
+        rounds([(row, runner)], time.perf_counter, settings["threads"])
     return row
 
 

@@ -21,7 +21,8 @@ def write_parts(names: tuple[str, ...], build: Callable[[], dict[str, tuple[Any,
     from ....progress import Steps
     from ....runtime.files import check_target, default_output, deferred_interrupt, publish, staging_dir
 
-    folder = Path(out).expanduser() if out is not None else default_output(default_name).parent
+    folder = Path(out).expanduser() if out is not None else \
+        default_output(default_name, taken_ok=overwrite).parent
     if folder.suffix == ".onnx":  # a file's path for several files: the folder of that name (sd.onnx -> sd/)
         folder = folder.with_suffix("")
     for part in names:  # every part's file checked before the first is written
