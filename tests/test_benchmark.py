@@ -138,7 +138,8 @@ def test_speedup_intervals_from_interleaved_rounds() -> None:
             row("PyTorch eager, padding skipped", "torch:cpu", 30.0, [30, 31, 29, 33, 30], unpad=True),
             row("fp32", "ort:cpu", 20.0, [20, 21, 20, 22, 19]),
             row("int8", "ort:cpu", 48.0, [40, 60, 45, 70, 50]),
-            row("optimized", "ort:cpu", 10.0, [10, 10, 11, 10, 10], unpad=True)]
+            row("optimized", "ort:cpu", 10.0, [10, 10, 11, 10, 10], unpad=True),
+            row("timed while busy", "ort:cpu", 40.0, [20, 21, 20, 22, 19])]
     table = summarize(rows, {}, [])
     fp32, int8, fast = rows[2], rows[3], rows[4]
     assert fp32.speedup == pytest.approx(2.5) and fp32.baseline == "PyTorch eager"
@@ -147,9 +148,13 @@ def test_speedup_intervals_from_interleaved_rounds() -> None:
     assert not int8.separable and int8.speedup_text().endswith("x, not separable")
     assert "1.04" not in int8.speedup_text(), "no ratio printed that the rounds cannot support"
     assert fast.baseline == "PyTorch eager, padding skipped" and fast.speedup == pytest.approx(3.0)
+    busy = rows[5]  # its p50 says 1.25x, the rounds it shared with its baseline say about 2.5x
+    assert busy.separable and not busy.supported and busy.noisy
+    assert busy.speedup_text() == f"{busy.speedup_low:.2f}-{busy.speedup_high:.2f}x, rounds only"
     assert key_columns(rows)[key_columns(rows).index("speedup") + 1] == "baseline"
-    assert "baseline" not in key_columns(rows[2:4])
+    assert "baseline" not in key_columns(rows[2:4]) and rows[0].baseline == "" and rows[0].speedup_text() == "1.00x"
     assert any("not separable" in n for n in table.notes) and any("interleaved rounds" in n for n in table.notes)
+    assert any("rounds only" in n for n in table.notes)
     text = repr(table)
     assert "baseline" in text and "not separable" in text
 

@@ -44,23 +44,48 @@ def test_requirements_agree_with_pyproject() -> None:
     editable = next(ln for ln in lines if ln.startswith("-e "))
     extras = re.search(r"\[(.*)\]", editable).group(1).split(",")  # type: ignore[union-attr]
     assert all(e in project["optional-dependencies"] for e in extras)
-    everything = " ".join(project["optional-dependencies"]["all"])
-    for needed in ("hf", "notebook", "demo"):  # what the tutorials import
-        assert needed in everything
+    assert extras == ["tutorials"], "Binder installs what the tutorials import and no more"
+    for needed in ("hf", "notebook", "demo", "genai"):  # what tutorials 01-04, 06, 07 and 11 import
+        assert needed in " ".join(project["optional-dependencies"]["tutorials"])
 
 
 def test_tutorials_only_import_what_binder_installs() -> None:
+    """A tutorial imports what onnx-nb[tutorials] installs (the standard library, Jupyter's own, onnx-nb's
+    dependencies); one that needs an extra beside it says so in its first code cell and installs it there when
+    missing, and then imports that extra's modules only."""
     import json
 
+    project = pyproject()["project"]
     allowed = {"os", "tempfile", "numpy", "torch", "transformers", "onnx", "onnx_nb", "pandas", "sys", "pathlib",
-               "json", "string", "base64", "io", "IPython",  # the standard library, and Jupyter's own
-               "diffusers", "PIL",  # onnx-nb[all] has the diffusion extra: diffusers, and pillow with it
-               "shutil", "ultralytics", "onnxruntime",  # and the vision extra (onnxruntime: a dependency)
-               "keras", "tensorflow", "tf2onnx", "sklearn"}  # and the tensorflow and sklearn extras
-    for nb in (ROOT / "notebooks").glob("*.ipynb"):
-        for cell in json.loads(nb.read_text())["cells"]:
-            if cell["cell_type"] != "code":
-                continue
+               "json", "string", "base64", "io", "shutil", "importlib", "IPython",  # the standard library, Jupyter
+               "onnxruntime", "PIL"}  # a dependency of onnx-nb, and pillow in the tutorials extra
+    of_extra = {"openvino": {"openvino"}, "diffusion": {"diffusers"}, "vision": {"ultralytics"},
+                "tensorflow,sklearn": {"keras", "tensorflow", "tf2onnx", "sklearn"}}
+    needing = set()
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+        first = "".join(cells[0]["source"])
+        said = re.search(r'%pip install .*-c \.\./constraints/lock\.txt -e "\.\.\[([\w,]+)\]"', first)
+        extra = said.group(1) if said else None
+        if extra:
+            needing.add(nb.stem)
+            assert all(e in project["optional-dependencies"] for e in extra.split(",")), extra
+            assert f"# onnx-nb[{extra}] is not in Binder's image" in first and "find_spec(" in first, nb.name
+        for cell in cells:
             src = "".join(cell["source"])
             for mod in re.findall(r"^\s*(?:import|from)\s+([\w]+)", src, re.MULTILINE):
-                assert mod in allowed, f"{nb.name} imports {mod}"
+                assert mod in allowed | of_extra.get(extra or "", set()), f"{nb.name} imports {mod}"
+    assert needing == {"05_providers_latency", "08_diffusion", "09_yolo", "10_beyond_pytorch"}, needing
+
+
+def test_launch_on_binder_links() -> None:
+    """The README links Binder, and every tutorial's first cell links itself there, on the repository pyproject.toml
+    names (the address mybinder.org builds binder/ from)."""
+    import json
+
+    repo = pyproject()["project"]["urls"]["Repository"].removeprefix("https://github.com/")
+    base = f"https://mybinder.org/v2/gh/{repo}/HEAD?urlpath=lab/tree/notebooks/"
+    assert f"({base}01_quickstart.ipynb)" in (ROOT / "README.md").read_text()
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        first = "".join(json.loads(nb.read_text())["cells"][0]["source"])
+        assert f"[![Launch on Binder](https://mybinder.org/badge_logo.svg)]({base}{nb.name})" in first, nb.name

@@ -94,3 +94,18 @@ def test_studio_runs_the_pipelines_plan(tmp_path: Path, monkeypatch: object) -> 
     fresh.panel.shapes = "batch=four"
     assert fresh.run("latency") is None
     assert "InvalidArgumentError" in fresh.panel.html["latency"] and "batch=four" in fresh.panel.status
+
+
+def test_the_pipelines_report_keeps_no_copy_of_a_model_it_loaded(tiny_dirs: dict[str, Path], tmp_path: Path) -> None:
+    """pipeline() given a folder loads its model; its report keeps the files, not that PyTorch model (a kernel on
+    Binder's 2 GB held one copy per pipeline run), and a later step on its export loads the model again. A model the
+    caller passed stays the caller's."""
+    report = onnx_nb.pipeline(tiny_dirs["bert"], optimize=False, quantize=None, benchmark=False, out=tmp_path / "p",
+                              progress=False)
+    export = report["export"]
+    assert report and export.source.model is None
+    assert onnx_nb.check_parity(export, progress=False), "the model is loaded again from its folder"
+    mine = Small()
+    kept = onnx_nb.pipeline(mine, torch.randn(2, 8), optimize=False, quantize=None, benchmark=False,
+                            out=tmp_path / "q", progress=False)
+    assert kept["export"].source.model is mine

@@ -81,15 +81,23 @@ class LatencyRow:
         return self.speedup_low is None or self.speedup_high is None or not (
             self.speedup_low <= 1.0 <= self.speedup_high)
 
+    @property
+    def supported(self) -> bool:
+        """Whether the printed speed-up (the p50s' ratio) is one the rounds support: separable from 1.0 and inside
+        its interval."""
+        return self.separable and (self.speedup_low is None or self.speedup_high is None or self.speedup is None
+                                   or self.speedup_low <= self.speedup <= self.speedup_high)
+
     def speedup_text(self, short: bool = False) -> str:
         """``2.49x [2.31, 2.66]``: the speed-up and its interval over the rounds (``short``: ``2.49x``); only the
         interval when it includes 1.0 (the run cannot say which is faster, so it prints no ratio)."""
         if self.speedup is None:
             return "-" if not short else ""
-        if self.speedup_low is None or self.speedup_high is None or self.baseline == self.variant:
+        if self.speedup_low is None or self.speedup_high is None or not self.baseline:
             return f"{self.speedup:.2f}x"
-        if not self.separable:
-            return f"{self.speedup_low:.2f}-{self.speedup_high:.2f}x" + ("?" if short else ", not separable")
+        if not self.supported:
+            return f"{self.speedup_low:.2f}-{self.speedup_high:.2f}x" + (
+                "?" if short else ", not separable" if not self.separable else ", rounds only")
         return f"{self.speedup:.2f}x" + ("" if short else f" [{self.speedup_low:.2f}, {self.speedup_high:.2f}]")
 
     def html_cells(self) -> list[str]:
@@ -169,10 +177,14 @@ def baselines(rows: list[LatencyRow]) -> dict[int, tuple[LatencyRow, LatencyRow]
     return pairs
 
 
+def paired_ratios(row: LatencyRow, other: LatencyRow) -> list[float]:
+    """other / row per round where both were timed (how many times faster ``row`` ran in each round)."""
+    return [b / r for b, r in zip(other.rounds_ms, row.rounds_ms, strict=False) if r > 0] if row is not other else []
+
+
 def paired_interval(row: LatencyRow, base: LatencyRow) -> tuple[float, float] | None:
     """The interval of the speed-up from the rounds where both rows were timed: one ratio per round."""
-    ratios = [b / r for b, r in zip(base.rounds_ms, row.rounds_ms, strict=False) if r > 0]
-    return median_interval(ratios) if row is not base else None
+    return median_interval(paired_ratios(row, base))
 
 
 def unsettled(pairs: dict[int, tuple[LatencyRow, LatencyRow]]) -> bool:
@@ -191,7 +203,7 @@ def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]
     """Fill in speed-ups against the PyTorch row of the same shape (and the same node, on a cluster) with their
     intervals over the interleaved rounds, and flag noise."""
     for row, base in baselines(rows).values():
-        row.speedup, row.baseline = (base.p50_ms or 0.0) / (row.p50_ms or 1.0), base.variant
+        row.speedup, row.baseline = (base.p50_ms or 0.0) / (row.p50_ms or 1.0), "" if row is base else base.variant
         interval = paired_interval(row, base)
         if interval is None:
             continue
@@ -199,8 +211,8 @@ def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]
         if not interval[0] <= row.speedup <= interval[1]:  # p50s timed apart disagree with the paired rounds
             row.noisy = True
             row.note = (f"{row.note}; " if row.note else "") + (
-                f"p50s give {row.speedup:.2f}x, outside the rounds' interval: the machine was busy while one of "
-                "them was timed")
+                f"its p50 and the baseline's give {row.speedup:.2f}x, outside the interleaved rounds' interval: the "
+                "machine was busy while one of them was timed")
     mark_slower(rows, why)
     if any(skips_padding(r) and r.backend.startswith("torch") for r in rows):
         notes.append("Rows that skip padding (runtime=skips padding) are compared with 'PyTorch eager, padding "
@@ -209,11 +221,16 @@ def summarize(rows: list[LatencyRow], profiles: dict[str, Any], notes: list[str]
     rounds = max((len(r.rounds_ms) for r in rows), default=0)
     if any(r.speedup_low is not None for r in rows):
         notes.append(f"Speed-up: the baseline's p50 over the row's; in brackets its {INTERVAL:.0%} interval from "
-                     f"{rounds} interleaved rounds (each round times every row in a new order; one ratio per round).")
+                     f"{rounds} interleaved rounds (each round times every row in a new order, one ratio per round, "
+                     "so a row and its baseline meet the same machine).")
     if not all(r.separable for r in rows):
         notes.append("A speed-up whose interval includes 1.0 is shown as that interval alone ('not separable'): "
                      "this run cannot tell the row from its baseline (a small difference, or a busy machine); "
                      "re-run on a quiet machine before reading a ratio.")
+    if not all(r.supported or not r.separable for r in rows):
+        notes.append("A speed-up whose p50s' ratio falls outside its interval is shown as the interval alone "
+                     "('rounds only'): the row or its baseline was timed while the machine was busy, and the "
+                     "interleaved rounds, which met both with the same machine, are what this run can support.")
     if any(r.noisy for r in rows):
         notes.append(f"Some rows are noisy (p90 more than {NOISY_SPREAD:.0%} above p50, or the interleaved rounds "
                      "more than 1.3x away from p50): the machine was busy; re-run on a quiet machine before "
@@ -275,8 +292,8 @@ class LatencyTable:
             labels = [f"{r.variant} · {r.backend}" + (f" · {r.shape}" if len(shapes) > 1 else "") +
                       (" (slower than parent)" if r.slower else "") for r in ok]
             fig.add_trace(go.Bar(y=labels, x=[r.p50_ms for r in ok], name="p50", orientation="h",
-                                 marker_color=["#d93025" if r.slower or (r.separable and r.speedup and r.speedup < 1) else "#1a73e8"
-                                               for r in ok],
+                                 marker_color=["#d93025" if r.slower or (r.supported and r.speedup and r.speedup < 1)
+                                               else "#1a73e8" for r in ok],
                                  error_x={"type": "data", "symmetric": False,
                                           "array": [(r.p90_ms or 0) - (r.p50_ms or 0) for r in ok],
                                           "arrayminus": [0] * len(ok), "color": "#333"},
@@ -308,7 +325,7 @@ class LatencyTable:
         several = len({r.shape for r in ok}) > 1
         items = [{"label": f"{r.variant} · {r.backend}" + (f" · {r.shape}" if several else ""), "value": r.p50_ms,
                   "hi": r.p90_ms, "text": r.speedup_text(short=True),
-                  "bad": bool(r.slower or (r.separable and r.speedup and r.speedup < 1.0))} for r in ok]
+                  "bad": bool(r.slower or (r.supported and r.speedup and r.speedup < 1.0))} for r in ok]
         return svg_hbars(items, axis="p50 latency, ms (whisker to p90; speed-up vs PyTorch after it)",
                          title="Latency")
 

@@ -11,8 +11,10 @@ from typing import Any
 from ..progress import Steps
 from ..results.report import Report
 from ..runtime.isolation import honours_isolate
+from ..runtime.memory import gives_memory_back
 
 
+@gives_memory_back
 @honours_isolate
 def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimize: bool = True,
              quantize: str | None = "auto", providers: Any = ("cpu",), shapes: Any = None,
@@ -33,7 +35,7 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
         report = onnx_nb.pipeline("path/to/bert-folder", shapes=[{"batch": 8, "sequence": 128}])
         report.save_html("report.html")
     """
-    from .export.adapters.registry import resolve
+    from .export.adapters.registry import adapter_of, resolve
     from .plan import Run, Settings, plan
     from .variants import autotuning  # noqa: F401 - warm the import so timings are not charged to a step
 
@@ -48,4 +50,11 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
         for step in steps:
             bar.step(f"quantize ({quantize})" if step.key == "quantize" else step.key)
             run.run(step.key)
-    return run.report()
+    report = run.report()
+    export = run.values.get("export")
+    if export is not None and model is not getattr(export.source, "model", None) and \
+            adapter_of(export).reloadable(export.source):
+        # the report keeps its files, tables and figures, not a second copy of the PyTorch model it loaded: a later
+        # step on its export loads the model again from its folder (a kernel on Binder's 2 GB holds one copy less)
+        export.source.model = None
+    return report

@@ -197,6 +197,10 @@ class HfAdapter(Adapter):
 
     # --- what later steps ask -----------------------------------------------------------------------------------
     @classmethod
+    def reloadable(cls, record: Any) -> bool:
+        return bool(record.location)
+
+    @classmethod
     def reload(cls, record: Any, step: str) -> Any:
         """The record with its PyTorch model, loaded again from its folder or hub id when the result no longer holds
         it (a lean export, a result from an earlier session); refused with InsufficientMemoryError before loading

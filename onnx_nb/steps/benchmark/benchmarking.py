@@ -15,6 +15,7 @@ from ...errors import InvalidArgumentError
 from ...progress import Steps
 from ...results.latency import LatencyRow, LatencyTable, summarize
 from ...runtime.isolation import honours_isolate
+from ...runtime.memory import gives_memory_back
 from ...runtime.onnxfile import file_bytes
 from ...runtime.timing import Clock
 from .backends import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
@@ -100,6 +101,7 @@ def _backends(providers: Any) -> list[tuple[str, str | None, str]]:
     return result
 
 
+@gives_memory_back
 @honours_isolate
 def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, shapes: Any = None,
               reference: Any = None, warmup: int = 5, runs: int | None = None, min_seconds: float = 1.0,

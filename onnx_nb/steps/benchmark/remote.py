@@ -49,6 +49,7 @@ def _measured(name: str, backend: str, tag: str, batch: int, make: Any, settings
                           settings["min_seconds"], time.perf_counter, settings["threads"])
     if runner is not None:
         rounds([(row, runner)], time.perf_counter, settings["threads"])
+        row.rounds_ms = []  # timed alone in its own job: nothing to pair with another row's rounds
     return row
 
 

@@ -14,9 +14,11 @@ from typing import Any
 from ...results.export import ExportResult
 from ...results.parts import PartsExport
 from ...runtime.files import cleans_up_folders
+from ...runtime.memory import gives_memory_back
 from .args import ExportArgs
 
 
+@gives_memory_back
 @cleans_up_folders
 def export(
     model: Any,

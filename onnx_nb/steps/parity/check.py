@@ -17,6 +17,7 @@ from ...results.export import export_of
 from ...results.parity import DivergingNode, ParityReport, Row
 from ...results.tolerance import measure, precision_of, tolerance_for
 from ...runtime.isolation import honours_isolate
+from ...runtime.memory import gives_memory_back
 from ...runtime.shapes import axis_sizes, cast_feed, label, make_feed, right_padded, shape_specs, static_conflict
 from ..export.machinery.references import Reference
 
@@ -31,6 +32,7 @@ def padding_mask(feed: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -
     return mask.astype(bool)
 
 
+@gives_memory_back
 @honours_isolate
 def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, shapes: Any = "auto",
                  providers: Any = ("cpu",), atol: float | None = None, rtol: float | None = None,

@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...render import CSS, esc, html_table, text_table
+from ...runtime.memory import gives_memory_back
 
 QUANT_COMPUTE = {"MatMulInteger", "QLinearMatMul", "MatMulNBits", "QAttention", "ConvInteger", "QLinearConv",
                  "DynamicQuantizeMatMul", "QGemm"}
@@ -112,6 +113,7 @@ class QuantDebugReport:
         return CSS + self.html_body()
 
 
+@gives_memory_back
 def quant_debug(reference: Any, variant: Any, sample: Any = None, *, max_suggestions: int = 3,
                 gap_db: float = 10.0) -> QuantDebugReport:
     """Per-layer SQNR of a quantized ``variant`` against the fp32 ``reference`` ONNX model (its parent by

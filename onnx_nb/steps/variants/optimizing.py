@@ -18,7 +18,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, OptimizationError
 from ...results.variant import Recipe, Variant
-from ...runtime.memory import FACTORS
+from ...runtime.memory import FACTORS, gives_memory_back
 from .decoders import ATTENTION_CHOICES, decoder_export, decoder_route
 from .levels import fastest_level, ort_level
 from .variants import make, parent_of
@@ -55,6 +55,7 @@ def _count(path: Path, ops: tuple[str, ...]) -> int:
     return sum(1 for n in load_proto(path).graph.node if n.op_type in ops)
 
 
+@gives_memory_back  # each route's copies of the graph go before the next is made
 def _onnxscript_fusions(src: Path, dst: Path) -> dict[str, int]:
     import onnx_ir as ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
@@ -71,6 +72,7 @@ def _onnxscript_fusions(src: Path, dst: Path) -> dict[str, int]:
     return {k: int(v) for k, v in dict(counts).items() if v}
 
 
+@gives_memory_back  # each route's copies of the graph go before the next is made
 def _eager_reexport(source: Any, dst: Path) -> None:
     """Export the PyTorch source again with eager attention (TorchScript), which ORT fuses."""
     from ..export.exporting import export
@@ -84,6 +86,7 @@ def _eager_reexport(source: Any, dst: Path) -> None:
                dynamic=source.input_axes or True)
 
 
+@gives_memory_back  # each route's copies of the graph go before the next is made
 def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: int,
                      collected: list[str] | None = None) -> None:
     """ONNX Runtime's transformer optimizer; its warnings (not its progress lines) go to ``collected``."""
@@ -158,6 +161,7 @@ def timing_feed(source: Any) -> dict[str, np.ndarray]:
     return feed
 
 
+@gives_memory_back
 def optimize(onnx_model: Any, *, level: str = "auto", reference: Any = None, model_type: str | None = None,
              num_heads: int | None = None, hidden_size: int | None = None, unpad: bool | str = "auto",
              simplify: bool = False, out: str | os.PathLike[str] | None = None, overwrite: bool = False,
@@ -301,7 +305,10 @@ def transformer_route(work: Path, staged: Path, scratch: Path, source: Any, para
     SkipLayerNormalization nodes go back to Add + LayerNormalization where that is measured faster (``norms``)."""
     _attention_route(work, staged, scratch, source, params, then, recipe, warnings)
     if cpu:
+        from ...runtime.memory import give_back
         from .norms import apply
+
+        give_back()  # the fusions' and the optimizer's copies of the graph, before the file is read again
 
         apply(staged, params[2], recipe)
 

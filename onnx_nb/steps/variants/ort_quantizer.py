@@ -14,6 +14,7 @@ import numpy as np
 
 from ...errors import CalibrationError
 from ...results.variant import Recipe
+from ...runtime.memory import gives_memory_back
 from ...runtime.onnxedit import save_proto, untie
 from ...runtime.onnxfile import load_proto, signature, total_file_size
 
@@ -114,6 +115,7 @@ def kept_in_float(path: Path, dynamic: bool) -> list[str]:
             or (dynamic and n.op_type == "Conv" and n.input[1] not in ranks)] + written(proto)
 
 
+@gives_memory_back  # each route's copies of the graph go before the next is made
 def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
                   op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
                   accuracy_level: int | None = None, gemm_as_matmul: bool = False, scheme: str = "u8s8",

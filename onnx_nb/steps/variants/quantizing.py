@@ -12,7 +12,7 @@ from typing import Any
 
 from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, QuantizationError, first_line
 from ...results.variant import Recipe, Variant
-from ...runtime.memory import FACTORS
+from ...runtime.memory import FACTORS, gives_memory_back
 from .int8_routes import fused_route, int8_route
 from .ort_quantizer import CalibrationReader, gemm_to_matmul, run_quantizer
 from .variants import generated_calibration, make, parent_of
@@ -44,6 +44,7 @@ def int8_method(path: Path) -> tuple[str, str]:
     return "dynamic", f"auto: {matmuls} MatMul/Gemm against {convs} Conv: dynamic (per-batch activation scales)"
 
 
+@gives_memory_back
 def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | None = None,
              calibration: Iterable[dict[str, Any]] | str | os.PathLike[str] | None = None,
              exclude: Sequence[str] | str | None = "auto",

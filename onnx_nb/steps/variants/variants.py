@@ -14,6 +14,7 @@ from ...errors import InvalidArgumentError
 from ...render import human_bytes
 from ...results.variant import FUSED_OPS, Recipe, Variant
 from ...runtime.files import check_target, cleans_up_folders, publish, staging_dir
+from ...runtime.memory import give_back, gives_memory_back
 
 
 def parent_of(model: Any) -> tuple[Path, Any, Any]:
@@ -66,6 +67,7 @@ def too_big_advice(source: Any) -> str:
     return "Run this step on a machine with more memory, or make a smaller file first (fp16 halves the weights)."
 
 
+@gives_memory_back
 @cleans_up_folders
 def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: Recipe,
          write: Callable[[Path, Path], list[str]],
@@ -113,5 +115,6 @@ def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: Rec
     if validate:
         from ..parity.check import check_parity
 
+        give_back()  # what the writer freed (the quantizer's or optimizer's copies) goes before the sessions open
         variant.parity = check_parity(ref, variant, sample, providers=providers, progress=False, localize=localize)
     return variant

@@ -129,6 +129,11 @@ class Adapter:
                                    "whole with check_diffusion / check_sam.")
 
     @classmethod
+    def reloadable(cls, record: ModelSource) -> bool:
+        """Whether :meth:`reload` can load the model again from where it came from (a folder, a hub id)."""
+        return False
+
+    @classmethod
     def reload(cls, record: ModelSource, step: str) -> ModelSource:
         """``record`` with its model, loaded again from where it came from when the result no longer holds it."""
         if record.model is None:
