@@ -21,7 +21,7 @@ from ...runtime.timing import Clock
 from .backends import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
 from .measuring import described, lineage, measure, rounds
 
-KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the re-measure
+KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the interleaved rounds
 
 
 def openvino_file(obj: Any, path: Path, folder: str | Path) -> tuple[Path, str] | None:
@@ -150,7 +150,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     profiles: dict[str, Any] = {}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     skipping = ref is not None and any((getattr(obj, "runtime", None) or {}).get("unpad") for _, obj, _ in entries)
-    total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0) + (1 if skipping else 0)) + 1
+    total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0) + (1 if skipping else 0) + 1)
     kept: list[tuple[LatencyRow, Any]] = []
     for_openvino: dict[Path, tuple[Path, str] | None] = {}
     # kept open to re-measure (a file of unknown size counts as large)
@@ -190,8 +190,9 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
                         os.makedirs(folder)
                         profiles[f"{name} · {backend} · {tag}"] = _profile(path, provider, feed, threads, level,
                                                                           folder)
-        steps.step("interleaved rounds of every row")
-        rounds(kept, clock, threads)
+            # this shape's rows in interleaved rounds, then their sessions go: one shape's sessions open at a time
+            steps.step(f"interleaved rounds at {tag}")
+            rounds(kept, clock, threads)
     described(entries, rows)
     return summarize(rows, profiles, _table_notes(entries, load), lineage(entries, rows))
 
@@ -218,7 +219,7 @@ def _file_row(name: str, obj: Any, path: Path, backend: str, provider: Any, feed
               batch: int, for_openvino: tuple[Path, str] | None, level: str,
               timing: tuple[int, int | None, float, Clock, int | None]) -> tuple[LatencyRow, Any]:
     """One file's row on one backend at one shape (``provider`` None: the OpenVINO runtime, on the file made for
-    it, ``for_openvino``), and its runner kept for the re-measuring round."""
+    it, ``for_openvino``), and its runner kept for the interleaved rounds."""
     warmup, runs, min_seconds, clock, threads = timing
     ran, why = (for_openvino or (path, "")) if not provider else (path, "")
     make: Callable[[], Any] = (partial(OrtRunner, path, provider, feed, threads, level, None,

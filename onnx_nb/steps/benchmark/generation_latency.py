@@ -175,7 +175,7 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 100) or 100) if model is not None else 100
     rows: list[Any] = []
     kept: list[tuple[Any, Any]] = []
-    total = len(specs) * (len(entries) * len(backends) + (2 if model is not None else 0)) + 1
+    total = len(specs) * (len(entries) * len(backends) + (2 if model is not None else 0) + 1)
     with Steps(total, "benchmark", progress) as steps:
         for spec in specs:
             length, past = (spec["prompt"], 0) if "prompt" in spec else (1, spec["past"])
@@ -203,8 +203,8 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
                 rows.append(row)
                 if runner is not None:
                     kept.append((row, runner))
-        steps.step("interleaved rounds of every row")
-        rounds(kept, clock, threads)
+            steps.step(f"interleaved rounds: {tag}")  # one shape's sessions and caches open at a time
+            rounds(kept, clock, threads)
     notes = ["Generation: a 'prefill' row is the time to first token for that prompt; a 'decode' row is one new "
              "token after that many cached ones (throughput = tokens/s at batch 1). 'PyTorch eager, no cache' runs "
              "the whole sequence again for each token: what the cache saves. peak_mb: resident memory the row "

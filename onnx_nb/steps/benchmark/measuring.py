@@ -101,6 +101,9 @@ def rounds(kept: list[tuple[LatencyRow, Any]], clock: Clock, threads: int | None
                     f"{len(row.rounds_ms)} interleaved rounds gave {sig(again)} ms against p50 {sig(row.p50_ms)} ms "
                     f"({ratio:.1f}x apart): the machine was busy during one of them")
     kept.clear()
+    from ...runtime.memory import give_back
+
+    give_back()  # the rows' sessions are closed: their memory goes before the next shape's open
 
 
 def visit(row: LatencyRow, runner: Any, clock: Clock, threads: int | None) -> None:
