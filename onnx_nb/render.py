@@ -204,12 +204,14 @@ def svg_hbars(items: Sequence[dict[str, Any]], *, axis: str, log: bool = False, 
     with the full text on hover; text is 12 px."""
     import math
 
-    items = [i for i in items if i.get("value") is not None and (not log or i["value"] > 0)]
-    if not items:
+    # on a log axis a zero (an exact match) has no bar: its row keeps its label and text only
+    items = [i for i in items if i.get("value") is not None and (not log or i["value"] >= 0)]
+    if not items or (log and not any(i["value"] > 0 for i in items)):
         return ""
     tops = [max(i["value"], i.get("hi") or 0, i.get("mark") or 0) for i in items]
     pos = (lambda v: math.log10(max(v, 1e-30))) if log else (lambda v: float(v))
-    lows = [pos(i["value"]) for i in items] + [pos(i["mark"]) for i in items if i.get("mark")]
+    lows = [pos(i["value"]) for i in items if not log or i["value"] > 0] + \
+        [pos(i["mark"]) for i in items if i.get("mark")]
     lo = math.floor(min(lows) - 0.3) if log else 0.0
     hi = pos(max(tops)) + (0.3 if log else max(tops) * 0.05)
     span = (hi - lo) or 1.0
@@ -231,9 +233,11 @@ def svg_hbars(items: Sequence[dict[str, Any]], *, axis: str, log: bool = False, 
         colour = "#d93025" if item.get("bad") else "#1a73e8"
         parts.append(f'<g><title>{esc(label)}</title><text x="{left - 6}" y="{y + 15}" text-anchor="end">'
                      f"{esc(shown[n])}</text></g>")
-        parts.append(f'<rect x="{left}" y="{y + 4}" width="{max(x(item["value"]) - left, 1):.1f}" height="14" '
-                     f'fill="{colour}" fill-opacity="0.75"/>')
-        end = x(item["value"])
+        none = log and item["value"] <= 0
+        if not none:
+            parts.append(f'<rect x="{left}" y="{y + 4}" width="{max(x(item["value"]) - left, 1):.1f}" height="14" '
+                         f'fill="{colour}" fill-opacity="0.75"/>')
+        end = left if none else x(item["value"])
         if item.get("hi"):
             end = x(item["hi"])
             parts.append(f'<line x1="{x(item["value"]):.1f}" x2="{end:.1f}" y1="{y + 11}" y2="{y + 11}" '

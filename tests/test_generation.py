@@ -319,6 +319,19 @@ def test_nested_peaks_the_process_peak_and_memory_given_back() -> None:
     assert len(kept) == 300
 
 
+
+def test_full_collections_stop_where_they_cost_too_much(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full collection at every step costs seconds in a process holding many models (the test suite's workers
+    spent most of their time there): once one takes longer than FULL_COLLECTION_SECONDS, steps collect the young
+    generations only."""
+    from onnx_nb.runtime import memory
+
+    monkeypatch.setattr(memory, "_FULL_TOO_SLOW", [False])
+    monkeypatch.setattr(memory, "FULL_COLLECTION_SECONDS", 0.0)
+    memory.give_back(full=True)
+    assert memory._FULL_TOO_SLOW == [True]
+
+
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
 def test_optimize_reexports_decoders_with_standard_attention(exports: dict[str, onnx_nb.ExportResult], name: str,
                                                              tmp_path: Path) -> None:

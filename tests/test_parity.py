@@ -47,6 +47,7 @@ def test_export_passes_on_three_shapes(bert_exports: dict[str, onnx_nb.ExportRes
     assert list(frame["status"]) == ["pass"] * 5 and "needed_atol" in frame.columns
     fig = report.figure()
     assert len(fig.data) == 5 and "Parity errors" in fig.layout.title.text
+    assert len({t.marker.color for t in fig.data}) == 5, "a colour per row (plotly's cycle repeats after ten)"
     # the legend sits in the bottom margin below the axis title, a line per row, the plot keeping its height
     legend, margin = fig.layout.legend, fig.layout.margin
     assert legend.yref == "container" and legend.yanchor == "bottom" and margin.b >= 60 + 20 * len(fig.data)

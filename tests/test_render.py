@@ -69,6 +69,11 @@ def test_chart_labels_cut_to_text_that_still_tells_rows_apart() -> None:
                     label_chars=30)
     labels = re.findall(r'text-anchor="end">([^<]*)</text>', svg)
     assert len(labels) == 3 and len(set(labels)) == 3, labels
+    # an exact row (zero error) keeps its label and says so, with no bar drawn at an arbitrary floor
+    exact = svg_hbars([{"label": "a", "value": 1e-4, "text": "pass"}, {"label": "b", "value": 0.0,
+                                                                       "text": "pass: exact"}], axis="x", log=True)
+    assert exact.count("<rect") == 1 and "pass: exact" in exact and ">b</text>" in exact
+    assert svg_hbars([{"label": "b", "value": 0.0}], axis="x", log=True) == ""
 
 
 def test_latency_bars_label_every_row_and_give_each_room() -> None:

@@ -206,6 +206,13 @@ class ParityReport:
                                        opacity=0.6, nbinsx=60))
             if row.tolerance and row.tolerance.mode == "elementwise":
                 atols.add(row.tolerance.atol)
+        if len(fig.data) > 1:  # one colour per row: plotly's ten-colour cycle gave the 11th row the 1st's colour
+            from plotly.colors import sample_colorscale
+
+            for trace, colour in zip(fig.data, sample_colorscale("Turbo", [i / (len(fig.data) - 1)
+                                                                          for i in range(len(fig.data))]),
+                                     strict=True):
+                trace.marker.color = colour
         for atol in atols:
             fig.add_vline(x=float(np.log10(atol)), line_dash="dash", line_color="#b3261e",
                           annotation_text=f"atol {atol:g}")
@@ -222,10 +229,11 @@ class ParityReport:
     def svg(self) -> str:
         """Per row, the atol it would need to pass (log scale) with the tolerance's atol marked: the chart for
         places without plotly's script (the Studio's tab)."""
-        items = [{"label": f"{r.output} · {r.shape} · {r.provider}", "value": max(r.needed_atol or r.max_abs or 0,
-                                                                                 1e-12),
+        items = [{"label": f"{r.output} · {r.shape} · {r.provider}", "value": r.needed_atol or r.max_abs or 0.0,
                   "mark": r.tolerance.atol if r.tolerance and r.tolerance.mode == "elementwise" else None,
-                  "text": r.status, "bad": r.failed} for r in self.rows if r.max_abs is not None]
+                  # an exact row draws no bar (a bar at an arbitrary floor read as an error)
+                  "text": r.status if (r.needed_atol or r.max_abs) else f"{r.status}: exact", "bad": r.failed}
+                 for r in self.rows if r.max_abs is not None]
         return svg_hbars(items, axis="atol needed to pass (log); dashed: the tolerance's atol", log=True,
                          title="Parity: error against tolerance")
 

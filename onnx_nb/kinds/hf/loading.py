@@ -178,5 +178,5 @@ def check_memory(model: Any) -> None:
     from ...steps.export.adapters.registry import offered_instead
 
     kind = str(folder_config(folder).get("model_type", ""))  # the folder's config.json, read once for every step
-    require(int(FACTORS["export"] * weights), f"export() of {folder.name} ({weights / 2**30:.2f} GiB of weights)",
+    require(int(FACTORS["export"] * weights), f"export() of {folder.name} ({weights / 1e9:.2f} GB of weights)",
             offered_instead(kind) or "Export it on a machine with more memory.")

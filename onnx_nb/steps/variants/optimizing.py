@@ -308,7 +308,7 @@ def transformer_route(work: Path, staged: Path, scratch: Path, source: Any, para
         from ...runtime.memory import give_back
         from .norms import apply
 
-        give_back()  # the fusions' and the optimizer's copies of the graph, before the file is read again
+        give_back(full=True)  # the fusions' and the optimizer's copies, before the file is read again
 
         apply(staged, params[2], recipe)
 

@@ -115,6 +115,6 @@ def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: Rec
     if validate:
         from ..parity.check import check_parity
 
-        give_back()  # what the writer freed (the quantizer's or optimizer's copies) goes before the sessions open
+        give_back(full=True)  # what the writer freed goes before the sessions open
         variant.parity = check_parity(ref, variant, sample, providers=providers, progress=False, localize=localize)
     return variant

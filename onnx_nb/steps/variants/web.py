@@ -48,7 +48,7 @@ def for_web(onnx_model: Any, *, reference: Any = None, out: str | os.PathLike[st
             model = onnx.load(str(src), load_external_data=True)  # the weights into the one file first
             if model.ByteSize() > WEB_MAX_BYTES:
                 raise OptimizationError(
-                    f"{src.name} is {model.ByteSize() / 2**30:.1f} GB with its weights: a browser page takes the "
+                    f"{src.name} is {model.ByteSize() / 1e9:.1f} GB with its weights: a browser page takes the "
                     "model as one buffer of at most 2 GB. Quantize it first (INT8 is a quarter of the size).")
             inline, basic = Path(scratch) / "inline.onnx", Path(scratch) / "basic.onnx"
             onnx.save(model, str(inline))
