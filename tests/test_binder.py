@@ -79,8 +79,8 @@ def test_tutorials_only_import_what_binder_installs() -> None:
 
 
 def test_launch_on_binder_links() -> None:
-    """The README links Binder, and every tutorial's first cell links itself there, on the repository pyproject.toml
-    names (the address mybinder.org builds binder/ from)."""
+    """The README links Binder (its badge), and every tutorial's first cell links itself there, on the repository
+    pyproject.toml names (the address mybinder.org builds binder/ from)."""
     import json
 
     repo = pyproject()["project"]["urls"]["Repository"].removeprefix("https://github.com/")
@@ -88,4 +88,6 @@ def test_launch_on_binder_links() -> None:
     assert f"({base}01_quickstart.ipynb)" in (ROOT / "README.md").read_text()
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         first = "".join(json.loads(nb.read_text())["cells"][0]["source"])
-        assert f"[![Launch on Binder](https://mybinder.org/badge_logo.svg)]({base}{nb.name})" in first, nb.name
+        # a text link: a badge image would be fetched from mybinder.org by every page that shows the notebook, and fail
+        # (a console error) offline
+        assert f"[Launch on Binder]({base}{nb.name})" in first and "badge_logo" not in first, nb.name

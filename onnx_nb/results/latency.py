@@ -11,8 +11,8 @@ from ..render import CSS, compact_table, esc, sig, svg_hbars, text_table
 
 NOISY_SPREAD = 0.25  # (p90 - p50) / p50 above this flags a row as noisy
 COLUMNS = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms",
-           "throughput", "speedup", "baseline", "first_run_ms", "peak_mb", "size_mb", "cosine", "top1", "runs", "noisy",
-           "options", "parent", "note", "node"]
+           "throughput", "speedup", "interval", "baseline", "first_run_ms", "peak_mb", "size_mb", "cosine", "top1",
+           "runs", "noisy", "options", "parent", "note", "node"]
 # fits 1,000 px: speed, memory, the file's size and its accuracy (its own parity check) side by side
 KEY = ["variant", "backend", "shape", "status", "p50_ms", "speedup", "peak_mb", "size_mb", "cosine"]
 NUMERIC = [c for c in COLUMNS if c.endswith(("_ms", "_mb")) or c in ("throughput", "speedup", "runs", "cosine",
@@ -109,6 +109,13 @@ class LatencyRow:
         # short words in the key column (the note under "All columns" says against what and why)
         status = "slower" if self.slower else "✗ parity" if self.failed_parity else self.status
         cells[COLUMNS.index("status")] = f"{status} (noisy)" if self.noisy else status
+        # every baseline is a PyTorch row: the key column keeps what tells them apart ("eager", "padding skipped")
+        cells[COLUMNS.index("baseline")] = self.baseline.removeprefix("PyTorch eager, ").removeprefix("PyTorch ")
+        # the key column fits 1,000 px with the ratio alone (or the interval alone where no ratio is supported);
+        # the interval is its own column under "All columns"
+        cells[COLUMNS.index("speedup")] = self.speedup_text(short=True) or "-"
+        cells[COLUMNS.index("interval")] = "" if self.speedup_low is None or self.speedup_high is None else \
+            f"{self.speedup_low:.2f}-{self.speedup_high:.2f}x"
         return cells
 
     def cells(self) -> list[str]:
@@ -117,7 +124,8 @@ class LatencyRow:
 
         return [self.variant, self.backend, self.shape, self.status, f(self.p50_ms), f(self.p90_ms),
                 f(self.p99_ms), f(self.mean_ms), f(self.std_ms), f(self.min_ms), f(self.throughput, ".1f"),
-                self.speedup_text(), self.baseline, f(self.first_run_ms, ".0f"),
+                self.speedup_text(), "" if self.speedup_low is None or self.speedup_high is None else
+                f"{self.speedup_low:.2f}-{self.speedup_high:.2f}x", self.baseline, f(self.first_run_ms, ".0f"),
                 f(self.peak_mb, ".0f"), f(self.size_mb, ".3g"), f(self.cosine, ".5f"), f(self.top1, ".3f"),
                 str(self.runs), "yes" if self.noisy else "",
                 ", ".join(f"{k}={v}" for k, v in self.options.items()),
@@ -348,7 +356,7 @@ class LatencyTable:
         this machine lacks folded into one line each; every column (options, spread, runs) behind a toggle."""
         shown = [r for r in self.rows if r.status != "unavailable"]
         table = compact_table(COLUMNS, [r.html_cells() for r in shown], key_columns(shown), numeric=NUMERIC,
-                              abbreviate=("variant", "shape"), wrap=("options", "note"), width=20,
+                              abbreviate=("variant", "shape", "baseline"), wrap=("options", "note"), width=20,
                               details="All columns: spread, first run, options, notes")
         folded: dict[str, list[LatencyRow]] = {}
         for r in self.rows:
