@@ -88,6 +88,13 @@ class LatencyRow:
         return self.separable and (self.speedup_low is None or self.speedup_high is None or self.speedup is None
                                    or self.speedup_low <= self.speedup <= self.speedup_high)
 
+    @property
+    def interval_text(self) -> str:
+        """``2.31-2.66x``: the speed-up's interval over the rounds ('' when there is none)."""
+        if self.speedup_low is None or self.speedup_high is None:
+            return ""
+        return f"{self.speedup_low:.2f}-{self.speedup_high:.2f}x"
+
     def speedup_text(self, short: bool = False) -> str:
         """``2.49x [2.31, 2.66]``: the speed-up and its interval over the rounds (``short``: ``2.49x``); only the
         interval when it includes 1.0 (the run cannot say which is faster, so it prints no ratio)."""
@@ -96,7 +103,7 @@ class LatencyRow:
         if self.speedup_low is None or self.speedup_high is None or not self.baseline:
             return f"{self.speedup:.2f}x"
         if not self.supported:
-            return f"{self.speedup_low:.2f}-{self.speedup_high:.2f}x" + (
+            return self.interval_text + (
                 "?" if short else ", not separable" if not self.separable else ", rounds only")
         return f"{self.speedup:.2f}x" + ("" if short else f" [{self.speedup_low:.2f}, {self.speedup_high:.2f}]")
 
@@ -114,8 +121,6 @@ class LatencyRow:
         # the key column fits 1,000 px with the ratio alone (or the interval alone where no ratio is supported);
         # the interval is its own column under "All columns"
         cells[COLUMNS.index("speedup")] = self.speedup_text(short=True) or "-"
-        cells[COLUMNS.index("interval")] = "" if self.speedup_low is None or self.speedup_high is None else \
-            f"{self.speedup_low:.2f}-{self.speedup_high:.2f}x"
         return cells
 
     def cells(self) -> list[str]:
@@ -124,8 +129,7 @@ class LatencyRow:
 
         return [self.variant, self.backend, self.shape, self.status, f(self.p50_ms), f(self.p90_ms),
                 f(self.p99_ms), f(self.mean_ms), f(self.std_ms), f(self.min_ms), f(self.throughput, ".1f"),
-                self.speedup_text(), "" if self.speedup_low is None or self.speedup_high is None else
-                f"{self.speedup_low:.2f}-{self.speedup_high:.2f}x", self.baseline, f(self.first_run_ms, ".0f"),
+                self.speedup_text(), self.interval_text, self.baseline, f(self.first_run_ms, ".0f"),
                 f(self.peak_mb, ".0f"), f(self.size_mb, ".3g"), f(self.cosine, ".5f"), f(self.top1, ".3f"),
                 str(self.runs), "yes" if self.noisy else "",
                 ", ".join(f"{k}={v}" for k, v in self.options.items()),
