@@ -15,7 +15,8 @@ CSS = """
 .onnxnb.onnxnb table th,
 .onnxnb.onnxnb table td{border-bottom:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top}
 .onnxnb.onnxnb table th{background:#f5f5f5;white-space:nowrap;font-weight:600}
-.onnxnb td{font-variant-numeric:tabular-nums}.onnxnb table.key td{white-space:nowrap}
+/* a key table's names and numbers stay on one line; its words (status, baseline) wrap before it outgrows 1,000 px */
+.onnxnb td{font-variant-numeric:tabular-nums}.onnxnb table.key td:first-child{white-space:nowrap}
 .onnxnb.onnxnb table td.num{text-align:right;white-space:nowrap}
 .onnxnb.onnxnb table td.wrap{white-space:normal;min-width:16em;max-width:32em}
 .onnxnb details{margin:.2em 0 .6em 0}.onnxnb summary{cursor:pointer;color:#555}

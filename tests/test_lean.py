@@ -211,7 +211,7 @@ def test_steps_report_memory_and_refuse_what_cannot_fit(checkpoints: dict[str, P
 
     monkeypatch.setattr(memory, "available_bytes", lambda: 1000)
     with pytest.raises(onnx_nb.InsufficientMemoryError, match=r"int4 on generic\.onnx .* needs about .* this machine "
-                       r"has 1000 B available\. For this decoder, export\(.*precision=\"int4\"\)"):
+                       r"has 1.0 kB available\. For this decoder, export\(.*precision=\"int4\"\)"):
         onnx_nb.quantize(export, method="int4", out=tmp_path / "q2.onnx", validate=False)
     assert not (tmp_path / "q2.onnx").exists()
     lean = onnx_nb.export(checkpoints["llama"], precision="int4", out=tmp_path / "lean.onnx", progress=False)
@@ -219,7 +219,7 @@ def test_steps_report_memory_and_refuse_what_cannot_fit(checkpoints: dict[str, P
     assert "not checked against PyTorch" in lean.unverified[0] and "check_parity" in repr(lean)
     # parity and benchmark too: the PyTorch reference loaded again from the checkpoint, a session's weights
     with pytest.raises(onnx_nb.InsufficientMemoryError, match=r"parity loads llama in PyTorch as its reference \(.* "
-                       r"of weights\) needs about .* has 1000 B available\. Check the file against another ONNX"):
+                       r"of weights\) needs about .* has 1.0 kB available\. Check the file against another ONNX"):
         onnx_nb.check_parity(lean, progress=False)
     from onnx_nb.runtime import sessions
 

@@ -191,12 +191,13 @@ def notebook_payload(root: str, body: dict[str, Any], allow_hidden: bool = True)
         title = f"`{model}`" if model else "the demo model (all-MiniLM-L6-v2)"
         if kind == "export":
             cells = [("md", f"# Export {title}\nThe export and its parity check at other shapes; its graph; then "
-                            "optimize and quantize, each re-validated, and all three timed against PyTorch eager."),
+                            "optimize and quantize, each re-validated, and all three timed on the CPU against PyTorch "
+                            "eager (`providers=\"available\"` adds every backend here, OpenVINO's among them)."),
                      ("code", f"import onnx_nb\n\nresult = onnx_nb.export({call})\nresult"),
                      ("code", "report = onnx_nb.check_parity(result)\nreport"),
                      ("code", "onnx_nb.GraphView(result)"),
                      ("code", "fast = onnx_nb.optimize(result)\nvariant = onnx_nb.quantize(fast)\nvariant"),
-                     ("code", "onnx_nb.benchmark([result, fast, variant], reference=result)")]
+                     ("code", 'onnx_nb.benchmark([result, fast, variant], reference=result, providers="cpu")')]
         else:
             cells = [("md", f"# onnx-nb Studio: {title}"),
                      ("code", f"import onnx_nb\n\nonnx_nb.Studio({call})")]

@@ -71,6 +71,11 @@ def _reset_peak() -> bool:
     return True
 
 
+def resident_bytes() -> int | None:
+    """The process's resident memory now (``VmRSS``); None where unknown."""
+    return _field("VmRSS")
+
+
 def process_peak_bytes() -> int | None:
     """The resident memory this process has held at its peak since it started (``VmHWM``, kept across the resets
     :func:`peak_memory` makes): what a kernel needs of a machine such as Binder's 2 GB. None where unknown."""
@@ -99,41 +104,53 @@ def peak_memory() -> Iterator[Peak]:
 
 def gives_memory_back(fn: Any = None, *, full: bool = True) -> Any:
     """After the step (however it ends), the memory it freed goes back to the system (:func:`give_back`; ``full``:
-    with a full collection, as the public steps do; their parts collect the young generations only). Freed heap
-    otherwise stays in the process (MiniLM's export, optimize and quantize left a kernel at 1.65 GB resident that
-    held 0.91 GB after a full collection and a trim, 1.28 GB after the young generations' and a trim), and each
-    step's peak then starts higher."""
+    with a full collection where the step left memory behind or where it costs little). Freed heap otherwise stays
+    in the process (MiniLM's export, optimize and quantize left a kernel at 1.65 GB resident that held 0.91 GB after
+    a full collection and a trim, 1.28 GB after the young generations' and a trim), and each step's peak then starts
+    higher."""
     if fn is None:
         return functools.partial(gives_memory_back, full=full)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        before = resident_bytes()
         try:
             return fn(*args, **kwargs)
         finally:
-            give_back(full)
+            give_back(full, before)
 
     return wrapper
 
 
-FULL_COLLECTION_SECONDS = 1.0  # a full collection that took longer: this process holds too much to scan at each step
-_FULL_TOO_SLOW = [False]
+FULL_SHARE = 0.1  # a full collection runs when the last one took at most this share of the time since it ended,
+LEFT_BEHIND = 100_000_000  # or when the step left this many bytes more resident than it found (after the young ones)
+_LAST_FULL = {"seconds": 0.0, "ended": float("-inf")}  # the last full collection: how long it took, when it ended
 
 
-def give_back(full: bool = False) -> None:
-    """Collect garbage (the young generations; ``full``: every generation, while a full collection here takes under
-    :data:`FULL_COLLECTION_SECONDS`: about 0.3 s in a kernel with torch and transformers loaded, seconds in a process
-    holding many models, where the young generations' collection is kept), then return free heap pages to the
-    system where the C library can (glibc's ``malloc_trim``)."""
+def give_back(full: bool = False, before: int | None = None) -> None:
+    """Collect the young generations' garbage and return free heap pages to the system where the C library can
+    (glibc's ``malloc_trim``); ``full``: then every generation too, where the step left :data:`LEFT_BEHIND` bytes
+    more resident than it found (``before``: its resident size at the start; unknown: always) or where the last full
+    collection took at most :data:`FULL_SHARE` of the time since it ended. A full collection takes about 0.4 s in a
+    kernel that has exported a model, over 0.5 s in a process holding many: after every step and sub-step, the test
+    suite's workers spent most of a run there. The cyclic garbage it finds is big where a step leaves it (ORT's
+    transformer optimizer's: 270 to 376 MB after MiniLM's), small elsewhere."""
     import gc
     import time
 
-    if full and not _FULL_TOO_SLOW[0]:
-        start = time.perf_counter()
+    gc.collect(1)
+    _trim()
+    start = time.perf_counter()
+    now = resident_bytes()
+    left = before is None or now is None or now - before > LEFT_BEHIND
+    if full and (left or _LAST_FULL["seconds"] <= FULL_SHARE * (start - _LAST_FULL["ended"])):
         gc.collect()
-        _FULL_TOO_SLOW[0] = time.perf_counter() - start > FULL_COLLECTION_SECONDS
-    else:
-        gc.collect(1)
+        _trim()
+        _LAST_FULL["ended"] = time.perf_counter()
+        _LAST_FULL["seconds"] = _LAST_FULL["ended"] - start
+
+
+def _trim() -> None:
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             import ctypes

@@ -303,12 +303,14 @@ def transformer_route(work: Path, staged: Path, scratch: Path, source: Any, para
     """Attention fused whatever attention the export used (as exported, onnxscript's fusions, or a re-export with
     eager attention), then ORT's transformer optimizer; with ``then="int8"`` the faster route for INT8. On CPU, its
     SkipLayerNormalization nodes go back to Add + LayerNormalization where that is measured faster (``norms``)."""
+    from ...runtime.memory import give_back, resident_bytes
+
+    resident = resident_bytes()
     _attention_route(work, staged, scratch, source, params, then, recipe, warnings)
     if cpu:
-        from ...runtime.memory import give_back
         from .norms import apply
 
-        give_back(full=True)  # the fusions' and the optimizer's copies, before the file is read again
+        give_back(full=True, before=resident)  # the fusions' and the optimizer's copies, before the file is read again
 
         apply(staged, params[2], recipe)
 

@@ -79,8 +79,9 @@ def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: Rec
     ``write`` (which may decide what the variant is). ``needs``: the step's measured peak as a multiple of the
     parent's weights; when the machine has less memory available, the step is refused before it starts."""
     from ...runtime import onnxfile
-    from ...runtime.memory import peak_memory, require
+    from ...runtime.memory import peak_memory, require, resident_bytes
 
+    resident = resident_bytes()
     parent, ref, source = parent_of(parent_model)
     onnxfile.check_model(parent)  # a corrupt or escaping file fails here, clearly, before any tool reads it
     if reference is not None:
@@ -115,6 +116,6 @@ def make(parent_model: Any, tag: str, name: str | Callable[[], str], recipe: Rec
     if validate:
         from ..parity.check import check_parity
 
-        give_back(full=True)  # what the writer freed goes before the sessions open
+        give_back(full=True, before=resident)  # what the writer freed goes before the sessions open
         variant.parity = check_parity(ref, variant, sample, providers=providers, progress=False, localize=localize)
     return variant
