@@ -74,8 +74,9 @@ def test_minilm_sentence_embeddings_match_encode(tmp_path: Path) -> None:
     """The real all-MiniLM-L6-v2 (its own folder lists Transformer, Pooling, Normalize): the file's embeddings are
     encode()'s on real sentences; optimized then INT8 (ORT's quantizer once failed on the pooling behind the fused
     ops: "Unable to find data type"), cosine with encode() is 0.99 on average, "Hi" the lowest. quantize() takes
-    the attention route whose INT8 file is faster (the eager re-export, ORT's QAttention): "Hi" keeps 0.980 there
-    (0.98+ on the onnxscript route's slower file)."""
+    the attention route whose INT8 file is faster on this CPU (the eager re-export, ORT's QAttention, where the CPU
+    has VNNI: "Hi" keeps 0.980 there). A CPU whose u8s8 products saturate (AVX2 without VNNI) takes uint8 or 7-bit
+    weights instead of full-range u8s8: 0.9899 on average on a first-generation EPYC, "Hi" 0.978."""
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(str(onnx_nb.default_model_path()), device="cpu")
@@ -85,4 +86,5 @@ def test_minilm_sentence_embeddings_match_encode(tmp_path: Path) -> None:
     assert got.shape == (4, 384) and np.abs(got - want).max() < 1e-5
     int8 = onnx_nb.quantize(onnx_nb.optimize(result, validate=False), out=tmp_path / "minilm.int8.onnx")
     cosine = (onnx_embeddings(int8.path, st.tokenizer, TEXTS) * want).sum(axis=1)  # both unit length
-    assert cosine.mean() >= 0.99 and cosine.min() >= 0.975, cosine
+    full_range = int8.recipe["int8_scheme"] == "u8s8"
+    assert cosine.mean() >= (0.99 if full_range else 0.985) and cosine.min() >= 0.975, (cosine, int8.recipe)

@@ -140,7 +140,9 @@ def torch_threads_set(threads: int | None) -> Iterator[None]:
 
 def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, threads: int | None = None,
                rounds: int = 3) -> dict[str, float]:
-    """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`timing.interleaved`)."""
+    """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`timing.interleaved`): in
+    each round an untimed call, then three timed (nine per file: enough to choose between files whose times differ
+    by more than their rounds do; 21 calls per file made MiniLM's INT8 choice the most of quantize()'s time)."""
     from ...runtime.sessions import session
 
     runners: dict[str, Callable[[], Any]] = {}
@@ -148,7 +150,7 @@ def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, thr
         s = session(path, "CPUExecutionProvider", threads=threads, level="all", check_graph=False)
         own = {i.name: np.asarray(feed[i.name]) for i in s.get_inputs()}
         runners[name] = partial(s.run, None, own)
-    times = interleaved(runners, rounds=rounds)
+    times = interleaved(runners, rounds=rounds, warmup=1, runs=3)
     return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
 
 

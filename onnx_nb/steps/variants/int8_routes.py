@@ -23,19 +23,22 @@ def fused_route(model: Any) -> bool:
         and source is not None and getattr(source, "model", None) is not None
 
 
-def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> Path | None:
-    """What ``optimize(export, then="int8")`` does, for a variant made without it: both attention routes from the
-    variant's own export, each route's dynamic INT8 file timed, the faster route's fp32 file returned when it is
-    not the variant's (None: the variant's own route is the faster, or the other could not be made). The timings
-    and the choice go into ``recipe["int8_route"]``."""
-    from .optimizing import transformer_route
+def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> tuple[Path | None, Path | None]:
+    """What ``optimize(export, then="int8")`` does, for a variant made without it: the variant's own file and the
+    eager route made from its export, each one's dynamic INT8 file timed, the faster route's fp32 file returned
+    when it is not the variant's (None: the variant's own route is the faster, or the other could not be made),
+    and when the variant's own route is kept, the INT8 file timed for it (its dynamic per-channel INT8 in this CPU's
+    first scheme, in ``scratch``; else None). The timings and the choice go into ``recipe["int8_route"]``."""
+    from .optimizing import other_route_for_int8
 
     route: Recipe = {}
     notes: list[str] = []
     rerouted = scratch / "rerouted.onnx"
     params = (str(model.recipe["model_type"]), int(model.recipe["num_heads"]), int(model.recipe["hidden_size"]))
-    try:
-        transformer_route(model.parent, rerouted, scratch, model.source, params, "int8", route, notes)
+    timed: Path | None = None
+    try:  # the variant's own file is its route's candidate as it is: only the other route is made
+        _chosen, timed = other_route_for_int8(model.path, str(model.recipe["attention_route"]), rerouted, scratch,
+                                              model.source, params, route)
     except Exception as exc:  # noqa: BLE001 - the variant's own route stays, and the recipe says why
         notes.append(f"the other route could not be made: {type(exc).__name__}: {first_line(exc)[:150]}")
     timings = route.get("routes_int8_ms", {})
@@ -47,4 +50,4 @@ def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> Path | None:
                    if switched else "the fp32 variant's own route, quantized as it is"),
         "routes_int8_ms": timings, "chosen": chosen if switched else model.recipe["attention_route"],
         **({"notes": notes} if notes else {})}
-    return rerouted if switched else None
+    return (rerouted, None) if switched else (None, timed)

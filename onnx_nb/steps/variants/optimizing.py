@@ -112,11 +112,13 @@ EAGER_ROUTE = "re-exported with eager attention"
 
 
 def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, source: Any, recipe: Recipe,
-                   params: tuple[str, int, int]) -> str:
-    """Finish each candidate with ORT's transformer optimizer, quantize each (dynamic INT8, per-channel) into the
-    scratch folder, time those INT8 files interleaved on the sample, and keep the fp32 file whose INT8 file ran
-    fastest: ORT's quantizer turns the eager route's attention (mask index) into QAttention, not the attention
-    with a bias input that onnxscript's fusions write. The timings and the rule go into the recipe."""
+                   params: tuple[str, int, int], finished_already: tuple[str, ...] = (),
+                   int8_files: dict[str, Path] | None = None) -> str:
+    """Finish each candidate with ORT's transformer optimizer (not those named in ``finished_already``), quantize
+    each (dynamic INT8, per-channel) into the scratch folder, time those INT8 files interleaved on the sample, and
+    keep the fp32 file whose INT8 file ran fastest: ORT's quantizer turns the eager route's attention (mask index)
+    into QAttention, not the attention with a bias input that onnxscript's fusions write. The timings and the rule
+    go into the recipe; ``int8_files`` (when given) gets each candidate's INT8 file, left in the scratch folder."""
     import shutil
 
     from ...runtime.cpu import schemes_for, this_cpu
@@ -127,12 +129,15 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
     finished: dict[str, Path] = {}
     quantized: dict[str, Path] = {}
     for i, (name, path) in enumerate(candidates.items()):
-        finished[name] = scratch / f"route{i}.onnx"
-        _ort_transformer(path, finished[name], *params)
+        finished[name] = path if name in finished_already else scratch / f"route{i}.onnx"
+        if name not in finished_already:
+            _ort_transformer(path, finished[name], *params)
         quantized[name] = scratch / f"route{i}.int8.onnx"
         with quiet([], []):  # ORT's quantizer logs to the root logger: nothing of it is about the route chosen
             run_quantizer("dynamic", finished[name], scratch / f"route{i}.prepared.onnx", quantized[name], True, [],
                           None, None, 32, scheme=schemes_for(this_cpu())[0][0])
+    if int8_files is not None:
+        int8_files.update(quantized)
     ms = time_files(quantized, timing_feed(source))
     best = min(ms, key=lambda k: ms[k])
     recipe["routes_int8_ms"] = {k: round(v, 3) for k, v in ms.items()}
@@ -313,6 +318,31 @@ def transformer_route(work: Path, staged: Path, scratch: Path, source: Any, para
         give_back(full=True, before=resident)  # the fusions' and the optimizer's copies, before the file is read again
 
         apply(staged, params[2], recipe)
+
+
+def other_route_for_int8(own: Path, own_route: str, staged: Path, scratch: Path, source: Any,
+                         params: tuple[str, int, int], recipe: Recipe) -> tuple[str, Path | None]:
+    """``optimize(then="int8")``'s choice for an fp32 variant already made (``own``, finished by ``own_route``):
+    only the eager route is made (re-exported from ``source``, ORT's optimizer), both quantized and timed as
+    :func:`transformer_route` times them; returns the route chosen, whose file is at ``staged`` (the CPU's norm
+    choice applied) when it is not ``own_route``, and when it is, the INT8 file timed for it (``own`` quantized
+    dynamic, per channel, in this CPU's first scheme; in ``scratch``). The timings go into ``recipe``."""
+    from ...runtime.memory import give_back, resident_bytes
+
+    resident = resident_bytes()
+    eager = scratch / "eager.onnx"
+    _eager_reexport(source, eager)
+    int8_files: dict[str, Path] = {}
+    chosen = _fastest_route({own_route: own, EAGER_ROUTE: eager}, staged, scratch, source, recipe, params,
+                            finished_already=(own_route,), int8_files=int8_files)
+    recipe["attention_route"] = chosen
+    if chosen == own_route:
+        return chosen, int8_files.get(own_route)
+    from .norms import apply
+
+    give_back(full=True, before=resident)
+    apply(staged, params[2], recipe)
+    return chosen, None
 
 
 def _attention_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],

@@ -14,8 +14,8 @@ from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, Quant
 from ...results.variant import Recipe, Variant
 from ...runtime.memory import FACTORS, gives_memory_back
 from .int8_routes import fused_route, int8_route
-from .ort_quantizer import CalibrationReader, gemm_to_matmul, run_quantizer
-from .variants import generated_calibration, make, parent_of
+from .ort_quantizer import finish_int8, gemm_to_matmul, run_quantizer
+from .variants import make, parent_of
 
 __all__ = ["gemm_to_matmul", "quantize"]
 
@@ -125,6 +125,7 @@ class _Plan:
     static_source: Path | None = None
     kept_float: list[str] = field(default_factory=list)  # by a rule of the family, beside the exclude list
     decoder: bool = False  # an INT4 file of a decoder with its cache: its own compute level and LM head
+    route_int8: Path | None = None  # the INT8 file the route choice made and timed of the parent as it is (int8_route)
 
     @classmethod
     def of(cls, onnx_model: Any, *, method: str, per_channel: bool | None, calibration: Any, exclude: Any,
@@ -179,7 +180,9 @@ class _Plan:
             self.calib_items = int4_algorithms.calibration(self.model, self.calibration)
         parent = parent_of(self.model)[0]
         if self.method == "static":
-            self.calib_items, self.static_source = _static_inputs(self.model, self.calibration, self.recipe)
+            from .vision import static_inputs
+
+            self.calib_items, self.static_source = static_inputs(self.model, self.calibration, self.recipe)
             if self.op_types is None:
                 from .vision import unet_op_types
 
@@ -228,6 +231,13 @@ class _Plan:
             level_now = own.get("accuracy_level")
             with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
                 prepared = Path(scratch) / "prepared.onnx"
+                if self.route_made(chosen, dropped):  # the same quantizer call the route choice made a moment ago
+                    import shutil
+
+                    assert self.route_int8 is not None
+                    shutil.copyfile(self.route_int8, staged)
+                    finish_int8(staged, chosen, self.cpu.label)
+                    return warnings
                 try:
                     own.update(run_quantizer(method, self.static_source or src, prepared, staged, self.per_channel,
                                   [*self.kept_float, *dropped], self.op_types, self.calib_items, asked["block_size"],
@@ -254,6 +264,15 @@ class _Plan:
                                               localize=False, **checks))
         return made
 
+    def route_made(self, scheme: str, dropped: list[str]) -> bool:
+        """Whether the route choice's INT8 file is the one this build would make: dynamic, per channel, nothing kept
+        in float, every operator type, from the parent as it is, in the scheme the route quantized with."""
+        from ...runtime.cpu import schemes_for, this_cpu
+
+        return self.route_int8 is not None and self.route_int8.is_file() and self.method == "dynamic" and \
+            self.per_channel and not dropped and not self.kept_float and self.op_types is None and \
+            self.static_source is None and scheme == schemes_for(this_cpu())[0][0]
+
     def chosen(self, out: Any, overwrite: bool) -> Variant:
         """Every candidate the call asks for, made and measured; the one its rules keep (the INT8 scheme by speed on
         this CPU, the INT4 algorithm, bit mix, LM head bits and compute level by measured error)."""
@@ -263,7 +282,7 @@ class _Plan:
         method, validate, head = self.method, self.asked["validate"], self.asked["lm_head_bits"]
         with scratch_dir("onnx-nb-route-") as route_dir:
             if method == "dynamic" and fused_route(self.model):
-                self.static_source = int8_route(self.model, route_dir, self.recipe)
+                self.static_source, self.route_int8 = int8_route(self.model, route_dir, self.recipe)
             variant = self.build(self.algorithms[0] if method == "int4" else self.schemes[0], out, overwrite)
             if self.schemes[0] and validate and self.cpu.here:
                 variant = int8_schemes.fastest_that_passes(variant, self.schemes, self.build, Path(route_dir), self.cpu)
@@ -305,12 +324,16 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validat
     passes its parity policy (or, without validation, every layer far below the median), at most 1 in 10."""
     from .debugging import quant_debug
 
-    report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
-    cap = max(1, len(report.layers) // AUTO_EXCLUDE_SHARE)
     recipe["exclude_rule"] = (f"auto: the worst layers alone (quant_debug) until parity passes, at most 1 in "
                               f"{AUTO_EXCLUDE_SHARE}" if validate else
                               f"auto: layers more than {AUTO_EXCLUDE_GAP_DB:g} dB below the median SQNR, "
                               f"at most 1 in {AUTO_EXCLUDE_SHARE}")
+    if validate and variant:  # passes as it is: no layer to keep in float, and no layer to measure
+        recipe["exclude"] = list(excluded)
+        variant.recipe = Recipe(**recipe)
+        return variant
+    report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
+    cap = max(1, len(report.layers) // AUTO_EXCLUDE_SHARE)
     if not validate:
         excluded[:] = report.suggested[:cap]
         recipe["exclude"] = list(excluded)
@@ -332,51 +355,6 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validat
             f"{AUTO_EXCLUDE_SHARE}) and its parity still fails. The layers that lose the most alone: {worst} "
             "(onnx_nb.quant_debug). Keep the fp32 file, or try another method (fp16 on a GPU, INT4 weights).")
     return variant
-
-
-CONV_FUSIONS = ("FusedConv", "NhwcConv", "FusedGemm", "QLinearConv")
-
-
-def conv_fusions(path: Path) -> list[str]:
-    """ORT's convolution fusions in a graph (an optimize() at graph level extended or all)."""
-    from ...runtime.onnxfile import load_proto
-
-    nodes = load_proto(path).graph.node
-    return sorted({n.op_type for n in nodes if n.domain == "com.microsoft" and n.op_type in CONV_FUSIONS})
-
-
-def _static_inputs(onnx_model: Any, calibration: Any,
-                   recipe: Recipe) -> tuple[list[dict[str, Any]], Path | None]:
-    """Static INT8's calibration items (checked against the model's inputs before any work) and the file to
-    quantize when it is not the parent (the export, when the parent's ORT fusions hide its convolutions)."""
-    if isinstance(calibration, (str, os.PathLike)) and Path(calibration).is_dir():
-        from .vision import image_calibration
-
-        items = image_calibration(Path(calibration), parent_of(onnx_model)[0])
-        recipe["calibration_images"] = str(calibration)
-    elif isinstance(calibration, str):
-        if calibration != "generated":
-            raise CalibrationError(f"calibration={calibration!r}: pass a list of input dicts, a folder of images "
-                                   "or 'generated'.")
-        items = generated_calibration(onnx_model)
-    else:
-        items = list(calibration or [])
-    if not items:
-        raise CalibrationError("The calibration data is empty; give at least one input dict.")
-    recipe.update({"calibration": "generated" if calibration == "generated" else f"{len(items)} samples",
-                   "format": "QDQ", "activation_type": "uint8"})
-    parent_path, parent_ref, _ = parent_of(onnx_model)
-    CalibrationReader(parent_path, items)  # checks shapes before any work
-    fused = conv_fusions(parent_path)
-    if not (fused and getattr(parent_ref, "path", None) is not None):
-        return items, None
-    # ORT's FusedConv hides each Conv from the QDQ quantizer (left in float, and the calibration chain broken:
-    # "Unable to get valid quantization scale"); the runtime fuses the QDQ graph itself at load
-    source = Path(parent_ref.path)
-    recipe["quantized_from"] = (f"the export {source.name}: the parent's ORT fusions ({', '.join(fused)}) hide its "
-                                "convolutions from the QDQ quantizer; ONNX Runtime fuses the QDQ graph itself when "
-                                "it loads it")
-    return items, source
 
 
 def _int4_settings(onnx_model: Any, accuracy_level: int | str | None, block_size: int,

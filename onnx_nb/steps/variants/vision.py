@@ -1,13 +1,16 @@
-"""INT8 for vision files: calibration from a folder of images, and the part of a detector kept in float."""
+"""INT8 for vision files: static INT8's calibration inputs (a folder of images among them), the convolution fusions
+that hide a file's convolutions from the QDQ quantizer, and the part of a detector kept in float."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...errors import CalibrationError
+from ...results.variant import Recipe
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 DETECTOR_TASKS = ("detect", "segment", "pose", "obb")
@@ -93,3 +96,49 @@ def unet_op_types(path: Path) -> tuple[list[str], str]:
         return [], ""
     return list(UNET_OP_TYPES), ("a diffusion UNet: convolutions and weight MatMuls in INT8; normalizations, "
                                  "attention scores and the rest float (quantizing them fails parity)")
+
+
+CONV_FUSIONS = ("FusedConv", "NhwcConv", "FusedGemm", "QLinearConv")
+
+
+def conv_fusions(path: Path) -> list[str]:
+    """ORT's convolution fusions in a graph (an optimize() at graph level extended or all)."""
+    from ...runtime.onnxfile import load_proto
+
+    nodes = load_proto(path).graph.node
+    return sorted({n.op_type for n in nodes if n.domain == "com.microsoft" and n.op_type in CONV_FUSIONS})
+
+
+def static_inputs(onnx_model: Any, calibration: Any,
+                   recipe: Recipe) -> tuple[list[dict[str, Any]], Path | None]:
+    """Static INT8's calibration items (checked against the model's inputs before any work) and the file to
+    quantize when it is not the parent (the export, when the parent's ORT fusions hide its convolutions)."""
+    from .ort_quantizer import CalibrationReader
+    from .variants import generated_calibration, parent_of
+
+    if isinstance(calibration, (str, os.PathLike)) and Path(calibration).is_dir():
+        items = image_calibration(Path(calibration), parent_of(onnx_model)[0])
+        recipe["calibration_images"] = str(calibration)
+    elif isinstance(calibration, str):
+        if calibration != "generated":
+            raise CalibrationError(f"calibration={calibration!r}: pass a list of input dicts, a folder of images "
+                                   "or 'generated'.")
+        items = generated_calibration(onnx_model)
+    else:
+        items = list(calibration or [])
+    if not items:
+        raise CalibrationError("The calibration data is empty; give at least one input dict.")
+    recipe.update({"calibration": "generated" if calibration == "generated" else f"{len(items)} samples",
+                   "format": "QDQ", "activation_type": "uint8"})
+    parent_path, parent_ref, _ = parent_of(onnx_model)
+    CalibrationReader(parent_path, items)  # checks shapes before any work
+    fused = conv_fusions(parent_path)
+    if not (fused and getattr(parent_ref, "path", None) is not None):
+        return items, None
+    # ORT's FusedConv hides each Conv from the QDQ quantizer (left in float, and the calibration chain broken:
+    # "Unable to get valid quantization scale"); the runtime fuses the QDQ graph itself at load
+    source = Path(parent_ref.path)
+    recipe["quantized_from"] = (f"the export {source.name}: the parent's ORT fusions ({', '.join(fused)}) hide its "
+                                "convolutions from the QDQ quantizer; ONNX Runtime fuses the QDQ graph itself when "
+                                "it loads it")
+    return items, source
