@@ -27,8 +27,8 @@ def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> tuple[Path | No
     """What ``optimize(export, then="int8")`` does, for a variant made without it: the variant's own file and the
     eager route made from its export, each one's dynamic INT8 file timed, the faster route's fp32 file returned
     when it is not the variant's (None: the variant's own route is the faster, or the other could not be made),
-    and when the variant's own route is kept, the INT8 file timed for it (its dynamic per-channel INT8 in this CPU's
-    first scheme, in ``scratch``; else None). The timings and the choice go into ``recipe["int8_route"]``."""
+    and the INT8 file timed for the file to quantize (its dynamic per-channel INT8 in this CPU's first scheme, in
+    ``scratch``; None where there is none). The timings and the choice go into ``recipe["int8_route"]``."""
     from .optimizing import other_route_for_int8
 
     route: Recipe = {}
@@ -50,4 +50,4 @@ def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> tuple[Path | No
                    if switched else "the fp32 variant's own route, quantized as it is"),
         "routes_int8_ms": timings, "chosen": chosen if switched else model.recipe["attention_route"],
         **({"notes": notes} if notes else {})}
-    return (rerouted, None) if switched else (None, timed)
+    return (rerouted, timed) if switched else (None, timed if timings else None)

@@ -325,8 +325,9 @@ def other_route_for_int8(own: Path, own_route: str, staged: Path, scratch: Path,
     """``optimize(then="int8")``'s choice for an fp32 variant already made (``own``, finished by ``own_route``):
     only the eager route is made (re-exported from ``source``, ORT's optimizer), both quantized and timed as
     :func:`transformer_route` times them; returns the route chosen, whose file is at ``staged`` (the CPU's norm
-    choice applied) when it is not ``own_route``, and when it is, the INT8 file timed for it (``own`` quantized
-    dynamic, per channel, in this CPU's first scheme; in ``scratch``). The timings go into ``recipe``."""
+    choice applied) when it is not ``own_route``, and the INT8 file timed for the chosen file (quantized dynamic,
+    per channel, in this CPU's first scheme; in ``scratch``), None where the norm choice rewrote that file after.
+    The timings go into ``recipe``."""
     from ...runtime.memory import give_back, resident_bytes
 
     resident = resident_bytes()
@@ -341,8 +342,9 @@ def other_route_for_int8(own: Path, own_route: str, staged: Path, scratch: Path,
     from .norms import apply
 
     give_back(full=True, before=resident)
+    stamp = staged.stat().st_mtime_ns
     apply(staged, params[2], recipe)
-    return chosen, None
+    return chosen, int8_files.get(EAGER_ROUTE) if staged.stat().st_mtime_ns == stamp else None
 
 
 def _attention_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],

@@ -125,7 +125,7 @@ class _Plan:
     static_source: Path | None = None
     kept_float: list[str] = field(default_factory=list)  # by a rule of the family, beside the exclude list
     decoder: bool = False  # an INT4 file of a decoder with its cache: its own compute level and LM head
-    route_int8: Path | None = None  # the INT8 file the route choice made and timed of the parent as it is (int8_route)
+    route_int8: Path | None = None  # the INT8 file the route choice made and timed of the file to quantize
 
     @classmethod
     def of(cls, onnx_model: Any, *, method: str, per_channel: bool | None, calibration: Any, exclude: Any,
@@ -266,12 +266,13 @@ class _Plan:
 
     def route_made(self, scheme: str, dropped: list[str]) -> bool:
         """Whether the route choice's INT8 file is the one this build would make: dynamic, per channel, nothing kept
-        in float, every operator type, from the parent as it is, in the scheme the route quantized with."""
+        in float, every operator type, in the scheme the route quantized with (of the file this build quantizes:
+        the route choice returns one only for that file)."""
         from ...runtime.cpu import schemes_for, this_cpu
 
         return self.route_int8 is not None and self.route_int8.is_file() and self.method == "dynamic" and \
             self.per_channel and not dropped and not self.kept_float and self.op_types is None and \
-            self.static_source is None and scheme == schemes_for(this_cpu())[0][0]
+            scheme == schemes_for(this_cpu())[0][0]
 
     def chosen(self, out: Any, overwrite: bool) -> Variant:
         """Every candidate the call asks for, made and measured; the one its rules keep (the INT8 scheme by speed on
