@@ -259,7 +259,7 @@ def test_int8_attention_route_is_timed_and_chosen(bert: onnx_nb.ExportResult, tm
     assert fast, repr(fast.parity)
     routes = fast.recipe["routes_int8_ms"]
     assert set(routes) == {"onnxscript ORT fusions (2 attention)", "re-exported with eager attention"}, routes
-    assert fast.recipe["attention_route"].startswith(min(routes, key=routes.get))
+    assert any(fast.recipe["attention_route"].startswith(k) and v == min(routes.values()) for k, v in routes.items())
     assert "8 x 128" in fast.recipe["route_rule"]
     # what it cost, said where its time is shown (the pipeline's optimize step takes longer than optimize() alone)
     assert 0 < fast.recipe["routes_seconds"] <= fast.seconds
@@ -285,12 +285,16 @@ def test_the_two_obvious_calls_give_the_faster_int8_route(bert_opt: onnx_nb.Vari
     route = int8.recipe["int8_route"]
     timings = route["routes_int8_ms"]
     assert set(timings) == {"onnxscript ORT fusions (2 attention)", "re-exported with eager attention"}, route
-    assert route["chosen"].startswith(min(timings, key=timings.get)), route
+    assert any(route["chosen"].startswith(k) and v == min(timings.values()) for k, v in timings.items()), route
     attention = [n.op_type for n in onnx.load(str(int8.path)).graph.node if n.op_type.endswith("Attention")]
     if route["chosen"].startswith("re-exported"):
         assert "QAttention" in attention and "another route" in route["rule"], (attention, route)
     else:
         assert "own route" in route["rule"], route
+    from onnx_nb.runtime.cpu import schemes_for, this_cpu
+
+    if int8.recipe["int8_scheme"] == schemes_for(this_cpu())[0][0] and "own route" in route["rule"]:
+        assert "made and timed" in int8.recipe["int8_file"], int8.recipe  # not quantized a second time
     plain = onnx_nb.quantize(bert_opt, method="dynamic", exclude=[], out=tmp_path / "plain.onnx")
     assert "int8_route" in plain.recipe  # every dynamic INT8 of such a variant, whatever else is asked
 
@@ -363,7 +367,8 @@ def test_static_int8_of_an_optimized_cnn_is_a_qdq_file_openvino_runs(tmp_path: P
     # carries FusedConv, which ran a ResNet-50 7% slower than what ORT makes of the plain graph at load)
     auto = onnx_nb.optimize(export, out=tmp_path / "auto.onnx")
     ms = auto.recipe["levels_ms"]
-    assert set(ms) == {"extended", "basic"} and auto.recipe["level"] == min(ms, key=lambda k: ms[k]), auto.recipe
+    # (the recipe keeps the times to the microsecond: two levels can read alike there)
+    assert set(ms) == {"extended", "basic"} and ms[auto.recipe["level"]] == min(ms.values()), auto.recipe
     assert auto.name == f"optimized({auto.recipe['level']})" and auto.parity
     fast = onnx_nb.optimize(export, level="extended")
     assert any(n.op_type == "FusedConv" for n in onnx.load(str(fast.path)).graph.node)

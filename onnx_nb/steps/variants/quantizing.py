@@ -237,6 +237,7 @@ class _Plan:
                     assert self.route_int8 is not None
                     shutil.copyfile(self.route_int8, staged)
                     finish_int8(staged, chosen, self.cpu.label)
+                    own["int8_file"] = "the one the attention route's choice made and timed (the same quantizer call)"
                     return warnings
                 try:
                     own.update(run_quantizer(method, self.static_source or src, prepared, staged, self.per_channel,
