@@ -116,12 +116,12 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
                    int8_files: dict[str, Path] | None = None) -> str:
     """Finish each candidate with ORT's transformer optimizer (not those named in ``finished_already``), quantize
     each (dynamic INT8, per-channel) into the scratch folder, time those INT8 files interleaved on the sample, and
-    keep the fp32 file whose INT8 file ran fastest: ORT's quantizer turns the eager route's attention (mask index)
-    into QAttention, not the attention with a bias input that onnxscript's fusions write. The timings and the rule
-    go into the recipe; ``int8_files`` (when given) gets each candidate's INT8 file, left in the scratch folder."""
+    keep the fp32 file whose INT8 file ran fastest (at ``staged``, unless it was finished already): ORT's quantizer
+    turns the eager route's attention (mask index) into QAttention, not the attention with a bias input that
+    onnxscript's fusions write. The timings and the rule go into the recipe; ``int8_files`` (when given) gets each
+    candidate's INT8 file, left in the scratch folder."""
     import shutil
 
-    from ...runtime.cpu import schemes_for, this_cpu
     from ..benchmark.measuring import time_files
     from ..export.machinery.torch_exporters import quiet
     from .ort_quantizer import run_quantizer
@@ -135,7 +135,7 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
         quantized[name] = scratch / f"route{i}.int8.onnx"
         with quiet([], []):  # ORT's quantizer logs to the root logger: nothing of it is about the route chosen
             run_quantizer("dynamic", finished[name], scratch / f"route{i}.prepared.onnx", quantized[name], True, [],
-                          None, None, 32, scheme=schemes_for(this_cpu())[0][0])
+                          None, None, 32, scheme=route_scheme())
     if int8_files is not None:
         int8_files.update(quantized)
     ms = time_files(quantized, timing_feed(source))
@@ -143,10 +143,18 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
     recipe["routes_int8_ms"] = {k: round(v, 3) for k, v in ms.items()}
     recipe["route_rule"] = (f"the attention route whose dynamic INT8 file ran fastest on the sample tiled to "
                             f"{ROUTE_BATCH} x {ROUTE_SEQUENCE} (then='int8')")
-    shutil.copyfile(finished[best], staged)
-    if _count(staged, ("Attention", "MultiHeadAttention")) == 0:
+    if best not in finished_already:  # one finished already is where its caller keeps it
+        shutil.copyfile(finished[best], staged)
+    if _count(finished[best], ("Attention", "MultiHeadAttention")) == 0:
         return f"{best} (ORT's optimizer fused no attention there; its INT8 file was still the faster)"
     return best
+
+
+def route_scheme() -> str:
+    """The INT8 scheme the route choice quantizes each candidate in: this CPU's first."""
+    from ...runtime.cpu import schemes_for, this_cpu
+
+    return schemes_for(this_cpu())[0][0]
 
 
 ROUTE_BATCH, ROUTE_SEQUENCE = 8, 128  # routes differ at serving sizes, not at the sample's few tokens
@@ -336,9 +344,10 @@ def other_route_for_int8(own: Path, own_route: str, staged: Path, scratch: Path,
     int8_files: dict[str, Path] = {}
     chosen = _fastest_route({own_route: own, EAGER_ROUTE: eager}, staged, scratch, source, recipe, params,
                             finished_already=(own_route,), int8_files=int8_files)
+    if not chosen.startswith(EAGER_ROUTE):  # the variant's own file, left where it is
+        recipe["attention_route"] = own_route
+        return own_route, int8_files.get(own_route)
     recipe["attention_route"] = chosen
-    if chosen == own_route:
-        return chosen, int8_files.get(own_route)
     from .norms import apply
 
     give_back(full=True, before=resident)

@@ -269,11 +269,11 @@ class _Plan:
         """Whether the route choice's INT8 file is the one this build would make: dynamic, per channel, nothing kept
         in float, every operator type, in the scheme the route quantized with (of the file this build quantizes:
         the route choice returns one only for that file)."""
-        from ...runtime.cpu import schemes_for, this_cpu
+        from .optimizing import route_scheme
 
         return self.route_int8 is not None and self.route_int8.is_file() and self.method == "dynamic" and \
             self.per_channel and not dropped and not self.kept_float and self.op_types is None and \
-            scheme == schemes_for(this_cpu())[0][0]
+            scheme == route_scheme()
 
     def chosen(self, out: Any, overwrite: bool) -> Variant:
         """Every candidate the call asks for, made and measured; the one its rules keep (the INT8 scheme by speed on
@@ -330,27 +330,28 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validat
                               f"{AUTO_EXCLUDE_SHARE}" if validate else
                               f"auto: layers more than {AUTO_EXCLUDE_GAP_DB:g} dB below the median SQNR, "
                               f"at most 1 in {AUTO_EXCLUDE_SHARE}")
-    if validate and variant:  # passes as it is: no layer to keep in float, and no layer to measure
-        recipe["exclude"] = list(excluded)
-        variant.recipe = Recipe(**recipe)
-        return variant
-    report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
-    cap = max(1, len(report.layers) // AUTO_EXCLUDE_SHARE)
+    # layers are measured only on a file that fails (or with no parity to say so): one that passes keeps none
+    report = None if validate and variant else \
+        quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
+    cap = max(1, len(report.layers) // AUTO_EXCLUDE_SHARE) if report is not None else 0
     if not validate:
+        assert report is not None
         excluded[:] = report.suggested[:cap]
         recipe["exclude"] = list(excluded)
         return remake() if excluded else variant  # the file is ours: made a moment ago
     while not variant and len(excluded) < cap:
+        assert report is not None
         worst = next((layer.parent_node for layer in report.layers if layer.parent_node not in excluded), None)
         if worst is None:
             break
         excluded.append(worst)
         recipe["exclude"] = list(excluded)
         variant = remake()
-        report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
+        if not variant:  # the next worst layer, of the file that still fails
+            report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
     recipe["exclude"] = list(excluded)
     variant.recipe = Recipe(**recipe)
-    if not variant and variant.parity is not None:
+    if not variant and variant.parity is not None and report is not None:
         worst = ", ".join(f"{layer.parent_node} ({layer.sqnr_db:.1f} dB)" for layer in report.layers[:3])
         variant.parity.notes.append(
             f"INT8 does not serve this model: {len(excluded)} layer(s) kept in float (at most 1 in "
