@@ -141,7 +141,11 @@ def test_quantize_times_the_schemes_here_and_says_when_int8_is_slower(tmp_path: 
     int8 = onnx_nb.quantize(result, out=tmp_path / "bert.int8.onnx")
     here = cpu.this_cpu()
     assert int8 and int8.recipe["int8_cpu"] == here.label and int8.recipe["int8_scheme"] in cpu.SCHEMES
-    assert set(int8.recipe["int8_schemes_ms"]) == set(cpu.schemes_for(here)[0])
+    # every scheme the CPU allows made; those within the accuracy policy timed, the one kept among them
+    schemes = cpu.schemes_for(here)[0]
+    assert int8.recipe["int8_scheme"] in int8.recipe["int8_schemes_ms"] and set(int8.recipe["int8_schemes_ms"]) <= \
+        set(schemes)
+    assert len(schemes) == 1 or all(f"{s} " in int8.recipe["int8_scheme_rule"] for s in schemes), int8.recipe
     assert int8.speed["cpu"] == here.label and int8.speed["shape"].startswith("input_ids=[8, ")
     assert int8.speed["ms"] > 0 and int8.speed["parent_ms"] > 0
     assert "speed here" in repr(int8) and here.label in repr(int8)

@@ -23,22 +23,23 @@ def fused_route(model: Any) -> bool:
         and source is not None and getattr(source, "model", None) is not None
 
 
-def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> tuple[Path | None, Path | None]:
+def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> tuple[Path | None, Path | None, dict[str, float]]:
     """What ``optimize(export, then="int8")`` does, for a variant made without it: the variant's own file and the
     eager route made from its export, each one's dynamic INT8 file timed, the faster route's fp32 file returned
     when it is not the variant's (None: the variant's own route is the faster, or the other could not be made),
     and the INT8 file timed for the file to quantize (its dynamic per-channel INT8 in this CPU's first scheme, in
-    ``scratch``; None where there is none). The timings and the choice go into ``recipe["int8_route"]``."""
-    from .optimizing import other_route_for_int8
-
+    ``scratch``; None where there is none), and that INT8 file's ms and the variant's own (its fp32 parent's),
+    timed in one run (``{"fp32": .., "int8": ..}``; empty without the file). The timings and the choice go into
+    ``recipe["int8_route"]``."""
     route: Recipe = {}
     notes: list[str] = []
     rerouted = scratch / "rerouted.onnx"
     params = (str(model.recipe["model_type"]), int(model.recipe["num_heads"]), int(model.recipe["hidden_size"]))
     timed: Path | None = None
+    int8_ms = 0.0
     try:  # the variant's own file is its route's candidate as it is: only the other route is made
-        _chosen, timed = other_route_for_int8(model.path, str(model.recipe["attention_route"]), rerouted, scratch,
-                                              model.source, params, route)
+        _chosen, timed, int8_ms = other_route_for_int8(model.path, str(model.recipe["attention_route"]), rerouted,
+                                                       scratch, model.source, params, route)
     except Exception as exc:  # noqa: BLE001 - the variant's own route stays, and the recipe says why
         notes.append(f"the other route could not be made: {type(exc).__name__}: {first_line(exc)[:150]}")
     timings = route.get("routes_int8_ms", {})
@@ -50,4 +51,40 @@ def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> tuple[Path | No
                    if switched else "the fp32 variant's own route, quantized as it is"),
         "routes_int8_ms": timings, "chosen": chosen if switched else model.recipe["attention_route"],
         **({"notes": notes} if notes else {})}
-    return (rerouted, timed) if switched else (None, timed if timings else None)
+    if not timings:
+        timed = None
+    known = {"fp32": float(route["parent_ms"]), "int8": int8_ms} if timed is not None else {}
+    return (rerouted if switched else None), timed, known
+
+
+def other_route_for_int8(own: Path, own_route: str, staged: Path, scratch: Path, source: Any,
+                         params: tuple[str, int, int], recipe: Recipe) -> tuple[str, Path, float]:
+    """``optimize(then="int8")``'s choice for an fp32 variant already made (``own``, finished by ``own_route``, its
+    norm choice applied): only the eager route is made, finished as ``own`` was (re-exported from ``source``, ORT's
+    optimizer, this CPU's norm choice), both quantized and timed as ``optimize(then="int8")`` times them, with
+    ``own`` (the fp32 parent) in the same run (``recipe["parent_ms"]``). Returns the route chosen, whose fp32 file
+    is at ``staged`` when it is not ``own_route``, the INT8 file timed for it (dynamic, per channel, this CPU's
+    first scheme; in ``scratch``: the file quantize() would make of it) and that file's ms. The timings go into
+    ``recipe``."""
+    import shutil
+
+    from ...runtime.memory import give_back, resident_bytes
+    from .norms import apply
+    from .optimizing import EAGER_ROUTE, eager_reexport, fastest_route, ort_transformer
+
+    resident = resident_bytes()
+    exported, eager = scratch / "eager.onnx", scratch / "eager.finished.onnx"
+    eager_reexport(source, exported)
+    ort_transformer(exported, eager, *params)
+    give_back(full=True, before=resident)  # the optimizer's copies, before the file is read again
+    norms: Recipe = {}
+    apply(eager, params[2], norms)  # as ``own`` was finished: the INT8 file timed is the one quantize() makes
+    int8_files: dict[str, Path] = {}
+    chosen = fastest_route({own_route: own, EAGER_ROUTE: eager}, staged, scratch, source, recipe, params,
+                            finished_already=(own_route, EAGER_ROUTE), int8_files=int8_files, parent=own)
+    route = own_route if not chosen.startswith(EAGER_ROUTE) else EAGER_ROUTE
+    if route == EAGER_ROUTE:
+        shutil.copyfile(eager, staged)
+        recipe.update(norms)
+    recipe["attention_route"] = own_route if route == own_route else chosen
+    return recipe["attention_route"], int8_files[route], recipe["routes_int8_ms"][route]

@@ -44,11 +44,14 @@ def settings(scheme: str) -> Recipe:
 
 
 def fastest_that_passes(first: Variant, schemes: list[str], build: Callable[[str, Any, bool], Variant], scratch: Path,
-             cpu: Cpu) -> Variant:
-    """Every scheme in ``schemes`` made (``first`` is the first, already at its place; the others in ``scratch``),
-    all timed interleaved on this CPU against the fp32 parent at a serving size; the fastest that passes parity is
-    kept (made again at ``first``'s place when it is not the first). The timings go into the recipe and
-    ``variant.speed``; a warning says so when the INT8 file is no faster than its parent here."""
+                        cpu: Cpu, known: dict[str, float] | None = None) -> Variant:
+    """Every scheme in ``schemes`` made (``first`` is the first, already at its place; the others in ``scratch``);
+    those within the accuracy policy (:func:`accurate`) timed interleaved on this CPU against the fp32 parent at a
+    serving size, and the fastest kept (made again at ``first``'s place when it is not the first); a scheme outside
+    the policy cannot be kept, so it is not timed. ``known``: the parent's and the first scheme's ms, timed already
+    in one run with this very file (the attention route's choice), which serve when the first is the only scheme
+    left to time. The timings go into the recipe and ``variant.speed``; a warning says so when the INT8 file is no
+    faster than its parent here."""
     from ..benchmark.measuring import time_files
 
     made = {schemes[0]: first}
@@ -58,20 +61,24 @@ def fastest_that_passes(first: Variant, schemes: list[str], build: Callable[[str
     else:
         for scheme in schemes[1:]:
             made[scheme] = build(scheme, scratch / f"{scheme}.onnx", True)
+    timed = accurate(made) or [schemes[0]]  # none passes: the first stays, timed for what it is
     try:
         feed, shape = serving_feed(first)
-        ms = time_files({"fp32": first.parent, **{s: v.path for s, v in made.items()}}, feed)
+        ms = dict(known) if known and timed == [schemes[0]] else \
+            time_files({"fp32": first.parent, **{s: made[s].path for s in timed}}, feed)
     except Exception as exc:  # noqa: BLE001 - the rule's choice stays, and the recipe says why it was not timed
         first.recipe["int8_timing"] = f"not timed: {type(exc).__name__}: {first_line(exc)[:200]}"
         return first
-    best = fastest_accurate(made, ms)
+    best = min(timed, key=lambda s: ms[s])
     variant = made[best] if best == schemes[0] else build(best, first.path, True)
-    variant.recipe.update({"int8_schemes_ms": {s: round(ms[s], 3) for s in made}, "fp32_ms": round(ms["fp32"], 3),
+    variant.recipe.update({"int8_schemes_ms": {s: round(ms[s], 3) for s in timed}, "fp32_ms": round(ms["fp32"], 3),
                            "int8_timed_at": shape})
     if len(made) > 1:
         variant.recipe["int8_scheme_rule"] += "; " + ", ".join(
-            f"{s} {ms[s]:.3g} ms, largest error {worst_error(v):.3g}{'' if v else ' (failed parity)'}"
-            for s, v in made.items()) + f": {best} kept"
+            f"{s} {f'{ms[s]:.3g} ms' if s in ms else 'not timed'}, largest error {worst_error(v):.3g}"
+            f"{'' if v else ' (failed parity)'}" for s, v in made.items()) + f": {best} kept" + \
+            ("" if len(timed) == len(made) else f" (a scheme whose error is over {ACCURACY_SLACK:g}x the most "
+                                                 "accurate one's, or that fails parity, is not timed)")
     variant.speed = {"ms": round(ms[best], 4), "parent_ms": round(ms["fp32"], 4), "cpu": cpu.label, "shape": shape}
     if ms[best] >= ms["fp32"]:
         variant.warnings.append(
@@ -84,15 +91,14 @@ def fastest_that_passes(first: Variant, schemes: list[str], build: Callable[[str
 ACCURACY_SLACK = 1.25  # a scheme's largest error may exceed the most accurate scheme's by this much
 
 
-def fastest_accurate(made: dict[str, Variant], ms: dict[str, float]) -> str:
-    """The fastest scheme within the accuracy policy: its parity passes, and its largest error is within
-    :data:`ACCURACY_SLACK` of the most accurate scheme's (7-bit weights must not cost more than they save:
-    uint8 weights lose nothing against a VNNI CPU's full range). The first when none passes."""
+def accurate(made: dict[str, Variant]) -> list[str]:
+    """The schemes within the accuracy policy: parity passes, and the largest error is within :data:`ACCURACY_SLACK`
+    of the most accurate passing scheme's (7-bit weights must not cost more than they save: uint8 weights lose
+    nothing against a VNNI CPU's full range); the fastest of them is kept."""
     errors = {s: worst_error(v) for s, v in made.items()}
     passing = [s for s, v in made.items() if v]
     floor = min((errors[s] for s in passing), default=0.0)
-    accurate = [s for s in passing if errors[s] <= ACCURACY_SLACK * floor or not floor]
-    return min(accurate, key=lambda s: ms[s]) if accurate else next(iter(made))
+    return [s for s in passing if errors[s] <= ACCURACY_SLACK * floor or not floor]
 
 
 def worst_error(variant: Variant) -> float:

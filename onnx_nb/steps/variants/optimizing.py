@@ -73,7 +73,7 @@ def _onnxscript_fusions(src: Path, dst: Path) -> dict[str, int]:
 
 
 @gives_memory_back  # each route's copies of the graph go before the next is made
-def _eager_reexport(source: Any, dst: Path) -> None:
+def eager_reexport(source: Any, dst: Path) -> None:
     """Export the PyTorch source again with eager attention (TorchScript), which ORT fuses."""
     from ..export.exporting import export
     from ..export.patches.attention import eager_attention
@@ -87,7 +87,7 @@ def _eager_reexport(source: Any, dst: Path) -> None:
 
 
 @gives_memory_back  # each route's copies of the graph go before the next is made
-def _ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: int,
+def ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: int,
                      collected: list[str] | None = None) -> None:
     """ONNX Runtime's transformer optimizer; its warnings (not its progress lines) go to ``collected``."""
     import logging
@@ -109,17 +109,19 @@ def precision_after(quantize_method: str | None) -> str | None:
 
 
 EAGER_ROUTE = "re-exported with eager attention"
+PARENT = "the fp32 parent"
 
 
-def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, source: Any, recipe: Recipe,
+def fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, source: Any, recipe: Recipe,
                    params: tuple[str, int, int], finished_already: tuple[str, ...] = (),
-                   int8_files: dict[str, Path] | None = None) -> str:
+                   int8_files: dict[str, Path] | None = None, parent: Path | None = None) -> str:
     """Finish each candidate with ORT's transformer optimizer (not those named in ``finished_already``), quantize
     each (dynamic INT8, per-channel) into the scratch folder, time those INT8 files interleaved on the sample, and
     keep the fp32 file whose INT8 file ran fastest (at ``staged``, unless it was finished already): ORT's quantizer
     turns the eager route's attention (mask index) into QAttention, not the attention with a bias input that
     onnxscript's fusions write. The timings and the rule go into the recipe; ``int8_files`` (when given) gets each
-    candidate's INT8 file, left in the scratch folder."""
+    candidate's INT8 file, left in the scratch folder. ``parent``: an fp32 file timed in the same run (quantize()'s
+    parent, whose time it reports beside its INT8 file's), in ``recipe["parent_ms"]``."""
     import shutil
 
     from ..benchmark.measuring import time_files
@@ -131,14 +133,16 @@ def _fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sou
     for i, (name, path) in enumerate(candidates.items()):
         finished[name] = path if name in finished_already else scratch / f"route{i}.onnx"
         if name not in finished_already:
-            _ort_transformer(path, finished[name], *params)
+            ort_transformer(path, finished[name], *params)
         quantized[name] = scratch / f"route{i}.int8.onnx"
         with quiet([], []):  # ORT's quantizer logs to the root logger: nothing of it is about the route chosen
             run_quantizer("dynamic", finished[name], scratch / f"route{i}.prepared.onnx", quantized[name], True, [],
                           None, None, 32, scheme=route_scheme())
     if int8_files is not None:
         int8_files.update(quantized)
-    ms = time_files(quantized, timing_feed(source))
+    ms = time_files({**quantized, **({PARENT: parent} if parent is not None else {})}, timing_feed(source))
+    if parent is not None:
+        recipe["parent_ms"] = ms.pop(PARENT)
     best = min(ms, key=lambda k: ms[k])
     recipe["routes_int8_ms"] = {k: round(v, 3) for k, v in ms.items()}
     recipe["route_rule"] = (f"the attention route whose dynamic INT8 file ran fastest on the sample tiled to "
@@ -328,34 +332,6 @@ def transformer_route(work: Path, staged: Path, scratch: Path, source: Any, para
         apply(staged, params[2], recipe)
 
 
-def other_route_for_int8(own: Path, own_route: str, staged: Path, scratch: Path, source: Any,
-                         params: tuple[str, int, int], recipe: Recipe) -> tuple[str, Path | None]:
-    """``optimize(then="int8")``'s choice for an fp32 variant already made (``own``, finished by ``own_route``):
-    only the eager route is made (re-exported from ``source``, ORT's optimizer), both quantized and timed as
-    :func:`transformer_route` times them; returns the route chosen, whose file is at ``staged`` (the CPU's norm
-    choice applied) when it is not ``own_route``, and the INT8 file timed for the chosen file (quantized dynamic,
-    per channel, in this CPU's first scheme; in ``scratch``), None where the norm choice rewrote that file after.
-    The timings go into ``recipe``."""
-    from ...runtime.memory import give_back, resident_bytes
-
-    resident = resident_bytes()
-    eager = scratch / "eager.onnx"
-    _eager_reexport(source, eager)
-    int8_files: dict[str, Path] = {}
-    chosen = _fastest_route({own_route: own, EAGER_ROUTE: eager}, staged, scratch, source, recipe, params,
-                            finished_already=(own_route,), int8_files=int8_files)
-    if not chosen.startswith(EAGER_ROUTE):  # the variant's own file, left where it is
-        recipe["attention_route"] = own_route
-        return own_route, int8_files.get(own_route)
-    recipe["attention_route"] = chosen
-    from .norms import apply
-
-    give_back(full=True, before=resident)
-    stamp = staged.stat().st_mtime_ns
-    apply(staged, params[2], recipe)
-    return chosen, int8_files.get(EAGER_ROUTE) if staged.stat().st_mtime_ns == stamp else None
-
-
 def _attention_route(work: Path, staged: Path, scratch: Path, source: Any, params: tuple[str, int, int],
                      then: str | None, recipe: Recipe, warnings: list[str]) -> None:
     attention = ("Attention", "MultiHeadAttention")
@@ -372,7 +348,7 @@ def _attention_route(work: Path, staged: Path, scratch: Path, source: Any, param
     if _count(work, attention) == 0 and has_model:
         eager = scratch / "eager.onnx"
         try:
-            _eager_reexport(source, eager)
+            eager_reexport(source, eager)
             work, route = eager, EAGER_ROUTE
         except Exception as exc:  # noqa: BLE001
             warnings.append(f"eager re-export failed: {type(exc).__name__}: {str(exc)[:150]}")
@@ -380,17 +356,17 @@ def _attention_route(work: Path, staged: Path, scratch: Path, source: Any, param
         eager = scratch / "eager.onnx"
         started = time.perf_counter()
         try:
-            _eager_reexport(source, eager)
+            eager_reexport(source, eager)
         except Exception as exc:  # noqa: BLE001 - the one route stays
             warnings.append(f"eager re-export failed: {type(exc).__name__}: {str(exc)[:150]}")
         else:
-            recipe["attention_route"] = _fastest_route({route: work, EAGER_ROUTE: eager}, staged, scratch, source,
+            recipe["attention_route"] = fastest_route({route: work, EAGER_ROUTE: eager}, staged, scratch, source,
                                                        recipe, params)
             # what then='int8' costs: the re-export, both routes optimized, quantized and timed (the pipeline's
             # optimize step says so beside its time)
             recipe["routes_seconds"] = round(time.perf_counter() - started, 1)
             return
-    _ort_transformer(work, staged, *params, collected=warnings)
+    ort_transformer(work, staged, *params, collected=warnings)
     recipe["attention_route"] = route
     if _count(staged, attention) == 0:
         warnings.append("Attention could not be fused; the variant keeps unfused attention.")

@@ -126,6 +126,7 @@ class _Plan:
     kept_float: list[str] = field(default_factory=list)  # by a rule of the family, beside the exclude list
     decoder: bool = False  # an INT4 file of a decoder with its cache: its own compute level and LM head
     route_int8: Path | None = None  # the INT8 file the route choice made and timed of the file to quantize
+    route_ms: dict[str, float] = field(default_factory=dict)  # its ms and its fp32 parent's, in one run
 
     @classmethod
     def of(cls, onnx_model: Any, *, method: str, per_channel: bool | None, calibration: Any, exclude: Any,
@@ -239,6 +240,7 @@ class _Plan:
                     finish_int8(staged, chosen, self.cpu.label)
                     own["int8_file"] = "the one the attention route's choice made and timed (the same quantizer call)"
                     return warnings
+                own.pop("int8_file", None)  # quantized here (again: a layer kept in float since)
                 try:
                     own.update(run_quantizer(method, self.static_source or src, prepared, staged, self.per_channel,
                                   [*self.kept_float, *dropped], self.op_types, self.calib_items, asked["block_size"],
@@ -284,10 +286,14 @@ class _Plan:
         method, validate, head = self.method, self.asked["validate"], self.asked["lm_head_bits"]
         with scratch_dir("onnx-nb-route-") as route_dir:
             if method == "dynamic" and fused_route(self.model):
-                self.static_source, self.route_int8 = int8_route(self.model, route_dir, self.recipe)
+                self.static_source, self.route_int8, self.route_ms = int8_route(self.model, route_dir, self.recipe)
             variant = self.build(self.algorithms[0] if method == "int4" else self.schemes[0], out, overwrite)
             if self.schemes[0] and validate and self.cpu.here:
-                variant = int8_schemes.fastest_that_passes(variant, self.schemes, self.build, Path(route_dir), self.cpu)
+                # the route choice timed this very file beside its parent: no second run where it is the one left
+                known = {"fp32": self.route_ms["fp32"], self.schemes[0]: self.route_ms["int8"]} \
+                    if self.route_ms and "int8_file" in variant.recipe else None
+                variant = int8_schemes.fastest_that_passes(variant, self.schemes, self.build, Path(route_dir), self.cpu,
+                                                           known)
             if method == "int4" and validate and len(self.algorithms) > 1:
                 variant = int4_algorithms.most_accurate(variant, self.algorithms, self.build, Path(route_dir))
             if self.mixed and validate:  # the head is one of the layers measured (unless lm_head_bits says its bits)
