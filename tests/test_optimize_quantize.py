@@ -325,6 +325,27 @@ def test_interleaved_timing_absorbs_the_previous_candidates_threads() -> None:
     assert max(biased["a"]) == 3.0 or max(biased["b"]) == 6.0
 
 
+def test_choice_timings_stop_when_two_rounds_name_the_fastest() -> None:
+    """Files chosen between (routes, levels, INT8 schemes): a third round only where two leave the fastest in
+    doubt (a fake clock: each call costs its candidate's time, plus noise where asked)."""
+    from onnx_nb.runtime.timing import until_separated
+
+    now = [0.0]
+    calls = {"a": 0, "b": 0}
+
+    def runner(name: str, costs: list[float]) -> Any:
+        def call() -> None:
+            now[0] += costs[calls[name] % len(costs)]
+            calls[name] += 1
+        return call
+
+    clear = until_separated({"a": runner("a", [1.0]), "b": runner("b", [2.0])}, clock=lambda: now[0])
+    assert len(clear["a"]) == len(clear["b"]) == 6 and calls == {"a": 8, "b": 8}  # two rounds of 1 + 3
+    calls.update(a=0, b=0)
+    close = until_separated({"a": runner("a", [1.0, 2.5]), "b": runner("b", [2.0])}, clock=lambda: now[0])
+    assert len(close["a"]) == len(close["b"]) == 9  # overlapping calls: the third round runs
+
+
 def test_padding_skip_rows_get_a_baseline_with_the_same_skip(bert: onnx_nb.ExportResult,
                                                              bert_opt: onnx_nb.Variant) -> None:
     """A variant that skips padding is compared with PyTorch eager given the same length buckets, never with

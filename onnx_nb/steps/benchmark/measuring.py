@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import InsufficientMemoryError
 from ...render import sig
 from ...results.latency import LatencyRow
-from ...runtime.timing import Clock, interleaved, time_runs
+from ...runtime.timing import Clock, time_runs, until_separated
 
 ROUNDS = 5  # interleaved rounds once every row is timed: the speed-ups' intervals come from them
 MAX_ROUNDS = 15  # more rounds while an interval includes 1.0 ...
@@ -140,9 +140,10 @@ def torch_threads_set(threads: int | None) -> Iterator[None]:
 
 def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, threads: int | None = None,
                rounds: int = 3) -> dict[str, float]:
-    """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`timing.interleaved`): in
-    each round an untimed call, then three timed (nine per file: enough to choose between files whose times differ
-    by more than their rounds do; 21 calls per file made MiniLM's INT8 choice the most of quantize()'s time)."""
+    """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`timing.until_separated`):
+    in each round an untimed call, then three timed (nine per file at most: enough to choose between files whose
+    times differ by more than their rounds do; 21 calls per file made MiniLM's INT8 choice the most of quantize()'s
+    time), two rounds where they already name the fastest file beyond doubt."""
     from ...runtime.sessions import session
 
     runners: dict[str, Callable[[], Any]] = {}
@@ -150,7 +151,7 @@ def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, thr
         s = session(path, "CPUExecutionProvider", threads=threads, level="all", check_graph=False)
         own = {i.name: np.asarray(feed[i.name]) for i in s.get_inputs()}
         runners[name] = partial(s.run, None, own)
-    times = interleaved(runners, rounds=rounds, warmup=1, runs=3)
+    times = until_separated(runners, rounds=rounds, warmup=1, runs=3)
     return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
 
 
