@@ -344,6 +344,11 @@ def test_choice_timings_stop_when_two_rounds_name_the_fastest() -> None:
     calls.update(a=0, b=0)
     close = until_separated({"a": runner("a", [1.0, 2.5]), "b": runner("b", [2.0])}, clock=lambda: now[0])
     assert len(close["a"]) == len(close["b"]) == 9  # overlapping calls: the third round runs
+    calls.update(a=0, b=0, parent=0)
+    # a parent timed beside them (clearly the fastest) does not end the choice between the two that overlap
+    beside = until_separated({"a": runner("a", [2.0, 3.5]), "b": runner("b", [3.0]), "parent": runner("parent", [1.0])},
+                             reference=("parent",), clock=lambda: now[0])
+    assert len(beside["a"]) == len(beside["b"]) == len(beside["parent"]) == 9
 
 
 def test_padding_skip_rows_get_a_baseline_with_the_same_skip(bert: onnx_nb.ExportResult,

@@ -4,6 +4,7 @@ cases (all zero: a scale of 1; all positive or all negative: the range widened t
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from onnx_nb.runtime.cpu import SCHEMES
 from onnx_nb.steps.variants import per_channel
 
 
-def _graph(path: Path) -> None:
+def _graph(path: Path, nan: bool = False) -> None:
     """A Conv, a MatMul and a Gemm with transB, the MatMul's and the Gemm's weights with the channels that take
     ORT's special cases."""
     rng = np.random.default_rng(0)
@@ -25,6 +26,7 @@ def _graph(path: Path) -> None:
     first[:, 2] = -np.abs(first[:, 2]) - 0.01  # all negative: rmax widened to 0
     first[:, 3] = np.float32(1e-39)  # subnormal: under the smallest normal too
     first[:, 4] *= 300  # a wide channel beside narrow ones
+    first[0, 5] = np.nan if nan else first[0, 5]
     second = rng.normal(0, 1, (8, 16)).astype(np.float32)  # Gemm(transB=1): [out, in]
     second[5] = 0.0
     conv = rng.normal(0, 0.2, (3, 1, 1, 2)).astype(np.float32)
@@ -54,14 +56,14 @@ def test_the_same_file_as_onnx_runtimes_loop(tmp_path: Path, scheme: str, monkey
     weights, reduce_range, _ = SCHEMES[scheme]
     kind = QuantType.QInt8 if weights == "int8" else QuantType.QUInt8
     taken: list[str] = []
-    vectorized = per_channel._quantized
+    vectorized = per_channel.quantized_weight
 
     def counted(quantizer, name, *args):  # which weights the vectorized path wrote (not ORT's loop)
         done = vectorized(quantizer, name, *args)
         taken.extend([name] if done is not None else [])
         return done
 
-    monkeypatch.setattr(per_channel, "_quantized", counted)
+    monkeypatch.setattr(per_channel, "quantized_weight", counted)
     files = {}
     for way in ("ort", "vectorized"):
         files[way] = tmp_path / f"{way}.onnx"
@@ -86,3 +88,20 @@ def test_the_same_file_as_onnx_runtimes_loop(tmp_path: Path, scheme: str, monkey
     from onnxruntime.quantization.base_quantizer import BaseQuantizer
 
     assert BaseQuantizer.quantize_weight_per_channel_impl.__module__ == "onnxruntime.quantization.base_quantizer"
+
+
+def test_a_weight_ort_refuses_is_refused_as_before(tmp_path: Path) -> None:
+    """A NaN weight: ORT's loop stops on it (its assertion on the scale); the vectorized path leaves it to the loop
+    rather than writing a file."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = tmp_path / "nan.onnx"
+    _graph(src, nan=True)
+    raised = []
+    for vectorized in (False, True):
+        with per_channel.vectorized_per_channel() if vectorized else contextlib.nullcontext(), \
+                pytest.raises(Exception) as caught:
+            quantize_dynamic(str(src), str(tmp_path / f"{vectorized}.onnx"), weight_type=QuantType.QInt8,
+                             per_channel=True)
+        raised.append((type(caught.value), str(caught.value)))
+    assert raised[0] == raised[1], raised

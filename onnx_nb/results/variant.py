@@ -35,7 +35,7 @@ class Recipe(TypedDict, total=False):
     hidden_size: int
     attention_route: str
     routes_int8_ms: dict[str, float]
-    parent_ms: float  # the fp32 parent, timed in the route choice's run (quantize())
+    parent_ms: float  # the fp32 parent, timed in the route choice's run (quantize()'s own, not a variant's)
     routes_seconds: float
     route: str
     route_rule: str

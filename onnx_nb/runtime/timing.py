@@ -5,7 +5,7 @@ the isolation worker, so it sits below all of them."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 Clock = Callable[[], float]
@@ -50,19 +50,23 @@ def interleaved(runners: Mapping[str, Callable[[], Any]], *, rounds: int = 3, wa
 
 
 def until_separated(runners: Mapping[str, Callable[[], Any]], *, rounds: int = 3, warmup: int = 1, runs: int = 3,
-                    seed: int = 0, clock: Clock = time.perf_counter) -> dict[str, list[float]]:
-    """:func:`interleaved`, a round at a time, stopping after two rounds when they already name the fastest
-    candidate beyond doubt (its slowest call faster than every other candidate's fastest: with three calls per
-    round, two samples of one distribution fall apart so by chance 2 times in 924); ``rounds`` at most. For the
-    choices made between files (routes, levels, INT8 schemes), where the third round of a clear choice changed
-    nothing and cost a third of the time."""
+                    seed: int = 0, reference: Collection[str] = (), clock: Clock = time.perf_counter
+                    ) -> dict[str, list[float]]:
+    """Seconds per call of each runner, in rounds as :func:`interleaved` times them (each in a new shuffled order,
+    untimed calls first), stopping after two rounds when they already name the fastest candidate beyond doubt (its
+    slowest call faster than every other candidate's fastest: with three calls per round, two samples of one
+    distribution fall apart so by chance 2 times in 924); ``rounds`` at most. ``reference``: runners timed beside
+    the candidates (a parent to compare with) and left out of that test. For the choices made between files
+    (routes, levels, INT8 schemes), where the third round of a clear choice changed nothing and cost a third of
+    the time."""
     times: dict[str, list[float]] = {name: [] for name in runners}
+    candidates = [name for name in runners if name not in reference]
     for round_ in range(rounds):
         for name, seconds in interleaved(runners, rounds=1, warmup=warmup, runs=runs, seed=seed + round_,
                                          clock=clock).items():
             times[name] += seconds
-        if round_ >= 1 and len(times) > 1:
-            best = min(times, key=lambda n: sorted(times[n])[len(times[n]) // 2])
-            if all(max(times[best]) < min(t) for n, t in times.items() if n != best):
+        if round_ >= 1 and len(candidates) > 1:
+            best = min(candidates, key=lambda n: sorted(times[n])[len(times[n]) // 2])
+            if all(max(times[best]) < min(times[n]) for n in candidates if n != best):
                 break
     return times

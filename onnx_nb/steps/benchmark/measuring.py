@@ -139,11 +139,12 @@ def torch_threads_set(threads: int | None) -> Iterator[None]:
 
 
 def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, threads: int | None = None,
-               rounds: int = 3) -> dict[str, float]:
+               rounds: int = 3, reference: tuple[str, ...] = ()) -> dict[str, float]:
     """Median ms per run of each ONNX file on the CPU provider, timed interleaved (:func:`timing.until_separated`):
     in each round an untimed call, then three timed (nine per file at most: enough to choose between files whose
     times differ by more than their rounds do; 21 calls per file made MiniLM's INT8 choice the most of quantize()'s
-    time), two rounds where they already name the fastest file beyond doubt."""
+    time), two rounds where they already name the fastest file beyond doubt (``reference``: files timed beside the
+    candidates, not among them: a parent)."""
     from ...runtime.sessions import session
 
     runners: dict[str, Callable[[], Any]] = {}
@@ -151,7 +152,7 @@ def time_files(paths: Mapping[str, Path], feed: Mapping[str, np.ndarray], *, thr
         s = session(path, "CPUExecutionProvider", threads=threads, level="all", check_graph=False)
         own = {i.name: np.asarray(feed[i.name]) for i in s.get_inputs()}
         runners[name] = partial(s.run, None, own)
-    times = until_separated(runners, rounds=rounds, warmup=1, runs=3)
+    times = until_separated(runners, rounds=rounds, warmup=1, runs=3, reference=reference)
     return {name: float(np.median(t)) * 1e3 for name, t in times.items()}
 
 

@@ -37,35 +37,31 @@ def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> tuple[Path | No
     params = (str(model.recipe["model_type"]), int(model.recipe["num_heads"]), int(model.recipe["hidden_size"]))
     timed: Path | None = None
     int8_ms = 0.0
+    chosen = own = str(model.recipe["attention_route"])
     try:  # the variant's own file is its route's candidate as it is: only the other route is made
-        _chosen, timed, int8_ms = other_route_for_int8(model.path, str(model.recipe["attention_route"]), rerouted,
-                                                       scratch, model.source, params, route)
+        chosen, timed, int8_ms = other_route_for_int8(model.path, own, rerouted, scratch, model.source, params,
+                                                      route, norms="skip_layernorm" in model.recipe)
     except Exception as exc:  # noqa: BLE001 - the variant's own route stays, and the recipe says why
         notes.append(f"the other route could not be made: {type(exc).__name__}: {first_line(exc)[:150]}")
     timings = route.get("routes_int8_ms", {})
-    chosen = str(route.get("attention_route", ""))
-    switched = bool(timings) and chosen != model.recipe["attention_route"]
+    switched = timed is not None and chosen != own  # only a choice that ran to its end switches
     recipe["int8_route"] = {
         "rule": "the attention route whose dynamic INT8 file ran fastest (as optimize(..., then='int8')); "
                 + ("another route than the fp32 variant's: its fp32 file, made again from the export, was quantized"
                    if switched else "the fp32 variant's own route, quantized as it is"),
-        "routes_int8_ms": timings, "chosen": chosen if switched else model.recipe["attention_route"],
-        **({"notes": notes} if notes else {})}
-    if not timings:
-        timed = None
+        "routes_int8_ms": timings, "chosen": chosen if switched else own, **({"notes": notes} if notes else {})}
     known = {"fp32": float(route["parent_ms"]), "int8": int8_ms} if timed is not None else {}
     return (rerouted if switched else None), timed, known
 
 
 def other_route_for_int8(own: Path, own_route: str, staged: Path, scratch: Path, source: Any,
-                         params: tuple[str, int, int], recipe: Recipe) -> tuple[str, Path, float]:
-    """``optimize(then="int8")``'s choice for an fp32 variant already made (``own``, finished by ``own_route``, its
-    norm choice applied): only the eager route is made, finished as ``own`` was (re-exported from ``source``, ORT's
-    optimizer, this CPU's norm choice), both quantized and timed as ``optimize(then="int8")`` times them, with
-    ``own`` (the fp32 parent) in the same run (``recipe["parent_ms"]``). Returns the route chosen, whose fp32 file
-    is at ``staged`` when it is not ``own_route``, the INT8 file timed for it (dynamic, per channel, this CPU's
-    first scheme; in ``scratch``: the file quantize() would make of it) and that file's ms. The timings go into
-    ``recipe``."""
+                         params: tuple[str, int, int], recipe: Recipe, norms: bool = True) -> tuple[str, Path, float]:
+    """``optimize(then="int8")``'s question for an fp32 variant already made (``own``, finished by ``own_route``):
+    only the eager route is made, finished as ``own`` was (re-exported from ``source``, ORT's optimizer, and this
+    CPU's norm choice where ``norms``: ``own`` had it), both quantized and timed, with ``own`` (the fp32 parent) in
+    the same run (``recipe["parent_ms"]``). Returns the route chosen, whose fp32 file is at ``staged`` when it is not
+    ``own_route``, the INT8 file timed for it (dynamic, per channel, this CPU's first scheme; in ``scratch``: the
+    file quantize() would make of it) and that file's ms. The timings go into ``recipe``."""
     import shutil
 
     from ...runtime.memory import give_back, resident_bytes
@@ -77,14 +73,15 @@ def other_route_for_int8(own: Path, own_route: str, staged: Path, scratch: Path,
     eager_reexport(source, exported)
     ort_transformer(exported, eager, *params)
     give_back(full=True, before=resident)  # the optimizer's copies, before the file is read again
-    norms: Recipe = {}
-    apply(eager, params[2], norms)  # as ``own`` was finished: the INT8 file timed is the one quantize() makes
+    norm_choice: Recipe = {}
+    if norms:  # as ``own`` was finished: the INT8 file timed is the one quantize() makes
+        apply(eager, params[2], norm_choice)
     int8_files: dict[str, Path] = {}
     chosen = fastest_route({own_route: own, EAGER_ROUTE: eager}, staged, scratch, source, recipe, params,
                             finished_already=(own_route, EAGER_ROUTE), int8_files=int8_files, parent=own)
     route = own_route if not chosen.startswith(EAGER_ROUTE) else EAGER_ROUTE
     if route == EAGER_ROUTE:
         shutil.copyfile(eager, staged)
-        recipe.update(norms)
+        recipe.update(norm_choice)
     recipe["attention_route"] = own_route if route == own_route else chosen
     return recipe["attention_route"], int8_files[route], recipe["routes_int8_ms"][route]

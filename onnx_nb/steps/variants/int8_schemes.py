@@ -65,7 +65,7 @@ def fastest_that_passes(first: Variant, schemes: list[str], build: Callable[[str
     try:
         feed, shape = serving_feed(first)
         ms = dict(known) if known and timed == [schemes[0]] else \
-            time_files({"fp32": first.parent, **{s: made[s].path for s in timed}}, feed)
+            time_files({"fp32": first.parent, **{s: made[s].path for s in timed}}, feed, reference=("fp32",))
     except Exception as exc:  # noqa: BLE001 - the rule's choice stays, and the recipe says why it was not timed
         first.recipe["int8_timing"] = f"not timed: {type(exc).__name__}: {first_line(exc)[:200]}"
         return first

@@ -88,7 +88,7 @@ def eager_reexport(source: Any, dst: Path) -> None:
 
 @gives_memory_back  # each route's copies of the graph go before the next is made
 def ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: int,
-                     collected: list[str] | None = None) -> None:
+                    collected: list[str] | None = None) -> None:
     """ONNX Runtime's transformer optimizer; its warnings (not its progress lines) go to ``collected``."""
     import logging
 
@@ -113,8 +113,8 @@ PARENT = "the fp32 parent"
 
 
 def fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, source: Any, recipe: Recipe,
-                   params: tuple[str, int, int], finished_already: tuple[str, ...] = (),
-                   int8_files: dict[str, Path] | None = None, parent: Path | None = None) -> str:
+                  params: tuple[str, int, int], finished_already: tuple[str, ...] = (),
+                  int8_files: dict[str, Path] | None = None, parent: Path | None = None) -> str:
     """Finish each candidate with ORT's transformer optimizer (not those named in ``finished_already``), quantize
     each (dynamic INT8, per-channel) into the scratch folder, time those INT8 files interleaved on the sample, and
     keep the fp32 file whose INT8 file ran fastest (at ``staged``, unless it was finished already): ORT's quantizer
@@ -140,7 +140,8 @@ def fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sour
                           None, None, 32, scheme=route_scheme())
     if int8_files is not None:
         int8_files.update(quantized)
-    ms = time_files({**quantized, **({PARENT: parent} if parent is not None else {})}, timing_feed(source))
+    ms = time_files({**quantized, **({PARENT: parent} if parent is not None else {})}, timing_feed(source),
+                    reference=(PARENT,))
     if parent is not None:
         recipe["parent_ms"] = ms.pop(PARENT)
     best = min(ms, key=lambda k: ms[k])

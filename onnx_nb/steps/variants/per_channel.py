@@ -6,6 +6,7 @@ a case it does not cover (overrides, 4- or 16-bit types, float16 weights, a mini
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,30 +14,40 @@ from typing import Any
 import numpy as np
 
 _CHANNEL_DEFAULT = "axis"
+_LOCK = threading.Lock()
+_DEPTH = [0]  # blocks open, in any thread: ORT's method is put back when the last one ends
+_ORIGINAL: list[Any] = []  # ORT's own method while it is replaced
 
 
 @contextmanager
 def vectorized_per_channel() -> Iterator[None]:
-    """ORT's per-channel weight quantization vectorized while the block runs (ORT's own method put back after)."""
+    """ORT's per-channel weight quantization vectorized while the block runs (ORT's own method put back when the
+    last such block, in any thread, ends)."""
     from onnxruntime.quantization.base_quantizer import BaseQuantizer
 
-    original = BaseQuantizer.quantize_weight_per_channel_impl
-
-    def impl(self: Any, weight_name: str, weight_qType: int, channel_axis: int,  # ORT's names
-             reduce_range: bool = True, keep_float_weight: bool = False) -> tuple[str, str, str]:
-        done = _quantized(self, weight_name, weight_qType, channel_axis, reduce_range, keep_float_weight)
-        return done if done is not None else original(self, weight_name, weight_qType, channel_axis, reduce_range,
-                                                      keep_float_weight)
-
-    BaseQuantizer.quantize_weight_per_channel_impl = impl
+    with _LOCK:
+        if not _DEPTH[0]:
+            _ORIGINAL[:] = [BaseQuantizer.quantize_weight_per_channel_impl]
+            BaseQuantizer.quantize_weight_per_channel_impl = _impl
+        _DEPTH[0] += 1
     try:
         yield
     finally:
-        BaseQuantizer.quantize_weight_per_channel_impl = original
+        with _LOCK:
+            _DEPTH[0] -= 1
+            if not _DEPTH[0]:
+                BaseQuantizer.quantize_weight_per_channel_impl = _ORIGINAL[0]
 
 
-def _quantized(quantizer: Any, weight_name: str, qtype: int, axis: int, reduce_range: bool,
-               keep_float_weight: bool) -> tuple[str, str, str] | None:
+def _impl(self: Any, weight_name: str, weight_qType: int, channel_axis: int,  # ORT's names
+          reduce_range: bool = True, keep_float_weight: bool = False) -> tuple[str, str, str]:
+    done = quantized_weight(self, weight_name, weight_qType, channel_axis, reduce_range, keep_float_weight)
+    return done if done is not None else _ORIGINAL[0](self, weight_name, weight_qType, channel_axis, reduce_range,
+                                                      keep_float_weight)
+
+
+def quantized_weight(quantizer: Any, weight_name: str, qtype: int, axis: int, reduce_range: bool,
+                     keep_float_weight: bool) -> tuple[str, str, str] | None:
     """The quantized weight, its per-channel scales and zero points added to the quantizer's model as ORT's loop
     adds them; None where the weight is a case left to ORT."""
     import onnx
@@ -54,8 +65,8 @@ def _quantized(quantizer: Any, weight_name: str, qtype: int, axis: int, reduce_r
     if initializer is None or initializer.data_type != TensorProto.FLOAT or not len(initializer.dims):
         return None
     weights = tensor_proto_to_array(initializer)
-    if not -weights.ndim <= axis < weights.ndim or not weights.size:
-        return None
+    if not -weights.ndim <= axis < weights.ndim or not weights.size or not np.isfinite(weights).all():
+        return None  # (ORT's loop refuses a NaN or infinite weight: its assertion on the scale)
     axis %= weights.ndim
     overrides = quantizer.tensor_quant_overrides.get_per_channel_overrides(weight_name,
                                                                            default_val=[{_CHANNEL_DEFAULT: axis}])
