@@ -29,8 +29,10 @@ def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> tuple[Path | No
     when it is not the variant's (None: the variant's own route is the faster, or the other could not be made),
     and the INT8 file timed for the file to quantize (its dynamic per-channel INT8 in this CPU's first scheme, in
     ``scratch``; None where there is none), and that INT8 file's ms and the variant's own (its fp32 parent's),
-    timed in one run (``{"fp32": .., "int8": ..}``; empty without the file). The timings and the choice go into
-    ``recipe["int8_route"]``."""
+    timed in one run, as the scheme choice keys them (``{"fp32": .., <this CPU's first scheme>: ..}``; empty without
+    the file). The timings and the choice go into ``recipe["int8_route"]``."""
+    from .optimizing import route_scheme
+
     route: Recipe = {}
     notes: list[str] = []
     rerouted = scratch / "rerouted.onnx"
@@ -50,7 +52,7 @@ def int8_route(model: Variant, scratch: Path, recipe: Recipe) -> tuple[Path | No
                 + ("another route than the fp32 variant's: its fp32 file, made again from the export, was quantized"
                    if switched else "the fp32 variant's own route, quantized as it is"),
         "routes_int8_ms": timings, "chosen": chosen if switched else own, **({"notes": notes} if notes else {})}
-    known = {"fp32": float(route["parent_ms"]), "int8": int8_ms} if timed is not None else {}
+    known = {"fp32": float(route["parent_ms"]), route_scheme(): int8_ms} if timed is not None else {}
     return (rerouted if switched else None), timed, known
 
 

@@ -126,7 +126,7 @@ class _Plan:
     kept_float: list[str] = field(default_factory=list)  # by a rule of the family, beside the exclude list
     decoder: bool = False  # an INT4 file of a decoder with its cache: its own compute level and LM head
     route_int8: Path | None = None  # the INT8 file the route choice made and timed of the file to quantize
-    route_ms: dict[str, float] = field(default_factory=dict)  # its ms and its fp32 parent's, in one run
+    route_ms: dict[str, float] = field(default_factory=dict)  # its ms and its fp32 parent's, in one run, by scheme
 
     @classmethod
     def of(cls, onnx_model: Any, *, method: str, per_channel: bool | None, calibration: Any, exclude: Any,
@@ -290,8 +290,7 @@ class _Plan:
             variant = self.build(self.algorithms[0] if method == "int4" else self.schemes[0], out, overwrite)
             if self.schemes[0] and validate and self.cpu.here:
                 # the route choice timed this very file beside its parent: no second run where it is the one left
-                known = {"fp32": self.route_ms["fp32"], self.schemes[0]: self.route_ms["int8"]} \
-                    if self.route_ms and "int8_file" in variant.recipe else None
+                known = self.route_ms if "int8_file" in variant.recipe else None
                 variant = int8_schemes.fastest_that_passes(variant, self.schemes, self.build, Path(route_dir), self.cpu,
                                                            known)
             if method == "int4" and validate and len(self.algorithms) > 1:
