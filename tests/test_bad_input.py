@@ -198,6 +198,8 @@ CASES: list[Case] = [
     ("report-existing-file", "Report.save_html()", onnx_nb.OutputExistsError, r"already exists",
      lambda w: __import__("onnx_nb.results.report", fromlist=["Report"]).Report("m", []).save_html(
          w.kept, overwrite=False)),
+    ("report-of-not-a-result", "Report.of()", onnx_nb.InvalidArgumentError,
+     r"takes the results of onnx-nb's steps .*not a PosixPath", lambda w: onnx_nb.Report.of(w.result, w.path)),
     ("magic-export-no-sample", "%onnx_export", UsageError, r"^SampleError: .*pass a sample",
      magic("onnx_export model")),
     ("magic-export-unknown-name", "%onnx_export", UsageError,

@@ -141,7 +141,7 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
         page.screenshot(path=str(SHOTS / "after_reload.png"), full_page=True)
         assert not problems, problems  # it once logged "widget model not found" and a page error
 
-    # The pipeline's HTML report (written by the notebook) needs no horizontal scrolling at 1,400 px.
+    # The HTML report the notebook writes (Report.of its steps) needs no horizontal scrolling at 1,400 px.
     with browser() as page:
         page.goto((tmp_path / "onnx_nb_out" / "quickstart" / "report.html").as_uri())
         page.wait_for_load_state("load")

@@ -144,10 +144,15 @@ def test_quickstart(tmp_path: Path) -> None:
     assert shown and int(shown[1]) > 250, "the text view counts the export's nodes (312 on the lock's exporter)"
     assert "onnx-nb studio: all-MiniLM-L6-v2 (ready" in text(by_source(cells, "studio = onnx_nb.Studio"))
     assert len(graph["graph"]["nodes"]) > 50 and graph["depth"] >= 1
-    assert "all steps passed" in text(by_source(cells, "full = onnx_nb.pipeline"))
+    # the steps run above, gathered into one report (nothing run again): each with its result and its time
+    gathered = text(by_source(cells, "full = onnx_nb.Report.of"))
+    assert "Report for all-MiniLM-L6-v2: all steps passed" in gathered
+    for step in ("export", "parity", "optimize", "quantize", "latency"):
+        assert re.search(rf"^{step} +ok +[\d.]+ s|^{step} +ok +—", gathered, re.MULTILINE), (step, gathered)
     report = tmp_path / "onnx_nb_out" / "quickstart" / "report.html"
     html = report.read_text()
     assert "onnx-nb report: all-MiniLM-L6-v2" in html and "Plotly" in html and "<script src=" not in html
+    assert html.count("<details") >= 5 and "int8-dynamic" in html
     studio = widget(by_source(cells, "studio = onnx_nb.Studio"), "steps")
     assert [k for k, _ in studio["steps"]] == ["export", "parity", "optimize", "quantize", "latency", "report"]
     assert studio["methods"][0] == "auto" and studio["model_name"] and studio["sliders"]

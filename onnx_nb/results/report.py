@@ -16,13 +16,13 @@ class StepResult:
     status: str  # ok, failed-check (ran, but its check failed), failed (raised), skipped
     result: Any
     error: str
-    seconds: float
+    seconds: float | None  # None: the step ran before the report gathered it and its result keeps no time
     trace: str = field(default="", repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         res = self.result.to_dict() if self.result is not None and hasattr(self.result, "to_dict") else None
-        return {"step": self.step, "status": self.status, "error": self.error, "seconds": round(self.seconds, 2),
-                "result": res}
+        return {"step": self.step, "status": self.status, "error": self.error,
+                "seconds": None if self.seconds is None else round(self.seconds, 2), "result": res}
 
 
 @dataclass
@@ -39,6 +39,28 @@ class Report:
 
     model: str
     steps: list[StepResult]
+
+    @classmethod
+    def of(cls, *results: Any, model: str | None = None) -> Report:
+        """The results of steps already run, gathered into one report as :func:`onnx_nb.pipeline` would have
+        returned it, with nothing run again: an export, a parity report, optimized and quantized variants, a
+        latency table, in the order given. ``model``: the name shown (default: the export's model).
+
+        Example::
+
+            full = onnx_nb.Report.of(result, report, fast, int8, table)
+            full.save_html("report.html")
+        """
+        steps = []
+        for result in results:
+            step = _step_of(result)
+            seconds = getattr(result, "export_seconds", getattr(result, "seconds", None))
+            steps.append(StepResult(step, "ok" if bool(result) else "failed-check", result, "",
+                                    seconds if isinstance(seconds, (int, float)) else None))
+        if model is None:
+            names = [getattr(getattr(r, "source", None), "name", None) for r in results]
+            model = next((str(n) for n in names if n), "model")
+        return cls(model, steps)
 
     def __bool__(self) -> bool:
         return all(s.status == "ok" for s in self.steps)
@@ -57,7 +79,7 @@ class Report:
         rows = []
         for s in self.steps:
             detail = s.error or headline(s.result)
-            rows.append([s.step, s.status, f"{s.seconds:.1f} s", detail])
+            rows.append([s.step, s.status, "—" if s.seconds is None else f"{s.seconds:.1f} s", detail])
         return rows
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,6 +145,23 @@ class Report:
                 f"{self.html_body(figures_html)}</body></html>")
         atomic_write_text(target, page)
         return target
+
+
+STEPS = {"ExportResult": "export", "PartsExport": "export", "ParityReport": "parity", "LatencyTable": "latency"}
+
+
+def _step_of(result: Any) -> str:
+    """The pipeline step that made ``result`` (a variant: quantize when its recipe names a method, else optimize)."""
+    from ..errors import InvalidArgumentError
+
+    kinds = [c.__name__ for c in type(result).__mro__]  # a kind's own export class counts as its base's
+    if "Variant" in kinds:
+        return "quantize" if "method" in result.recipe else "optimize"
+    step = next((STEPS[k] for k in kinds if k in STEPS), None)
+    if step is None:
+        raise InvalidArgumentError(f"Report.of() takes the results of onnx-nb's steps (an export, a parity report, "
+                                   f"a variant, a latency table), not a {kinds[0]}: pass those results")
+    return step
 
 
 def _figures(step: StepResult) -> list[Any]:
