@@ -4,6 +4,7 @@ images giving PyTorch's greedy tokens, which change when the image does."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NEW = 8
 NOT_YET: tuple[str, ...] = ()
 TOKEN_TYPES = {"gemma3": "image", "paligemma": "prefix"}
+REUSED = {"llava", "llava_next", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "smolvlm"}  # read by two tests
 
 
 def _inputs(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> dict[str, Any]:
@@ -52,13 +54,32 @@ def _prompt(model: Any, token: int, images: int, seed: int) -> tuple[Any, dict[s
     return prompt_sample(token, rows, images, int(model.get_input_embeddings().num_embeddings), seed=seed), pixels
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Any, Any]]:
+    """A family's tiny model and its default export, made once for the module: the family's own test and the tests
+    of what that family does apart (Qwen's grids, LLaVA-NeXT's tiles, Pixtral's sizes, SmolVLM's tiles, LLaVA's
+    steps) read the same files (each export took 15 to 35 s). The family tests run first (file order), before any
+    other test writes a variant beside the parts."""
+    made: dict[str, tuple[Any, Any]] = {}
+
+    def get(family: str) -> tuple[Any, Any]:
+        if family in made:
+            return made[family]
+        model = build_vlm(family)
+        pair = model, onnx_nb.export(model, out=tmp_path_factory.mktemp("vlm") / family, progress=False)
+        if family in REUSED:  # the others go with their test
+            made[family] = pair
+        return pair
+
+    return get
+
+
 @pytest.mark.parametrize("family", sorted(set(VLMS) - set(NOT_YET)))
-def test_a_family_exports_as_three_files_and_generates_pytorchs_tokens(family: str, tmp_path: Path) -> None:
-    model = build_vlm(family)
-    result = onnx_nb.export(model, out=tmp_path / family, progress=False)
+def test_a_family_exports_as_three_files_and_generates_pytorchs_tokens(family: str,
+                                                                       exported: Callable[[str], Any]) -> None:
+    model, result = exported(family)
     assert isinstance(result, onnx_nb.VlmExport)
-    assert sorted(p.name for p in (tmp_path / family).glob("*.onnx")) == ["decoder.onnx", "embed.onnx",
-                                                                           "vision.onnx"]
+    assert sorted(p.name for p in result.folder.glob("*.onnx")) == ["decoder.onnx", "embed.onnx", "vision.onnx"]
     assert result.status in ("verified", "unverified"), result
     assert result.chain["passed"], result.chain
     assert result.source.adapter == "vlm" and result.source.cache_layout.embeds == 64
@@ -87,9 +108,8 @@ def test_a_family_exports_as_three_files_and_generates_pytorchs_tokens(family: s
 
 
 @pytest.fixture(scope="module")
-def llava(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
-    model = build_vlm("llava")
-    return model, onnx_nb.export(model, out=tmp_path_factory.mktemp("vlm") / "llava", progress=False)
+def llava(exported: Callable[[str], tuple[Any, Any]]) -> tuple[Any, Any]:
+    return exported("llava")
 
 
 def test_check_parity_of_the_whole_export_judges_its_decoder_part_on_the_chain(llava: tuple[Any, Any]) -> None:
@@ -305,7 +325,8 @@ def _patches(model: Any, grids: list[list[int]], seed: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
-def test_qwen_takes_any_grid_and_numbers_positions_as_get_rope_index(family: str, tmp_path: Path) -> None:
+def test_qwen_takes_any_grid_and_numbers_positions_as_get_rope_index(family: str,
+                                                                    exported: Callable[[str], Any]) -> None:
     """One vision file for every grid (the tower's grid tensors as inputs, computed per image), checked at another
     grid at export; a prompt with two images of other grids than the sample's, one left-padded row, gives the
     three position sections the model's own get_rope_index gives, and PyTorch's tokens."""
@@ -314,8 +335,7 @@ def test_qwen_takes_any_grid_and_numbers_positions_as_get_rope_index(family: str
 
     from onnx_nb.kinds.vlm.parts import features_of, per_image, token_feed, with_positions
 
-    model = build_vlm(family)
-    result = onnx_nb.export(model, out=tmp_path / "q", progress=False)
+    model, result = exported(family)
     vision = result.parts["vision"]
     assert vision.status == "verified" and vision.exporter == "dynamo", vision.warnings
     sample_grid = result.parts["vision"].check["shapes"]["pixel_values"][0]
@@ -331,7 +351,7 @@ def test_qwen_takes_any_grid_and_numbers_positions_as_get_rope_index(family: str
     mask = torch.ones_like(ids)
     mask[0, :2] = 0  # the first row's first two tokens are padding
     both = {"pixel_values": torch.cat([pixels["pixel_values"]] * 2), "image_grid_thw": torch.tensor(grids * 2)}
-    files = {p: ort.InferenceSession(str(tmp_path / "q" / f"{p}.onnx"), providers=["CPUExecutionProvider"])
+    files = {p: ort.InferenceSession(str(result.folder / f"{p}.onnx"), providers=["CPUExecutionProvider"])
              for p in ("vision", "embed")}
     numpy_pixels = {k: v.numpy() for k, v in both.items()}
     images = per_image(files["vision"], numpy_pixels, model)
@@ -376,7 +396,8 @@ def _two_images_give_pytorchs_tokens(model: Any, result: Any, pixels: dict[str, 
     return ids
 
 
-def test_llava_next_takes_any_image_size_its_tiles_packed_by_the_models_own_rule(tmp_path: Path) -> None:
+def test_llava_next_takes_any_image_size_its_tiles_packed_by_the_models_own_rule(
+        exported: Callable[[str], Any]) -> None:
     """LLaVA-NeXT tiles each image by its image_sizes row and packs the tiles' rows (arranged, unpadded, a newline
     after each row): its vision file takes one image's tiles, any count, and the packing as an index the runner
     computes per size from the model's own pack_image_features. Two images of other sizes (2 and 3 tiles, padded
@@ -386,8 +407,7 @@ def test_llava_next_takes_any_image_size_its_tiles_packed_by_the_models_own_rule
     from onnx_nb.kinds.vlm.parts import features_of
     from onnx_nb.kinds.vlm.tiled import tiles_of
 
-    model = build_vlm("llava_next")
-    result = onnx_nb.export(model, out=tmp_path / "n", progress=False)
+    model, result = exported("llava_next")
     assert result.image_sizes == "any image size" and result.chain["passed"], (result.image_sizes, result.chain)
     side = int(model.config.vision_config.image_size)
     sizes = [[side, 2 * side], [side - 12, side - 2]]
@@ -422,7 +442,7 @@ def test_a_vision_file_traced_at_one_size_refuses_another_naming_it(tmp_path: Pa
                          max_new_tokens=2)
 
 
-def test_pixtral_takes_any_image_size_each_cropped_from_the_processors_batch(tmp_path: Path) -> None:
+def test_pixtral_takes_any_image_size_each_cropped_from_the_processors_batch(exported: Callable[[str], Any]) -> None:
     """Mistral 3's tower (Pixtral) crops each image of a padded batch to its image_sizes row: its vision file takes
     one image of any size, its size read from its shape, checked at another size at export; two images of other
     sizes than the sample's in one prompt, padded together as the processor pads them, give PyTorch's tokens."""
@@ -430,8 +450,7 @@ def test_pixtral_takes_any_image_size_each_cropped_from_the_processors_batch(tmp
 
     from onnx_nb.kinds.vlm.parts import features_of
 
-    model = build_vlm("mistral3")
-    result = onnx_nb.export(model, out=tmp_path / "m", progress=False)
+    model, result = exported("mistral3")
     assert result.image_sizes == "any image size" and result.chain["passed"], (result.image_sizes, result.chain)
     assert result.parts["vision"].exporter == "dynamo" and not result.parts["vision"].warnings
     step = int(model.config.vision_config.patch_size) * int(model.config.spatial_merge_size)
@@ -524,14 +543,13 @@ def test_a_tower_block_named_twice_gives_one_deepstack_layer() -> None:
     assert deepstack_layers(model) == 2
 
 
-def test_tiles_as_the_processor_gives_them(tmp_path: Path) -> None:
+def test_tiles_as_the_processor_gives_them(exported: Callable[[str], Any]) -> None:
     """SmolVLM's processor (Idefics3's alike) splits each picture into tiles and gives ``[batch, images, 3, H, W]``
     with a pixel mask beside, a row with fewer tiles padded with all-zero images: generate() and transformers'
     generate() over the files (greedy, 2 beams) take it as PyTorch does."""
     import torch
 
-    model = build_vlm("smolvlm")
-    result = onnx_nb.export(model, out=tmp_path / "smolvlm", progress=False)
+    model, result = exported("smolvlm")
     g = torch.Generator().manual_seed(1)
     pixels = torch.randn(2, 5, 3, 32, 32, generator=g)
     pixels[1, 3:] = 0  # the second prompt's picture has three tiles
