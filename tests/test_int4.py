@@ -34,9 +34,10 @@ def test_auto_keeps_the_most_accurate_algorithm(decoder: onnx_nb.ExportResult, t
     assert variant.recipe["int4_algorithm"] == min(errors, key=errors.get)
     assert f": {variant.recipe['int4_algorithm']} kept" in variant.recipe["int4_algorithm_rule"]
     packed: dict[str, list[bytes]] = {}
-    for name in ("hqq", "awq", "rtn_asym", "gptq"):  # alone: the error auto measured for it (same inputs, seed)
+    # alone: the error auto measured for it (same inputs, seed), at the compute level it measured the algorithms at
+    for name in ("hqq", "awq", "rtn_asym", "gptq"):
         alone = onnx_nb.quantize(decoder, method="int4", algorithm=name, lm_head_bits=4, mixed_precision=None,
-                                 out=tmp_path / f"{name}.onnx")
+                                 accuracy_level=4, out=tmp_path / f"{name}.onnx")
         assert alone and alone.recipe["int4_algorithm_rule"] == f"given (algorithm={name!r})"
         worst = max(float(r.max_abs) for r in alone.parity.rows if r.max_abs is not None)
         assert worst == pytest.approx(errors[name], rel=1e-3), (name, worst, errors)
