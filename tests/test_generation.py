@@ -649,3 +649,29 @@ def test_variants_of_an_encoder_decoder(tmp_path: Path) -> None:
     assert not (tmp_path / "t.int8.encoder.onnx").exists()
     assert onnx_nb.generate(variant, [[5, 6, 7]], max_new_tokens=3, eos_token_id=-1).tokens == \
         onnx_nb.generate(result, [[5, 6, 7]], max_new_tokens=3, eos_token_id=-1).tokens
+
+
+def test_pytorchs_answers_are_asked_once_while_kept(gpt2_export: onnx_nb.ExportResult) -> None:
+    """quantize() judges every candidate file against one model on the same inputs: inside pytorch_answers_kept,
+    PyTorch's greedy tokens and beams are computed once (fewer of the model's forward passes the second time, the
+    same verdicts); outside it, every check asks PyTorch again (a model changed between two calls is never stale)."""
+    from onnx_nb.steps.parity.answers import pytorch_answers_kept
+
+    model = gpt2_export.source.model
+    calls: list[int] = []
+
+    def checked() -> tuple[int, list[str]]:
+        calls.clear()
+        report = onnx_nb.check_parity(gpt2_export, progress=False)
+        return len(calls), [f"{r.output} {r.shape} {r.status} {r.note}" for r in report.rows]
+
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        plain = [checked(), checked()]
+        with pytorch_answers_kept():
+            kept = [checked(), checked()]
+        after = checked()
+    finally:
+        hook.remove()
+    assert plain[0][0] == plain[1][0] == kept[0][0] == after[0] > kept[1][0] > 0, (plain, kept, after)
+    assert plain[0][1] == kept[1][1] == after[1]

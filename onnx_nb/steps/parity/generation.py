@@ -6,6 +6,7 @@ torch.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from ...runtime.cpu import file_notes, this_cpu
 from ..export.caches.hf_names import cache_kwargs, cache_of
 from ..generate.generation import generate
 from ..generate.runners import OnnxDecoder, decoder_for, left_pad
+from .answers import answer, family_key
 from .probes import default_prompts, plain
 
 BEAMS = 4  # beam search's check: this many beams, each kept beam's tokens against PyTorch's
@@ -168,7 +170,8 @@ def generation_parity(export: Any, path: Any = None, *, prompts: list[list[int]]
     tol = tolerance_for(precision, "logits", None, None, None)
     with Steps(1 + 3 * len(live), "generation parity", progress) as bar:
         bar.step("PyTorch greedy generate()")
-        reference = family.reference()
+        asked = family_key(family)
+        reference = answer(family.model, (*asked, "greedy"), family.reference)
         for p in live:
             bar.step(f"teacher-forced logits on {p.short}")
             try:
@@ -255,18 +258,27 @@ def _beam_checks(family: Any, export: Any, path: Path, provider: str, level: flo
 
     wrapped = to_transformers(family.files(), provider=provider, config=family.model.config)
     checks = []
+    asked = family_key(family)
+
+    def log_probs(index: int, tokens: list[int]) -> float:
+        return answer(family.model, (*asked, "log_probs", index, tuple(tokens)),
+                      lambda: family.log_probs(index, tokens))
+
+    def beams(model: Any, feed: dict[str, Any], settings: dict[str, Any]) -> list[list[int]]:
+        with torch.no_grad():  # GenerationMixin's own: Whisper's generate() adds its task tokens
+            return GenerationMixin.generate(model, **feed, **settings).tolist()
+
     for index, (feed, before) in enumerate(family.feeds()):
         settings = plain(before + family.new, family.pad, num_beams=BEAMS, num_return_sequences=BEAMS)
-        with torch.no_grad():  # GenerationMixin's own: Whisper's generate() adds its task tokens
-            want = GenerationMixin.generate(family.model, **feed, **settings).tolist()
-            got = GenerationMixin.generate(wrapped, **feed, **settings).tolist()
+        want = answer(family.model, (*asked, "beams", index), functools.partial(beams, family.model, feed, settings))
+        got = beams(wrapped, feed, settings)
         for beam, (mine, theirs) in enumerate(zip(got, want)):
             mine, theirs = mine[before:], theirs[before:]
             diff = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
             if diff is None:
                 checks.append(TokenCheck(index, mine, theirs, None, False, None, kind=f"beam {beam + 1}"))
                 continue
-            gap = family.log_probs(index, theirs) - family.log_probs(index, mine)
+            gap = log_probs(index, theirs) - log_probs(index, mine)
             near = gap <= max(NEAR_TIE, 4 * level * len(mine))
             checks.append(TokenCheck(index, mine, theirs, diff, near, gap, kind=f"beam {beam + 1}"))
     return checks

@@ -281,10 +281,12 @@ class _Plan:
         """Every candidate the call asks for, made and measured; the one its rules keep (the INT8 scheme by speed on
         this CPU, the INT4 algorithm, bit mix, LM head bits and compute level by measured error)."""
         from ...runtime.files import scratch_dir
+        from ..parity.answers import pytorch_answers_kept
         from . import int4_algorithms, int4_mixed, int8_schemes
 
         method, validate, head = self.method, self.asked["validate"], self.asked["lm_head_bits"]
-        with scratch_dir("onnx-nb-route-") as route_dir:
+        # every candidate is judged against one model on the same inputs: PyTorch answers each question once
+        with scratch_dir("onnx-nb-route-") as route_dir, pytorch_answers_kept():
             if method == "dynamic" and fused_route(self.model):
                 self.static_source, self.route_int8, self.route_ms = int8_route(self.model, route_dir, self.recipe)
             variant = self.build(self.algorithms[0] if method == "int4" else self.schemes[0], out, overwrite)

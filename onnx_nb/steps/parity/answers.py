@@ -1,0 +1,86 @@
+"""PyTorch's answers kept while one step checks many files against the same model: ``quantize()`` validates every
+candidate it makes (INT4's algorithms, its LM head and compute level, INT8's schemes) by generation parity against
+one model and one set of prompts, and PyTorch's greedy tokens, beams and log-probabilities were computed again for
+each (a quarter of a tiny decoder's parity time; a real model's forward passes cost more). Outside a
+:func:`pytorch_answers_kept` block nothing is kept: a model changed between two calls is asked again."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_LOCK = threading.Lock()
+_OPEN = [0]  # blocks open, across threads
+_KEPT: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # (id(model), *key) -> (the model, its answer)
+
+
+@contextlib.contextmanager
+def pytorch_answers_kept() -> Iterator[None]:
+    """While open, :func:`answer` computes each of PyTorch's answers once; they go when the last block closes."""
+    with _LOCK:
+        _OPEN[0] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _OPEN[0] -= 1
+            if not _OPEN[0]:
+                _KEPT.clear()
+
+
+def answer(model: Any, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+    """``compute()``, PyTorch's answer for ``model`` to the question ``key`` names; inside a
+    :func:`pytorch_answers_kept` block the first one is kept and a copy returned after (the caller may change it)."""
+    if not _OPEN[0]:
+        return compute()
+    full = (id(model), *key)
+    with _LOCK:
+        hit = _KEPT.get(full)
+    if hit is None:
+        value = compute()
+        with _LOCK:
+            _KEPT[full] = (model, value)  # the model held with it: its id cannot be reused while the block is open
+        return copy.deepcopy(value)
+    return copy.deepcopy(hit[1])
+
+
+def family_key(family: Any) -> tuple[Any, ...]:
+    """What a generation-parity family asks PyTorch: its kind and settings, and a digest of its inputs (the prompts,
+    and the images, clips or encoder inputs beside them), so that two families that ask differently never share."""
+    inputs = hashlib.sha256()
+    for part in (getattr(family, name, None) for name in ("prompts", "pixels", "items")):
+        _digest(part, inputs)
+    return (type(family).__qualname__, getattr(family, "describe", ""), getattr(family, "new", None),
+            getattr(family, "pad", None), inputs.hexdigest())
+
+
+def _digest(value: Any, into: Any) -> None:
+    if isinstance(value, dict):
+        for k in sorted(value):
+            into.update(repr(k).encode())
+            _digest(value[k], into)
+    elif isinstance(value, (list, tuple)):
+        into.update(f"[{len(value)}".encode())
+        for v in value:
+            _digest(v, into)
+    elif hasattr(value, "shape") and hasattr(value, "dtype"):  # a tensor or an array: its values
+        array = _array(value)
+        into.update(f"{array.dtype}{array.shape}".encode())
+        into.update(array.tobytes())
+    else:
+        into.update(repr(value).encode())
+
+
+def _array(value: Any) -> Any:
+    if not hasattr(value, "detach"):
+        return value
+    tensor = value.detach().cpu()
+    try:
+        return tensor.numpy()
+    except TypeError:  # bfloat16 and the like: their values as float32
+        return tensor.float().numpy()
