@@ -10,13 +10,14 @@ import contextlib
 import copy
 import hashlib
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 _LOCK = threading.Lock()
 _OPEN = [0]  # blocks open, across threads
-_KEPT: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # (id(model), *key) -> (the model, its answer)
+_KEPT: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # (id(model), *key) -> (a weak reference to it, its answer)
 
 
 @contextlib.contextmanager
@@ -38,15 +39,19 @@ def answer(model: Any, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
     :func:`pytorch_answers_kept` block the first one is kept and a copy returned after (the caller may change it)."""
     if not _OPEN[0]:
         return compute()
+    try:
+        ref = weakref.ref(model)  # not the model itself: a model loaded again per check must not stay in memory
+    except TypeError:
+        return compute()
     full = (id(model), *key)
     with _LOCK:
         hit = _KEPT.get(full)
-    if hit is None:
-        value = compute()
-        with _LOCK:
-            _KEPT[full] = (model, value)  # the model held with it: its id cannot be reused while the block is open
-        return copy.deepcopy(value)
-    return copy.deepcopy(hit[1])
+    if hit is not None and hit[0]() is model:  # the same object, not another one given a freed model's id
+        return copy.deepcopy(hit[1])
+    value = compute()
+    with _LOCK:
+        _KEPT[full] = (ref, value)
+    return copy.deepcopy(value)
 
 
 def family_key(family: Any) -> tuple[Any, ...]:
