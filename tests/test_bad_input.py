@@ -200,6 +200,8 @@ CASES: list[Case] = [
          w.kept, overwrite=False)),
     ("report-of-not-a-result", "Report.of()", onnx_nb.InvalidArgumentError,
      r"takes the results of onnx-nb's steps .*not a PosixPath", lambda w: onnx_nb.Report.of(w.result, w.path)),
+    ("report-of-nothing", "Report.of()", onnx_nb.InvalidArgumentError, r"needs at least one result",
+     lambda w: onnx_nb.Report.of()),
     ("magic-export-no-sample", "%onnx_export", UsageError, r"^SampleError: .*pass a sample",
      magic("onnx_export model")),
     ("magic-export-unknown-name", "%onnx_export", UsageError,

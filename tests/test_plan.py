@@ -41,6 +41,14 @@ def test_run_needs_forgets_and_skips(tmp_path: Path) -> None:
         run.run(key)
     assert [r.step for r in run.report().steps] == ["export", "optimize", "quantize"]
     assert all(r.status == "ok" and r.seconds > 0 for r in run.report().steps), run.report().steps
+    # the same results gathered by Report.of (nothing run again): the same steps and times; a second variant of a
+    # step is named apart, its figures in its own section
+    made = run.values
+    gathered = onnx_nb.Report.of(made["export"], made["optimize"], made["quantize"], made["quantize"])
+    assert [s.step for s in gathered.steps] == ["export", "optimize", "quantize", f"quantize: {made['quantize'].name}"]
+    assert gathered and gathered["quantize"] is made["quantize"] and gathered.model == run.report().model
+    assert [s.seconds for s in gathered.steps][:3] == [made["export"].export_seconds, made["optimize"].seconds,
+                                                       made["quantize"].seconds]
     run.run("export")  # again: what was built on the old export is stale and dropped
     assert set(run.values) == {"export"} and [r.step for r in run.report().steps] == ["export"]
 

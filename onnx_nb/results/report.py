@@ -51,14 +51,22 @@ class Report:
             full = onnx_nb.Report.of(result, report, fast, int8, table)
             full.save_html("report.html")
         """
-        steps = []
+        from ..errors import InvalidArgumentError
+
+        if not results:
+            raise InvalidArgumentError("Report.of() needs at least one result: pass the results of the steps you ran, "
+                                       "e.g. Report.of(result, parity, variant, table)")
+        steps: list[StepResult] = []
         for result in results:
             step = _step_of(result)
+            if any(s.step == step for s in steps):  # a second variant of a step: named apart (its figures too)
+                step = f"{step}: {getattr(result, 'name', len(steps) + 1)}"
             seconds = getattr(result, "export_seconds", getattr(result, "seconds", None))
             steps.append(StepResult(step, "ok" if bool(result) else "failed-check", result, "",
                                     seconds if isinstance(seconds, (int, float)) else None))
         if model is None:
-            names = [getattr(getattr(r, "source", None), "name", None) for r in results]
+            names = [getattr(getattr(r, "source", None), "name", None) or getattr(getattr(r, "folder", None), "name",
+                                                                                  None) for r in results]
             model = next((str(n) for n in names if n), "model")
         return cls(model, steps)
 
@@ -147,7 +155,8 @@ class Report:
         return target
 
 
-STEPS = {"ExportResult": "export", "PartsExport": "export", "ParityReport": "parity", "LatencyTable": "latency"}
+STEPS = {"ExportResult": "export", "PartsExport": "export", "ParityReport": "parity", "DiffusionParity": "parity",
+         "SamParity": "parity", "LatencyTable": "latency"}
 
 
 def _step_of(result: Any) -> str:

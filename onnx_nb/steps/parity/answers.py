@@ -15,42 +15,40 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-_LOCK = threading.Lock()
-_OPEN = [0]  # blocks open, across threads
-_KEPT: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # (id(model), *key) -> (a weak reference to it, its answer)
+_BLOCK = threading.local()  # .kept: the answers of this thread's open block (None outside one)
 
 
 @contextlib.contextmanager
 def pytorch_answers_kept() -> Iterator[None]:
-    """While open, :func:`answer` computes each of PyTorch's answers once; they go when the last block closes."""
-    with _LOCK:
-        _OPEN[0] += 1
+    """While open, :func:`answer` in this thread computes each of PyTorch's answers once (a check running in another
+    thread, such as the notebook's while the Studio quantizes, is not served them); they go when the block closes.
+    A block inside another shares the outer one's."""
+    outer = getattr(_BLOCK, "kept", None)
+    if outer is None:
+        _BLOCK.kept = {}
     try:
         yield
     finally:
-        with _LOCK:
-            _OPEN[0] -= 1
-            if not _OPEN[0]:
-                _KEPT.clear()
+        if outer is None:
+            _BLOCK.kept = None
 
 
 def answer(model: Any, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
     """``compute()``, PyTorch's answer for ``model`` to the question ``key`` names; inside a
     :func:`pytorch_answers_kept` block the first one is kept and a copy returned after (the caller may change it)."""
-    if not _OPEN[0]:
+    kept: dict[tuple[Any, ...], tuple[Any, Any]] | None = getattr(_BLOCK, "kept", None)  # (id, *key) -> (ref, answer)
+    if kept is None:
         return compute()
     try:
         ref = weakref.ref(model)  # not the model itself: a model loaded again per check must not stay in memory
     except TypeError:
         return compute()
     full = (id(model), *key)
-    with _LOCK:
-        hit = _KEPT.get(full)
+    hit = kept.get(full)
     if hit is not None and hit[0]() is model:  # the same object, not another one given a freed model's id
         return copy.deepcopy(hit[1])
     value = compute()
-    with _LOCK:
-        _KEPT[full] = (ref, value)
+    kept[full] = (ref, value)
     return copy.deepcopy(value)
 
 
@@ -70,15 +68,18 @@ def _digest(value: Any, into: Any) -> None:
             into.update(repr(k).encode())
             _digest(value[k], into)
     elif isinstance(value, (list, tuple)):
-        into.update(f"[{len(value)}".encode())
+        into.update(f"[{len(value)}:".encode())
         for v in value:
             _digest(v, into)
+            into.update(b",")  # [[1, 23]] and [[12, 3]] differ
+        into.update(b"]")
     elif hasattr(value, "shape") and hasattr(value, "dtype"):  # a tensor or an array: its values
         array = _array(value)
         into.update(f"{array.dtype}{array.shape}".encode())
         into.update(array.tobytes())
     else:
-        into.update(repr(value).encode())
+        text = repr(value).encode()
+        into.update(b"%d:%s" % (len(text), text))
 
 
 def _array(value: Any) -> Any:
