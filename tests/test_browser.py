@@ -9,7 +9,19 @@ from typing import Any
 
 import pytest
 
-from lab import available, browser, copy_clean, jupyterlab, mount, run_all, run_notebook, wait_idle, watch_console
+from lab import (
+    available,
+    browser,
+    copy_clean,
+    jupyterlab,
+    kernel_peaks_mb,
+    mount,
+    run_all,
+    run_notebook,
+    wait_idle,
+    watch_console,
+)
+from notebook_memory import keep_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(__file__).parent / "screenshots"
@@ -105,6 +117,11 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
         studio.locator(".onnxnb-studio-run-all").click()
         page.wait_for_function("() => document.querySelector('.onnxnb-studio-status-text').textContent"
                                ".includes('all: done')", timeout=480_000)
+        # the kernel's peak with everything a reader ran: the notebook's cells, then the Studio's whole pipeline
+        peaks = kernel_peaks_mb(tmp_path)
+        assert len(peaks) == 1, peaks
+        keep_peak("01_quickstart-jupyterlab", "01_quickstart.ipynb", peaks[0],
+                  ["JupyterLab: Run All", "Studio: Run all steps"])
         for tab in ("export", "parity", "optimize", "quantize", "latency", "report"):
             studio.locator(f".onnxnb-studio-tab-{tab}").click()
             panel = studio.locator(".onnxnb-studio-panel")

@@ -17,6 +17,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from notebook_memory import PEAK_EXPR, keep_peak
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 sys.path.insert(0, str(NOTEBOOKS.parent / "scripts"))  # notebook_paths (scripts/ is not a package)
 # where each executed tutorial is kept for the documentation site (docs/_ext/onnx_nb_docs.py renders it, and
@@ -27,23 +29,16 @@ PLOTLY = "application/vnd.plotly.v1+json"
 
 
 WIDGET_STATE: dict[str, Any] = {}  # model id -> state, of the notebook executed last (store_widget_state)
-# Binder gives a session about 2 GB: every tutorial's kernel stays under this at its peak, the Studio's "Run all
-# steps" included where a tutorial offers it
-MEMORY_BUDGET_MB = 2000
-MEMORY = NOTEBOOKS.parent / "build" / "notebook-memory"  # each tutorial's peak of the last run, kept with the run
 PEAK_MARK = "onnx-nb-test peak memory:"
-# the kernel's resident peak since it started, in MB (VmHWM, kept across the resets onnx-nb's own peak figures make).
 # The tutorials start no worker of their own (isolation is opt-in); 07's headless Chromium stands in for the reader's
 # browser, which on Binder is not in the session's memory.
-PEAK_CELL = f"""from onnx_nb.runtime.memory import process_peak_bytes as _peak
-print({PEAK_MARK!r}, round(_peak() / 1e6))"""
+PEAK_CELL = f"print({PEAK_MARK!r}, {PEAK_EXPR})"
 
 
 def execute(name: str, tmp_path: Path, after: tuple[str, ...] = (), source: Path | None = None) -> list[Any]:
     """Run the tutorial (or the notebook at ``source``) as a reader's Run All would (``after``: cells a reader is
-    invited to run next, such as the Studio's "Run all steps"), then read the kernel's peak memory: over
-    :data:`MEMORY_BUDGET_MB` fails the test. The peak is kept in build/notebook-memory/; the cells added here are not
-    in the docs' copy."""
+    invited to run next), then read the kernel's peak memory: over Binder's budget fails the test (notebook_memory).
+    The cells added here are not in the docs' copy."""
     src = tmp_path / name
     if source is None:
         shutil.copy(NOTEBOOKS / name, src)
@@ -62,10 +57,7 @@ def execute(name: str, tmp_path: Path, after: tuple[str, ...] = (), source: Path
         shutil.rmtree(kernel_tmp, ignore_errors=True)
     kernel_mb = int(text(nb.cells[-1]).split(PEAK_MARK)[1].split()[0])
     nb.cells = nb.cells[:shipped]
-    MEMORY.mkdir(parents=True, exist_ok=True)
-    (MEMORY / f"{Path(name).stem}.json").write_text(json.dumps(
-        {"notebook": name, "kernel_peak_mb": kernel_mb, "after": list(after), "budget_mb": MEMORY_BUDGET_MB}))
-    assert kernel_mb <= MEMORY_BUDGET_MB, f"{name}: the kernel peaked at {kernel_mb} MB, over {MEMORY_BUDGET_MB} MB"
+    keep_peak(Path(name).stem, name, kernel_mb, list(after))
     if source is not None:  # not a tutorial: nothing for the docs
         return [c for c in nb.cells if c.cell_type == "code"]
     nb.metadata["onnx_nb_source_sha256"] = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()
@@ -124,7 +116,9 @@ def test_all_tutorials_are_tested() -> None:
 
 @pytest.mark.lower_bounds
 def test_quickstart(tmp_path: Path) -> None:
-    cells = execute("01_quickstart.ipynb", tmp_path, after=('studio.run("all")',))
+    # (the Studio's "Run all steps" that its last cell invites runs after these cells in a real JupyterLab, where
+    # the kernel's peak is kept too: test_browser)
+    cells = execute("01_quickstart.ipynb", tmp_path)
     exported = by_source(cells, "result = onnx_nb.export")
     assert "Exported all-MiniLM-L6-v2 to ONNX" in text(exported)
     # progress is a plain output updated in place, not a widget (a closed widget read "model not found" after a
