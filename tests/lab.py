@@ -20,29 +20,31 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
          "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 
 
-def kernel_peaks_mb(root: Path) -> list[int]:
-    """The resident peak (MB) of each kernel the JupyterLab serving ``root`` runs now, asked of the kernel itself
-    through its connection file (``process_peak_bytes``: ``VmHWM`` kept across the resets onnx-nb's own peak figures
-    make, which a reading from outside would miss); nothing is left in the kernel's namespace."""
+def kernel_peak_mb(lab: str, root: Path, notebook: str) -> int:
+    """The resident peak (MB) of the kernel running ``notebook`` (its path under ``root``) in the JupyterLab ``lab``
+    serves, asked of the kernel itself through its connection file (``process_peak_bytes``: ``VmHWM`` kept across
+    the resets onnx-nb's own peak figures make, which a reading from outside would miss); nothing is left in the
+    kernel's namespace."""
     from jupyter_client import BlockingKernelClient
 
     from notebook_memory import PEAK_EXPR
 
-    peaks = []
-    for connection in sorted((root / ".lab" / "rt").glob("kernel-*.json")):
-        client = BlockingKernelClient()
-        client.load_connection_file(str(connection))
-        client.start_channels()
-        printed: list[str] = []
-        try:
-            client.wait_for_ready(timeout=60)
-            client.execute_interactive(f"print({PEAK_EXPR})", store_history=False, timeout=60,
-                                       output_hook=lambda m, printed=printed: printed.append(m["content"]["text"])
-                                       if m["msg_type"] == "stream" else None)
-        finally:
-            client.stop_channels()
-        peaks.append(int("".join(printed)))
-    return peaks
+    base, token = lab.split("|")
+    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=30) as answer:
+        sessions = json.load(answer)
+    kernel = next(s["kernel"]["id"] for s in sessions if s["path"] == notebook)
+    client = BlockingKernelClient()
+    client.load_connection_file(str(root / ".lab" / "rt" / f"kernel-{kernel}.json"))
+    client.start_channels()
+    printed: list[str] = []
+    try:
+        client.wait_for_ready(timeout=60)
+        client.execute_interactive(f"print({PEAK_EXPR})", store_history=False, timeout=60,
+                                   output_hook=lambda m: printed.append(m["content"]["text"])
+                                   if m["msg_type"] == "stream" else None)
+    finally:
+        client.stop_channels()
+    return int("".join(printed))
 
 
 def free_port() -> int:

@@ -333,19 +333,6 @@ def test_vision_language_tutorial(tmp_path: Path) -> None:
     assert refused.startswith("InvalidArgumentError") and "14 image tokens" in refused and "16 feature rows" in refused
 
 
-def test_launchers_export_notebook_within_the_budget(tmp_path: Path) -> None:
-    """The Launcher's "Export a model…" notebook on the demo model (export, parity, graph, optimize, quantize, the
-    three files timed on the CPU against PyTorch eager) within Binder's 2 GB, as the tutorials (timed on every backend
-    here, OpenVINO's too, it peaked at 1,995 to 2,059 MB). tests/test_browser.py clicks it in a real JupyterLab; this
-    reads its kernel's memory."""
-    from onnx_nb.frontends.labserver import notebook_payload
-
-    made = notebook_payload(str(tmp_path), {"kind": "export"})
-    cells = execute("launcher-export", tmp_path, source=tmp_path / made["path"])
-    assert "Parity PASSED" in text(by_source(cells, "report = onnx_nb.check_parity"))
-    assert "PyTorch eager" in text(cells[-1])
-
-
 def test_shipped_notebooks_carry_no_paths_of_the_machine_that_ran_them() -> None:
     """A reader of a shipped notebook (or the docs' copy) sees paths relative to the notebook and ``$TMP`` for a
     temporary folder, never the temp or home folders of the machine that executed it."""
