@@ -35,16 +35,14 @@ PEAK_MARK = "onnx-nb-test peak memory:"
 PEAK_CELL = f"print({PEAK_MARK!r}, {PEAK_EXPR})"
 
 
-def execute(name: str, tmp_path: Path, after: tuple[str, ...] = (), source: Path | None = None) -> list[Any]:
-    """Run the tutorial (or the notebook at ``source``) as a reader's Run All would (``after``: cells a reader is
-    invited to run next), then read the kernel's peak memory: over Binder's budget fails the test (notebook_memory).
-    The cells added here are not in the docs' copy."""
+def execute(name: str, tmp_path: Path) -> list[Any]:
+    """Run the tutorial as a reader's Run All would, then read the kernel's peak memory: over Binder's budget fails
+    the test (notebook_memory). The cell added here is not in the docs' copy."""
     src = tmp_path / name
-    if source is None:
-        shutil.copy(NOTEBOOKS / name, src)
-    nb = nbformat.read(source or src, as_version=4)
+    shutil.copy(NOTEBOOKS / name, src)
+    nb = nbformat.read(src, as_version=4)
     shipped = len(nb.cells)
-    nb.cells += [nbformat.v4.new_code_cell(code) for code in (*after, PEAK_CELL)]
+    nb.cells.append(nbformat.v4.new_code_cell(PEAK_CELL))
     # the kernel's own temporary folder, removed afterwards: a tutorial's tempfile.mkdtemp() work folder (tens of
     # megabytes of models) must not outlive its test
     kernel_tmp = Path(tempfile.mkdtemp(prefix="nbkernel-"))
@@ -57,9 +55,7 @@ def execute(name: str, tmp_path: Path, after: tuple[str, ...] = (), source: Path
         shutil.rmtree(kernel_tmp, ignore_errors=True)
     kernel_mb = int(text(nb.cells[-1]).split(PEAK_MARK)[1].split()[0])
     nb.cells = nb.cells[:shipped]
-    keep_peak(Path(name).stem, name, kernel_mb, list(after))
-    if source is not None:  # not a tutorial: nothing for the docs
-        return [c for c in nb.cells if c.cell_type == "code"]
+    keep_peak(Path(name).stem, name, kernel_mb, [])
     nb.metadata["onnx_nb_source_sha256"] = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()
     EXECUTED.mkdir(parents=True, exist_ok=True)
     from notebook_paths import scrub
