@@ -568,7 +568,11 @@ def seq2seq_section(path: Path, speech: bool = False) -> list[str]:
     found = swept(path)
     if found is None:
         return [f"Not swept yet: run `{run}`.", ""]
-    rows, meta, base, good = found
+    rows, meta, _, _ = found
+    speech_llms = swept(ROOT / "benchmarks" / "results" / "speech_llm_sweep.json")
+    by_type = {r["type"]: r for r in speech_llms[0]} if speech_llms else {}
+    rows = [{**by_type[r["type"]], "route": "speech LLM"} if r["type"] in by_type else r for r in rows]
+    base, good = sum(counted(r) for r in rows), sum(counted(r) and served(r) for r in rows)
     what = "speech-to-text models" if speech else "sequence-to-sequence LMs"
     lines = [
         (f"`{run}` builds every model type transformers registers for `AutoModelForSpeechSeq2Seq` the same way "
@@ -584,9 +588,10 @@ def seq2seq_section(path: Path, speech: bool = False) -> list[str]:
          "decoder, an audio tower)."),
         "",
         "Speech LLMs registered here (an audio tower whose features take the place of audio tokens in a causal "
-        "LM's prompt: Voxtral, Granite Speech, Qwen2-Audio, Audio Flamingo 3, ...) are not encoder-decoders. "
-        "onnx-nb has no route for them yet: `export()` refuses them with an `ExportError` naming that shape, "
-        "rather than writing a file of the text decoder without its audio tower, and they count as not served.",
+        "LM's prompt: Voxtral, Granite Speech, Qwen2-Audio, Audio Flamingo 3, ...) are not encoder-decoders: "
+        "`export()` takes them on its speech LLM route (audio, embed and decoder files), and their rows here are "
+        "the [speech LLM sweep's](#speech-llms) (two clips through the family's feature extractor, PyTorch's "
+        "tokens), counted here as there.",
         "",
         f"Swept {meta['date']} on transformers {meta['transformers']}, torch {meta['torch']}, onnxruntime "
         f"{meta['onnxruntime']}: **{good} of the {base} {what} PyTorch can build and "
@@ -609,6 +614,11 @@ def _row(r: dict[str, Any]) -> str:
     if not counted(r):
         why = f"PyTorch {r.get('pytorch', 'did not finish')}"
         return f"| {r['type']} | {r['class']} | – | – | – | – | {html.escape(why).replace('|', '/')} |"
+    if r.get("route") == "speech LLM":  # the speech LLM sweep's row: no variants there
+        why = "speech LLM route, from clips: " + ("served" if served(r) else (
+            r.get("export") if r.get("export") != "ok" else r.get("generate_note") or r.get("generate", "")))
+        return (f"| {r['type']} | {r['class']} | {_cell(r.get('export'))} | {_cell(r.get('generate'))} | | | "
+                f"{html.escape(str(why)).replace('|', '/')} |")
     if r.get("export") != "ok":
         why = ": ".join(x for x in (r.get("export", "did not finish"), r.get("export_note")) if x)
     elif r.get("generate") not in ("same", "near-tie"):

@@ -13,6 +13,10 @@ sub-configs (an audio encoder's, a text decoder's) shrunk too, the two prompts t
 sample for the model (``hf.samples.build``: a waveform or a spectrogram in the layout the model takes), loaded with
 ``AutoModelForSpeechSeq2Seq``.
 
+A speech LLM registered in either mapping (Voxtral, Qwen2-Audio, ...: an audio tower filling a causal LM's audio
+tokens) is not an encoder-decoder: its row here only says so, and the page shows ``speech_llm_sweep.py``'s row for it
+(two clips, PyTorch's tokens), counted in both tables.
+
 Rows land in ``benchmarks/results/seq2seq_sweep.json`` (``speech_sweep.json`` with ``--speech``);
 ``registry_sweep.py --page-only`` writes them into the supported-architectures page beside the causal LMs.
 """
@@ -27,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import registry_sweep  # the causal LMs' sweep: its shrink, its runner, its page
+import speech_llm_sweep  # which types it measures (their rows stand for them here)
 import task_sweep  # its shrink, sub-configs included (T5Gemma's encoder and decoder, a speech model's audio tower)
 
 JSON = registry_sweep.ROOT / "benchmarks" / "results" / "seq2seq_sweep.json"
@@ -82,6 +87,9 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool, speech: 
     from onnx_nb.errors import first_line
 
     row: dict[str, Any] = {"type": model_type, "class": class_name}
+    if speech_llm_sweep.swept_here(transformers.AutoConfig.for_model(model_type), class_name):
+        row["route"] = "speech LLM"  # measured from clips by speech_llm_sweep.py, whose row the page shows
+        return row
     started = time.perf_counter()
     prompts: list[list[int]] = []
     want: list[list[int]] = []

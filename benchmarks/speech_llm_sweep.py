@@ -38,8 +38,6 @@ def registry() -> dict[str, str]:
     import transformers
     from transformers.models.auto import modeling_auto
 
-    from onnx_nb.kinds.speech_llm.adapter import is_speech_llm
-
     found: dict[str, str] = {}
     configs: dict[str, Any] = {}  # each type's default config, made once (a type sits in several mappings)
     for mapping in sorted(n for n in dir(modeling_auto) if n.endswith("MAPPING_NAMES")):
@@ -52,11 +50,18 @@ def registry() -> dict[str, str]:
                         configs[model_type] = transformers.AutoConfig.for_model(model_type)
                     except Exception:  # noqa: BLE001 - a type without a default config
                         configs[model_type] = None
-                config = configs[model_type]
-                if config is not None and getattr(config, "vision_config", None) is None and \
-                        not config.is_encoder_decoder and is_speech_llm(config.to_dict(), name):  # (Dia speaks)
+                if configs[model_type] is not None and swept_here(configs[model_type], name):
                     found[model_type] = name
     return dict(sorted(found.items()))
+
+
+def swept_here(config: Any, class_name: str) -> bool:
+    """Whether a type of ``config`` and ``class_name`` is a speech LLM this sweep measures: no vision tower (those go
+    the vision-language route), not an encoder-decoder (Dia speaks)."""
+    from onnx_nb.kinds.speech_llm.adapter import is_speech_llm
+
+    return (getattr(config, "vision_config", None) is None and not config.is_encoder_decoder
+            and is_speech_llm(config.to_dict(), class_name))
 
 
 def tiny_config(model_type: str, text_sizes: dict[str, int]) -> Any:

@@ -403,11 +403,43 @@ def test_seq2seq_section_counts_and_escapes(tmp_path: Path) -> None:
 def test_seq2seq_registry_types_export(tmp_path: Path) -> None:
     """Two sequence-to-sequence types from the registry, as the sweep runs them: PLBart, whose config has no
     decoder_start_token_id (generate() then starts the decoder at its bos token), and NLLB-MoE, whose encoder
-    answers with a tuple and whose model reads router_logits off the encoder output it is given."""
+    answers with a tuple, whose model reads router_logits off the encoder output it is given, and whose experts
+    loop over the experts the batch hit: TorchScript's files fix the sample's experts and fail their check, so the
+    export goes on to dynamo with the experts table's loop (patches/expert_tables.py), whose files pass it."""
     plbart = seq2seq_sweep.one("plbart", seq2seq_sweep.registry()["plbart"], tmp_path / "p" / "model", False)
     assert plbart["pytorch"] == "ok" and plbart["export"] == "ok" and plbart["generate"] == "same", plbart
     moe = seq2seq_sweep.one("nllb-moe", seq2seq_sweep.registry()["nllb-moe"], tmp_path / "n" / "model", False)
-    assert moe["pytorch"] == "ok" and moe["generate"] == "same", moe
+    assert moe["pytorch"] == "ok" and moe["export"] == "ok" and moe["exporter"] == "dynamo", moe
+    assert moe["generate"] == "same", moe
+
+
+def test_experts_tables_loop_over_every_expert_as_the_model_does() -> None:
+    """A table of expert modules whose routing is a one-hot mask per slot (Switch Transformers, top-1 with a
+    capacity that drops tokens) computes, within the patch, what its own loop computes, and its router's cast of
+    its classifier to the dtype it has is the classifier itself; both given back after."""
+    import transformers
+
+    from onnx_nb.steps.export.patches.expert_tables import traceable_tables
+
+    config = transformers.SwitchTransformersConfig(d_model=32, d_ff=48, num_layers=2, num_decoder_layers=2,
+                                                   num_heads=4, d_kv=8, num_experts=4, expert_capacity=3,
+                                                   vocab_size=64, num_sparse_encoder_layers=2,
+                                                   num_sparse_decoder_layers=2)  # every layer sparse
+    torch.manual_seed(0)
+    model = transformers.SwitchTransformersForConditionalGeneration(config).eval()
+    mlp = model.encoder.block[1].layer[1].mlp
+    states = torch.randn(2, 7, 32)
+    with torch.no_grad():
+        own = mlp(states)
+        routed = mlp.router(states)[0].sum(dim=(0, 1))
+        assert int((routed > 0).sum()) >= 2 and int(routed.sum()) < 14, routed  # several experts, some tokens dropped
+        classifier = mlp.router.classifier
+        with traceable_tables(model) as names:
+            assert names == [n for n, m in model.named_modules() if isinstance(m, torch.nn.ModuleDict)
+                             and n.endswith("mlp.experts")] and len(names) >= 2, names
+            assert mlp.router.classifier.to(torch.float32) is classifier
+            assert torch.allclose(mlp(states), own, atol=1e-6)
+        assert "forward" not in vars(mlp.experts) and "to" not in vars(classifier)
 
 
 def test_tiny_config_keeps_each_layer_kind_and_its_own_sizes() -> None:

@@ -3,7 +3,8 @@ masked by each clip's length, fill a Qwen2 decoder's audio tokens) exported as a
 chain checked against the model's forward, then fed what its processor gives for clips of other lengths than the
 export's: onnx_nb.generate (two clips as one batch), to_transformers' generate() with beams, generation parity, an
 INT4 decoder judged on the chain, and a prompt whose audio tokens do not match its audio refused. A Qwen2-Audio, whose
-forward computes its audio rows itself (no get_audio_features), the same way."""
+forward computes its audio rows itself (no get_audio_features), the same way; a Granite Speech, whose conformer attends
+within blocks of frames, as the speech LLM sweep runs it."""
 
 from __future__ import annotations
 
@@ -126,3 +127,19 @@ def test_audio_tokens_that_do_not_match_the_audio_are_refused(flamingo: tuple[An
     with pytest.raises(onnx_nb.errors.InvalidArgumentError, match="audio tokens"):
         onnx_nb.generate(result, {"input_ids": short, **{k: v.numpy() for k, v in audio.items()}},
                          max_new_tokens=2)
+
+
+def test_attention_within_blocks_of_frames_takes_clips_of_any_length(tmp_path: Any) -> None:
+    """Granite Speech, as the speech LLM sweep runs it: its conformer attends within blocks of ``context_size`` frames
+    (the last padded and masked in place behind a branch on the length) and its projector pools windows of frames
+    into queries; their branch-free forms (patches/blocks.py) give dynamo one audio file for every clip length, and
+    two clips of lengths other than the export's give PyTorch's tokens."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import speech_llm_sweep
+
+    row = speech_llm_sweep.one("granite_speech", "GraniteSpeechForConditionalGeneration", tmp_path / "model")
+    assert row["export"] == "ok" and row["audio_file"] == "verified (dynamo)", row
+    assert row["generate"] == "same" and row["audio_changes_tokens"], row

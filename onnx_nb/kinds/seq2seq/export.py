@@ -42,15 +42,17 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     # 1230 nodes, 14.0 ms; eager: 924 nodes, 13.1 ms on 2 cores)
     with eval_mode(source.model), eager_attention(source.model):
         check_space(target.parent, sum(p.numel() * p.element_size() for p in source.model.parameters()) * 2)
-        done = first_that_passes(["torchscript"], target, write, check, steps,
+        # TorchScript first: the files it writes are known good; dynamo when it cannot write them (Moonshine's
+        # rotary: a Concat of unknown rank) or its files fail their check (a trace fixes data-dependent routing:
+        # LED's global attention, Switch's and NLLB-MoE's experts)
+        done = first_that_passes(["torchscript", "dynamo"], target, write, check, steps,
                                  verb="exporting the encoder and the decoder with", against="PyTorch")
-        if not done.name:  # TorchScript could not write them (Moonshine's rotary: a Concat of unknown rank)
+        if not done.name and "torchscript" not in done.errors:  # dynamo could not write them either: TorchScript's
+            tried = done.attempts                               # files are published, their failed check said
             steps.add(2)
-            retry = first_that_passes(["dynamo"], target, write, check, steps,
-                                      verb="exporting the encoder and the decoder with", against="PyTorch")
-            if retry.name:
-                retry.attempts = {**done.attempts, **retry.attempts}
-                done = retry
+            done = first_that_passes(["torchscript"], target, write, check, steps,
+                                     verb="exporting the encoder and the decoder again with", against="PyTorch")
+            done.attempts = {**tried, **done.attempts}
     if not done.name:
         raise done.errors["torchscript"]
     layout, _, dec_sample = done.written
@@ -58,11 +60,9 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     source.sample = dec_sample
     source.input_axes = {n: a for n, a in seq2seq_cache.axes(layout)[1].items() if n in dec_sample}
     source.as_kwargs = False
-    wrote = "TorchScript's files matched PyTorch" if done.check.get("passed") else \
-        "TorchScript wrote both files (their check failed: see it)"
-    attempts = done.attempts if done.name == "dynamo" else {  # TorchScript first: the files it writes are known good
-        "dynamo": f"not tried: {wrote}; dynamo is the fallback for an encoder-decoder with its caches when "
-                  "TorchScript cannot write them (its decoder cache grows by a sum of dynamic axes)"}
+    attempts = done.attempts if "dynamo" in done.attempts or done.name == "dynamo" else {
+        "dynamo": "not tried: TorchScript's files matched PyTorch; dynamo is the fallback for an encoder-decoder "
+                  "with its caches when TorchScript cannot write them or they fail their check"}
     result = make_result(target, done.files, done.name, attempts, done.seconds, warnings_seen, source,
                          done.check, s, [], True, unverified_of(branches, {}))
     from ...steps.export.caches.seq2seq import encoder_path

@@ -24,6 +24,7 @@ from .names import AUDIO_TOKENS, AUDIO_TOWERS
 MASKS = ("input_features_mask", "feature_attention_mask", "padding_mask")  # a clip's mask, by the family's name
 SIGNALS = ("input_features", "input_values")  # a clip's features (a spectrogram) or its waveform
 SECONDS = 1.0  # the sample's length
+DYNAMIC_SECONDS = (3.2, 2.7)  # the export's sample for the file of every length: no derived size of 1
 OTHER_SECONDS = (2.3, 1.6)  # the export's check: two clips of other lengths
 RATE = 16000
 
@@ -236,7 +237,10 @@ def parts(model: Any, processor: Any = None) -> dict[str, tuple[Any, dict[str, t
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "audio_features": {0: "audio_tokens"}}
     # the file for the sample's shapes, where no other passes its check
     module.fallback = (module, sample, False)  # type: ignore[assignment]
-    audio = (module, sample, audio_axes(sample, module.other_sample()))
+    # two clips over 2 s for the file of every clip count and length: torch.export takes a size that is 1 in the
+    # sample (one clip; Granite Speech's blocks of 2 s of frames) for a constant, and the file fails at others
+    two = audio_sample(model, processor=processor, seconds=DYNAMIC_SECONDS)
+    audio = (module, two, audio_axes(two, module.other_sample()))
     return {"audio": audio, "embed": (AudioEmbedding(model, token), embed, axes)}
 
 

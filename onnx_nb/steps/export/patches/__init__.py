@@ -2,8 +2,11 @@
 applies (what in a model it recognises), what it replaces, and why the export needs it.
 
 - Module patches, lent to a model's instances for the length of a dynamo export (:func:`.applying.applied`):
-  :mod:`.experts` (an experts loop of a family's own: transformers' grouped dispatch), :mod:`.windows` (windows
-  pooled into entries without a branch on the length), :mod:`.scans` (a recurrence looping over the tokens: one scan).
+  :mod:`.experts` (an experts loop of a family's own: transformers' grouped dispatch), :mod:`.expert_tables` (a
+  table of expert modules looping over the experts hit: every expert in turn), :mod:`.windows` (windows pooled
+  into entries without a branch on the length), :mod:`.scans` (a recurrence looping over the tokens: one scan),
+  :mod:`.blocks` (attention within fixed blocks of frames, and windows pooled into queries, without a branch on
+  the length).
   They lend through :func:`.lending.lent`, which gives each instance its own attribute back.
 - :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.
 - :mod:`.vision_towers`: the span attention of grid vision towers (transformers' own export patches, and two

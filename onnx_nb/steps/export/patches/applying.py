@@ -1,5 +1,5 @@
-"""The patches every dynamo export applies, in one block: the module patches (:mod:`.experts`, :mod:`.windows`,
-:mod:`.scans`) and the exporter's own (:mod:`.matching`)."""
+"""The patches every dynamo export applies, in one block: the module patches (:mod:`.experts`, :mod:`.expert_tables`,
+:mod:`.windows`, :mod:`.scans`, :mod:`.blocks`) and the exporter's own (:mod:`.matching`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from . import experts, matching, scans, windows
+from . import blocks, expert_tables, experts, matching, scans, windows
 from .contract import Patch
 
-MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, windows.PATCH, scans.PATCH)
+MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, expert_tables.PATCH, windows.PATCH, scans.PATCH, blocks.PATCH)
 EXPORTER_PATCHES: tuple[Patch, ...] = (matching.PATCH,)
 
 
