@@ -679,7 +679,7 @@ def speech_llm_section(path: Path) -> list[str]:
     lines = [
         "`benchmarks/speech_llm_sweep.py` builds every model type transformers registers whose default config is a "
         "speech LLM (an audio tower filling a causal LM's audio tokens, no vision tower) the same way (the text part "
-        "as above; the audio tower 2 layers, width 32), makes two clips of noise (3.1 s and 1.4 s) through the "
+        "as above; the audio tower 2 layers, width 32), makes two clips of noise (5.1 s and 1.4 s) through the "
         "family's feature extractor and prompts holding each clip's count of audio tokens, runs PyTorch's greedy "
         "`generate()`, then one default `onnx_nb.export(folder)` (audio, embed and decoder files) and "
         "`onnx_nb.generate(result, inputs)` on the same inputs. A type built but not driven from a clip by onnx-nb's "

@@ -5,7 +5,8 @@ layers, width 32; its projector between the two widths), random weights, saved a
 and greedy-generate from two clips of their own lengths (noise through the family's feature extractor, as its
 processor gives them: ``parts.audio_sample``) and prompts holding each clip's count of audio tokens? does one default
 ``onnx_nb.export(folder)`` write its parts, and does ``onnx_nb.generate(result, inputs)`` give PyTorch's tokens for
-both clips? The clips' lengths (3.1 s and 1.4 s) are neither the export's sample (1 s) nor its check's (2.3 s and
+both clips? The clips' lengths (5.1 s and 1.4 s) are neither the export's samples (4.6 s and 3.2 s; 1 s for a
+file of one length) nor its check's (2.3 s and
 1.6 s). Each model runs in a process of its own with a time limit (``registry_sweep.run_rows``).
 
     .venv/bin/python benchmarks/speech_llm_sweep.py [--only voxtral,glmasr] [--timeout 240] [--again]
@@ -28,7 +29,7 @@ JSON = registry_sweep.ROOT / "benchmarks" / "results" / "speech_llm_sweep.json"
 AUDIO = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 4, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 64,
          "d_model": 32, "num_layers": 2, "num_heads": 4}
-CLIPS = (3.1, 1.4)  # seconds
+CLIPS = (5.1, 1.4)  # seconds: one over 4 s (two of Granite Speech's blocks of frames)
 NEW_TOKENS = 8
 
 

@@ -419,7 +419,7 @@ def test_experts_tables_loop_over_every_expert_as_the_model_does() -> None:
     its classifier to the dtype it has is the classifier itself; both given back after."""
     import transformers
 
-    from onnx_nb.steps.export.patches.expert_tables import traceable_tables
+    from onnx_nb.steps.export.patches.expert_tables import looped_forward, traceable_tables
 
     config = transformers.SwitchTransformersConfig(d_model=32, d_ff=48, num_layers=2, num_decoder_layers=2,
                                                    num_heads=4, d_kv=8, num_experts=4, expert_capacity=3,
@@ -438,6 +438,7 @@ def test_experts_tables_loop_over_every_expert_as_the_model_does() -> None:
             assert names == [n for n, m in model.named_modules() if isinstance(m, torch.nn.ModuleDict)
                              and n.endswith("mlp.experts")] and len(names) >= 2, names
             assert mlp.router.classifier.to(torch.float32) is classifier
+            assert mlp.experts.forward.__func__ is looped_forward  # the patch runs, not the model's own loop
             assert torch.allclose(mlp(states), own, atol=1e-6)
         assert "forward" not in vars(mlp.experts) and "to" not in vars(classifier)
 

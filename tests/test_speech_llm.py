@@ -143,3 +143,34 @@ def test_attention_within_blocks_of_frames_takes_clips_of_any_length(tmp_path: A
     row = speech_llm_sweep.one("granite_speech", "GraniteSpeechForConditionalGeneration", tmp_path / "model")
     assert row["export"] == "ok" and row["audio_file"] == "verified (dynamo)", row
     assert row["generate"] == "same" and row["audio_changes_tokens"], row
+
+
+def test_blocks_of_frames_branch_free_as_the_model_computes_them() -> None:
+    """The branch-free block attention and window projector (patches/blocks.py) against Granite Speech's own forwards,
+    eagerly: one block with padding, one exact block, several blocks with padding, two clips at once."""
+    import sys
+    from pathlib import Path
+
+    import torch
+    import transformers
+
+    from onnx_nb.steps.export.patches.blocks import block_attention, traceable_blocks, window_projector
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import registry_sweep
+    import speech_llm_sweep
+
+    config = speech_llm_sweep.tiny_config("granite_speech", registry_sweep.TINY)
+    torch.manual_seed(0)
+    model = transformers.GraniteSpeechForConditionalGeneration(config).eval()
+    size = config.encoder_config.context_size
+    for frames in (size - 53, size, 2 * size + 31):
+        features = torch.randn(2, frames, config.encoder_config.input_dim)
+        with torch.no_grad():
+            own = model.model.get_audio_features(features).pooler_output
+            with traceable_blocks(model) as names:
+                assert len(names) == config.encoder_config.num_layers + 1, names
+                assert model.model.encoder.layers[0].attn.forward.__func__ is block_attention
+                assert model.model.projector.forward.__func__ is window_projector
+                assert torch.allclose(model.model.get_audio_features(features).pooler_output, own, atol=1e-5)
+    assert "forward" not in vars(model.model.projector)

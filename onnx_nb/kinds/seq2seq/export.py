@@ -28,6 +28,7 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     steps.add(1)
 
     def write(name: str, staged: Path) -> Any:  # both files into the staging folder, each checked at other shapes
+        branches.clear()  # the traced branches of the files published only (TorchScript's are not dynamo's)
         return export_seq2seq_parts(source.model, s, target, opset, staged.parent, warnings_seen, branches, name)
 
     def check(_name: str, _staged: Path, written: Any) -> ExportCheck:  # the two files' checks as one
@@ -44,15 +45,17 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
         check_space(target.parent, sum(p.numel() * p.element_size() for p in source.model.parameters()) * 2)
         # TorchScript first: the files it writes are known good; dynamo when it cannot write them (Moonshine's
         # rotary: a Concat of unknown rank) or its files fail their check (a trace fixes data-dependent routing:
-        # LED's global attention, Switch's and NLLB-MoE's experts)
+        # Switch's and NLLB-MoE's experts); when both fail their check, dynamo's (the last written) are published
+        # with theirs said, as every route's loop does
         done = first_that_passes(["torchscript", "dynamo"], target, write, check, steps,
                                  verb="exporting the encoder and the decoder with", against="PyTorch")
         if not done.name and "torchscript" not in done.errors:  # dynamo could not write them either: TorchScript's
-            tried = done.attempts                               # files are published, their failed check said
+            tried = {k: v for k, v in done.attempts.items() if k != "torchscript"}  # files are published, their
+            seconds = done.seconds                                                 # failed check said
             steps.add(2)
             done = first_that_passes(["torchscript"], target, write, check, steps,
                                      verb="exporting the encoder and the decoder again with", against="PyTorch")
-            done.attempts = {**tried, **done.attempts}
+            done.attempts, done.seconds = {**tried, **done.attempts}, done.seconds + seconds
     if not done.name:
         raise done.errors["torchscript"]
     layout, _, dec_sample = done.written

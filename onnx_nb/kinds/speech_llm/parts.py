@@ -24,7 +24,7 @@ from .names import AUDIO_TOKENS, AUDIO_TOWERS
 MASKS = ("input_features_mask", "feature_attention_mask", "padding_mask")  # a clip's mask, by the family's name
 SIGNALS = ("input_features", "input_values")  # a clip's features (a spectrogram) or its waveform
 SECONDS = 1.0  # the sample's length
-DYNAMIC_SECONDS = (3.2, 2.7)  # the export's sample for the file of every length: no derived size of 1
+DYNAMIC_SECONDS = (4.6, 3.2)  # the export's sample for the file of every length: no derived size of 1
 OTHER_SECONDS = (2.3, 1.6)  # the export's check: two clips of other lengths
 RATE = 16000
 
@@ -225,8 +225,9 @@ class AudioEmbedding(MergedEmbedding):
 
 
 def parts(model: Any, processor: Any = None) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
-    """The audio and embedding parts: (module, sample, dynamic axes) each. The audio file takes one clip; its
-    length may vary where the tower allows (checked at another length at export; else traced at the sample's)."""
+    """The audio and embedding parts: (module, sample, dynamic axes) each. The audio file takes any count of clips
+    and any length where the tower allows (written from two clips, checked at two of other lengths; else traced
+    at one clip of the sample's length)."""
     token = audio_token_of(model.config)
     assert token is not None
     sample = audio_sample(model, processor=processor)
@@ -237,16 +238,16 @@ def parts(model: Any, processor: Any = None) -> dict[str, tuple[Any, dict[str, t
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "audio_features": {0: "audio_tokens"}}
     # the file for the sample's shapes, where no other passes its check
     module.fallback = (module, sample, False)  # type: ignore[assignment]
-    # two clips over 2 s for the file of every clip count and length: torch.export takes a size that is 1 in the
-    # sample (one clip; Granite Speech's blocks of 2 s of frames) for a constant, and the file fails at others
+    # two clips over 4 s for the file of every clip count and length: torch.export takes a size that is 1 in the
+    # sample (one clip; Granite Speech's blocks of 200 frames, 4 s) for a constant, and the file fails at others
     two = audio_sample(model, processor=processor, seconds=DYNAMIC_SECONDS)
     audio = (module, two, audio_axes(two, module.other_sample()))
     return {"audio": audio, "embed": (AudioEmbedding(model, token), embed, axes)}
 
 
 def audio_axes(sample: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> dict[str, dict[int, str]]:
-    """The audio file's dynamic axes: the clips, and every axis whose length differs between one clip of the
-    sample's length and two of others (``frames`` or ``samples``; a mask's axis named as the axis of the clip's
+    """The audio file's dynamic axes: the clips, and every axis whose length differs between the sample's clips
+    and two of other lengths (``frames`` or ``samples``; a mask's axis named as the axis of the clip's
     features it follows, else ``audio_tokens``, Granite's one flag per row)."""
     signal = next(iter(sample))
     time = "samples" if signal == "input_values" else "frames"

@@ -25,8 +25,10 @@ from typing import Any
 
 from .contract import Patch
 
-ATTENTION = ("context_size", "rel_pos_emb", "to_q", "to_kv", "to_out", "pre_norm", "scale", "num_heads")
+ATTENTION = ("context_size", "rel_pos_emb", "to_q", "to_kv", "to_out", "pre_norm", "scale", "num_heads", "dropout")
 PROJECTOR = ("window_size", "downsample_rate", "query", "qformer", "linear")
+# the forwards' parameters, beside what the modules hold
+CALLS = {ATTENTION: ("self", "hidden_states", "attention_dists"), PROJECTOR: ("self", "hidden_states")}
 
 
 def block_attention(self: Any, hidden_states: Any, attention_dists: Any) -> Any:
@@ -73,7 +75,18 @@ def window_projector(self: Any, hidden_states: Any) -> Any:
 
 
 def _holds(module: Any, names: tuple[str, ...]) -> bool:
-    return all(hasattr(module, n) for n in names)
+    """Whether ``module`` holds every one of ``names`` itself (its own attributes, submodules or parameters: never
+    asked through ``getattr``, which reads a diffusers model's config with a deprecation warning) and its forward
+    takes :data:`CALLS`' parameters."""
+    import inspect
+
+    held = {*vars(module), *getattr(module, "_modules", {}), *getattr(module, "_parameters", {})}
+    if not set(names) <= held:
+        return False
+    try:
+        return tuple(inspect.signature(type(module).forward).parameters) == CALLS[names]
+    except (TypeError, ValueError):  # pragma: no cover - a forward without a signature
+        return False
 
 
 @contextlib.contextmanager
