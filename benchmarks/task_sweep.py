@@ -74,6 +74,10 @@ def tiny_config(model_type: str, sizes: dict[str, int]) -> Any:
             sub.depth_coefficient = 1.0
         if isinstance(sub, transformers.PretrainedConfig) and sub is not config:
             registry_sweep.set_ints(sub, sizes)
+            if isinstance(getattr(sub, "depths", None), (list, tuple)):  # a backbone's stages (RT-DETR's ResNet,
+                sub.depths = type(sub.depths)([1] * len(sub.depths))      # D-FINE's HGNetV2): one block each
+            if getattr(sub, "model_type", None) == "timm_backbone" and getattr(sub, "backbone", None) == "resnet50":
+                sub.backbone = "resnet18"  # DETR's timm ResNet-50 (25M parameters): its family's smallest
     stages = next((len(v) for n in STAGE_LISTS if isinstance(v := getattr(default, n, None), (list, tuple))), None)
     if stages:
         for name in STAGE_COUNTS:
@@ -86,7 +90,29 @@ def tiny_config(model_type: str, sizes: dict[str, int]) -> Any:
         # follow the shrunk depth, else its saved config no longer loads (out_features outside stage_names)
         config.stage_names = ["stem"] + [f"stage{i}" for i in range(1, config.num_hidden_layers + 1)]
         config.out_features = [config.stage_names[-1]]
+    necked_backbone(config)
     return config
+
+
+def necked_backbone(config: Any) -> None:
+    """A dense-prediction model whose neck reads several of its ViT backbone's layers (DPT's ``backbone_out_indices``;
+    Depth Anything's, ZoeDepth's, TIPS' backbone config ``out_indices``, e.g. layers 9 to 12 of 12) keeps one layer
+    per output, each read: the shrunk depth (2) would leave the indices past its last layer and the neck without its
+    inputs. The neck's reassembly width follows the backbone's shrunk width where it is tied to it."""
+    own = getattr(config, "backbone_out_indices", None)
+    if isinstance(own, (list, tuple)) and len(own) > 1 and max(own) >= getattr(config, "num_hidden_layers", 0):
+        config.num_hidden_layers = len(own)
+        config.backbone_out_indices = list(range(len(own)))
+    backbone = getattr(config, "backbone_config", None)
+    indices = getattr(backbone, "out_indices", None)
+    if isinstance(indices, (list, tuple)) and len(indices) > 1 and isinstance(getattr(backbone, "stage_names", None),
+                                                                              list) \
+            and max(indices) > getattr(backbone, "num_hidden_layers", len(backbone.stage_names)):
+        backbone.num_hidden_layers = len(indices)
+        backbone.stage_names = ["stem"] + [f"stage{i}" for i in range(1, len(indices) + 1)]
+        backbone.set_output_features_output_indices(out_features=None, out_indices=list(range(1, len(indices) + 1)))
+    if backbone is not None and isinstance(getattr(config, "reassemble_hidden_size", None), int):
+        config.reassemble_hidden_size = getattr(backbone, "hidden_size", config.reassemble_hidden_size)
 
 
 def runs_plainly(model: Any) -> bool:

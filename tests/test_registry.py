@@ -340,6 +340,99 @@ def test_float_arange_with_known_bounds_has_torchs_length(tmp_path: Path) -> Non
         assert [g.tolist() for g in got] == [t.tolist() for t in Buckets()(values)]
 
 
+def test_float_less_an_integer_mask_has_torchs_type(tmp_path: Path) -> None:
+    """``1.0 - mask`` of an integer mask (ProphetNet's cross-attention bias) through the dynamo exporter: float, as
+    torch gives it (the exporter's own decomposition left ``sub(1.0, x)``, which its type pass could not match:
+    "Failed to decompose the FX graph"); an integer less an integer mask stays an integer."""
+    import onnxruntime as ort
+
+    class Bias(torch.nn.Module):
+        def forward(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return (1.0 - mask[:, None, :].repeat(1, 2, 1)) * -1e4, 3 - mask
+
+    sample = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    result = onnx_nb.export(Bias(), (sample,), out=tmp_path / "m.onnx", exporter="dynamo",
+                            dynamic={"mask": {0: "batch", 1: "length"}}, progress=False)
+    assert result, repr(result)
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    mask = torch.tensor([[1, 0, 1, 1, 0]])
+    got = session.run(None, {session.get_inputs()[0].name: mask.numpy()})
+    want = Bias()(mask)
+    assert got[0].dtype == np.float32 and np.array_equal(got[0], want[0].numpy())
+    assert got[1].dtype == np.int64 and np.array_equal(got[1], want[1].numpy())
+
+
+class BatchByLen(torch.nn.Module):
+    """Takes its batch size as ``len()`` of a tensor, as RT-DETR's and D-FINE's decoders do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries = torch.nn.Parameter(torch.randn(4, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch = len(x)
+        return self.queries.unsqueeze(0).repeat(batch, 1, 1) @ x.flatten(1).unsqueeze(-1)
+
+
+def test_len_of_a_tensor_keeps_the_batch_dynamic(tmp_path: Path) -> None:
+    """``len(x)`` must return an int, so torch.export specialised the batch to the sample's and the dynamo file took
+    no other; within the patch the module's ``len`` is the tensor's first size: the file runs at other batches, and
+    the module's globals are as before after."""
+    import onnxruntime as ort
+
+    from onnx_nb.steps.export.patches.lengths import symbolic_lengths
+
+    model = BatchByLen().eval()
+    with symbolic_lengths(model) as names:
+        assert __name__ in names and len(torch.zeros(5, 2)) == 5 and len([1, 2]) == 2
+    assert "len" not in globals()
+    result = onnx_nb.export(model, {"x": torch.randn(2, 2, 4)}, out=tmp_path / "b.onnx", exporter="dynamo",
+                            progress=False)
+    assert result, result.check_text()
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    x = torch.randn(5, 2, 4)
+    with torch.no_grad():
+        assert np.allclose(session.run(None, {"x": x.numpy()})[0], model(x).numpy(), atol=1e-5)
+
+
+def test_attention_within_a_window_with_global_tokens_exports_at_every_length(tmp_path: Path) -> None:
+    """Longformer's and LED's encoder attention (a band of the window around each token, global tokens seen by all
+    and seeing all) computed over the whole sequence within the patch is the model's, with and without global
+    tokens and with padding; the model's padding to the window is none. A Longformer exported from its folder with
+    the patch (TorchScript's file fails its check at other lengths) passes its check at other lengths."""
+    import transformers
+
+    from onnx_nb.steps.export.patches.sliding import dense_band_attention, dense_bands
+
+    torch.manual_seed(0)
+    led = transformers.LEDForConditionalGeneration(transformers.LEDConfig(
+        d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, attention_window=8, vocab_size=64)).eval()
+    longformer = transformers.LongformerForMaskedLM(transformers.LongformerConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, attention_window=8,
+        vocab_size=64, max_position_embeddings=64)).eval()
+    ids = torch.randint(3, 64, (2, 21))
+    mask = torch.ones(2, 21, dtype=torch.long)
+    mask[1, 15:] = 0
+    marked = torch.zeros(2, 21, dtype=torch.long)
+    marked[0, 0] = marked[1, 3] = marked[1, 7] = 1
+    for model, encoder in ((led, led.get_encoder()), (longformer, longformer.longformer)):
+        for given in (None, marked):
+            with torch.no_grad():
+                own = encoder(input_ids=ids, attention_mask=mask, global_attention_mask=given).last_hidden_state
+                with dense_bands(model) as names:
+                    assert any(n.endswith("_pad_to_window_size") for n in names) and len(names) >= 2, names
+                    attention = next(m for n, m in model.named_modules() if n == names[0])
+                    assert attention.forward.__func__ is dense_band_attention
+                    dense = encoder(input_ids=ids, attention_mask=mask, global_attention_mask=given)
+                assert dense.last_hidden_state.shape == own.shape
+                assert torch.allclose(dense.last_hidden_state[mask.bool()], own[mask.bool()], atol=1e-5)
+        assert "forward" not in vars(attention)
+    longformer.save_pretrained(tmp_path / "longformer")
+    result = onnx_nb.export(tmp_path / "longformer", out=tmp_path / "l" / "model.onnx", progress=False)
+    assert result and result.exporter == "dynamo", result.check_text()
+
+
 def test_tiny_epsilon_is_kept(tmp_path: Path) -> None:
     """An RMS norm's ``+ 1e-8`` survives the exporter's clean-up (onnxscript's no-op rules matched ``x + 0`` within
     1e-8 and dropped it): a zero row gives 0 as in PyTorch, not NaN."""
@@ -411,6 +504,28 @@ def test_seq2seq_registry_types_export(tmp_path: Path) -> None:
     moe = seq2seq_sweep.one("nllb-moe", seq2seq_sweep.registry()["nllb-moe"], tmp_path / "n" / "model", False)
     assert moe["pytorch"] == "ok" and moe["export"] == "ok" and moe["exporter"] == "dynamo", moe
     assert moe["generate"] == "same", moe
+
+
+def test_one_token_decoder_with_positions_from_its_cache_exports_with_dynamo(tmp_path: Path) -> None:
+    """ProphetNet, as the sweep runs it: its decoder takes one token at a time once it has a cache (it asserts so),
+    so the decoder's samples give one; its cached position is an ``int()`` of the cache's length, which TorchScript
+    bakes (its files fail their check at another past length) and torch.export specialises, unless the position
+    table computes it from sizes (patches/positions.py); its cross-attention bias is ``1.0 - mask`` of an integer
+    mask, which the exporter's own decomposition cannot type (the ``aten::rsub.Scalar`` translation). Dynamo's files
+    pass their check and generate PyTorch's tokens."""
+    import transformers
+
+    from onnx_nb.steps.export.patches.positions import cached_positions, traced_positions
+
+    row = seq2seq_sweep.one("prophetnet", seq2seq_sweep.registry()["prophetnet"], tmp_path / "p" / "model", False)
+    assert row["pytorch"] == "ok" and row["export"] == "ok" and row["exporter"] == "dynamo", row
+    assert row["generate"] == "same", row
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "p" / "model").eval()
+    table = model.prophetnet.decoder.position_embeddings
+    with traced_positions(model) as names:
+        assert "prophetnet.decoder.position_embeddings" in names, names
+        assert table.forward.__func__ is cached_positions
+    assert "forward" not in vars(table)
 
 
 def test_experts_tables_loop_over_every_expert_as_the_model_does() -> None:

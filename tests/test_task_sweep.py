@@ -44,6 +44,30 @@ def test_end_of_sequence_token_closes_each_rows_attended_tokens() -> None:
     assert one_eos_each(torch.tensor([[5, 2], [2, 6]]), 2).tolist() == [[5, 2], [2, 6]]  # one each already
 
 
+def test_shrink_keeps_a_layer_for_each_output_a_neck_reads() -> None:
+    """A dense-prediction model whose neck reads several layers of its ViT backbone (Depth Anything's DINOv2 read at
+    layers 9 to 12 of 12; DPT's own backbone_out_indices) keeps one layer per output at the sweep's size, each read,
+    and its reassembly width follows the backbone's: PyTorch runs it (at 2 layers the neck had no inputs: "PyTorch
+    cannot run"). DETR's timm backbone is its family's smallest."""
+    import torch
+    import transformers
+
+    from onnx_nb.kinds.hf import samples
+
+    anything = task_sweep.tiny_config("depth_anything", task_sweep.registry_sweep.TINY)
+    backbone = anything.backbone_config
+    assert backbone.num_hidden_layers == 4 and backbone.out_indices == [1, 2, 3, 4], backbone
+    assert backbone.out_features == ["stage1", "stage2", "stage3", "stage4"]
+    assert anything.reassemble_hidden_size == backbone.hidden_size == task_sweep.registry_sweep.TINY["hidden_size"]
+    dpt = task_sweep.tiny_config("dpt", task_sweep.registry_sweep.TINY)
+    assert dpt.num_hidden_layers == 4 and list(dpt.backbone_out_indices) == [0, 1, 2, 3]
+    assert task_sweep.tiny_config("detr", task_sweep.registry_sweep.TINY).backbone_config.backbone == "resnet18"
+    model = transformers.DepthAnythingForDepthEstimation(anything).eval()
+    with torch.no_grad():
+        depth = model(**samples.build(model).as_dict()).predicted_depth
+    assert depth.ndim == 3 and torch.isfinite(depth).all()
+
+
 def test_weight_normed_conv_stays_float_in_dynamic_int8(tmp_path: Path) -> None:
     """SEW-D's positional convolution computes its weight (weight norm: g * v / ||v||); ORT's dynamic quantizer
     wants a Conv's weight constant and refused the whole file. The Conv stays float, the rest is INT8."""

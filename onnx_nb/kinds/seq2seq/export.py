@@ -89,6 +89,7 @@ def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, stag
         decoder_sample,
         encoder_inputs,
         layout_of,
+        step_tokens,
     )
     from ...steps.export.machinery.inputs import Sample, grow
     from ...steps.export.machinery.torch_exporters import check_file
@@ -101,10 +102,13 @@ def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, stag
     enc_axes, dec_axes = axes(layout)
     grown = grow(Sample(list(names), [enc_sample[n] for n in names], False, {n: dict(enc_axes[n]) for n in names}))
     grown_sample = dict(zip(grown.names, grown.tensors))
+    tokens = step_tokens(model, layout, enc_sample)
     parts = [(EncoderWithCross(model, names), list(names), enc_sample, grown_sample, enc_axes,
               target.stem + SUFFIX),
-             (DecoderWithCaches(model, layout), decoder_names(layout), decoder_sample(model, layout, enc_sample),
-              decoder_sample(model, layout, grown_sample, past=4, length=2, seed=1), dec_axes, target.name)]
+             (DecoderWithCaches(model, layout), decoder_names(layout),
+              decoder_sample(model, layout, enc_sample, length=tokens),
+              decoder_sample(model, layout, grown_sample, past=4, length=min(tokens, 2), seed=1), dec_axes,
+              target.name)]
     checks: dict[str, Any] = {}
     for module, in_names, feed, other, spec, filename in parts:
         flat = FlatModule(module, in_names, False, {})

@@ -51,8 +51,11 @@ class Seq2SeqLayout:
 
 
 def _caches(cache: Any) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[tuple[torch.Tensor, torch.Tensor]]]:
-    return ([(layer.keys, layer.values) for layer in cache.self_attention_cache.layers],
-            [(layer.keys, layer.values) for layer in cache.cross_attention_cache.layers])
+    """The self-attention and cross-attention keys and values of the layers the step filled: a cache made from a
+    config whose ``num_hidden_layers`` is not the decoder's depth (ProphetNet's counts its encoder's layers apart from
+    its decoder's) holds layers no decoder layer writes, left empty."""
+    return ([(layer.keys, layer.values) for layer in cache.self_attention_cache.layers if layer.keys is not None],
+            [(layer.keys, layer.values) for layer in cache.cross_attention_cache.layers if layer.keys is not None])
 
 
 def encoder_decoder_cache(model: Any, self_kv: list[Any], cross_kv: list[Any]) -> Any:
@@ -250,6 +253,18 @@ def decoder_sample(model: Any, layout: Seq2SeqLayout, encoder_sample: dict[str, 
         for kv in ("key", "value"):
             sample[f"past_key_values.{i}.encoder.{kv}"] = enc[f"present.{i}.encoder.{kv}"]
     return sample
+
+
+def step_tokens(model: Any, layout: Seq2SeqLayout, encoder_sample: dict[str, torch.Tensor]) -> int:
+    """How many new tokens the decoder's samples give a cached step: several (the file then takes any count), or 1
+    where the model takes one at a time once it has a cache (ProphetNet asserts it; its generation feeds one)."""
+    sample = decoder_sample(model, layout, encoder_sample, past=1, length=2)
+    try:
+        with torch.no_grad():
+            DecoderWithCaches(model, layout)(*sample.values())
+    except Exception:  # noqa: BLE001 - any refusal: one token, whose own run says what else is wrong
+        return 1
+    return 3
 
 
 # -- running the two files --------------------------------------------------------------------------

@@ -6,15 +6,17 @@ applies (what in a model it recognises), what it replaces, and why the export ne
   table of expert modules looping over the experts hit: every expert in turn), :mod:`.windows` (windows pooled
   into entries without a branch on the length), :mod:`.scans` (a recurrence looping over the tokens: one scan),
   :mod:`.blocks` (attention within fixed blocks of frames, and windows pooled into queries, without a branch on
-  the length).
+  the length), :mod:`.positions` (a position table's cached step from sizes, not an ``int()``), :mod:`.sliding`
+  (attention within a window with global tokens, over the whole sequence: no strided chunks, no padding),
+  :mod:`.lengths` (``len()`` of a tensor as its first size, in the model's source modules: a batch kept dynamic).
   They lend through :func:`.lending.lent`, which gives each instance its own attribute back.
 - :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.
 - :mod:`.vision_towers`: the span attention of grid vision towers (transformers' own export patches, and two
   repairs of them), lent by the vision-language export around its tower.
 - :mod:`.matching`: onnxscript's pattern matcher in time linear in the graph (the exporter's clean-up and ORT's
   fusions), applied with the module patches.
-- :mod:`.translations`: ONNX translations the dynamo exporter lacks, given to every dynamo export, and the repairs
-  made on its graph after.
+- :mod:`.translations`: ONNX translations the dynamo exporter lacks (an integer mask's ``1.0 - mask`` among them),
+  given to every dynamo export, and the repairs made on its graph after.
 
 Nothing here is imported by ``import onnx_nb``: the exporters import what they apply.
 """

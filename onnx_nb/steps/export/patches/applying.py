@@ -1,5 +1,6 @@
 """The patches every dynamo export applies, in one block: the module patches (:mod:`.experts`, :mod:`.expert_tables`,
-:mod:`.windows`, :mod:`.scans`, :mod:`.blocks`) and the exporter's own (:mod:`.matching`)."""
+:mod:`.windows`, :mod:`.scans`, :mod:`.blocks`, :mod:`.positions`, :mod:`.sliding`, :mod:`.lengths`) and the
+exporter's own (:mod:`.matching`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from . import blocks, expert_tables, experts, matching, scans, windows
+from . import blocks, expert_tables, experts, lengths, matching, positions, scans, sliding, windows
 from .contract import Patch
 
-MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, expert_tables.PATCH, windows.PATCH, scans.PATCH, blocks.PATCH)
+MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, expert_tables.PATCH, windows.PATCH, scans.PATCH, blocks.PATCH,
+                                    positions.PATCH, sliding.PATCH, lengths.PATCH)
 EXPORTER_PATCHES: tuple[Patch, ...] = (matching.PATCH,)
 
 

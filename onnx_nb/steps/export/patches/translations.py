@@ -12,6 +12,9 @@
   exporter then drops.
 - ``aten::arange.start_step`` with bounds known at export: torch's values as a constant (ONNX's ``Range`` counts in
   float32 where torch counts in double, one element short for ``arange(1/27, 1.0, 1/27)``).
+- ``aten::rsub.Scalar`` (``1.0 - mask`` of an integer mask, ProphetNet's cross-attention bias): torch's result
+  type (an integer tensor less a float is float), where the exporter's own decomposition leaves ``sub(1.0, x)``,
+  which its type promotion pass then cannot match to an overload ("Failed to decompose the FX graph").
 
 :func:`complex_ops` adds the complex overloads torchlib lacks (``aten::unsqueeze`` of a complex tensor: Llama 4's
 rotary multiplies queries by ``polar(...)[:, :, None, :]``). The exporter drops a custom translation for a complex
@@ -127,6 +130,20 @@ def _arange_start_step(start: Any, end: Any, step: Any = 1, dtype: int = -1, lay
     return opset18.Constant(value=onnx.numpy_helper.from_array(np.ascontiguousarray(values)))
 
 
+def _rsub_scalar(self: Any, other: Any, alpha: Any = 1) -> Any:
+    """``other - alpha * self`` for a Python number ``other``, in torch's result type: an integer or boolean tensor
+    with a float number gives float32 (torch's default type), else ``self``'s type."""
+    from onnxscript import ir
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    floating = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
+    if any(isinstance(v, float) for v in (other, alpha)) and getattr(self, "dtype", None) not in floating:
+        self = op.Cast(self, to=ir.DataType.FLOAT)
+    scaled = self if alpha == 1 else op.Mul(self, op.CastLike(op.Constant(value_float=float(alpha)), self))
+    return op.Sub(op.CastLike(op.Constant(value_float=float(other)), self), scaled)
+
+
 def _unsqueeze_complex(self: Any, dim: int) -> Any:
     """``aten::unsqueeze`` of a complex tensor stored as (..., 2): a negative axis counts past the pair."""
     from onnxscript.onnx_opset import opset18
@@ -174,7 +191,8 @@ def table() -> dict[Any, Any]:
     import torch
 
     found: dict[Any, Any] = {torch.ops.aten.histc.default: _histc,
-                             torch.ops.aten.arange.start_step: _arange_start_step}
+                             torch.ops.aten.arange.start_step: _arange_start_step,
+                             torch.ops.aten.rsub.Scalar: _rsub_scalar}
     is_all_true = getattr(torch.ops.aten, "_is_all_true", None)
     if is_all_true is not None and hasattr(is_all_true, "default"):
         found[is_all_true.default] = _is_all_true
