@@ -145,6 +145,48 @@ def test_attention_within_blocks_of_frames_takes_clips_of_any_length(tmp_path: A
     assert row["generate"] == "same" and row["audio_changes_tokens"], row
 
 
+def test_windows_of_a_packed_audio_sequence_take_clips_of_any_length(tmp_path: Any) -> None:
+    """Qwen3-ASR, as the speech LLM sweep runs it: its audio encoder packs the clips' frames into one sequence and
+    attends within windows whose bounds it computes in Python (``.item()``, a loop over the clips) and splits at; the
+    bounds as tensors and one masked attention (patches/audio_windows.py) give dynamo an audio file that takes clips
+    of other lengths (its file failed at them: "Cannot split using values in 'split' attribute"), generating
+    PyTorch's tokens. Eagerly, the patched encoder is the model's for one clip, two, and a clip of two windows."""
+    import sys
+    from pathlib import Path
+
+    import torch
+    import transformers
+
+    from onnx_nb.kinds.speech_llm.parts import audio_sample
+    from onnx_nb.steps.export.patches.audio_windows import traceable_windows, windowed_attention
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import speech_llm_sweep
+
+    row = speech_llm_sweep.one("qwen3_asr", "Qwen3ASRForConditionalGeneration", tmp_path / "model")
+    assert row["export"] == "ok" and row["audio_file"] == "verified (dynamo)", row
+    assert row["generate"] == "same" and row["audio_changes_tokens"], row
+    model = transformers.Qwen3ASRForConditionalGeneration.from_pretrained(tmp_path / "model").eval()
+    tower = model.model.audio_tower
+    clips = [audio_sample(model, 1, seed=i, seconds=s) for i, s in enumerate((9.0, 1.4))]
+    both = {k: torch.cat([c[k] for c in clips]) for k in clips[0]}  # the processor pads every clip to 30 s
+    for given in (clips[0], clips[1], both):
+        with torch.no_grad():
+            own = tower(**given).last_hidden_state
+            with traceable_windows(model) as names:
+                attention = tower.layers[0].self_attn
+                assert "model.audio_tower.layers.0.self_attn" in names
+                assert attention.forward.__func__ is windowed_attention
+                patched = tower(**given).last_hidden_state
+        assert patched.shape == own.shape and torch.allclose(patched, own, atol=1e-5)
+    assert "forward" not in vars(attention)
+    source = sys.modules[type(tower).__module__]  # the model's own bounds: the 9 s clip spans several windows
+    mask, chunk = clips[0]["input_features_mask"], 2 * tower.n_window
+    bounds = source.get_audio_cu_seqlens(mask.view(1, -1, chunk).sum(-1).reshape(-1), mask.sum(-1),
+                                         tower.n_window_infer, tower.n_window)
+    assert len(bounds) > 2, bounds
+
+
 def test_blocks_of_frames_branch_free_as_the_model_computes_them() -> None:
     """The branch-free block attention and window projector (patches/blocks.py) against Granite Speech's own forwards,
     eagerly: one block with padding, one exact block, several blocks with padding, two clips at once."""

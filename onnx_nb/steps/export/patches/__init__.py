@@ -8,7 +8,8 @@ applies (what in a model it recognises), what it replaces, and why the export ne
   :mod:`.blocks` (attention within fixed blocks of frames, and windows pooled into queries, without a branch on
   the length), :mod:`.positions` (a position table's cached step from sizes, not an ``int()``), :mod:`.sliding`
   (attention within a window with global tokens, over the whole sequence: no strided chunks, no padding),
-  :mod:`.lengths` (``len()`` of a tensor as its first size, in the model's source modules: a batch kept dynamic).
+  :mod:`.lengths` (``len()`` of a tensor as its first size, in the model's source modules: a batch kept dynamic),
+  :mod:`.audio_windows` (attention within windows of a packed audio sequence, masked, its bounds as tensors).
   They lend through :func:`.lending.lent`, which gives each instance its own attribute back.
 - :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.
 - :mod:`.vision_towers`: the span attention of grid vision towers (transformers' own export patches, and two

@@ -7,6 +7,10 @@ file gave other boxes at batch 3). Within :func:`symbolic_lengths`, each source 
 a module-level ``len`` (which its code then finds before the builtin) answering a tensor with ``shape[0]`` (the
 same number in eager code, a size the exporter keeps symbolic in a trace) and anything else with the builtin.
 
+The answer is a symbolic size in a trace, not an int: code that hashes it (a cache keyed by it) would fail, so only
+model code gets it, never a library's layers (torch's, torchvision's, timm's, onnx-nb's, transformers' outside its
+``models`` package).
+
 Recognised by what the code uses, not by family: every Python module defining one of the model's modules whose
 source calls ``len(`` and that has no ``len`` of its own.
 """
@@ -21,6 +25,8 @@ from typing import Any
 
 from .contract import Patch
 
+LIBRARIES = ("builtins", "torch", "torchvision", "torchaudio", "timm", "onnx_nb")
+
 
 def tensor_len(value: Any) -> Any:
     """``len(value)``: a tensor's first size (a symbolic size in a trace), else the builtin's answer."""
@@ -29,6 +35,14 @@ def tensor_len(value: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.dim() > 0:
         return value.shape[0]
     return builtins.len(value)
+
+
+def _model_code(name: str) -> bool:
+    """Whether a module is a model's own code: not a library's layers (see the module's docstring)."""
+    top = name.split(".")[0]
+    if top in LIBRARIES:
+        return False
+    return top != "transformers" or ".models." in name
 
 
 def _calls_len(module: Any) -> bool:
@@ -47,7 +61,7 @@ def symbolic_lengths(model: Any) -> Iterator[list[str]]:
     from .lending import lent
 
     names = {type(m).__module__ for m in (model.modules() if hasattr(model, "modules") else [])}
-    sources = [sys.modules[n] for n in sorted(names) if n in sys.modules and not n.startswith("torch.")]
+    sources = [sys.modules[n] for n in sorted(names) if n in sys.modules and _model_code(n)]
     found = [s for s in sources if "len" not in vars(s) and _calls_len(s)]
     with lent([(s, "len", tensor_len) for s in found]):
         yield [s.__name__ for s in found]

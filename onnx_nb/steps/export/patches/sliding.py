@@ -40,24 +40,28 @@ CALL = ("self", "hidden_states", "attention_mask", "is_index_masked", "is_index_
 def dense_band_attention(self: Any, hidden_states: Any, attention_mask: Any = None, is_index_masked: Any = None,
                          is_index_global_attn: Any = None, is_global_attn: Any = None,
                          output_attentions: bool = False) -> Any:
-    """The attention's forward over the whole sequence (``hidden_states``: batch, length, width); the model's own
-    where it is asked for its attention maps, whose banded layout this form does not make."""
+    """The attention's forward over the whole sequence (``hidden_states``: batch, length, width). Its attention maps
+    (``output_attentions``) are refused: the model's are banded, over a sequence padded to the window, which this
+    form neither pads nor makes."""
     import math
 
     import torch
 
+    from ....errors import ExportError
+
     if output_attentions:
-        return type(self).forward(self, hidden_states, attention_mask, is_index_masked, is_index_global_attn,
-                                  is_global_attn, output_attentions)
+        raise ExportError("A Longformer-style attention is exported without its attention maps: call the model with "
+                          "output_attentions=False (its maps are banded over the window-padded sequence, which the "
+                          "exported form computes densely).")
     batch, length, _ = hidden_states.shape
     heads, size = self.num_heads, self.head_dim
 
     def split(x: Any) -> Any:  # (batch, heads, length, head size)
         return x.view(batch, length, heads, size).transpose(1, 2)
 
-    lowest = torch.finfo(hidden_states.dtype).min
     query = split(self.query(hidden_states) / math.sqrt(size))
     scores = torch.matmul(query, split(self.key(hidden_states)).transpose(-1, -2))
+    lowest = torch.finfo(scores.dtype).min
     where = torch.arange(length, device=hidden_states.device)
     band = (where[:, None] - where[None, :]).abs() <= self.one_sided_attn_window_size
     keys = (band[None] & (attention_mask == 0)[:, None, :]) | is_index_global_attn[:, None, :]

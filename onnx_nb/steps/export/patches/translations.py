@@ -131,8 +131,12 @@ def _arange_start_step(start: Any, end: Any, step: Any = 1, dtype: int = -1, lay
 
 
 def _rsub_scalar(self: Any, other: Any, alpha: Any = 1) -> Any:
-    """``other - alpha * self`` for a Python number ``other``, in torch's result type: an integer or boolean tensor
-    with a float number gives float32 (torch's default type), else ``self``'s type."""
+    """``other - alpha * self`` in torch's result type: an integer tensor with a float number gives float32 (torch's
+    default type), else ``self``'s type. A Python number is a constant made in its own precision (an int64's
+    ``2**31 - 1``, a double's ``1/3``) then cast; anything else (a symbolic size: ``x.shape[0] - x``) is a value
+    cast to ``self``'s type."""
+    import numpy as np
+    import onnx
     from onnxscript import ir
     from onnxscript.onnx_opset import opset18
 
@@ -140,8 +144,14 @@ def _rsub_scalar(self: Any, other: Any, alpha: Any = 1) -> Any:
     floating = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
     if any(isinstance(v, float) for v in (other, alpha)) and getattr(self, "dtype", None) not in floating:
         self = op.Cast(self, to=ir.DataType.FLOAT)
-    scaled = self if alpha == 1 else op.Mul(self, op.CastLike(op.Constant(value_float=float(alpha)), self))
-    return op.Sub(op.CastLike(op.Constant(value_float=float(other)), self), scaled)
+
+    def like(value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = op.Constant(value=onnx.numpy_helper.from_array(np.array(value)))
+        return op.CastLike(value, self)
+
+    scaled = self if isinstance(alpha, (int, float)) and alpha == 1 else op.Mul(self, like(alpha))
+    return op.Sub(like(other), scaled)
 
 
 def _unsqueeze_complex(self: Any, dim: int) -> Any:
