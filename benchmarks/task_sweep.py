@@ -41,6 +41,22 @@ TASKS = {
     "semantic-segmentation": "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",
     "object-detection": "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",
     "zero-shot-image-classification": "MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "zero-shot-object-detection": "MODEL_FOR_ZERO_SHOT_OBJECT_DETECTION_MAPPING_NAMES",
+    "instance-segmentation": "MODEL_FOR_INSTANCE_SEGMENTATION_MAPPING_NAMES",
+    "universal-segmentation": "MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES",
+    "mask-generation": "MODEL_FOR_MASK_GENERATION_MAPPING_NAMES",
+    "keypoint-detection": "MODEL_FOR_KEYPOINT_DETECTION_MAPPING_NAMES",
+    "image-to-image": "MODEL_FOR_IMAGE_TO_IMAGE_MAPPING_NAMES",
+    "masked-image-modeling": "MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING_NAMES",
+    "video-classification": "MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES",
+    "audio-frame-classification": "MODEL_FOR_AUDIO_FRAME_CLASSIFICATION_MAPPING_NAMES",
+    "audio-xvector": "MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES",
+    "multiple-choice": "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES",
+    "next-sentence-prediction": "MODEL_FOR_NEXT_SENTENCE_PREDICTION_MAPPING_NAMES",
+    "time-series-classification": "MODEL_FOR_TIME_SERIES_CLASSIFICATION_MAPPING_NAMES",
+    "time-series-regression": "MODEL_FOR_TIME_SERIES_REGRESSION_MAPPING_NAMES",
+    "time-series-prediction": "MODEL_FOR_TIME_SERIES_PREDICTION_MAPPING_NAMES",
+    "text-to-waveform": "MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES",
 }
 # the names a vision encoder gives its stages (one entry per stage): their count is kept, each stage one block deep
 STAGE_LISTS = ("depths", "hidden_sizes")

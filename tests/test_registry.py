@@ -364,6 +364,42 @@ def test_float_less_an_integer_mask_has_torchs_type(tmp_path: Path) -> None:
         assert g.dtype == np.int64 and np.array_equal(g, w.numpy())
 
 
+class QueriesAmongTies(torch.nn.Module):
+    """Keeps the 300 best-scored of 1,029 anchors and returns their boxes, where many anchors score the same (as
+    RT-DETR's anchors outside the image do)."""
+
+    def forward(self, scores: torch.Tensor, boxes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = torch.where(scores.abs() < 0.8, torch.zeros_like(scores), scores)  # ties: every small score is 0
+        best = torch.topk(scores, 300, dim=1).indices
+        order = torch.argsort(scores, dim=1, descending=True)[:, :300]
+        return torch.gather(boxes, 1, best.unsqueeze(-1).expand(-1, -1, 4)), order
+
+
+def test_selection_among_equal_scores_is_checked_as_onnx_orders_ties(tmp_path: Path) -> None:
+    """``topk``/``argsort`` leave the order of equal values unspecified and PyTorch's CPU kernel picks other tied
+    anchors than ONNX's TopK (the lower index first): the export's check compared whole boxes and failed a right
+    file. Its reference now orders ties as ONNX does (machinery/ties.py), which changes nothing without ties; the
+    file passes at the sample's size and another, and the eager model outside the check is untouched."""
+    from onnx_nb.steps.export.machinery.ties import OnnxTies
+
+    torch.manual_seed(0)
+    scores, boxes = torch.randn(2, 1029), torch.rand(2, 1029, 4)
+    model = QueriesAmongTies()
+    with torch.no_grad():
+        own = model(scores, boxes)
+        with OnnxTies():
+            onnx_order = model(scores, boxes)
+    assert not torch.equal(own[0], onnx_order[0])  # PyTorch's own pick differs among the ties
+    distinct = torch.randn(2, 1029) * 10  # no small score: no ties, the same picks either way
+    with torch.no_grad():
+        plain = model(distinct, boxes)
+        with OnnxTies():
+            assert all(torch.equal(a, b) for a, b in zip(plain, model(distinct, boxes)))
+    result = onnx_nb.export(model, {"scores": scores, "boxes": boxes}, out=tmp_path / "q.onnx",
+                            dynamic={"scores": {0: "batch"}, "boxes": {0: "batch"}}, progress=False)
+    assert result and result.check.passed, result.check_text()
+
+
 class BatchByLen(torch.nn.Module):
     """Takes its batch size as ``len()`` of a tensor, as RT-DETR's and D-FINE's decoders do."""
 

@@ -58,7 +58,7 @@ class Reference:
 
         tensors = [torch.from_numpy(contiguous(feed[n])) for n in self.flat.input_names]
         with eval_mode(self.model), torch.no_grad():
-            out = self.flat.flat(*tensors)
+            out = self.flat.reference(*tensors)
         return {n: t.detach().float().numpy() if t.is_floating_point() else t.numpy()
                 for n, t in zip(self.output_names, out)}
 

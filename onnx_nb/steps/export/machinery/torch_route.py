@@ -127,7 +127,7 @@ def _cache_check(source: ModelSource, flat: Any, s: Any) -> tuple[Any, Any, Any]
     other = decoder_cache.cache_sample(source.model, layout, seed=1, batch=3, sequence=2, past=6)
     probe = Sample(list(s.names), [other[n] for n in s.names], False, dict(s.axes))
     with torch.no_grad():
-        after = flat.flat(*probe.tensors)
+        after = flat.reference(*probe.tensors)
     axes = decoder_cache.cache_axes(layout)
     return probe, after, {n: axes[n] for n in flat.output_names} if s.axes else {}
 
@@ -156,7 +156,7 @@ def _grown_check(s: Any, flat: Any, before: tuple[Any, ...], warnings_seen: list
         if other is not None else inputs.grow(s)
     try:
         with torch.no_grad():
-            after = flat.flat(*grown.tensors)
+            after = flat.reference(*grown.tensors)
     except Exception as exc:  # noqa: BLE001 - reported, export goes on statically checked
         warnings_seen.append(f"The PyTorch model itself fails at shapes {grown.shapes()} "
                              f"({type(exc).__name__}: {first_line(exc, 200)}); checked at the sample's shape only.")

@@ -96,8 +96,11 @@ class FlatModule(torch.nn.Module):
         return self.model(*tensors, **self.call_kwargs)
 
     def discover(self, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """Run once eagerly to learn the output names; returns the flat outputs."""
-        with torch.no_grad():
+        """Run once eagerly to learn the output names; returns the flat outputs (a reference's: equal values ordered
+        as ONNX orders them, :mod:`.ties`)."""
+        from .ties import OnnxTies
+
+        with torch.no_grad(), OnnxTies():
             raw = self.call(tensors)
         named = output_paths(raw, self.hf)
         if not named:
@@ -114,6 +117,13 @@ class FlatModule(torch.nn.Module):
     def flat(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         raw = self.call(tensors)
         return tuple(pick(raw, p) for p in self.paths)
+
+    def reference(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """:meth:`flat` for a check: equal values that ``topk``/``sort`` order come in ONNX's order (:mod:`.ties`)."""
+        from .ties import OnnxTies
+
+        with OnnxTies():
+            return self.flat(*tensors)
 
 
 def distinct(name: str, taken: set[str]) -> str:
