@@ -12,7 +12,7 @@ limit (``registry_sweep.run_rows``).
         [--timeout 240] [--no-variants] [--again]
 
 Rows land in ``benchmarks/results/tasks/<task>.json``, one file per task; ``registry_sweep.py --page-only`` writes
-them into the supported-architectures page. The whole set is about 430 types (2 to 3 hours on 2 cores): run a task
+them into the supported-architectures page. The whole set is about 580 types (4 to 5 hours on 2 cores): run a task
 or some at a time.
 """
 
@@ -101,12 +101,19 @@ def tiny_config(model_type: str, sizes: dict[str, int]) -> Any:
                 setattr(config, name, stages)
         if isinstance(getattr(config, "depths", None), (list, tuple)):
             config.depths = type(config.depths)([1] * len(config.depths))
-    elif isinstance(getattr(config, "stage_names", None), list) and getattr(config, "out_features", None):
-        # a backbone-capable ViT (BEiT, DINOv2) names a stage per layer and reads its output at the last one: both
-        # follow the shrunk depth, else its saved config no longer loads (out_features outside stage_names)
-        config.stage_names = ["stem"] + [f"stage{i}" for i in range(1, config.num_hidden_layers + 1)]
-        config.out_features = [config.stage_names[-1]]
-    necked_backbone(config)
+    text, vision = getattr(config, "text_config", None), getattr(config, "vision_config", None)
+    if isinstance(getattr(text, "encoder_hidden_size", None), int) and hasattr(vision, "hidden_size"):
+        text.encoder_hidden_size = vision.hidden_size  # BLIP's text cross-attends to the image (its config ties them)
+    necked_backbone(config)  # first: a neck's reads decide its backbone's depth
+    for sub in [] if stages else [config, *vars(config).values()]:
+        if isinstance(getattr(sub, "stage_names", None), list) and getattr(sub, "out_features", None) \
+                and isinstance(getattr(sub, "num_hidden_layers", None), int) \
+                and len(sub.stage_names) != sub.num_hidden_layers + 1:
+            # a backbone-capable ViT (BEiT, DINOv2; TIPS' vision tower) names a stage per layer and reads its output
+            # at the last one: both follow the shrunk depth, else its saved config no longer loads (out_features
+            # outside stage_names)
+            sub.stage_names = ["stem"] + [f"stage{i}" for i in range(1, sub.num_hidden_layers + 1)]
+            sub.out_features = [sub.stage_names[-1]]
     return config
 
 

@@ -51,6 +51,11 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
             vision.hidden_size = text.hidden_size  # Qwen2-VL's tower: embed_dim inside, hidden_size what it gives
         if isinstance(getattr(vision, "out_hidden_size", None), int):
             vision.out_hidden_size = text.hidden_size
+        qformer = getattr(config, "qformer_config", None)  # BLIP-2's Q-Former: as small as the tower, and
+        if qformer is not None:                              # cross-attending to the tower's states (its config
+            registry_sweep.set_ints(qformer, vision_sizes)   # ties the widths when it loads)
+            if isinstance(getattr(qformer, "encoder_hidden_size", None), int) and hasattr(vision, "hidden_size"):
+                qformer.encoder_hidden_size = vision.hidden_size
         side = getattr(vision, "image_size", None)
         if isinstance(getattr(config, "mm_tokens_per_image", None), int) and isinstance(side, int):
             patches = side // int(vision.patch_size)  # Gemma 3 pools the patches to this many tokens a side
@@ -68,7 +73,12 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
         rope["mrope_section"] = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
     from onnx_nb.kinds.vlm.parts import image_token_of
 
-    token, text = image_token_of(config), config.get_text_config()
+    text = config.get_text_config()
+    for name in ("image_token_index", "image_token_id"):  # BLIP-2's default config names none: its checkpoints
+        if name in vars(config) and getattr(config, name) is None and isinstance(  # add one past the vocabulary
+                getattr(config, "num_query_tokens", None), int) and isinstance(getattr(text, "vocab_size", None), int):
+            setattr(config, name, int(text.vocab_size))
+    token = image_token_of(config)
     if token is not None and isinstance(getattr(text, "vocab_size", None), int) and token >= text.vocab_size:
         text.vocab_size = token + 64  # a default config whose vocabulary misses its own image token (LLaVA's)
     return config

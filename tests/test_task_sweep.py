@@ -48,7 +48,8 @@ def test_shrink_keeps_a_layer_for_each_output_a_neck_reads() -> None:
     """A dense-prediction model whose neck reads several layers of its ViT backbone (Depth Anything's DINOv2 read at
     layers 9 to 12 of 12; DPT's own backbone_out_indices) keeps one layer per output at the sweep's size, each read,
     and its reassembly width follows the backbone's: PyTorch runs it (at 2 layers the neck had no inputs: "PyTorch
-    cannot run"). DETR's timm backbone is its family's smallest."""
+    cannot run"). DETR's timm backbone is its family's smallest; a sub-config's stages follow its shrunk depth (TIPS'
+    vision tower: its saved config did not load)."""
     import torch
     import transformers
 
@@ -62,6 +63,8 @@ def test_shrink_keeps_a_layer_for_each_output_a_neck_reads() -> None:
     dpt = task_sweep.tiny_config("dpt", task_sweep.registry_sweep.TINY)
     assert dpt.num_hidden_layers == 4 and list(dpt.backbone_out_indices) == [0, 1, 2, 3]
     assert task_sweep.tiny_config("detr", task_sweep.registry_sweep.TINY).backbone_config.backbone == "resnet18"
+    tips = task_sweep.tiny_config("tipsv2", task_sweep.registry_sweep.TINY).vision_config  # a tower's own stages
+    assert tips.stage_names == ["stem", "stage1", "stage2"] and tips.out_features == ["stage2"], tips
     model = transformers.DepthAnythingForDepthEstimation(anything).eval()
     with torch.no_grad():
         depth = model(**samples.build(model).as_dict()).predicted_depth

@@ -79,6 +79,15 @@ VLMS: dict[str, tuple[str, dict[str, Any]]] = {
         "text_config": {"model_type": "qwen2", **TEXT, "vocab_size": 300}, "image_token_index": 260,
         "vision_config": {"model_type": "timm_wrapper", "architecture": "fastvit_t8", "hidden_size": 768,
                           "model_args": {"inference_mode": True}}}),
+    # BLIP-2: a Q-Former's queries over the tower's states; its forward encodes the image on every call, so the
+    # decoder part is its own language model (an OPT here)
+    "blip-2": ("Blip2ForConditionalGeneration", {
+        "text_config": {"model_type": "opt", "hidden_size": 64, "ffn_dim": 128, "num_hidden_layers": 2,
+                        "num_attention_heads": 4, "vocab_size": 300, "word_embed_proj_dim": 64,
+                        "max_position_embeddings": 256},
+        "vision_config": {**VISION}, "num_query_tokens": 4, "image_token_index": 260,
+        "qformer_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "intermediate_size": 64, "encoder_hidden_size": 32}}),
     "cohere2_vision": ("Cohere2VisionForConditionalGeneration", {
         "text_config": {"model_type": "cohere2", **TEXT, "vocab_size": 300}, "image_token_id": 260,
         "vision_config": {"model_type": "siglip_vision_model", **VISION}, "downsample_factor": 2}),
@@ -104,7 +113,8 @@ def build_vlm(family: str, seed: int = 0) -> Any:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "vision" in name or "projector" in name or "connector" in name:
+            if "vision" in name or "projector" in name or "connector" in name or "qformer" in name \
+                    or "language_projection" in name:
                 p.add_(torch.randn(p.shape, generator=g) * NOISE.get(family, 0.2))
     return model
 

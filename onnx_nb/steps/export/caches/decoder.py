@@ -117,11 +117,29 @@ class NoKeyValueCache(Exception):
     decoder; a state: Mamba, RWKV, linear attention): its file takes the whole sequence each step."""
 
 
+def text_decoder(model: Any) -> Any:
+    """The module a decoder step runs: the model itself, or, where its forward cannot run without an image (BLIP-2
+    encodes its required ``pixel_values`` on every call), its language model (a causal LM of its own, fed
+    embeddings where the image's rows are already placed)."""
+    import inspect
+
+    try:
+        pixels = inspect.signature(model.forward).parameters.get("pixel_values")
+    except (TypeError, ValueError):  # pragma: no cover - a forward without a signature
+        return model
+    text = getattr(model, "language_model", None)
+    if pixels is None or pixels.default is not inspect.Parameter.empty or text is None:
+        return model
+    head = getattr(text, "get_output_embeddings", lambda: None)()
+    return text if head is not None else model
+
+
 def layout_of(model: Any) -> CacheLayout:
     """Run the model once on one token with its cache on, and read the cache it returns (NoKeyValueCache when it
     is not per-layer keys and values)."""
     from ..machinery.wrap import forward_parameters
 
+    model = text_decoder(model)
     name = type(model).__name__
     # positions given as generate() gives them: without, some models count them from the cache, which a cache of
     # linear-attention layers only cannot say (LFM-3 of one layer)
@@ -198,7 +216,7 @@ class DecoderWithCache(torch.nn.Module):
 
     def __init__(self, model: Any, layout: CacheLayout) -> None:
         super().__init__()
-        self.model = model
+        self.model = text_decoder(model)
         self.layout = layout
 
     def forward(self, first: torch.Tensor, *rest: torch.Tensor) -> dict[str, torch.Tensor]:
