@@ -75,7 +75,7 @@ def path_of(task: str) -> Path:
     return RESULTS / f"{task}.json"
 
 
-def tiny_config(model_type: str, sizes: dict[str, int]) -> Any:
+def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
     """``registry_sweep.tiny_config``; a config with per-stage lists (ConvNeXt's, Swin's, ResNet's ``depths`` and
     ``hidden_sizes``) keeps its stage count (which some alias as ``num_hidden_layers``: shrunk, it would drop
     stages the head's width is read from) and its widths, with each stage one block deep."""
@@ -104,6 +104,9 @@ def tiny_config(model_type: str, sizes: dict[str, int]) -> Any:
     text, vision = getattr(config, "text_config", None), getattr(config, "vision_config", None)
     if isinstance(getattr(text, "encoder_hidden_size", None), int) and hasattr(vision, "hidden_size"):
         text.encoder_hidden_size = vision.hidden_size  # BLIP's text cross-attends to the image (its config ties them)
+    if task == "zero-shot-object-detection" and isinstance(getattr(config, "projection_dim", None), int) \
+            and isinstance(getattr(text, "hidden_size", None), int):
+        config.projection_dim = text.hidden_size  # OWL-ViT's box classes compare both in the text's width
     necked_backbone(config)  # first: a neck's reads decide its backbone's depth
     for sub in [] if stages else [config, *vars(config).values()]:
         if isinstance(getattr(sub, "stage_names", None), list) and getattr(sub, "out_features", None) \
@@ -200,7 +203,7 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
     started = time.perf_counter()
     for size, sizes in (("tiny", registry_sweep.TINY), ("depth only", registry_sweep.DEPTH)):
         try:
-            config = tiny_config(model_type, sizes)
+            config = tiny_config(model_type, sizes, task)
             if task == "text-classification":  # a decoder's classifier pools at the last token that is not padding
                 for owner in {id(c): c for c in (config, registry_sweep.text_of(config))}.values():
                     if getattr(owner, "pad_token_id", 0) is None:

