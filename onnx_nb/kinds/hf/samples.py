@@ -141,8 +141,10 @@ def _audio(model: Any, name: str, quirk: Quirk, gen: torch.Generator) -> torch.T
     if name == "input_features" and quirk.features_length:
         return torch.randn(BATCH, bins, frames, generator=gen)
     spectrogram_frames = getattr(config, "max_length", None) if name == "input_values" else None
-    shapes: list[tuple[int, ...]] = [(BATCH, AUDIO_SAMPLES)] if name == "input_values" else [
-        (BATCH, bins, frames), (BATCH, frames, bins)]
+    # a waveform of a quarter second, else one second (an x-vector head's dilated convolutions need more frames than
+    # a quarter second leaves after the feature encoder)
+    shapes: list[tuple[int, ...]] = [(BATCH, AUDIO_SAMPLES), (BATCH, 4 * AUDIO_SAMPLES)] \
+        if name == "input_values" else [(BATCH, bins, frames), (BATCH, frames, bins)]
     if named and isinstance(spectrogram_frames, int):  # a spectrogram named input_values (AST)
         shapes.append((BATCH, spectrogram_frames, bins))
     candidates = [torch.randn(*shape, generator=gen) for shape in shapes]
