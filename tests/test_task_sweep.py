@@ -20,10 +20,11 @@ import task_sweep
 # with a vision tower and an image token: not a vision-language model, and the image its text needs tokens for left
 # out of the sample), BART's classifier (an encoder-decoder that reads its decoder at each row's end-of-sequence token
 # and makes its own decoder inputs: the sample leaves those out and ends each row with one such token), an x-vector
-# head (its dilated convolutions need a second of audio: the sample's quarter second left them too few frames)
+# head (its dilated convolutions need a second of audio: the sample's quarter second left them too few frames), a
+# multiple-choice head (its inputs [batch, choices, sequence], each axis dynamic and checked at other sizes)
 SUBSET = [("image-classification", "convnext"), ("text-classification", "llama"), ("fill-mask", "bert"),
           ("fill-mask", "xmod"), ("fill-mask", "modernvbert"), ("text-classification", "bart"),
-          ("audio-xvector", "wav2vec2")]
+          ("audio-xvector", "wav2vec2"), ("multiple-choice", "bert")]
 
 
 @pytest.mark.parametrize(("task", "model_type"), SUBSET)

@@ -38,6 +38,7 @@ QUIRKS: dict[str, Quirk] = {
                                    "audio, padded); shorter audio is padded by the feature extractor"),
 }
 
+TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 AXES: AxisSpec = {
     "input_ids": {0: "batch", 1: "sequence"},
     "attention_mask": {0: "batch", 1: "sequence"},
@@ -226,10 +227,17 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
     if "input_ids" in values and pools_at_eos(model):
         values["input_ids"] = one_eos_each(values["input_ids"], getattr(config, "eos_token_id", None),
                                             values.get("attention_mask"))
+    choices = type(model).__name__.endswith("ForMultipleChoice")
+    if choices:  # a multiple-choice head scores each row's candidates: [batch, choices, sequence], two choices here
+        for name in [n for n in TEXT_INPUTS if n in values]:
+            values[name] = torch.stack([values[name], torch.roll(values[name], 1, dims=1)], dim=1) \
+                if name == "input_ids" else torch.stack([values[name]] * 2, dim=1)
     if "pixel_values" in values and names[0] != "pixel_values" and not _takes(model, values):
         del values["pixel_values"]  # an image the text model takes but only with its image tokens (ModernVBERT)
     ordered = [n for n in names if n in values]
     axes = {n: dict(AXES.get(n, {0: "batch"})) for n in ordered if n not in quirk.static_axes}
+    if choices:
+        axes.update({n: {0: "batch", 1: "choices", 2: "sequence"} for n in TEXT_INPUTS if n in axes})
     for n in quirk.static_axes:
         if n in ordered:
             axes[n] = {0: "batch"}
