@@ -88,6 +88,11 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
             sub.image_size = IMAGE_SIDE  # EfficientNet's default config is B7's, at 600 x 600 ...
         if isinstance(getattr(sub, "depth_coefficient", None), float):  # ... and 3.1 x as deep as B0
             sub.depth_coefficient = 1.0
+        for name in ("num_frames", "frames_per_clip"):  # a video model's clip: 8 frames (V-JEPA 2's 64 frames of
+            if isinstance(getattr(sub, name, None), int) and getattr(sub, name) > 8:  # 256 x 256 exhausted the
+                setattr(sub, name, 8)                                                 # machine's memory)
+        if isinstance(getattr(sub, "crop_size", None), int) and sub.crop_size > IMAGE_SIDE:
+            sub.crop_size = IMAGE_SIDE
         if isinstance(sub, transformers.PretrainedConfig) and sub is not config:
             registry_sweep.set_ints(sub, sizes)
             if isinstance(getattr(sub, "depths", None), (list, tuple)):  # a backbone's stages (RT-DETR's ResNet,
@@ -278,7 +283,17 @@ def section(task: str) -> list[str]:
             f"`{TASKS[task].replace('_NAMES', '')}`, swept {meta['date']} on transformers {meta['transformers']}: "
             f"**{len(good)} of the {len(base)} types PyTorch builds "
             f"({100 * len(good) / max(1, len(base)):.1f}%) export with one default call and match PyTorch** at "
-            f"the sample's shapes and others; {_swept(rows, task)}.", "", *table(rows), ""]
+            f"the sample's shapes and others; {_swept(rows, task)}." + _unquantized(good), "", *table(rows), ""]
+
+
+def _unquantized(good: list[dict[str, Any]]) -> str:
+    """What the page says of served rows run without their INT8 and INT4 variants (``--no-variants``)."""
+    bare = [r["type"] for r in good if "int8" not in r and "int4" not in r]
+    if not bare:
+        return ""
+    if len(bare) == len(good):
+        return " This run exported only (`--no-variants`): the INT8 and INT4 columns are left empty."
+    return f" Rerun without their variants (`--no-variants`), their INT8 and INT4 cells empty: {', '.join(bare)}."
 
 
 def _swept(rows: list[dict[str, Any]], task: str) -> str:

@@ -21,10 +21,11 @@ import task_sweep
 # out of the sample), BART's classifier (an encoder-decoder that reads its decoder at each row's end-of-sequence token
 # and makes its own decoder inputs: the sample leaves those out and ends each row with one such token), an x-vector
 # head (its dilated convolutions need a second of audio: the sample's quarter second left them too few frames), a
-# multiple-choice head (its inputs [batch, choices, sequence], each axis dynamic and checked at other sizes)
+# multiple-choice head (its inputs [batch, choices, sequence], each axis dynamic and checked at other sizes), a time
+# series classifier (past_values [batch, context length, channels] from its config)
 SUBSET = [("image-classification", "convnext"), ("text-classification", "llama"), ("fill-mask", "bert"),
           ("fill-mask", "xmod"), ("fill-mask", "modernvbert"), ("text-classification", "bart"),
-          ("audio-xvector", "wav2vec2"), ("multiple-choice", "bert")]
+          ("audio-xvector", "wav2vec2"), ("multiple-choice", "bert"), ("time-series-classification", "patchtst")]
 
 
 @pytest.mark.parametrize(("task", "model_type"), SUBSET)
@@ -98,6 +99,27 @@ def test_text_longer_than_a_text_towers_positions_is_cut_to_them() -> None:
     assert "pixel_values" in sample
     with torch.no_grad():
         assert model(**sample).logits.shape[0] == sample["pixel_values"].shape[0]
+
+
+def test_a_video_model_gets_a_clip_of_its_frames() -> None:
+    """A video classifier's sample is a clip, [batch, frames, channels, height, width], its frames and size from the
+    config (VideoMAE's pixel_values, V-JEPA 2's pixel_values_videos of frames_per_clip at its crop size); the model
+    runs on it."""
+    import torch
+    import transformers
+
+    from onnx_nb.kinds.hf import samples
+
+    for model_type, cls in (("videomae", "VideoMAEForVideoClassification"),
+                            ("vjepa2", "VJEPA2ForVideoClassification")):
+        config = task_sweep.tiny_config(model_type, task_sweep.registry_sweep.TINY, "video-classification")
+        model = getattr(transformers, cls)(config).eval()
+        sample = samples.build(model).as_dict()
+        (name, clip), = sample.items()
+        frames = getattr(config, "num_frames", None) or config.frames_per_clip
+        assert clip.ndim == 5 and clip.shape[:3] == (2, frames, 3), (name, clip.shape)
+        with torch.no_grad():
+            assert model(**sample).logits.shape[0] == 2
 
 
 def test_weight_normed_conv_stays_float_in_dynamic_int8(tmp_path: Path) -> None:

@@ -57,6 +57,13 @@ def _sub(config: Any, name: str) -> Any:
     return getattr(config, name, None) or config
 
 
+def _frames(config: Any) -> int | None:
+    """A video model's frames per clip (``num_frames``; V-JEPA 2's ``frames_per_clip``), else None."""
+    vision = _sub(config, "vision_config")
+    found = getattr(vision, "num_frames", None) or getattr(vision, "frames_per_clip", None)
+    return found if isinstance(found, int) else None
+
+
 def _vocab(config: Any) -> int:
     text = _sub(config, "text_config")
     return int(getattr(text, "vocab_size", None) or 100)
@@ -209,6 +216,16 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             ids = torch.randint(3, _vocab(config), (BATCH, DECODER_SEQUENCE), generator=gen)
             ids[:, 0] = start
             values[name] = ids
+        elif name in ("pixel_values", "pixel_values_videos") and _frames(config):  # a clip: [batch, frames, 3, H, W]
+            vision = _sub(config, "vision_config")
+            side = getattr(vision, "image_size", None) or getattr(vision, "crop_size", None) or IMAGE_SIDE
+            side = side if isinstance(side, int) else side[0]
+            values[name] = torch.randn(BATCH, _frames(config), getattr(vision, "num_channels", 3), side, side,
+                                       generator=gen)
+        elif name == "past_values" and isinstance(getattr(config, "context_length", None), int):
+            # a time series: [batch, context length, channels]
+            values[name] = torch.randn(BATCH, config.context_length, getattr(config, "num_input_channels", 1) or 1,
+                                       generator=gen)
         elif name == "pixel_values":
             vision = _sub(config, "vision_config")
             size = getattr(vision, "image_size", IMAGE_SIDE)
