@@ -216,12 +216,11 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             ids = torch.randint(3, _vocab(config), (BATCH, DECODER_SEQUENCE), generator=gen)
             ids[:, 0] = start
             values[name] = ids
-        elif name in ("pixel_values", "pixel_values_videos") and _frames(config):  # a clip: [batch, frames, 3, H, W]
-            vision = _sub(config, "vision_config")
+        elif name in ("pixel_values", "pixel_values_videos") and (frames := _frames(config)):
+            vision = _sub(config, "vision_config")  # a clip: [batch, frames, channels, height, width]
             side = getattr(vision, "image_size", None) or getattr(vision, "crop_size", None) or IMAGE_SIDE
             side = side if isinstance(side, int) else side[0]
-            values[name] = torch.randn(BATCH, _frames(config), getattr(vision, "num_channels", 3), side, side,
-                                       generator=gen)
+            values[name] = torch.randn(BATCH, frames, getattr(vision, "num_channels", 3), side, side, generator=gen)
         elif name == "past_values" and isinstance(getattr(config, "context_length", None), int):
             # a time series: [batch, context length, channels]
             values[name] = torch.randn(BATCH, config.context_length, getattr(config, "num_input_channels", 1) or 1,
