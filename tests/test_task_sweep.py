@@ -22,10 +22,12 @@ import task_sweep
 # and makes its own decoder inputs: the sample leaves those out and ends each row with one such token), an x-vector
 # head (its dilated convolutions need a second of audio: the sample's quarter second left them too few frames), a
 # multiple-choice head (its inputs [batch, choices, sequence], each axis dynamic and checked at other sizes), a time
-# series classifier (past_values [batch, context length, channels] from its config)
+# series classifier (past_values [batch, context length, channels] from its config), Perceiver (token ids in an input
+# named `inputs`)
 SUBSET = [("image-classification", "convnext"), ("text-classification", "llama"), ("fill-mask", "bert"),
           ("fill-mask", "xmod"), ("fill-mask", "modernvbert"), ("text-classification", "bart"),
-          ("audio-xvector", "wav2vec2"), ("multiple-choice", "bert"), ("time-series-classification", "patchtst")]
+          ("audio-xvector", "wav2vec2"), ("multiple-choice", "bert"), ("time-series-classification", "patchtst"),
+          ("fill-mask", "perceiver")]
 
 
 @pytest.mark.parametrize(("task", "model_type"), SUBSET)
@@ -120,6 +122,30 @@ def test_a_video_model_gets_a_clip_of_its_frames() -> None:
         assert clip.ndim == 5 and clip.shape[:3] == (2, frames, 3), (name, clip.shape)
         with torch.no_grad():
             assert model(**sample).logits.shape[0] == 2
+
+
+def test_a_model_whose_main_input_is_named_inputs_gets_what_it_takes() -> None:
+    """Perceiver names its main input ``inputs``: its preprocessor, not the name, says whether that is token ids
+    (the masked LM's and the text classifier's, with their attention mask, each axis dynamic) or an image (the
+    image classifier's, without a token mask); the sample gives each what it takes and the model runs on it (it
+    was refused: "does not know how to build the input 'inputs'")."""
+    import torch
+    import transformers
+
+    from onnx_nb.kinds.hf import samples
+
+    for task, kind in (("fill-mask", "ids"), ("text-classification", "ids"), ("image-classification", "image")):
+        cls = task_sweep.registry(task)["perceiver"]
+        model = getattr(transformers, cls)(task_sweep.tiny_config("perceiver", task_sweep.registry_sweep.TINY,
+                                                                  task)).eval()
+        sample = samples.build(model)
+        given = sample.as_dict()
+        assert given["inputs"].is_floating_point() == (kind == "image"), (cls, given["inputs"].dtype)
+        assert ("attention_mask" in given) == (kind == "ids"), (cls, list(given))
+        if kind == "ids":
+            assert sample.axes["inputs"] == {0: "batch", 1: "sequence"}, sample.axes
+        with torch.no_grad():
+            assert model(**given).logits.shape[0] == given["inputs"].shape[0]
 
 
 def test_weight_normed_conv_stays_float_in_dynamic_int8(tmp_path: Path) -> None:

@@ -74,7 +74,7 @@ def _input_names(model: Any, preprocessor: Any) -> list[str]:
     config = model.config
     main = main_input(model)
     names = [main]
-    text = main == "input_ids"
+    text = main in ("input_ids", "inputs")  # Perceiver's ``inputs``: ids or an image (:func:`_generic_inputs`)
     tokenizer = getattr(preprocessor, "tokenizer", preprocessor)
     tok_inputs = getattr(tokenizer, "model_input_names", None) or []
     if "pixel_values" in params and main != "pixel_values" and hasattr(config, "vision_config"):
@@ -190,6 +190,23 @@ def _takes(model: Any, values: dict[str, torch.Tensor]) -> bool:
         return False
 
 
+def _generic_inputs(model: Any, tokenizer: Any, seq: int, gen: torch.Generator) -> torch.Tensor:
+    """A model whose main input is named ``inputs`` (Perceiver's: its preprocessor, not its name, says whether it
+    takes token ids or an image): the tokenizer's ids, else the config's, else an image of the config's size;
+    the first the model takes."""
+    config = model.config
+    text = _text(tokenizer, ["input_ids"]).get("input_ids")
+    candidates = [text] if text is not None else []
+    candidates.append(torch.randint(3, _vocab(config), (BATCH, seq), generator=gen))
+    size = getattr(config, "image_size", None)
+    if isinstance(size, int):
+        candidates.append(torch.randn(BATCH, getattr(config, "num_channels", 3), size, size, generator=gen))
+    for candidate in candidates:
+        if _takes(model, {"inputs": candidate}):
+            return candidate
+    return candidates[0]  # none taken: the export's own run of the sample says what the model wanted
+
+
 def build(model: Any, preprocessor: Any = None) -> Sample:
     """Sample inputs for ``model`` with named dynamic axes."""
     config = model.config
@@ -202,6 +219,11 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
         values = {k: v[:, :positions] for k, v in values.items()}  # a text tower of few positions (OWL-ViT's 16)
     gen = torch.Generator().manual_seed(0)
     seq = values["input_ids"].shape[1] if "input_ids" in values else SEQUENCE
+    if names[0] == "inputs":
+        values["inputs"] = _generic_inputs(model, tokenizer, seq, gen)
+        if values["inputs"].is_floating_point():  # an image: no token mask
+            names = [n for n in names if n != "attention_mask"]
+        seq = values["inputs"].shape[1]
     for name in names:
         if name in values:
             continue
@@ -252,6 +274,8 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
         del values["pixel_values"]  # an image the text model takes but only with its image tokens (ModernVBERT)
     ordered = [n for n in names if n in values]
     axes = {n: dict(AXES.get(n, {0: "batch"})) for n in ordered if n not in quirk.static_axes}
+    if "inputs" in axes and not values["inputs"].is_floating_point():
+        axes["inputs"] = dict(AXES["input_ids"])
     if choices:
         axes.update({n: {0: "batch", 1: "choices", 2: "sequence"} for n in TEXT_INPUTS if n in axes})
     for n in quirk.static_axes:
