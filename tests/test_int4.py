@@ -227,3 +227,33 @@ def test_gptq_blocks_are_written_on_gptq_grid() -> None:
         with corrected():  # GPTQ's updates through ONNX Runtime's own writer: some weights move to another grid
             q = gptq(scheme)
         assert np.abs(written(q, scheme) - q).max() > 1e-3 * np.abs(q).max(), scheme
+
+
+def test_gptq_calibration_runs_the_model_once_per_group_of_inputs(decoder: onnx_nb.ExportResult, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX Runtime's GPTQ runs the whole model once per MatMul input and calibration item (a tiny CvT: over ten
+    minutes); onnx-nb's session answers from runs that compute a group of those inputs at once. The blocks are the
+    same bytes as one run per input (a group of one, as ONNX Runtime runs them), from fewer runs."""
+    from onnx_nb.steps.variants import int4_gptq
+
+    made: list[int4_gptq.GroupedSession] = []
+
+    class Counted(int4_gptq.GroupedSession):
+        def __init__(self, *args: object) -> None:
+            super().__init__(*args)
+            made.append(self)
+
+    monkeypatch.setattr(int4_gptq, "GroupedSession", Counted)
+    packed, runs = {}, {}
+    for group_bytes in (1, int4_gptq.GROUP_BYTES):
+        monkeypatch.setattr(int4_gptq, "GROUP_BYTES", group_bytes)
+        made.clear()
+        variant = onnx_nb.quantize(decoder, method="int4", algorithm="gptq", mixed_precision=None, validate=False,
+                                   out=tmp_path / f"g{group_bytes}.onnx")
+        runs[group_bytes] = sum(s.runs for s in made)
+        graph = onnx.load(str(variant.path)).graph
+        blocks = {i.name: i for i in graph.initializer}
+        packed[group_bytes] = sorted(onnx.numpy_helper.to_array(blocks[n.input[1]]).tobytes()
+                                     for n in graph.node if n.op_type == "MatMulNBits")
+    assert packed[1] == packed[int4_gptq.GROUP_BYTES]
+    assert runs[int4_gptq.GROUP_BYTES] * 4 <= runs[1], runs

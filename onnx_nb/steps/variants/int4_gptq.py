@@ -138,3 +138,65 @@ def corrected() -> Iterator[None]:
         weight_only.gptq, weight_only.quant_tensor = original, _ORIGINAL_QUANT[0]
         _ROUNDED.clear()
         _ACTIVE.clear()
+
+
+GROUP_BYTES = 256 << 20  # the activations one grouped run holds, over all the calibration items
+
+
+class GroupedSession:
+    """ONNX Runtime's GPTQ asks its session for one MatMul's input at a time, for each calibration item in turn:
+    the whole model run once per MatMul input and item (a tiny CvT's 16 items: over ten minutes). This session
+    answers such a call from one run of the item that computes the next inputs the quantizer will ask for (in the
+    session's output order, which is the quantizer's), as many as fit in :data:`GROUP_BYTES` over all the items,
+    each handed out once."""
+
+    def __init__(self, session: Any, items: int) -> None:
+        self._session = session
+        self._names = [o.name for o in session.get_outputs()]
+        self._items = max(1, items)
+        self._group = 1  # outputs per run: from the last run's sizes
+        self._kept: dict[tuple[str, int], Any] = {}
+        self.runs = 0  # the model's runs this session made
+
+    def _run(self, names: list[str], feed: Any, options: Any) -> Any:
+        self.runs += 1
+        return self._session.run(names, feed, options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def run(self, names: Any, feed: Any, options: Any = None) -> Any:
+        if not (isinstance(names, list) and len(names) == 1 and names[0] in self._names and isinstance(feed, dict)):
+            return self._run(names, feed, options)
+        key = (names[0], id(feed))
+        if key not in self._kept:
+            for stale in [k for k in self._kept if k[1] == id(feed)]:  # outputs the quantizer skipped
+                del self._kept[stale]
+            start = self._names.index(names[0])
+            group = self._names[start:start + max(1, self._group)]
+            values = self._run(group, feed, options)
+            self._kept.update({(n, id(feed)): v for n, v in zip(group, values)})
+            # the next group's size from these outputs' (the first run: one output, its size unknown before)
+            self._group = max(1, GROUP_BYTES * len(values) // max(1, sum(v.nbytes for v in values) * self._items))
+        return [self._kept.pop(key)]
+
+
+@contextlib.contextmanager
+def grouped_runs(items: int) -> Iterator[None]:
+    """ONNX Runtime's GPTQ with its sessions answering from grouped runs (:class:`GroupedSession`) for ``items``
+    calibration items."""
+    import types
+
+    from onnxruntime.quantization.neural_compressor import weight_only
+
+    ort = weight_only.ort
+
+    def session(*args: Any, **kwargs: Any) -> GroupedSession:
+        return GroupedSession(ort.InferenceSession(*args, **kwargs), items)
+
+    weight_only.ort = types.SimpleNamespace(**{**{k: getattr(ort, k) for k in dir(ort) if not k.startswith("__")},
+                                               "InferenceSession": session})
+    try:
+        yield
+    finally:
+        weight_only.ort = ort

@@ -204,10 +204,12 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                 skip, table = set(quantizer.nodes_to_exclude), quantizer._generate_q4_node_config
                 quantizer._generate_q4_node_config = lambda: {k: "fp32" if k in skip else v
                                                               for k, v in table().items()}
-        from .int4_gptq import corrected
+        from .int4_gptq import corrected, grouped_runs
 
-        # GPTQ's column updates as the method defines them (ONNX Runtime's read zeros: int4_gptq)
-        with corrected() if algorithm == "gptq" and eight_bit != "all" else contextlib.nullcontext():
+        # GPTQ's column updates as the method defines them (ONNX Runtime's read zeros: int4_gptq), its calibration
+        # runs grouped (ONNX Runtime's runs the whole model once per MatMul input and item)
+        with corrected() if algorithm == "gptq" and eight_bit != "all" else contextlib.nullcontext(), \
+                grouped_runs(len(calib or [])) if algorithm == "gptq" else contextlib.nullcontext():
             quantizer.process()
         if eight:  # the LM head and the layers measured most sensitive at 8 bits (mixed precision)
             # (nodes_to_include adds to the MatMuls a pass takes, it does not limit them: the float ones stay out)
