@@ -124,6 +124,26 @@ def test_a_video_model_gets_a_clip_of_its_frames() -> None:
             assert model(**sample).logits.shape[0] == 2
 
 
+def test_a_video_text_model_gets_its_clip_and_its_text() -> None:
+    """VideoPrism's CLIP model: its main input is the clip (``pixel_values_videos``) and it requires token ids
+    beside it: the sample gives both (the model refused it: "missing 1 required positional argument"), and the
+    model runs on it."""
+    import torch
+    import transformers
+
+    from onnx_nb.kinds.hf import samples
+
+    task = "zero-shot-image-classification"
+    config = task_sweep.tiny_config("videoprism", task_sweep.registry_sweep.TINY, task)
+    model = transformers.VideoPrismClipModel(config).eval()
+    sample = samples.build(model).as_dict()
+    assert list(sample) == ["pixel_values_videos", "input_ids", "attention_mask"], list(sample)
+    assert sample["pixel_values_videos"].shape[1] == config.vision_config.num_frames
+    with torch.no_grad():
+        out = model(**sample)
+    assert out.logits_per_video.shape == (sample["pixel_values_videos"].shape[0], sample["input_ids"].shape[0])
+
+
 def test_a_model_whose_main_input_is_named_inputs_gets_what_it_takes() -> None:
     """Perceiver names its main input ``inputs``: its preprocessor, not the name, says whether that is token ids
     (the masked LM's and the text classifier's, with their attention mask, each axis dynamic) or an image (the

@@ -75,6 +75,10 @@ def _input_names(model: Any, preprocessor: Any) -> list[str]:
     main = main_input(model)
     names = [main]
     text = main in ("input_ids", "inputs")  # Perceiver's ``inputs``: ids or an image (:func:`_generic_inputs`)
+    ids = params.get("input_ids")
+    if not text and ids is not None and ids.default is ids.empty:  # a video-text model's text (VideoPrism's CLIP)
+        names.append("input_ids")
+        text = True
     tokenizer = getattr(preprocessor, "tokenizer", preprocessor)
     tok_inputs = getattr(tokenizer, "model_input_names", None) or []
     if "pixel_values" in params and main != "pixel_values" and hasattr(config, "vision_config"):
