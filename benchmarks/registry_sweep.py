@@ -47,13 +47,17 @@ TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "nu
         "mamba_d_head": 32, "d_head": 16, "rotary_dim": 8, "index_head_dim": 16, "index_n_heads": 2,
         "first_k_dense_replace": 1, "decoder_sparse_step": 1, "lru_width": 64,
         "hidden_size_per_layer_input": 16, "num_kv_shared_layers": 0, "attention_hidden_size": 64,
-        "embedding_dim": 64, "mamba_headdim": 16, "input_embedding_size": 64, "output_embedding_size": 64}
+        "embedding_dim": 64, "mamba_headdim": 16, "input_embedding_size": 64, "output_embedding_size": 64,
+        "ffn_hidden_size": 128,  # Falcon's (derived at the default width: 18,176 beside a tiny width, GPTQ's
+        # Hessian of it 2.6 GB), DBRX's
+        "d_latents": 64, "num_latents": 32, "num_self_attends_per_block": 2}  # the last three: Perceiver's latents
 
 
 # the second size every served type is tried at: other widths, head counts and depth (one size hides a shrink the
 # export handles only at it: a cache of linear-attention layers alone, latent sizes, strides)
 SECOND = {**TINY, "num_hidden_layers": 3, "num_layers": 3, "n_layer": 3, "hidden_size": 96, "intermediate_size": 160,
           "num_attention_heads": 6, "num_key_value_heads": 3, "ffn_dim": 160, "d_ff": 160, "n_inner": 160,
+          "ffn_hidden_size": 160,
           "moe_intermediate_size": 48, "shared_expert_intermediate_size": 48, "kv_lora_rank": 24, "q_lora_rank": 48,
           "qk_rope_head_dim": 16, "qk_nope_head_dim": 8, "v_head_dim": 24, "lru_width": 96,
           "attention_hidden_size": 96, "embedding_dim": 96, "input_embedding_size": 96, "output_embedding_size": 96,
@@ -68,9 +72,10 @@ def registry() -> dict[str, str]:
 
 # the second try, for a config whose widths are tied in ways one shrink cannot know: depth and experts only
 DEPTH = {k: v for k, v in TINY.items() if k in ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers",
-                                                "decoder_layers", "num_experts", "num_local_experts",
-                                                "n_routed_experts", "num_experts_per_tok", "first_k_dense_replace",
-                                                "decoder_sparse_step")}
+                                                "decoder_layers", "num_self_attends_per_block", "num_experts",
+                                                "num_local_experts", "n_routed_experts", "num_experts_per_tok",
+                                                "first_k_dense_replace", "decoder_sparse_step")}
+UNFINISHED = "unfinished"  # a variant's cell while it is being made (see quantized)
 MAX_PARAMETERS = 300_000_000  # a depth-only config larger than this is not built (it would not be tiny)
 
 
@@ -440,6 +445,10 @@ def quantized(row: dict[str, Any], result: Any, folder: Path) -> None:
 
     subject = subject_of(result)  # of a vision-language model, its decoder part (judged on the whole chain)
     for name, kwargs in (("int8", {}), ("int4", {"method": "int4"})):
+        # the row so far, this variant unfinished: where the sweep's time runs out inside it (GPTQ's calibration of
+        # a convolutional tower, CvT's), the row keeps what was judged before (run_rows reads the last ROW line)
+        row[name] = UNFINISHED
+        print("ROW " + json.dumps(row), flush=True)
         try:
             variant = onnx_nb.quantize(subject, out=folder / f"model.{name}.onnx", **kwargs)
             row[name] = "ok" if variant else "parity failed"
@@ -757,9 +766,13 @@ def run_rows(script: str, types: dict[str, str], path: Path, only: str, again: b
                               f"{done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1][:300]}"}
                 if not found and "PYTORCH_OK" not in done.stdout:  # it ended before PyTorch had run the model
                     row["pytorch"] = f"the sweep's process ended first: {row.pop('export')}"
-            except subprocess.TimeoutExpired:
-                row = {"type": model_type, "class": types[model_type], "pytorch": "ok",
-                       "export": f"did not finish in {timeout} s"}
+            except subprocess.TimeoutExpired as exc:
+                out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+                found = [ln for ln in out.splitlines() if ln.startswith("ROW ")]  # judged before its variants
+                row = json.loads(found[-1][4:]) if found else {"type": model_type, "class": types[model_type],
+                                                               "pytorch": "ok"}
+                row.update({k: f"did not finish in {timeout} s" for k, v in row.items() if v == UNFINISHED})
+                row.setdefault("export", f"did not finish in {timeout} s")
         kept[model_type] = row
         print(f"[{i + 1}/{len(wanted)}] {model_type}: pytorch {row.get('pytorch', '')[:60]} | export "
               f"{str(row.get('export', '-'))[:90]} | generate {row.get('generate', '-')} | int8 {row.get('int8', '-')}"
