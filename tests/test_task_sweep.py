@@ -124,6 +124,38 @@ def test_a_video_model_gets_a_clip_of_its_frames() -> None:
             assert model(**sample).logits.shape[0] == 2
 
 
+def test_a_video_model_without_a_frame_count_a_diarizer_and_two_main_inputs_get_what_they_take() -> None:
+    """VideoMT's config names no frame count (it takes any clip): its sample is a clip of ``CLIP_FRAMES`` (it was
+    refused: "does not know how to build the input 'pixel_values_videos'"). Nemotron 3's diarizer names its bins in
+    its audio tower's config and takes [batch, frames, bins]: the sample has them (it had 80 bins). OneFormer names
+    two main inputs, its image and its task's token ids: the sample has both (it raised "unhashable type: 'list'").
+    Each runs."""
+    import torch
+    import transformers
+
+    from onnx_nb.kinds.hf import samples
+
+    config = task_sweep.tiny_config("videomt", task_sweep.registry_sweep.TINY, "universal-segmentation")
+    model = transformers.VideomtForUniversalSegmentation(config).eval()
+    clip = samples.build(model).as_dict()["pixel_values_videos"]
+    assert clip.shape[:3] == (2, samples.CLIP_FRAMES, 3), clip.shape
+    with torch.no_grad():
+        assert model(pixel_values_videos=clip).class_queries_logits.shape[0] == 2 * samples.CLIP_FRAMES
+    config = task_sweep.tiny_config("nemotron3_diarization", task_sweep.registry_sweep.TINY,
+                                    "audio-frame-classification")
+    model = transformers.Nemotron3DiarizationForAudioFrameClassification(config).eval()
+    features = samples.build(model).as_dict()["input_features"]
+    assert features.shape[2] == config.audio_config.num_mel_bins, features.shape
+    with torch.no_grad():
+        assert model(input_features=features).logits.shape[:2] == features.shape[:2]
+    config = task_sweep.tiny_config("oneformer", task_sweep.registry_sweep.TINY, "universal-segmentation")
+    model = transformers.OneFormerForUniversalSegmentation(config).eval()
+    sample = samples.build(model).as_dict()
+    assert list(sample) == ["pixel_values", "task_inputs"] and sample["task_inputs"].shape == (2, config.task_seq_len)
+    with torch.no_grad():
+        assert model(**sample).class_queries_logits.shape[0] == 2
+
+
 def test_a_video_text_model_gets_its_clip_and_its_text() -> None:
     """VideoPrism's CLIP model: its main input is the clip (``pixel_values_videos``) and it requires token ids
     beside it: the sample gives both (the model refused it: "missing 1 required positional argument"), and the

@@ -39,6 +39,7 @@ QUIRKS: dict[str, Quirk] = {
 }
 
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+CLIP_FRAMES = 4  # a video input's frames where the config names none (VideoMT's: any clip length)
 AXES: AxisSpec = {
     "input_ids": {0: "batch", 1: "sequence"},
     "attention_mask": {0: "batch", 1: "sequence"},
@@ -73,7 +74,10 @@ def _input_names(model: Any, preprocessor: Any) -> list[str]:
     params = forward_parameters(model)
     config = model.config
     main = main_input(model)
-    names = [main]
+    if isinstance(main, (list, tuple)):  # several main inputs (OneFormer's image and its task's token ids)
+        names, main = list(main), main[0]
+    else:
+        names = [main]
     text = main in ("input_ids", "inputs")  # Perceiver's ``inputs``: ids or an image (:func:`_generic_inputs`)
     ids = params.get("input_ids")
     if not text and ids is not None and ids.default is ids.empty:  # a video-text model's text (VideoPrism's CLIP)
@@ -131,8 +135,9 @@ def _text(tokenizer: Any, names: list[str]) -> dict[str, torch.Tensor]:
 
 
 def _bins(config: Any) -> int | None:
-    """A spectrogram's bins (or a feature frame's width) as the config names them, the encoder's config too."""
-    for c in filter(None, (config, getattr(config, "encoder_config", None))):
+    """A spectrogram's bins (or a feature frame's width) as the config names them, the encoder's or audio tower's
+    config too (Nemotron 3's diarizer: its ``audio_config``)."""
+    for c in filter(None, (config, getattr(config, "encoder_config", None), getattr(config, "audio_config", None))):
         for name in ("num_mel_bins", "feature_projection_input_dim"):
             if isinstance(getattr(c, name, None), int):
                 return int(getattr(c, name))
@@ -233,6 +238,9 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             continue
         if name == "input_ids":
             values[name] = torch.randint(3, _vocab(config), (BATCH, seq), generator=gen)
+        elif name == "task_inputs":  # OneFormer's task as token ids ("the task is semantic"), of the config's length
+            values[name] = torch.randint(3, getattr(config, "text_encoder_vocab_size", 100),
+                                         (BATCH, getattr(config, "task_seq_len", SEQUENCE)), generator=gen)
         elif name == "attention_mask":
             values[name] = torch.ones(BATCH, seq, dtype=torch.long)
         elif name == "token_type_ids":
@@ -242,15 +250,17 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             ids = torch.randint(3, _vocab(config), (BATCH, DECODER_SEQUENCE), generator=gen)
             ids[:, 0] = start
             values[name] = ids
-        elif name in ("pixel_values", "pixel_values_videos") and (frames := _frames(config)):
+        elif (name == "pixel_values_videos" or (name == "pixel_values" and _frames(config))) and \
+                (frames := _frames(config) or CLIP_FRAMES):
             vision = _sub(config, "vision_config")  # a clip: [batch, frames, channels, height, width]
             side = getattr(vision, "image_size", None) or getattr(vision, "crop_size", None) or IMAGE_SIDE
             side = side if isinstance(side, int) else side[0]
             values[name] = torch.randn(BATCH, frames, getattr(vision, "num_channels", 3), side, side, generator=gen)
         elif name == "past_values" and isinstance(getattr(config, "context_length", None), int):
-            # a time series: [batch, context length, channels]
-            values[name] = torch.randn(BATCH, config.context_length, getattr(config, "num_input_channels", 1) or 1,
-                                       generator=gen)
+            # a time series: [batch, context length, channels] (TimesFM's, without channels: [batch, context length])
+            series = getattr(config, "num_input_channels", None)
+            shape = [BATCH, int(config.context_length), *([int(series)] if series else [])]
+            values[name] = torch.randn(*shape, generator=gen)
         elif name == "pixel_values":
             vision = _sub(config, "vision_config")
             size = getattr(vision, "image_size", IMAGE_SIDE)
