@@ -250,8 +250,8 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             ids = torch.randint(3, _vocab(config), (BATCH, DECODER_SEQUENCE), generator=gen)
             ids[:, 0] = start
             values[name] = ids
-        elif (name == "pixel_values_videos" or (name == "pixel_values" and _frames(config))) and \
-                (frames := _frames(config) or CLIP_FRAMES):
+        elif name == "pixel_values_videos" or (name == "pixel_values" and _frames(config)):
+            frames = _frames(config) or CLIP_FRAMES
             vision = _sub(config, "vision_config")  # a clip: [batch, frames, channels, height, width]
             side = getattr(vision, "image_size", None) or getattr(vision, "crop_size", None) or IMAGE_SIDE
             side = side if isinstance(side, int) else side[0]
