@@ -49,7 +49,7 @@ TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "nu
         "hidden_size_per_layer_input": 16, "num_kv_shared_layers": 0, "attention_hidden_size": 64,
         "embedding_dim": 64, "mamba_headdim": 16, "input_embedding_size": 64, "output_embedding_size": 64,
         "ffn_hidden_size": 128,  # Falcon's (derived at the default width: 18,176 beside a tiny width, GPTQ's
-        # Hessian of it 2.6 GB), DBRX's
+        # Hessian of it 2.6 GB)
         "d_latents": 64, "num_latents": 32, "num_self_attends_per_block": 2}  # the last three: Perceiver's latents
 
 

@@ -109,11 +109,10 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
     text, vision = getattr(config, "text_config", None), getattr(config, "vision_config", None)
     if isinstance(getattr(text, "encoder_hidden_size", None), int) and hasattr(vision, "hidden_size"):
         text.encoder_hidden_size = vision.hidden_size  # BLIP's text cross-attends to the image (its config ties them)
-    audio = getattr(config, "audio_config", None)
-    for sub in vars(config).values():  # Nemotron 3's diarization head reads its audio tower's width
-        if isinstance(getattr(sub, "audio_hidden_size", None), int) and isinstance(getattr(audio, "hidden_size",
-                                                                                             None), int):
-            sub.audio_hidden_size = audio.hidden_size
+    audio_width = getattr(getattr(config, "audio_config", None), "hidden_size", None)
+    for sub in vars(config).values() if isinstance(audio_width, int) else ():
+        if isinstance(getattr(sub, "audio_hidden_size", None), int):  # Nemotron 3's diarization head reads its
+            sub.audio_hidden_size = audio_width                          # audio tower's width
     if task == "zero-shot-object-detection" and isinstance(getattr(config, "projection_dim", None), int) \
             and isinstance(getattr(text, "hidden_size", None), int):
         config.projection_dim = text.hidden_size  # OWL-ViT's box classes compare both in the text's width
