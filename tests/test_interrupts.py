@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 CHILD = """
-import os, signal, sys, tempfile, threading, time
+import faulthandler, os, signal, sys, tempfile, threading, time
+faulthandler.enable()  # a native crash after an interrupt (seen once in CI: SIGSEGV, no trace) says where it was
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored (a background job)
 from pathlib import Path
 sys.path.insert(0, {tests!r})
