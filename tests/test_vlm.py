@@ -123,26 +123,6 @@ def test_check_parity_of_the_whole_export_judges_its_decoder_part_on_the_chain(l
     assert report.generation and any("an image" in r.shape for r in report.rows)
 
 
-def test_a_decoder_whose_cache_is_not_key_value_is_refused_saying_so(tmp_path: Path) -> None:
-    """Qwen3.5's decoder keeps linear-attention states besides its key/value layers: the route says it cannot carry
-    them (an ExportError naming the cache), not a bare exception from inside."""
-    import transformers
-
-    kwargs = {"text_config": {"model_type": "qwen3_5_text", "hidden_size": 64, "intermediate_size": 128,
-                              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                              "head_dim": 16, "vocab_size": 300, "layer_types": ["linear_attention", "full_attention"],
-                              "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
-                              "linear_value_head_dim": 16},
-              "image_token_id": 260, "video_token_id": 261, "vision_start_token_id": 262,
-              "vision_config": {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": 64,
-                                "num_heads": 4, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
-                                "num_position_embeddings": 64, "deepstack_visual_indexes": []}}
-    model = transformers.Qwen3_5ForConditionalGeneration(transformers.AutoConfig.for_model("qwen3_5", **kwargs))
-    with pytest.raises(onnx_nb.ExportError, match=r"keeps linear-attention or SSM states in its cache.*cannot carry"):
-        onnx_nb.export(model.eval(), out=tmp_path / "qwen3_5", progress=False)
-    assert not (tmp_path / "qwen3_5").exists()
-
-
 def test_an_encoder_decoder_vision_language_model_is_refused_before_loading(tmp_path: Path) -> None:
     """Florence-2's shape (image and prompt through an encoder, a decoder attending to it) is named and refused from
     its folder's config alone (no weights there: nothing is loaded), not an AttributeError from the seq2seq route."""
@@ -499,9 +479,11 @@ def test_the_pipeline_runs_every_step_on_a_vision_language_model(tmp_path: Path)
 # GLM-OCR's tower normalises the query and key heads of its fused qkv projection, which transformers' export patch
 # for span attention leaves out (onnx-nb puts them back: its vision file takes every grid); HyperCLOVAX-Vision-2's
 # tower is its vision_model and a projector follows it, both in its every-grid file; DeepSeek-VL's features come from
-# its inner model's get_image_features (the outer class has none)
-SWEPT = ["exaone4_5", "hy_v4_vl", "glm_ocr", "hyperclovax_vision_v2", "deepseek_vl"]
-EVERY_GRID = {"exaone4_5", "glm_ocr", "hyperclovax_vision_v2"}
+# its inner model's get_image_features (the outer class has none); Qwen3.5's decoder keeps linear-attention states
+# (convolution and recurrent) beside its full-attention keys and values: its decoder part takes one embedding per
+# step, the prompt's (images merged once) fed token by token, in the chain check and in generate()
+SWEPT = ["exaone4_5", "hy_v4_vl", "glm_ocr", "hyperclovax_vision_v2", "deepseek_vl", "qwen3_5"]
+EVERY_GRID = {"exaone4_5", "glm_ocr", "hyperclovax_vision_v2", "qwen3_5"}
 
 
 @pytest.mark.parametrize("model_type", SWEPT)

@@ -118,19 +118,18 @@ class VlmAdapter(HfAdapter):
 
     @classmethod
     def decoder_layout(cls, model: Any) -> Any:
-        """The decoder part's cache layout, fed embeddings (``embeds`` wide); refused, saying why, for a cache this
-        route cannot carry step by step."""
+        """The decoder part's cache layout, fed embeddings (``embeds`` wide): keys and values, or per-layer states
+        (Qwen3.5's linear attention: the decoder part then takes one embedding per step); refused, saying why, for a
+        cache this route cannot carry step by step."""
         from ...errors import ExportError
         from ...steps.export.caches.decoder import NoKeyValueCache, layout_of
 
         try:
             layout = layout_of(model)
-            if layout.states:  # the causal-LM route carries those, one token at a time; not this one yet
-                raise NoKeyValueCache(f"{type(model).__name__} keeps linear-attention or SSM states in its cache")
         except NoKeyValueCache as why:
             raise ExportError(
-                f"{why}: {cls.what}'s route runs its decoder part step by step with one key and one value per "
-                "layer, and cannot carry this model's cache yet (linear-attention, SSM or convolution states). Not "
+                f"{why}: {cls.what}'s route runs its decoder part step by step with its keys and values (or "
+                "per-layer states) as the cache, and cannot carry this model's cache yet. Not "
                 "supported for now; the families this route serves are listed in "
                 "docs/supported-architectures.md.") from None
         layout.embeds = int(model.get_input_embeddings().embedding_dim)

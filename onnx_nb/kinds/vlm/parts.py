@@ -333,21 +333,19 @@ def chain_logits(folder: Any, pixels: dict[str, Any], ids: Any, image_token: int
     empty cache): what the export's check compares with the model's own forward."""
     import numpy as np
 
-    from ...runtime.facts import empty_shape, is_cache
     from ...runtime.sessions import session
+    from ...steps.generate.runners import OnnxDecoder
 
-    vision, embed, decoder = (session(folder / f"{part}.onnx") for part in PARTS)
+    vision, embed = (session(folder / f"{part}.onnx") for part in PARTS[:2])
+    decoder = OnnxDecoder(folder / f"{PARTS[2]}.onnx")
     features = with_positions(embed, per_image(vision, pixels, model), pixels, model, image_token)
     check_counts(ids, image_token, int(features.shape[0]))
-    wanted = {i.name for i in decoder.get_inputs()}
     batch, width = ids.shape
     positions = np.tile(np.arange(width, dtype=np.int64), (batch, 1))
-    feed = {"position_ids": positions, **token_feed(embed, ids, features, positions),
-            "attention_mask": np.ones((batch, width), np.int64)}
-    for i in decoder.get_inputs():
-        if is_cache(i.name):  # empty: key/value [batch, heads, 0, size], a sparse layer's indexer [batch, 0, size]
-            feed[i.name] = np.zeros((batch, *empty_shape(folder / "decoder.onnx", i.shape)), np.float32)
-    return decoder.run(["logits"], {k: v for k, v in feed.items() if k in wanted})[0]
+    # the cache empty (keys and values [batch, heads, 0, size]; states at zero, the prompt then one token a step)
+    logits, _ = decoder.run_tokens({"position_ids": positions, **token_feed(embed, ids, features, positions)},
+                                   np.ones((batch, width), np.int64), decoder.empty_cache(batch))
+    return logits
 
 
 def token_feed(embed: Any, ids: Any, features: Any, positions: Any) -> dict[str, Any]:

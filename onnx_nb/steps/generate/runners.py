@@ -46,6 +46,7 @@ class OnnxDecoder:
         self.float_type = np.float16 if "float16" in inputs[self.past_names[0]].type else np.float32
         self.uses_positions = "position_ids" in inputs
         self.output_names = [o.name for o in self.session.get_outputs()]
+        self.input_names = list(inputs)
 
     def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, Any]:
         return {n: np.zeros((batch, *self.states[n]), self.float_type) if n in self.states else
@@ -55,15 +56,30 @@ class OnnxDecoder:
              keep: bool = True) -> tuple[np.ndarray, dict]:
         """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens. (``keep``:
         see :meth:`SharedBufferDecoder.step`; these logits are always the caller's own.)"""
-        if self.one_token and ids.shape[1] > 1:  # a prompt through a file of one token per step
-            logits = []
-            for k in range(-ids.shape[1], 0):
-                step_logits, cache = self.step(ids[:, k:k + 1 or None], mask[:, :k + 1 or None], cache, keep)
-                logits.append(step_logits)
-            return np.concatenate(logits, axis=1), cache
         positions = np.maximum((np.cumsum(mask, axis=1) - 1)[:, -ids.shape[1]:], 0).astype(np.int64)
-        feed = {**({"position_ids": positions} if self.uses_positions else {}), **self.token_feed(ids, positions),
-                "attention_mask": mask.astype(np.int64), **cache}
+        tokens = {**({"position_ids": positions} if self.uses_positions else {}), **self.token_feed(ids, positions)}
+        return self.run_tokens(tokens, mask, cache)
+
+    def run_tokens(self, tokens: dict[str, np.ndarray], mask: np.ndarray,
+                   cache: dict[str, Any]) -> tuple[np.ndarray, dict]:
+        """Logits of the new tokens given as the file's own inputs (``tokens``: ids or embeddings, positions; what
+        the file does not take is left out) and the grown cache. A file of one token per step takes them one at a
+        time: the feed is made once (a vision-language prompt's images merged) and sliced token by token."""
+        tokens = {name: value for name, value in tokens.items() if name in self.input_names}
+        width = tokens[self.tokens_input].shape[1]
+        if not (self.one_token and width > 1):
+            return self._run(tokens, mask, cache)
+        logits = []
+        for k in range(-width, 0):
+            one = {name: one_token_of(name, value, k) for name, value in tokens.items()}
+            step_logits, cache = self._run(one, mask[:, :k + 1 or None], cache)
+            logits.append(step_logits)
+        return np.concatenate(logits, axis=1), cache
+
+    def _run(self, tokens: dict[str, np.ndarray], mask: np.ndarray,
+             cache: dict[str, Any]) -> tuple[np.ndarray, dict]:
+        """One run of the file on the new tokens' feed, ``mask`` covering cached + new tokens."""
+        feed = {**tokens, "attention_mask": mask.astype(np.int64), **cache}
         if self.device is not None:
             return self._bound_step(feed)
         out = self.session.run(None, feed)
@@ -85,6 +101,13 @@ class OnnxDecoder:
         named = run_bound(self.session, feed, self.output_names, self.device)
         grown = {p: named[present_of(p)] for p in self.past_names}
         return named["logits"].numpy(), grown
+
+
+def one_token_of(name: str, value: np.ndarray, k: int) -> np.ndarray:
+    """Token ``k`` (from the end) of one input of a step's feed: its sequence axis is the last of positions (one
+    section per row or several), the third of stacked deepstack additions, else the second."""
+    axis = -1 if name == "position_ids" else (2 if name == "deepstack_embeds" else 1)
+    return np.take(value, [value.shape[axis] + k], axis=axis)
 
 
 def binding_device(session: Any, provider: str, io_binding: bool | None) -> str | None:

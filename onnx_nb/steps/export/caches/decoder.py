@@ -260,7 +260,8 @@ class DecoderWithCache(torch.nn.Module):
 
     def _state_step(self, ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                     given: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One token through a cache of states (:mod:`.state_cache`)."""
+        """One token (its id, or its embedding where the layout takes them) through a cache of states
+        (:mod:`.state_cache`)."""
         from .states import attends, build_cache, entry_name, read_cache, unless_padding
 
         states = self.layout.states
@@ -269,7 +270,8 @@ class DecoderWithCache(torch.nn.Module):
         real = attention_mask[:, -1]  # the new token is a prompt's (1) or its left padding (0)
         if not attends(states):  # no layer looks back through a mask: the new token's own (Mamba pads with it)
             attention_mask = attention_mask[:, -ids.shape[1]:]
-        out = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
+        tokens = {"inputs_embeds": ids} if self.layout.embeds else {"input_ids": ids}
+        out = self.model(**tokens, attention_mask=attention_mask, position_ids=position_ids,
                          **cache_kwargs(self.model, cache), use_cache=True, return_dict=True)
         after = unless_padding(states, read_cache(cache_of(out), states), before, real)
         return dict(zip(output_names(self.layout), (out.logits, *after)))
@@ -308,7 +310,8 @@ def input_names(layout: CacheLayout) -> list[str]:
     if layout.states:
         from .states import entry_name
 
-        return ["input_ids", "attention_mask", "position_ids"] + [entry_name(e) for e in layout.states]
+        first = ["inputs_embeds"] if layout.embeds else ["input_ids"]  # embeddings: a vision-language decoder
+        return [*first, "attention_mask", "position_ids"] + [entry_name(e) for e in layout.states]
     first = ["inputs_embeds"] if layout.embeds else ["input_ids"]
     first += ["token_type_ids"] if layout.token_types else []
     first += ["deepstack_embeds"] if layout.deepstack else []
@@ -339,7 +342,8 @@ def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
     if layout.states:  # one token per step: only the batch and the keys' past vary
         from .states import entry_name
 
-        axes.update(input_ids={0: "batch"}, position_ids={0: "batch"}, logits={0: "batch"})
+        axes.update(input_ids={0: "batch"}, inputs_embeds={0: "batch"}, logits={0: "batch"},
+                    position_ids={1: "batch"} if layout.sections else {0: "batch"})
         for e in layout.states:
             along = {0: "batch", 2: "past_sequence"} if e[1] in ("key", "value") else {0: "batch"}
             axes[entry_name(e)] = along
