@@ -117,6 +117,7 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
             and isinstance(getattr(text, "hidden_size", None), int):
         config.projection_dim = text.hidden_size  # OWL-ViT's box classes compare both in the text's width
     necked_backbone(config)  # first: a neck's reads decide its backbone's depth
+    prompted_segmenter(config, sizes)
     for sub in [] if stages else [config, *vars(config).values()]:
         if isinstance(getattr(sub, "stage_names", None), list) and getattr(sub, "out_features", None) \
                 and isinstance(getattr(sub, "num_hidden_layers", None), int) \
@@ -148,6 +149,47 @@ def necked_backbone(config: Any) -> None:
         backbone.set_output_features_output_indices(out_features=None, out_indices=list(range(1, len(indices) + 1)))
     if backbone is not None and isinstance(getattr(config, "reassemble_hidden_size", None), int):
         config.reassemble_hidden_size = getattr(backbone, "hidden_size", config.reassemble_hidden_size)
+
+
+def prompted_segmenter(config: Any, sizes: dict[str, int]) -> None:
+    """A promptable segmenter (SAM, SAM-HQ, SAM 2, EdgeTAM, SAM 3's tracker: a vision encoder, a prompt encoder and a
+    mask decoder) keeps what its three configs tie: the vision tower's output width (SAM's ``output_channels``, its
+    positional features; SAM 2's FPN width) is the prompt encoder's and the mask decoder's; the image grid the prompt
+    encoder is built for (``image_size // patch_size``) is the one the vision tower gives at the shrunk image size, and
+    SAM 2's feature sizes (three levels, each twice the next) follow it. Its backbone, one level further down, is
+    shrunk too: SAM 2's Hiera one block per stage (two in the stage with the global block, which may not open a
+    stage), SAM 3's ViT to the tiny widths at 336 x 336 (24 x 24 patches, one of its 24-wide windows); EdgeTAM's
+    timm backbone is the RepViT its config means (transformers 5.24 spells the field ``archirecture`` and the
+    wrapper falls back to ResNet-50, whose widths its neck does not take)."""
+    prompt, decoder = getattr(config, "prompt_encoder_config", None), getattr(config, "mask_decoder_config", None)
+    vision = getattr(config, "vision_config", None)
+    if prompt is None or decoder is None or vision is None:
+        return
+    width, side = prompt.hidden_size, prompt.image_size
+    backbone = getattr(vision, "backbone_config", None)
+    if isinstance(getattr(backbone, "blocks_per_stage", None), list):  # Hiera
+        backbone.blocks_per_stage = [1, 1, 2, 1][:len(backbone.blocks_per_stage)]
+        backbone.global_attention_blocks = [3]
+        backbone.image_size = [side, side]
+    if getattr(backbone, "archirecture", None):
+        backbone.architecture = backbone.archirecture
+    if isinstance(getattr(backbone, "global_attn_indexes", None), list):  # SAM 3's ViT
+        registry_sweep.set_ints(backbone, sizes)
+        backbone.global_attn_indexes = [backbone.num_hidden_layers - 1]
+        side = prompt.image_size = backbone.image_size = 24 * backbone.patch_size
+    if isinstance(getattr(vision, "output_channels", None), int):  # SAM, SAM-HQ: the ViT is the vision config
+        vision.output_channels, vision.num_pos_feats = width, width // 2
+        vision.global_attn_indexes = [vision.num_hidden_layers - 1]
+        vision.mlp_dim = 4 * vision.hidden_size
+        prompt.image_embedding_size = side // prompt.patch_size
+    if isinstance(getattr(decoder, "vit_dim", None), int):  # SAM-HQ's decoder reads the ViT's own width
+        decoder.vit_dim = vision.hidden_size
+    if isinstance(getattr(vision, "fpn_hidden_size", None), int):
+        vision.fpn_hidden_size = width
+        levels = len(vision.backbone_feature_sizes)
+        vision.backbone_feature_sizes = [[side // prompt.patch_size * 2 ** (levels - 1 - i)] * 2
+                                         for i in range(levels)]
+    decoder.mlp_dim, decoder.iou_head_hidden_dim = 4 * decoder.hidden_size, decoder.hidden_size
 
 
 def runs_plainly(model: Any) -> bool:
@@ -205,6 +247,7 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
     import torch
     import transformers
 
+    import onnx_nb
     from onnx_nb.errors import first_line
     from onnx_nb.kinds.hf import samples
 
@@ -261,6 +304,13 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
         return row
     result = registry_sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
     if result is None:
+        return row
+    if isinstance(result, onnx_nb.SamExport):  # two files: judged chained, by their masks for prompts of points
+        parity = onnx_nb.check_sam(result, points=3)
+        row["export"], row["check"] = ("ok" if parity else "check failed"), parity.summary[:300]
+        if variants and parity:  # the variants of its vision encoder (nearly all its weights), each by its parity
+            registry_sweep.quantized(row, result.parts["vision_encoder"], folder.parent / "onnx")
+        row["seconds"] = round(time.perf_counter() - started, 1)
         return row
     row["check"] = result.check_text()[:300]
     fixed = [f"{f.input}[{f.axis}]" for f in result.fixed_axes if hasattr(f, "input")]
