@@ -213,6 +213,17 @@ def text_of(config: Any) -> Any:
         return config
 
 
+def pooled_image_tokens(config: Any, vision: Any) -> None:
+    """Gemma 3 (and ShieldGemma 2 on it) pools its tower's patches to ``mm_tokens_per_image`` tokens (a square): at a
+    shrunk image size fewer patches than that would pool with a zero-wide window, so the count becomes a square
+    the patches divide into."""
+    side = getattr(vision, "image_size", None)
+    if isinstance(getattr(config, "mm_tokens_per_image", None), int) and isinstance(side, int):
+        patches = side // int(vision.patch_size)
+        if patches * patches < config.mm_tokens_per_image:
+            config.mm_tokens_per_image = (patches // 2) ** 2 if patches % 2 == 0 else patches * patches
+
+
 def set_ints(target: Any, sizes: dict[str, int]) -> None:
     """Each of ``sizes`` that ``target`` (a config or a sub-config) has as an int (not a bool) set to its value."""
     for name, value in sizes.items():

@@ -109,6 +109,11 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
     text, vision = getattr(config, "text_config", None), getattr(config, "vision_config", None)
     if isinstance(getattr(text, "encoder_hidden_size", None), int) and hasattr(vision, "hidden_size"):
         text.encoder_hidden_size = vision.hidden_size  # BLIP's text cross-attends to the image (its config ties them)
+    if isinstance(getattr(text, "projection_size", None), int) and isinstance(getattr(vision, "hidden_size", None),
+                                                                              int):
+        text.projection_size = vision.hidden_size  # SigLIP's text head projects into the image's width
+    if vision is not None:
+        registry_sweep.pooled_image_tokens(config, vision)
     audio_width = getattr(getattr(config, "audio_config", None), "hidden_size", None)
     for sub in vars(config).values() if isinstance(audio_width, int) else ():
         if isinstance(getattr(sub, "audio_hidden_size", None), int):  # Nemotron 3's diarization head reads its

@@ -56,11 +56,7 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
             registry_sweep.set_ints(qformer, vision_sizes)   # ties the widths when it loads)
             if isinstance(getattr(qformer, "encoder_hidden_size", None), int) and hasattr(vision, "hidden_size"):
                 qformer.encoder_hidden_size = vision.hidden_size
-        side = getattr(vision, "image_size", None)
-        if isinstance(getattr(config, "mm_tokens_per_image", None), int) and isinstance(side, int):
-            patches = side // int(vision.patch_size)  # Gemma 3 pools the patches to this many tokens a side
-            if patches * patches < config.mm_tokens_per_image:
-                config.mm_tokens_per_image = (patches // 2) ** 2 if patches % 2 == 0 else patches * patches
+        registry_sweep.pooled_image_tokens(config, vision)
     text = config.get_text_config()
     rope = getattr(text, "rope_parameters", None)
     if isinstance(rope, dict) and ("vl" in str(getattr(text, "model_type", "")) or

@@ -137,3 +137,36 @@ def test_real_minilm(minilm_dir: Path, minilm_export: onnx_nb.ExportResult) -> N
 
     got = ort.InferenceSession(str(result.path)).run(None, {k: v.numpy() for k, v in feed.items()})
     assert abs(got[0] - ref.last_hidden_state.numpy()).max(-1)[mask].max() < 1e-4
+
+
+def test_naflex_patches_export_and_match_at_other_grids(tmp_path: Path) -> None:
+    """SigLIP 2 takes an image as its processor cuts it (NaFlex): flattened patches padded to a count, their mask and
+    each image's grid of patches. The default export builds that sample from the config and its file matches
+    PyTorch at grids of other aspect ratios and at another patch count, padding masked."""
+    import numpy as np
+
+    from onnx_nb.runtime.sessions import session
+
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "patch_size": 4, "num_patches": 64}
+    config = transformers.Siglip2Config(vision_config=vision, text_config={
+        "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "vocab_size": 100, "projection_size": 32})
+    torch.manual_seed(0)
+    model = transformers.Siglip2ForImageClassification(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "model.onnx", progress=False)
+    assert result, result.check_text()
+    assert [i.name for i in session(result.path).get_inputs()] == ["pixel_values", "pixel_attention_mask",
+                                                                   "spatial_shapes"]
+    g = torch.Generator().manual_seed(1)
+    for patches, grids in ((64, [[6, 10], [8, 8], [4, 15]]), (100, [[10, 10], [5, 19], [9, 11]])):
+        pixels = torch.randn(3, patches, 3 * 4 * 4, generator=g)
+        mask = torch.zeros(3, patches, dtype=torch.long)
+        for row, (h, w) in enumerate(grids):
+            mask[row, :h * w] = 1
+        feed = {"pixel_values": pixels, "pixel_attention_mask": mask, "spatial_shapes": torch.tensor(grids)}
+        with torch.no_grad():
+            want = model(**feed).logits.numpy()
+        got = session(result.path).run(None, {k: v.numpy() for k, v in feed.items()})[0]
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+

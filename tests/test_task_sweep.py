@@ -23,11 +23,14 @@ import task_sweep
 # head (its dilated convolutions need a second of audio: the sample's quarter second left them too few frames), a
 # multiple-choice head (its inputs [batch, choices, sequence], each axis dynamic and checked at other sizes), a time
 # series classifier (past_values [batch, context length, channels] from its config), Perceiver (token ids in an input
-# named `inputs`)
+# named `inputs`), SigLIP 2 (NaFlex patches with their mask and grid; its text head projects into the image's width),
+# ShieldGemma 2 (an image and a prompt holding its pooled image tokens, their count the config's; the pooling's count
+# kept a square its shrunk patch grid divides into)
 SUBSET = [("image-classification", "convnext"), ("text-classification", "llama"), ("fill-mask", "bert"),
           ("fill-mask", "xmod"), ("fill-mask", "modernvbert"), ("text-classification", "bart"),
           ("audio-xvector", "wav2vec2"), ("multiple-choice", "bert"), ("time-series-classification", "patchtst"),
-          ("fill-mask", "perceiver")]
+          ("fill-mask", "perceiver"), ("zero-shot-image-classification", "siglip2"),
+          ("image-classification", "shieldgemma2")]
 
 
 @pytest.mark.parametrize(("task", "model_type"), SUBSET)

@@ -54,6 +54,17 @@ AXES: AxisSpec = {
 }
 
 
+def _naflex(vision: Any, gen: Any) -> dict[str, Any]:
+    """SigLIP 2's NaFlex input as its processor gives it: an image cut into patches, flattened
+    ([batch, patches, channels * patch * patch]) and padded to the config's ``num_patches``, the mask of the real
+    ones and each image's grid of patches (rows, columns): here a grid as square as fills the patches, no padding."""
+    patches, side = int(vision.num_patches), int(vision.patch_size)
+    rows = int(patches ** 0.5)
+    pixels = torch.randn(BATCH, patches, getattr(vision, "num_channels", 3) * side * side, generator=gen)
+    return {"pixel_values": pixels, "pixel_attention_mask": torch.ones(BATCH, patches, dtype=torch.long),
+            "spatial_shapes": torch.tensor([[rows, patches // rows]] * BATCH, dtype=torch.long)}
+
+
 def _sub(config: Any, name: str) -> Any:
     return getattr(config, name, None) or config
 
@@ -87,6 +98,8 @@ def _input_names(model: Any, preprocessor: Any) -> list[str]:
     tok_inputs = getattr(tokenizer, "model_input_names", None) or []
     if "pixel_values" in params and main != "pixel_values" and hasattr(config, "vision_config"):
         names.append("pixel_values")
+    if "pixel_values" in names and "spatial_shapes" in params:  # NaFlex patches (SigLIP 2): their mask and grid
+        names += ["pixel_attention_mask", "spatial_shapes"]
     if "lang_ids" in params and getattr(config, "languages", None):  # X-MOD's language adapters: one per row
         names.append("lang_ids")
     if text and "attention_mask" in params:
@@ -189,6 +202,24 @@ def audio_rows(model: Any, count: int, seed: int = 0) -> list[dict[str, torch.Te
     return [{name: torch.randn(1, *shape, generator=gen)} for _ in range(count)]
 
 
+def _with_image_tokens(config: Any, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+    """``values`` with each row's image tokens after its first two text tokens, as many as the config pools an image
+    to (``mm_tokens_per_image``); None for a config that names no such count or no image token."""
+    from ..vlm.parts import image_token_of
+
+    token, count = image_token_of(config), getattr(config, "mm_tokens_per_image", None)
+    if token is None or not isinstance(count, int) or "input_ids" not in values:
+        return None
+    ids = values["input_ids"]
+    image = torch.full((ids.shape[0], count), token, dtype=ids.dtype)
+    out = dict(values, input_ids=torch.cat([ids[:, :2], image, ids[:, 2:]], dim=1))
+    for name in ("attention_mask", "token_type_ids"):
+        if name in values:
+            out[name] = torch.cat([values[name][:, :2], torch.full_like(image, 1 if name == "attention_mask" else 0),
+                                   values[name][:, 2:]], dim=1)
+    return out
+
+
 def _takes(model: Any, values: dict[str, torch.Tensor]) -> bool:
     """Whether ``model`` runs on one row of ``values``."""
     try:
@@ -261,6 +292,10 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             series = getattr(config, "num_input_channels", None)
             shape = [BATCH, int(config.context_length), *([int(series)] if series else [])]
             values[name] = torch.randn(*shape, generator=gen)
+        elif name == "pixel_values" and "spatial_shapes" in names:
+            values.update(_naflex(_sub(config, "vision_config"), gen))
+        elif name in ("pixel_attention_mask", "spatial_shapes"):
+            continue  # made with the NaFlex patches
         elif name == "pixel_values":
             vision = _sub(config, "vision_config")
             size = getattr(vision, "image_size", IMAGE_SIDE)
@@ -285,7 +320,11 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             values[name] = torch.stack([values[name], torch.roll(values[name], 1, dims=1)], dim=1) \
                 if name == "input_ids" else torch.stack([values[name]] * 2, dim=1)
     if "pixel_values" in values and names[0] != "pixel_values" and not _takes(model, values):
-        del values["pixel_values"]  # an image the text model takes but only with its image tokens (ModernVBERT)
+        with_tokens = _with_image_tokens(config, values)  # a classifier of an image and a prompt (ShieldGemma 2)
+        if with_tokens is not None and _takes(model, with_tokens):
+            values = with_tokens
+        else:
+            del values["pixel_values"]  # an image the text model takes but only with its image tokens (ModernVBERT)
     ordered = [n for n in names if n in values]
     axes = {n: dict(AXES.get(n, {0: "batch"})) for n in ordered if n not in quirk.static_axes}
     if "inputs" in axes and not values["inputs"].is_floating_point():
