@@ -170,3 +170,28 @@ def test_naflex_patches_export_and_match_at_other_grids(tmp_path: Path) -> None:
         got = session(result.path).run(None, {k: v.numpy() for k, v in feed.items()})[0]
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
 
+
+def test_a_forecaster_looping_over_its_series_takes_any_batch_and_length(tmp_path: Path) -> None:
+    """TimesFM cuts, front-pads and masks each series in a Python loop over the batch: exported as it is, the file
+    took the sample's batch only. The default export (the loop's rows handled together within the export) matches
+    PyTorch's own loop at other batches and at series shorter and longer than the model's context."""
+    import numpy as np
+
+    from onnx_nb.runtime.sessions import session
+
+    config = transformers.TimesFmConfig(patch_length=8, context_length=64, horizon_length=16, num_hidden_layers=1,
+                                        hidden_size=32, intermediate_size=32, head_dim=8, num_attention_heads=4)
+    torch.manual_seed(0)
+    model = transformers.TimesFmModelForPrediction(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "model.onnx", progress=False)
+    assert result and result.exporter == "dynamo", result.check_text()
+    run = session(result.path)
+    names = [o.name for o in run.get_outputs()]
+    g = torch.Generator().manual_seed(1)
+    for batch, length in ((1, 64), (3, 20), (4, 100)):
+        series = torch.randn(batch, length, generator=g)
+        with torch.no_grad():
+            want = model(past_values=series)
+        got = dict(zip(names, run.run(None, {"past_values": series.numpy()})))
+        for name in ("mean_predictions", "full_predictions"):
+            np.testing.assert_allclose(got[name], getattr(want, name).numpy(), atol=1e-5, rtol=1e-4)

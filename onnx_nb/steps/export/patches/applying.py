@@ -1,6 +1,6 @@
 """The patches every dynamo export applies, in one block: the module patches (:mod:`.experts`, :mod:`.expert_tables`,
 :mod:`.windows`, :mod:`.scans`, :mod:`.blocks`, :mod:`.positions`, :mod:`.sliding`, :mod:`.lengths`,
-:mod:`.audio_windows`) and the exporter's own (:mod:`.matching`)."""
+:mod:`.audio_windows`, :mod:`.series_rows`) and the exporter's own (:mod:`.matching`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,24 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from . import audio_windows, blocks, expert_tables, experts, lengths, matching, positions, scans, sliding, windows
+from . import (
+    audio_windows,
+    blocks,
+    expert_tables,
+    experts,
+    lengths,
+    matching,
+    positions,
+    scans,
+    series_rows,
+    sliding,
+    windows,
+)
 from .contract import Patch
 
 MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, expert_tables.PATCH, windows.PATCH, scans.PATCH, blocks.PATCH,
-                                    positions.PATCH, sliding.PATCH, lengths.PATCH, audio_windows.PATCH)
+                                    positions.PATCH, sliding.PATCH, lengths.PATCH, audio_windows.PATCH,
+                                    series_rows.PATCH)
 EXPORTER_PATCHES: tuple[Patch, ...] = (matching.PATCH,)
 
 
