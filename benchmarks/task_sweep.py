@@ -344,17 +344,18 @@ def section(task: str) -> list[str]:
             f"`{TASKS[task].replace('_NAMES', '')}`, swept {meta['date']} on transformers {meta['transformers']}: "
             f"**{len(good)} of the {len(base)} types PyTorch builds "
             f"({100 * len(good) / max(1, len(base)):.1f}%) export with one default call and match PyTorch** at "
-            f"the sample's shapes and others; {_swept(rows, task)}." + _unquantized(good), "", *table(rows), ""]
+            f"the sample's shapes and others; {_swept(rows, task)}." + unquantized(good), "", *table(rows), ""]
 
 
-def _unquantized(good: list[dict[str, Any]]) -> str:
+def unquantized(good: list[dict[str, Any]]) -> str:
     """What the page says of served rows run without their INT8 and INT4 variants (``--no-variants``)."""
     bare = [r["type"] for r in good if "int8" not in r and "int4" not in r]
     if not bare:
         return ""
     if len(bare) == len(good):
         return " This run exported only (`--no-variants`): the INT8 and INT4 columns are left empty."
-    return f" Rerun without their variants (`--no-variants`), their INT8 and INT4 cells empty: {', '.join(bare)}."
+    return (f" INT8 and INT4 run for {len(good) - len(bare)} of the {len(good)} served so far; exported only "
+            f"(`--no-variants`), their INT8 and INT4 cells empty: {', '.join(bare)}.")
 
 
 def _swept(rows: list[dict[str, Any]], task: str) -> str:

@@ -98,15 +98,13 @@ def section() -> list[str]:
         return ["Not swept yet: run `benchmarks/timm_sweep.py`.", ""]
     rows, meta, _, _ = found
     base = [r for r in rows if registry_sweep.counted(r)]
-    good = sum(task_sweep.served(r) for r in base)
+    served = [r for r in base if task_sweep.served(r)]
+    good = len(served)
     try:
         families = len(registry())
     except ImportError:  # timm not installed where the page is written: the rows' own count
         families = len(rows)
-    if not any("int8" in r for r in rows):
-        swept_how = " This run exported only (`--no-variants`): the INT8 and INT4 columns are left empty."
-    else:
-        swept_how = ""
+    swept_how = task_sweep.unquantized(served)
     swept = f"{len(rows)} families" if len(rows) >= families else \
         f"{len(rows)} of timm's {families} families so far (the rest not run yet)"
     return ["`benchmarks/timm_sweep.py` takes every module of `timm.models` that registers models (a family) and "
