@@ -59,7 +59,7 @@ def _naflex(vision: Any, gen: Any) -> dict[str, Any]:
     ([batch, patches, channels * patch * patch]) and padded to the config's ``num_patches``, the mask of the real
     ones and each image's grid of patches (rows, columns): here a grid as square as fills the patches, no padding."""
     patches, side = int(vision.num_patches), int(vision.patch_size)
-    rows = int(patches ** 0.5)
+    rows = max(r for r in range(1, int(patches ** 0.5) + 1) if patches % r == 0)  # rows x columns = patches
     pixels = torch.randn(BATCH, patches, getattr(vision, "num_channels", 3) * side * side, generator=gen)
     return {"pixel_values": pixels, "pixel_attention_mask": torch.ones(BATCH, patches, dtype=torch.long),
             "spatial_shapes": torch.tensor([[rows, patches // rows]] * BATCH, dtype=torch.long)}
@@ -215,8 +215,7 @@ def _with_image_tokens(config: Any, values: dict[str, torch.Tensor]) -> dict[str
     out = dict(values, input_ids=torch.cat([ids[:, :2], image, ids[:, 2:]], dim=1))
     for name in ("attention_mask", "token_type_ids"):
         if name in values:
-            out[name] = torch.cat([values[name][:, :2], torch.full_like(image, 1 if name == "attention_mask" else 0),
-                                   values[name][:, 2:]], dim=1)
+            out[name] = torch.cat([values[name][:, :2], torch.ones_like(image), values[name][:, 2:]], dim=1)
     return out
 
 

@@ -81,6 +81,13 @@ class VlmAdapter(HfAdapter):
             layout.token_types = takes_token_types(vlm)
             layout.sections = 3 if takes_grid(vlm) else 0
             layout.deepstack = deepstack_layers(vlm)
+            if layout.states and (layout.token_types or layout.deepstack):
+                raise ExportError(
+                    f"{type(vlm).__name__}'s decoder keeps per-layer states and also takes "
+                    f"{'token types' if layout.token_types else 'deepstack additions'} from its images: the "
+                    "vision-language route carries such states one token per step without those inputs. Not "
+                    "supported for now; the families this route serves are listed in "
+                    "docs/supported-architectures.md.")
             folder, files, seconds = cls.write_chain(record, layout, parts(vlm), folder, args)
         result = VlmExport(folder, files, vlm, seconds, image_token=token, image_sizes=images_taken(files["vision"]))
         return cls.checked(result, check_chain)

@@ -44,7 +44,7 @@ class CacheLayout:
     # Qwen3-VL's "deepstack": the vision tower's early features added to the first decoder layers' image rows,
     # deepstack_embeds [layers, batch, sequence, embeds] (zeros at text tokens)
     deepstack: int = 0
-    # a cache that keeps a state per layer (Mamba, linear attention; :mod:`.state_cache`): every tensor it carries,
+    # a cache that keeps a state per layer (Mamba, linear attention; :mod:`.states`): every tensor it carries,
     # keys and values included; the file then takes one token per step
     states: tuple[Any, ...] = ()
     # (kv heads, key size, value size) of each layer, where layers differ (Gemma 4's full-attention layers have
@@ -261,7 +261,7 @@ class DecoderWithCache(torch.nn.Module):
     def _state_step(self, ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                     given: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One token (its id, or its embedding where the layout takes them) through a cache of states
-        (:mod:`.state_cache`)."""
+        (:mod:`.states`)."""
         from .states import attends, build_cache, entry_name, read_cache, unless_padding
 
         states = self.layout.states

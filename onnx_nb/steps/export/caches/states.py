@@ -3,7 +3,8 @@ attention's convolution and recurrent states), instead of keys and values or bes
 layers): what each layer keeps, the cache object made from a file's tensors, and read back from it.
 
 A state's shape does not grow with the tokens, and the model's own one-token path updates it (its prefill path runs a
-chunked scan no trace can make dynamic), so such a file takes one token per step: ``input_ids`` ``[batch, 1]``, and
+chunked scan no trace can make dynamic), so such a file takes one token per step: ``input_ids`` ``[batch, 1]``
+(a vision-language decoder part: ``inputs_embeds`` ``[batch, 1, width]``), and
 per layer ``past_key_values.{i}.conv.{j}`` / ``.recurrent.{j}`` (``[batch, ...]``, zeros before the first token),
 ``past_key_values.{i}.key`` / ``.value`` where the layer also attends; the outputs are ``present.*`` of the same
 shapes. A prompt goes through it token by token (:class:`onnx_nb.steps.generate.runners.OnnxDecoder`): a zero state

@@ -46,7 +46,7 @@ def batched_forward(self: Any, past_values: Any, freq: Any = None, window_size: 
     if freq is None:
         frequency = torch.zeros(batch, 1, dtype=torch.int32, device=series.device)
     else:
-        frequency = torch.as_tensor(freq, device=series.device).to(torch.int32).reshape(-1, 1)
+        frequency = torch.as_tensor(freq, device=series.device)[:batch].to(torch.int32).reshape(-1, 1)
     return _decoded(self, series, padding, frequency, context, lowest, return_forecast_on_context, truncate_negative,
                     kwargs)
 
