@@ -247,6 +247,28 @@ def underflows(model: Any) -> bool:
     return bool(found) and all(float(v.abs().max()) < 1e-20 for v in found)
 
 
+def flat(model: Any) -> bool:
+    """Whether a float output of the model on onnx-nb's sample is flat: at least 64 nonzero values all within 1% of
+    the largest (random weights at the init scale: every keypoint score of a detector near 1/65), where which values
+    survive an exact comparison (non-maximum suppression's ``scores == max_pool(scores)``) is decided by rounding, so
+    two correct runtimes keep different keypoints; False where the sample does not run."""
+    import torch
+
+    from onnx_nb.kinds.hf import samples
+
+    try:
+        with torch.no_grad():
+            out = model(**samples.build(model).as_dict())
+    except Exception:  # noqa: BLE001 - the sample's own refusal is the row's, later
+        return False
+    for value in (out.values() if hasattr(out, "values") else [out]):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            nonzero = value[value != 0].abs()
+            if nonzero.numel() >= 64 and float(nonzero.max() - nonzero.min()) < 0.01 * float(nonzero.max()):
+                return True
+    return False
+
+
 def one(task: str, model_type: str, class_name: str, folder: Path, variants: bool) -> dict[str, Any]:
     """Everything about one type for one task (in a child process)."""
     import torch
@@ -274,10 +296,12 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
             torch.manual_seed(0)
             model = getattr(transformers, class_name)(config).eval()
             scale = getattr(config, "initializer_range", 0.02)
-            if underflows(model) and isinstance(scale, float):
+            widened = underflows(model) or (task == "keypoint-detection" and flat(model))
+            if widened and isinstance(scale, float):
                 # at its own init scale the outputs underflow (MobileViT's logits: ~1e-40), which no check can
-                # tell from another model's: ten times wider, noted (a config without the field, PP-LCNet's, is
-                # drawn at the library's 0.02, which the field overrides)
+                # tell from another model's, or a detector's scores are flat (see flat): ten times wider, noted
+                # (a config without the field, PP-LCNet's, is drawn at the library's 0.02, which the field
+                # overrides)
                 row["init"] = f"initializer_range {scale:g} -> {scale * 10:g}"
                 config.initializer_range = scale * 10
                 torch.manual_seed(0)
@@ -381,6 +405,8 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
             why = r.get("check") if str(r.get("export", "")).startswith("check") else r.get("export", "")
         else:
             why = "; ".join(f"{k.upper()}: {r[k]}" for k in ("int8", "int4") if r.get(k) not in (None, "ok"))
+        if r.get("init"):  # drawn wider than its own init scale (see underflows and flat)
+            why = "; ".join(filter(None, (str(why or ""), f"weights drawn at {r['init']}")))
         lines.append(f"| {r['type']} | {r['class']} | {cell(r.get('export'))} | {cell(r.get('int8'))} | "
                      f"{cell(r.get('int4'))} | {html.escape(str(why or '')).replace('|', '/')} |")
     return lines

@@ -195,3 +195,82 @@ def test_a_forecaster_looping_over_its_series_takes_any_batch_and_length(tmp_pat
         got = dict(zip(names, run.run(None, {"past_values": series.numpy()})))
         for name in ("mean_predictions", "full_predictions"):
             np.testing.assert_allclose(got[name], getattr(want, name).numpy(), atol=1e-5, rtol=1e-4)
+
+
+def test_a_keypoint_detector_looping_over_its_images_takes_any_batch_and_size(tmp_path: Path) -> None:
+    """SuperPoint finds each image's keypoints in a Python loop over the batch (threshold, border, top-k, descriptors
+    sampled one image at a time, padded with a mask): exported as it is, the file took the sample's batch and size
+    only. The default export (the images together within the export) gives PyTorch's keypoints, scores,
+    descriptors and mask at other batches and sizes, the count of keypoints following the images."""
+    import numpy as np
+
+    from onnx_nb.runtime.sessions import session
+    from onnx_nb.steps.export.patches.keypoints import batched_keypoints
+
+    config = transformers.SuperPointConfig(encoder_hidden_sizes=[8, 8, 16, 16], decoder_hidden_size=32,
+                                           descriptor_decoder_dim=16, initializer_range=0.2)
+    torch.manual_seed(0)
+    model = transformers.SuperPointForKeypointDetection(config).eval()
+    g = torch.Generator().manual_seed(1)
+    model.keypoint_decoder.max_keypoints = 12  # the strongest, by score, where more pass: the same as its own loop
+    pixels = torch.rand(3, 3, 48, 64, generator=g)
+    with torch.no_grad():
+        want = model(pixel_values=pixels)
+        with batched_keypoints(model) as found:
+            got = model(pixel_values=pixels)
+    assert found == ["SuperPointForKeypointDetection"]
+    for name in ("keypoints", "scores", "descriptors", "mask"):
+        np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), atol=1e-6)
+    model.keypoint_decoder.max_keypoints = -1
+    result = onnx_nb.export(model, out=tmp_path / "model.onnx", progress=False)
+    assert result and result.exporter == "dynamo", result.check_text()
+    run = session(result.path)
+    names = [o.name for o in run.get_outputs()]
+    counts = set()
+    for batch, height, width in ((1, 64, 80), (3, 48, 96), (2, 96, 64)):
+        pixels = torch.rand(batch, 3, height, width, generator=g)
+        with torch.no_grad():
+            want = model(pixel_values=pixels)
+        got = dict(zip(names, run.run(None, {"pixel_values": pixels.numpy()})))
+        counts.add(want.keypoints.shape[1])
+        for name in ("keypoints", "scores", "descriptors", "mask"):
+            np.testing.assert_allclose(got[name], want[name].numpy(), atol=1e-5, rtol=1e-4)
+    assert len(counts) == 3  # the keypoint axis follows the images
+
+
+def test_a_depth_neck_stacking_its_stages_keeps_the_batch_symbolic() -> None:
+    """ZoeDepth's reassemble stage stacks the backbone's stages along the batch and splits them by the batch size:
+    torch.export fixed the batch at the sample's (a piece count it cannot simplify). With the stage taken stage by
+    stage (what every export applies) the depth is the model's own and the batch stays symbolic. (Its whole export,
+    four exports with the eager-attention and fixed-size retries, is the sweep's: ``task_sweep.py --task
+    depth-estimation``.)"""
+    from onnx_nb.steps.export.patches.applying import applied
+
+    config = transformers.ZoeDepthConfig(
+        backbone_config=transformers.BeitConfig(num_hidden_layers=4, hidden_size=32, num_attention_heads=2,
+                                                intermediate_size=37, image_size=64, out_indices=[1, 2, 3, 4],
+                                                use_relative_position_bias=True, reshape_hidden_states=False),
+        neck_hidden_sizes=[8, 8, 16, 16], fusion_hidden_size=16, bottleneck_features=16, num_relative_features=8,
+        backbone_hidden_size=32)
+    torch.manual_seed(0)
+    model = transformers.ZoeDepthForDepthEstimation(config).eval()
+    pixels = torch.rand(3, 3, 64, 64)
+    with torch.no_grad():
+        want = model(pixel_values=pixels).predicted_depth
+        with applied(model) as replaced:
+            got = model(pixel_values=pixels).predicted_depth
+            program = torch.export.export(model, (), {"pixel_values": pixels[:2]}, strict=False,
+                                          dynamic_shapes={"pixel_values": {0: torch.export.Dim("batch")}})
+    assert replaced.get("stages") == ["neck.reassemble_stage"]
+    # its config says eager while its BEiT backbone runs sdpa: the eager retry switches every module, then gives
+    # each its own back
+    from onnx_nb.steps.export.patches.attention import eager_attention, runs_eager
+
+    own = model.backbone.config._attn_implementation
+    assert own != "eager" and not runs_eager(model)
+    with eager_attention(model) as eager:
+        assert eager and runs_eager(model)
+    assert model.backbone.config._attn_implementation == own
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(pixel_values=pixels).predicted_depth, want, atol=1e-5, rtol=1e-4)

@@ -222,11 +222,9 @@ def dynamo_or_eager(model: Any, warnings_seen: list[str], export: Callable[[], N
     try:
         export()
     except Exception as exc:
-        from ..patches.attention import attention_holder, eager_attention
+        from ..patches.attention import attention_holder, eager_attention, runs_eager
 
-        holder = attention_holder(model)
-        if not _attention_strides(exc) or holder is None or \
-                getattr(getattr(holder, "config", None), "_attn_implementation", None) == "eager":
+        if not _attention_strides(exc) or attention_holder(model) is None or runs_eager(model):
             raise  # not that failure, or eager attention already (a retry would fail the same way)
         with eager_attention(model):  # the decomposed attention's layout, not the fused kernel's
             export()

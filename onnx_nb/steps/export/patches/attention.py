@@ -17,18 +17,38 @@ def attention_holder(model: Any) -> Any:
     return next((m for m in model.modules() if hasattr(m, "set_attn_implementation")), None)
 
 
+def implementations(model: Any) -> list[tuple[Any, str | None]]:
+    """Each module of ``model`` that can switch its attention, outermost first, with the implementation its config
+    names now: a wrapper's config may say eager while a backbone inside runs sdpa (ZoeDepth's BEiT)."""
+    holder = attention_holder(model)
+    if holder is None:
+        return []
+    return [(m, getattr(getattr(m, "config", None), "_attn_implementation", None)) for m in holder.modules()
+            if hasattr(m, "set_attn_implementation")]
+
+
+def runs_eager(model: Any) -> bool:
+    """Whether every switchable module of ``model`` runs transformers' eager attention already (False: no switch)."""
+    found = implementations(model)
+    return bool(found) and all(name == "eager" for _, name in found)
+
+
 @contextlib.contextmanager
 def eager_attention(model: Any) -> Iterator[bool]:
-    """Trace with transformers' eager attention (matmul, softmax, matmul), the implementation given back
-    afterwards. Yields whether the model runs eager attention inside the block (False: it has no switch)."""
-    holder = attention_holder(model)
-    before = getattr(getattr(holder, "config", None), "_attn_implementation", None)
-    if holder is None or before == "eager":
-        yield holder is not None
+    """Trace with transformers' eager attention (matmul, softmax, matmul) in every module that can switch, each
+    module's own implementation given back afterwards. Yields whether the model runs eager attention inside the
+    block (False: it has no switch)."""
+    found = implementations(model)
+    if not found or runs_eager(model):
+        yield bool(found)
         return
-    holder.set_attn_implementation("eager")
+    found[0][0].set_attn_implementation("eager")
+    for module, _ in found[1:]:
+        if getattr(getattr(module, "config", None), "_attn_implementation", None) != "eager":
+            module.set_attn_implementation("eager")
     try:
         yield True
     finally:
-        if before:
-            holder.set_attn_implementation(before)
+        for module, before in found:  # outermost first: an outer switch sets the inner ones, then each its own
+            if before:
+                module.set_attn_implementation(before)

@@ -77,12 +77,12 @@ def _decoded(self: Any, series: Any, padding: Any, frequency: Any, context: int,
         clamp = lowest >= 0
         means = torch.where(clamp, means.clamp_min(0.0), means)
         forecasts = torch.where(clamp, forecasts.clamp_min(0.0), forecasts)
-    return _output_class(self)(last_hidden_state=decoded.last_hidden_state, attentions=decoded.attentions,
+    return output_class(self)(last_hidden_state=decoded.last_hidden_state, attentions=decoded.attentions,
                                hidden_states=decoded.hidden_states, mean_predictions=means,
                                full_predictions=forecasts, loss=None)
 
 
-def _output_class(model: Any) -> Any:
+def output_class(model: Any) -> Any:
     """The output class the model's forward is annotated to return (its ``ModelOutput``)."""
     import typing
 
