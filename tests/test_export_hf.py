@@ -274,3 +274,32 @@ def test_a_depth_neck_stacking_its_stages_keeps_the_batch_symbolic() -> None:
     torch.testing.assert_close(got, want, atol=0, rtol=0)
     with torch.no_grad():
         torch.testing.assert_close(program.module()(pixel_values=pixels).predicted_depth, want, atol=1e-5, rtol=1e-4)
+
+
+def test_a_forecaster_keeping_running_statistics_exports_in_seconds_at_any_batch_and_length(tmp_path: Path) -> None:
+    """TimesFM 2.5 loops over its series (the batch) and its model over the context's patches (Welford's running
+    mean and deviation, one patch at a time). The default export takes the rows together and the statistics from
+    cumulative sums: PyTorch's forecasts (flip invariance and the quantile head included) at other batches and at
+    series shorter and longer than the context."""
+    import numpy as np
+
+    from onnx_nb.runtime.sessions import session
+
+    config = transformers.TimesFm2_5Config(context_length=128, patch_length=16, horizon_length=16,
+                                           output_quantile_len=32, hidden_size=32, intermediate_size=32,
+                                           num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                                           head_dim=16)
+    torch.manual_seed(0)
+    model = transformers.TimesFm2_5ModelForPrediction(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "model.onnx", progress=False)
+    assert result and result.exporter == "dynamo", result.check_text()
+    run = session(result.path)
+    names = [o.name for o in run.get_outputs()]
+    g = torch.Generator().manual_seed(1)
+    for batch, length, offset in ((1, 128, 0.0), (3, 40, 50.0), (2, 300, -3.0)):
+        series = torch.randn(batch, length, generator=g) * 4 + offset
+        with torch.no_grad():
+            want = model(past_values=series)
+        got = dict(zip(names, run.run(None, {"past_values": series.numpy()})))
+        for name in ("mean_predictions", "full_predictions"):
+            np.testing.assert_allclose(got[name], getattr(want, name).numpy(), atol=1e-4, rtol=1e-4)

@@ -8,8 +8,18 @@ rows are cut, padded and masked together, the same values as the model's own loo
 the model's own (its decoder, its output projection, per output patch). A list, a trend/residual split
 (``window_size``) or a loss (``future_values``) goes to the model's own forward.
 
+TimesFM 2.5's forecaster loops the same way and its model keeps running statistics of the series in a second Python
+loop, over the context's patches (Welford's update, one patch at a time: 512 steps unrolled at its 16k context, an
+export that did not finish in ten minutes). Within :func:`batched_series` its forecaster takes a tensor's rows
+together too (:func:`batched_forward_2_5`: the same cut, front padding and mask, then the model's own global
+normalisation, flip invariance, quantile head and truncation), and its model's running mean and deviation come from
+cumulative sums over the patches (:func:`running_stats`: the same statistics, the squares taken about the series'
+overall mean so the sums do not cancel).
+
 Recognised by what the module holds, not by family: a ``_preprocess`` of the series and ``_postprocess_output`` of
-the decoder's states, with ``context_len``, ``horizon_len`` and a ``decoder``.
+the decoder's states, with ``context_len``, ``horizon_len`` and a ``decoder``; or a ``_preprocess`` and
+``_decode_and_project`` with ``context_len``, ``horizon_len`` and a ``model`` holding ``_update_running_stats``,
+``_revin``, ``input_ff_layer``, ``rotary_emb`` and ``layers``.
 """
 
 from __future__ import annotations
@@ -93,8 +103,120 @@ def output_class(model: Any) -> Any:
     return found[0]
 
 
+def batched_forward_2_5(self: Any, past_values: Any, window_size: int | None = None, future_values: Any = None,
+                        forecast_context_len: int | None = None, truncate_negative: bool | None = None,
+                        force_flip_invariance: bool | None = None, **kwargs: Any) -> Any:
+    """TimesFM 2.5's forecaster on a tensor of series, its rows handled together; anything else by its own."""
+    import torch
+
+    if not isinstance(past_values, torch.Tensor) or past_values.dim() != 2 or window_size is not None \
+            or future_values is not None:
+        return type(self).forward(self, past_values, window_size, future_values, forecast_context_len,
+                                  truncate_negative, force_flip_invariance, **kwargs)
+    context = forecast_context_len or self.context_len
+    series = past_values[:, -context:]
+    lowest = series.min()
+    batch, length = series.shape
+    front = context - length  # the model's _preprocess: front-padded to the context, the padding marked
+    padding = torch.cat([series.new_ones(batch, front), series.new_zeros(batch, length + self.horizon_len)], dim=1)
+    series = torch.cat([series.new_zeros(batch, front), series], dim=1)
+    truncate = self.config.infer_is_positive if truncate_negative is None else truncate_negative
+    flip = self.config.force_flip_invariance if force_flip_invariance is None else force_flip_invariance
+    mu, sigma = series.mean(dim=1, keepdim=True), series.std(dim=1, keepdim=True)
+    normalized = self.model._revin(series, mu, sigma, reverse=False)
+    points, spreads, outputs = self._decode_and_project(normalized, padding, **kwargs)
+    if flip:
+        flipped_points, flipped_spreads, _ = self._decode_and_project(-normalized, padding, **kwargs)
+
+        def flipped(x: Any) -> Any:
+            return torch.cat([x[..., :1], torch.flip(x[..., 1:], dims=(-1,))], dim=-1)
+
+        points, spreads = (points - flipped(flipped_points)) / 2, (spreads - flipped(flipped_spreads)) / 2
+    horizon = min(self.horizon_len, points.shape[1])
+    forecast = points[:, :horizon, :].clone()
+    median = min(self.config.decode_index, forecast.shape[-1] - 1)
+    if self.config.use_continuous_quantile_head:
+        reach = min(horizon, spreads.shape[1])
+        for index in range(1, len(self.config.quantiles) + 1):
+            if index == median or index >= forecast.shape[-1]:
+                continue
+            forecast[:, :reach, index] = spreads[:, :reach, index] - spreads[:, :reach, median] + \
+                forecast[:, :reach, median]
+    full = self.model._revin(forecast, mu, sigma, reverse=True)
+    means = full[:, :, min(self.config.decode_index, full.shape[-1] - 1)]
+    if truncate:
+        clamp = lowest >= 0
+        means = torch.where(clamp, means.clamp_min(0.0), means)
+        full = torch.where(clamp, full.clamp_min(0.0), full)
+    return output_class(self)(last_hidden_state=outputs.last_hidden_state, hidden_states=outputs.hidden_states,
+                              attentions=outputs.attentions, mean_predictions=means, full_predictions=full,
+                              loss=None)
+
+
+def running_stats(values: Any, masked: Any) -> tuple[Any, Any]:
+    """The mean and deviation of every prefix of patches ``values [batch, patches, length]`` over the positions not
+    ``masked``, each ``[batch, patches]``: Welford's running update in closed form (per-patch counts, means and
+    variances combined by cumulative sums), 0 where no value came yet."""
+    import torch
+
+    valid = (~masked).to(values.dtype)
+    counts = valid.sum(dim=-1)
+    safe = torch.where(counts == 0, torch.ones_like(counts), counts)
+    means = torch.where(counts == 0, torch.zeros_like(counts), (values * valid).sum(dim=-1) / safe)
+    variances = torch.where(counts == 0, torch.zeros_like(counts),
+                            (((values - means[..., None]) * valid) ** 2).sum(dim=-1) / safe)
+    # squares about the series' overall mean: the same variance, sums that do not cancel
+    centre = (means * counts).sum(dim=1, keepdim=True) / counts.sum(dim=1, keepdim=True).clamp_min(1)
+    total = counts.cumsum(dim=1)
+    total_safe = torch.where(total == 0, torch.ones_like(total), total)
+    mean = torch.where(total == 0, torch.zeros_like(total), (counts * means).cumsum(dim=1) / total_safe)
+    spread = (counts * variances).cumsum(dim=1) + (counts * (means - centre) ** 2).cumsum(dim=1) - \
+        total * (mean - centre) ** 2
+    variance = torch.where(total == 0, torch.zeros_like(total), spread / total_safe)
+    return mean, torch.sqrt(torch.clamp(variance, min=0.0))
+
+
+def stats_forward(self: Any, past_values: Any, past_values_padding: Any = None, **kwargs: Any) -> Any:
+    """TimesFM 2.5's model with its running statistics from :func:`running_stats`; the rest its own."""
+    import torch
+    from transformers.masking_utils import create_causal_mask
+
+    batch, length = past_values.shape
+    patch = self.config.patch_length
+    if past_values_padding is None:
+        past_values_padding = torch.zeros_like(past_values, dtype=torch.long)
+    patches = past_values.view(batch, -1, patch)
+    masked = past_values_padding[:, :length].view(batch, -1, patch) >= 0.5
+    mu, sigma = running_stats(patches, masked)
+    normed = self._revin(patches, mu, sigma, reverse=False, mask=masked)
+    embeddings = self.input_ff_layer(torch.cat([normed, masked.to(dtype=normed.dtype)], dim=-1))
+    patch_padding = masked[..., -1]
+    positions = torch.arange(embeddings.shape[1], device=embeddings.device).unsqueeze(0) - \
+        patch_padding.to(torch.int32).sum(dim=-1, keepdim=True)
+    mask = create_causal_mask(self.config, embeddings, (~patch_padding).to(torch.int64), cache=None)
+    rotary = self.rotary_emb(embeddings, positions)
+    hidden = embeddings
+    for layer in self.layers:
+        hidden = layer(hidden, position_embeddings=rotary, attention_mask=mask, position_ids=positions, **kwargs)
+    return output_class(self)(last_hidden_state=hidden, loc=mu[:, -1],
+                              scale=torch.clamp(sigma[:, -1], min=self.tolerance), context_mu=mu,
+                              context_sigma=sigma)
+
+
+STATS = ("_update_running_stats", "_revin", "input_ff_layer", "rotary_emb", "layers", "tolerance")
+
+
 def _is_forecaster(module: Any) -> bool:
     return all(hasattr(module, name) for name in HOLDS) and callable(getattr(module, "_preprocess", None))
+
+
+def _is_forecaster_2_5(module: Any) -> bool:
+    return all(hasattr(module, name) for name in ("_preprocess", "_decode_and_project", "context_len",
+                                                  "horizon_len", "model")) and _keeps_stats(module.model)
+
+
+def _keeps_stats(module: Any) -> bool:
+    return all(hasattr(module, name) for name in STATS)
 
 
 @contextlib.contextmanager
@@ -103,17 +225,21 @@ def batched_series(model: Any) -> Iterator[list[str]]:
     forwards come back on leaving."""
     from .lending import lent
 
-    found = [(name or type(m).__name__, m) for name, m in
-             (model.named_modules() if hasattr(model, "named_modules") else []) if _is_forecaster(m)]
-    with lent([(m, "forward", batched_forward.__get__(m)) for _, m in found]):
-        yield [name for name, _ in found]
+    modules = list(model.named_modules()) if hasattr(model, "named_modules") else []
+    found = [(name or type(m).__name__, m, batched_forward) for name, m in modules if _is_forecaster(m)] + \
+        [(name or type(m).__name__, m, batched_forward_2_5) for name, m in modules if _is_forecaster_2_5(m)] + \
+        [(name or type(m).__name__, m, stats_forward) for name, m in modules if _keeps_stats(m)]
+    with lent([(m, "forward", forward.__get__(m)) for _, m, forward in found]):
+        yield [name for name, _, _ in found]
 
 
 PATCH = Patch(
     name="series_rows",
     applies_to="forecasters holding _preprocess (of a list of series), _postprocess_output, context_len, horizon_len "
-               "and a decoder",
-    replaces="the Python loop over the series (cut, front-padded, masked, stacked) and the per-series minimum",
+               "and a decoder, or _preprocess, _decode_and_project, context_len, horizon_len and a model keeping "
+               "running statistics (_update_running_stats, _revin, input_ff_layer, rotary_emb, layers)",
+    replaces="the Python loop over the series (cut, front-padded, masked, stacked) and the per-series minimum; the "
+             "loop of running statistics over the context's patches",
     why="the loop iterates over the batch: torch.export unrolls it and TorchScript splits the rows, so the file ran "
-        "at the sample's batch only",
+        "at the sample's batch only; the patch loop unrolled into an export that did not finish",
     during=batched_series)
