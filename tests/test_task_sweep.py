@@ -226,13 +226,30 @@ def test_task_table_counts_and_escapes() -> None:
             {"type": "x", "class": "XForMaskedLM", "pytorch": "ok", "export": "check failed",
              "check": "FAILED: <b> | c"},
             {"type": "y", "class": "YForMaskedLM", "pytorch": "ok", "export": "onnx-nb's sample: IndexError: <i>"},
-            {"type": "z", "class": "ZForMaskedLM", "pytorch": "cannot build (tiny): KeyError: 'z'"}]
+            {"type": "z", "class": "ZForMaskedLM", "pytorch": "cannot build (tiny): KeyError: 'z'"},
+            {"type": "w", "class": "WForMaskedLM", "pytorch": "ok", "export": "ok", "int8": "parity failed",
+             "init": "initializer_range 0.02 -> 0.2"}]
     text = "\n".join(task_sweep.table(rows))
+    assert "| w | WForMaskedLM | ✓ | ✗ |  | INT8: parity failed; weights drawn at initializer_range 0.02 -&gt; 0.2 |" \
+        in text
     assert "| bert | BertForMaskedLM | ✓ | ✓ | ✗ | INT4: parity failed |" in text
     assert "FAILED: &lt;b&gt; / c" in text and "<b>" not in text
     assert "onnx-nb&#x27;s sample: IndexError: &lt;i&gt;" in text
     assert "| z | ZForMaskedLM | – | – | – | PyTorch cannot build (tiny): KeyError: &#x27;z&#x27; |" in text
-    assert [task_sweep.served(r) for r in rows] == [True, False, False, False]
+    assert [task_sweep.served(r) for r in rows] == [True, False, False, False, True]
+
+
+def test_a_detector_with_flat_scores_is_told_apart() -> None:
+    """At its own init scale a random SuperPoint scores every pixel near 1/65, so rounding decides which survive
+    its non-maximum suppression: the sweep draws it ten times wider, where its scores spread."""
+    import torch
+    import transformers
+
+    for scale, flat in ((0.02, True), (0.2, False)):
+        config = transformers.SuperPointConfig(encoder_hidden_sizes=[8, 8, 16, 16], decoder_hidden_size=32,
+                                               descriptor_decoder_dim=16, initializer_range=scale)
+        torch.manual_seed(0)
+        assert task_sweep.flat(transformers.SuperPointForKeypointDetection(config).eval()) is flat, scale
 
 
 def test_image_size_fixed_when_no_exporter_keeps_it_dynamic(tmp_path: Path) -> None:
