@@ -228,9 +228,10 @@ def dynamo_or_eager(model: Any, warnings_seen: list[str], export: Callable[[], N
             raise  # not that failure, or eager attention already (a retry would fail the same way)
         with eager_attention(model):  # the decomposed attention's layout, not the fused kernel's
             export()
-        warnings_seen.append(
-            "Traced with transformers' eager attention: with the model's own attention, dynamo could not "
-            f"make a view at a symbolic size once it decomposed the graph ({_attention_strides(exc)}).")
+        said = "Traced with transformers' eager attention:"
+        if not any(w.startswith(said) for w in warnings_seen):  # once, though the fixed-size retry meets it again
+            warnings_seen.append(f"{said} with the model's own attention, dynamo could not make a view at a "
+                                 f"symbolic size once it decomposed the graph ({_attention_strides(exc)}).")
 
 
 def _attention_strides(exc: BaseException) -> str | None:
