@@ -281,6 +281,7 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
     row: dict[str, Any] = {"type": model_type, "class": class_name, "task": task}
     started = time.perf_counter()
     for size, sizes in (("tiny", registry_sweep.TINY), ("depth only", registry_sweep.DEPTH)):
+        row.pop("init", None)  # this size's own draw
         try:
             config = tiny_config(model_type, sizes, task)
             if task == "text-classification":  # a decoder's classifier pools at the last token that is not padding

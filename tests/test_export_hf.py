@@ -279,8 +279,9 @@ def test_a_depth_neck_stacking_its_stages_keeps_the_batch_symbolic() -> None:
 def test_a_forecaster_keeping_running_statistics_exports_in_seconds_at_any_batch_and_length(tmp_path: Path) -> None:
     """TimesFM 2.5 loops over its series (the batch) and its model over the context's patches (Welford's running
     mean and deviation, one patch at a time). The default export takes the rows together and the statistics from
-    cumulative sums: PyTorch's forecasts (flip invariance and the quantile head included) at other batches and at
-    series shorter and longer than the context."""
+    cumulative sums: PyTorch's forecasts (flip invariance and the quantile head included) at other batches, at
+    series shorter and longer than the context; its statistics are the loop's on a long, nearly flat step (where
+    float32 prefix sums cancel)."""
     import numpy as np
 
     from onnx_nb.runtime.sessions import session
@@ -296,10 +297,27 @@ def test_a_forecaster_keeping_running_statistics_exports_in_seconds_at_any_batch
     run = session(result.path)
     names = [o.name for o in run.get_outputs()]
     g = torch.Generator().manual_seed(1)
-    for batch, length, offset in ((1, 128, 0.0), (3, 40, 50.0), (2, 300, -3.0)):
-        series = torch.randn(batch, length, generator=g) * 4 + offset
+    for series in (torch.randn(1, 128, generator=g) * 4, torch.randn(3, 40, generator=g) * 4 + 50.0,
+                   torch.randn(2, 300, generator=g) * 4 - 3.0):
         with torch.no_grad():
             want = model(past_values=series)
         got = dict(zip(names, run.run(None, {"past_values": series.numpy()})))
         for name in ("mean_predictions", "full_predictions"):
             np.testing.assert_allclose(got[name], getattr(want, name).numpy(), atol=1e-4, rtol=1e-4)
+    # the statistics against the model's own Welford loop, over a long context: a step whose stretches are nearly
+    # flat, normalised as the forecaster does (float32 prefix sums gave a deviation of 0 for the first patches)
+    from onnx_nb.steps.export.patches.series_rows import running_stats
+
+    step = torch.cat([torch.zeros(1, 8192), torch.ones(1, 8192)], dim=1) + torch.randn(1, 16384, generator=g) * 1e-5
+    step = (step - step.mean()) / step.std()
+    patches = step.view(1, -1, 32)
+    masked = torch.zeros_like(patches, dtype=torch.bool)
+    count, mean, deviation = (torch.zeros(1) for _ in range(3))
+    means, deviations = [], []
+    for k in range(patches.shape[1]):
+        count, mean, deviation = model.model._update_running_stats(count, mean, deviation, patches[:, k], masked[:, k])
+        means.append(mean)
+        deviations.append(deviation)
+    mu, sigma = running_stats(patches, masked)
+    torch.testing.assert_close(mu, torch.stack(means, dim=1), atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(sigma, torch.stack(deviations, dim=1), atol=1e-9, rtol=1e-3)

@@ -46,6 +46,8 @@ def batched_forward(self: Any, pixel_values: Any, labels: Any = None, output_hid
     descriptors = _described(self.descriptor_decoder, last, positions) * mask[..., None]
     # (y, x) -> (x, y), relative to the image (the padding stays at 0)
     keypoints = torch.stack([positions[..., 1] / width, positions[..., 0] / height], dim=-1) * mask[..., None]
+    # float32 as the model's padded outputs are (it fills torch.zeros), whatever the weights' type
+    keypoints, scores, descriptors = keypoints.float(), scores.float(), descriptors.float()
     mask = mask.to(torch.int32)
     states = encoded[1] if hidden else None
     if not return_dict:

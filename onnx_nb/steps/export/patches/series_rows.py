@@ -13,8 +13,8 @@ loop, over the context's patches (Welford's update, one patch at a time: 512 ste
 export that did not finish in ten minutes). Within :func:`batched_series` its forecaster takes a tensor's rows
 together too (:func:`batched_forward_2_5`: the same cut, front padding and mask, then the model's own global
 normalisation, flip invariance, quantile head and truncation), and its model's running mean and deviation come from
-cumulative sums over the patches (:func:`running_stats`: the same statistics, the squares taken about the series'
-overall mean so the sums do not cancel).
+cumulative sums over the patches (:func:`running_stats`: the same statistics, the sums in double about the series'
+overall mean so a plateau or a trend does not cancel them).
 
 Recognised by what the module holds, not by family: a ``_preprocess`` of the series and ``_postprocess_output`` of
 the decoder's states, with ``context_len``, ``horizon_len`` and a ``decoder``; or a ``_preprocess`` and
@@ -113,6 +113,8 @@ def batched_forward_2_5(self: Any, past_values: Any, window_size: int | None = N
             or future_values is not None:
         return type(self).forward(self, past_values, window_size, future_values, forecast_context_len,
                                   truncate_negative, force_flip_invariance, **kwargs)
+    wanted_dict = kwargs.pop("return_dict", None)
+    wanted_dict = getattr(self.config, "return_dict", True) if wanted_dict is None else wanted_dict
     context = forecast_context_len or self.context_len
     series = past_values[:, -context:]
     lowest = series.min()
@@ -148,9 +150,9 @@ def batched_forward_2_5(self: Any, past_values: Any, window_size: int | None = N
         clamp = lowest >= 0
         means = torch.where(clamp, means.clamp_min(0.0), means)
         full = torch.where(clamp, full.clamp_min(0.0), full)
-    return output_class(self)(last_hidden_state=outputs.last_hidden_state, hidden_states=outputs.hidden_states,
-                              attentions=outputs.attentions, mean_predictions=means, full_predictions=full,
-                              loss=None)
+    out = output_class(self)(last_hidden_state=outputs.last_hidden_state, hidden_states=outputs.hidden_states,
+                             attentions=outputs.attentions, mean_predictions=means, full_predictions=full, loss=None)
+    return out if wanted_dict else out.to_tuple()  # as the model's can_return_tuple gives it
 
 
 def running_stats(values: Any, masked: Any) -> tuple[Any, Any]:
@@ -159,13 +161,17 @@ def running_stats(values: Any, masked: Any) -> tuple[Any, Any]:
     variances combined by cumulative sums), 0 where no value came yet."""
     import torch
 
-    valid = (~masked).to(values.dtype)
+    kind = values.dtype
+    valid = (~masked).to(kind)
     counts = valid.sum(dim=-1)
     safe = torch.where(counts == 0, torch.ones_like(counts), counts)
     means = torch.where(counts == 0, torch.zeros_like(counts), (values * valid).sum(dim=-1) / safe)
     variances = torch.where(counts == 0, torch.zeros_like(counts),
                             (((values - means[..., None]) * valid) ** 2).sum(dim=-1) / safe)
-    # squares about the series' overall mean: the same variance, sums that do not cancel
+    # the prefix sums in double, about the series' overall mean: a stretch far from that mean with a small spread
+    # of its own (a plateau, a trend) subtracts two near-equal sums, which float32 loses (Welford's update never
+    # subtracts them)
+    counts, means, variances = counts.double(), means.double(), variances.double()
     centre = (means * counts).sum(dim=1, keepdim=True) / counts.sum(dim=1, keepdim=True).clamp_min(1)
     total = counts.cumsum(dim=1)
     total_safe = torch.where(total == 0, torch.ones_like(total), total)
@@ -173,7 +179,7 @@ def running_stats(values: Any, masked: Any) -> tuple[Any, Any]:
     spread = (counts * variances).cumsum(dim=1) + (counts * (means - centre) ** 2).cumsum(dim=1) - \
         total * (mean - centre) ** 2
     variance = torch.where(total == 0, torch.zeros_like(total), spread / total_safe)
-    return mean, torch.sqrt(torch.clamp(variance, min=0.0))
+    return mean.to(kind), torch.sqrt(torch.clamp(variance, min=0.0)).to(kind)
 
 
 def stats_forward(self: Any, past_values: Any, past_values_padding: Any = None, **kwargs: Any) -> Any:

@@ -9,8 +9,9 @@ through its readout projection and layer on its own: the same rows through the s
 the layers work per image), so the same values, without the stacking.
 
 Recognised by what the module holds and takes, not by family: ``readout_type`` "project", ``layers`` and as many
-``readout_projects``, a forward of ``(hidden_states, patch_height, patch_width)``, and no stages to ignore (DPT's
-``neck_ignore_stages``: its hybrid backbone's stages take another path, and its stage does not stack them).
+``readout_projects``, a forward of ``(hidden_states, patch_height, patch_width)`` with every size required, and no
+stages to ignore (DPT's ``neck_ignore_stages``: its hybrid backbone's stages take another path, and its stage does
+not stack them; CHMv2's stage, its sizes optional, takes feature-map and token pairs and projects no readout).
 """
 
 from __future__ import annotations
@@ -49,9 +50,12 @@ def _is_stacking_stage(module: Any) -> bool:
             or projects is None or layers is None or len(projects) != len(layers):
         return False
     try:
-        return tuple(inspect.signature(type(module).forward).parameters) == CALL
+        parameters = inspect.signature(type(module).forward).parameters
     except (TypeError, ValueError):
         return False
+    # every size required: CHMv2's stage (sizes defaulting to None) takes (feature map, token) pairs and projects
+    # no readout
+    return tuple(parameters) == CALL and all(p.default is p.empty for p in parameters.values())
 
 
 @contextlib.contextmanager
