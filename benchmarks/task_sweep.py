@@ -230,9 +230,9 @@ def runs_plainly(model: Any) -> bool:
         return False
 
 
-def underflows(model: Any) -> bool:
-    """Whether the model's float outputs on onnx-nb's sample are all below 1e-20 (random weights at the model's own
-    init scale through many layers: an output no parity check can judge); False where the sample does not run."""
+def float_outputs(model: Any) -> list[Any]:
+    """The model's non-empty float outputs on onnx-nb's sample; none where the sample does not run (the sample's own
+    refusal is the row's, later)."""
     import torch
 
     from onnx_nb.kinds.hf import samples
@@ -240,32 +240,27 @@ def underflows(model: Any) -> bool:
     try:
         with torch.no_grad():
             out = model(**samples.build(model).as_dict())
-    except Exception:  # noqa: BLE001 - the sample's own refusal is the row's, later
-        return False
-    found = [v for v in (out.values() if hasattr(out, "values") else [out])
-             if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()]
-    return bool(found) and all(float(v.abs().max()) < 1e-20 for v in found)
+    except Exception:  # noqa: BLE001 - the row's, later
+        return []
+    return [v for v in (out.values() if hasattr(out, "values") else [out])
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()]
 
 
-def flat(model: Any) -> bool:
-    """Whether a float output of the model on onnx-nb's sample is flat: at least 64 nonzero values all within 1% of
-    the largest (random weights at the init scale: every keypoint score of a detector near 1/65), where which values
-    survive an exact comparison (non-maximum suppression's ``scores == max_pool(scores)``) is decided by rounding, so
-    two correct runtimes keep different keypoints; False where the sample does not run."""
-    import torch
+def underflows(outputs: list[Any]) -> bool:
+    """Whether the model's float outputs (:func:`float_outputs`) are all below 1e-20 (random weights at the model's
+    own init scale through many layers: an output no parity check can judge); False where the sample did not run."""
+    return bool(outputs) and all(float(v.abs().max()) < 1e-20 for v in outputs)
 
-    from onnx_nb.kinds.hf import samples
 
-    try:
-        with torch.no_grad():
-            out = model(**samples.build(model).as_dict())
-    except Exception:  # noqa: BLE001 - the sample's own refusal is the row's, later
-        return False
-    for value in (out.values() if hasattr(out, "values") else [out]):
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            nonzero = value[value != 0].abs()
-            if nonzero.numel() >= 64 and float(nonzero.max() - nonzero.min()) < 0.01 * float(nonzero.max()):
-                return True
+def flat(outputs: list[Any]) -> bool:
+    """Whether one of the model's float outputs (:func:`float_outputs`) is flat: at least 64 nonzero values all within
+    1% of the largest (random weights at the init scale: every keypoint score of a detector near 1/65), where which
+    values survive an exact comparison (non-maximum suppression's ``scores == max_pool(scores)``) is decided by
+    rounding, so two correct runtimes keep different keypoints; False where the sample did not run."""
+    for value in outputs:
+        nonzero = value[value != 0].abs()
+        if nonzero.numel() >= 64 and float(nonzero.max() - nonzero.min()) < 0.01 * float(nonzero.max()):
+            return True
     return False
 
 
@@ -297,7 +292,8 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
             torch.manual_seed(0)
             model = getattr(transformers, class_name)(config).eval()
             scale = getattr(config, "initializer_range", 0.02)
-            widened = underflows(model) or (task == "keypoint-detection" and flat(model))
+            outputs = float_outputs(model)  # one run of the sample for both judgements
+            widened = underflows(outputs) or (task == "keypoint-detection" and flat(outputs))
             if widened and isinstance(scale, float):
                 # at its own init scale the outputs underflow (MobileViT's logits: ~1e-40), which no check can
                 # tell from another model's, or a detector's scores are flat (see flat): ten times wider, noted

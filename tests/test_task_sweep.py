@@ -249,7 +249,8 @@ def test_a_detector_with_flat_scores_is_told_apart() -> None:
         config = transformers.SuperPointConfig(encoder_hidden_sizes=[8, 8, 16, 16], decoder_hidden_size=32,
                                                descriptor_decoder_dim=16, initializer_range=scale)
         torch.manual_seed(0)
-        assert task_sweep.flat(transformers.SuperPointForKeypointDetection(config).eval()) is flat, scale
+        model = transformers.SuperPointForKeypointDetection(config).eval()
+        assert task_sweep.flat(task_sweep.float_outputs(model)) is flat, scale
 
 
 def test_image_size_fixed_when_no_exporter_keeps_it_dynamic(tmp_path: Path) -> None:

@@ -47,18 +47,26 @@ def batched_forward(self: Any, past_values: Any, freq: Any = None, window_size: 
     series = past_values[:, -context:]
     lowest = series.min()
     series = series[:, -self.context_len:]  # longer than the model's context: its last part
-    batch, length = series.shape
-    # front-padded to the context, the padding marked (no padding at the context's length: no branch on the length,
-    # which a file taking every length cannot keep)
-    front = self.context_len - length
-    padding = torch.cat([series.new_ones(batch, front), series.new_zeros(batch, length + self.horizon_len)], dim=1)
-    series = torch.cat([series.new_zeros(batch, front), series], dim=1)
+    series, padding = front_padded(series, self.context_len, self.horizon_len)
+    batch = series.shape[0]
     if freq is None:
         frequency = torch.zeros(batch, 1, dtype=torch.int32, device=series.device)
     else:
         frequency = torch.as_tensor(freq, device=series.device)[:batch].to(torch.int32).reshape(-1, 1)
     return _decoded(self, series, padding, frequency, context, lowest, return_forecast_on_context, truncate_negative,
                     kwargs)
+
+
+def front_padded(series: Any, width: int, horizon: int) -> tuple[Any, Any]:
+    """Rows ``[batch, length]`` (length at most ``width``) front-padded with zeros to ``width``, and their padding
+    mask over ``width + horizon`` (1 on the padding), as the forecasters' ``_preprocess`` builds them one series at a
+    time. No branch on the length (no padding at ``width``), which a file taking every length cannot keep."""
+    import torch
+
+    batch, length = series.shape
+    front = width - length
+    padding = torch.cat([series.new_ones(batch, front), series.new_zeros(batch, length + horizon)], dim=1)
+    return torch.cat([series.new_zeros(batch, front), series], dim=1), padding
 
 
 def _decoded(self: Any, series: Any, padding: Any, frequency: Any, context: int, lowest: Any, on_context: bool,
@@ -118,10 +126,7 @@ def batched_forward_2_5(self: Any, past_values: Any, window_size: int | None = N
     context = forecast_context_len or self.context_len
     series = past_values[:, -context:]
     lowest = series.min()
-    batch, length = series.shape
-    front = context - length  # the model's _preprocess: front-padded to the context, the padding marked
-    padding = torch.cat([series.new_ones(batch, front), series.new_zeros(batch, length + self.horizon_len)], dim=1)
-    series = torch.cat([series.new_zeros(batch, front), series], dim=1)
+    series, padding = front_padded(series, context, self.horizon_len)  # the model's _preprocess
     truncate = self.config.infer_is_positive if truncate_negative is None else truncate_negative
     flip = self.config.force_flip_invariance if force_flip_invariance is None else force_flip_invariance
     mu, sigma = series.mean(dim=1, keepdim=True), series.std(dim=1, keepdim=True)
