@@ -14,6 +14,8 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first non-empty line of an exception's message (its type name when the message is empty),
     cut to ``limit`` characters."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if lines and lines[0].endswith("for the following indices"):  # ONNX Runtime's shape refusal: which axes
+        lines[0] += ": " + "; ".join(ln for ln in lines[1:] if ln.startswith("index:"))
     return (lines[0] if lines else type(exc).__name__)[:limit]
 
 

@@ -77,6 +77,41 @@ def test_module_dict_sample_and_result_forms(tmp_path: Path) -> None:
     assert type(check).of(data["check"]) == check and result.check_text().startswith("passed: ORT vs PyTorch")
 
 
+class RowsOrOne(torch.nn.Module):
+    """Takes another path for a lone row (as VOLO's and CSATv2's code does): torch.export, given one row, fixes the
+    batch at 1 in the file."""
+
+    def __init__(self, lone_scale: float = 1.0) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+        self.lone_scale = lone_scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 1:
+            return self.proj(x.squeeze(0)).unsqueeze(0) * self.lone_scale
+        return self.proj(x)
+
+
+def test_a_module_branching_on_a_single_row_is_exported_from_two_and_checked_at_one(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model, one = RowsOrOne().eval(), torch.rand(1, 8)
+    result = onnx_nb.export(model, one, out=tmp_path / "m.onnx", progress=False)
+    assert result.exporter == "dynamo" and result.check["passed"], result
+    assert result.inputs[0].shape == ["batch", 8] and "dynamo, from one row" in result.fallback_reason
+    assert not any("TorchScript" in w for w in result.warnings), "only the published exporter's warnings"
+    assert result.source.sample["x"].shape == (1, 8), "the later steps run at the user's own sample"
+    for rows in (1, 5):
+        x = torch.rand(rows, 8)
+        with torch.no_grad():
+            np.testing.assert_allclose(run(result.path, {"x": x.numpy()})[0], model(x).numpy(), atol=1e-6)
+    # a lone row computed otherwise: the file from two rows is not that model at one, and the check says so
+    other = RowsOrOne(lone_scale=2.0).eval()
+    other.load_state_dict(model.state_dict())
+    unlike = onnx_nb.export(other, one, out=tmp_path / "o.onnx", progress=False)
+    assert not unlike.check["passed"] and unlike.status != "verified", unlike
+    assert "index: 0 Got: 2 Expected: 1" in unlike.fallback_reason["dynamo"], "which axis ONNX Runtime refused"
+
+
 def test_module_custom_dynamic_axes_and_static(tmp_path: Path) -> None:
     class Pool(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -57,36 +57,51 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
         from .torch_exporters import check_file
         from .torch_exporters import first_line as exporter_error
 
-        def attempt(s: Any, out_axes: Any, probe: Any, after: Any) -> Any:
-            def write(name: str, staged: Path) -> list[Any]:
+        def attempt(s: Any, out_axes: Any, probe: Any, after: Any, given: Any = None) -> Any:
+            def write(name: str, staged: Path) -> tuple[list[Any], list[str]]:
                 native: list[str] = []
                 branches: list[Any] = []
+                said: list[str] = []  # this exporter's warnings: only the published file's are the result's
                 try:
-                    run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset, big, warnings_seen,
+                    run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset, big, said,
                                  native, branches)
                 finally:
                     logs[name] = "".join(native)
-                return branches
+                return branches, said
 
-            return first_that_passes(order, target, write, lambda _n, staged, _w: check_file(
-                staged, probe, after, flat.output_names), steps, verb="exporting with", against="PyTorch",
-                describe=exporter_error)
+            def check(_name: str, staged: Path, _written: Any) -> Any:
+                verdict = check_file(staged, probe, after, flat.output_names)
+                if given is None or not verdict.get("passed"):
+                    return verdict
+                at_given = check_file(staged, given[0], given[1], flat.output_names)  # and at the row given
+                return verdict if at_given.get("passed") else at_given
+
+            return first_that_passes(order, target, write, check, steps, verb="exporting with", against="PyTorch",
+                                     describe=exporter_error)
 
         done = attempt(s, out_axes, probe, after)
         narrowed = None if decoder or dynamic is not True or (done.name and done.check.get("passed")) or \
             _no_translation(done) else batch_only(s, done.attempts)
         if narrowed is not None:  # Swin's windows: dynamo cannot view them at a symbolic size, TorchScript's trace
             steps.add(4)  # fixed their count; with the image size fixed, dynamo's file matches
-            narrow, also = narrowed
-            probe2, after2, out2 = _grown_check(narrow, flat, before, warnings_seen)
-            retry = attempt(narrow, out2, probe2, after2)
+            narrow, also, how = narrowed
+            import torch
+
+            with torch.no_grad():  # the narrowed sample may hold two rows where the given one held one
+                same = all(a is b for a, b in zip(narrow.tensors, s.tensors))
+                before2 = before if same else flat.reference(*narrow.tensors)
+            probe2, after2, out2 = _grown_check(narrow, flat, before2, warnings_seen)
+            retry = attempt(narrow, out2, probe2, after2, None if same else (s, before))
             if retry.name and retry.check.get("passed"):
-                retry.attempts = {**{f"{k}, sizes dynamic": v for k, v in done.attempts.items()}, **retry.attempts}
+                retry.attempts = {**{f"{k}, {how}": v for k, v in done.attempts.items()}, **retry.attempts}
+                given = s.as_dict()  # the later steps run at the user's own sample, one row or more
                 done, s, fixed = retry, narrow, [*fixed, *also]
-                source.sample, source.input_axes = s.as_dict(), dict(s.axes)
+                source.sample, source.input_axes = given if not same else s.as_dict(), dict(s.axes)
         if done.name:
+            branches, said = done.written
+            warnings_seen.extend(w for w in said if w not in warnings_seen)
             return make_result(target, done.files, done.name, done.attempts, done.seconds, warnings_seen, source,
-                               done.check, s, fixed, dynamic, unverified_of(done.written, done.attempts))
+                               done.check, s, fixed, dynamic, unverified_of(branches, done.attempts))
     raise _all_failed(model, flat, s, done.attempts, done.errors, logs, source.instead)
 
 
@@ -99,20 +114,27 @@ def _no_translation(done: Any) -> bool:
         all(unsupported_operator(str(e)) for e in done.errors.values())
 
 
-def batch_only(s: Any, attempts: dict[str, str]) -> tuple[Any, list[Any]] | None:
-    """The sample with only its batch axes dynamic, and the other axes it had dynamic as fixed ones, saying why
-    (``attempts``: what each exporter did with them dynamic); None when it had no other axis to give up."""
+def batch_only(s: Any, attempts: dict[str, str]) -> tuple[Any, list[Any], str] | None:
+    """The sample with only its batch axes dynamic (two rows where it had one), the other axes it had dynamic as
+    fixed ones, saying why (``attempts``: what each exporter did with them dynamic), and what the first try had
+    that this one has not; None when it had neither another axis to give up nor a single row."""
     from .inputs import FixedAxis, Sample
 
     given_up = [(n, a) for n, spec in s.axes.items() for a in spec if a != 0]
-    if not given_up:
+    batched = {n for n, spec in s.axes.items() if 0 in spec}
+    # a batch of one: torch.export fixes an axis of size 1 that the code branches on (VOLO's), where the same
+    # code at two rows keeps it symbolic; the rows repeated, as the probe repeats them
+    single = bool(batched) and all(t.shape[0] == 1 for n, t in zip(s.names, s.tensors) if n in batched)
+    if not given_up and not single:
         return None
     said = "; ".join(f"{k}: {v.splitlines()[0][:120] if v else v}" for k, v in attempts.items())
     why = f"with it dynamic no exporter's file matched PyTorch ({said})"
-    narrow = Sample(list(s.names), list(s.tensors), s.as_kwargs,
-                    {n: {0: spec[0]} for n, spec in s.axes.items() if 0 in spec})
+    tensors = [t.repeat(2, *[1] * (t.dim() - 1)) if single and n in batched else t
+               for n, t in zip(s.names, s.tensors)]
+    narrow = Sample(list(s.names), list(tensors), s.as_kwargs, {n: {0: s.axes[n][0]} for n in batched})
     sizes = dict(zip(s.names, s.tensors))
-    return narrow, [FixedAxis(n, a, int(sizes[n].shape[a]), why) for n, a in given_up]
+    how = ", ".join([*(["sizes dynamic"] if given_up else []), *(["from one row"] if single else [])])
+    return narrow, [FixedAxis(n, a, int(sizes[n].shape[a]), why) for n, a in given_up], how
 
 
 def _cache_check(source: ModelSource, flat: Any, s: Any) -> tuple[Any, Any, Any]:
@@ -216,21 +238,24 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
     onnx.save(proto, str(staged))
 
 
+EAGER_SAID = "Traced with eager attention (matmul, softmax, matmul):"
+
+
 def dynamo_or_eager(model: Any, warnings_seen: list[str], export: Callable[[], None]) -> None:
     """Run ``export`` (a dynamo export of ``model`` or a wrapper around it); when it stops at a view after the
-    attention (:func:`_attention_strides`), once more with transformers' eager attention, saying so."""
+    attention (:func:`_attention_strides`), once more with eager attention (transformers' or timm's), saying so."""
     try:
         export()
     except Exception as exc:
-        from ..patches.attention import attention_holder, eager_attention, runs_eager
+        from ..patches.attention import attention_holder, eager_attention, fused, runs_eager
 
-        if not _attention_strides(exc) or attention_holder(model) is None or runs_eager(model):
+        if not _attention_strides(exc) or (attention_holder(model) is None and not fused(model)) or \
+                runs_eager(model, timm=True):
             raise  # not that failure, or eager attention already (a retry would fail the same way)
-        with eager_attention(model):  # the decomposed attention's layout, not the fused kernel's
+        with eager_attention(model, timm=True):  # the decomposed attention's layout, not the fused kernel's
             export()
-        said = "Traced with transformers' eager attention:"
-        if not any(w.startswith(said) for w in warnings_seen):  # once, though the fixed-size retry meets it again
-            warnings_seen.append(f"{said} with the model's own attention, dynamo could not make a view at a "
+        if not any(w.startswith(EAGER_SAID) for w in warnings_seen):  # once, though a retry meets it again
+            warnings_seen.append(f"{EAGER_SAID} with the model's own attention, dynamo could not make a view at a "
                                  f"symbolic size once it decomposed the graph ({_attention_strides(exc)}).")
 
 
