@@ -277,3 +277,24 @@ def test_parity_reference_length_holds_against_the_configs_max_new_tokens() -> N
     with torch.no_grad():
         out = model.generate(torch.tensor([[5, 6, 7, 8]]), **plain(6, 1, decoder_start_token_id=2))
     assert out.shape == (1, 6), out.shape
+
+
+def test_errors_near_zero_in_an_output_of_large_values_are_judged_at_its_fp32_rounding() -> None:
+    """One matrix product of large values summed in another order (float64 then rounded, against numpy's float32
+    BLAS): its elements near zero differ by far more than atol, as fp32 rounding at the products' scale makes
+    them; the fp32 policy passes it, saying the ulp floor decided. An error of 1% of the output's scale at one
+    element still fails."""
+    from onnx_nb.results.tolerance import POLICY, measure
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(0, 40, (64, 2048)).astype(np.float32)
+    b = rng.normal(0, 40, (2048, 64)).astype(np.float32)
+    reference = a @ b
+    other_order = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    stats, errors = measure(other_order, reference, "scores")
+    assert (np.abs(other_order - reference) > 1e-4 + 1e-3 * np.abs(reference)).any()  # numpy's rule alone fails
+    verdict = errors.judge(POLICY["fp32"])
+    assert verdict["passed"] and "fp32 ulps of the output's largest value" in verdict["note"], verdict
+    wrong = other_order.copy()
+    wrong.flat[int(np.argmin(np.abs(reference)))] += 0.01 * float(np.sqrt(np.mean(reference.astype(np.float64) ** 2)))
+    assert not measure(wrong, reference, "scores")[1].judge(POLICY["fp32"])["passed"]

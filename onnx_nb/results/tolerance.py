@@ -17,6 +17,10 @@ MAX_STORED = 1_000_000  # elements kept per row for re-judging (subsampled beyon
 # A reference whose RMS is below this cannot be told apart from zero in fp32 arithmetic (products of such
 # values underflow): parity on it is inconclusive, never a pass.
 UNDERFLOW_RMS = 1e-30
+# fp32 arithmetic rounds at the scale of the values it sums: an element near zero in an output whose largest values
+# are M (a dense head's logits at 1500) carries errors of order M * 2^-23 times the depth of its sums, whatever atol
+# says. The element-wise atol is at least this many fp32 ulps of the output's largest value.
+FP32_ULPS = 64
 
 
 @dataclass(frozen=True)
@@ -216,10 +220,14 @@ class Errors:
         when the reference's scale decided (or could not decide) the verdict."""
         d, r = self.diff, self.ref
         atol, rtol = (0.0, 0.0) if self.integer else (tol.atol, tol.rtol)
-        out = d > atol + rtol * r
+        floor = 0.0 if self.integer else FP32_ULPS * float(np.finfo(np.float32).eps) * self.ref_max
+        out = d > max(atol, floor) + rtol * r
         frac = float(out.mean()) if d.size else 0.0
         needed = float(np.max(d - rtol * r, initial=0.0)) if d.size else 0.0
-        note = ""
+        note, floored = "", ""
+        if floor > atol and d.size and bool((d > atol + rtol * r).any()) and frac == 0.0:
+            floored = (f"errors near zero judged at {FP32_ULPS} fp32 ulps of the output's largest value "
+                       f"({self.ref_max:.3g}): atol {floor:.2g} in place of {atol:g}")
         status = "pass"
         if tol.mode == "task" and not self.integer:
             agreement = self.ranks.agreement if self.ranks is not None else self.argmax
@@ -229,6 +237,7 @@ class Errors:
             passed = frac == 0.0
         else:
             passed, status, note = self._judge_scale(tol, frac == 0.0)
+            note = "; ".join(n for n in (note, floored) if n)
         if not passed and status == "pass":
             status = "fail"
         return {"frac_out": frac, "needed_atol": max(needed, 0.0), "passed": bool(passed), "status": status,
