@@ -216,3 +216,53 @@ def test_blocks_of_frames_branch_free_as_the_model_computes_them() -> None:
                 assert model.model.projector.forward.__func__ is window_projector
                 assert torch.allclose(model.model.get_audio_features(features).pooler_output, own, atol=1e-5)
     assert "forward" not in vars(model.model.projector)
+
+
+def test_windows_of_one_long_audio_keep_their_place_in_it(tmp_path: Any) -> None:
+    """MusicFlamingo: a processor cuts a long audio into 30-second windows (one clip per row) and the model rotates
+    each row by its window's time, which it reads from the prompt's run of audio tokens. The audio file takes each
+    clip's window (windows.py) and the runner counts it from the prompt as the model does: one prompt whose audio is
+    two windows generates PyTorch's tokens, through generate() and to_transformers(); eagerly, the features with the
+    windows given are the model's own, and a second window's rows are not a first one's."""
+    import torch
+    import transformers
+
+    from onnx_nb.kinds.speech_llm.parts import AudioFeatures, audio_sample, features_of
+    from onnx_nb.kinds.vlm.prompts import prompt_sample
+
+    torch.manual_seed(0)
+    config = transformers.MusicFlamingoConfig(text_config=TEXT, audio_token_id=TOKEN,
+                                              audio_config={**AUDIO, "model_type": "musicflamingo_encoder"})
+    model = transformers.MusicFlamingoForConditionalGeneration(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "music", progress=False)
+    assert result.status == "verified" and [i.name for i in result.parts["audio"].inputs] == [
+        "input_features", "input_features_mask", "window_index"]
+    audio = audio_sample(model, seed=4, seconds=(30.0, 6.5))  # a 36.5 s audio: a full window, then 6.5 s
+    rows = features_of(model, audio).shape[0]
+    ids = prompt_sample(TOKEN, rows, 1, 300, seed=4)  # one run of audio tokens: one audio
+    with torch.no_grad():
+        own = model.get_audio_features(**audio, input_ids=ids).pooler_output
+        given = AudioFeatures(model)(**audio, window_index=torch.tensor([0, 1]))["audio_features"]
+        first = AudioFeatures(model)(**audio, window_index=torch.tensor([0, 0]))["audio_features"]
+    assert torch.allclose(given, own, atol=1e-6) and not torch.allclose(first, own, atol=1e-3)
+    # the runner's count, in ONNX Runtime: one audio of two windows, then the same clips as two audios
+    import onnxruntime as ort
+
+    from onnx_nb.kinds.speech_llm.parts import per_clip
+
+    session = ort.InferenceSession(str(result.parts["audio"].path), providers=["CPUExecutionProvider"])
+    clips = {k: v.numpy() for k, v in audio.items()}
+    each = [features_of(model, {k: v[i:i + 1] for k, v in audio.items()}).shape[0] for i in range(2)]
+    two = torch.tensor([[5] + [TOKEN] * each[0] + [6, 7] + [TOKEN] * each[1] + [8]])
+    for prompt in (ids, two):
+        with torch.no_grad():
+            theirs = model.get_audio_features(**audio, input_ids=prompt).pooler_output.numpy()
+        assert np.abs(per_clip(session, clips, prompt.numpy(), TOKEN) - theirs).max() < 1e-5
+    want = _torch(model, ids, audio)
+    got = onnx_nb.generate(result, {"input_ids": ids.numpy(), **{k: v.numpy() for k, v in audio.items()}},
+                           max_new_tokens=NEW)
+    assert list(got.tokens[0])[:NEW] == want
+    with torch.no_grad():
+        out = onnx_nb.to_transformers(result).generate(input_ids=ids, attention_mask=torch.ones_like(ids), **audio,
+                                                       max_new_tokens=NEW, do_sample=False)
+    assert out[0, ids.shape[1]:].tolist() == want

@@ -20,6 +20,7 @@ from ...errors import InvalidArgumentError
 from ..vlm.parts import MergedEmbedding
 from ..vlm.prompts import VisionPart, feature_rows, prompt_sample
 from .names import AUDIO_TOKENS, AUDIO_TOWERS
+from .windows import WINDOW, audio_ends, window_of, windowed_features
 
 MASKS = ("input_features_mask", "feature_attention_mask", "padding_mask")  # a clip's mask, by the family's name
 SIGNALS = ("input_features", "input_values")  # a clip's features (a spectrogram) or its waveform
@@ -41,6 +42,9 @@ def audio_features(model: Any) -> Any:
     """The family's ``get_audio_features`` whose signature names its inputs: the model's, or its inner model's where
     the outer one only passes ``*args`` on (Voxtral, Granite Speech); where neither has one, the steps of a forward
     that computes them itself (Qwen2-Audio, :mod:`.inline`); else None."""
+    windowed = windowed_features(model)  # MusicFlamingo's: each clip's window given, not read from the prompt
+    if windowed is not None:
+        return windowed
     found = [getattr(owner, "get_audio_features", None) for owner in (model, getattr(model, "model", None))]
     methods = [m for m in found if callable(m)]
     if not methods:  # computed inside forward (Qwen2-Audio): the same steps as a method
@@ -68,14 +72,20 @@ def audio_inputs(model: Any) -> tuple[str, ...]:
         raise InvalidArgumentError(f"{type(model).__name__}.get_audio_features takes {', '.join(takes)}: not a "
                                    f"clip's features ({' or '.join(SIGNALS)}).")
     required = [n for n, p in takes.items() if p.default is p.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-                and n not in (signal, *MASKS)]
-    if required:  # MusicFlamingo's features read the prompt's ids
+                and n not in (signal, *MASKS, WINDOW)]
+    if required:  # features that read the prompt's ids for more than each clip's window
         raise InvalidArgumentError(
             f"{type(model).__name__}.get_audio_features needs {', '.join(required)} beside the audio: its features "
             "depend on the prompt, which the audio file of onnx-nb's speech LLM route does not take. Not supported "
             "yet.")
     masks = tuple(n for n in MASKS if n in takes or (n in forward and n == "input_features_mask"))
     return (signal, *masks)
+
+
+def takes_windows(model: Any) -> bool:
+    """Whether the audio file takes each clip's window within its audio (``window_index``) beside the processor's
+    inputs (:mod:`.windows`)."""
+    return WINDOW in inspect.signature(audio_features(model)).parameters
 
 
 def masks_rows(model: Any) -> bool:
@@ -187,19 +197,27 @@ class AudioFeatures(VisionPart):
         self.after = masks_rows(model)
         self.processor = processor
         self.related_axes = True  # a mask of rows (Granite's) follows the frames: torch.export relates them
+        self.windows = takes_windows(model)
 
     def other_sample(self) -> dict[str, torch.Tensor]:
-        """Two clips of other lengths, padded together as the processor pads them: the export's check."""
-        return audio_sample(self.model, seed=1, processor=self.processor, seconds=OTHER_SECONDS)
+        """Two clips of other lengths, padded together as the processor pads them: the export's check (the second
+        its audio's second window, where the family counts windows)."""
+        return windowed(self.model, audio_sample(self.model, seed=1, processor=self.processor,
+                                                 seconds=OTHER_SECONDS), torch.arange(len(OTHER_SECONDS)))
 
     def forward(self, input_features: torch.Tensor | None = None, input_values: torch.Tensor | None = None,
                 input_features_mask: torch.Tensor | None = None, feature_attention_mask: torch.Tensor | None = None,
-                padding_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Under the family's own names (the processor's), so that its output feeds the file as it is."""
+                padding_mask: torch.Tensor | None = None,
+                window_index: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Under the family's own names (the processor's), so that its output feeds the file as it is;
+        ``window_index`` where the family reads each clip's window (a clip alone: its audio's first)."""
         named = {"input_features": input_features, "input_values": input_values,
                  "input_features_mask": input_features_mask, "feature_attention_mask": feature_attention_mask,
                  "padding_mask": padding_mask}
-        given = {n: named[n] for n in self.names if named[n] is not None}
+        given: dict[str, torch.Tensor] = {n: v for n in self.names if (v := named[n]) is not None}
+        if self.windows:
+            clips = int(next(iter(given.values())).shape[0])
+            given[WINDOW] = window_index if window_index is not None else torch.zeros(clips, dtype=torch.long)
         mask = given.pop(self.names[1], None) if self.after else None
         out = self.features(**given, return_dict=True)
         rows = out.pooler_output if hasattr(out, "pooler_output") else out
@@ -237,12 +255,18 @@ def parts(model: Any, processor: Any = None) -> dict[str, tuple[Any, dict[str, t
     embed = {"input_ids": ids, "audio_features": features}
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "audio_features": {0: "audio_tokens"}}
     # the file for the sample's shapes, where no other passes its check
-    module.fallback = (module, sample, False)  # type: ignore[assignment]
+    module.fallback = (module, windowed(model, sample, torch.zeros(1, dtype=torch.long)), False)  # type: ignore[assignment]
     # two clips over 4 s for the file of every clip count and length: torch.export takes a size that is 1 in the
     # sample (one clip; Granite Speech's blocks of 200 frames, 4 s) for a constant, and the file fails at others
-    two = audio_sample(model, processor=processor, seconds=DYNAMIC_SECONDS)
+    two = windowed(model, audio_sample(model, processor=processor, seconds=DYNAMIC_SECONDS),
+                   torch.zeros(len(DYNAMIC_SECONDS), dtype=torch.long))
     audio = (module, two, audio_axes(two, module.other_sample()))
     return {"audio": audio, "embed": (AudioEmbedding(model, token), embed, axes)}
+
+
+def windowed(model: Any, sample: dict[str, torch.Tensor], windows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``sample`` with each clip's window within its audio, where the family's audio file takes it."""
+    return {**sample, WINDOW: windows} if takes_windows(model) else sample
 
 
 def audio_axes(sample: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> dict[str, dict[int, str]]:
@@ -263,12 +287,17 @@ def audio_axes(sample: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) 
     return axes
 
 
-def per_clip(audio: Any, given: dict[str, Any]) -> np.ndarray:
+def per_clip(audio: Any, given: dict[str, Any], ids: np.ndarray | None = None, token: int | None = None) -> np.ndarray:
     """Every clip's feature rows, the audio file run once per clip (the first axis of the processor's features),
-    one after another."""
+    one after another; where the file takes each clip's window within its audio, counted from the prompt's audio
+    tokens (``ids``, ``token``) as the model counts them."""
     from ...runtime.shapes import cast_feed
 
-    inputs = audio.get_inputs()
+    inputs = [i for i in audio.get_inputs() if i.name != WINDOW]
+    counts = WINDOW in {i.name for i in audio.get_inputs()}
+    if counts and (ids is None or token is None):
+        raise InvalidArgumentError("This model's audio file takes each clip's window within its audio, counted from "
+                                   "the prompt's audio tokens: pass the prompt's input_ids with the audio.")
     missing = [i.name for i in inputs if i.name not in given]
     if missing:
         raise InvalidArgumentError(f"The audio comes without {', '.join(missing)}, which this model's audio file "
@@ -280,9 +309,13 @@ def per_clip(audio: Any, given: dict[str, Any]) -> np.ndarray:
         raise InvalidArgumentError(
             f"{inputs[0].name} has shape {list(signal.shape)}; this model's audio file takes [clips, "
             f"{', '.join(map(str, want))}] (one clip per row): give the processor's output for the audio.")
-    rows = []
+    rows: list[np.ndarray] = []
+    ends = audio_ends(ids, token) if counts and ids is not None and token is not None else None
+    starts: dict[int, int] = {}
     for k in range(signal.shape[0]):
         feed = {i.name: np.asarray(given[i.name])[k:k + 1] for i in inputs}
+        if ends is not None:
+            feed[WINDOW] = np.array([window_of(ends, sum(len(r) for r in rows), k, starts)], np.int64)
         rows.append(audio.run(None, cast_feed(audio, feed))[0])
     width = audio.get_outputs()[0].shape[-1]
     return np.concatenate(rows, 0) if rows else np.zeros((0, width if isinstance(width, int) else 0), np.float32)

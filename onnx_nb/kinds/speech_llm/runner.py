@@ -14,15 +14,44 @@ from ..vlm.runner import VlmDecoder, pixels_of
 
 class SpeechDecoder(VlmDecoder):
     """:class:`VlmDecoder` over the audio file: :meth:`set_images` takes the processor's audio inputs
-    (``input_features`` and its mask, or ``input_values``), one clip per row."""
+    (``input_features`` and its mask, or ``input_values``), one clip per row. Where the file takes each clip's
+    window within its audio (MusicFlamingo: :mod:`.windows`), the clips are encoded at the prompt's step, whose audio
+    tokens say which clips are windows of one audio."""
 
     tower, token_key = "audio", "audio_token"
     media = "audio"
 
-    def encode(self, pixels: dict[str, np.ndarray]) -> np.ndarray:
+    def __init__(self, files: dict[str, Any], provider: str = "CPUExecutionProvider", **options: Any) -> None:
+        from .windows import WINDOW
+
+        super().__init__(files, provider, **options)
+        self.windows = WINDOW in self.vision_inputs  # counted here from the prompt, not given
+        self.vision_inputs = [n for n in self.vision_inputs if n != WINDOW]
+        self.deferred: dict[str, np.ndarray] | None = None
+
+    def set_images(self, pixels: dict[str, np.ndarray] | None) -> None:
+        self.deferred = None
+        super().set_images(pixels)
+
+    def encode(self, pixels: dict[str, np.ndarray]) -> np.ndarray | None:  # type: ignore[override]
         from .parts import per_clip
 
+        if self.windows:  # at the prompt's step (token_feed), with its ids
+            self.deferred = pixels
+            return None
         return per_clip(self.vision, pixels)
+
+    def token_feed(self, ids: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
+        if self.deferred is not None:
+            import time
+
+            from .parts import per_clip
+
+            started = time.perf_counter()
+            self.pending = per_clip(self.vision, self.deferred, ids, self.image_token)
+            self.deferred = None
+            self.vision_ms += (time.perf_counter() - started) * 1e3
+        return super().token_feed(ids, positions)
 
 
 def step_runner(model: Any, inputs: Any, images: Any, provider: str, threads: int | None) -> tuple[Any, Any]:
