@@ -57,6 +57,8 @@ TASKS = {
     "time-series-regression": "MODEL_FOR_TIME_SERIES_REGRESSION_MAPPING_NAMES",
     "time-series-prediction": "MODEL_FOR_TIME_SERIES_PREDICTION_MAPPING_NAMES",
     "text-to-waveform": "MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES",
+    "image-feature-extraction": "MODEL_FOR_IMAGE_MAPPING_NAMES",
+    "text-encoding": "MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES",
 }
 # what a task's check covers, where that is less than the task's natural output
 COVERS = {
@@ -78,6 +80,17 @@ def registry(task: str) -> dict[str, str]:
 
     # a type with two classes (DeiT's with and without its teacher) is swept with the first, the plain one
     return {t: c if isinstance(c, str) else c[0] for t, c in getattr(modeling_auto, TASKS[task]).items()}
+
+
+def own_config(config: Any, class_name: str) -> Any:
+    """The config ``class_name`` takes: where the type's config holds others (Llama 4's, Mllama's), the one of the
+    class's own config class (Llama4TextModel's text config, the text- and image-encoding mappings' towers)."""
+    import transformers
+
+    wanted = getattr(getattr(transformers, class_name, None), "config_class", None)
+    if not isinstance(wanted, type) or isinstance(config, wanted):
+        return config
+    return next((v for v in vars(config).values() if isinstance(v, wanted)), config)
 
 
 def path_of(task: str) -> Path:
@@ -287,7 +300,7 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
     for size, sizes in (("tiny", registry_sweep.TINY), ("depth only", registry_sweep.DEPTH)):
         row.pop("init", None)  # this size's own draw
         try:
-            config = tiny_config(model_type, sizes, task)
+            config = own_config(tiny_config(model_type, sizes, task), class_name)
             if task == "text-classification":  # a decoder's classifier pools at the last token that is not padding
                 for owner in {id(c): c for c in (config, registry_sweep.text_of(config))}.values():
                     if getattr(owner, "pad_token_id", 0) is None:
