@@ -12,7 +12,7 @@ limit (``registry_sweep.run_rows``).
         [--timeout 240] [--no-variants] [--again]
 
 Rows land in ``benchmarks/results/tasks/<task>.json``, one file per task; ``registry_sweep.py --page-only`` writes
-them into the supported-architectures page. The whole set is about 580 types (4 to 5 hours on 2 cores): run a task
+them into the supported-architectures page. The whole set is about 670 types (5 to 6 hours on 2 cores): run a task
 or some at a time.
 """
 
