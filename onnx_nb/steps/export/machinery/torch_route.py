@@ -94,9 +94,9 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
             retry = attempt(narrow, out2, probe2, after2, None if same else (s, before))
             if retry.name and retry.check.get("passed"):
                 retry.attempts = {**{f"{k}, {how}": v for k, v in done.attempts.items()}, **retry.attempts}
-                given = s.as_dict()  # the later steps run at the user's own sample, one row or more
+                # the later steps run at the user's own sample (one row, where the file was written from two)
+                source.sample, source.input_axes = s.as_dict(), dict(narrow.axes)
                 done, s, fixed = retry, narrow, [*fixed, *also]
-                source.sample, source.input_axes = given if not same else s.as_dict(), dict(s.axes)
         if done.name:
             branches, said = done.written
             warnings_seen.extend(w for w in said if w not in warnings_seen)

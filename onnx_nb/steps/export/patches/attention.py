@@ -47,8 +47,9 @@ def eager_attention(model: Any, timm: bool = False) -> Iterator[bool]:
     module's own implementation given back afterwards; ``timm``: timm's attention modules off their fused kernel
     too. Yields whether the model runs eager attention inside the block (False: it has no switch)."""
     found, kernels = implementations(model), fused(model) if timm else []
-    if not (found or kernels) or runs_eager(model, timm):
-        yield bool(found) or runs_eager(model, timm)
+    eager = runs_eager(model, timm)
+    if eager or not (found or kernels):
+        yield eager
         return
     if found:
         found[0][0].set_attn_implementation("eager")
