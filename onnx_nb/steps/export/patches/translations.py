@@ -12,6 +12,8 @@
   exporter then drops.
 - ``aten::arange.start_step`` with bounds known at export: torch's values as a constant (ONNX's ``Range`` counts in
   float32 where torch counts in double, one element short for ``arange(1/27, 1.0, 1/27)``).
+- ``aten::scatter_reduce.two`` with ``reduce="mean"`` (TAPAS' cell and column averages): torchlib writes it as a
+  scatter where the last value wins; here sums and counts. Every other reduction is torchlib's own.
 - ``aten::rsub.Scalar`` (``1.0 - mask`` of an integer mask, ProphetNet's cross-attention bias): torch's result
   type (an integer tensor less a float is float), where the exporter's own decomposition leaves ``sub(1.0, x)``,
   which its type promotion pass then cannot match to an overload ("Failed to decompose the FX graph").
@@ -154,6 +156,26 @@ def _rsub_scalar(self: Any, other: Any, alpha: Any = 1) -> Any:
     return op.Sub(like(other), scaled)
 
 
+def _scatter_reduce(self: Any, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True) -> Any:
+    """``aten::scatter_reduce.two``: torchlib's own for every reduction but ``mean``, which it writes as ONNX's
+    ``reduction="none"`` (the last value scattered to a place wins); here the mean of what lands on each place (with
+    ``self``'s value where ``include_self``), ``self`` where nothing lands: two scattered sums, a count and a sum."""
+    from onnxscript.function_libs.torch_lib.ops.core import aten_scatter_reduce
+    from onnxscript.onnx_opset import opset18
+
+    if reduce != "mean":
+        return aten_scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+    op: Any = opset18
+    zeros = op.Expand(op.CastLike(op.Constant(value_float=0.0), self), op.Shape(self))
+    ones = op.Expand(op.CastLike(op.Constant(value_float=1.0), src), op.Shape(src))
+    total = op.ScatterElements(zeros, index, src, axis=dim, reduction="add")
+    count = op.ScatterElements(zeros, index, ones, axis=dim, reduction="add")
+    if include_self:
+        return op.Div(op.Add(total, self), op.Add(count, op.CastLike(op.Constant(value_float=1.0), self)))
+    landed = op.Greater(count, op.CastLike(op.Constant(value_float=0.0), self))
+    return op.Where(landed, op.Div(total, op.Max(count, op.CastLike(op.Constant(value_float=1.0), self))), self)
+
+
 def _unsqueeze_complex(self: Any, dim: int) -> Any:
     """``aten::unsqueeze`` of a complex tensor stored as (..., 2): a negative axis counts past the pair."""
     from onnxscript.onnx_opset import opset18
@@ -202,7 +224,8 @@ def table() -> dict[Any, Any]:
 
     found: dict[Any, Any] = {torch.ops.aten.histc.default: _histc,
                              torch.ops.aten.arange.start_step: _arange_start_step,
-                             torch.ops.aten.rsub.Scalar: _rsub_scalar}
+                             torch.ops.aten.rsub.Scalar: _rsub_scalar,
+                             torch.ops.aten.scatter_reduce.two: _scatter_reduce}
     is_all_true = getattr(torch.ops.aten, "_is_all_true", None)
     if is_all_true is not None and hasattr(is_all_true, "default"):
         found[is_all_true.default] = _is_all_true
