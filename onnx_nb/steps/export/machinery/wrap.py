@@ -24,6 +24,8 @@ OutputPath = tuple[Any, ...]
 _HF_SKIP = {"cache", "past_key_values", "cache_params", "hidden_states", "attentions", "cross_attentions",
             "encoder_hidden_states", "encoder_attentions", "decoder_hidden_states",
             "decoder_attentions", "loss"}
+# fields that hold a tuple of tensors, each an output: a backbone's feature maps (feature_maps_0, feature_maps_1, ...)
+_HF_TENSOR_TUPLES = {"feature_maps"}
 
 
 @contextlib.contextmanager
@@ -53,7 +55,7 @@ def output_paths(output: Any, hf: bool, prefix: str = "output") -> list[tuple[st
     if isinstance(output, Mapping) or (hf and hasattr(output, "keys")):
         for key in output.keys():
             value = output[key]
-            if hf and (key in _HF_SKIP or not isinstance(value, torch.Tensor)):
+            if hf and (key in _HF_SKIP or not (isinstance(value, torch.Tensor) or key in _HF_TENSOR_TUPLES)):
                 continue
             found += [(str(key) if not sub else f"{key}_{'_'.join(map(str, sub))}", (key, *sub))
                       for _, sub in output_paths(value, hf=False)]
