@@ -126,7 +126,10 @@ def load_model(name: str, task: str | None = None) -> LoadedModel:
     if cls is None:
         cls = getattr(transformers, TASK_AUTO_CLASS[task])
     try:
-        model = cls.from_pretrained(location, trust_remote_code=False)  # never run code shipped with a model
+        if kind == "hf-dir" and getattr(config, "model_type", None) == "timm_backbone":
+            model = _timm_backbone(cls, config, Path(location))
+        else:
+            model = cls.from_pretrained(location, trust_remote_code=False)  # never run code shipped with a model
     except (OSError, ValueError) as exc:
         if kind == "hub-id":
             raise hub_error(name, exc) from exc
@@ -137,6 +140,22 @@ def load_model(name: str, task: str | None = None) -> LoadedModel:
     model.eval()
     preprocessor = load_preprocessor(location)
     return LoadedModel(model, config, preprocessor, task, location, kind)
+
+
+def _timm_backbone(cls: Any, config: Any, folder: Path) -> Any:
+    """A saved ``TimmBackbone`` folder: its ``from_pretrained`` takes its argument for a timm model name (and fails on
+    a folder), so the model is built from the folder's config and given its weights."""
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise OSError(f"no .safetensors weights in {folder}")
+    model = cls._from_config(config)
+    state: dict[str, Any] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    model.load_state_dict(state)
+    return model
 
 
 def checkpoint_bytes(folder: Path) -> int:
