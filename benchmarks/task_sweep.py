@@ -12,7 +12,7 @@ limit (``registry_sweep.run_rows``).
         [--timeout 240] [--no-variants] [--again]
 
 Rows land in ``benchmarks/results/tasks/<task>.json``, one file per task; ``registry_sweep.py --page-only`` writes
-them into the supported-architectures page. The whole set is about 670 types (5 to 6 hours on 2 cores): run a task
+them into the supported-architectures page. The whole set is about 740 types (6 to 7 hours on 2 cores): run a task
 or some at a time.
 """
 
@@ -59,6 +59,24 @@ TASKS = {
     "text-to-waveform": "MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES",
     "image-feature-extraction": "MODEL_FOR_IMAGE_MAPPING_NAMES",
     "text-encoding": "MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES",
+    "backbone": "MODEL_FOR_BACKBONE_MAPPING_NAMES",
+    "image-matting": "MODEL_FOR_IMAGE_MATTING_MAPPING_NAMES",
+    "normal-estimation": "MODEL_FOR_NORMAL_ESTIMATION_MAPPING_NAMES",
+    "pointmap-estimation": "MODEL_FOR_POINTMAP_ESTIMATION_MAPPING_NAMES",
+    "pose-estimation": "MODEL_FOR_POSE_ESTIMATION_MAPPING_NAMES",
+    "keypoint-matching": "MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES",
+    "image-segmentation": "MODEL_FOR_IMAGE_SEGMENTATION_MAPPING_NAMES",
+    "causal-image-modeling": "MODEL_FOR_CAUSAL_IMAGE_MODELING_MAPPING_NAMES",
+    "text-recognition": "MODEL_FOR_TEXT_RECOGNITION_MAPPING_NAMES",
+    "table-recognition": "MODEL_FOR_TABLE_RECOGNITION_MAPPING_NAMES",
+    "document-question-answering": "MODEL_FOR_DOCUMENT_QUESTION_ANSWERING_MAPPING_NAMES",
+    "table-question-answering": "MODEL_FOR_TABLE_QUESTION_ANSWERING_MAPPING_NAMES",
+    "visual-question-answering": "MODEL_FOR_VISUAL_QUESTION_ANSWERING_MAPPING_NAMES",
+    "retrieval": "MODEL_FOR_RETRIEVAL_MAPPING_NAMES",
+    "text-to-spectrogram": "MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES",
+    "rnnt": "MODEL_FOR_RNNT_MAPPING_NAMES",
+    "tdt": "MODEL_FOR_TDT_MAPPING_NAMES",
+    "decision": "MODEL_FOR_DECISION_MAPPING_NAMES",
 }
 # what a task's check covers, where that is less than the task's natural output
 COVERS = {
@@ -68,6 +86,21 @@ COVERS = {
                         "and the codec or vocoder that makes them a waveform are not in the file. VITS's forward "
                         "draws noise (its stochastic duration predictor), so its waveform's length changes from run "
                         "to run and no file can match PyTorch's.",
+    "text-to-spectrogram": "What is checked is the forward on token ids and, for SpeechT5, the spectrogram frames so "
+                           "far and a speaker embedding: one step of its decoder, not the loop that stops at its "
+                           "end-of-speech score nor the vocoder. SpeechT5's decoder prenet drops out at inference "
+                           "too (a fresh Bernoulli mask each call), so no file can match PyTorch's; FastSpeech 2 "
+                           "expands each token by its predicted duration, a length dynamo cannot follow yet.",
+    "keypoint-matching": "Each matcher runs its keypoint detector at full width on the processor's 480 x 640 pairs "
+                         "(only the depth is shrunk where the width shrink breaks its ties): SuperGlue's export "
+                         "does not finish in the sweep's time, LightGlue prunes keypoints and stops early by "
+                         "their values (a data-dependent branch no exporter follows).",
+    "rnnt": "What is checked is the forward as training runs it: the encoder on the features and the joint network "
+            "over the given labels; the transducer's greedy decoding loop is not in the file.",
+    "tdt": "What is checked is the forward as training runs it: the encoder on the features and the joint network "
+           "over the given labels (tokens and durations); the decoding loop is not in the file.",
+    "visual-question-answering": "BLIP's answer is decoded: what is checked is its forward on the image, the question "
+                                 "and answer ids so far (one step), not the loop.",
 }
 # the names a vision encoder gives its stages (one entry per stage): their count is kept, each stage one block deep
 STAGE_LISTS = ("depths", "hidden_sizes")
@@ -121,11 +154,21 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
                 sub.depths = type(sub.depths)([1] * len(sub.depths))      # D-FINE's HGNetV2): one block each
             if getattr(sub, "model_type", None) == "timm_backbone" and getattr(sub, "backbone", None) == "resnet50":
                 sub.backbone = "resnet18"  # DETR's timm ResNet-50 (25M parameters): its family's smallest
+        for name in [n for n in vars(sub) if n.endswith("_attention_heads")] if isinstance(
+                getattr(sub, "hidden_size", None), int) and "num_attention_heads" in sizes else ():
+            if isinstance(getattr(sub, name), int) and sub.hidden_size % getattr(sub, name):
+                setattr(sub, name, sizes["num_attention_heads"])  # SpeechT5's decoder's heads beside the encoder's
+        if isinstance(getattr(sub, "coordinate_size", None), int) and isinstance(getattr(sub, "shape_size", None), int):
+            # LayoutLMv2/v3: a box's four coordinates and its two sides are embedded side by side, the width in all
+            sub.coordinate_size = sub.hidden_size // 6
+            sub.shape_size = (sub.hidden_size - 4 * sub.coordinate_size) // 2
+        if isinstance(getattr(sub, "part_features", None), int) and isinstance(getattr(sub, "hidden_size", None), int):
+            sub.part_features = sub.hidden_size // 3  # ViTPose's experts' share of the width (256 of 768)
     stages = next((len(v) for n in STAGE_LISTS if isinstance(v := getattr(default, n, None), (list, tuple))), None)
     if stages:
         for name in STAGE_COUNTS:
-            if getattr(default, name, None) == stages:
-                setattr(config, name, stages)
+            if getattr(default, name, None) == stages and not isinstance(getattr(type(config), name, None), property):
+                setattr(config, name, stages)  # (DINOv3 ConvNeXt's num_stages is read from its depths)
         if isinstance(getattr(config, "depths", None), (list, tuple)):
             config.depths = type(config.depths)([1] * len(config.depths))
     text, vision = getattr(config, "text_config", None), getattr(config, "vision_config", None)
@@ -143,8 +186,13 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
     if task == "zero-shot-object-detection" and isinstance(getattr(config, "projection_dim", None), int) \
             and isinstance(getattr(text, "hidden_size", None), int):
         config.projection_dim = text.hidden_size  # OWL-ViT's box classes compare both in the text's width
+    if getattr(config, "model_type", None) == "timm_backbone" and not config.backbone:
+        config.backbone = "resnet18"  # the wrapper's default config names no timm model: the one DETR's uses
+    if task == "image-segmentation" and isinstance(getattr(config, "d_model", None), int):
+        config.encoder_attention_heads = 8  # DETR's mask head groups its width and heads in eights (64 + 8)
     necked_backbone(config)  # first: a neck's reads decide its backbone's depth
     prompted_segmenter(config, sizes)
+    headed(config, task)
     for sub in [] if stages else [config, *vars(config).values()]:
         if isinstance(getattr(sub, "stage_names", None), list) and getattr(sub, "out_features", None) \
                 and isinstance(getattr(sub, "num_hidden_layers", None), int) \
@@ -154,7 +202,9 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
             # outside stage_names)
             sub.stage_names = ["stem"] + [f"stage{i}" for i in range(1, sub.num_hidden_layers + 1)]
             sub.out_features = [sub.stage_names[-1]]
-    return config
+    # as the saved folder gives it back (its JSON): a default left a tuple where the model adds a list to it
+    # (ViTMatte's fusion_hidden_sizes), and a checkpoint's config.json holds lists
+    return type(config).from_dict(json.loads(config.to_json_string(use_diff=False)))
 
 
 def necked_backbone(config: Any) -> None:
@@ -176,6 +226,21 @@ def necked_backbone(config: Any) -> None:
         backbone.set_output_features_output_indices(out_features=None, out_indices=list(range(1, len(indices) + 1)))
     if backbone is not None and isinstance(getattr(config, "reassemble_hidden_size", None), int):
         config.reassemble_hidden_size = getattr(backbone, "hidden_size", config.reassemble_hidden_size)
+
+
+def headed(config: Any, task: str) -> None:
+    """A dense head whose layers only a checkpoint names (Sapiens2's default config has no head: each released
+    model's config gives its task's upsampling and refinement channels; the pointmap model a branch for its
+    focal-length scale too): two upsampling blocks and one refinement layer, 32 channels each."""
+    head = getattr(config, "head_config", None)
+    if head is None or not hasattr(head, "upsample_out_channels") or head.upsample_out_channels is not None:
+        return
+    head.upsample_out_channels, head.upsample_kernel_sizes = [32, 32], [4, 4]
+    head.conv_out_channels, head.conv_kernel_sizes = [32], [1]
+    if task == "pointmap-estimation":
+        head.scale_conv_out_channels, head.scale_conv_kernel_sizes = [32], [1]
+        head.scale_final_hidden_sizes = [32, 32]
+        head._init_scale_final_input_size(image_size=config.image_size, patch_size=config.patch_size)
 
 
 def prompted_segmenter(config: Any, sizes: dict[str, int]) -> None:

@@ -25,12 +25,14 @@ import task_sweep
 # series classifier (past_values [batch, context length, channels] from its config), Perceiver (token ids in an input
 # named `inputs`), SigLIP 2 (NaFlex patches with their mask and grid; its text head projects into the image's width),
 # ShieldGemma 2 (an image and a prompt holding its pooled image tokens, their count the config's; the pooling's count
-# kept a square its shrunk patch grid divides into)
+# kept a square its shrunk patch grid divides into), LayoutLM's document question answering (each word's box, an
+# input of its own [batch, sequence, 4] whose axes follow the text's), a backbone (its feature maps, a tuple of
+# tensors: each an output, feature_maps_0 ...; the export said the output held no tensors)
 SUBSET = [("image-classification", "convnext"), ("text-classification", "llama"), ("fill-mask", "bert"),
           ("fill-mask", "xmod"), ("fill-mask", "modernvbert"), ("text-classification", "bart"),
           ("audio-xvector", "wav2vec2"), ("multiple-choice", "bert"), ("time-series-classification", "patchtst"),
           ("fill-mask", "perceiver"), ("zero-shot-image-classification", "siglip2"),
-          ("image-classification", "shieldgemma2")]
+          ("image-classification", "shieldgemma2"), ("document-question-answering", "layoutlm"), ("backbone", "resnet")]
 
 
 @pytest.mark.parametrize(("task", "model_type"), SUBSET)
@@ -203,6 +205,51 @@ def test_a_model_whose_main_input_is_named_inputs_gets_what_it_takes() -> None:
             assert model(**given).logits.shape[0] == given["inputs"].shape[0]
 
 
+def test_each_task_gets_the_inputs_its_processor_gives() -> None:
+    """The inputs of the task mappings swept last (each was missing or mis-shaped, so the model raised or its file
+    lacked the input): a document model's word boxes (LayoutLM: x0 <= x1, y0 <= y1 within the page's 1000), TAPAS'
+    seven token type ids per token (one per kind, each below its vocabulary), a keypoint matcher's pair of images
+    ([batch, 2, 3, H, W]), a text-line recognizer's image at its processor's 48 x 320 (224 x 224 left it a height
+    its pooling could not take), ViTPose+'s expert per dataset, SpeechT5's spectrogram frames and speaker for its
+    text-to-speech decoder, ViLT's image (its config has no vision tower) and BLIP's answer decoder's ids. Each
+    model but the matcher runs on its sample here. A required input no rule makes (JevForDecision's option marks)
+    is refused by its name, not left for the model's TypeError."""
+    import torch
+    import transformers
+
+    from onnx_nb.kinds.hf import samples
+
+    wanted = {("document-question-answering", "layoutlm"): {"bbox": (2, 7, 4)},
+              ("table-question-answering", "tapas"): {"token_type_ids": (2, 7, 7)},
+              ("keypoint-matching", "lightglue"): {"pixel_values": (2, 2, 3, 480, 640)},
+              ("text-recognition", "pp_ocrv5_server_rec"): {"pixel_values": (2, 3, 48, 320)},
+              ("pose-estimation", "vitpose"): {"dataset_index": (2,), "pixel_values": (2, 3, 256, 192)},
+              ("text-to-spectrogram", "speecht5"): {"decoder_input_values": (2, 5, 80), "speaker_embeddings": (2, 512)},
+              ("visual-question-answering", "vilt"): {"pixel_values": (2, 3, 224, 224)},
+              ("visual-question-answering", "blip"): {"decoder_input_ids": (2, 5)}}
+    for (task, model_type), shapes in wanted.items():
+        config = task_sweep.tiny_config(model_type, task_sweep.registry_sweep.TINY, task)
+        torch.manual_seed(0)
+        model = getattr(transformers, task_sweep.registry(task)[model_type])(config).eval()
+        given = samples.build(model).as_dict()
+        assert {k: tuple(given[k].shape) for k in shapes if k in given} == shapes, (model_type, list(given))
+        if task == "keypoint-matching":
+            continue  # its keypoint detector runs at its full width on 480 x 640 (half a minute): the sweep runs it
+        with torch.no_grad():
+            model(**given)
+        if model_type == "layoutlm":
+            boxes = given["bbox"]
+            assert (boxes[..., 2] >= boxes[..., 0]).all() and (boxes[..., 3] >= boxes[..., 1]).all()
+            assert int(boxes.max()) <= 1000 and int(boxes.min()) >= 0
+        if model_type == "tapas":
+            limits = torch.tensor(config.type_vocab_sizes)
+            assert (given["token_type_ids"] < limits).all() and (given["token_type_ids"] >= 0).all()
+    config = task_sweep.tiny_config("jev", task_sweep.registry_sweep.TINY, "decision")
+    model = transformers.JevForDecision(config).eval()
+    with pytest.raises(samples.SampleError, match="'marks'"):  # required, and no rule makes it: named
+        samples.build(model)
+
+
 def test_weight_normed_conv_stays_float_in_dynamic_int8(tmp_path: Path) -> None:
     """SEW-D's positional convolution computes its weight (weight norm: g * v / ||v||); ORT's dynamic quantizer
     wants a Conv's weight constant and refused the whole file. The Conv stays float, the rest is INT8."""
@@ -301,3 +348,29 @@ def test_speech_llm_without_its_audio_token_is_refused_not_exported_without_its_
     with pytest.raises(onnx_nb.errors.ExportError,
                        match=r"VoxtralForConditionalGeneration's config names no audio token.*audio_token_id"):
         onnx_nb.export(str(tmp_path / "voxtral"), out=tmp_path / "onnx", progress=False)
+
+
+def test_a_saved_timm_backbone_folder_loads_with_its_weights(tmp_path: Path) -> None:
+    """transformers' ``TimmBackbone.from_pretrained`` takes its argument for a timm model name, so a saved folder
+    did not load ("has no source prefix"); the export builds it from the folder's config and its weights: the
+    file's feature maps are the saved model's own, not a fresh draw's."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    import transformers
+
+    import onnx_nb
+
+    config = task_sweep.tiny_config("timm_backbone", task_sweep.registry_sweep.TINY, "backbone")
+    torch.manual_seed(0)
+    model = transformers.TimmBackbone(config).eval()
+    model.save_pretrained(tmp_path / "model")
+    result = onnx_nb.export(tmp_path / "model", out=tmp_path / "onnx" / "model.onnx", progress=False)
+    assert result, result.check_text()
+    image = torch.randn(1, 3, 96, 128)
+    with torch.no_grad():
+        want = [t.numpy() for t in model(pixel_values=image).feature_maps]
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"pixel_values": image.numpy()})
+    assert [o.name for o in session.get_outputs()][:len(want)] == [f"feature_maps_{i}" for i in range(len(want))]
+    assert all(np.allclose(g, w, atol=1e-4) for g, w in zip(got, want))
