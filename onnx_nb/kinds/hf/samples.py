@@ -16,6 +16,7 @@ from ...runtime.shapes import SAMPLE_SIZES
 from ...steps.export.caches.seq2seq import main_input
 from ...steps.export.machinery.inputs import AxisSpec, Sample, to_tensor
 from ...steps.export.machinery.wrap import forward_parameters
+from .images import image_shape, processor_class
 
 BATCH, SEQUENCE, DECODER_SEQUENCE, AUDIO_SAMPLES, IMAGE_SIDE, MEL_FRAMES = (SAMPLE_SIZES[k] for k in (
     "batch", "sequence", "decoder_sequence", "audio_samples", "image_side", "mel_frames"))
@@ -124,13 +125,13 @@ def _input_names(model: Any, preprocessor: Any) -> list[str]:
     if "decoder_input_ids" in params and not pools_at_eos(model) and (
             getattr(config, "is_encoder_decoder", False) or type(model).__name__ == "BlipForQuestionAnswering"):
         names.append("decoder_input_ids")  # BLIP's answers are decoded too: its forward is a decoder's step
-    # a required input no rule above makes (JevForDecision's option marks): named, so build() says to pass it
-    names += [n for n, p in params.items() if p.default is p.empty and n not in names and p.kind in (
-        p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     if "decoder_input_values" in params and text:  # a text-to-speech decoder's step: spectrogram frames so far,
         names.append("decoder_input_values")       # and the voice (SpeechT5's speaker embedding)
         if "speaker_embeddings" in params and isinstance(getattr(config, "speaker_embedding_dim", None), int):
             names.append("speaker_embeddings")
+    # a required input no rule above makes (JevForDecision's option marks): named, so build() says to pass it
+    names += [n for n, p in params.items() if p.default is p.empty and n not in names and p.kind in (
+        p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     return names
 
 
@@ -239,29 +240,6 @@ def _with_image_tokens(config: Any, values: dict[str, torch.Tensor]) -> dict[str
     return out
 
 
-def _image_shape(model: Any) -> tuple[int, int]:
-    """An image's height and width: the config's image size, else the size its model type's image processor
-    resizes to (a text-line recognizer's 48 x 320, a pose model's 256 x 192), else 224 x 224."""
-    size = getattr(_sub(model.config, "vision_config"), "image_size", None)
-    if size is None:
-        size = getattr(processor_class(getattr(model.config, "model_type", "")), "size", None)
-        if not (isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int)):
-            size = IMAGE_SIDE
-    if isinstance(size, int):
-        return size, size
-    return (size["height"], size["width"]) if isinstance(size, dict) else (size[0], size[-1])
-
-
-def processor_class(model_type: str) -> Any:
-    """The image processor class transformers registers for ``model_type`` (None where there is none)."""
-    import transformers
-    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
-
-    found = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or {}
-    names = list(found.values()) if isinstance(found, dict) else [found] if isinstance(found, str) else list(found)
-    return next((getattr(transformers, n) for n in names if isinstance(n, str) and hasattr(transformers, n)), None)
-
-
 def _takes(model: Any, values: dict[str, torch.Tensor]) -> bool:
     """Whether ``model`` runs on one row of ``values``."""
     try:
@@ -348,7 +326,7 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
         elif name == "pixel_values":
             vision = _sub(config, "vision_config")
             pair = (2,) if type(model).__name__.endswith("ForKeypointMatching") else ()  # two images to match
-            values[name] = torch.randn(BATCH, *pair, getattr(vision, "num_channels", 3), *_image_shape(model),
+            values[name] = torch.randn(BATCH, *pair, getattr(vision, "num_channels", 3), *image_shape(model),
                                        generator=gen)
         elif name == "decoder_input_values":
             values[name] = torch.randn(BATCH, DECODER_SEQUENCE, config.num_mel_bins, generator=gen)

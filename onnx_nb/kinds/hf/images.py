@@ -1,0 +1,32 @@
+"""What a model type's image processor gives: its class, and the image size a sample of the model takes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...runtime.shapes import SAMPLE_SIZES
+
+IMAGE_SIDE = SAMPLE_SIZES["image_side"]  # where neither the config nor the processor names a size
+
+
+def image_shape(model: Any) -> tuple[int, int]:
+    """An image's height and width: the config's image size, else the size its model type's image processor
+    resizes to (a text-line recognizer's 48 x 320, a pose model's 256 x 192), else 224 x 224."""
+    size = getattr(getattr(model.config, "vision_config", None) or model.config, "image_size", None)
+    if size is None:
+        size = getattr(processor_class(getattr(model.config, "model_type", "")), "size", None)
+        if not (isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int)):
+            size = IMAGE_SIDE
+    if isinstance(size, int):
+        return size, size
+    return (size["height"], size["width"]) if isinstance(size, dict) else (size[0], size[-1])
+
+
+def processor_class(model_type: str) -> Any:
+    """The image processor class transformers registers for ``model_type`` (None where there is none)."""
+    import transformers
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+
+    found = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or {}
+    names = list(found.values()) if isinstance(found, dict) else [found] if isinstance(found, str) else list(found)
+    return next((getattr(transformers, n) for n in names if isinstance(n, str) and hasattr(transformers, n)), None)
