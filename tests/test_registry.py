@@ -302,15 +302,16 @@ def test_histc_translation_counts_as_torch_does(tmp_path: Path) -> None:
 def test_scatter_reduce_mean_averages_what_lands_on_each_place(tmp_path: Path) -> None:
     """aten::scatter_reduce with reduce="mean" (TAPAS' cell averages): torchlib wrote ONNX's reduction="none", the
     last value scattered to a place winning (0.09 off on the first inputs here; TAPAS' logits 0.15); the export
-    averages, with and without ``self``'s value, and keeps ``self`` where nothing lands. Checked on indices and
-    values the export never saw."""
+    averages, with and without ``self``'s value, and keeps ``self`` where nothing lands; an index shorter than the
+    values reads only the part it covers, as torch does. Checked on indices and values the export never saw."""
     import onnxruntime as ort
 
     class Means(torch.nn.Module):
         def forward(self, index: torch.Tensor, src: torch.Tensor, base: torch.Tensor) -> tuple[torch.Tensor, ...]:
             return (base.scatter_reduce(0, index, src, reduce="mean", include_self=False),
                     base.scatter_reduce(0, index, src, reduce="mean"),
-                    base.scatter_reduce(0, index, src, reduce="amax", include_self=False))
+                    base.scatter_reduce(0, index, src, reduce="amax", include_self=False),
+                    base.scatter_reduce(0, index[:5], src, reduce="mean", include_self=False))  # src longer
 
     sample = (torch.tensor([0, 0, 3, 5, 5, 5, 7]), torch.randn(7), torch.randn(8))
     result = onnx_nb.export(Means(), sample, out=tmp_path / "m.onnx", exporter="dynamo", dynamic=False,

@@ -14,7 +14,7 @@ def image_shape(model: Any) -> tuple[int, int]:
     resizes to (a text-line recognizer's 48 x 320, a pose model's 256 x 192), else 224 x 224."""
     size = getattr(getattr(model.config, "vision_config", None) or model.config, "image_size", None)
     if size is None:
-        size = getattr(processor_class(getattr(model.config, "model_type", "")), "size", None)
+        size = _class_size(processor_class(getattr(model.config, "model_type", "")))
         if not (isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int)):
             size = IMAGE_SIDE
     if isinstance(size, int):
@@ -23,10 +23,26 @@ def image_shape(model: Any) -> tuple[int, int]:
 
 
 def processor_class(model_type: str) -> Any:
-    """The image processor class transformers registers for ``model_type`` (None where there is none)."""
+    """The image processor class transformers registers for ``model_type`` and can use here (None where there is
+    none, or where each needs a library this environment lacks: transformers then gives a placeholder whose
+    attributes raise ImportError)."""
     import transformers
     from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
 
     found = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or {}
     names = list(found.values()) if isinstance(found, dict) else [found] if isinstance(found, str) else list(found)
-    return next((getattr(transformers, n) for n in names if isinstance(n, str) and hasattr(transformers, n)), None)
+    for name in names:
+        try:
+            cls = getattr(transformers, name) if isinstance(name, str) else None
+            if cls is not None and not getattr(cls, "is_dummy", False):
+                return cls
+        except Exception:  # noqa: BLE001 - a backend missing here: the next, else none
+            continue
+    return None
+
+
+def _class_size(cls: Any) -> Any:
+    try:
+        return getattr(cls, "size", None)
+    except Exception:  # noqa: BLE001 - a placeholder of a missing backend
+        return None

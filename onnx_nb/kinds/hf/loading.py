@@ -91,7 +91,7 @@ def load_config(name: str) -> tuple[Any, str]:
     try:
         config = transformers.AutoConfig.from_pretrained(str(Path(name).expanduser()) if kind == "hf-dir" else name,
                                                          trust_remote_code=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:
         if kind == "hub-id":
             raise hub_error(name, exc) from exc
         raise ModelLoadError(f"Could not read the config in {name}: {first_line(exc)}") from exc
@@ -147,10 +147,14 @@ def _timm_backbone(cls: Any, config: Any, folder: Path) -> Any:
     a folder), so the model is built from the folder's config and given its weights."""
     from safetensors.torch import load_file
 
-    files = sorted(folder.glob("*.safetensors"))
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        files = sorted({folder / f for f in json.loads(index.read_text())["weight_map"].values()})
+    else:
+        files = [f for f in (folder / "model.safetensors",) if f.exists()]
     if not files:
-        raise OSError(f"no .safetensors weights in {folder}")
-    model = cls._from_config(config)
+        raise OSError(f"no model.safetensors (or its index) in {folder}")
+    model = (getattr(cls, "_from_config", None) or cls.from_config)(config)
     state: dict[str, Any] = {}
     for file in files:
         state.update(load_file(str(file)))

@@ -300,8 +300,9 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
                                         for n in config.type_vocab_sizes], dim=-1)
         elif name == "token_type_ids":
             values[name] = torch.zeros(BATCH, seq, dtype=torch.long)
-        elif name == "bbox":  # each word's box on a page of 1000 x 1000: corners in order
-            corners = torch.randint(0, 1001, (BATCH, seq, 2, 2), generator=gen).sort(dim=2).values
+        elif name == "bbox":  # each word's box on a page of 1000 x 1000 (or the config's table): corners in order
+            page = min(1000, int(getattr(config, "max_2d_position_embeddings", 1024)) - 1)  # its position table
+            corners = torch.randint(0, page + 1, (BATCH, seq, 2, 2), generator=gen).sort(dim=2).values
             values[name] = corners.reshape(BATCH, seq, 4)  # x0, y0, x1, y1
         elif name == "decoder_input_ids":
             start = getattr(config, "decoder_start_token_id", None) or 0

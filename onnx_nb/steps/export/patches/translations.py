@@ -166,8 +166,10 @@ def _scatter_reduce(self: Any, dim: int, index: Any, src: Any, reduce: str, incl
     if reduce != "mean":
         return aten_scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
     op: Any = opset18
+    shape = op.Shape(index)  # torch reads only the part of src the index covers; ONNX wants them alike
+    src = op.Slice(src, op.Sub(shape, shape), shape)
     zeros = op.Expand(op.CastLike(op.Constant(value_float=0.0), self), op.Shape(self))
-    ones = op.Expand(op.CastLike(op.Constant(value_float=1.0), src), op.Shape(src))
+    ones = op.Expand(op.CastLike(op.Constant(value_float=1.0), src), shape)
     total = op.ScatterElements(zeros, index, src, axis=dim, reduction="add")
     count = op.ScatterElements(zeros, index, ones, axis=dim, reduction="add")
     if include_self:
