@@ -91,7 +91,7 @@ def load_config(name: str) -> tuple[Any, str]:
     try:
         config = transformers.AutoConfig.from_pretrained(str(Path(name).expanduser()) if kind == "hf-dir" else name,
                                                          trust_remote_code=False)
-    except (OSError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError) as exc:
         if kind == "hub-id":
             raise hub_error(name, exc) from exc
         raise ModelLoadError(f"Could not read the config in {name}: {first_line(exc)}") from exc
@@ -130,7 +130,7 @@ def load_model(name: str, task: str | None = None) -> LoadedModel:
             model = _timm_backbone(cls, config, Path(location))
         else:
             model = cls.from_pretrained(location, trust_remote_code=False)  # never run code shipped with a model
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:  # (a state dict that does not fit: RuntimeError)
         if kind == "hub-id":
             raise hub_error(name, exc) from exc
         raise ModelLoadError(
