@@ -43,6 +43,22 @@ def _freeze_imports() -> None:
 
 _freeze_imports()
 
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After each test, what the process holds is frozen too (what the test imported: a model family's modules, the
+    exporter's caches), so the steps' full collections in the next test walk only what that test makes; after the
+    last test of a file (its module fixtures just torn down) everything is unfrozen and collected once, so garbage
+    frozen within the file is freed there. Without this, the workers spent 7% of the suite's time in the steps' full
+    collections (``runtime/memory.give_back``), each walking the 0.4 to 0.8 million objects a worker had gathered."""
+    import gc
+
+    yield
+    if nextitem is None or nextitem.module is not getattr(item, "module", None):  # type: ignore[attr-defined]
+        gc.unfreeze()
+        gc.collect()
+    gc.freeze()
+
 # A suite started in the background from a non-interactive shell inherits SIGINT ignored, and so would every child
 # it starts (an ignored signal stays ignored across exec): the Ctrl-C tests would see no interrupt land. Python's own
 # handler here means the children start with the default disposition and install theirs.

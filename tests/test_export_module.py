@@ -296,3 +296,29 @@ def test_linear_matching_rewrites_the_same_graph() -> None:
 
     with linear_matching():
         assert not slices._matcher.match(None, Unwalkable(), relu)
+
+
+def test_the_exporters_registry_is_built_once_and_each_export_gets_its_own_copy() -> None:
+    """Within ``registry_once`` torch's ``ONNXRegistry.from_torchlib`` builds torchlib's table once per opset; each
+    call after gets a copy holding the same functions in the same order as torch's own build, and a translation one
+    export registers stays out of the next export's table."""
+    from torch.onnx._internal.exporter._registration import ONNXRegistry
+
+    from onnx_nb.steps.export.patches.torchlib import PATCH, registry_once
+
+    own = vars(ONNXRegistry)["from_torchlib"]
+    plain = ONNXRegistry.from_torchlib(opset_version=20)
+    with registry_once() as replaced:
+        first = ONNXRegistry().from_torchlib(opset_version=20)
+        relu = torch.ops.aten.relu.default
+        first.register_op(relu, plain.get_decomps(relu)[0].onnx_function)
+        second = ONNXRegistry().from_torchlib(opset_version=20)
+        with registry_once() as nested:
+            assert nested == []  # one patch for nested exports
+    assert replaced == ["ONNXRegistry.from_torchlib"] and "registry" in PATCH.describe()
+    assert vars(ONNXRegistry)["from_torchlib"] is own, "given back on leaving"
+    assert second.opset_version == plain.opset_version == 20
+    assert list(second.functions) == list(plain.functions)
+    assert all([m.onnx_function for m in second.functions[k]] == [m.onnx_function for m in plain.functions[k]]
+               for k in plain.functions)
+    assert len(first.get_decomps(relu)) == len(plain.get_decomps(relu)) + 1 == len(second.get_decomps(relu)) + 1

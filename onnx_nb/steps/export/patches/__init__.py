@@ -17,7 +17,8 @@ applies (what in a model it recognises), what it replaces, and why the export ne
 - :mod:`.vision_towers`: the span attention of grid vision towers (transformers' own export patches, and two
   repairs of them), lent by the vision-language export around its tower.
 - :mod:`.matching`: onnxscript's pattern matcher in time linear in the graph (the exporter's clean-up and ORT's
-  fusions), applied with the module patches.
+  fusions), applied with the module patches; :mod:`.torchlib`: the exporter's registry of ONNX functions built once
+  per process.
 - :mod:`.translations`: ONNX translations the dynamo exporter lacks (an integer mask's ``1.0 - mask`` among them),
   given to every dynamo export, and the repairs made on its graph after.
 
