@@ -54,7 +54,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     import gc
 
     yield
-    if nextitem is None or nextitem.module is not getattr(item, "module", None):  # type: ignore[attr-defined]
+    if nextitem is None or getattr(nextitem, "module", None) is not getattr(item, "module", None):
         gc.unfreeze()
         gc.collect()
     gc.freeze()
