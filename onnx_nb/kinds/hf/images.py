@@ -14,7 +14,7 @@ def image_shape(model: Any) -> tuple[int, int]:
     resizes to (a text-line recognizer's 48 x 320, a pose model's 256 x 192), else 224 x 224."""
     size = getattr(getattr(model.config, "vision_config", None) or model.config, "image_size", None)
     if size is None:
-        size = _class_size(processor_class(getattr(model.config, "model_type", "")))
+        size = getattr(processor_class(getattr(model.config, "model_type", "")), "size", None)
         if not (isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int)):
             size = IMAGE_SIDE
     if isinstance(size, int):
@@ -40,9 +40,3 @@ def processor_class(model_type: str) -> Any:
             continue
     return None
 
-
-def _class_size(cls: Any) -> Any:
-    try:
-        return getattr(cls, "size", None)
-    except Exception:  # noqa: BLE001 - a placeholder of a missing backend
-        return None
