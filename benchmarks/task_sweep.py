@@ -100,7 +100,9 @@ COVERS = {
     "tdt": "What is checked is the forward as training runs it: the encoder on the features and the joint network "
            "over the given labels (tokens and durations); the decoding loop is not in the file.",
     "visual-question-answering": "BLIP's answer is decoded: what is checked is its forward on the image, the question "
-                                 "and answer ids so far (one step), not the loop.",
+                                 "and answer ids so far (one step), not the loop. ViLT draws its image patches in a "
+                                 "random order; the file takes them in raster order (the answer does not depend on "
+                                 "it) and takes the processor's pixel mask.",
 }
 # the names a vision encoder gives its stages (one entry per stage): their count is kept, each stage one block deep
 STAGE_LISTS = ("depths", "hidden_sizes")

@@ -374,3 +374,49 @@ def test_a_saved_timm_backbone_folder_loads_with_its_weights(tmp_path: Path) -> 
     got = session.run(None, {"pixel_values": image.numpy()})
     assert [o.name for o in session.get_outputs()][:len(want)] == [f"feature_maps_{i}" for i in range(len(want))]
     assert all(np.allclose(g, w, atol=1e-4) for g, w in zip(got, want))
+
+
+def test_an_image_embedding_that_draws_its_patches_at_random_exports_with_them_in_order(tmp_path: Path) -> None:
+    """ViLT's visual question answering, as the sweep builds it: its embedding interpolates each image's position
+    table in a loop and draws the valid patches in a random order (``torch.multinomial``), padding shorter rows with
+    masked patches drawn at random; torch.export stopped at the draw. With every patch kept (its config's default),
+    only the order is drawn, and the answer does not depend on it: the patch (patches/image_patches.py) takes them
+    in raster order. The file, given what ViLT's processor gives for a batch of two sizes (the smaller image padded,
+    its pixel mask zero there), answers as PyTorch does; eagerly the patched embedding is the model's for padded and
+    unpadded batches, and the model's own ``visual_embed`` is back after."""
+    import numpy as np
+    import torch
+    import transformers
+
+    import onnx_nb
+    from onnx_nb.steps.export.patches.image_patches import every_patch, ordered_patches
+
+    config = task_sweep.tiny_config("vilt", task_sweep.registry_sweep.TINY, "visual-question-answering")
+    torch.manual_seed(0)
+    model = transformers.ViltForQuestionAnswering(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "vilt.onnx", progress=False)
+    assert result and result.exporter == "dynamo", repr(result)
+    assert "pixel_mask" in [i.name for i in result.inputs], "the processor's pixel mask is an input"
+    ids = torch.randint(3, config.vocab_size, (2, 9))
+    pixels = torch.randn(2, 3, 288, 352)
+    mask = torch.ones(2, 288, 352, dtype=torch.long)
+    mask[1, 192:, :] = 0  # the second image 192 x 256, padded to the batch's size
+    mask[1, :, 256:] = 0
+    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+             "pixel_values": pixels, "pixel_mask": mask}
+    with torch.no_grad():
+        want = model(**given).logits
+        with ordered_patches(model) as names:
+            assert names == ["vilt.embeddings"]
+            assert model.vilt.embeddings.visual_embed.__func__ is every_patch
+            assert model(**given).logits.allclose(want, atol=1e-6)
+            unpadded = {**given, "pixel_mask": torch.ones_like(mask)}
+            ordered = model(**unpadded).logits
+        assert ordered.allclose(model(**unpadded).logits, atol=1e-6)
+    assert "visual_embed" not in vars(model.vilt.embeddings)
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    feed = {i.name: given[i.name].numpy() for i in session.get_inputs()}
+    got = session.run(None, feed)[0]
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-5)

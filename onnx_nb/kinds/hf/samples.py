@@ -106,6 +106,8 @@ def _input_names(model: Any, preprocessor: Any) -> list[str]:
     if "pixel_values" in params and main != "pixel_values" and (
             hasattr(config, "vision_config") or processor_class(getattr(config, "model_type", "")) is not None):
         names.append("pixel_values")  # a vision tower, or a processor that gives an image (ViLT's, LayoutLMv3's)
+        if "pixel_mask" in params:  # which pixels are the image's: ViLT's processor pads a batch's images to one size
+            names.append("pixel_mask")
     if text and "bbox" in params:  # a document model's words' boxes (LayoutLM's)
         names.append("bbox")
     if "pixel_values" in names and "spatial_shapes" in params:  # NaFlex patches (SigLIP 2): their mask and grid
@@ -329,6 +331,8 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             pair = (2,) if type(model).__name__.endswith("ForKeypointMatching") else ()  # two images to match
             values[name] = torch.randn(BATCH, *pair, getattr(vision, "num_channels", 3), *image_shape(model),
                                        generator=gen)
+        elif name == "pixel_mask":  # every pixel real, as the processor gives it for one image
+            values[name] = torch.ones(BATCH, *values["pixel_values"].shape[-2:], dtype=torch.long)
         elif name == "decoder_input_values":
             values[name] = torch.randn(BATCH, DECODER_SEQUENCE, config.num_mel_bins, generator=gen)
         elif name == "speaker_embeddings":
@@ -357,6 +361,7 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             values = with_tokens
         else:
             del values["pixel_values"]  # an image the text model takes but only with its image tokens (ModernVBERT)
+            values.pop("pixel_mask", None)
     ordered = [n for n in names if n in values]
     axes = {n: dict(AXES.get(n, {0: "batch"})) for n in ordered if n not in quirk.static_axes}
     if "inputs" in axes and not values["inputs"].is_floating_point():

@@ -11,7 +11,8 @@ applies (what in a model it recognises), what it replaces, and why the export ne
   :mod:`.lengths` (``len()`` of a tensor as its first size, in the model's source modules: a batch kept dynamic),
   :mod:`.audio_windows` (attention within windows of a packed audio sequence, masked, its bounds as tensors),
   :mod:`.series_rows` (a forecaster's Python loop over its series: the rows of a tensor cut, padded and masked
-  together).
+  together), :mod:`.image_patches` (an image embedding drawing its patches in a random order: every patch in
+  raster order, each image's position table sampled at its size).
   They lend through :func:`.lending.lent`, which gives each instance its own attribute back.
 - :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.
 - :mod:`.vision_towers`: the span attention of grid vision towers (transformers' own export patches, and two

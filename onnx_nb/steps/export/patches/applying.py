@@ -1,7 +1,7 @@
 """The patches every dynamo export applies, in one block: the module patches (:mod:`.experts`, :mod:`.expert_tables`,
 :mod:`.windows`, :mod:`.scans`, :mod:`.blocks`, :mod:`.positions`, :mod:`.sliding`, :mod:`.lengths`,
-:mod:`.audio_windows`, :mod:`.series_rows`, :mod:`.keypoints`, :mod:`.stages`) and the exporter's own
-(:mod:`.matching`, :mod:`.torchlib`)."""
+:mod:`.audio_windows`, :mod:`.series_rows`, :mod:`.keypoints`, :mod:`.stages`, :mod:`.image_patches`) and the
+exporter's own (:mod:`.matching`, :mod:`.torchlib`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from . import (
     blocks,
     expert_tables,
     experts,
+    image_patches,
     keypoints,
     lengths,
     matching,
@@ -29,7 +30,7 @@ from .contract import Patch
 
 MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, expert_tables.PATCH, windows.PATCH, scans.PATCH, blocks.PATCH,
                                     positions.PATCH, sliding.PATCH, lengths.PATCH, audio_windows.PATCH,
-                                    series_rows.PATCH, keypoints.PATCH, stages.PATCH)
+                                    series_rows.PATCH, keypoints.PATCH, stages.PATCH, image_patches.PATCH)
 EXPORTER_PATCHES: tuple[Patch, ...] = (matching.PATCH, torchlib.PATCH)
 
 

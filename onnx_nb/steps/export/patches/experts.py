@@ -86,11 +86,10 @@ def traceable_experts(model: Any) -> Iterator[list[str]]:
     """Within: every experts module of ``model`` with its own loop dispatches as :func:`grouped_forward`; yields
     their names. The module's ``forward`` is restored on leaving (an instance forward already there, a hook's,
     comes back)."""
-    from .lending import lent
+    from .lending import lent_to_modules
 
-    found = [(name, m) for name, m in model.named_modules() if _loops(m)] if hasattr(model, "named_modules") else []
-    with lent([(m, "forward", grouped_forward.__get__(m)) for _, m in found]):
-        yield [name for name, _ in found]
+    with lent_to_modules(model, _loops, grouped_forward) as names:
+        yield names
 
 
 PATCH = Patch(

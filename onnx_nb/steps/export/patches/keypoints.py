@@ -116,12 +116,10 @@ def _is_detector(module: Any) -> bool:
 def batched_keypoints(model: Any) -> Iterator[list[str]]:
     """Within: every such detector of ``model`` takes its images together; yields their names. Their own forwards
     come back on leaving."""
-    from .lending import lent
+    from .lending import lent_to_modules
 
-    found = [(name or type(m).__name__, m) for name, m in
-             (model.named_modules() if hasattr(model, "named_modules") else []) if _is_detector(m)]
-    with lent([(m, "forward", batched_forward.__get__(m)) for _, m in found]):
-        yield [name for name, _ in found]
+    with lent_to_modules(model, _is_detector, batched_forward) as names:
+        yield names
 
 
 PATCH = Patch(

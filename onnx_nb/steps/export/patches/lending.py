@@ -1,12 +1,13 @@
 """Lending an object an attribute of the export's for the length of a block: the trace-friendly forms of
 :mod:`.experts`, :mod:`.expert_tables`, :mod:`.windows`, :mod:`.scans`, :mod:`.blocks`, :mod:`.positions`,
-:mod:`.sliding`, :mod:`.lengths` and :mod:`.audio_windows` are set on the instances (or source modules) they
-replace, and what each had of its own comes back after, a hook's ``forward`` included."""
+:mod:`.sliding`, :mod:`.lengths`, :mod:`.audio_windows`, :mod:`.keypoints`, :mod:`.stages` and
+:mod:`.image_patches` are set on the instances (or source modules) they replace, and what each had of its own comes
+back after, a hook's ``forward`` included."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 
@@ -26,3 +27,14 @@ def lent(loans: Sequence[tuple[Any, str, Any]]) -> Iterator[None]:
                 setattr(holder, name, prior)
             else:
                 vars(holder).pop(name, None)
+
+
+@contextlib.contextmanager
+def lent_to_modules(model: Any, recognises: Callable[[Any], bool], function: Callable[..., Any],
+                    attribute: str = "forward") -> Iterator[list[str]]:
+    """Within: every module of ``model`` that ``recognises`` has ``function`` bound to it as ``attribute``; yields
+    their names (the model's class name for the model itself). What each had of its own comes back on leaving."""
+    found = [(name or type(m).__name__, m) for name, m in
+             (model.named_modules() if hasattr(model, "named_modules") else []) if recognises(m)]
+    with lent([(m, attribute, function.__get__(m)) for _, m in found]):
+        yield [name for name, _ in found]

@@ -51,12 +51,10 @@ def _is_table(module: Any) -> bool:
 def traced_positions(model: Any) -> Iterator[list[str]]:
     """Within: every such position table of ``model`` computes a cached step's position from sizes; yields their
     names. Their own forwards come back on leaving."""
-    from .lending import lent
+    from .lending import lent_to_modules
 
-    found = [(name, m) for name, m in (model.named_modules() if hasattr(model, "named_modules") else [])
-             if _is_table(m)]
-    with lent([(m, "forward", cached_positions.__get__(m)) for _, m in found]):
-        yield [name for name, _ in found]
+    with lent_to_modules(model, _is_table, cached_positions) as names:
+        yield names
 
 
 PATCH = Patch(

@@ -62,12 +62,10 @@ def _is_stacking_stage(module: Any) -> bool:
 def stage_by_stage(model: Any) -> Iterator[list[str]]:
     """Within: every such stage of ``model`` handles its backbone stages one at a time; yields their names. Their
     own forwards come back on leaving."""
-    from .lending import lent
+    from .lending import lent_to_modules
 
-    found = [(name or type(m).__name__, m) for name, m in
-             (model.named_modules() if hasattr(model, "named_modules") else []) if _is_stacking_stage(m)]
-    with lent([(m, "forward", staged_forward.__get__(m)) for _, m in found]):
-        yield [name for name, _ in found]
+    with lent_to_modules(model, _is_stacking_stage, staged_forward) as names:
+        yield names
 
 
 PATCH = Patch(
