@@ -192,6 +192,11 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
         config.backbone = "resnet18"  # the wrapper's default config names no timm model: the one DETR's uses
     if task == "image-segmentation" and isinstance(getattr(config, "d_model", None), int):
         config.encoder_attention_heads = 8  # DETR's mask head groups its width and heads in eights (64 + 8)
+    blocks = getattr(config, "num_blocks", None)
+    if isinstance(blocks, int) and isinstance(layers := getattr(config, "num_hidden_layers", None), int) \
+            and blocks >= layers > 1:
+        config.num_blocks = layers - 1  # EoMT's last layers that attend with its queries: within the shrunk depth,
+        # one plain layer before them (its queries join at layer depth - num_blocks: never, past the depth)
     necked_backbone(config)  # first: a neck's reads decide its backbone's depth
     prompted_segmenter(config, sizes)
     headed(config, task)

@@ -420,3 +420,38 @@ def test_an_image_embedding_that_draws_its_patches_at_random_exports_with_them_i
     feed = {i.name: given[i.name].numpy() for i in session.get_inputs()}
     got = session.run(None, feed)[0]
     np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
+
+
+def test_a_masked_attention_schedule_in_a_buffer_is_read_as_the_models_constants(tmp_path: Path) -> None:
+    """EoMT, as the sweep builds it: its queries join the last ``num_blocks`` layers (the shrink keeps one plain
+    layer before them: past the depth they never joined, and PyTorch failed on zero channels), and its forward
+    branches on the values of a buffer (``attn_mask_probs``: whether a block predicts masks, whether queries drop
+    theirs at random). torch.export lifted the buffer as an input (a data-dependent branch) and TorchScript's file was
+    unverified; read as the model's constants (patches/mask_annealing.py) the dynamo file is verified, and matches
+    PyTorch at another batch. The buffer is the model's again after; a schedule that draws at random is the model's
+    draw, not fixed: the file's check fails rather than pass a wrong file."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    import transformers
+
+    import onnx_nb
+    from onnx_nb.steps.export.patches.mask_annealing import constant_schedule
+
+    config = task_sweep.tiny_config("eomt", task_sweep.registry_sweep.TINY, "universal-segmentation")
+    assert config.num_blocks == config.num_hidden_layers - 1
+    torch.manual_seed(0)
+    model = transformers.EomtForUniversalSegmentation(config).eval()
+    with constant_schedule(model) as names:
+        assert names == ["EomtForUniversalSegmentation"] and model.attn_mask_probs == (1.0,)
+    assert isinstance(model.attn_mask_probs, torch.Tensor) and "attn_mask_probs" in dict(model.named_buffers())
+    result = onnx_nb.export(model, out=tmp_path / "eomt.onnx", progress=False)
+    assert result.status == "verified" and result.exporter == "dynamo", repr(result)
+    pixels = torch.randn(4, 3, config.image_size, config.image_size)
+    with torch.no_grad():
+        want = model(pixel_values=pixels).class_queries_logits.numpy()
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    got = session.run(["class_queries_logits"], {"pixel_values": pixels.numpy()})[0]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    model.attn_mask_probs.fill_(0.5)  # queries drop their masks at random: no file can match every draw
+    assert not onnx_nb.export(model, out=tmp_path / "drawn.onnx", progress=False).check["passed"]
