@@ -28,6 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import registry_sweep  # the causal LMs' sweep: its shrink, its runner, its page
 
 RESULTS = registry_sweep.ROOT / "benchmarks" / "results" / "tasks"
+# the sizes tried in turn, the first PyTorch builds and runs kept: the tiny shrink, depth only, then the tiny shrink
+# reaching the sub-configs' own sub-configs (a wrapper of a vision-language model: its towers stayed full size)
+SIZES = (("tiny", registry_sweep.TINY), ("depth only", registry_sweep.DEPTH), ("nested", registry_sweep.TINY))
 # task (onnx-nb's and the Hub's name) -> transformers' mapping of model type -> class, smallest first
 TASKS = {
     "audio-classification": "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
@@ -132,15 +135,17 @@ def path_of(task: str) -> Path:
     return RESULTS / f"{task}.json"
 
 
-def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
+def tiny_config(model_type: str, sizes: dict[str, int], task: str = "", nested: bool = False) -> Any:
     """``registry_sweep.tiny_config``; a config with per-stage lists (ConvNeXt's, Swin's, ResNet's ``depths`` and
     ``hidden_sizes``) keeps its stage count (which some alias as ``num_hidden_layers``: shrunk, it would drop
-    stages the head's width is read from) and its widths, with each stage one block deep."""
+    stages the head's width is read from) and its widths, with each stage one block deep. ``nested``: the
+    sub-configs' own sub-configs too (ColPali's vision-language model's towers), the sweep's last size."""
     import transformers
 
     default = transformers.AutoConfig.for_model(model_type)
     config = registry_sweep.tiny_config(model_type, sizes)
-    for sub in [config, *vars(config).values()]:  # the other sub-configs (CLIP's vision tower, LASR's encoder) too
+    for sub in [config, *(sub_configs(config) if nested else vars(config).values())]:  # the other sub-configs
+        # (CLIP's vision tower, LASR's encoder) too
         if isinstance(getattr(sub, "image_size", None), int) and sub.image_size > IMAGE_SIDE:
             sub.image_size = IMAGE_SIDE  # EfficientNet's default config is B7's, at 600 x 600 ...
         if isinstance(getattr(sub, "depth_coefficient", None), float):  # ... and 3.1 x as deep as B0
@@ -212,6 +217,20 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "") -> Any:
     # as the saved folder gives it back (its JSON): a default left a tuple where the model adds a list to it
     # (ViTMatte's fusion_hidden_sizes), and a checkpoint's config.json holds lists
     return type(config).from_dict(json.loads(config.to_json_string(use_diff=False)))
+
+
+def sub_configs(config: Any) -> list[Any]:
+    """Every config ``config`` holds, at any depth, each once (outermost first)."""
+    import transformers
+
+    found: dict[int, Any] = {}
+    stack = [config]
+    while stack:
+        for value in vars(stack.pop(0)).values():
+            if isinstance(value, transformers.PretrainedConfig) and id(value) not in found and value is not config:
+                found[id(value)] = value
+                stack.append(value)
+    return list(found.values())
 
 
 def necked_backbone(config: Any) -> None:
@@ -369,10 +388,10 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
 
     row: dict[str, Any] = {"type": model_type, "class": class_name, "task": task}
     started = time.perf_counter()
-    for size, sizes in (("tiny", registry_sweep.TINY), ("depth only", registry_sweep.DEPTH)):
+    for size, sizes in SIZES:
         row.pop("init", None)  # this size's own draw
         try:
-            config = own_config(tiny_config(model_type, sizes, task), class_name)
+            config = own_config(tiny_config(model_type, sizes, task, nested=size == "nested"), class_name)
             if task == "text-classification":  # a decoder's classifier pools at the last token that is not padding
                 for owner in {id(c): c for c in (config, registry_sweep.text_of(config))}.values():
                     if getattr(owner, "pad_token_id", 0) is None:

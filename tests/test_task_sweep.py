@@ -455,3 +455,40 @@ def test_a_masked_attention_schedule_in_a_buffer_is_read_as_the_models_constants
     np.testing.assert_allclose(got, want, atol=1e-5)
     model.attn_mask_probs.fill_(0.5)  # queries drop their masks at random: no file can match every draw
     assert not onnx_nb.export(model, out=tmp_path / "drawn.onnx", progress=False).check["passed"]
+
+
+def test_attention_that_is_causal_only_when_padded_is_exported_as_the_model_runs_it(tmp_path: Path) -> None:
+    """ColPali's queries, as the sweep builds it (its last size: the tiny shrink reaching its vision-language model's
+    own towers, 418M parameters before). PaliGemma's text model sets ``use_bidirectional_attention``: under sdpa,
+    transformers builds no mask for an unpadded batch, so every token attends to every other, and a causal mask
+    where there is padding. A trace always builds the mask: both exporters' files were causal (0.065 off on one
+    query). With the model's choice in the graph (patches/unmasked_attention.py) the file answers an unpadded batch
+    and a padded one as PyTorch does."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    import transformers
+
+    import onnx_nb
+
+    config = task_sweep.own_config(task_sweep.tiny_config("colpali", task_sweep.registry_sweep.TINY, "retrieval",
+                                                          nested=True), "ColPaliForRetrieval")
+    torch.manual_seed(0)
+    model = transformers.ColPaliForRetrieval(config).eval()
+    assert sum(p.numel() for p in model.parameters()) < 30_000_000
+    result = onnx_nb.export(model, out=tmp_path / "colpali.onnx", progress=False)
+    assert result.status == "verified" and result.exporter == "dynamo", repr(result)
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    ids = torch.randint(3, 1000, (3, 11))
+    padded = torch.ones_like(ids)
+    padded[1, 7:] = 0
+    for mask in (torch.ones_like(ids), padded):
+        with torch.no_grad():
+            want = model(input_ids=ids, attention_mask=mask).embeddings.numpy()
+        got = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    first, changed = ids[:1].clone(), ids[:1].clone()
+    changed[0, -1] = 5  # unpadded, the first token's embedding sees the last token (padded, it would not)
+    run = [session.run(None, {"input_ids": i.numpy(), "attention_mask": np.ones((1, 11), np.int64)})[0] for i in
+           (first, changed)]
+    assert np.abs(run[0][0, 0] - run[1][0, 0]).max() > 1e-4

@@ -13,7 +13,9 @@ applies (what in a model it recognises), what it replaces, and why the export ne
   :mod:`.series_rows` (a forecaster's Python loop over its series: the rows of a tensor cut, padded and masked
   together), :mod:`.image_patches` (an image embedding drawing its patches in a random order: every patch in
   raster order, each image's position table sampled at its size), :mod:`.mask_annealing` (a masked-attention
-  schedule held in a buffer, read as the model's constants: no branch on a lifted input).
+  schedule held in a buffer, read as the model's constants: no branch on a lifted input),
+  :mod:`.unmasked_attention` (attention that is causal only when padded: the mask eager sdpa code leaves out, in
+  the graph).
   They lend through :func:`.lending.lent`, which gives each instance its own attribute back.
 - :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.
 - :mod:`.vision_towers`: the span attention of grid vision towers (transformers' own export patches, and two

@@ -7,6 +7,7 @@ back after, a hook's ``forward`` included."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -38,3 +39,16 @@ def lent_to_modules(model: Any, recognises: Callable[[Any], bool], function: Cal
              (model.named_modules() if hasattr(model, "named_modules") else []) if recognises(m)]
     with lent([(m, attribute, function.__get__(m)) for _, m in found]):
         yield [name for name, _ in found]
+
+
+def source_modules(model: Any) -> list[Any]:
+    """The Python modules defining ``model``'s modules (loaded ones, by name): where a patch lends a global."""
+    names = sorted({type(m).__module__ for m in (model.modules() if hasattr(model, "modules") else [])})
+    return [sys.modules[n] for n in names if n in sys.modules]
+
+
+@contextlib.contextmanager
+def lent_to_sources(sources: Sequence[Any], name: str, value: Any) -> Iterator[list[str]]:
+    """Within: each of ``sources`` (Python modules) has the global ``name`` set to ``value``; yields their names."""
+    with lent([(s, name, value) for s in sources]):
+        yield [s.__name__ for s in sources]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,13 +57,11 @@ def _calls_len(module: Any) -> bool:
 def symbolic_lengths(model: Any) -> Iterator[list[str]]:
     """Within: every source module of ``model``'s modules that calls ``len(`` answers a tensor's ``len`` with its
     first size; yields the modules' names. Their globals come back as they were on leaving."""
-    from .lending import lent
+    from .lending import lent_to_sources, source_modules
 
-    names = {type(m).__module__ for m in (model.modules() if hasattr(model, "modules") else [])}
-    sources = [sys.modules[n] for n in sorted(names) if n in sys.modules and _model_code(n)]
-    found = [s for s in sources if "len" not in vars(s) and _calls_len(s)]
-    with lent([(s, "len", tensor_len) for s in found]):
-        yield [s.__name__ for s in found]
+    found = [s for s in source_modules(model) if _model_code(s.__name__) and "len" not in vars(s) and _calls_len(s)]
+    with lent_to_sources(found, "len", tensor_len) as names:
+        yield names
 
 
 PATCH = Patch(
