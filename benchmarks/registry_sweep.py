@@ -113,9 +113,14 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
             if isinstance(kinds, list) and layers and len(kinds) != layers:
                 distinct = list(dict.fromkeys(kinds))
                 setattr(target, name, (distinct + kinds)[:layers] if len(distinct) < layers else distinct[:layers])
+        attending_layer(target, layers)
         for name in ("n_group", "topk_group"):  # expert groups: one group of the few experts left
             if hasattr(target, name):
                 setattr(target, name, 1)
+        if getattr(target, "num_experts_per_tok", 0) is None and "num_experts_per_tok" in sizes and any(
+                isinstance(getattr(target, n, None), int) for n in ("n_routed_experts", "num_local_experts")):
+            target.num_experts_per_tok = sizes["num_experts_per_tok"]  # DeepSeek-V2's default leaves it unset:
+            # its router's topk fails; every checkpoint sets it
         rope = getattr(target, "qk_rope_head_dim", None)  # latent attention (DeepSeek): head sizes tied to rope's
         if sizes is TINY and isinstance(rope, int):
             for name, value in (("head_dim", rope), ("qk_head_dim", rope + getattr(target, "qk_nope_head_dim", 0))):
@@ -127,6 +132,31 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
                            and not isinstance(v, bool) and defaults[a] else v for a, v in overrides[old].items()}
                 for new, old in enumerate(kept or range(layers or 0)) if old in overrides}
     return config
+
+
+def attending_layer(target: Any, layers: Any) -> None:
+    """A hybrid whose default config holds state-space layers only though its model has attention layers to place
+    (Bamba's ``attn_layer_indices`` and Granite 4's ``layer_types`` default to none; every checkpoint of theirs
+    attends in some layers, and transformers' own generate fails on a cache without an attention layer): its last
+    layer attends. Pure state-space models (Mamba's) have no attention layer to place and are left alone."""
+    import importlib
+
+    kinds = getattr(target, "layer_types", None)
+    if not (isinstance(kinds, list) and isinstance(layers, int) and layers > 1 and len(kinds) == layers
+            and set(kinds) == {"linear_attention"}):
+        return
+    try:
+        source = importlib.import_module(type(target).__module__.replace(".configuration_", ".modeling_"))
+    except ImportError:
+        return
+    import inspect
+
+    if "full_attention" not in inspect.getsource(source):
+        return
+    if "attn_layer_indices" in vars(target):  # Bamba's: its layer kinds are read from the indices
+        target.attn_layer_indices = [layers - 1]
+    else:
+        target.layer_types = [*kinds[:-1], "full_attention"]
 
 
 def tied_sizes(target: Any, layers: Any) -> None:

@@ -631,7 +631,8 @@ def test_tiny_config_keeps_each_layer_kind_and_its_own_sizes() -> None:
     "PyTorch cannot build": every per-layer list follows the layers kept (Kimi Linear's linear and full attention
     and its dense and sparse MLPs), a layer's own wider heads keep their ratio (Gemma 4's full-attention layers), a
     pattern by period reaches inside the depth (Jamba's attention), a model class built from the text config gets
-    it (Llama 4), and a state-space layer's heads stay tied to its expanded width (Mamba 2)."""
+    it (Llama 4), a state-space layer's heads stay tied to its expanded width (Mamba 2), a hybrid gets an
+    attention layer (Bamba, Granite 4), and experts per token a count where the default leaves none."""
     import transformers
 
     kimi = registry_sweep.tiny_config("kimi_linear")
@@ -652,5 +653,12 @@ def test_tiny_config_keeps_each_layer_kind_and_its_own_sizes() -> None:
         assert count < 60_000_000, (model_type, count)
     mamba2 = registry_sweep.tiny_config("mamba2")
     assert mamba2.num_heads * mamba2.head_dim == mamba2.expand * mamba2.hidden_size
+    # a hybrid whose default config has no attention layer (transformers' own generate then fails on a cache of
+    # state layers only) gets its last layer attending, as its checkpoints have; a pure state-space model does not
+    assert registry_sweep.tiny_config("bamba").layers_block_type == ["linear_attention", "full_attention"]
+    assert registry_sweep.tiny_config("granitemoehybrid").layer_types == ["linear_attention", "full_attention"]
+    assert set(mamba2.layer_types) == {"linear_attention"}
+    # experts per token left unset by DeepSeek-V2's default config (its router's topk failed): the tiny size's
+    assert registry_sweep.tiny_config("deepseek_v2").num_experts_per_tok == registry_sweep.TINY["num_experts_per_tok"]
 
 
