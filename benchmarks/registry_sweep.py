@@ -75,6 +75,9 @@ DEPTH = {k: v for k, v in TINY.items() if k in ("num_hidden_layers", "num_layers
                                                 "decoder_layers", "num_self_attends_per_block", "num_experts",
                                                 "num_local_experts", "n_routed_experts", "num_experts_per_tok",
                                                 "first_k_dense_replace", "decoder_sparse_step")}
+# the layer kinds of a type whose default config leaves them unset though its model reads them per layer (LFM2-MoE:
+# every checkpoint names its convolution and attention layers), one of each at the tiny depth
+DEFAULT_KINDS = {"lfm2_moe": ["conv", "full_attention", "conv"]}
 UNFINISHED = "unfinished"  # a variant's cell while it is being made (see quantized)
 MAX_PARAMETERS = 300_000_000  # a depth-only config larger than this is not built (it would not be tiny)
 
@@ -95,7 +98,10 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
         own = dict(sizes)
         if mha and "num_key_value_heads" in own:
             own["num_key_value_heads"] = sizes.get("num_attention_heads", heads)
+        widths = [getattr(target, n, None) for n in ("hidden_size", "attention_hidden_size", "num_attention_heads",
+                                                     "attention_head_dim")]
         set_ints(target, own)
+        wider_attention(target, *widths)
         layers = getattr(target, "num_hidden_layers", None)
         tied_sizes(target, layers)
         kept = kept_layers(target, before, layers)
@@ -114,13 +120,20 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
                 distinct = list(dict.fromkeys(kinds))
                 setattr(target, name, (distinct + kinds)[:layers] if len(distinct) < layers else distinct[:layers])
         attending_layer(target, layers)
+        if isinstance(getattr(target, "hybrid_layer_ids", None), list) and isinstance(
+                kinds := getattr(target, "layers_block_type", None), list):  # Zamba 2's, derived from the kinds
+            target.hybrid_layer_ids = [i for i, kind in enumerate(kinds) if kind == "hybrid"]
         for name in ("n_group", "topk_group"):  # expert groups: one group of the few experts left
             if hasattr(target, name):
                 setattr(target, name, 1)
-        if getattr(target, "num_experts_per_tok", 0) is None and "num_experts_per_tok" in sizes and any(
-                isinstance(getattr(target, n, None), int) for n in ("n_routed_experts", "num_local_experts")):
-            target.num_experts_per_tok = sizes["num_experts_per_tok"]  # DeepSeek-V2's default leaves it unset:
-            # its router's topk fails; every checkpoint sets it
+        if isinstance(getattr(target, "moe_intermediate_size", None), int):  # a mixture of experts whose default
+            # config leaves its expert counts unset (DeepSeek-V2's experts per token, dots.llm1's every count): its
+            # router or its experts' weights fail on None; every checkpoint sets them
+            for name in ("n_routed_experts", "num_experts_per_tok", "n_shared_experts"):
+                if name in vars(target) and getattr(target, name) is None and name in sizes:
+                    setattr(target, name, sizes[name])
+        if getattr(target, "layer_types", 0) is None and model_type in DEFAULT_KINDS:
+            target.layer_types = DEFAULT_KINDS[model_type][:layers] if isinstance(layers, int) else None
         rope = getattr(target, "qk_rope_head_dim", None)  # latent attention (DeepSeek): head sizes tied to rope's
         if sizes is TINY and isinstance(rope, int):
             for name, value in (("head_dim", rope), ("qk_head_dim", rope + getattr(target, "qk_nope_head_dim", 0))):
@@ -131,7 +144,22 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
                 str(new): {a: max(1, round(getattr(target, a) * v / defaults[a])) if isinstance(v, int)
                            and not isinstance(v, bool) and defaults[a] else v for a, v in overrides[old].items()}
                 for new, old in enumerate(kept or range(layers or 0)) if old in overrides}
+    if getattr(config, "default_language", "") is None and getattr(config, "languages", None):
+        # X-MOD's language adapters: without ids per row, its forward reads the default language, which a user
+        # sets (set_default_language) before generating
+        config.default_language = next(iter(config.languages))
     return config
+
+
+def wider_attention(target: Any, hidden: Any, attention: Any, heads: Any, head_dim: Any) -> None:
+    """An attention block wider than the model (Zamba's and Zamba 2's take the hidden state and the embeddings side
+    by side: twice the width) keeps that ratio at the shrunk width, and its head size follows (the shrink had set
+    it to the width itself, as RWKV's is)."""
+    if not all(isinstance(v, int) and v > 0 for v in (hidden, attention)) or attention % hidden or attention == hidden:
+        return
+    target.attention_hidden_size = target.hidden_size * (attention // hidden)
+    if isinstance(heads, int) and isinstance(head_dim, int) and head_dim * heads == attention:
+        target.attention_head_dim = target.attention_hidden_size // target.num_attention_heads
 
 
 def attending_layer(target: Any, layers: Any) -> None:

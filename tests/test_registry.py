@@ -632,7 +632,7 @@ def test_tiny_config_keeps_each_layer_kind_and_its_own_sizes() -> None:
     and its dense and sparse MLPs), a layer's own wider heads keep their ratio (Gemma 4's full-attention layers), a
     pattern by period reaches inside the depth (Jamba's attention), a model class built from the text config gets
     it (Llama 4), a state-space layer's heads stay tied to its expanded width (Mamba 2), a hybrid gets an
-    attention layer (Bamba, Granite 4), and experts per token a count where the default leaves none."""
+    attention layer (Bamba, Granite 4), and counts and kinds its default config leaves unset are given."""
     import transformers
 
     kimi = registry_sweep.tiny_config("kimi_linear")
@@ -658,7 +658,17 @@ def test_tiny_config_keeps_each_layer_kind_and_its_own_sizes() -> None:
     assert registry_sweep.tiny_config("bamba").layers_block_type == ["linear_attention", "full_attention"]
     assert registry_sweep.tiny_config("granitemoehybrid").layer_types == ["linear_attention", "full_attention"]
     assert set(mamba2.layer_types) == {"linear_attention"}
-    # experts per token left unset by DeepSeek-V2's default config (its router's topk failed): the tiny size's
+    # expert counts a default config leaves unset (DeepSeek-V2's per token, dots.llm1's all): the tiny size's
     assert registry_sweep.tiny_config("deepseek_v2").num_experts_per_tok == registry_sweep.TINY["num_experts_per_tok"]
+    dots = registry_sweep.tiny_config("dots1")
+    assert (dots.n_routed_experts, dots.num_experts_per_tok, dots.n_shared_experts) == (4, 2, 1)
+    assert registry_sweep.tiny_config("lfm2_moe").layer_types == ["conv", "full_attention"]  # unset by its default
+    # Zamba 2: its attention takes the hidden state and the embeddings side by side (twice the width, its heads
+    # following), its shared blocks at the hybrid layers kept; X-MOD generates in its first language
+    zamba2 = registry_sweep.tiny_config("zamba2")
+    assert zamba2.attention_hidden_size == 2 * zamba2.hidden_size == zamba2.attention_head_dim * 4
+    assert zamba2.hybrid_layer_ids == [i for i, k in enumerate(zamba2.layers_block_type) if k == "hybrid"] == [1]
+    xmod = registry_sweep.tiny_config("xmod")
+    assert xmod.default_language == next(iter(xmod.languages))
 
 
