@@ -78,6 +78,9 @@ DEPTH = {k: v for k, v in TINY.items() if k in ("num_hidden_layers", "num_layers
 # the layer kinds of a type whose default config leaves them unset though its model reads them per layer (LFM2-MoE:
 # every checkpoint names its convolution and attention layers), one of each at the tiny depth
 DEFAULT_KINDS = {"lfm2_moe": ["conv", "full_attention", "conv"]}
+# what a type's own config validator demands whatever the size, where the shrink's sizes would break it (ZAYA routes
+# each token to one expert)
+DEMANDED = {"zaya": {"num_experts_per_tok": 1}}
 UNFINISHED = "unfinished"  # a variant's cell while it is being made (see quantized)
 MAX_PARAMETERS = 300_000_000  # a depth-only config larger than this is not built (it would not be tiny)
 
@@ -132,6 +135,17 @@ def tiny_config(model_type: str, sizes: dict[str, int] = TINY) -> Any:
             for name in ("n_routed_experts", "num_experts_per_tok", "n_shared_experts"):
                 if name in vars(target) and getattr(target, name) is None and name in sizes:
                     setattr(target, name, sizes[name])
+        stack = ("n_input_layers", "n_recurrent_layers", "n_output_layers")  # Dory's input, looped and output
+        if all(isinstance(getattr(target, n, None), int) for n in stack) and isinstance(layers, int):  # layers:
+            for name in stack:  # one of each, the depth their sum (its validator asks for it)
+                setattr(target, name, 1)
+            target.num_hidden_layers = layers = len(stack)
+            kinds = getattr(target, "layer_types", None)
+            if isinstance(kinds, list) and kinds:
+                target.layer_types = (kinds * layers)[:layers]
+        for name, value in DEMANDED.get(model_type, {}).items():
+            if hasattr(target, name):
+                setattr(target, name, value)
         if getattr(target, "layer_types", 0) is None and model_type in DEFAULT_KINDS:
             target.layer_types = DEFAULT_KINDS[model_type][:layers] if isinstance(layers, int) else None
         rope = getattr(target, "qk_rope_head_dim", None)  # latent attention (DeepSeek): head sizes tied to rope's

@@ -668,6 +668,12 @@ def test_tiny_config_keeps_each_layer_kind_and_its_own_sizes() -> None:
     zamba2 = registry_sweep.tiny_config("zamba2")
     assert zamba2.attention_hidden_size == 2 * zamba2.hidden_size == zamba2.attention_head_dim * 4
     assert zamba2.hybrid_layer_ids == [i for i, k in enumerate(zamba2.layers_block_type) if k == "hybrid"] == [1]
+    # what a type's validator asks: Dory's input, looped and output stacks summing to the depth (one each), ZAYA's
+    # one expert per token
+    dory = registry_sweep.tiny_config("dory")
+    assert (dory.n_input_layers, dory.n_recurrent_layers, dory.n_output_layers, dory.num_hidden_layers) == (1, 1, 1, 3)
+    assert len(dory.layer_types) == 3
+    assert registry_sweep.tiny_config("zaya").num_experts_per_tok == 1
     xmod = registry_sweep.tiny_config("xmod")
     assert xmod.default_language == next(iter(xmod.languages))
 
