@@ -197,6 +197,13 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "", nested: 
         config.backbone = "resnet18"  # the wrapper's default config names no timm model: the one DETR's uses
     if task == "image-segmentation" and isinstance(getattr(config, "d_model", None), int):
         config.encoder_attention_heads = 8  # DETR's mask head groups its width and heads in eights (64 + 8)
+    if "vocab_size" in vars(config) and config.vocab_size is None and "pad_token_id" in vars(config):
+        # a default config without its vocabulary (ESM's: each checkpoint names its alphabet): ESM-2's 33 tokens, its
+        # padding and mask ids where unset (the embedding was built from None, positions counted from None padding)
+        config.vocab_size = 33
+        for name, value in (("pad_token_id", 1), ("mask_token_id", 32)):
+            if getattr(config, name, None) is None:
+                setattr(config, name, value)
     blocks = getattr(config, "num_blocks", None)
     if isinstance(blocks, int) and isinstance(layers := getattr(config, "num_hidden_layers", None), int) \
             and blocks >= layers > 1:

@@ -61,7 +61,7 @@ def test_shrink_keeps_a_layer_for_each_output_a_neck_reads() -> None:
     layers 9 to 12 of 12; DPT's own backbone_out_indices) keeps one layer per output at the sweep's size, each read,
     and its reassembly width follows the backbone's: PyTorch runs it (at 2 layers the neck had no inputs: "PyTorch
     cannot run"). DETR's timm backbone is its family's smallest; a sub-config's stages follow its shrunk depth (TIPS'
-    vision tower: its saved config did not load)."""
+    vision tower: its saved config did not load); ESM's unset vocabulary is ESM-2's."""
     import torch
     import transformers
 
@@ -81,6 +81,12 @@ def test_shrink_keeps_a_layer_for_each_output_a_neck_reads() -> None:
     with torch.no_grad():
         depth = model(**samples.build(model).as_dict()).predicted_depth
     assert depth.ndim == 3 and torch.isfinite(depth).all()
+    # a default config without its vocabulary (ESM's): ESM-2's alphabet and ids, and the masked LM runs its sample
+    esm = task_sweep.tiny_config("esm", task_sweep.registry_sweep.TINY, "fill-mask")
+    assert (esm.vocab_size, esm.pad_token_id, esm.mask_token_id) == (33, 1, 32)
+    protein = transformers.EsmForMaskedLM(esm).eval()
+    with torch.no_grad():
+        assert protein(**samples.build(protein).as_dict()).logits.shape[-1] == 33
 
 
 def test_text_longer_than_a_text_towers_positions_is_cut_to_them() -> None:
