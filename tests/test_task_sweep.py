@@ -217,7 +217,8 @@ def test_each_task_gets_the_inputs_its_processor_gives() -> None:
     seven token type ids per token (one per kind, each below its vocabulary), a keypoint matcher's pair of images
     ([batch, 2, 3, H, W]), a text-line recognizer's image at its processor's 48 x 320 (224 x 224 left it a height
     its pooling could not take), ViTPose+'s expert per dataset, SpeechT5's spectrogram frames and speaker for its
-    text-to-speech decoder, ViLT's image (its config has no vision tower) and BLIP's answer decoder's ids. Each
+    text-to-speech decoder, ViLT's image (its config has no vision tower) and its pixel mask, BLIP's answer decoder's
+    ids, and OmniASR's waveform with its channel axis. Each
     model but the matcher runs on its sample here. A required input no rule makes (JevForDecision's option marks)
     is refused by its name, not left for the model's TypeError."""
     import torch
@@ -231,7 +232,8 @@ def test_each_task_gets_the_inputs_its_processor_gives() -> None:
               ("text-recognition", "pp_ocrv5_server_rec"): {"pixel_values": (2, 3, 48, 320)},
               ("pose-estimation", "vitpose"): {"dataset_index": (2,), "pixel_values": (2, 3, 256, 192)},
               ("text-to-spectrogram", "speecht5"): {"decoder_input_values": (2, 5, 80), "speaker_embeddings": (2, 512)},
-              ("visual-question-answering", "vilt"): {"pixel_values": (2, 3, 224, 224)},
+              ("visual-question-answering", "vilt"): {"pixel_values": (2, 3, 224, 224), "pixel_mask": (2, 224, 224)},
+              ("ctc", "omniasr_ctc"): {"input_values": (2, 1, 4000)},
               ("visual-question-answering", "blip"): {"decoder_input_ids": (2, 5)}}
     for (task, model_type), shapes in wanted.items():
         config = task_sweep.tiny_config(model_type, task_sweep.registry_sweep.TINY, task)

@@ -196,7 +196,8 @@ def _audio(model: Any, name: str, quirk: Quirk, gen: torch.Generator) -> torch.T
     spectrogram_frames = getattr(config, "max_length", None) if name == "input_values" else None
     # a waveform of a quarter second, else one second (an x-vector head's dilated convolutions need more frames than
     # a quarter second leaves after the feature encoder)
-    shapes: list[tuple[int, ...]] = [(BATCH, AUDIO_SAMPLES), (BATCH, 4 * AUDIO_SAMPLES)] \
+    # (and a waveform with its channel axis, [batch, 1, samples]: OmniASR's)
+    shapes: list[tuple[int, ...]] = [(BATCH, AUDIO_SAMPLES), (BATCH, 4 * AUDIO_SAMPLES), (BATCH, 1, AUDIO_SAMPLES)] \
         if name == "input_values" else [(BATCH, bins, frames), (BATCH, frames, bins)]
     if named and isinstance(spectrogram_frames, int):  # a spectrogram named input_values (AST)
         shapes.append((BATCH, spectrogram_frames, bins))
@@ -364,6 +365,8 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             values.pop("pixel_mask", None)
     ordered = [n for n in names if n in values]
     axes = {n: dict(AXES.get(n, {0: "batch"})) for n in ordered if n not in quirk.static_axes}
+    if "input_values" in axes and values["input_values"].dim() == 3 and values["input_values"].shape[1] == 1:
+        axes["input_values"] = {0: "batch", 2: "audio_length"}  # a waveform with its channel axis
     if "inputs" in axes and not values["inputs"].is_floating_point():
         axes["inputs"] = dict(AXES["input_ids"])
     if choices:
