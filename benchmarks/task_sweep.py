@@ -197,7 +197,7 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "", nested: 
         config.backbone = "resnet18"  # the wrapper's default config names no timm model: the one DETR's uses
     if task == "image-segmentation" and isinstance(getattr(config, "d_model", None), int):
         config.encoder_attention_heads = 8  # DETR's mask head groups its width and heads in eights (64 + 8)
-    if "vocab_size" in vars(config) and config.vocab_size is None and "pad_token_id" in vars(config):
+    if model_type == "esm" and config.vocab_size is None:
         # a default config without its vocabulary (ESM's: each checkpoint names its alphabet): ESM-2's 33 tokens, its
         # padding and mask ids where unset (the embedding was built from None, positions counted from None padding)
         config.vocab_size = 33
@@ -206,7 +206,7 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "", nested: 
                 setattr(config, name, value)
     blocks = getattr(config, "num_blocks", None)
     if isinstance(blocks, int) and isinstance(layers := getattr(config, "num_hidden_layers", None), int) \
-            and blocks >= layers > 1:
+            and isinstance(getattr(config, "num_queries", None), int) and blocks >= layers > 1:
         config.num_blocks = layers - 1  # EoMT's last layers that attend with its queries: within the shrunk depth,
         # one plain layer before them (its queries join at layer depth - num_blocks: never, past the depth)
     necked_backbone(config)  # first: a neck's reads decide its backbone's depth

@@ -450,6 +450,7 @@ def test_a_masked_attention_schedule_in_a_buffer_is_read_as_the_models_constants
     assert config.num_blocks == config.num_hidden_layers - 1
     torch.manual_seed(0)
     model = transformers.EomtForUniversalSegmentation(config).eval()
+    buffers = [name for name, _ in model.named_buffers()]
     with constant_schedule(model) as names:
         assert names == ["EomtForUniversalSegmentation"] and model.attn_mask_probs == (1.0,)
     assert isinstance(model.attn_mask_probs, torch.Tensor) and "attn_mask_probs" in dict(model.named_buffers())
@@ -461,8 +462,10 @@ def test_a_masked_attention_schedule_in_a_buffer_is_read_as_the_models_constants
     session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
     got = session.run(["class_queries_logits"], {"pixel_values": pixels.numpy()})[0]
     np.testing.assert_allclose(got, want, atol=1e-5)
+    assert [name for name, _ in model.named_buffers()] == buffers, "the buffer back in its place"
     model.attn_mask_probs.fill_(0.5)  # queries drop their masks at random: no file can match every draw
-    assert not onnx_nb.export(model, out=tmp_path / "drawn.onnx", progress=False).check["passed"]
+    drawn = onnx_nb.export(model, out=tmp_path / "drawn.onnx", progress=False)
+    assert drawn.check is not None and drawn.check["passed"] is False, repr(drawn)
 
 
 def test_attention_that_is_causal_only_when_padded_is_exported_as_the_model_runs_it(tmp_path: Path) -> None:
@@ -495,6 +498,10 @@ def test_attention_that_is_causal_only_when_padded_is_exported_as_the_model_runs
             want = model(input_ids=ids, attention_mask=mask).embeddings.numpy()
         got = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
         np.testing.assert_allclose(got, want, atol=1e-5)
+    from transformers import masking_utils
+    from transformers.models.paligemma import modeling_paligemma
+
+    assert modeling_paligemma.create_causal_mask is masking_utils.create_causal_mask, "the model's own, after"
     first, changed = ids[:1].clone(), ids[:1].clone()
     changed[0, -1] = 5  # unpadded, the first token's embedding sees the last token (padded, it would not)
     run = [session.run(None, {"input_ids": i.numpy(), "attention_mask": np.ones((1, 11), np.int64)})[0] for i in

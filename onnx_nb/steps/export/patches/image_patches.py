@@ -26,11 +26,16 @@ from typing import Any
 from .contract import Patch
 
 
-def every_patch(self: Any, pixel_values: Any, pixel_mask: Any, max_image_length: Any = -1) -> Any:
+def every_patch(self: Any, pixel_values: Any, pixel_mask: Any, max_image_length: Any = 200) -> Any:
     """``visual_embed`` keeping every patch: valid ones first in raster order, masked ones after. The model's own
-    return: embeddings with the class token first, their mask, and each patch's (row, column) with the grid's size."""
+    return: embeddings with the class token first, their mask, and each patch's (row, column) with the grid's size.
+    A call that asks for a subset (``max_image_length`` of 0 or more, the method's own default) gets the model's
+    own draw."""
     import torch
     from torch import nn
+
+    if isinstance(max_image_length, int) and max_image_length >= 0:
+        return type(self).visual_embed(self, pixel_values, pixel_mask, max_image_length)
 
     x = self.patch_embeddings(pixel_values)
     batch, channels, height, width = x.shape

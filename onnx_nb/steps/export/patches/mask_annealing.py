@@ -34,17 +34,22 @@ def constant_schedule(model: Any) -> Iterator[list[str]]:
     The buffer itself comes back on leaving."""
     found = [(name or type(m).__name__, m) for name, m in
              (model.named_modules() if hasattr(model, "named_modules") else []) if _schedules(m)]
-    taken: list[tuple[Any, Any]] = []
+    taken: list[tuple[Any, list[str], Any]] = []
     try:
         for _, module in found:
+            order = list(module._buffers)
             buffer = module._buffers.pop(BUFFER)
-            taken.append((module, buffer))
+            taken.append((module, order, buffer))
             vars(module)[BUFFER] = tuple(float(v) for v in buffer.detach().cpu().tolist())
         yield [name for name, _ in found]
     finally:
-        for module, buffer in taken:
+        for module, order, buffer in taken:
             vars(module).pop(BUFFER, None)
-            module._buffers[BUFFER] = buffer
+            others = dict(module._buffers)  # its place among the buffers too (state_dict's order)
+            module._buffers.clear()
+            module._buffers.update({name: buffer if name == BUFFER else others[name] for name in order
+                                    if name == BUFFER or name in others})
+            module._buffers.update({name: value for name, value in others.items() if name not in order})
 
 
 PATCH = Patch(

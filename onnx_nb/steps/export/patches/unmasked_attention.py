@@ -8,8 +8,9 @@ skip is off while tracing), so both exporters wrote the causal form, and the fil
 processor's output for one query, otherwise than PyTorch (ColPali's embeddings 0.065 off). Within
 :func:`as_eager_skips`, the mask the model's code asks for is, in the graph, the model's own choice: no mask
 (every token attending) where the 2-d mask is all ones, the causal mask with the padding where it is not. A mask
-built with a cache, with extra mask functions or token blocks, or for another attention implementation, is
-transformers' own.
+built with a past, with extra mask functions or token blocks, on a caller's demand (``allow_is_causal_skip``), or
+for another attention implementation, is transformers' own; a model with sliding-window layers (PaliGemma 2's Gemma
+2, whose sliding masks are built by another function) is left to transformers' masks throughout.
 
 Recognised by what the model holds: a module whose config sets ``use_bidirectional_attention`` and whose
 ``is_causal`` is False; the mask function is lent to every source module of the model that calls
@@ -33,9 +34,12 @@ def _unmasked_when_unpadded(original: Any) -> Any:
         import torch
 
         built = original(config, inputs_embeds, attention_mask, cache, *args, **kwargs)
-        shaped = (config, attention_mask, cache, built)
+        shaped = (config, inputs_embeds, attention_mask, cache, built)
+        # transformers' own mask wherever its eager code builds one too: extra mask functions or token blocks, a
+        # caller asking for the causal mask (allow_is_causal_skip=False), a cache under its old name, a past
         if args or kwargs.get("or_mask_function") or kwargs.get("and_mask_function") \
-                or kwargs.get("block_sequence_ids") is not None or not _skips(*shaped):
+                or kwargs.get("block_sequence_ids") is not None or kwargs.get("allow_is_causal_skip") is False \
+                or kwargs.get("past_key_values") is not None or not _skips(*shaped):
             return built
         unpadded = attention_mask.bool().all()
         if built.dtype == torch.bool:  # True: attend (ONNX Runtime has no Where over booleans)
@@ -45,19 +49,31 @@ def _unmasked_when_unpadded(original: Any) -> Any:
     return create_causal_mask
 
 
-def _skips(config: Any, attention_mask: Any, cache: Any, built: Any) -> bool:
-    """Whether eager sdpa code would have built no mask for an unpadded batch here (so attended without one)."""
+def _skips(config: Any, inputs_embeds: Any, attention_mask: Any, cache: Any, built: Any) -> bool:
+    """Whether eager sdpa code would have built no mask for an unpadded batch here (so attended without one): no
+    past (no cache, or an empty one that grows with the tokens), keys as long as the queries, no sliding window."""
     import torch
 
-    return getattr(config, "use_bidirectional_attention", None) is True and cache is None \
-        and getattr(config, "_attn_implementation", None) == "sdpa" \
+    if getattr(config, "use_bidirectional_attention", None) is not True:
+        return False
+    empty = cache is None or (not getattr(cache, "is_compileable", False) and cache.get_seq_length() == 0)
+    return empty and getattr(config, "_attn_implementation", None) == "sdpa" and _unwindowed(config) \
         and isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2 \
+        and attention_mask.shape[-1] == inputs_embeds.shape[1] \
         and isinstance(built, torch.Tensor) and built.dim() == 4
+
+
+def _unwindowed(config: Any) -> bool:
+    """No sliding-window layers: those build their own mask (``create_sliding_window_causal_mask``), not lent here,
+    so a model with them (PaliGemma 2's Gemma 2) keeps transformers' masks throughout rather than half of each."""
+    return getattr(config, "sliding_window", None) is None and "sliding_attention" not in (
+        getattr(config, "layer_types", None) or ())
 
 
 def _bidirectional(model: Any) -> bool:
     return any(getattr(m, "is_causal", None) is False
                and getattr(getattr(m, "config", None), "use_bidirectional_attention", None) is True
+               and _unwindowed(m.config)
                for m in model.modules())
 
 
