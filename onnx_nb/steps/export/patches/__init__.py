@@ -17,7 +17,7 @@ applies (what in a model it recognises), what it replaces, and why the export ne
   :mod:`.unmasked_attention` (attention that is causal only when padded: the mask eager sdpa code leaves out, in
   the graph).
   They lend through :func:`.lending.lent`, which gives each instance its own attribute back (:mod:`.mask_annealing`
-  takes its buffer out and puts it back in its place itself).
+  shadows a buffer with an instance attribute itself: a module refuses a non-tensor set in a buffer's name).
 - :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.
 - :mod:`.vision_towers`: the span attention of grid vision towers (transformers' own export patches, and two
   repairs of them), lent by the vision-language export around its tower.

@@ -30,33 +30,24 @@ def _schedules(module: Any) -> bool:
 
 @contextlib.contextmanager
 def constant_schedule(model: Any) -> Iterator[list[str]]:
-    """Within: every such module of ``model`` reads its schedule as a tuple of Python floats; yields their names.
-    The buffer itself comes back on leaving."""
+    """Within: every such module of ``model`` reads its schedule as a tuple of Python floats (an instance attribute,
+    found before the module's buffers); yields their names. The buffer itself stays where it is."""
     found = [(name or type(m).__name__, m) for name, m in
              (model.named_modules() if hasattr(model, "named_modules") else []) if _schedules(m)]
-    taken: list[tuple[Any, list[str], Any]] = []
     try:
         for _, module in found:
-            order = list(module._buffers)
-            buffer = module._buffers.pop(BUFFER)
-            taken.append((module, order, buffer))
-            vars(module)[BUFFER] = tuple(float(v) for v in buffer.detach().cpu().tolist())
+            vars(module)[BUFFER] = tuple(float(v) for v in module._buffers[BUFFER].detach().cpu().tolist())
         yield [name for name, _ in found]
     finally:
-        for module, order, buffer in taken:
+        for _, module in found:
             vars(module).pop(BUFFER, None)
-            others = dict(module._buffers)  # its place among the buffers too (state_dict's order)
-            module._buffers.clear()
-            module._buffers.update({name: buffer if name == BUFFER else others[name] for name in order
-                                    if name == BUFFER or name in others})
-            module._buffers.update({name: value for name, value in others.items() if name not in order})
 
 
 PATCH = Patch(
     name="mask_annealing",
     applies_to="modules holding an attn_mask_probs buffer and a _disable_attention_mask method (EoMT's masked "
                "attention schedule)",
-    replaces="the buffer, read as Python numbers for the length of the export",
+    replaces="the buffer's values, read as Python numbers for the length of the export",
     why="torch.export lifts a buffer as an input, so the forward's branches on its values were data-dependent "
         "(dynamo failed) and TorchScript's trace fixed its sample's path (unverified)",
     during=constant_schedule)
