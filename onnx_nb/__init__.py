@@ -12,6 +12,7 @@ from .errors import (
     BrowserError,
     CalibrationError,
     ClusterError,
+    DataError,
     DiskFullError,
     ExportError,
     HubUnavailableError,
@@ -86,6 +87,8 @@ _LAZY = {
     "GraphComparison": ("onnx_nb.results.summary", "GraphComparison"),
     "CompareView": ("onnx_nb.frontends.widgets", "CompareView"),
     "GenerationResult": ("onnx_nb.results.generation", "GenerationResult"),
+    "evaluate": ("onnx_nb.steps.evaluate.evaluating", "evaluate"),
+    "Evaluation": ("onnx_nb.results.evaluation", "Evaluation"),
 }
 
 __all__ = [
@@ -94,9 +97,11 @@ __all__ = [
     "Cluster",
     "ClusterError",
     "CompareView",
+    "DataError",
     "DiffusionExport",
     "DiffusionParity",
     "DiskFullError",
+    "Evaluation",
     "ExportError",
     "ExportResult",
     "GenerationResult",
@@ -149,6 +154,7 @@ __all__ = [
     "check_sam",
     "compare",
     "default_model_path",
+    "evaluate",
     "export",
     "generate",
     "hub_or_standin",

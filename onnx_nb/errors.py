@@ -133,6 +133,11 @@ class CalibrationError(OnnxNbError, ValueError):
     """Static quantization has no calibration data, or data that does not fit the model."""
 
 
+class DataError(OnnxNbError, ValueError):
+    """:func:`onnx_nb.evaluate` was given data it cannot read, or data that does not fit the metric (no labels,
+    unknown columns, an empty split)."""
+
+
 class QuantizationError(OnnxNbError):
     """ONNX Runtime's quantizer failed on this model."""
 

@@ -77,6 +77,7 @@ class Recipe(TypedDict, total=False):
     int4_algorithm: str
     int4_algorithm_rule: str
     int4_errors: dict[str, Any]
+    int4_task: dict[str, Any]  # quantize(data=...): each INT4 algorithm's task metric on that data
     symmetric: bool
     awq_alpha: dict[str, float]
     lm_head_bits: int

@@ -11,6 +11,7 @@ from typing import Any
 from ...errors import InvalidArgumentError
 from ...progress import Steps
 from ...render import CSS, compact_table, cut, esc, text_table
+from ...results.evaluation import pareto_front
 
 METRICS = ("cosine", "max_abs")
 # (name, step, its arguments, the candidate it starts from (None: the export), file tag), in build order
@@ -36,6 +37,7 @@ class Candidate:
     parity_passed: bool | None
     speedup: float | None = None  # against the plain fp32 export (or PyTorch eager when measured)
     error: str = ""
+    task: float | None = None  # the task metric on the data given (autotune(data=...)), else None
 
     @property
     def size_mb(self) -> float | None:
@@ -57,6 +59,13 @@ class TuneResult:
     pareto: list[str]
     latency: Any = None  # the LatencyTable behind the numbers
     notes: list[str] = field(default_factory=list)
+    evaluation: Any = None  # the Evaluation on the data given: the task budget decides "within budget"
+
+    def _budget_text(self) -> str:
+        if self.evaluation is not None:
+            ev = self.evaluation
+            return f"{ev.metric.budget_text(ev.budget)} of {ev.baseline}"
+        return f"{self.metric} budget {self.budget:g}"
 
     @property
     def best_candidate(self) -> Candidate | None:
@@ -77,24 +86,27 @@ class TuneResult:
         """Latency against accuracy per candidate; the Pareto front joined; the budget marked."""
         import plotly.graph_objects as go
 
-        ok = [c for c in self.candidates if c.p50_ms is not None and c.metric is not None]
+        key = "task" if self.evaluation is not None else "metric"
+        name = self.evaluation.metric.name if self.evaluation is not None else self.metric
+        ok = [c for c in self.candidates if c.p50_ms is not None and getattr(c, key) is not None]
         fig = go.Figure()
         # names only on the Pareto front (alternating above and below, cut to 24 characters), the rest on hover:
         # a dozen full names on close points ran together into a smear
         front = sorted((c for c in ok if c.name in self.pareto), key=lambda c: c.p50_ms or 0.0)
         side = {c.name: ("top center" if i % 2 == 0 else "bottom center") for i, c in enumerate(front)}
-        fig.add_trace(go.Scatter(x=[c.p50_ms for c in ok], y=[c.metric for c in ok], mode="markers+text",
+        fig.add_trace(go.Scatter(x=[c.p50_ms for c in ok], y=[getattr(c, key) for c in ok], mode="markers+text",
                                  text=[cut(c.name, 24) if c.name in side else ""
                                        for c in ok],
                                  textposition=[side.get(c.name, "top center") for c in ok], name="candidates",
                                  hovertext=[c.name for c in ok], hoverinfo="text+x+y", textfont={"size": 11},
                                  marker={"size": 11, "color": ["#137333" if c.within_budget else "#b3261e"
                                                                for c in ok]}))
-        fig.add_trace(go.Scatter(x=[c.p50_ms for c in front], y=[c.metric for c in front], mode="lines",
+        fig.add_trace(go.Scatter(x=[c.p50_ms for c in front], y=[getattr(c, key) for c in front], mode="lines",
                                  name="Pareto front", line={"dash": "dot"}))
-        fig.add_hline(y=self.budget, line_dash="dash", annotation_text=f"budget {self.metric} {self.budget:g}")
-        fig.update_layout(title="Autotune: latency against accuracy", xaxis_title="p50 latency (ms)",
-                          yaxis_title=self.metric, template="plotly_white", height=440,
+        if self.evaluation is None:
+            fig.add_hline(y=self.budget, line_dash="dash", annotation_text=f"budget {self.metric} {self.budget:g}")
+        fig.update_layout(title=f"Autotune: latency against {name}", xaxis_title="p50 latency (ms)",
+                          yaxis_title=name, template="plotly_white", height=440,
                           legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
         return fig
 
@@ -103,25 +115,32 @@ class TuneResult:
             return "-" if v is None else format(v, spec)
 
         best = self.best_candidate
+        task = [f(c.task, ".4g") for c in self.candidates] if self.evaluation is not None else []
         return [[("★ " if c is best else "") + c.name, f(c.p50_ms, ".2f"),
-                 "-" if c.speedup is None else f"{c.speedup:.2f}x", f(c.size_mb, ".3g"), f(c.metric, ".6g"),
-                 "yes" if c.within_budget else "no", "yes" if c.name in self.pareto else "", c.error]
-                for c in self.candidates]
+                 "-" if c.speedup is None else f"{c.speedup:.2f}x", f(c.size_mb, ".3g"), *task[i:i + 1],
+                 f(c.metric, ".6g"), "yes" if c.within_budget else "no", "yes" if c.name in self.pareto else "",
+                 c.error]
+                for i, c in enumerate(self.candidates)]
+
+    def _task_head(self) -> list[str]:
+        return [self.evaluation.metric.name] if self.evaluation is not None else []
 
     def __repr__(self) -> str:
-        head = ["candidate", "p50_ms", "speedup", "size_mb", self.metric, "in budget", "pareto", "error"]
+        head = ["candidate", "p50_ms", "speedup", "size_mb", *self._task_head(), self.metric, "in budget", "pareto",
+                "error"]
         best = self.best_candidate
-        lines = [f"TuneResult: best within {self.metric} budget {self.budget:g}: {best.name if best else 'none'}",
+        lines = [f"TuneResult: best within {self._budget_text()}: {best.name if best else 'none'}",
                  text_table(head, self._rows())]
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     __str__ = __repr__
 
     def html_body(self) -> str:
-        head = ["candidate", "p50 ms", "speed-up", "MB", self.metric, "in budget", "Pareto", "error"]
+        task = self._task_head()
+        head = ["candidate", "p50 ms", "speed-up", "MB", *task, self.metric, "in budget", "Pareto", "error"]
         notes = "".join(f'<div class="warn">{esc(n)}</div>' for n in self.notes)
-        table = compact_table(head, self._rows(), head[:7], abbreviate=("candidate",), wrap=("error",), width=36,
-                              numeric=("p50 ms", "speed-up", "MB", self.metric), details="With errors")
+        table = compact_table(head, self._rows(), head[:-1], abbreviate=("candidate",), wrap=("error",), width=36,
+                              numeric=("p50 ms", "speed-up", "MB", *task, self.metric), details="With errors")
         return f'<div class="onnxnb"><h4>Autotune</h4>{table}{notes}</div>'
 
     def _repr_html_(self) -> str:
@@ -137,28 +156,23 @@ def _metric(report: Any, metric: str) -> float | None:
     return max(r.max_abs for r in rows if r.max_abs is not None)
 
 
-def pareto_front(points: list[tuple[str, float, float]], higher_is_better: bool) -> list[str]:
-    """Names not dominated in (latency lower, metric better)."""
-    front = []
-    for name, lat, met in points:
-        dominated = any((l2 <= lat and (m2 >= met if higher_is_better else m2 <= met))
-                        and (l2 < lat or m2 != met) for n2, l2, m2 in points if n2 != name)
-        if not dominated:
-            front.append(name)
-    return front
-
-
 def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None, providers: Any = ("cpu",),
              sample: Any = None, shapes: Any = None, reference: Any = None, runs: int | None = None,
              min_seconds: float = 0.5, threads: int | None = None, candidates: Any = "auto",
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, progress: bool = True,
-             cluster: Any = None) -> TuneResult:
+             cluster: Any = None, data: Any = None, task_metric: str = "auto",
+             task_budget: float | str | None = None) -> TuneResult:
     """Candidates (the export; ORT's extended level; transformer fusion with and without skipping padding;
     INT8 per-channel and per-tensor; INT4 weight-only), each validated and timed on the same inputs.
 
     ``metric="cosine"`` (lowest cosine over outputs and shapes; budget default 0.99) or ``"max_abs"``
     (largest absolute error; budget default 1e-4). Returns the table, the Pareto front, and ``best``:
     the fastest candidate within the budget.
+
+    Given ``data`` (any examples :func:`onnx_nb.evaluate` reads), the task decides instead: every candidate is measured
+    on it with ``task_metric`` (``"auto"``: the task's own), and ``best`` is the fastest whose loss against PyTorch
+    stays within ``task_budget`` (points of the metric, default 1; ``"1%"`` relative, perplexity's default); the
+    agreement metric stays in the table, and the notes say when it would have kept another candidate.
 
     ``cluster=`` (True, a Ray address or :class:`onnx_nb.Cluster`) builds and validates the candidates as Ray
     jobs, side by side on the nodes (INT8 and INT4 after the fused graph they start from), and times them there
@@ -207,12 +221,20 @@ def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None,
             value = None if variant is None else _metric(variant.parity, metric)
             results.append(Candidate(name, variant, None, value, False,
                                      None if variant is None else bool(variant.parity), error=error))
+        evaluation = None
+        if data is not None:
+            from ..evaluate.scoring import scored
+
+            steps.add(1)
+            steps.step("measuring every candidate on the task")
+            evaluation = scored({c.name: c.variant for c in results if c.variant is not None}, data, task_metric,
+                                budget=task_budget, progress=False)
         steps.step("timing every candidate on the same inputs")
         timed = {c.name: c.variant for c in results if c.variant is not None}
         table = benchmark(timed, providers=providers, sample=sample, shapes=shapes, runs=runs,
                           min_seconds=min_seconds, threads=threads, progress=False, cluster=on)
-    front, best, notes = _score(results, table, metric, budget, model)
-    return TuneResult(results, metric, budget, best, front, table, notes)
+    front, best, notes = _score(results, table, metric, budget, model, evaluation)
+    return TuneResult(results, metric, budget, best, front, table, notes, evaluation)
 
 
 def _build_here(plan: list[tuple[str, str, dict[str, Any], str | None, str]], model: Any, folder: Path,
@@ -236,9 +258,10 @@ def _build_here(plan: list[tuple[str, str, dict[str, Any], str | None, str]], mo
 
 
 def _score(results: list[Candidate], table: Any, metric: str, budget: float,
-           model: Any) -> tuple[list[str], Any, list[str]]:
+           model: Any, evaluation: Any = None) -> tuple[list[str], Any, list[str]]:
     """Each candidate's p50 (its first timed shape), speed-up over the export, and whether it is within the
-    budget; the Pareto front; the best: the fastest within the budget, else the plain export."""
+    budget (the task's on data given, else the agreement's); the Pareto front; the best: the fastest within the
+    budget, else the plain export."""
     first = {}
     for row in table.rows:
         if row.status == "ok" and row.variant not in first:
@@ -251,11 +274,30 @@ def _score(results: list[Candidate], table: Any, metric: str, budget: float,
             c.speedup = base_ms / c.p50_ms
         if c.metric is not None:
             c.within_budget = c.metric >= budget if higher else c.metric <= budget
-    pts = [(c.name, c.p50_ms, c.metric) for c in results if c.p50_ms is not None and c.metric is not None]
-    front = pareto_front([(n, float(lat), float(met)) for n, lat, met in pts], higher)
-    ok = [c for c in results if c.within_budget and c.p50_ms is not None]
-    best = min(ok, key=lambda c: c.p50_ms or 0.0).variant if ok else model
+    by_agreement = _fastest([c for c in results if c.within_budget and c.p50_ms is not None])
     notes = list(table.notes)
-    if not ok:
+    if evaluation is not None:
+        for c in results:
+            row = evaluation.row(c.name)
+            c.task = row.value if row is not None else None
+            c.within_budget = bool(row is not None and (row.within_budget or row.name == evaluation.baseline))
+        higher = evaluation.metric.higher_is_better
+    key = "task" if evaluation is not None else "metric"
+    pts = [(c.name, c.p50_ms, getattr(c, key)) for c in results if c.p50_ms is not None and getattr(c, key) is not None]
+    front = pareto_front([(n, float(lat), float(met)) for n, lat, met in pts], higher)
+    chosen = _fastest([c for c in results if c.within_budget and c.p50_ms is not None])
+    best = chosen.variant if chosen else model
+    if evaluation is not None:
+        budget_text = evaluation.metric.budget_text(evaluation.budget)
+        notes.append(f"Chosen by {evaluation.metric.name} on {evaluation.data} within {budget_text} of "
+                     f"{evaluation.baseline}: {chosen.name if chosen else 'none (the plain export)'}"
+                     + ("" if (by_agreement and by_agreement.name) == (chosen and chosen.name) else
+                        f"; the {metric} budget {budget:g} alone would keep "
+                        f"{by_agreement.name if by_agreement else 'the plain export'}") + ".")
+    if chosen is None:
         notes.append("No candidate met the budget; best is the plain export.")
     return front, best, notes
+
+
+def _fastest(ok: list[Candidate]) -> Candidate | None:
+    return min(ok, key=lambda c: c.p50_ms or 0.0) if ok else None

@@ -21,7 +21,10 @@ ONNX Runtime's ``matmul_nbits_quantizer`` ships several ways to pick each block'
 each to quantize and check; above it, RTN only, and the recipe says so), checks each against the fp32 parent on the
 same inputs (a decoder's: generation parity, logits per step and greedy tokens), and keeps the one whose largest
 error is smallest among those that pass. Every algorithm writes the same MatMulNBits kernel, so speed does not
-tell them apart; the errors do.
+tell them apart; the errors do. Given ``data=``, the task decides instead: each file that passes is measured by
+:func:`onnx_nb.evaluate` on those examples (perplexity for a causal LM), and the best by that metric is kept. The
+two need not agree: on a small LM trained on Python's documentation, HQQ had the smallest largest error and RTN the
+lowest perplexity.
 """
 
 from __future__ import annotations
@@ -110,10 +113,38 @@ def calibration(model: Any, given: Any) -> list[dict[str, Any]]:
     return generated_calibration(model)
 
 
-def most_accurate(first: Any, algorithms: list[str], build: Callable[[str, Any, bool], Any], scratch: Path) -> Any:
+def on_task(data: Any, metric: str) -> Callable[[dict[str, Any]], Any] | None:
+    """Files (name -> variant) measured on ``data`` by :func:`onnx_nb.evaluate`: its Evaluation; None without
+    data."""
+    if data is None:
+        return None
+
+    def measured(made: dict[str, Any]) -> Any:
+        from ..evaluate.scoring import scored
+
+        return scored(made, data, metric, pytorch=False, progress=False)
+    return measured
+
+
+def by_task(evaluation: Any, passing: list[str], sizes: dict[str, int]) -> tuple[str | None, dict[str, float]]:
+    """The best algorithm by the task's metric, except that a smaller file the examples cannot tell from it (their
+    paired interval holds zero) is kept instead: a difference within the noise of the data is no reason for a bigger
+    file, and did not hold on other text."""
+    scored = {r.name: r.value for r in evaluation.rows if r.value is not None and r.name in passing}
+    if not scored:
+        return None, {}
+    pick = max if evaluation.metric.higher_is_better else min
+    top = pick(scored, key=lambda a: scored[a])
+    tied = [a for a in scored if evaluation.tied(a, top)]
+    return min(tied, key=lambda a: (sizes[a], a != top)), scored
+
+
+def most_accurate(first: Any, algorithms: list[str], build: Callable[[str, Any, bool], Any], scratch: Path,
+                  task: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """Every algorithm in ``algorithms`` made (``first``, the first, already at its place; the others in
     ``scratch``) and the one with the smallest largest error that passes parity kept (made again at ``first``'s
-    place when it is not the first). The errors go into the recipe."""
+    place when it is not the first); with ``task`` (:func:`on_task`), the best by the task's metric among those that
+    pass (:func:`by_task`). The errors (and the task's values) go into the recipe."""
     made = {algorithms[0]: first}
     if first.size_before > BUILD_EVERY_BELOW:  # quantizing a big file again costs minutes: RTN only
         first.recipe["int4_algorithm_rule"] += (f"; {', '.join(algorithms[1:])} not made: over "
@@ -128,11 +159,24 @@ def most_accurate(first: Any, algorithms: list[str], build: Callable[[str, Any, 
     errors = {a: worst_error(v) for a, v in made.items()}
     passing = [a for a, v in made.items() if v]
     best = min(passing, key=lambda a: errors[a]) if passing else algorithms[0]
+    by_error, said = best, ""
+    scored: dict[str, float] = {}
+    if task is not None and passing:
+        evaluation = task({a: made[a] for a in passing})
+        chosen, scored = by_task(evaluation, passing, {a: made[a].size_after for a in passing})
+        if chosen is not None:
+            best = chosen
+            said = (f"; by {evaluation.metric.name} on the data given: "
+                    + ", ".join(f"{a} {v:.4g}" for a, v in scored.items())
+                    + " (the smallest file among those the examples cannot tell from the best)"
+                    + (f"; the smallest largest error was {by_error}'s" if by_error != best else ""))
     variant = made[best] if best == algorithms[0] else build(best, first.path, True)
     variant.recipe["int4_errors"] = {a: float(f"{e:.4g}") for a, e in errors.items()}
+    if scored:
+        variant.recipe["int4_task"] = {a: float(f"{v:.6g}") for a, v in scored.items()}
     variant.recipe["int4_algorithm_rule"] += "; " + ", ".join(
         [f"{a} largest error {errors[a]:.3g}{'' if made[a] else ' (failed parity)'}" for a in made]
-        + [f"{a} not made ({why})" for a, why in failed.items()]) + f": {best} kept"
+        + [f"{a} not made ({why})" for a, why in failed.items()]) + said + f": {best} kept"
     return variant
 
 

@@ -52,7 +52,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
              accuracy_level: int | str | None = "auto", algorithm: str = "auto", lm_head_bits: int | str = "auto",
              mixed_precision: Any = "auto", scheme: str = "auto", target_cpu: Any = None,
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, validate: bool = True,
-             providers: Any = ("cpu",), sample: Any = None) -> Variant:
+             providers: Any = ("cpu",), sample: Any = None, data: Any = None, metric: str = "auto") -> Variant:
     """A quantized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated
     against the fp32 reference.
 
@@ -92,7 +92,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
     plan = _Plan.of(onnx_model, method=method, per_channel=per_channel, calibration=calibration, exclude=exclude,
                     reference=reference, op_types=op_types, block_size=block_size, accuracy_level=accuracy_level,
                     algorithm=algorithm, lm_head_bits=lm_head_bits, mixed_precision=mixed_precision, scheme=scheme,
-                    target_cpu=target_cpu, validate=validate, providers=providers, sample=sample)
+                    target_cpu=target_cpu, validate=validate, providers=providers, sample=sample, data=data,
+                    metric=metric)
     variant = plan.chosen(out, overwrite)
     variant.seconds = max(variant.seconds, time.perf_counter() - started)
     variant.remake = functools.partial(quantize, onnx_model, **plan.call(variant), out=variant.path, overwrite=True)
@@ -296,7 +297,8 @@ class _Plan:
                 variant = int8_schemes.fastest_that_passes(variant, self.schemes, self.build, Path(route_dir), self.cpu,
                                                            known)
             if method == "int4" and validate and len(self.algorithms) > 1:
-                variant = int4_algorithms.most_accurate(variant, self.algorithms, self.build, Path(route_dir))
+                task = int4_algorithms.on_task(self.asked["data"], self.asked["metric"])
+                variant = int4_algorithms.most_accurate(variant, self.algorithms, self.build, Path(route_dir), task)
             if self.mixed and validate:  # the head is one of the layers measured (unless lm_head_bits says its bits)
                 best, bits = variant.recipe["int4_algorithm"], 8 if head == 8 else 4
                 variant = int4_mixed.cheapest_mix(

@@ -1,0 +1,137 @@
+"""What :func:`onnx_nb.evaluate` measures: PyTorch (the model an export came from) and every file or variant given,
+each as a :class:`Candidate` that runs named numpy inputs (``run``), gives a causal LM's logits (``logits``) or
+generates (``generate``) the same way for all, so every candidate sees the same examples in the same batches."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidArgumentError
+
+PYTORCH = "PyTorch"
+
+
+@dataclass
+class Candidate:
+    """One row of the evaluation: a file (``path``) in ONNX Runtime, or PyTorch (``path`` None)."""
+
+    name: str
+    model: Any  # what was given: an ExportResult, a Variant, a path; for PyTorch the export it came from
+    path: Path | None
+    export: Any = None  # the ExportResult behind it (its source: tokenizer, processor, PyTorch reference)
+    parent: str = ""  # the candidate this file was made from, when it is evaluated too
+    provider: str = "cpu"
+    _session: Any = field(default=None, repr=False)
+    _reference: Any = field(default=None, repr=False)
+    _lm: Any = field(default=None, repr=False)
+
+    @property
+    def is_torch(self) -> bool:
+        return self.path is None
+
+    @property
+    def size_bytes(self) -> int | None:
+        if self.path is None:
+            return None
+        from ...runtime.onnxfile import file_bytes
+
+        return file_bytes(self.path)
+
+    @property
+    def source(self) -> Any:
+        return getattr(self.export, "source", None) or getattr(self.model, "source", None)
+
+    def input_names(self) -> list[str]:
+        if self.is_torch:
+            return list(self._torch().flat.input_names)
+        return [i.name for i in self._ort().get_inputs()]
+
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Named outputs for named inputs: the file in ONNX Runtime, or PyTorch fed as the export was."""
+        if self.is_torch:
+            return self._torch().run(feed)
+        sess = self._ort()
+        wanted = {i.name for i in sess.get_inputs()}
+        out = sess.run(None, {k: v for k, v in feed.items() if k in wanted})
+        return dict(zip([o.name for o in sess.get_outputs()], out))
+
+    def logits(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """A causal LM's logits for every position of ``ids`` (no cache carried in): transformers' own model for
+        PyTorch, :func:`onnx_nb.to_transformers` over the file."""
+        import torch
+
+        if self._lm is None:
+            if self.is_torch:
+                from ..export.adapters.registry import adapter_of
+
+                self._lm = adapter_of(self.export).reload(self.export.source, "evaluate").model
+            else:
+                from ..generate.transformers_api import to_transformers
+
+                self._lm = to_transformers(self.model, provider=self.provider)
+        with torch.no_grad():
+            out = self._lm(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+        return out.logits.float().numpy()
+
+    def _ort(self) -> Any:
+        if self._session is None:
+            from ...runtime.padding import open_session
+            from ...runtime.providers import providers_named
+
+            self._session = open_session(self.model, providers_named([self.provider])[0].name)
+        return self._session
+
+    def _torch(self) -> Any:
+        if self._reference is None:
+            from ..export.adapters.registry import adapter_of
+
+            export = self.export
+            self._reference = adapter_of(export).reference(export, export.path, None, 0)
+        return self._reference
+
+
+def candidates(models: Any, *, pytorch: bool | str = "auto", provider: str = "cpu") -> list[Candidate]:
+    """The rows, PyTorch first when the export it came from can run it (``pytorch="auto"``), then each model given:
+    named by a dict's keys, a variant's name, ``"export"`` for an export, else the file's name."""
+    from ...results.export import ExportResult
+
+    items = list(models.items()) if isinstance(models, Mapping) else \
+        [(None, m) for m in (models if isinstance(models, (list, tuple)) else [models])]
+    if not items:
+        raise InvalidArgumentError("evaluate() needs at least one model: an ExportResult, a variant or an .onnx path "
+                                   "(or a list or dict of them).")
+    rows: list[Candidate] = []
+    for name, model in items:
+        path = getattr(model, "path", model)
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidArgumentError(f"evaluate() cannot run a {type(model).__name__}: pass ExportResults, variants "
+                                       "or .onnx paths (PyTorch is measured from the export they came from).")
+        export = model if isinstance(model, ExportResult) else getattr(model, "reference", None)
+        label = name or getattr(model, "name", None) or ("export" if isinstance(model, ExportResult)
+                                                         else Path(path).stem)
+        rows.append(Candidate(_unique(str(label), rows), model, Path(path),
+                              export if isinstance(export, ExportResult) else None, provider=provider))
+    by_path = {c.path.resolve(): c.name for c in rows if c.path is not None}
+    for c in rows:
+        parent = getattr(c.model, "parent", None)
+        c.parent = by_path.get(Path(parent).resolve(), "") if parent is not None else ""
+    export = next((c.export for c in rows if c.export is not None and c.export.source.has_torch_model), None)
+    if pytorch is True and export is None:
+        raise InvalidArgumentError("pytorch=True needs an export made from a PyTorch model among the models (or a "
+                                   "variant of one): files alone carry no PyTorch model to run.")
+    if pytorch and export is not None:
+        rows.insert(0, Candidate(PYTORCH, export, None, export, provider=provider))
+    return rows
+
+
+def _unique(name: str, rows: list[Candidate]) -> str:
+    taken = {c.name for c in rows}
+    if name not in taken:
+        return name
+    return next(f"{name} ({i})" for i in range(2, len(taken) + 3) if f"{name} ({i})" not in taken)

@@ -1,0 +1,82 @@
+"""``evaluate()``: PyTorch and every given file or variant measured on the task, on the same examples, with the
+metric the task calls for; each value with its interval, each file's loss against the baseline judged by a task
+budget, the latency and size beside it, and the variant that budget keeps."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ...errors import OnnxNbError, first_line
+from ...progress import Steps
+from ...results.evaluation import EvalRow, Evaluation
+from .candidates import PYTORCH, Candidate, candidates
+from .scoring import scored
+
+
+def evaluate(models: Any, data: Any, metric: str = "auto", *, budget: float | str | None = None,
+             pytorch: bool | str = "auto", columns: dict[str, str] | None = None, limit: int | None = None,
+             tokenizer: Any = None, processor: Any = None, batch_size: int | None = None, window: int | None = None,
+             stride: int | None = None, max_tokens: int | None = None, latency: bool = True,
+             provider: str = "cpu", seed: int = 0, progress: bool = True) -> Evaluation:
+    """Measure PyTorch and every file or variant in ``models`` (an ExportResult, a Variant, an .onnx path, or a list
+    or dict of them) on ``data`` with the task's metric.
+
+    ``metric="auto"`` follows the export's task: accuracy (and macro F1, top-5) for classification, recall@1 (and
+    recall@5, nDCG@10, MRR) for sentence embeddings on (query, document) pairs, perplexity for causal LMs (the texts
+    joined and cut into ``window``-token windows every ``stride`` tokens, the same for every candidate), exact match
+    (and SQuAD F1) for extractive question answering; or name one of them. ``data``: a list of texts or (input,
+    target) pairs, dicts, a dict of columns, ``(X, y)`` arrays, a file (.txt, .jsonl, .json, .csv, .tsv, .npz), a
+    folder of images by class, a ``datasets`` split, or a Hugging Face dataset by name (``"stanfordnlp/imdb:test"``);
+    ``columns`` names the columns (``{"input": "sentence", "target": "label"}``), ``limit`` keeps that many examples
+    (a seeded draw).
+
+    Every value comes with its 95% bootstrap interval over the examples, and every file's difference from the
+    baseline (PyTorch, else the first model) with a paired interval. ``budget``: the loss a file may have and still
+    be kept: points of the metric (default 1), or, for perplexity, percent of it (default ``"1%"``; a string such as
+    ``"0.5%"`` asks a relative budget of any metric). ``latency=True`` times every candidate with
+    :func:`onnx_nb.benchmark` (interleaved rounds, PyTorch eager beside them); ``best`` is the fastest file within
+    the budget, never one slower than its parent.
+
+    Example::
+
+        ev = onnx_nb.evaluate([result, int8], data=[("a query", "its document"), ...])
+        ev.best, ev.figure()
+    """
+    ev = scored(models, data, metric, budget=budget, pytorch=pytorch, limit=limit, provider=provider, seed=seed,
+                progress=progress, settings={"columns": columns, "tokenizer": tokenizer, "processor": processor,
+                                             "batch_size": batch_size, "window": window, "stride": stride,
+                                             "max_tokens": max_tokens})
+    if latency:
+        with Steps(1, "evaluate", progress) as steps:
+            steps.step("timing every candidate")
+            ev.latency, notes = _time(candidates(models, pytorch=pytorch, provider=provider), ev.rows, provider)
+        ev.notes += notes
+        ev.judge()
+    return ev
+
+
+def _time(rows: list[Candidate], results: list[EvalRow], provider: str) -> tuple[Any, list[str]]:
+    """Every file's p50 at the export's sample shape from :func:`onnx_nb.benchmark` (PyTorch eager beside them when
+    it ran), and which rows are slower than their parents."""
+    from ..benchmark.benchmarking import benchmark
+
+    files = {c.name: c.model for c in rows if not c.is_torch}
+    export = next((c.export for c in rows if c.is_torch), None)
+    try:
+        table = benchmark(files, providers=[provider], reference=export, progress=False, min_seconds=0.3)
+    except (OnnxNbError, RuntimeError, ValueError) as exc:
+        return None, [f"Not timed: {type(exc).__name__}: {first_line(exc)}"]
+    first: dict[str, float] = {}
+    for row in table.rows:
+        if row.status == "ok" and row.p50_ms is not None:
+            first.setdefault(PYTORCH if row.variant == "PyTorch eager" else row.variant, row.p50_ms)
+    by_name = {r.name: r for r in results}
+    for r in results:
+        r.p50_ms = first.get(r.name)
+        parent = by_name.get(r.parent)
+        if parent is not None and parent.p50_ms and r.p50_ms and r.p50_ms >= parent.p50_ms:
+            r.slower = True
+    shape = next((row.shape for row in table.rows if row.status == "ok"), "")
+    return table, [f"Latency: p50 at {shape or 'the export sample'} on {provider}, interleaved rounds "
+                   f"({os.cpu_count()} cores here)."]

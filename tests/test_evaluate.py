@@ -1,0 +1,187 @@
+"""evaluate(): variants judged by their task on real data with no download (Python's own documentation, scikit-learn's
+digits), each metric checked against an independent computation, and the task deciding quantize()'s INT4 algorithm
+and autotune()'s pick."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import onnx_nb
+from onnx_nb.frontends import demo_tasks
+from onnx_nb.steps.evaluate import data as eval_data
+from onnx_nb.steps.evaluate import metrics
+
+
+def test_minilm_int8_keeps_its_retrieval_on_pythons_own_docs(minilm_export: onnx_nb.ExportResult,
+                                                             minilm_dir: Path, tmp_path: Path) -> None:
+    import transformers
+
+    pairs = demo_tasks.docs_retrieval()
+    assert len(pairs) > 300 and all(q and d for q, d in pairs)
+    pairs = pairs[::2]  # 170 of them: the suite's time
+    int8 = onnx_nb.quantize(minilm_export, out=tmp_path / "int8.onnx")
+    ev = onnx_nb.evaluate([minilm_export, int8], pairs, latency=False, progress=False)
+    torch_row, fp32, q = ev.rows
+    assert (ev.metric.name, ev.task, ev.baseline) == ("recall@1", "retrieval", "PyTorch")
+    # PyTorch's row against an independent computation: transformers' model, mean-pooled, cosine, rank of its own
+    tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    model = transformers.AutoModel.from_pretrained(minilm_dir).eval()
+
+    def embed(texts: list[str]) -> torch.Tensor:
+        with torch.no_grad():
+            enc = tok(texts, padding=True, truncation=True, max_length=512, return_tensors="pt")
+            hidden = model(**enc).last_hidden_state
+            mask = enc["attention_mask"][..., None].float()
+            return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+
+    queries = torch.cat([embed([q for q, _ in pairs[i:i + 32]]) for i in range(0, len(pairs), 32)])
+    docs = torch.cat([embed([d for _, d in pairs[i:i + 32]]) for i in range(0, len(pairs), 32)])
+    hits = (queries @ docs.T).argmax(-1) == torch.arange(len(pairs))
+    assert torch_row.value == pytest.approx(100 * hits.float().mean().item())
+    assert 20 < torch_row.value < 100  # far above chance (1 in 170)
+    assert abs(fp32.value - torch_row.value) <= 100 / len(pairs) + 1e-9  # a near-tie may flip one query
+    # the target, INT8 within 1 point of fp32's recall@1: what 170 queries can tell (its difference's interval reaches
+    # a loss under a point; benchmarks/evaluate_variants.py prints the figures)
+    assert q.delta_high is not None and q.delta_high > -1.0, repr(ev)
+    for r in ev.rows:
+        assert r.low <= r.value <= r.high and len(r.per_example) == len(pairs)
+        assert set(r.values) == {"recall@1", "recall@5", "ndcg@10", "mrr"}
+        assert r.values["recall@1"] <= r.values["recall@5"]
+    assert q.parent == "export" and q.size_mb < fp32.size_mb / 3
+    assert fp32.delta_low <= fp32.delta <= fp32.delta_high
+    assert ev.best in ("export", int8.name) and "recall@1" in ev.why()
+    assert len(ev.per_example()) == len(pairs) and json.dumps(ev.to_dict())
+
+
+def test_a_digits_cnn_keeps_its_accuracy_with_static_int8(tmp_path: Path) -> None:
+    model = demo_tasks.digits_cnn()
+    x, _y, tx, ty = demo_tasks.digits()
+    with torch.no_grad():
+        own = (model(torch.from_numpy(tx)).argmax(-1).numpy() == ty).mean() * 100
+    result = onnx_nb.export(model, sample={"input": torch.from_numpy(tx[:4])}, out=tmp_path / "cnn.onnx",
+                            progress=False)
+    int8 = onnx_nb.quantize(result, method="static", calibration=[{"input": x[i:i + 32]} for i in range(0, 320, 32)],
+                            out=tmp_path / "int8.onnx")
+    ev = onnx_nb.evaluate([result, int8], (tx, ty), progress=False)
+    torch_row, fp32, q = ev.rows
+    assert torch_row.value == pytest.approx(own) and own > 95
+    assert fp32.value == pytest.approx(own)
+    assert q.value >= fp32.value - 0.5, repr(ev)  # the target: static INT8 within half a point
+    assert set(q.values) == {"accuracy", "f1", "top5"} and q.values["top5"] >= q.value
+    # timed beside PyTorch eager; the kept file is never one slower than its parent
+    assert all(r.p50_ms for r in ev.rows) and ev.latency is not None
+    kept = ev.row(ev.best)
+    assert kept is not None and kept.within_budget and not kept.slower
+    fig = ev.figure()
+    assert {t.name for t in fig.data} >= {"Pareto front"} and len(fig.layout.annotations) >= 2
+    html = ev._repr_html_()
+    assert "accuracy" in html and "95% interval" in html
+
+
+def test_int4_chosen_by_perplexity_is_no_worse_than_round_to_nearest(tmp_path: Path) -> None:
+    import transformers
+
+    folder = demo_tasks.docs_lm(tmp_path / "lm", steps=150)
+    result = onnx_nb.export(str(folder), out=tmp_path / "lm.onnx", progress=False)
+    _train, held = demo_tasks.docs_text()
+    choose_on, judge_on = held[:len(held) // 2], held[len(held) // 2:]
+    settings = {"method": "int4", "mixed_precision": None, "lm_head_bits": 4}
+    by_task = onnx_nb.quantize(result, data=[choose_on], out=tmp_path / "task.onnx", **settings)
+    rtn = onnx_nb.quantize(result, algorithm="rtn", out=tmp_path / "rtn.onnx", **settings)
+    assert set(by_task.recipe["int4_task"]) == {"rtn", "rtn_asym", "k_quant", "hqq", "gptq", "awq"}
+    assert "by perplexity on the data given" in by_task.recipe["int4_algorithm_rule"]
+    ev = onnx_nb.evaluate({"fp32": result, "by task": by_task, "rtn": rtn}, [judge_on], window=128, latency=False,
+                          progress=False)
+    torch_row, fp32, task_row, rtn_row = ev.rows
+    # the target, on text the choice never saw: no worse than round-to-nearest, at no more size
+    assert task_row.value <= rtn_row.value * 1.001 and task_row.size_mb <= rtn_row.size_mb * 1.05, repr(ev)
+    # perplexity against transformers' own loss over the same windows (each window's first token unscored)
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = torch.tensor(tok(judge_on)["input_ids"])
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for begin in range(0, len(ids) - 1, 128):
+            window = ids[begin:begin + 128][None]
+            if window.shape[1] < 2:
+                break
+            total += model(input_ids=window, labels=window).loss.item() * (window.shape[1] - 1)
+            count += window.shape[1] - 1
+    assert torch_row.value == pytest.approx(np.exp(total / count), rel=1e-4)
+    assert fp32.value == pytest.approx(torch_row.value, rel=1e-4)
+    assert ev.metric.relative and "tokens in" in ev.measured_on
+
+
+def test_autotune_picks_by_the_task_when_data_is_given(tmp_path: Path) -> None:
+    model = demo_tasks.digits_cnn(epochs=4)
+    _x, _y, tx, ty = demo_tasks.digits()
+    result = onnx_nb.export(model, sample={"input": torch.from_numpy(tx[:4])}, out=tmp_path / "cnn.onnx",
+                            progress=False)
+    tuned = onnx_nb.autotune(result, data=(tx[:120], ty[:120]), task_budget=2.0, out=tmp_path / "tune",
+                             candidates=("optimized(extended)", "int8 per-tensor"), min_seconds=0.1, progress=False)
+    assert tuned.evaluation is not None and tuned.evaluation.metric.name == "accuracy"
+    built = [c for c in tuned.candidates if c.variant is not None]
+    assert len(built) == 3 and all(c.task is not None for c in built)
+    assert any("Chosen by accuracy" in n for n in tuned.notes)
+    best = tuned.best_candidate
+    assert best is not None and best.within_budget
+    assert "accuracy" in repr(tuned) and tuned.figure().layout.yaxis.title.text == "accuracy"
+
+
+def test_examples_are_read_from_where_users_keep_them(tmp_path: Path) -> None:
+    rows = [{"sentence": "good", "label": 1}, {"sentence": "bad", "label": 0}]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (tmp_path / "d.csv").write_text("sentence,label\ngood,1\nbad,0\n")
+    (tmp_path / "d.txt").write_text("one line\n\nanother\n")
+    np.savez(tmp_path / "d.npz", x=np.zeros((3, 2)), y=np.arange(3))
+    (tmp_path / "imgs" / "cat").mkdir(parents=True)
+    (tmp_path / "imgs" / "cat" / "a.png").write_bytes(b"")
+    for source, n in [(tmp_path / "d.jsonl", 2), (tmp_path / "d.csv", 2), (str(tmp_path / "d.txt"), 2),
+                      (tmp_path / "d.npz", 3), (tmp_path / "imgs", 1), (rows, 2), ({"a": [1, 2], "b": [3, 4]}, 2),
+                      ((np.zeros((4, 2)), np.arange(4)), 4), (["x", "y"], 2), ([("q", "d")], 1)]:
+        got = eval_data.read(source)
+        assert len(got) == n, source
+    csv = eval_data.read(tmp_path / "d.csv")
+    assert csv.column("input") == "sentence" and csv.column("target", avoid=("sentence",)) == "label"
+    drawn = eval_data.read([str(i) for i in range(100)], limit=10)
+    assert drawn.rows == eval_data.read([str(i) for i in range(100)], limit=10).rows and len(drawn) == 10
+    with pytest.raises(onnx_nb.DataError, match="empty"):
+        eval_data.read([])
+    with pytest.raises(onnx_nb.DataError, match=r"No target column.*'text'"):
+        eval_data.read([{"text": "a"}]).column("target", avoid=("text",))
+    with pytest.raises(onnx_nb.DataError, match=r"'name:config:split'"):
+        eval_data.read("a:b:c:d")
+    with pytest.raises(onnx_nb.DataError, match=r"\.xml"):
+        (tmp_path / "d.xml").write_text("<a/>")
+        eval_data.read(tmp_path / "d.xml")
+
+
+def test_bad_arguments_name_what_to_do(bert_export: onnx_nb.ExportResult) -> None:
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="metric='bleu'"):
+        onnx_nb.evaluate(bert_export, ["a"], metric="bleu")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="cannot run a dict"):
+        onnx_nb.evaluate([{}], ["a"])
+    with pytest.raises(onnx_nb.DataError, match="label 'maybe'"):
+        onnx_nb.evaluate(bert_export, [("fine", "maybe")], latency=False, progress=False)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="budget='lots'"):
+        onnx_nb.evaluate(bert_export, [("fine", 0)], budget="lots", latency=False, progress=False)
+
+
+def test_intervals_are_paired_and_hold_the_value() -> None:
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, 200)
+    scores = rng.normal(size=(200, 3))
+    scores[np.arange(150), labels[:150]] += 5  # 150 right for sure, the rest by chance
+    got = metrics.measure({"label": labels, "scores": scores}, metrics.classification, "accuracy",
+                          metrics.classification_examples)
+    assert got.interval is not None and got.interval[0] <= got.values["accuracy"] <= got.interval[1]
+    assert 75 <= got.values["accuracy"] <= 90 and got.interval[1] - got.interval[0] < 15
+    fast = metrics.mean_draws(metrics.classification_examples)
+    same = metrics.measure({"label": labels, "scores": scores}, metrics.classification, "accuracy",
+                           metrics.classification_examples, draws_of=fast)
+    assert metrics.difference_interval(got, same) == (0.0, 0.0)  # the same resamples for both: paired
