@@ -89,6 +89,7 @@ _LAZY = {
     "GenerationResult": ("onnx_nb.results.generation", "GenerationResult"),
     "evaluate": ("onnx_nb.steps.evaluate.evaluating", "evaluate"),
     "Evaluation": ("onnx_nb.results.evaluation", "Evaluation"),
+    "lm_eval_model": ("onnx_nb.steps.evaluate.harness", "lm_eval_model"),
 }
 
 __all__ = [
@@ -159,6 +160,7 @@ __all__ = [
     "generate",
     "hub_or_standin",
     "isolated",
+    "lm_eval_model",
     "load_ipython_extension",
     "optimize",
     "parse_profile",

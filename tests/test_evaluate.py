@@ -83,11 +83,19 @@ def test_a_digits_cnn_keeps_its_accuracy_with_static_int8(tmp_path: Path) -> Non
     assert "accuracy" in html and "95% interval" in html
 
 
-def test_int4_chosen_by_perplexity_is_no_worse_than_round_to_nearest(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def docs_lm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, onnx_nb.ExportResult]:
+    """The small LM trained on Python's documentation, saved and exported once for this file."""
+    root = tmp_path_factory.mktemp("docs-lm")
+    folder = demo_tasks.docs_lm(root / "lm", steps=150)
+    return folder, onnx_nb.export(str(folder), out=root / "lm.onnx", progress=False)
+
+
+def test_int4_chosen_by_perplexity_is_no_worse_than_round_to_nearest(
+        docs_lm: tuple[Path, onnx_nb.ExportResult], tmp_path: Path) -> None:
     import transformers
 
-    folder = demo_tasks.docs_lm(tmp_path / "lm", steps=150)
-    result = onnx_nb.export(str(folder), out=tmp_path / "lm.onnx", progress=False)
+    folder, result = docs_lm
     _train, held = demo_tasks.docs_text()
     choose_on, judge_on = held[:len(held) // 2], held[len(held) // 2:]
     settings = {"method": "int4", "mixed_precision": None, "lm_head_bits": 4}
@@ -185,3 +193,58 @@ def test_intervals_are_paired_and_hold_the_value() -> None:
     same = metrics.measure({"label": labels, "scores": scores}, metrics.classification, "accuracy",
                            metrics.classification_examples, draws_of=fast)
     assert metrics.difference_interval(got, same) == (0.0, 0.0)  # the same resamples for both: paired
+
+
+def test_the_harness_runs_its_own_tasks_on_the_file(docs_lm: tuple[Path, onnx_nb.ExportResult], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """lm-evaluation-harness's own code (a YAML task read from a local file, its prompts and accuracy) on the exported
+    file and on PyTorch; the scores it asks for against transformers' own."""
+    import random
+
+    import lm_eval
+    import transformers
+    from lm_eval.api.instance import Instance
+    from lm_eval.tasks import TaskManager
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    folder, result = docs_lm
+    words = demo_tasks.docs_text()[1].split()
+    rng = random.Random(0)
+    rows = []
+    for _ in range(24):  # which three words come next: the true ones among three drawn elsewhere
+        at = rng.randrange(len(words) - 20)
+        right = " " + " ".join(words[at + 12:at + 15])
+        choices = [right] + [" " + " ".join(words[j:j + 3]) for j in (rng.randrange(len(words) - 3) for _ in "abc")]
+        rng.shuffle(choices)
+        rows.append({"context": " ".join(words[at:at + 12]), "choices": choices, "answer": choices.index(right)})
+    (tmp_path / "next.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (tmp_path / "next.yaml").write_text(
+        "task: next_words\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {tmp_path / 'next.jsonl'}\ntest_split: test\noutput_type: multiple_choice\n"
+        'doc_to_text: "{{context}}"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: "{{answer}}"\n'
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n")
+    tasks = TaskManager(include_path=str(tmp_path))
+    file_lm, torch_lm = onnx_nb.lm_eval_model(result), onnx_nb.lm_eval_model(result, pytorch=True)
+    on_file = lm_eval.simple_evaluate(model=file_lm, tasks=["next_words"], task_manager=tasks)["results"]
+    on_torch = lm_eval.simple_evaluate(model=torch_lm, tasks=["next_words"], task_manager=tasks)["results"]
+    assert on_file["next_words"]["acc,none"] == on_torch["next_words"]["acc,none"]
+    assert on_file["next_words"]["sample_len"] == len(rows)
+    # the scores themselves: a continuation's log-probability and a text's rolling one, against transformers'
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    context, continuation = rows[0]["context"], rows[0]["choices"][0]
+    asked = [Instance("loglikelihood", {}, (context, continuation), 0)]
+    (file_lp, _), = file_lm.loglikelihood(asked)
+    ids = torch.tensor([tok.encode(context + continuation)])
+    n = len(tok.encode(context))
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, :-1].double(), -1)
+    assert file_lp == pytest.approx(logp[n - 1:].gather(1, ids[0, n:, None]).sum().item(), rel=1e-4)
+    text = " ".join(words[:300])
+    rolling = [Instance("loglikelihood_rolling", {}, (text,), 0)]
+    assert file_lm.loglikelihood_rolling(rolling)[0] == pytest.approx(torch_lm.loglikelihood_rolling(rolling)[0],
+                                                                        rel=1e-4)
+    made = file_lm.generate_until([Instance("generate_until", {}, (context, {"until": ["."], "max_gen_toks": 8}), 0)])
+    assert made == torch_lm.generate_until([Instance("generate_until", {}, (context, {"until": ["."],
+                                                                                       "max_gen_toks": 8}), 0)])
+    assert "." not in made[0]

@@ -66,6 +66,30 @@ class Candidate:
         PyTorch, :func:`onnx_nb.to_transformers` over the file."""
         import torch
 
+        with torch.no_grad():
+            out = self._causal_lm()(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+        return out.logits.float().numpy()
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """Greedy new tokens for each prompt (token ids): :func:`onnx_nb.generate` over the file, transformers'
+        ``generate`` for PyTorch (one prompt at a time: no padding to tell apart)."""
+        if not self.is_torch:
+            from ..generate.generation import generate
+
+            return [list(generate(self.model, [p], max_new_tokens=max_new_tokens).tokens[0]) for p in prompts]
+        import torch
+
+        model = self._causal_lm()
+        out = []
+        with torch.no_grad():
+            for p in prompts:
+                ids = torch.tensor([p])
+                made = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                      max_new_tokens=max_new_tokens, pad_token_id=model.config.eos_token_id)
+                out.append(made[0, len(p):].tolist())
+        return out
+
+    def _causal_lm(self) -> Any:
         if self._lm is None:
             if self.is_torch:
                 from ..export.adapters.registry import adapter_of
@@ -75,9 +99,7 @@ class Candidate:
                 from ..generate.transformers_api import to_transformers
 
                 self._lm = to_transformers(self.model, provider=self.provider)
-        with torch.no_grad():
-            out = self._lm(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
-        return out.logits.float().numpy()
+        return self._lm
 
     def _ort(self) -> Any:
         if self._session is None:
