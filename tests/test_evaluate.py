@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import tiny_models
 
 import onnx_nb
 from onnx_nb.frontends import demo_tasks
@@ -58,7 +59,8 @@ def test_minilm_int8_keeps_its_retrieval_on_pythons_own_docs(minilm_export: onnx
     assert len(ev.per_example()) == len(pairs) and json.dumps(ev.to_dict())
 
 
-def test_a_digits_cnn_keeps_its_accuracy_with_static_int8(tmp_path: Path) -> None:
+def test_a_digits_cnn_keeps_its_accuracy_with_static_int8(tmp_path: Path, ip: object,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     model = demo_tasks.digits_cnn()
     x, _y, tx, ty = demo_tasks.digits()
     with torch.no_grad():
@@ -81,6 +83,18 @@ def test_a_digits_cnn_keeps_its_accuracy_with_static_int8(tmp_path: Path) -> Non
     assert {t.name for t in fig.data} >= {"Pareto front"} and len(fig.layout.annotations) >= 2
     html = ev._repr_html_()
     assert "accuracy" in html and "95% interval" in html
+    # the magic (variables) and the command line (files alone: no PyTorch row, the examples from an .npz)
+    ip.user_ns.update(cnn=result, cnn8=int8, digits_xy=(tx, ty))  # type: ignore[attr-defined]
+    magic = ip.run_line_magic("onnx_evaluate", "cnn cnn8 --data digits_xy --no-latency")  # type: ignore[attr-defined]
+    assert [r.value for r in magic.rows] == [r.value for r in ev.rows]
+    from onnx_nb.frontends.cli import main
+
+    np.savez(tmp_path / "digits.npz", x=tx, y=ty)
+    assert main(["evaluate", str(result.path), str(int8.path), "--data", str(tmp_path / "digits.npz"),
+                 "--no-latency", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in printed["rows"]] == ["cnn", "int8"] and printed["baseline"] == "cnn"
+    assert printed["rows"][0]["value"] == pytest.approx(fp32.value)
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +153,32 @@ def test_autotune_picks_by_the_task_when_data_is_given(tmp_path: Path) -> None:
     best = tuned.best_candidate
     assert best is not None and best.within_budget
     assert "accuracy" in repr(tuned) and tuned.figure().layout.yaxis.title.text == "accuracy"
+
+
+def test_speech_to_text_by_word_error_rate_and_generation_by_agreement(tmp_path: Path) -> None:
+    import jiwer
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    model = tiny_models.build_generative("whisper")
+    words = Tokenizer(models.WordLevel({f"w{i}": i for i in range(model.config.vocab_size)}, unk_token="w0"))
+    words.pre_tokenizer, words.decoder = pre_tokenizers.WhitespaceSplit(), decoders.WordPiece()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0")
+    result = onnx_nb.export(model, out=tmp_path / "w.onnx", progress=False)
+    rng = np.random.default_rng(0)
+    clips = [{"input_features": rng.standard_normal((1, model.config.num_mel_bins,
+                                                      2 * model.config.max_source_positions)).astype(np.float32)}
+             for _ in range(5)]
+    said = ["w5 w6 w7", "w8 w9", "w10", "w11 w12", "w13"]
+    ev = onnx_nb.evaluate(result, list(zip(clips, said)), tokenizer=tok, latency=False, progress=False)
+    assert (ev.task, ev.metric.name, ev.metric.higher_is_better) == ("speech", "wer", False)
+    with torch.no_grad():
+        heard = [tok.decode(model.generate(input_features=torch.from_numpy(c["input_features"]), max_new_tokens=32,
+                                           do_sample=False)[0], skip_special_tokens=True) for c in clips]
+    assert ev.rows[0].value == pytest.approx(100 * jiwer.wer(said, heard))  # PyTorch's row is jiwer's own
+    assert ev.rows[1].value == ev.rows[0].value and ev.rows[1].within_budget
+    agree = onnx_nb.evaluate(result, clips, metric="agreement", tokenizer=tok, latency=False, progress=False)
+    assert [r.value for r in agree.rows] == [100.0, 100.0] and agree.data == "5 inputs"
 
 
 def test_examples_are_read_from_where_users_keep_them(tmp_path: Path) -> None:

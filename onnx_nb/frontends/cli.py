@@ -27,6 +27,8 @@ def parser() -> argparse.ArgumentParser:
                              ("quantize", specs.QUANTIZE, "quantize an .onnx file and re-validate it"),
                              ("autotune", specs.AUTOTUNE, "fastest variant within an accuracy budget")):
         specs.add_arguments(sub.add_parser(name, help=text), spec, "cli")
+    specs.add_arguments(sub.add_parser("evaluate", help="every file's task metric on the same examples, timed"),
+                        specs.EVALUATE, "cli")
     specs.add_arguments(sub.add_parser("pipeline", help="every step with a report"), specs.PIPELINE, "cli")
     specs.add_arguments(sub.add_parser("generate", help="generate with a decoder exported with its cache"),
                         specs.GENERATE, "cli")
@@ -70,6 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 made = autotune(args.model, **specs.autotune_kwargs(args))
             _emit(made, args.json)
             return 0 if args.command == "autotune" or made else 1
+        if args.command == "evaluate":
+            from ..steps.evaluate.evaluating import evaluate
+
+            measured = evaluate(args.models, args.data, **specs.evaluate_kwargs(args))
+            _emit(measured, args.json)
+            return 0
         if args.command == "generate":
             from ..steps.generate.generation import generate
 

@@ -189,6 +189,26 @@ class OnnxMagics(Magics):
                                                    **specs.autotune_kwargs(args)))
 
     @line_magic
+    @_apply(specs.EVALUATE)
+    def onnx_evaluate(self, line: str) -> Any:
+        """Every file's task metric on the same examples, beside PyTorch's: ``%onnx_evaluate result int8 --data pairs
+        [--metric recall@1] [--budget 1]``.
+
+        Example::
+
+            ev = %onnx_evaluate result int8 --data dev.jsonl
+            %onnx_evaluate result int8 --data pairs --no-latency
+        """
+        args = parse_argstring(self.onnx_evaluate, line)
+        from ..steps.evaluate.evaluating import evaluate
+
+        ns = self.shell.user_ns if self.shell is not None else {}
+        data = ns[args.data] if args.data in ns else args.data.strip("'\"")
+        models = [self._model(m, line) for m in args.models]
+        return self._shown("onnx_evaluate", _short(lambda: evaluate(models if len(models) > 1 else models[0], data,
+                                                                    **specs.evaluate_kwargs(args))))
+
+    @line_magic
     @_apply(specs.GENERATE)
     def onnx_generate(self, line: str) -> Any:
         """Generate with a decoder exported with its cache: ``%onnx_generate result "Once upon a time"

@@ -141,6 +141,24 @@ AUTOTUNE: list[Spec] = [
     (("--json",), {"action": "store_true", "help": "print the result as JSON"}, "cli"),
 ]
 
+EVALUATE: list[Spec] = [
+    (("models",), {"nargs": "+", "help": ".onnx files (or variables holding ExportResults / variants) to measure; "
+                                         "PyTorch is added from the export they came from"}, "both"),
+    (("--data",), {"required": True,
+                   "help": "the examples: a file (.txt, .jsonl, .json, .csv, .tsv, .npz), a folder of images by "
+                           "class, a Hugging Face dataset as name:split (a network), or (magic) a variable"}, "both"),
+    (("--metric",), {"default": "auto", "help": "auto (the task's own), accuracy, f1, top5, recall@1, recall@5, "
+                                                "ndcg@10, mrr, perplexity, exact_match, squad_f1"}, "both"),
+    (("--budget",), {"help": "the loss a file may have against PyTorch: points of the metric (1) or a share "
+                             "('1%%', perplexity's default)"}, "both"),
+    (("--limit",), {"type": int, "help": "measure on this many examples (a seeded draw)"}, "both"),
+    (("--columns",), {"help": "which columns play which role, e.g. 'input=review,target=stars'"}, "both"),
+    (("--tokenizer",), {"help": "a Hugging Face folder or hub id whose tokenizer reads the texts (for files "
+                                "without their export)"}, "both"),
+    (("--no-latency",), {"action": "store_true", "help": "measure the metric only, no timing"}, "both"),
+    (("--json",), {"action": "store_true", "help": "print the result as JSON"}, "cli"),
+]
+
 PIPELINE: list[Spec] = [
     (("model",), {"help": "a variable holding a model (magic only), a Hugging Face folder, or a hub id"}, "both"),
     (("--sample",), {"help": "a variable holding the sample inputs"}, "magic"),
@@ -285,6 +303,26 @@ def _mixed(text: str) -> Any:
 def autotune_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"metric": ns.metric, "budget": ns.budget, "providers": [p for p in ns.providers.split(",") if p],
             "min_seconds": ns.min_seconds, "out": ns.out, "overwrite": ns.overwrite, "cluster": ns.cluster}
+
+
+def evaluate_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments for :func:`onnx_nb.evaluate` from parsed ``EVALUATE`` arguments (models and data aside)."""
+    from ..errors import InvalidArgumentError
+
+    columns = None
+    if ns.columns:
+        try:
+            columns = dict(part.split("=", 1) for part in ns.columns.split(",") if part.strip())
+        except ValueError:
+            raise InvalidArgumentError(f"--columns {ns.columns!r}: give role=column pairs, e.g. "
+                                       "'input=review,target=stars'.") from None
+    tokenizer = None
+    if ns.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(ns.tokenizer)
+    return {"metric": ns.metric, "budget": ns.budget, "limit": ns.limit, "columns": columns, "tokenizer": tokenizer,
+            "latency": not ns.no_latency}
 
 
 def pipeline_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

@@ -67,7 +67,7 @@ class Candidate:
         import torch
 
         with torch.no_grad():
-            out = self._causal_lm()(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+            out = self._torch_model()(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
         return out.logits.float().numpy()
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
@@ -79,7 +79,7 @@ class Candidate:
             return [list(generate(self.model, [p], max_new_tokens=max_new_tokens).tokens[0]) for p in prompts]
         import torch
 
-        model = self._causal_lm()
+        model = self._torch_model()
         out = []
         with torch.no_grad():
             for p in prompts:
@@ -89,7 +89,33 @@ class Candidate:
                 out.append(made[0, len(p):].tolist())
         return out
 
-    def _causal_lm(self) -> Any:
+    def texts(self, inputs: list[Any], tokenizer: Any, max_new_tokens: int) -> list[str]:
+        """The text each input generates, greedy, special tokens left out: :func:`onnx_nb.generate` over the file
+        (a text prompt through ``tokenizer``, a processor's output as it is), transformers' ``generate`` for
+        PyTorch (the prompt's tokens cut off a decoder's output)."""
+        if not self.is_torch:
+            from ..generate.generation import generate
+
+            made = [generate(self.model, i, max_new_tokens=max_new_tokens, tokenizer=tokenizer, do_sample=False)
+                    for i in inputs]
+            return [(m.text or [tokenizer.decode(m.tokens[0], skip_special_tokens=True)])[0].strip() for m in made]
+        import torch
+
+        from ..export.machinery.torch_exporters import quiet
+
+        model = self._torch_model()
+        seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+        out: list[str] = []
+        with torch.no_grad(), quiet([], []):  # transformers' notes on the config's max_length beside ours
+            for i in inputs:
+                enc = tokenizer(i, return_tensors="pt") if isinstance(i, str) else \
+                    {k: torch.as_tensor(np.asarray(v)) for k, v in dict(i).items()}
+                made = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
+                new = made[0] if seq2seq else made[0, enc["input_ids"].shape[-1]:]
+                out.append(tokenizer.decode(new, skip_special_tokens=True).strip())
+        return out
+
+    def _torch_model(self) -> Any:
         if self._lm is None:
             if self.is_torch:
                 from ..export.adapters.registry import adapter_of

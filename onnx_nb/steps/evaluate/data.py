@@ -115,6 +115,8 @@ def _listed(items: list[Any]) -> Examples:
         return Examples([], "an empty list")
     if all(isinstance(i, str) for i in items):
         return Examples([{"input": i} for i in items], f"{len(items)} texts")
+    if all(isinstance(i, dict) and i and all(hasattr(v, "shape") for v in i.values()) for i in items):
+        return Examples([{"input": i} for i in items], f"{len(items)} inputs")  # a processor's output each
     if all(isinstance(i, dict) for i in items):
         return Examples([dict(i) for i in items], f"{len(items)} examples")
     if all(isinstance(i, (tuple, list)) and len(i) == 2 for i in items):

@@ -1,5 +1,5 @@
 """The task metrics :func:`onnx_nb.evaluate` reports, each computed from per-example records with the field's own
-libraries where one exists (scikit-learn's accuracy, F1 and top-k accuracy), and the
+libraries where one exists (scikit-learn's accuracy, F1 and top-k accuracy; jiwer's word error rate), and the
 bootstrap that gives each value its interval.
 
 A task's records are arrays whose first axis is the example (a window of tokens for perplexity); ``compute`` turns
@@ -29,6 +29,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("ndcg@10", True),
     Metric("mrr", True),
     Metric("perplexity", False, unit="", budget=1.0, relative=True),
+    Metric("wer", False),
     Metric("exact_match", True),
     Metric("squad_f1", True),
     Metric("agreement", True),
@@ -130,6 +131,31 @@ def perplexity(records: Records) -> dict[str, float]:
 
 def perplexity_examples(records: Records) -> np.ndarray:
     return np.exp(records["nll"] / np.maximum(records["tokens"], 1))
+
+
+def word_errors(references: list[str], hypotheses: list[str]) -> Records:
+    """Per utterance, jiwer's errors (substitutions, deletions, insertions) and the reference's words."""
+    import jiwer
+
+    errors, words = [], []
+    for ref, hyp in zip(references, hypotheses):
+        out = jiwer.process_words(ref.strip() or "-", hyp.strip() or "-")
+        errors.append(out.substitutions + out.deletions + out.insertions)
+        words.append(out.substitutions + out.deletions + out.hits)
+    return {"errors": np.array(errors, float), "words": np.array(words, float)}
+
+
+def wer(records: Records) -> dict[str, float]:
+    """Word error rate over all utterances: their errors summed over their reference words summed (jiwer's)."""
+    return {"wer": 100 * float(records["errors"].sum() / max(records["words"].sum(), 1))}
+
+
+def wer_examples(records: Records) -> np.ndarray:
+    return 100 * records["errors"] / np.maximum(records["words"], 1)
+
+
+def wer_draws(records: Records, index: np.ndarray) -> np.ndarray:
+    return 100 * records["errors"][index].sum(1) / np.maximum(records["words"][index].sum(1), 1)
 
 
 def means(*names: str) -> Callable[[Records], dict[str, float]]:

@@ -12,8 +12,8 @@ from ...progress import Steps
 from ...results.evaluation import EvalRow, Evaluation
 from . import metrics
 from .candidates import PYTORCH, Candidate, candidates
+from .catalog import BY_METRIC, BY_MODEL_TASK, TASKS
 from .data import read
-from .tasks import BY_METRIC, BY_MODEL_TASK, TASKS
 
 
 def scored(models: Any, data: Any, metric: str = "auto", *, budget: float | str | None = None,

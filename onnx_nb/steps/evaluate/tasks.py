@@ -6,7 +6,10 @@ candidate's outputs become records (:mod:`.metrics`), and which metric is its ma
   recall@1 and @5, nDCG@10, MRR;
 - ``perplexity`` (causal LMs): the texts joined, cut into windows of ``window`` tokens every ``stride``, each token
   scored once, the same windows for every candidate;
-- ``question-answering`` (question, context, answers; extractive): SQuAD's exact match and F1."""
+- ``question-answering`` (question, context, answers; extractive): SQuAD's exact match and F1.
+
+The generating tasks (speech to text, agreement of generated text) are in :mod:`.generation_tasks`; the table of
+every task, :mod:`.catalog`."""
 
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ class Task:
 
 # -- shared: texts, arrays and images into feeds --------------------------------------------------------------------
 
-def _tokenizer(candidate: Candidate, settings: dict[str, Any]) -> Any:
+def tokenizer_of(candidate: Candidate, settings: dict[str, Any]) -> Any:
     tok = settings.get("tokenizer") or getattr(candidate.source, "preprocessor", None)
     if tok is None or not callable(tok):
         raise DataError("These examples are text, and the model carries no tokenizer: pass tokenizer= (the model's "
@@ -71,7 +74,7 @@ def _feeds(inputs: list[Any], candidate: Candidate, settings: dict[str, Any]) ->
     names = candidate.input_names()
     size = settings.get("batch_size") or BATCH
     if all(isinstance(i, str) for i in inputs) and not all(_is_image_path(i) for i in inputs):
-        tok = _tokenizer(candidate, settings)
+        tok = tokenizer_of(candidate, settings)
         order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
         groups = [order[i:i + size] for i in range(0, len(order), size)]
         feeds = []
@@ -140,21 +143,21 @@ def _output(outputs: dict[str, np.ndarray], wanted: tuple[str, ...]) -> np.ndarr
     return next(iter(outputs.values()))
 
 
-def _shown(value: Any) -> str:
+def shown_line(value: Any) -> str:
     text = value if isinstance(value, str) else f"{type(value).__name__} {getattr(value, 'shape', '')}".strip()
     return text[:120]
 
 
 # -- classification ---------------------------------------------------------------------------------------------------
 
-def _prepare_classification(examples: Examples, candidate: Candidate, settings: dict[str, Any]) -> Prepared:
+def prepare_classification(examples: Examples, candidate: Candidate, settings: dict[str, Any]) -> Prepared:
     columns = settings.get("columns")
     inputs = examples.values("input", columns)
     taken = examples.column("input", columns)
     targets = examples.values("target", columns, avoid=(taken or "",))
     labels = _label_ids(targets, candidate)
     feeds, groups = _feeds(inputs, candidate, settings)
-    return Prepared(list(zip(feeds, groups)), labels, dict(settings), [_shown(i) for i in inputs])
+    return Prepared(list(zip(feeds, groups)), labels, dict(settings), [shown_line(i) for i in inputs])
 
 
 def _label_ids(targets: list[Any], candidate: Candidate) -> np.ndarray:
@@ -175,7 +178,7 @@ def _label_ids(targets: list[Any], candidate: Candidate) -> np.ndarray:
     return np.array(out)
 
 
-def _score_classification(candidate: Candidate, prepared: Prepared) -> metrics.Records:
+def score_classification(candidate: Candidate, prepared: Prepared) -> metrics.Records:
     parts = [_output(candidate.run(feed), ("logits", "output", "scores")) for feed, _ in prepared.batches]
     scores = _scatter([g for _, g in prepared.batches], parts).reshape(len(prepared.targets), -1)
     if prepared.targets.max() >= scores.shape[-1] or prepared.targets.min() < 0:
@@ -185,7 +188,7 @@ def _score_classification(candidate: Candidate, prepared: Prepared) -> metrics.R
 
 # -- retrieval --------------------------------------------------------------------------------------------------------
 
-def _prepare_retrieval(examples: Examples, candidate: Candidate, settings: dict[str, Any]) -> Prepared:
+def prepare_retrieval(examples: Examples, candidate: Candidate, settings: dict[str, Any]) -> Prepared:
     columns = settings.get("columns")
     query_col = examples.column("query", columns)
     queries = examples.values("query", columns)
@@ -195,7 +198,7 @@ def _prepare_retrieval(examples: Examples, candidate: Candidate, settings: dict[
     q_feeds, q_groups = _feeds(queries, candidate, settings)
     d_feeds, d_groups = _feeds(corpus, candidate, settings)
     return Prepared([(q_feeds, q_groups), (d_feeds, d_groups)], truth, dict(settings),
-                    [_shown(q) for q in queries])
+                    [shown_line(q) for q in queries])
 
 
 def _embed(candidate: Candidate, feeds: list[dict[str, np.ndarray]], groups: list[list[int]]) -> np.ndarray:
@@ -217,7 +220,7 @@ def _embed(candidate: Candidate, feeds: list[dict[str, np.ndarray]], groups: lis
     return out / np.maximum(np.linalg.norm(out, axis=-1, keepdims=True), 1e-12)
 
 
-def _score_retrieval(candidate: Candidate, prepared: Prepared) -> metrics.Records:
+def score_retrieval(candidate: Candidate, prepared: Prepared) -> metrics.Records:
     (q_feeds, q_groups), (d_feeds, d_groups) = prepared.batches
     sims = _embed(candidate, q_feeds, q_groups) @ _embed(candidate, d_feeds, d_groups).T
     own = sims[np.arange(len(sims)), prepared.targets]
@@ -226,11 +229,11 @@ def _score_retrieval(candidate: Candidate, prepared: Prepared) -> metrics.Record
 
 # -- perplexity -------------------------------------------------------------------------------------------------------
 
-def _prepare_perplexity(examples: Examples, candidate: Candidate, settings: dict[str, Any]) -> Prepared:
+def prepare_perplexity(examples: Examples, candidate: Candidate, settings: dict[str, Any]) -> Prepared:
     texts = examples.values("input", settings.get("columns"))
     if not all(isinstance(t, str) for t in texts):
         raise DataError("Perplexity is measured on text: give texts (a list, a .txt file, a text column).")
-    tok = _tokenizer(candidate, settings)
+    tok = tokenizer_of(candidate, settings)
     ids = np.asarray(tok("\n\n".join(texts))["input_ids"], np.int64)
     if settings.get("max_tokens"):
         ids = ids[:settings["max_tokens"]]
@@ -258,7 +261,7 @@ def _prepare_perplexity(examples: Examples, candidate: Candidate, settings: dict
                     [f"window {i}: tokens {b} to {e}" for i, (b, e, _) in enumerate(windows)], counted)
 
 
-def _score_perplexity(candidate: Candidate, prepared: Prepared) -> metrics.Records:
+def score_perplexity(candidate: Candidate, prepared: Prepared) -> metrics.Records:
     ids = prepared.targets
     nll, tokens = [], []
     for batch in prepared.batches:
@@ -275,12 +278,12 @@ def _score_perplexity(candidate: Candidate, prepared: Prepared) -> metrics.Recor
 
 # -- extractive question answering ------------------------------------------------------------------------------------
 
-def _prepare_qa(examples: Examples, candidate: Candidate, settings: dict[str, Any]) -> Prepared:
+def prepare_qa(examples: Examples, candidate: Candidate, settings: dict[str, Any]) -> Prepared:
     columns = settings.get("columns")
     questions = examples.values("question", columns)
     contexts = examples.values("context", columns)
     answers = [_answers(a) for a in examples.values("target", columns, avoid=("question", "context"))]
-    tok = _tokenizer(candidate, settings)
+    tok = tokenizer_of(candidate, settings)
     names = candidate.input_names()
     size = settings.get("batch_size") or BATCH
     batches = []
@@ -291,7 +294,7 @@ def _prepare_qa(examples: Examples, candidate: Candidate, settings: dict[str, An
                  for r in range(len(enc["input_ids"]))]
         batches.append((_named({k: v for k, v in enc.items() if k != "offset_mapping"}, names), spans,
                         contexts[i:i + size]))
-    return Prepared(batches, answers, dict(settings), [_shown(q) for q in questions])
+    return Prepared(batches, answers, dict(settings), [shown_line(q) for q in questions])
 
 
 def _answers(value: Any) -> list[str]:
@@ -317,7 +320,7 @@ def _f1(prediction: str, truth: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _score_qa(candidate: Candidate, prepared: Prepared) -> metrics.Records:
+def score_qa(candidate: Candidate, prepared: Prepared) -> metrics.Records:
     predictions = []
     for feed, spans, contexts in prepared.batches:
         out = candidate.run(feed)
@@ -336,25 +339,3 @@ def _score_qa(candidate: Candidate, prepared: Prepared) -> metrics.Records:
           for p, truths in zip(predictions, prepared.targets)]
     f1 = [max(_f1(p, t) for t in truths) if truths else 0.0 for p, truths in zip(predictions, prepared.targets)]
     return {"exact_match": np.array(em), "squad_f1": np.array(f1)}
-
-
-TASKS: dict[str, Task] = {t.name: t for t in (
-    Task("classification", "accuracy", metrics.classification, metrics.classification_examples,
-         _prepare_classification, _score_classification, metrics.mean_draws(metrics.classification_examples)),
-    Task("retrieval", "recall@1", metrics.retrieval, metrics.retrieval_examples, _prepare_retrieval,
-         _score_retrieval, metrics.mean_draws(metrics.retrieval_examples)),
-    Task("perplexity", "perplexity", metrics.perplexity, metrics.perplexity_examples, _prepare_perplexity,
-         _score_perplexity, metrics.perplexity_draws),
-    Task("question-answering", "exact_match", metrics.means("exact_match", "squad_f1"),
-         metrics.first_mean("exact_match"), _prepare_qa, _score_qa,
-         metrics.mean_draws(metrics.first_mean("exact_match"))),
-)}
-# the pipeline task an export records -> the evaluation task it is judged by
-BY_MODEL_TASK = {"text-classification": "classification", "image-classification": "classification",
-                 "audio-classification": "classification", "feature-extraction": "retrieval",
-                 "sentence-similarity": "retrieval", "text-generation": "perplexity",
-                 "question-answering": "question-answering"}
-# a metric asked by name -> the task that gives it
-BY_METRIC = {"accuracy": "classification", "f1": "classification", "top5": "classification",
-             "recall@1": "retrieval", "recall@5": "retrieval", "ndcg@10": "retrieval", "mrr": "retrieval",
-             "perplexity": "perplexity", "exact_match": "question-answering", "squad_f1": "question-answering"}
