@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import tiny_models
 
 import onnx_nb
+import tiny_models
 from onnx_nb.frontends import demo_tasks
 from onnx_nb.steps.evaluate import data as eval_data
 from onnx_nb.steps.evaluate import metrics
