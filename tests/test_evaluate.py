@@ -105,6 +105,25 @@ def docs_lm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, onnx_nb.Exp
     return folder, onnx_nb.export(str(folder), out=root / "lm.onnx", progress=False)
 
 
+def test_the_pipeline_and_the_studio_judge_every_file_on_the_task(tmp_path: Path) -> None:
+    model = demo_tasks.digits_cnn(epochs=4)
+    _x, _y, tx, ty = demo_tasks.digits()
+    sample = {"input": torch.from_numpy(tx[:4])}
+    report = onnx_nb.pipeline(model, sample, data=(tx[:150], ty[:150]), task_budget=1.0, out=tmp_path / "pipe",
+                              min_seconds=0.2, progress=False)
+    assert [s.step for s in report.steps][-2:] == ["latency", "evaluate"], repr(report)
+    ev = report["evaluate"]
+    assert [r.name for r in ev.rows][:2] == ["PyTorch", "export (fp32)"] and len(ev.rows) >= 3
+    assert all(r.p50_ms for r in ev.rows), repr(ev)  # the latency step's own p50s
+    assert ev.best is not None and ev.best in ev.why() and ev.best in report.summary_rows()[-1][-1]
+    html = report.save_html(tmp_path / "report.html").read_text()
+    assert "Evaluation: accuracy" in html and "Pareto front" in html
+    studio = onnx_nb.Studio(model, sample, threaded=False, data=(tx[:60], ty[:60]))
+    assert [k for k, _ in studio.panel.steps][-2:] == ["evaluate", "report"]
+    studio.run("evaluate")
+    assert "Evaluate: accuracy" in studio.panel.html["evaluate"] and "<svg" in studio.panel.html["evaluate"]
+
+
 def test_int4_chosen_by_perplexity_is_no_worse_than_round_to_nearest(
         docs_lm: tuple[Path, onnx_nb.ExportResult], tmp_path: Path) -> None:
     import transformers

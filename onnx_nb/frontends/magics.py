@@ -238,12 +238,16 @@ class OnnxMagics(Magics):
         Example::
 
             %onnx_pipeline model --quantize dynamic --html report.html
+            %onnx_pipeline model --data pairs --task-budget 0.5     # and every file judged on the task
         """
         args = parse_argstring(self.onnx_pipeline, line)
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from ..steps.pipelines import pipeline
 
-        report = _short(lambda: pipeline(self._model(args.model, line), sample, **specs.pipeline_kwargs(args)))
+        kwargs = specs.pipeline_kwargs(args)
+        if args.data and args.data in (self.shell.user_ns if self.shell is not None else {}):
+            kwargs["data"] = self._lookup(args.data, "--data")
+        report = _short(lambda: pipeline(self._model(args.model, line), sample, **kwargs))
         if args.html:
             _short(report.save_html, args.html)
         return self._shown("onnx_pipeline", report)

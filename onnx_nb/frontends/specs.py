@@ -172,6 +172,12 @@ PIPELINE: list[Spec] = [
     (("--html",), {"help": "also write the self-contained HTML report here"}, "both"),
     (("--isolate",), {"action": "store_true",
                       "help": "run ONNX Runtime in a worker process (for files you did not make)"}, "both"),
+    (("--data",), {"help": "examples to judge every file by its task (an Evaluate step): a file, a folder of images "
+                           "by class, a Hugging Face dataset as name:split, or (magic) a variable"}, "both"),
+    (("--task-metric",), {"default": "auto", "help": "the metric of the Evaluate step (default: the task's own)"},
+     "both"),
+    (("--task-budget",), {"help": "the loss a file may have against PyTorch on the task: points (1) or a share "
+                                  "('1%%')"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the report as JSON"}, "cli"),
 ]
 
@@ -329,7 +335,8 @@ def pipeline_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
     return {"task": ns.task, "optimize": not ns.no_optimize,
             "quantize": None if ns.quantize == "none" else ns.quantize,
             "providers": [p for p in ns.providers.split(",") if p], "shapes": shapes_from_text(ns.shapes),
-            "out": ns.out, "overwrite": ns.overwrite, "isolate": ns.isolate or None}
+            "out": ns.out, "overwrite": ns.overwrite, "isolate": ns.isolate or None, "data": ns.data,
+            "task_metric": ns.task_metric, "task_budget": ns.task_budget}
 
 
 def generate_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

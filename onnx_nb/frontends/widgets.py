@@ -151,9 +151,11 @@ class Studio:
     Example::
 
         onnx_nb.Studio("path/to/bert-folder")              # export, parity, optimize, quantize, latency as tabs
+        onnx_nb.Studio(folder, data="dev.jsonl")           # and an Evaluate tab: each file on its task
     """
 
-    def __init__(self, model: Any, sample: Any = None, *, threaded: bool = True) -> None:
+    def __init__(self, model: Any, sample: Any = None, *, threaded: bool = True, data: Any = None,
+                 task_metric: str = "auto", task_budget: float | str | None = None) -> None:
         from ..runtime.files import default_output
         from ..runtime.providers import providers_named
         from ..steps.export.machinery.writing import source_name
@@ -166,7 +168,8 @@ class Studio:
         # The Studio writes into a folder of its own beside onnx-nb's default one (never over an export made
         # elsewhere of the same model) and replaces its own files when a step runs again.
         out = default_output(f"{name}-studio", taken_ok=True).parent
-        self.plan = Run(model, Settings(sample=sample, overwrite=True, name=str(name), min_seconds=0.5, out=out))
+        self.plan = Run(model, Settings(sample=sample, overwrite=True, name=str(name), min_seconds=0.5, out=out,
+                                        data=data, task_metric=task_metric, task_budget=task_budget))
         short = [p.short for p in providers_named("available")]
         self.panel = StudioPanel(model_name=str(name)[-60:], steps=tabs(self.plan.settings),
                                  methods=list(QUANTIZE_METHODS), available_providers=short, providers=["cpu"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..render import CSS, compact_table, esc, text_table
+from ..render import CSS, compact_table, esc, svg_hbars, text_table
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,23 @@ class Evaluation:
         return (f"{best}: the {'fastest' if row.p50_ms is not None else 'smallest'} file ({by}) within {budget} of "
                 f"{self.baseline} ({self.metric.name} {_num(row.value)} against {_num(base.value)})")
 
+    def __bool__(self) -> bool:
+        """True when some file keeps the task within the budget."""
+        return self.best is not None
+
     # -- views -------------------------------------------------------------------------------------------------------
+
+    def svg(self) -> str:
+        """The metric per candidate as bars (whisker to its interval's far end; latency and size after it): the
+        chart for places without plotly's script (the Studio's tab)."""
+        items = [{"label": r.name, "value": r.value,
+                  "hi": r.high,
+                  "text": " · ".join(t for t in (f"{r.p50_ms:.3g} ms" if r.p50_ms is not None else "",
+                                                 f"{r.size_mb:.3g} MB" if r.size_mb is not None else "") if t),
+                  "bad": r.within_budget is False or r.slower} for r in self.rows if r.value is not None]
+        unit = f" ({self.metric.unit})" if self.metric.unit else ""
+        return svg_hbars(items, axis=f"{self.metric.name}{unit}, whisker to the 95% interval's end; red: over budget",
+                         title=f"Evaluate: {self.metric.name}")
 
     def _rows(self) -> list[list[str]]:
         unit = self.metric.unit

@@ -156,7 +156,7 @@ class Report:
 
 
 STEPS = {"ExportResult": "export", "PartsExport": "export", "ParityReport": "parity", "DiffusionParity": "parity",
-         "SamParity": "parity", "LatencyTable": "latency"}
+         "SamParity": "parity", "LatencyTable": "latency", "Evaluation": "evaluate"}
 
 
 def _step_of(result: Any) -> str:
@@ -203,6 +203,8 @@ def headline(result: Any) -> str:
             line += (f"; slower than its fp32 parent on {result.speed['cpu']} ({result.speed['ms']:.3g} vs "
                      f"{result.speed['parent_ms']:.3g} ms): the fp32 file is the one to keep here")
         return line
+    if name == "Evaluation":
+        return result.why()
     if name == "LatencyTable":
         best = result.best()
         return f"best: {best.variant} on {best.backend}, {best.p50_ms:.1f} ms" + \

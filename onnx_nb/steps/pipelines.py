@@ -20,7 +20,8 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
              quantize: str | None = "auto", providers: Any = ("cpu",), shapes: Any = None,
              benchmark: bool = True, threads: int | None = None, min_seconds: float = 1.0,
              out: str | os.PathLike[str] | None = None, overwrite: bool = False, name: str | None = None,
-             progress: bool = True, isolate: bool | None = None) -> Report:
+             progress: bool = True, isolate: bool | None = None, data: Any = None, task_metric: str = "auto",
+             task_budget: float | str | None = None) -> Report:
     """Run every step on ``model`` and gather the results.
 
     ``quantize``: a :func:`onnx_nb.quantize` method (``"auto"``: the INT8 method that serves the family,
@@ -28,7 +29,9 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
     calibration, ``"fp16"``, ``"int4"``) or None; ``"auto"`` for a scikit-learn model means None (its file holds
     trees and linear models in ``ai.onnx.ml``, nothing INT8 applies to). ``benchmark``: time the export and each
     variant against PyTorch eager on ``shapes`` (default: the sample's shape; no eager row for a model from beyond
-    PyTorch or a file made elsewhere).
+    PyTorch or a file made elsewhere). ``data``: examples to judge the export and each variant by the task
+    (:func:`onnx_nb.evaluate`, with ``task_metric`` and ``task_budget``): an Evaluate step after latency, whose
+    headline names the fastest file within the budget and why.
 
     Example::
 
@@ -44,7 +47,8 @@ def pipeline(model: Any, sample: Any = None, *, task: str | None = None, optimiz
 
     run = Run(model, Settings(sample=sample, task=task, optimize=optimize, quantize=quantize, benchmark=benchmark,
                               providers=providers, shapes=shapes, threads=threads, min_seconds=min_seconds, out=out,
-                              overwrite=overwrite, name=name))
+                              overwrite=overwrite, name=name, data=data, task_metric=task_metric,
+                              task_budget=task_budget))
     steps = plan(run.settings)
     with Steps(len(steps), "pipeline", progress) as bar:
         for step in steps:

@@ -17,7 +17,7 @@ from ..results.report import Report, StepResult
 
 QUANTIZE_METHODS = ("auto", "dynamic", "static", "int4", "fp16")
 LABELS = {"export": "Export", "parity": "Parity", "optimize": "Optimize", "quantize": "Quantize",
-          "latency": "Latency", "report": "Report"}
+          "latency": "Latency", "evaluate": "Evaluate", "report": "Report"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class Settings:
     out: str | os.PathLike[str] | None = None
     overwrite: bool = False
     name: str | None = None
+    data: Any = None  # examples to judge every file by its task (evaluate()); None: no evaluate step
+    task_metric: str = "auto"
+    task_budget: Any = None
 
     @property
     def target(self) -> Path | None:
@@ -112,6 +115,16 @@ def _latency(_model: Any, s: Settings, done: dict[str, Any]) -> Any:
                      threads=s.threads, min_seconds=s.min_seconds, progress=False)
 
 
+def _evaluate(_model: Any, s: Settings, done: dict[str, Any]) -> Any:
+    from .evaluate.evaluating import with_latency
+    from .evaluate.scoring import scored
+
+    files = {"export (fp32)": _subject(done["export"])}
+    files.update({done[k].name: done[k] for k in ("optimize", "quantize") if done.get(k) is not None})
+    found = scored(files, s.data, s.task_metric, budget=s.task_budget, providers=s.providers, progress=False)
+    return with_latency(found, done.get("latency"))
+
+
 def plan(s: Settings) -> list[Step]:
     """The steps ``s`` asks for, in order."""
     steps = [Step("export", (), _export), Step("parity", ("export",), _parity)]
@@ -121,6 +134,8 @@ def plan(s: Settings) -> list[Step]:
         steps.append(Step("quantize", ("optimize" if s.optimize else "export",), _quantize))
     if s.benchmark:
         steps.append(Step("latency", ("export",), _latency))
+    if s.data is not None:  # after latency: its p50s are the evaluation's, the kept file the fastest in budget
+        steps.append(Step("evaluate", ("export",), _evaluate))
     return steps
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ...errors import OnnxNbError, first_line
 from ...progress import Steps
-from ...results.evaluation import EvalRow, Evaluation
+from ...results.evaluation import Evaluation
 from .candidates import PYTORCH, Candidate, candidates
 from .scoring import scored
 
@@ -50,33 +50,41 @@ def evaluate(models: Any, data: Any, metric: str = "auto", *, budget: float | st
     if latency:
         with Steps(1, "evaluate", progress) as steps:
             steps.step("timing every candidate")
-            ev.latency, notes = _time(candidates(models, pytorch=pytorch, provider=provider), ev.rows, provider)
-        ev.notes += notes
-        ev.judge()
+            ev = with_latency(ev, _time(candidates(models, pytorch=pytorch, provider=provider), provider))
     return ev
 
 
-def _time(rows: list[Candidate], results: list[EvalRow], provider: str) -> tuple[Any, list[str]]:
-    """Every file's p50 at the export's sample shape from :func:`onnx_nb.benchmark` (PyTorch eager beside them when
-    it ran), and which rows are slower than their parents."""
+def _time(rows: list[Candidate], provider: str) -> Any:
+    """Every file's latency at the export's sample shape from :func:`onnx_nb.benchmark` (PyTorch eager beside them
+    when it ran); None with the reason when they could not be timed."""
     from ..benchmark.benchmarking import benchmark
 
     files = {c.name: c.model for c in rows if not c.is_torch}
     export = next((c.export for c in rows if c.is_torch), None)
     try:
-        table = benchmark(files, providers=[provider], reference=export, progress=False, min_seconds=0.3)
+        return benchmark(files, providers=[provider], reference=export, progress=False, min_seconds=0.3)
     except (OnnxNbError, RuntimeError, ValueError) as exc:
-        return None, [f"Not timed: {type(exc).__name__}: {first_line(exc)}"]
+        return f"Not timed: {type(exc).__name__}: {first_line(exc)}"
+
+
+def with_latency(ev: Evaluation, table: Any) -> Evaluation:
+    """``ev`` with each row's p50 from a latency table (the first shape each row was timed at; PyTorch eager's row
+    for PyTorch), the rows slower than their parents marked, and the budget's verdicts and front judged again."""
+    if table is None or isinstance(table, str):
+        ev.notes += [table] if table else []
+        return ev
     first: dict[str, float] = {}
     for row in table.rows:
         if row.status == "ok" and row.p50_ms is not None:
             first.setdefault(PYTORCH if row.variant == "PyTorch eager" else row.variant, row.p50_ms)
-    by_name = {r.name: r for r in results}
-    for r in results:
+    by_name = {r.name: r for r in ev.rows}
+    for r in ev.rows:
         r.p50_ms = first.get(r.name)
         parent = by_name.get(r.parent)
-        if parent is not None and parent.p50_ms and r.p50_ms and r.p50_ms >= parent.p50_ms:
-            r.slower = True
+        r.slower = bool(parent is not None and parent.p50_ms and r.p50_ms and r.p50_ms >= parent.p50_ms)
     shape = next((row.shape for row in table.rows if row.status == "ok"), "")
-    return table, [f"Latency: p50 at {shape or 'the export sample'} on {provider}, interleaved rounds "
-                   f"({os.cpu_count()} cores here)."]
+    ev.latency = table
+    ev.notes.append(f"Latency: p50 at {shape or 'the export sample'}, interleaved rounds ({os.cpu_count()} cores "
+                    "here).")
+    ev.judge()
+    return ev

@@ -18,10 +18,15 @@ from .data import read
 
 def scored(models: Any, data: Any, metric: str = "auto", *, budget: float | str | None = None,
            pytorch: bool | str = "auto", settings: dict[str, Any] | None = None, limit: int | None = None,
-           provider: str = "cpu", seed: int = 0, progress: bool = True, timed: bool = False) -> Evaluation:
+           provider: str = "cpu", seed: int = 0, progress: bool = True, timed: bool = False,
+           providers: Any = None) -> Evaluation:
     """:func:`onnx_nb.evaluate` without its latency: the arguments are its own (``settings``: columns, tokenizer,
     processor, batch_size, window, stride, max_tokens); ``timed`` adds a progress step the caller fills."""
     settings = dict(settings or {})
+    if providers is not None:  # a pipeline's providers: the first is the one the files run on here
+        from ...runtime.providers import providers_named
+
+        provider = providers_named(providers)[0].short
     if metric != "auto" and metric not in BY_METRIC:
         raise InvalidArgumentError(f"metric={metric!r}: choose 'auto' or one of {', '.join(BY_METRIC)}.")
     rows = candidates(models, pytorch=pytorch, provider=provider)
