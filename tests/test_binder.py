@@ -57,10 +57,11 @@ def test_tutorials_only_import_what_binder_installs() -> None:
 
     project = pyproject()["project"]
     allowed = {"os", "tempfile", "numpy", "torch", "transformers", "onnx", "onnx_nb", "pandas", "sys", "pathlib",
-               "json", "string", "base64", "io", "shutil", "importlib", "IPython",  # the standard library, Jupyter
+               "json", "string", "base64", "io", "shutil", "importlib", "random",  # the standard library
+               "IPython",  # Jupyter's
                "onnxruntime", "PIL"}  # a dependency of onnx-nb, and pillow in the tutorials extra
     of_extra = {"openvino": {"openvino"}, "diffusion": {"diffusers"}, "vision": {"ultralytics"},
-                "tensorflow,sklearn": {"keras", "tensorflow", "tf2onnx", "sklearn"}}
+                "tensorflow,sklearn": {"keras", "tensorflow", "tf2onnx", "sklearn"}, "eval": {"lm_eval"}}
     needing = set()
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
@@ -75,7 +76,8 @@ def test_tutorials_only_import_what_binder_installs() -> None:
             src = "".join(cell["source"])
             for mod in re.findall(r"^\s*(?:import|from)\s+([\w]+)", src, re.MULTILINE):
                 assert mod in allowed | of_extra.get(extra or "", set()), f"{nb.name} imports {mod}"
-    assert needing == {"05_providers_latency", "08_diffusion", "09_yolo", "10_beyond_pytorch"}, needing
+    assert needing == {"05_providers_latency", "08_diffusion", "09_yolo", "10_beyond_pytorch", "12_evaluation"}, \
+        needing
 
 
 def test_launch_on_binder_links() -> None:

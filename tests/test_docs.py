@@ -100,8 +100,8 @@ def test_every_public_function_and_result_has_an_example(ip: object) -> None:
         if "Example::" not in doc and ">>>" not in doc:
             lacking.append(name)
     assert set(lacking) <= PENDING_DOCSTRINGS, sorted(set(lacking) - PENDING_DOCSTRINGS)
-    for name in ("onnx_export", "onnx_parity", "onnx_bench", "onnx_optimize", "onnx_quantize", "onnx_autotune", "onnx_evaluate",
-                 "onnx_generate", "onnx_pipeline"):
+    for name in ("onnx_export", "onnx_parity", "onnx_bench", "onnx_optimize", "onnx_quantize", "onnx_autotune",
+                 "onnx_evaluate", "onnx_generate", "onnx_pipeline"):
         shown = ip.find_line_magic(name).__doc__  # type: ignore[attr-defined]
         assert "Example::" in shown and f"%{name}" in shown, name
 

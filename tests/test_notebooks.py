@@ -107,7 +107,7 @@ def test_all_tutorials_are_tested() -> None:
         ["01_quickstart.ipynb", "02_huggingface_tasks.ipynb", "03_debugging_parity.ipynb",
          "04_quantization_autotune.ipynb", "05_providers_latency.ipynb", "06_generation.ipynb",
          "07_browser.ipynb", "08_diffusion.ipynb", "09_yolo.ipynb", "10_beyond_pytorch.ipynb",
-         "11_vision_language.ipynb"])
+         "11_vision_language.ipynb", "12_evaluation.ipynb"])
 
 
 @pytest.mark.lower_bounds
@@ -366,3 +366,15 @@ def test_shipped_latency_tables_show_memory_that_holds_the_weights() -> None:
                             rows += 1
                             assert float(cells["peak_mb"]) >= 0.9 * float(cells["size_mb"]), (path.name, cells)
     assert rows >= 5, rows
+
+
+def test_evaluation_tutorial(tmp_path: Path) -> None:
+    cells = execute("12_evaluation.ipynb", tmp_path)
+    digits = text(by_source(cells, "x, y, test_x, test_y"))
+    assert "Evaluation: accuracy on 360 examples" in digits and "int8-static(QDQ)" in digits and "kept:" in digits
+    assert any(t.startswith("accuracy against cost") for t in plotly_titles(cells))
+    assert "by perplexity on the data given" in text(by_source(cells, "lm = onnx_nb.export"))
+    assert "Evaluation: perplexity on" in text(by_source(cells, "perplexity = onnx_nb.evaluate"))
+    assert "Chosen by accuracy" in text(by_source(cells, "tuned = onnx_nb.autotune"))
+    harness = text(by_source(cells, "import json"))
+    assert harness.count("accuracy 0.") == 3, harness

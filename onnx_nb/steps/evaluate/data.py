@@ -114,7 +114,7 @@ def _listed(items: list[Any]) -> Examples:
     if not items:
         return Examples([], "an empty list")
     if all(isinstance(i, str) for i in items):
-        return Examples([{"input": i} for i in items], f"{len(items)} texts")
+        return Examples([{"input": i} for i in items], f"{len(items)} text{'' if len(items) == 1 else 's'}")
     if all(isinstance(i, dict) and i and all(hasattr(v, "shape") for v in i.values()) for i in items):
         return Examples([{"input": i} for i in items], f"{len(items)} inputs")  # a processor's output each
     if all(isinstance(i, dict) for i in items):
