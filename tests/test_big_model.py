@@ -39,8 +39,9 @@ def test_model_over_2gb(tmp_path: Path) -> None:
     # every variant step on a file over 2 GB: read and written with external data ("Failed to serialize proto"),
     # each reporting its peak memory beside the weights
     made = {}
-    # (INT4 rewrites Gemm projections as MatMul for decoders only: this MLP's Linear layers are Gemm, kept in float)
-    for method, most in (("dynamic", 0.3), ("static", 0.3), ("fp16", 0.55), ("int4", 1.01)):
+    # (not INT4: it rewrites Gemm projections as MatMul for decoders only, so this MLP's file came back as it went,
+    # nothing quantized, after 19 s of copying 2 GB)
+    for method, most in (("dynamic", 0.3), ("static", 0.3), ("fp16", 0.55)):
         made[method] = onnx_nb.quantize(result, method=method, exclude=[], out=tmp_path / f"mlp.{method}.onnx",
                                         calibration="generated" if method == "static" else None)
         onnx_nb.check_model(made[method].path)
