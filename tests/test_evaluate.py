@@ -325,10 +325,10 @@ def test_extractive_answers_by_squads_exact_match_and_f1(minilm_dir: Path, tmp_p
     model = transformers.BertForQuestionAnswering(config).eval()
     enc = tok(["Who wrote it?"], ["Guido wrote Python in 1991."], return_tensors="pt")
     result = onnx_nb.export(model, sample=dict(enc), out=tmp_path / "qa.onnx", progress=False)
-    rows = [{"question": q, "context": c, "answers": {"text": [a], "answer_start": [c.find(a)]}}
-            for q, c, a in [("Who wrote Python?", "Python was written by Guido van Rossum in 1991.", "Guido van Rossum"),
-                            ("When was it released?", "The first release came out in February 1991.", "February 1991"),
-                            ("What is a list?", "A list is a mutable sequence of items.", "a mutable sequence")]]
+    asked = [("Who wrote Python?", "Python was written by Guido van Rossum in 1991.", "Guido van Rossum"),
+             ("When was it released?", "The first release came out in February 1991.", "February 1991"),
+             ("What is a list?", "A list is a mutable sequence of items.", "a mutable sequence")]
+    rows = [{"question": q, "context": c, "answers": {"text": [a], "answer_start": [c.find(a)]}} for q, c, a in asked]
     ev = onnx_nb.evaluate(result, rows, tokenizer=tok, latency=False, progress=False)
     assert (ev.task, ev.metric.name) == ("question-answering", "exact_match")
     torch_row, file_row = ev.rows
