@@ -73,15 +73,14 @@ def with_latency(ev: Evaluation, table: Any) -> Evaluation:
     if table is None or isinstance(table, str):
         ev.notes += [table] if table else []
         return ev
-    first: dict[str, float] = {}
+    first: dict[str, Any] = {}
     for row in table.rows:
         if row.status == "ok" and row.p50_ms is not None:
-            first.setdefault(PYTORCH if row.variant == "PyTorch eager" else row.variant, row.p50_ms)
-    by_name = {r.name: r for r in ev.rows}
+            first.setdefault(PYTORCH if row.variant == "PyTorch eager" else row.variant, row)
     for r in ev.rows:
-        r.p50_ms = first.get(r.name)
-        parent = by_name.get(r.parent)
-        r.slower = bool(parent is not None and parent.p50_ms and r.p50_ms and r.p50_ms >= parent.p50_ms)
+        timed = first.get(r.name)
+        r.p50_ms = timed.p50_ms if timed is not None else None
+        r.slower = bool(timed is not None and timed.slower)  # the table's own rule: no faster than its parent
     shape = next((row.shape for row in table.rows if row.status == "ok"), "")
     ev.latency = table
     ev.notes.append(f"Latency: p50 at {shape or 'the export sample'}, interleaved rounds ({os.cpu_count()} cores "

@@ -105,7 +105,8 @@ class TuneResult:
                                  name="Pareto front", line={"dash": "dot"}))
         if self.evaluation is None:
             fig.add_hline(y=self.budget, line_dash="dash", annotation_text=f"budget {self.metric} {self.budget:g}")
-        fig.update_layout(title=f"Autotune: latency against {name}", xaxis_title="p50 latency (ms)",
+        fig.update_layout(title=f"Autotune: latency against {name if self.evaluation is not None else 'accuracy'}",
+                          xaxis_title="p50 latency (ms)",
                           yaxis_title=name, template="plotly_white", height=440,
                           legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
         return fig
