@@ -141,18 +141,18 @@ def test_int4_chosen_by_perplexity_is_no_worse_than_round_to_nearest(
     torch_row, fp32, task_row, rtn_row = ev.rows
     # the target, on text the choice never saw: no worse than round-to-nearest, at no more size
     assert task_row.value <= rtn_row.value * 1.001 and task_row.size_mb <= rtn_row.size_mb * 1.05, repr(ev)
-    # perplexity against transformers' own loss over the same windows (each window's first token unscored)
+    # perplexity against transformers' own loss over the same windows: 128 tokens, each after the first predicted
+    # once (a window starts at the last token the one before scored)
     tok = transformers.AutoTokenizer.from_pretrained(folder)
     model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     ids = torch.tensor(tok(judge_on)["input_ids"])
     total, count = 0.0, 0
     with torch.no_grad():
-        for begin in range(0, len(ids) - 1, 128):
+        for begin in range(0, len(ids) - 1, 127):
             window = ids[begin:begin + 128][None]
-            if window.shape[1] < 2:
-                break
             total += model(input_ids=window, labels=window).loss.item() * (window.shape[1] - 1)
             count += window.shape[1] - 1
+    assert count == len(ids) - 1
     assert torch_row.value == pytest.approx(np.exp(total / count), rel=1e-4)
     assert fp32.value == pytest.approx(torch_row.value, rel=1e-4)
     assert ev.metric.relative and "tokens in" in ev.measured_on
@@ -361,3 +361,45 @@ def test_a_datasets_split_is_read_as_its_rows() -> None:
     split = datasets.Dataset.from_dict({"text": ["good", "bad", "fine"], "label": [1, 0, 1]})
     got = eval_data.read(split)
     assert len(got) == 3 and got.column("input") == "text" and got.values("target", avoid=("text",)) == [1, 0, 1]
+    with pytest.raises(onnx_nb.DataError, match=r"several splits \(train, test\)"):
+        eval_data.read(datasets.DatasetDict(train=split, test=split))
+    with pytest.raises(onnx_nb.DataError, match="give texts as a list"):
+        eval_data.read("A long text given where examples were expected. " * 20)
+    # word error rate on what was said, not on its case and punctuation (jiwer's transforms)
+    said = metrics.word_errors(["Hello, world.", "It is FINE"], ["hello world", "it is fine!"])
+    assert said["errors"].tolist() == [0.0, 0.0] and said["words"].tolist() == [2.0, 3.0]
+
+
+def test_what_a_file_gives_is_read_as_the_task_means_it(minilm_dir: Path, tmp_path: Path) -> None:
+    """A scikit-learn classifier's file (label, then probabilities), sentence pairs through the tokenizer, and
+    embeddings that cannot tell documents apart ranked last, not first."""
+    import transformers
+    from sklearn.linear_model import LogisticRegression
+
+    from onnx_nb.steps.evaluate import candidates, tasks
+
+    x, y, tx, ty = demo_tasks.digits()
+    flat, test = x.reshape(len(x), -1), tx.reshape(len(tx), -1)
+    clf = LogisticRegression(max_iter=300).fit(flat, y)
+    result = onnx_nb.export(clf, test[:4], out=tmp_path / "clf.onnx", progress=False)
+    ev = onnx_nb.evaluate(result, (test, ty), latency=False, progress=False)
+    assert [r.name for r in ev.rows] == ["export"]  # no PyTorch model behind it
+    assert ev.rows[0].value == pytest.approx(100 * clf.score(test, ty))
+
+    tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+
+    class Flat(torch.nn.Module):  # every text the same embedding
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            return torch.ones(input_ids.shape[0], 4) + 0 * attention_mask[:, :1]
+
+    enc = tok(["a b c", "d e"], padding=True, return_tensors="pt")
+    flat_file = onnx_nb.export(Flat(), sample={k: enc[k] for k in ("input_ids", "attention_mask")},
+                               out=tmp_path / "flat.onnx", progress=False)
+    same = onnx_nb.evaluate(flat_file, [("q one", "d one"), ("q two", "d two"), ("q three", "d three")],
+                            metric="recall@1", tokenizer=tok, latency=False, progress=False)
+    assert [r.value for r in same.rows] == [0.0, 0.0]
+    file_row = candidates.candidates(flat_file, pytorch=False)[0]
+    pairs = eval_data.read([{"sentence1": "A man sleeps.", "sentence2": "Someone rests.", "label": 1}])
+    prepared = tasks.prepare_classification(pairs, file_row, {"tokenizer": tok})
+    ids = prepared.batches[0][0]["input_ids"][0].tolist()
+    assert ids.count(tok.sep_token_id) == 2  # both sentences, joined as the tokenizer joins a pair

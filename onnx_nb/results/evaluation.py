@@ -119,7 +119,8 @@ class Evaluation:
         import numpy as np
 
         ra, rb = self.row(a), self.row(b)
-        if ra is None or rb is None or ra.draws is None or rb.draws is None or len(ra.draws) != len(rb.draws):
+        if ra is None or rb is None or ra.draws is None or rb.draws is None or len(ra.draws) != len(rb.draws) \
+                or len(ra.draws) == 0:  # one example: nothing to tell them apart by
             return a == b
         diff = np.asarray(ra.draws) - np.asarray(rb.draws)
         return bool(np.percentile(diff, 2.5) <= 0 <= np.percentile(diff, 97.5))
@@ -226,7 +227,8 @@ class Evaluation:
         """Each example's score per candidate (a DataFrame: the example, then a column per candidate)."""
         import pandas as pd
 
-        frame = pd.DataFrame({"example": self.examples[:len(self.rows[0].per_example)] if self.rows else []})
+        measured = next((r for r in self.rows if r.per_example), None)
+        frame = pd.DataFrame({"example": self.examples[:len(measured.per_example)] if measured else []})
         for r in self.rows:
             if len(r.per_example) == len(frame):
                 frame[r.name] = r.per_example

@@ -57,6 +57,9 @@ class Step:
     key: str
     needs: tuple[str, ...]
     call: Callable[[Any, Settings, dict[str, Any]], Any]
+    # steps whose results it reads when they ran (run first, and running one again makes this one stale), without
+    # needing them: evaluate measures whichever variants there are
+    reads: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -135,7 +138,7 @@ def plan(s: Settings) -> list[Step]:
     if s.benchmark:
         steps.append(Step("latency", ("export",), _latency))
     if s.data is not None:  # after latency: its p50s are the evaluation's, the kept file the fastest in budget
-        steps.append(Step("evaluate", ("export",), _evaluate))
+        steps.append(Step("evaluate", ("export",), _evaluate, tuple(step.key for step in steps[2:])))
     return steps
 
 
@@ -166,7 +169,8 @@ class Run:
     def missing(self, key: str) -> list[str]:
         """The steps to run before ``key`` (its needs, theirs first), none of them run yet."""
         todo: list[str] = []
-        for need in self.step(key).needs:
+        step = self.step(key)
+        for need in (*step.needs, *step.reads):
             if need not in self.values:
                 todo += [k for k in self.missing(need) if k not in todo] + [need]
         return todo
@@ -199,7 +203,7 @@ class Run:
         """``key`` and every step built on it, records included: stale once ``key`` runs again."""
         stale = {key}
         for step in plan(self.settings):  # in order, so a need is marked before what needs it
-            if stale & set(step.needs):
+            if stale & {*step.needs, *step.reads}:
                 stale.add(step.key)
         for k in stale:
             self.values.pop(k, None)

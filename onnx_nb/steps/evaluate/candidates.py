@@ -174,6 +174,9 @@ def candidates(models: Any, *, pytorch: bool | str = "auto", provider: str = "cp
         raise InvalidArgumentError("pytorch=True needs an export made from a PyTorch model among the models (or a "
                                    "variant of one): files alone carry no PyTorch model to run.")
     if pytorch and export is not None:
+        for c in rows:  # a model the user named "PyTorch" keeps its row under another name
+            if c.name == PYTORCH:
+                c.name = _unique(PYTORCH, rows)
         rows.insert(0, Candidate(PYTORCH, export, None, export, provider=provider))
     return rows
 

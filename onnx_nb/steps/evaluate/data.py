@@ -31,6 +31,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "question": ("question", "query"),
     "context": ("context", "passage", "document"),
     "tokens": ("tokens", "words", "input"),
+    "audio": ("audio", "speech", "input_features", "input", "array"),
 }
 
 
@@ -72,7 +73,9 @@ def read(data: Any, *, limit: int | None = None, seed: int = 0) -> Examples:
     (a seeded draw, the same for every candidate and every call with the same data)."""
     if isinstance(data, Examples):
         found = data
-    elif isinstance(data, (str, os.PathLike)) and Path(data).exists():
+    elif _splits(data):
+        raise DataError(f"data= holds several splits ({', '.join(map(str, data))}): give one, e.g. data['test'].")
+    elif isinstance(data, (str, os.PathLike)) and _exists(data):
         found = _file(Path(data))
     elif isinstance(data, str):
         found = _hub_dataset(data)
@@ -100,6 +103,18 @@ def read(data: Any, *, limit: int | None = None, seed: int = 0) -> Examples:
         keep = sorted(np.random.default_rng(seed).choice(len(found.rows), limit, replace=False).tolist())
         found = Examples([found.rows[i] for i in keep], f"{found.origin}, {limit} drawn of {len(found.rows)}")
     return found
+
+
+def _splits(data: Any) -> bool:
+    """A datasets DatasetDict (a dict of splits, each with its columns)."""
+    return isinstance(data, dict) and bool(data) and all(hasattr(v, "column_names") for v in data.values())
+
+
+def _exists(path: str | os.PathLike[str]) -> bool:
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):  # a long text given as data: no file of that name
+        return False
 
 
 def _keys(row: dict[str, Any]) -> str:
@@ -177,6 +192,9 @@ def _image_folder(root: Path) -> Examples:
 def _hub_dataset(name: str) -> Examples:
     """``"name"``, ``"name:split"`` or ``"name:config:split"`` from the Hugging Face Hub (the split defaults to
     ``test``, else ``validation``)."""
+    if any(ch.isspace() for ch in name):
+        raise DataError(f"data={name[:60]!r}... is no file here and no dataset name: give texts as a list "
+                        "(data=[text, ...]), or the path of a file that exists.")
     parts = name.split(":")
     if len(parts) > 3 or not all(parts):
         raise DataError(f"data={name!r}: name a Hugging Face dataset as 'name', 'name:split' or 'name:config:split', "
@@ -197,4 +215,4 @@ def _hub_dataset(name: str) -> Examples:
             continue
         return Examples([dict(r) for r in loaded], f"{name if split else f'{name}:{one}'}: {len(loaded)} rows")
     raise DataError(f"The dataset {name!r} could not be loaded ({type(last).__name__}: {str(last)[:200]}); check the "
-                    "name and split ('name/config:split') and the network, or pass a local file.") from last
+                    "name and split ('name:config:split') and the network, or pass a local file.") from last

@@ -4,28 +4,31 @@ budget, the latency and size beside it, and the variant that budget keeps."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ...errors import OnnxNbError, first_line
 from ...progress import Steps
 from ...results.evaluation import Evaluation
-from .candidates import PYTORCH, Candidate, candidates
-from .scoring import scored
+from .candidates import Candidate, candidates
+from .scoring import scored, with_latency
 
 
 def evaluate(models: Any, data: Any, metric: str = "auto", *, budget: float | str | None = None,
              pytorch: bool | str = "auto", columns: dict[str, str] | None = None, limit: int | None = None,
              tokenizer: Any = None, processor: Any = None, batch_size: int | None = None, window: int | None = None,
-             stride: int | None = None, max_tokens: int | None = None, latency: bool = True,
+             stride: int | None = None, max_tokens: int | None = None, max_new_tokens: int | None = None,
+             latency: bool = True,
              provider: str = "cpu", seed: int = 0, progress: bool = True) -> Evaluation:
     """Measure PyTorch and every file or variant in ``models`` (an ExportResult, a Variant, an .onnx path, or a list
     or dict of them) on ``data`` with the task's metric.
 
     ``metric="auto"`` follows the export's task: accuracy (and macro F1, top-5) for classification, recall@1 (and
     recall@5, nDCG@10, MRR) for sentence embeddings on (query, document) pairs, perplexity for causal LMs (the texts
-    joined and cut into ``window``-token windows every ``stride`` tokens, the same for every candidate), exact match
-    (and SQuAD F1) for extractive question answering; or name one of them. ``data``: a list of texts or (input,
+    joined, cut after ``max_tokens``, into ``window``-token windows every ``stride`` tokens: each token after the
+    first scored once, the same windows for every candidate), exact match (and SQuAD F1) for extractive question
+    answering, word error rate for speech to text (jiwer; texts lower-cased, punctuation dropped), for generating
+    models the agreement of each prompt's greedy text with PyTorch's (``max_new_tokens``, default 32); or name one
+    of them (``sentence2``/``hypothesis`` columns make sentence pairs). ``data``: a list of texts or (input,
     target) pairs, dicts, a dict of columns, ``(X, y)`` arrays, a file (.txt, .jsonl, .json, .csv, .tsv, .npz), a
     folder of images by class, a ``datasets`` split, or a Hugging Face dataset by name (``"stanfordnlp/imdb:test"``);
     ``columns`` names the columns (``{"input": "sentence", "target": "label"}``), ``limit`` keeps that many examples
@@ -46,7 +49,7 @@ def evaluate(models: Any, data: Any, metric: str = "auto", *, budget: float | st
     ev = scored(models, data, metric, budget=budget, pytorch=pytorch, limit=limit, provider=provider, seed=seed,
                 progress=progress, settings={"columns": columns, "tokenizer": tokenizer, "processor": processor,
                                              "batch_size": batch_size, "window": window, "stride": stride,
-                                             "max_tokens": max_tokens})
+                                             "max_tokens": max_tokens, "max_new_tokens": max_new_tokens})
     if latency:
         with Steps(1, "evaluate", progress) as steps:
             steps.step("timing every candidate")
@@ -65,25 +68,3 @@ def _time(rows: list[Candidate], provider: str) -> Any:
         return benchmark(files, providers=[provider], reference=export, progress=False, min_seconds=0.3)
     except (OnnxNbError, RuntimeError, ValueError) as exc:
         return f"Not timed: {type(exc).__name__}: {first_line(exc)}"
-
-
-def with_latency(ev: Evaluation, table: Any) -> Evaluation:
-    """``ev`` with each row's p50 from a latency table (the first shape each row was timed at; PyTorch eager's row
-    for PyTorch), the rows slower than their parents marked, and the budget's verdicts and front judged again."""
-    if table is None or isinstance(table, str):
-        ev.notes += [table] if table else []
-        return ev
-    first: dict[str, Any] = {}
-    for row in table.rows:
-        if row.status == "ok" and row.p50_ms is not None:
-            first.setdefault(PYTORCH if row.variant == "PyTorch eager" else row.variant, row)
-    for r in ev.rows:
-        timed = first.get(r.name)
-        r.p50_ms = timed.p50_ms if timed is not None else None
-        r.slower = bool(timed is not None and timed.slower)  # the table's own rule: no faster than its parent
-    shape = next((row.shape for row in table.rows if row.status == "ok"), "")
-    ev.latency = table
-    ev.notes.append(f"Latency: p50 at {shape or 'the export sample'}, interleaved rounds ({os.cpu_count()} cores "
-                    "here).")
-    ev.judge()
-    return ev

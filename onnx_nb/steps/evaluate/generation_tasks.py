@@ -45,8 +45,9 @@ def _inputs(values: list[Any], candidate: Candidate, settings: dict[str, Any]) -
 
 def _prepare(examples: Examples, candidate: Candidate, settings: dict[str, Any], with_targets: bool) -> Prepared:
     columns = settings.get("columns")
-    values = examples.values("input", columns)
-    taken = examples.column("input", columns) or ""
+    role = "audio" if with_targets and examples.column("audio", columns, required=False) else "input"
+    values = examples.values(role, columns)  # a clip before a text column: its transcript is the target
+    taken = examples.column(role, columns) or ""
     targets = examples.values("target", columns, avoid=(taken,), required=with_targets)
     if with_targets and not all(isinstance(t, str) for t in targets):
         raise DataError("Word error rate compares text: give each clip's transcript as a string.")

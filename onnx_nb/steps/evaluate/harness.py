@@ -83,8 +83,9 @@ def lm_eval_model(model: Any, *, pytorch: bool = False, tokenizer: Any = None, m
             for context, kwargs in [r.args for r in requests]:
                 until = kwargs.get("until") or [tok.decode([self.eot_token_id])]
                 until = [until] if isinstance(until, str) else list(until)
-                ids = self.tok_encode(context)[-self.max_length:]
-                new = self.candidate.generate([ids], int(kwargs.get("max_gen_toks", 256)))[0]
+                room = int(kwargs.get("max_gen_toks", 256))
+                ids = self.tok_encode(context)[-max(self.max_length - room, 1):]  # the new tokens fit the length too
+                new = self.candidate.generate([ids], room)[0]
                 text = tok.decode(new, skip_special_tokens=True)
                 for stop in until:
                     text = text.split(stop)[0] if stop else text

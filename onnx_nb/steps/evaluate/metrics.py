@@ -134,12 +134,15 @@ def perplexity_examples(records: Records) -> np.ndarray:
 
 
 def word_errors(references: list[str], hypotheses: list[str]) -> Records:
-    """Per utterance, jiwer's errors (substitutions, deletions, insertions) and the reference's words."""
+    """Per utterance, jiwer's errors (substitutions, deletions, insertions) and the reference's words, both texts
+    lower-cased, without punctuation and with single spaces (jiwer's transforms): "Hello, world." is "hello world"."""
     import jiwer
 
+    plain = jiwer.Compose([jiwer.ToLowerCase(), jiwer.RemovePunctuation(), jiwer.RemoveMultipleSpaces(),
+                           jiwer.Strip()])
     errors, words = [], []
     for ref, hyp in zip(references, hypotheses):
-        out = jiwer.process_words(ref.strip() or "-", hyp.strip() or "-")
+        out = jiwer.process_words(plain(ref) or "-", plain(hyp) or "-")
         errors.append(out.substitutions + out.deletions + out.insertions)
         words.append(out.substitutions + out.deletions + out.hits)
     return {"errors": np.array(errors, float), "words": np.array(words, float)}

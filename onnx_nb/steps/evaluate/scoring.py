@@ -4,10 +4,11 @@ imports the variants)."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
-from ...errors import DataError, InvalidArgumentError, OnnxNbError, first_line
+from ...errors import DataError, InvalidArgumentError, first_line
 from ...progress import Steps
 from ...results.evaluation import EvalRow, Evaluation
 from . import metrics
@@ -52,7 +53,7 @@ def scored(models: Any, data: Any, metric: str = "auto", *, budget: float | str 
                                       draws_of=task.draws_for(main))
             except DataError:
                 raise
-            except (OnnxNbError, RuntimeError, ValueError) as exc:  # one candidate failing is a row, not a crash
+            except Exception as exc:  # noqa: BLE001 - one candidate failing (ONNX Runtime's own errors included) is a row
                 results.append(EvalRow(c.name, parent=c.parent, error=f"{type(exc).__name__}: {first_line(exc)}",
                                        size_mb=_mb(c)))
                 continue
@@ -109,3 +110,23 @@ def _mb(c: Candidate) -> float | None:
     return None if size is None else size / 1e6
 
 
+def with_latency(ev: Evaluation, table: Any) -> Evaluation:
+    """``ev`` with each row's p50 from a latency table (the first shape each row was timed at; PyTorch eager's row
+    for PyTorch), the rows slower than their parents marked, and the budget's verdicts and front judged again."""
+    if table is None or isinstance(table, str):
+        ev.notes += [table] if table else []
+        return ev
+    first: dict[str, Any] = {}
+    for row in table.rows:
+        if row.status == "ok" and row.p50_ms is not None:
+            first.setdefault(PYTORCH if row.variant == "PyTorch eager" else row.variant, row)
+    for r in ev.rows:
+        timed = first.get(r.name)
+        r.p50_ms = timed.p50_ms if timed is not None else None
+        r.slower = bool(timed is not None and timed.slower)  # the table's own rule: no faster than its parent
+    shape = next((row.shape for row in table.rows if row.status == "ok"), "")
+    ev.latency = table
+    ev.notes.append(f"Latency: p50 at {shape or 'the export sample'}, interleaved rounds ({os.cpu_count()} cores "
+                    "here).")
+    ev.judge()
+    return ev

@@ -73,28 +73,47 @@ def _feeds(inputs: list[Any], candidate: Candidate, settings: dict[str, Any]) ->
     little), images through the model's processor, arrays stacked as the file's one input."""
     names = candidate.input_names()
     size = settings.get("batch_size") or BATCH
-    if all(isinstance(i, str) for i in inputs) and not all(_is_image_path(i) for i in inputs):
+    paired = all(isinstance(i, tuple) and len(i) == 2 and all(isinstance(t, str) for t in i) for i in inputs)
+    if paired or (all(isinstance(i, str) for i in inputs) and not all(_is_image_path(i) for i in inputs)):
         tok = tokenizer_of(candidate, settings)
-        order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
+        order = sorted(range(len(inputs)), key=lambda i: len(str(inputs[i])))
         groups = [order[i:i + size] for i in range(0, len(order), size)]
         feeds = []
-        for g in groups:
-            enc = tok([inputs[i] for i in g], padding=True, truncation=True,
-                      max_length=settings.get("max_length") or 512, return_tensors="np")
+        for g in groups:  # a sentence pair (premise, hypothesis) as the tokenizer joins them
+            texts = [[inputs[i][0] for i in g], [inputs[i][1] for i in g]] if paired else [[inputs[i] for i in g]]
+            enc = tok(*texts, padding=True, truncation=True, max_length=settings.get("max_length") or 512,
+                      return_tensors="np")
             feeds.append(_named(dict(enc), names))
         return feeds, groups
     groups = [list(range(i, min(i + size, len(inputs)))) for i in range(0, len(inputs), size)]
+    processor = settings.get("processor") or getattr(candidate.source, "preprocessor", None)
+    extractor: Any = getattr(processor, "feature_extractor", processor)
+    if hasattr(extractor, "sampling_rate") and all(_is_audio(i) for i in inputs):  # audio classification
+        rate = int(extractor.sampling_rate)
+        return [_named(dict(extractor([_waveform(inputs[i], rate) for i in g], sampling_rate=rate, padding=True,
+                                      return_tensors="np")), names) for g in groups], groups
     if all(isinstance(i, (np.ndarray, list, tuple)) for i in inputs):
         if len(names) != 1:
             raise DataError(f"The examples are arrays and the model takes {len(names)} inputs ({', '.join(names)}): "
                             "give each example as a dict of them.")
         return [{names[0]: np.stack([np.asarray(inputs[i], np.float32) for i in g])} for g in groups], groups
-    processor = settings.get("processor") or getattr(candidate.source, "preprocessor", None)
     if processor is None:
         raise DataError("These examples are images, and the model carries no image processor: pass processor= "
                         "(transformers.AutoImageProcessor.from_pretrained(folder)), or arrays already made.")
     feeds = [_named(dict(processor(images=[_image(inputs[i]) for i in g], return_tensors="np")), names) for g in groups]
     return feeds, groups
+
+
+def _is_audio(value: Any) -> bool:
+    """A clip: ``{"array": ..., "sampling_rate": ...}`` as datasets give it, or a 1-D waveform."""
+    return (isinstance(value, dict) and "array" in value) or (isinstance(value, np.ndarray) and value.ndim == 1)
+
+
+def _waveform(value: Any, rate: int) -> np.ndarray:
+    if isinstance(value, dict) and value.get("sampling_rate", rate) != rate:
+        raise DataError(f"A clip is sampled at {value['sampling_rate']} Hz; the model's feature extractor takes {rate} "
+                        "Hz: resample it first (datasets' cast_column('audio', Audio(sampling_rate=...))).")
+    return np.asarray(value["array"] if isinstance(value, dict) else value, np.float32)
 
 
 def _is_image_path(value: str) -> bool:
@@ -137,10 +156,13 @@ def _scatter(groups: list[list[int]], parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _output(outputs: dict[str, np.ndarray], wanted: tuple[str, ...]) -> np.ndarray:
+    """The output named first in ``wanted``, else the first with a float score per class (a scikit-learn file's
+    ``probabilities``, not its ``label``), else the first."""
     for name in wanted:
         if name in outputs:
             return outputs[name]
-    return next(iter(outputs.values()))
+    floats = [v for v in outputs.values() if np.issubdtype(np.asarray(v).dtype, np.floating) and np.ndim(v) >= 2]
+    return floats[0] if floats else next(iter(outputs.values()))
 
 
 def shown_line(value: Any) -> str:
@@ -153,8 +175,11 @@ def shown_line(value: Any) -> str:
 def prepare_classification(examples: Examples, candidate: Candidate, settings: dict[str, Any]) -> Prepared:
     columns = settings.get("columns")
     inputs = examples.values("input", columns)
-    taken = examples.column("input", columns)
-    targets = examples.values("target", columns, avoid=(taken or "",))
+    taken = examples.column("input", columns) or ""
+    pair = examples.column("pair", columns, required=False, avoid=(taken,))
+    if pair is not None:  # sentence pairs (MRPC, MNLI): both sentences, as the tokenizer joins them
+        inputs = [(a, b) for a, b in zip(inputs, examples.values("pair", columns, avoid=(taken,)))]
+    targets = examples.values("target", columns, avoid=(taken, pair or ""))
     labels = _label_ids(targets, candidate)
     feeds, groups = _feeds(inputs, candidate, settings)
     return Prepared(list(zip(feeds, groups)), labels, dict(settings), [shown_line(i) for i in inputs])
@@ -179,10 +204,16 @@ def _label_ids(targets: list[Any], candidate: Candidate) -> np.ndarray:
 
 
 def score_classification(candidate: Candidate, prepared: Prepared) -> metrics.Records:
-    parts = [_output(candidate.run(feed), ("logits", "output", "scores")) for feed, _ in prepared.batches]
+    parts = [_output(candidate.run(feed), ("logits", "probabilities", "scores", "output"))
+             for feed, _ in prepared.batches]
     scores = _scatter([g for _, g in prepared.batches], parts).reshape(len(prepared.targets), -1)
-    if prepared.targets.max() >= scores.shape[-1] or prepared.targets.min() < 0:
-        raise DataError(f"A label ({int(prepared.targets.max())}) is outside the model's {scores.shape[-1]} classes.")
+    if scores.shape[-1] == 1:  # one sigmoid or logit per example: class 1 above 0.5 (a probability) or 0 (a logit)
+        edge = 0.5 if scores.min() >= 0 and scores.max() <= 1 else 0.0
+        scores = np.concatenate([np.full_like(scores, edge), scores], -1)
+    outside = [int(t) for t in prepared.targets if t < 0 or t >= scores.shape[-1]]
+    if outside:
+        raise DataError(f"A label ({outside[0]}) is outside the model's {scores.shape[-1]} classes (a test split "
+                        "without labels marks them -1: evaluate on a split that has them).")
     return {"label": prepared.targets, "scores": scores.astype(np.float64)}
 
 
@@ -224,7 +255,9 @@ def score_retrieval(candidate: Candidate, prepared: Prepared) -> metrics.Records
     (q_feeds, q_groups), (d_feeds, d_groups) = prepared.batches
     sims = _embed(candidate, q_feeds, q_groups) @ _embed(candidate, d_feeds, d_groups).T
     own = sims[np.arange(len(sims)), prepared.targets]
-    return {"rank": (sims > own[:, None]).sum(-1)}
+    # ties count against the model (identical or NaN embeddings rank last, not first)
+    rank = (sims >= own[:, None]).sum(-1) - 1
+    return {"rank": np.where(np.isfinite(own), rank, sims.shape[1] - 1)}
 
 
 # -- perplexity -------------------------------------------------------------------------------------------------------
@@ -243,14 +276,16 @@ def prepare_perplexity(examples: Examples, candidate: Candidate, settings: dict[
         raise DataError(f"stride={stride}: give 0 < stride <= window ({window}).")
     if len(ids) < 2:
         raise DataError("The text is shorter than two tokens: nothing to predict.")
-    windows, last = [], 0
-    for begin in range(0, len(ids) - 1, stride):
+    windows, begin, last = [], 0, 1  # the text's first token has nothing before it
+    while True:
         end = min(begin + window, len(ids))
-        # the window's tokens not scored by an earlier window; the first token of the text has nothing before it
-        windows.append((begin, end, max(last, begin + 1) - begin))
-        last = end
+        windows.append((begin, end, last - begin))  # the window's tokens from `last` on: each scored once
         if end == len(ids):
             break
+        last = end
+        # the next window keeps window - stride tokens of context and the last one scored (the first it predicts
+        # from), so no token goes unscored at a window's start
+        begin = max(begin + 1, end - (window - stride) - 1)
     size = settings.get("batch_size") or 4
     same: dict[int, list[tuple[int, int, int]]] = {}
     for w in windows:

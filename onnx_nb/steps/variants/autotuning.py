@@ -229,11 +229,15 @@ def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None,
             steps.add(1)
             steps.step("measuring every candidate on the task")
             evaluation = scored({c.name: c.variant for c in results if c.variant is not None}, data, task_metric,
-                                budget=task_budget, progress=False)
+                                budget=task_budget, providers=providers, progress=False)
         steps.step("timing every candidate on the same inputs")
         timed = {c.name: c.variant for c in results if c.variant is not None}
         table = benchmark(timed, providers=providers, sample=sample, shapes=shapes, runs=runs,
                           min_seconds=min_seconds, threads=threads, progress=False, cluster=on)
+    if evaluation is not None:  # its rows timed as autotune's: its best and why() say what autotune keeps
+        from ..evaluate.scoring import with_latency
+
+        evaluation = with_latency(evaluation, table)
     front, best, notes = _score(results, table, metric, budget, model, evaluation)
     return TuneResult(results, metric, budget, best, front, table, notes, evaluation)
 
