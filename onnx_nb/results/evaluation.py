@@ -104,7 +104,8 @@ class Evaluation:
             r.loss = self.metric.loss(r.value, base.value)
             r.within_budget = r.loss <= self.budget + 1e-12
         cost = "p50_ms" if any(r.p50_ms is not None for r in self.rows) else "size_mb"
-        pts = [(r.name, float(getattr(r, cost)), float(r.value)) for r in self.rows
+        # values to 6 significant digits: the fp32 file's 1e-7 from PyTorch's is a tie, not a better file
+        pts = [(r.name, float(getattr(r, cost)), float(f"{r.value:.6g}")) for r in self.rows
                if r.value is not None and getattr(r, cost) is not None]
         front = set(pareto_front(pts, self.metric.higher_is_better))
         for r in self.rows:
@@ -246,7 +247,7 @@ class Evaluation:
                             subplot_titles=[titles[c] for c in costs] or [""])
         for col, cost in enumerate(costs, 1):
             pts = [r for r in self.rows if r.value is not None and getattr(r, cost) is not None]
-            front = [(r.name, float(getattr(r, cost)), float(r.value or 0.0)) for r in pts]
+            front = [(r.name, float(getattr(r, cost)), float(f"{r.value or 0.0:.6g}")) for r in pts]
             on = set(pareto_front(front, self.metric.higher_is_better))
             fig.add_trace(go.Scatter(
                 x=[getattr(r, cost) for r in pts], y=[r.value for r in pts], mode="markers+text",
