@@ -403,3 +403,45 @@ def test_what_a_file_gives_is_read_as_the_task_means_it(minilm_dir: Path, tmp_pa
     prepared = tasks.prepare_classification(pairs, file_row, {"tokenizer": tok})
     ids = prepared.batches[0][0]["input_ids"][0].tolist()
     assert ids.count(tok.sep_token_id) == 2  # both sentences, joined as the tokenizer joins a pair
+
+
+def test_named_entities_by_conlls_entity_f1(minilm_dir: Path, tmp_path: Path) -> None:
+    """A tiny BERT token classifier (random weights, MiniLM's tokenizer): the file's tags are PyTorch's, each word's
+    tag is its first sub-token's, entities are CoNLL's, and the entity F1 is what an independent count gives."""
+    import transformers
+
+    from onnx_nb.steps.evaluate.token_tasks import entities
+
+    assert entities(["B-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-PER", "S-ORG"]) == {
+        ("PER", 0, 2), ("LOC", 3, 4), ("LOC", 4, 5), ("PER", 5, 6), ("ORG", 6, 7)}
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    config = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64, num_labels=5,
+                                     id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)})
+    torch.manual_seed(3)
+    model = transformers.BertForTokenClassification(config).eval()
+    enc = tok(["Guido lives in Amsterdam"], return_tensors="pt")
+    result = onnx_nb.export(model, sample=dict(enc), out=tmp_path / "ner.onnx", progress=False)
+    rows = [{"tokens": ["Guido", "van", "Rossum", "lives", "in", "Amsterdam"], "ner_tags": [1, 2, 2, 0, 0, 3]},
+            {"tokens": ["Python", "comes", "from", "the", "Netherlands"], "ner_tags": [0, 0, 0, 0, 3]},
+            {"tokens": ["Ada", "Lovelace", "wrote", "notes"], "ner_tags": [1, 2, 0, 0]}]
+    ev = onnx_nb.evaluate(result, rows, tokenizer=tok, latency=False, progress=False)
+    assert (ev.task, ev.metric.name) == ("token-classification", "entity_f1")
+    torch_row, file_row = ev.rows
+    assert torch_row.values == pytest.approx(file_row.values)
+    tp = found = wanted = right = words = 0
+    for row in rows:
+        enc = tok(row["tokens"], is_split_into_words=True, return_tensors="pt")
+        with torch.no_grad():
+            best = model(**enc).logits[0].argmax(-1).tolist()
+        firsts = {}
+        for position, word in enumerate(enc.word_ids(0)):
+            firsts.setdefault(word, position) if word is not None else None
+        said = [labels[best[firsts[w]]] for w in range(len(row["tokens"]))]
+        gold = [labels[t] for t in row["ner_tags"]]
+        tp += len(entities(said) & entities(gold))
+        found, wanted = found + len(entities(said)), wanted + len(entities(gold))
+        right, words = right + sum(a == b for a, b in zip(said, gold)), words + len(gold)
+    assert torch_row.values["entity_f1"] == pytest.approx(100 * 2 * tp / (found + wanted) if found + wanted else 0)
+    assert torch_row.values["token_accuracy"] == pytest.approx(100 * right / words)

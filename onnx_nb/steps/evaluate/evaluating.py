@@ -23,7 +23,8 @@ def evaluate(models: Any, data: Any, metric: str = "auto", *, budget: float | st
     or dict of them) on ``data`` with the task's metric.
 
     ``metric="auto"`` follows the export's task: accuracy (and macro F1, top-5) for classification, recall@1 (and
-    recall@5, nDCG@10, MRR) for sentence embeddings on (query, document) pairs, perplexity for causal LMs (the texts
+    recall@5, nDCG@10, MRR) for sentence embeddings on (query, document) pairs, CoNLL's entity F1 (and token
+    accuracy) for token classification on words with a tag each, perplexity for causal LMs (the texts
     joined, cut after ``max_tokens``, into ``window``-token windows every ``stride`` tokens: each token after the
     first scored once, the same windows for every candidate), exact match (and SQuAD F1) for extractive question
     answering, word error rate for speech to text (jiwer; texts lower-cased, punctuation dropped), for generating

@@ -30,6 +30,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("mrr", True),
     Metric("perplexity", False, unit="", budget=1.0, relative=True),
     Metric("wer", False),
+    Metric("entity_f1", True),
+    Metric("token_accuracy", True),
     Metric("exact_match", True),
     Metric("squad_f1", True),
     Metric("agreement", True),
