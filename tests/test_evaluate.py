@@ -24,7 +24,7 @@ def test_minilm_int8_keeps_its_retrieval_on_pythons_own_docs(minilm_export: onnx
 
     pairs = demo_tasks.docs_retrieval()
     assert len(pairs) > 300 and all(q and d for q, d in pairs)
-    pairs = pairs[::3]  # 114 of them: the suite's time
+    pairs = pairs[::5]  # 68 of them: the suite's time (benchmarks/evaluate_variants.py measures all 340)
     int8 = onnx_nb.quantize(minilm_export, out=tmp_path / "int8.onnx")
     ev = onnx_nb.evaluate([minilm_export, int8], pairs, latency=False, progress=False)
     torch_row, fp32, q = ev.rows
@@ -44,9 +44,9 @@ def test_minilm_int8_keeps_its_retrieval_on_pythons_own_docs(minilm_export: onnx
     docs = torch.cat([embed([d for _, d in pairs[i:i + 32]]) for i in range(0, len(pairs), 32)])
     hits = (queries @ docs.T).argmax(-1) == torch.arange(len(pairs))
     assert torch_row.value == pytest.approx(100 * hits.float().mean().item())
-    assert 20 < torch_row.value < 100  # far above chance (1 in 114)
+    assert 20 < torch_row.value < 100  # far above chance (1 in 68)
     assert abs(fp32.value - torch_row.value) <= 100 / len(pairs) + 1e-9  # a near-tie may flip one query
-    # the target, INT8 within 1 point of fp32's recall@1: what 114 queries can tell (its difference's interval reaches
+    # the target, INT8 within 1 point of fp32's recall@1: what 68 queries can tell (its difference's interval reaches
     # a loss under a point; benchmarks/evaluate_variants.py prints the figures)
     assert q.delta_high is not None and q.delta_high > -1.0, repr(ev)
     for r in ev.rows:
