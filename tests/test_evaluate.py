@@ -69,12 +69,24 @@ def test_a_digits_cnn_keeps_its_accuracy_with_static_int8(tmp_path: Path, ip: ob
                             progress=False)
     int8 = onnx_nb.quantize(result, method="static", calibration=[{"input": x[i:i + 32]} for i in range(0, 320, 32)],
                             out=tmp_path / "int8.onnx")
-    ev = onnx_nb.evaluate([result, int8], (tx, ty), progress=False)
-    torch_row, fp32, q = ev.rows
+    ev = onnx_nb.evaluate([result, int8], (tx, ty), openvino=True, progress=False)
+    torch_row, fp32, q, ov32, ov8 = ev.rows
     assert torch_row.value == pytest.approx(own) and own > 95
     assert fp32.value == pytest.approx(own)
     assert q.value >= fp32.value - 0.5, repr(ev)  # the target: static INT8 within half a point
     assert set(q.values) == {"accuracy", "f1", "top5"} and q.values["top5"] >= q.value
+    # the same two files in the OpenVINO runtime (its own precision: bf16 where the CPU has it), against OpenVINO
+    # run here by hand
+    import openvino as ov
+
+    assert (ov32.name, ov8.name, ov8.parent) == ("export · OpenVINO", f"{int8.name} · OpenVINO", "export · OpenVINO")
+    for row, path in ((ov32, result.path), (ov8, int8.path)):
+        compiled = ov.Core().compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+        by_hand = np.concatenate([compiled({"input": tx[i:i + 64]})[0] for i in range(0, len(tx), 64)])
+        assert row.value == pytest.approx((by_hand.argmax(-1) == ty).mean() * 100), repr(ev)
+        assert row.value >= fp32.value - 1.0 and row.p50_ms and row.size_mb
+    assert any(n.startswith("export · OpenVINO: OpenVINO ") and "computing in " in n for n in ev.notes)
+    assert {r.backend for r in ev.latency.rows} == {"torch:cpu", "ort:cpu", "openvino-runtime:cpu"}
     # timed beside PyTorch eager; the kept file is never one slower than its parent
     assert all(r.p50_ms for r in ev.rows) and ev.latency is not None
     kept = ev.row(ev.best)
@@ -85,7 +97,8 @@ def test_a_digits_cnn_keeps_its_accuracy_with_static_int8(tmp_path: Path, ip: ob
     assert "accuracy" in html and "95% interval" in html
     # the magic (variables) and the command line (files alone: no PyTorch row, the examples from an .npz)
     ip.user_ns.update(cnn=result, cnn8=int8, digits_xy=(tx, ty))  # type: ignore[attr-defined]
-    magic = ip.run_line_magic("onnx_evaluate", "cnn cnn8 --data digits_xy --no-latency")  # type: ignore[attr-defined]
+    magic = ip.run_line_magic("onnx_evaluate",  # type: ignore[attr-defined]
+                              "cnn cnn8 --data digits_xy --no-latency --openvino")
     assert [r.value for r in magic.rows] == [r.value for r in ev.rows]
     from onnx_nb.frontends.cli import main
 

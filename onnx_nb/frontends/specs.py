@@ -156,6 +156,8 @@ EVALUATE: list[Spec] = [
     (("--tokenizer",), {"help": "a Hugging Face folder or hub id whose tokenizer reads the texts (for files "
                                 "without their export)"}, "both"),
     (("--no-latency",), {"action": "store_true", "help": "measure the metric only, no timing"}, "both"),
+    (("--openvino",), {"action": "store_true", "help": "each file in the OpenVINO runtime too (pip install "
+                                                       "'onnx-nb[openvino]')"}, "both"),
     (("--json",), {"action": "store_true", "help": "print the result as JSON"}, "cli"),
 ]
 
@@ -328,7 +330,7 @@ def evaluate_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
 
         tokenizer = AutoTokenizer.from_pretrained(ns.tokenizer)
     return {"metric": ns.metric, "budget": ns.budget, "limit": ns.limit, "columns": columns, "tokenizer": tokenizer,
-            "latency": not ns.no_latency}
+            "latency": not ns.no_latency, "openvino": ns.openvino}
 
 
 def pipeline_kwargs(ns: argparse.Namespace) -> dict[str, Any]:

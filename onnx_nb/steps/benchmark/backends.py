@@ -64,7 +64,7 @@ class OrtRunner:
         return str(self.session.end_profiling())
 
 
-def _type_name(element_type: Any) -> str:
+def type_name(element_type: Any) -> str:
     """An OpenVINO element type as it names itself ("bf16", "f32")."""
     name = getattr(element_type, "get_type_name", None)
     return str(name() if callable(name) else element_type)
@@ -90,7 +90,7 @@ class OpenVinoRunner:
         self.options = {"runtime": f"openvino {ov.__version__}", "device": "CPU", "hint": "LATENCY",
                         "threads": threads_shown(threads),
                         # f32 files run in bf16 where the CPU has bf16 instructions, unless told otherwise
-                        "precision": _type_name(self.compiled.get_property("INFERENCE_PRECISION_HINT"))}
+                        "precision": type_name(self.compiled.get_property("INFERENCE_PRECISION_HINT"))}
 
     def __call__(self) -> None:
         self.request.infer(self.feed)

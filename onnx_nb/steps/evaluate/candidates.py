@@ -5,6 +5,9 @@ generates (``generate``) the same way for all, so every candidate sees the same 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,11 +18,18 @@ import numpy as np
 from ...errors import InvalidArgumentError
 
 PYTORCH = "PyTorch"
+OPENVINO = " · OpenVINO"  # the suffix of a file's row run by the OpenVINO runtime
+
+
+def openvino_name(name: str) -> str:
+    """The row of file ``name`` run by the OpenVINO runtime."""
+    return f"{name}{OPENVINO}"
 
 
 @dataclass
 class Candidate:
-    """One row of the evaluation: a file (``path``) in ONNX Runtime, or PyTorch (``path`` None)."""
+    """One row of the evaluation: a file (``path``) in ONNX Runtime (or in the OpenVINO runtime, ``runtime``), or
+    PyTorch (``path`` None)."""
 
     name: str
     model: Any  # what was given: an ExportResult, a Variant, a path; for PyTorch the export it came from
@@ -27,6 +37,8 @@ class Candidate:
     export: Any = None  # the ExportResult behind it (its source: tokenizer, processor, PyTorch reference)
     parent: str = ""  # the candidate this file was made from, when it is evaluated too
     provider: str = "cpu"
+    runtime: str = "onnxruntime"  # or "openvino": the OpenVINO runtime on its CPU device, its default precision
+    note: str = ""  # how the row was run, where that is not the file as given
     _session: Any = field(default=None, repr=False)
     _reference: Any = field(default=None, repr=False)
     _lm: Any = field(default=None, repr=False)
@@ -50,12 +62,19 @@ class Candidate:
     def input_names(self) -> list[str]:
         if self.is_torch:
             return list(self._torch().flat.input_names)
+        if self.runtime == "openvino":
+            return [p.get_any_name() for p in self._openvino().inputs]
         return [i.name for i in self._ort().get_inputs()]
 
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Named outputs for named inputs: the file in ONNX Runtime, or PyTorch fed as the export was."""
         if self.is_torch:
             return self._torch().run(feed)
+        if self.runtime == "openvino":
+            compiled = self._openvino()
+            wanted = {p.get_any_name() for p in compiled.inputs}
+            got = compiled({k: v for k, v in feed.items() if k in wanted})
+            return {o.get_any_name(): np.asarray(got[o]) for o in compiled.outputs}
         sess = self._ort()
         wanted = {i.name for i in sess.get_inputs()}
         out = sess.run(None, {k: v for k, v in feed.items() if k in wanted})
@@ -66,6 +85,7 @@ class Candidate:
         PyTorch, :func:`onnx_nb.to_transformers` over the file."""
         import torch
 
+        self._not_openvino("a causal LM's perplexity")
         with torch.no_grad():
             out = self._torch_model()(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
         return out.logits.float().numpy()
@@ -73,6 +93,7 @@ class Candidate:
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Greedy new tokens for each prompt (token ids): :func:`onnx_nb.generate` over the file, transformers'
         ``generate`` for PyTorch (one prompt at a time: no padding to tell apart)."""
+        self._not_openvino("generation")
         if not self.is_torch:
             from ..generate.generation import generate
 
@@ -93,6 +114,7 @@ class Candidate:
         """The text each input generates, greedy, special tokens left out: :func:`onnx_nb.generate` over the file
         (a text prompt through ``tokenizer``, a processor's output as it is), transformers' ``generate`` for
         PyTorch (the prompt's tokens cut off a decoder's output)."""
+        self._not_openvino("generation")
         if not self.is_torch:
             from ..generate.generation import generate
 
@@ -114,6 +136,33 @@ class Candidate:
                 new = made[0] if seq2seq else made[0, enc["input_ids"].shape[-1]:]
                 out.append(tokenizer.decode(new, skip_special_tokens=True).strip())
         return out
+
+    def _not_openvino(self, what: str) -> None:
+        if self.runtime == "openvino":
+            raise InvalidArgumentError(f"The OpenVINO rows run encoders' tasks only: {what} runs in ONNX Runtime "
+                                       "here (leave openvino=False).")
+
+    def _openvino(self) -> Any:
+        """The file compiled by the OpenVINO runtime for its CPU (the runtime's own precision: bf16 where the CPU
+        has it); a file with ONNX Runtime's own operators runs as :func:`openvino_file` says (the note)."""
+        if self._session is None:
+            import openvino as ov
+
+            from ..benchmark.backends import type_name
+            from ..benchmark.benchmarking import openvino_file
+
+            folder = tempfile.mkdtemp(prefix="onnx_nb_openvino_")
+            weakref.finalize(self, shutil.rmtree, folder, True)
+            assert self.path is not None
+            made = openvino_file(self.model, self.path, folder)
+            path, self.note = made if made is not None else (self.path, "")
+            compiled = ov.Core().compile_model(ov.Core().read_model(str(path)), "CPU",
+                                               {"PERFORMANCE_HINT": "LATENCY"})
+            precision = type_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+            self.note = "; ".join(x for x in (f"OpenVINO {ov.__version__.split('-')[0]} on its CPU device, computing "
+                                              f"in {precision}", self.note) if x)
+            self._session = compiled
+        return self._session
 
     def _torch_model(self) -> Any:
         if self._lm is None:
@@ -144,9 +193,11 @@ class Candidate:
         return self._reference
 
 
-def candidates(models: Any, *, pytorch: bool | str = "auto", provider: str = "cpu") -> list[Candidate]:
+def candidates(models: Any, *, pytorch: bool | str = "auto", provider: str = "cpu",
+               openvino: bool = False) -> list[Candidate]:
     """The rows, PyTorch first when the export it came from can run it (``pytorch="auto"``), then each model given:
-    named by a dict's keys, a variant's name, ``"export"`` for an export, else the file's name."""
+    named by a dict's keys, a variant's name, ``"export"`` for an export, else the file's name; with ``openvino``
+    each file again in the OpenVINO runtime (:func:`openvino_name`), after the ONNX Runtime rows."""
     from ...results.export import ExportResult
 
     items = list(models.items()) if isinstance(models, Mapping) else \
@@ -178,7 +229,27 @@ def candidates(models: Any, *, pytorch: bool | str = "auto", provider: str = "cp
             if c.name == PYTORCH:
                 c.name = _unique(PYTORCH, rows)
         rows.insert(0, Candidate(PYTORCH, export, None, export, provider=provider))
+    if openvino:
+        import importlib.util
+
+        if importlib.util.find_spec("openvino") is None:
+            raise InvalidArgumentError("openvino=True needs the OpenVINO runtime: pip install 'onnx-nb[openvino]'.")
+        rows += [Candidate(openvino_name(c.name), c.model, c.path, c.export,
+                           openvino_name(c.parent) if c.parent else "", provider, "openvino")
+                 for c in list(rows) if not c.is_torch and not _runs_export(c, rows)]
     return rows
+
+
+def _runs_export(c: Candidate, rows: list[Candidate]) -> bool:
+    """Whether the OpenVINO runtime would run the export in place of ``c`` (an optimized file with ONNX Runtime's
+    own operators: OpenVINO fuses the graph itself), the export being a row already: one row, not two, for it."""
+    from ...runtime.onnxfile import contrib_ops
+
+    export = getattr(getattr(c.model, "reference", None), "path", None)
+    method = (getattr(c.model, "recipe", None) or {}).get("method")
+    return bool(export is not None and method is None and c.path is not None and any(
+        r.path is not None and r.path.resolve() == Path(export).resolve() for r in rows if r is not c)
+                and contrib_ops(c.path, microsoft_only=True))
 
 
 def _unique(name: str, rows: list[Candidate]) -> str:

@@ -17,7 +17,7 @@ def evaluate(models: Any, data: Any, metric: str = "auto", *, budget: float | st
              pytorch: bool | str = "auto", columns: dict[str, str] | None = None, limit: int | None = None,
              tokenizer: Any = None, processor: Any = None, batch_size: int | None = None, window: int | None = None,
              stride: int | None = None, max_tokens: int | None = None, max_new_tokens: int | None = None,
-             latency: bool = True,
+             latency: bool = True, openvino: bool = False,
              provider: str = "cpu", seed: int = 0, progress: bool = True) -> Evaluation:
     """Measure PyTorch and every file or variant in ``models`` (an ExportResult, a Variant, an .onnx path, or a list
     or dict of them) on ``data`` with the task's metric.
@@ -40,7 +40,10 @@ def evaluate(models: Any, data: Any, metric: str = "auto", *, budget: float | st
     be kept: points of the metric (default 1), or, for perplexity, percent of it (default ``"1%"``; a string such as
     ``"0.5%"`` asks a relative budget of any metric). ``latency=True`` times every candidate with
     :func:`onnx_nb.benchmark` (interleaved rounds, PyTorch eager beside them); ``best`` is the fastest file within
-    the budget, never one slower than its parent.
+    the budget, never one slower than its parent. ``openvino=True`` adds each file run by the OpenVINO runtime
+    (``"int8 · OpenVINO"``: its CPU device at its own precision, bf16 where the CPU has it, the notes say which;
+    a file with ONNX Runtime's own operators runs as :func:`onnx_nb.benchmark`'s OpenVINO rows run it), measured
+    and timed beside the rest (encoders' tasks).
 
     Example::
 
@@ -48,24 +51,26 @@ def evaluate(models: Any, data: Any, metric: str = "auto", *, budget: float | st
         ev.best, ev.figure()
     """
     ev = scored(models, data, metric, budget=budget, pytorch=pytorch, limit=limit, provider=provider, seed=seed,
-                progress=progress, settings={"columns": columns, "tokenizer": tokenizer, "processor": processor,
-                                             "batch_size": batch_size, "window": window, "stride": stride,
-                                             "max_tokens": max_tokens, "max_new_tokens": max_new_tokens})
+                progress=progress, openvino=openvino,
+                settings={"columns": columns, "tokenizer": tokenizer, "processor": processor,
+                          "batch_size": batch_size, "window": window, "stride": stride,
+                          "max_tokens": max_tokens, "max_new_tokens": max_new_tokens})
     if latency:
         with Steps(1, "evaluate", progress) as steps:
             steps.step("timing every candidate")
-            ev = with_latency(ev, _time(candidates(models, pytorch=pytorch, provider=provider), provider))
+            ev = with_latency(ev, _time(candidates(models, pytorch=pytorch, provider=provider), provider, openvino))
     return ev
 
 
-def _time(rows: list[Candidate], provider: str) -> Any:
+def _time(rows: list[Candidate], provider: str, openvino: bool = False) -> Any:
     """Every file's latency at the export's sample shape from :func:`onnx_nb.benchmark` (PyTorch eager beside them
-    when it ran); None with the reason when they could not be timed."""
+    when it ran, the OpenVINO runtime's rows with ``openvino``); the reason when they could not be timed."""
     from ..benchmark.benchmarking import benchmark
 
     files = {c.name: c.model for c in rows if not c.is_torch}
     export = next((c.export for c in rows if c.is_torch), None)
     try:
-        return benchmark(files, providers=[provider], reference=export, progress=False, min_seconds=0.3)
+        return benchmark(files, providers=[provider, *(["openvino-runtime"] if openvino else [])], reference=export,
+                         progress=False, min_seconds=0.3)
     except (OnnxNbError, RuntimeError, ValueError) as exc:
         return f"Not timed: {type(exc).__name__}: {first_line(exc)}"

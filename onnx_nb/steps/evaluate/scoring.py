@@ -12,25 +12,26 @@ from ...errors import DataError, InvalidArgumentError, first_line
 from ...progress import Steps
 from ...results.evaluation import EvalRow, Evaluation
 from . import metrics
-from .candidates import PYTORCH, Candidate, candidates
+from .candidates import PYTORCH, Candidate, candidates, openvino_name
 from .catalog import BY_METRIC, BY_MODEL_TASK, TASKS
 from .data import read
+
+OPENVINO_RUNTIME = ("openvino-runtime", "ov-runtime")  # benchmark()'s names for the OpenVINO runtime's rows
 
 
 def scored(models: Any, data: Any, metric: str = "auto", *, budget: float | str | None = None,
            pytorch: bool | str = "auto", settings: dict[str, Any] | None = None, limit: int | None = None,
            provider: str = "cpu", seed: int = 0, progress: bool = True, timed: bool = False,
-           providers: Any = None) -> Evaluation:
+           providers: Any = None, openvino: bool = False) -> Evaluation:
     """:func:`onnx_nb.evaluate` without its latency: the arguments are its own (``settings``: columns, tokenizer,
     processor, batch_size, window, stride, max_tokens); ``timed`` adds a progress step the caller fills."""
     settings = dict(settings or {})
-    if providers is not None:  # a pipeline's providers: the first is the one the files run on here
-        from ...runtime.providers import providers_named
-
-        provider = providers_named(providers)[0].short
+    if providers is not None:  # a pipeline's providers: the first is the one the files run on here, the OpenVINO
+        provider, with_openvino = split_providers(providers)  # runtime's rows when it is among them
+        openvino = openvino or with_openvino
     if metric != "auto" and metric not in BY_METRIC:
         raise InvalidArgumentError(f"metric={metric!r}: choose 'auto' or one of {', '.join(BY_METRIC)}.")
-    rows = candidates(models, pytorch=pytorch, provider=provider)
+    rows = candidates(models, pytorch=pytorch, provider=provider, openvino=openvino)
     examples = read(data, limit=limit, seed=seed)
     files = [c for c in rows if not c.is_torch]
     first = next((c for c in files if c.source is not None), files[0])
@@ -71,8 +72,22 @@ def scored(models: Any, data: Any, metric: str = "auto", *, budget: float | str 
                     (None, None)
     kept = {k: v for k, v in prepared.settings.items() if v is not None and k not in ("tokenizer", "processor")}
     return Evaluation(measure, task.name, results, baseline, limit_budget, examples.origin, prepared.shown,
-                      measured_on=prepared.measured_on, settings=kept)
+                      measured_on=prepared.measured_on, settings=kept,
+                      notes=[f"{c.name}: {c.note}" for c in rows if c.note])
 
+
+def split_providers(providers: Any) -> tuple[str, bool]:
+    """(the ONNX Runtime provider the files run on, whether the OpenVINO runtime's rows are asked for) from a
+    benchmark-style providers list (``["cpu", "openvino-runtime"]``)."""
+    import importlib.util
+
+    from ...runtime.providers import providers_named
+
+    if providers == "available":  # benchmark()'s every provider, the OpenVINO runtime's rows where it is installed
+        return providers_named("available")[0].short, importlib.util.find_spec("openvino") is not None
+    names = [p.strip() for p in providers.split(",")] if isinstance(providers, str) else list(providers)
+    ort = [p for p in names if str(p).lower() not in OPENVINO_RUNTIME]
+    return (providers_named(ort)[0].short if ort else "cpu"), len(ort) < len(names)
 
 
 
@@ -119,7 +134,8 @@ def with_latency(ev: Evaluation, table: Any) -> Evaluation:
     first: dict[str, Any] = {}
     for row in table.rows:
         if row.status == "ok" and row.p50_ms is not None:
-            first.setdefault(PYTORCH if row.variant == "PyTorch eager" else row.variant, row)
+            name = PYTORCH if row.variant == "PyTorch eager" else row.variant
+            first.setdefault(openvino_name(name) if row.backend.startswith("openvino-runtime") else name, row)
     for r in ev.rows:
         timed = first.get(r.name)
         r.p50_ms = timed.p50_ms if timed is not None else None
