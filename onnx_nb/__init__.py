@@ -90,6 +90,8 @@ _LAZY = {
     "evaluate": ("onnx_nb.steps.evaluate.evaluating", "evaluate"),
     "Evaluation": ("onnx_nb.results.evaluation", "Evaluation"),
     "lm_eval_model": ("onnx_nb.steps.evaluate.harness", "lm_eval_model"),
+    "mteb_model": ("onnx_nb.steps.evaluate.mteb_models", "mteb_model"),
+    "mteb_task": ("onnx_nb.steps.evaluate.mteb_models", "mteb_task"),
 }
 
 __all__ = [
@@ -162,6 +164,8 @@ __all__ = [
     "isolated",
     "lm_eval_model",
     "load_ipython_extension",
+    "mteb_model",
+    "mteb_task",
     "optimize",
     "parse_profile",
     "pipeline",

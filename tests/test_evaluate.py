@@ -458,3 +458,24 @@ def test_named_entities_by_conlls_entity_f1(minilm_dir: Path, tmp_path: Path) ->
         right, words = right + sum(a == b for a, b in zip(said, gold)), words + len(gold)
     assert torch_row.values["entity_f1"] == pytest.approx(100 * 2 * tp / (found + wanted) if found + wanted else 0)
     assert torch_row.values["token_accuracy"] == pytest.approx(100 * right / words)
+
+
+def test_mteb_scores_the_file_with_its_own_code(minilm_export: onnx_nb.ExportResult) -> None:
+    mteb = pytest.importorskip("mteb")
+    pairs = demo_tasks.docs_retrieval()[::10]
+    ev = onnx_nb.evaluate([minilm_export], pairs, latency=False, progress=False)
+    task = onnx_nb.mteb_task(pairs, name="PydocTopics")
+    scores = {}
+    for label, kw in (("file", {}), ("PyTorch", {"pytorch": True})):
+        encoder = onnx_nb.mteb_model(minilm_export, **kw)
+        assert isinstance(encoder, mteb.models.EncoderProtocol) and encoder.mteb_model_meta.name.startswith("onnx-nb/")
+        done = mteb.evaluate(encoder, task, cache=None, co2_tracker=False, show_progress_bar=False)
+        scores[label] = done.task_results[0].scores["test"][0]
+    # MTEB's own retrieval metrics (pytrec_eval) over the file's embeddings are evaluate()'s, to its rounding
+    mine = ev.row("export")
+    assert mine is not None
+    assert scores["file"]["ndcg_at_10"] == pytest.approx(mine.values["ndcg@10"] / 100, abs=1e-5)
+    assert scores["file"]["recall_at_1"] == pytest.approx(mine.values["recall@1"] / 100, abs=1e-5)
+    assert scores["PyTorch"]["ndcg_at_10"] == pytest.approx(scores["file"]["ndcg_at_10"], abs=0.03)
+    with pytest.raises(onnx_nb.OnnxNbError, match="letters, digits"):
+        onnx_nb.mteb_task(pairs, name="two words")

@@ -119,12 +119,14 @@ def _latency(_model: Any, s: Settings, done: dict[str, Any]) -> Any:
 
 
 def _evaluate(_model: Any, s: Settings, done: dict[str, Any]) -> Any:
+    from .benchmark.benchmarking import openvino_file
     from .evaluate.evaluating import with_latency
     from .evaluate.scoring import scored
 
     files = {"export (fp32)": _subject(done["export"])}
     files.update({done[k].name: done[k] for k in ("optimize", "quantize") if done.get(k) is not None})
-    found = scored(files, s.data, s.task_metric, budget=s.task_budget, providers=s.providers, progress=False)
+    found = scored(files, s.data, s.task_metric, budget=s.task_budget, providers=s.providers, progress=False,
+                   substitute=openvino_file)
     return with_latency(found, done.get("latency"))
 
 

@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,9 @@ class Candidate:
     provider: str = "cpu"
     runtime: str = "onnxruntime"  # or "openvino": the OpenVINO runtime on its CPU device, its default precision
     note: str = ""  # how the row was run, where that is not the file as given
+    # for an OpenVINO row: (object, path, folder) -> (the file to run, why) for a file OpenVINO cannot read, or None
+    # (benchmark's openvino_file, handed down by the caller)
+    substitute: Callable[[Any, Path, str], tuple[Path, str] | None] | None = None
     _session: Any = field(default=None, repr=False)
     _reference: Any = field(default=None, repr=False)
     _lm: Any = field(default=None, repr=False)
@@ -144,17 +147,16 @@ class Candidate:
 
     def _openvino(self) -> Any:
         """The file compiled by the OpenVINO runtime for its CPU (the runtime's own precision: bf16 where the CPU
-        has it); a file with ONNX Runtime's own operators runs as :func:`openvino_file` says (the note)."""
+        has it); a file with ONNX Runtime's own operators runs as ``substitute`` says (the note)."""
         if self._session is None:
             import openvino as ov
 
             from ..benchmark.backends import type_name
-            from ..benchmark.benchmarking import openvino_file
 
             folder = tempfile.mkdtemp(prefix="onnx_nb_openvino_")
             weakref.finalize(self, shutil.rmtree, folder, True)
             assert self.path is not None
-            made = openvino_file(self.model, self.path, folder)
+            made = self.substitute(self.model, self.path, folder) if self.substitute else None
             path, self.note = made if made is not None else (self.path, "")
             compiled = ov.Core().compile_model(ov.Core().read_model(str(path)), "CPU",
                                                {"PERFORMANCE_HINT": "LATENCY"})
@@ -193,11 +195,12 @@ class Candidate:
         return self._reference
 
 
-def candidates(models: Any, *, pytorch: bool | str = "auto", provider: str = "cpu",
-               openvino: bool = False) -> list[Candidate]:
+def candidates(models: Any, *, pytorch: bool | str = "auto", provider: str = "cpu", openvino: bool = False,
+               substitute: Callable[[Any, Path, str], tuple[Path, str] | None] | None = None) -> list[Candidate]:
     """The rows, PyTorch first when the export it came from can run it (``pytorch="auto"``), then each model given:
     named by a dict's keys, a variant's name, ``"export"`` for an export, else the file's name; with ``openvino``
-    each file again in the OpenVINO runtime (:func:`openvino_name`), after the ONNX Runtime rows."""
+    each file again in the OpenVINO runtime (:func:`openvino_name`), after the ONNX Runtime rows, a file it cannot
+    read run as ``substitute`` makes it (benchmark's ``openvino_file``)."""
     from ...results.export import ExportResult
 
     items = list(models.items()) if isinstance(models, Mapping) else \
@@ -235,7 +238,8 @@ def candidates(models: Any, *, pytorch: bool | str = "auto", provider: str = "cp
         if importlib.util.find_spec("openvino") is None:
             raise InvalidArgumentError("openvino=True needs the OpenVINO runtime: pip install 'onnx-nb[openvino]'.")
         rows += [Candidate(openvino_name(c.name), c.model, c.path, c.export,
-                           openvino_name(c.parent) if c.parent else "", provider, "openvino")
+                           openvino_name(c.parent) if c.parent else "", provider, "openvino",
+                           substitute=substitute)
                  for c in list(rows) if not c.is_torch and not _runs_export(c, rows)]
     return rows
 

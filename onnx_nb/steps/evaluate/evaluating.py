@@ -9,6 +9,7 @@ from typing import Any
 from ...errors import OnnxNbError, first_line
 from ...progress import Steps
 from ...results.evaluation import Evaluation
+from ..benchmark.benchmarking import benchmark, openvino_file
 from .candidates import Candidate, candidates
 from .scoring import scored, with_latency
 
@@ -51,7 +52,7 @@ def evaluate(models: Any, data: Any, metric: str = "auto", *, budget: float | st
         ev.best, ev.figure()
     """
     ev = scored(models, data, metric, budget=budget, pytorch=pytorch, limit=limit, provider=provider, seed=seed,
-                progress=progress, openvino=openvino,
+                progress=progress, openvino=openvino, substitute=openvino_file,
                 settings={"columns": columns, "tokenizer": tokenizer, "processor": processor,
                           "batch_size": batch_size, "window": window, "stride": stride,
                           "max_tokens": max_tokens, "max_new_tokens": max_new_tokens})
@@ -65,8 +66,6 @@ def evaluate(models: Any, data: Any, metric: str = "auto", *, budget: float | st
 def _time(rows: list[Candidate], provider: str, openvino: bool = False) -> Any:
     """Every file's latency at the export's sample shape from :func:`onnx_nb.benchmark` (PyTorch eager beside them
     when it ran, the OpenVINO runtime's rows with ``openvino``); the reason when they could not be timed."""
-    from ..benchmark.benchmarking import benchmark
-
     files = {c.name: c.model for c in rows if not c.is_torch}
     export = next((c.export for c in rows if c.is_torch), None)
     try:

@@ -22,16 +22,18 @@ OPENVINO_RUNTIME = ("openvino-runtime", "ov-runtime")  # benchmark()'s names for
 def scored(models: Any, data: Any, metric: str = "auto", *, budget: float | str | None = None,
            pytorch: bool | str = "auto", settings: dict[str, Any] | None = None, limit: int | None = None,
            provider: str = "cpu", seed: int = 0, progress: bool = True, timed: bool = False,
-           providers: Any = None, openvino: bool = False) -> Evaluation:
+           providers: Any = None, openvino: bool = False, substitute: Any = None) -> Evaluation:
     """:func:`onnx_nb.evaluate` without its latency: the arguments are its own (``settings``: columns, tokenizer,
-    processor, batch_size, window, stride, max_tokens); ``timed`` adds a progress step the caller fills."""
+    processor, batch_size, window, stride, max_tokens); ``timed`` adds a progress step the caller fills;
+    ``substitute``: benchmark's ``openvino_file``, for the OpenVINO rows of files it cannot read (the benchmark step
+    imports the variants, which import this module: the caller hands it down)."""
     settings = dict(settings or {})
     if providers is not None:  # a pipeline's providers: the first is the one the files run on here, the OpenVINO
         provider, with_openvino = split_providers(providers)  # runtime's rows when it is among them
         openvino = openvino or with_openvino
     if metric != "auto" and metric not in BY_METRIC:
         raise InvalidArgumentError(f"metric={metric!r}: choose 'auto' or one of {', '.join(BY_METRIC)}.")
-    rows = candidates(models, pytorch=pytorch, provider=provider, openvino=openvino)
+    rows = candidates(models, pytorch=pytorch, provider=provider, openvino=openvino, substitute=substitute)
     examples = read(data, limit=limit, seed=seed)
     files = [c for c in rows if not c.is_torch]
     first = next((c for c in files if c.source is not None), files[0])

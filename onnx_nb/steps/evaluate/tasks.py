@@ -251,6 +251,12 @@ def _embed(candidate: Candidate, feeds: list[dict[str, np.ndarray]], groups: lis
     return out / np.maximum(np.linalg.norm(out, axis=-1, keepdims=True), 1e-12)
 
 
+def embed_texts(candidate: Candidate, texts: list[str], settings: dict[str, Any]) -> np.ndarray:
+    """The candidate's L2-normalised sentence embeddings of ``texts``, in their order (batched as retrieval is)."""
+    feeds, groups = _feeds(texts, candidate, settings)
+    return _embed(candidate, feeds, groups)
+
+
 def score_retrieval(candidate: Candidate, prepared: Prepared) -> metrics.Records:
     (q_feeds, q_groups), (d_feeds, d_groups) = prepared.batches
     sims = _embed(candidate, q_feeds, q_groups) @ _embed(candidate, d_feeds, d_groups).T
