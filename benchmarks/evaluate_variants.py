@@ -1,8 +1,9 @@
 """Every candidate's task metric, latency and size side by side in one run, on data that ships with Python and
 scikit-learn (``onnx_nb.frontends.demo_tasks``), no download:
 
-- all-MiniLM-L6-v2 (real weights): recall@1 on Python's documentation paragraphs, fp32 and dynamic INT8;
-- a digits CNN trained here: accuracy, fp32 and static INT8;
+- all-MiniLM-L6-v2 (real weights): recall@1 on Python's documentation paragraphs, fp32 and dynamic INT8, each in ONNX
+  Runtime and in the OpenVINO runtime;
+- a digits CNN trained here: accuracy, fp32 and static INT8, in both runtimes;
 - a small LM trained here on Python's documentation: perplexity on held-out text, fp32 and INT4 by each algorithm,
   the one quantize() keeps by error and the one it keeps by perplexity on another half of the held-out text.
 
@@ -32,14 +33,14 @@ def main() -> None:
         root = Path(tmp)
         minilm = onnx_nb.export(onnx_nb.default_model_path(), out=root / "minilm" / "model.onnx", progress=False)
         int8 = onnx_nb.quantize(minilm)
-        print(onnx_nb.evaluate([minilm, int8], demo_tasks.docs_retrieval(), progress=False), "\n")
+        print(onnx_nb.evaluate([minilm, int8], demo_tasks.docs_retrieval(), openvino=True, progress=False), "\n")
 
         model = demo_tasks.digits_cnn()
         x, _y, tx, ty = demo_tasks.digits()
         cnn = onnx_nb.export(model, sample={"input": torch.from_numpy(tx[:4])}, out=root / "cnn.onnx",
                              progress=False)
         static = onnx_nb.quantize(cnn, method="static", calibration=[{"input": x[i:i + 32]} for i in range(0, 320, 32)])
-        print(onnx_nb.evaluate([cnn, static], (tx, ty), progress=False), "\n")
+        print(onnx_nb.evaluate([cnn, static], (tx, ty), openvino=True, progress=False), "\n")
 
         lm = onnx_nb.export(str(demo_tasks.docs_lm(root / "lm")), out=root / "lm.onnx", progress=False)
         _train, held = demo_tasks.docs_text()

@@ -372,6 +372,7 @@ def test_evaluation_tutorial(tmp_path: Path) -> None:
     cells = execute("12_evaluation.ipynb", tmp_path)
     digits = text(by_source(cells, "x, y, test_x, test_y"))
     assert "Evaluation: accuracy on 360 examples" in digits and "int8-static(QDQ)" in digits and "kept:" in digits
+    assert "int8-static(QDQ) · OpenVINO" in digits and "computing in" in digits
     assert any(t.startswith("accuracy against cost") for t in plotly_titles(cells))
     assert "by perplexity on the data given" in text(by_source(cells, "lm = onnx_nb.export"))
     assert "Evaluation: perplexity on" in text(by_source(cells, "perplexity = onnx_nb.evaluate"))
