@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from .candidates import Candidate, candidates
+from .metrics import log_softmax
 
 
 def lm_eval_model(model: Any, *, pytorch: bool = False, tokenizer: Any = None, max_length: int | None = None,
@@ -119,8 +120,7 @@ def score_continuations(candidate: Candidate, pairs: list[tuple[list[int], list[
             n = len(inputs)
             wanted = np.array(pairs[i][1][-count:] if count else [], np.int64)
             picked = logits[r, n - count:n]
-            logp = picked - picked.max(-1, keepdims=True)
-            logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+            logp = log_softmax(picked)
             results[i] = (float(logp[np.arange(count), wanted].sum()),
                           bool((picked.argmax(-1) == wanted).all()))
     return results

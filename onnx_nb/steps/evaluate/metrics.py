@@ -126,6 +126,12 @@ def retrieval_examples(records: Records) -> np.ndarray:
     return 100.0 * (records["rank"] < 1)
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Log-probabilities over the last axis, in float64, stable for large logits."""
+    shifted = np.asarray(logits, np.float64) - np.max(logits, axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
 def perplexity(records: Records) -> dict[str, float]:
     """``nll`` (summed) and ``tokens`` per window: the exponent of the mean negative log-likelihood per token."""
     return {"perplexity": float(np.exp(records["nll"].sum() / max(records["tokens"].sum(), 1)))}

@@ -83,15 +83,15 @@ def _feeds(inputs: list[Any], candidate: Candidate, settings: dict[str, Any]) ->
             texts = [[inputs[i][0] for i in g], [inputs[i][1] for i in g]] if paired else [[inputs[i] for i in g]]
             enc = tok(*texts, padding=True, truncation=True, max_length=settings.get("max_length") or 512,
                       return_tensors="np")
-            feeds.append(_named(dict(enc), names))
+            feeds.append(named_inputs(dict(enc), names))
         return feeds, groups
     groups = [list(range(i, min(i + size, len(inputs)))) for i in range(0, len(inputs), size)]
     processor = settings.get("processor") or getattr(candidate.source, "preprocessor", None)
     extractor: Any = getattr(processor, "feature_extractor", processor)
     if hasattr(extractor, "sampling_rate") and all(_is_audio(i) for i in inputs):  # audio classification
         rate = int(extractor.sampling_rate)
-        return [_named(dict(extractor([_waveform(inputs[i], rate) for i in g], sampling_rate=rate, padding=True,
-                                      return_tensors="np")), names) for g in groups], groups
+        return [named_inputs(dict(extractor([_waveform(inputs[i], rate) for i in g], sampling_rate=rate,
+                                            padding=True, return_tensors="np")), names) for g in groups], groups
     if all(isinstance(i, (np.ndarray, list, tuple)) for i in inputs):
         if len(names) != 1:
             raise DataError(f"The examples are arrays and the model takes {len(names)} inputs ({', '.join(names)}): "
@@ -100,7 +100,8 @@ def _feeds(inputs: list[Any], candidate: Candidate, settings: dict[str, Any]) ->
     if processor is None:
         raise DataError("These examples are images, and the model carries no image processor: pass processor= "
                         "(transformers.AutoImageProcessor.from_pretrained(folder)), or arrays already made.")
-    feeds = [_named(dict(processor(images=[_image(inputs[i]) for i in g], return_tensors="np")), names) for g in groups]
+    feeds = [named_inputs(dict(processor(images=[_image(inputs[i]) for i in g], return_tensors="np")), names)
+             for g in groups]
     return feeds, groups
 
 
@@ -131,7 +132,7 @@ def _image(value: Any) -> Any:
     return value
 
 
-def _named(enc: dict[str, Any], names: list[str]) -> dict[str, np.ndarray]:
+def named_inputs(enc: dict[str, Any], names: list[str]) -> dict[str, np.ndarray]:
     """The tokenizer's arrays under the file's names, as int64; a token-type input it did not give as zeros."""
     out = {k: np.asarray(v) for k, v in enc.items() if k in names}
     for k, v in out.items():
@@ -307,9 +308,7 @@ def score_perplexity(candidate: Candidate, prepared: Prepared) -> metrics.Record
     nll, tokens = [], []
     for batch in prepared.batches:
         rows = np.stack([ids[b:e] for b, e, _ in batch])
-        logits = candidate.logits(rows, np.ones_like(rows)).astype(np.float64)
-        logp = logits - logits.max(-1, keepdims=True)
-        logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+        logp = metrics.log_softmax(candidate.logits(rows, np.ones_like(rows)))
         for row, (b, e, first) in enumerate(batch):
             picked = logp[row, first - 1:e - b - 1, :][np.arange(e - b - first), rows[row, first:]]
             nll.append(-picked.sum())
@@ -333,7 +332,7 @@ def prepare_qa(examples: Examples, candidate: Candidate, settings: dict[str, Any
                   max_length=settings.get("max_length") or 384, return_offsets_mapping=True, return_tensors="np")
         spans = [(enc["offset_mapping"][r], np.array([s == 1 for s in enc.sequence_ids(r)]))
                  for r in range(len(enc["input_ids"]))]
-        batches.append((_named({k: v for k, v in enc.items() if k != "offset_mapping"}, names), spans,
+        batches.append((named_inputs({k: v for k, v in enc.items() if k != "offset_mapping"}, names), spans,
                         contexts[i:i + size]))
     return Prepared(batches, answers, dict(settings), [shown_line(q) for q in questions])
 

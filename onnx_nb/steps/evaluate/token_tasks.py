@@ -17,7 +17,7 @@ from ...errors import DataError
 from . import metrics
 from .candidates import Candidate
 from .data import Examples
-from .tasks import BATCH, Prepared, Task, shown_line, tokenizer_of
+from .tasks import BATCH, Prepared, Task, named_inputs, shown_line, tokenizer_of
 
 
 def entities(tags: list[str]) -> set[tuple[str, int, int]]:
@@ -67,10 +67,7 @@ def prepare_tokens(examples: Examples, candidate: Candidate, settings: dict[str,
         group = [list(map(str, w)) for w in words[i:i + size]]
         enc = tok(group, is_split_into_words=True, truncation=True, padding=True,
                   max_length=settings.get("max_length") or 512, return_tensors="np")
-        feed = {k: np.asarray(v).astype(np.int64) for k, v in dict(enc).items() if k in inputs}
-        if "token_type_ids" in inputs and "token_type_ids" not in feed:
-            feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
-        batches.append((feed, [enc.word_ids(r) for r in range(len(group))]))
+        batches.append((named_inputs(dict(enc), inputs), [enc.word_ids(r) for r in range(len(group))]))
     return Prepared(batches, gold, {**settings, "names": names}, [shown_line(" ".join(map(str, w))) for w in words])
 
 
