@@ -73,6 +73,9 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     search, constraints, ``typical_p``, ...), from the config or this call, sends the call through transformers'
     own ``generate()`` over the files (:func:`onnx_nb.to_transformers`), which runs every setting.
 
+    A folder transformers' exporter wrote (``export.json``: its prefill and decode graphs) generates greedily, one
+    prompt at a time, by its own protocol (:mod:`onnx_nb.runtime.generation_folders`).
+
     A vision-language model's export (``onnx_nb.export`` of an image-text-to-text model) takes its images as
     ``images=`` (the processor's output, pixel values, or pictures when the processor was saved with the model)
     or inside ``inputs`` (``processor(text=..., images=..., return_tensors="np")``); the prompts hold the image
@@ -83,12 +86,16 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         r = onnx_nb.export("facebook/bart-base")
         onnx_nb.generate(r, "A long article ...", max_new_tokens=40, num_beams=4).text
     """
+    from ...runtime.generation_folders import folder_tool
     from ...runtime.providers import providers_named
     from ..export.adapters.registry import shape_of
     from .genai import check_runtime
 
     if max_new_tokens < 1:
         raise InvalidArgumentError("max_new_tokens must be at least 1.")
+    if folder_tool(model):
+        return folder_generate(model, inputs, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                               provider=provider, tokenizer=tokenizer, threads=threads, do_sample=do_sample, **settings)
     source = getattr(model, "source", None)
     config = getattr(getattr(source, "model", None), "config", None)
     generation = generation_config_of(model)
@@ -139,3 +146,31 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     return decoder_loop(decoder, prompts, max_new_tokens, rules, eos_set, pad, tokenizer, stream,
                         lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng), groups, batching)
 
+
+
+def folder_generate(folder: Any, inputs: Any, *, max_new_tokens: int, eos_token_id: int | None, provider: str,
+                    tokenizer: Any, threads: int | None, do_sample: bool, **settings: Any) -> GenerationResult:
+    """Greedy tokens from a generation folder another tool wrote, each prompt alone (its graphs take no mask)."""
+    import json
+
+    from ...runtime.generation_folders import open_folder
+    from ...runtime.providers import providers_named
+
+    if do_sample or settings:
+        raise InvalidArgumentError(f"{folder} is transformers' exporter's folder: generate() runs it greedily with "
+                                   "max_new_tokens and eos_token_id only (no sampling or generation-config rules).")
+    runs = open_folder(folder, providers_named([provider])[0].name, threads)
+    if eos_token_id is None and (Path(folder) / "config.json").is_file():
+        eos_token_id = json.loads((Path(folder) / "config.json").read_text()).get("eos_token_id")
+    eos = set(eos_token_id) if isinstance(eos_token_id, (list, tuple)) else \
+        ({eos_token_id} if eos_token_id is not None else set())
+    prompts = prompt_ids(inputs, getattr(tokenizer, "tokenizer", tokenizer))
+    made: list[list[int]] = []
+    first, steps = 0.0, list[float]()
+    for prompt in prompts:
+        tokens, prefill_ms, step_ms = runs.greedy(prompt, max_new_tokens, eos)
+        made.append(tokens)
+        first, steps = first + prefill_ms, steps + step_ms
+    text = [tokenizer.decode(t, skip_special_tokens=True) for t in made] if tokenizer is not None else None
+    return GenerationResult(prompts, made, text, first / max(len(prompts), 1), steps,
+                            batching="one prompt at a time (the folder's graphs take no attention mask)")

@@ -53,18 +53,32 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     reference that is not ONNX Runtime: ``against="auto"`` (ONNX's reference evaluator where it runs the file, else
     OpenVINO), ``"evaluator"``, ``"openvino"``, or a ``.npz`` of inputs and the outputs you trust (that sample only).
 
+    A generation folder another tool wrote (transformers' exporter's ``save_pretrained``: ``export.json`` with a
+    prefill and a decode graph) is checked against the PyTorch model it came from (the model, its folder or hub id):
+    greedy tokens with the first diverging step and PyTorch's margin there, logits per step, and every layer's keys
+    and values, so a bad file names its first bad layer (:mod:`onnx_nb.steps.parity.folders`).
+
     Example::
 
         report = onnx_nb.check_parity(result)                          # an ExportResult knows its PyTorch source
         report = onnx_nb.check_parity(model, "model.onnx", sample)     # any torch / Hugging Face model and a file
         report = onnx_nb.check_parity("model.onnx", "model.int8.onnx")  # a variant against its fp32 parent
         report = onnx_nb.check_parity("downloaded.onnx")                # ONNX Runtime vs ONNX's reference evaluator
+        report = onnx_nb.check_parity(model, "exported/")               # transformers' exporter's folder
         assert report, report.failures                                # falsy rows say by how much (needed_atol)
     """
     from ...runtime.cluster import as_cluster
     from ...runtime.cpu import file_notes, this_cpu
+    from ...runtime.generation_folders import folder_tool
     from ..export.adapters.registry import subject_of
 
+    if folder_tool(onnx_model) or (onnx_model is None and folder_tool(reference)):
+        if onnx_model is None:
+            raise InvalidArgumentError(f"{reference} is a generation folder another tool wrote: check it against the "
+                                       "PyTorch model it came from, check_parity(model, folder).")
+        from .folders import folder_parity
+
+        return folder_parity(reference, onnx_model, providers=providers, progress=progress)
     on = as_cluster(cluster)
     wanted = _providers_checked(atol, rtol, providers, on is not None)
     # choose: a model written as several files is checked on the part its adapter names (a vision-language model's

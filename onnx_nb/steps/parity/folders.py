@@ -1,0 +1,193 @@
+"""Generation parity of a folder another tool wrote (:mod:`onnx_nb.runtime.generation_folders`: transformers'
+exporter's prefill and decode graphs) against the PyTorch model it came from: each prompt's greedy tokens against
+PyTorch's ``generate()`` with the first diverging step and PyTorch's margin there, the logits at every step under
+teacher forcing, and every layer's keys and values after the prefill and after the last decode step, so a bad file
+is traced to its first bad layer. Only imported by functions that already need torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...errors import InvalidArgumentError, first_line
+from ...runtime.generation_folders import ExporterFolder, open_folder
+from ..export.caches.hf_names import cache_kwargs, cache_of
+from .generation import compare_tokens, torch_greedy
+from .probes import default_prompts
+
+
+def torch_reference(reference: Any) -> Any:
+    """The PyTorch causal LM a folder is checked against: the model given, or loaded from its folder or hub id."""
+    if isinstance(reference, torch.nn.Module):
+        return reference.eval()
+    if isinstance(reference, (str, Path)):
+        import transformers
+
+        return transformers.AutoModelForCausalLM.from_pretrained(str(reference)).eval()
+    raise InvalidArgumentError(
+        f"check_parity(reference, folder) takes the PyTorch model the folder was exported from (a transformers model, "
+        f"its folder or its hub id), not a {type(reference).__name__}.")
+
+
+def _layer_rows(mine: list[tuple[np.ndarray, np.ndarray]], theirs: Any, when: str, provider: str, tol: Any,
+                rows: list[Any]) -> int | None:
+    """A row per layer for its keys and values against PyTorch's cache; the first layer that fails, if one does."""
+    from ...results.parity import Row
+    from ...results.tolerance import measure
+
+    first_bad = None
+    for i, ((keys, values), layer) in enumerate(zip(mine, theirs.layers)):
+        for what, got, ref in (("keys", keys, layer.keys), ("values", values, layer.values)):
+            ref = ref.float().numpy()
+            if got.shape != ref.shape:
+                rows.append(Row(f"layer {i} {what}", when, provider, "shape-mismatch",
+                                note=f"{tuple(got.shape)} against PyTorch's {tuple(ref.shape)}"))
+                first_bad = i if first_bad is None else first_bad
+                continue
+            stats, errors = measure(got, ref, what)
+            verdict = errors.judge(tol)
+            rows.append(Row(f"layer {i} {what}", when, provider, verdict["status"], tolerance=tol,
+                            max_abs=stats["max_abs"], max_rel=stats["max_rel"], mean_abs=stats["mean_abs"],
+                            frac_out=verdict["frac_out"], cosine=stats["cosine"], needed_atol=verdict["needed_atol"],
+                            note=verdict["note"], errors=errors))
+            if verdict["status"] == "fail" and first_bad is None:
+                first_bad = i
+    return first_bad
+
+
+def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | None = None, max_new_tokens: int = 8,
+                  providers: Any = ("cpu",), progress: bool = True) -> Any:
+    """The folder's generation checked against ``reference`` (see the module); a :class:`ParityReport` whose rows
+    are per step (``logits``), per layer (``layer i keys`` / ``values``) and per prompt (``tokens``)."""
+    from ...progress import Steps
+    from ...results.parity import Row
+    from ...results.tolerance import measure, precision_of, tolerance_for
+    from ...runtime.cpu import this_cpu
+    from ...runtime.onnxfile import load_proto
+    from ...runtime.providers import providers_named
+
+    model = torch_reference(reference)
+    prompts = prompts or default_prompts(model)
+    pad = getattr(model.config, "pad_token_id", None) or 0
+    wanted = providers_named(providers)
+    rows: list[Row] = [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
+    live = [p for p in wanted if p.available]
+    checks: list[Any] = []
+    bad_layers: dict[str, list[str]] = {}
+    precision = "fp32"
+    with Steps(1 + len(live), "folder parity", progress) as bar:
+        bar.step("PyTorch greedy generate()")
+        reference_tokens = torch_greedy(model, prompts, max_new_tokens, pad)
+        for p in live:
+            bar.step(f"{Path(folder).name} on {p.short}")
+            try:
+                runs = open_folder(folder, p.name)
+                precision = precision_of(load_proto(runs.files["decode"]))
+                tol = tolerance_for(precision, "logits", None, None, None)
+                steps, ends = _forced(model, runs, prompts, reference_tokens)
+            except InvalidArgumentError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - ONNX Runtime's failure is a row, not a crash
+                rows.append(Row("*", "generation", p.short, "error", note=f"{type(exc).__name__}: {first_line(exc)}"))
+                continue
+            level = 0.0
+            for step, pairs in enumerate(steps):
+                got, ref = np.concatenate([g for g, _ in pairs]), np.concatenate([r for _, r in pairs])
+                stats, errors = measure(got, ref, "logits")
+                verdict = errors.judge(tol)
+                level = max(level, float(stats["max_abs"] or 0.0))
+                rows.append(Row("logits", "prefill" if step == 0 else f"decode step {step}", p.short,
+                                verdict["status"], tolerance=tol, max_abs=stats["max_abs"], max_rel=stats["max_rel"],
+                                mean_abs=stats["mean_abs"], frac_out=verdict["frac_out"], cosine=stats["cosine"],
+                                argmax_agreement=stats["argmax_agreement"], needed_atol=verdict["needed_atol"],
+                                note=verdict["note"], errors=errors))
+            for when, (mine, theirs) in ends.items():
+                bad = _layer_rows(mine, theirs, when, p.short, tolerance_for(precision, "cache", None, None, None),
+                                  rows)
+                if bad is not None:
+                    bad_layers.setdefault(p.short, []).append(f"layer {bad} ({when})")
+            for i, prompt in enumerate(prompts):
+                mine = runs.greedy(prompt, max_new_tokens)[0]
+                theirs = reference_tokens[i]
+                check = compare_tokens(lambda prefix, prompt=prompt: _logits_at(model, prompt, prefix), mine, theirs,
+                                       i, level)
+                checks.append(check)
+                note = (f"{len(mine)} greedy tokens identical to PyTorch" if check.first_difference is None else
+                        f"first difference at step {check.first_difference}: ONNX {mine[check.first_difference]}, "
+                        f"PyTorch {theirs[check.first_difference]}; PyTorch's margin {check.gap:.3g} "
+                        f"({'a near-tie' if check.near_tie else 'a real divergence'})")
+                rows.append(Row("tokens", f"prompt {i} ({len(prompt)} tokens)", p.short,
+                                "fail" if check.verdict == "DIVERGED" else "pass", note=note))
+    return _report(folder, model, runs if live else None, rows, checks, bad_layers, prompts, max_new_tokens,
+                   precision, this_cpu().label)
+
+
+def _forced(model: Any, runs: ExporterFolder, prompts: list[list[int]], continuations: list[list[int]]) -> tuple[
+        list[list[tuple[np.ndarray, np.ndarray]]], dict[str, Any]]:
+    """Per step, each prompt's (file's logits, PyTorch's) with both fed PyTorch's tokens; and the first prompt's
+    caches on both sides after the prefill and after the last step (the file's by layer, PyTorch's cache)."""
+    steps: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    ends: dict[str, Any] = {}
+    for index, (prompt, cont) in enumerate(zip(prompts, continuations)):
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            ref = model(input_ids=ids, use_cache=True, return_dict=True)
+        logits, cache = runs.prefill(ids.numpy())
+        past = cache_of(ref)
+        pairs = [(logits[:, -1], ref.logits[:, -1].float().numpy())]
+        if index == 0:
+            ends["after the prefill"] = (runs.by_layer(cache), _snapshot(past))
+        for step, token in enumerate(cont[:-1]):
+            nxt = torch.tensor([[token]])
+            position = torch.tensor([[len(prompt) + step]])
+            with torch.no_grad():
+                ref = model(input_ids=nxt, position_ids=position, **cache_kwargs(model, past), use_cache=True,
+                            return_dict=True)
+            past = cache_of(ref)
+            logits, cache = runs.decode(nxt.numpy(), cache, len(prompt) + step)
+            pairs.append((logits[:, -1], ref.logits[:, -1].float().numpy()))
+        if index == 0 and len(cont) > 1:
+            ends[f"after {len(cont) - 1} decode steps"] = (runs.by_layer(cache), _snapshot(past))
+        for step, pair in enumerate(pairs):
+            if step == len(steps):
+                steps.append([])
+            steps[step].append(pair)
+    return steps, ends
+
+
+def _snapshot(cache: Any) -> Any:
+    """PyTorch's cache's keys and values as they are now (a DynamicCache grows in place)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(layers=[SimpleNamespace(keys=layer.keys.clone(), values=layer.values.clone())
+                                   for layer in cache.layers])
+
+
+def _logits_at(model: Any, prompt: list[int], prefix: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([prompt + prefix])).logits[0, -1].float()
+
+
+def _report(folder: Any, model: Any, runs: ExporterFolder | None, rows: list[Any], checks: list[Any],
+            bad_layers: dict[str, list[str]], prompts: list[list[int]], max_new_tokens: int, precision: str,
+            cpu: str) -> Any:
+    from ...render import human_bytes
+    from ...results.parity import ParityReport
+
+    identical = sum(c.first_difference is None for c in checks)
+    notes = [f"Generation parity of {Path(folder).name}, written by transformers.exporters"
+             + (f" ({', '.join(f'{k} {v}' for k, v in runs.versions.items())})" if runs and runs.versions else "")
+             + f": {len(prompts)} prompts, one at a time, {max_new_tokens} greedy tokens each against PyTorch "
+             f"generate(): {identical} of {len(checks)} identical."]
+    if runs is not None:
+        sizes = ", ".join(f"{runs.files[k].name} {human_bytes(v)}" for k, v in runs.weight_bytes.items())
+        notes.append(f"Two graphs, each with its own copy of the weights: {sizes}; "
+                     + ("an attention mask: padded batches run." if runs.takes_mask else
+                        "no attention mask: a padded batch cannot run (prompts one at a time)."))
+    for provider, where in bad_layers.items():
+        notes.append(f"First layer off on {provider}: {'; '.join(where)} (the layers before it match PyTorch).")
+    return ParityReport(model=Path(folder).name, reference=f"PyTorch {type(model).__name__} (generate, with cache)",
+                        precision=precision, rows=rows, shapes={}, notes=notes, generation=checks, cpu=cpu)

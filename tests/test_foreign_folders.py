@@ -1,0 +1,94 @@
+"""Generation folders another tool wrote, checked against the PyTorch model they came from: transformers' own exporter
+(transformers.exporters: a prefill and a decode graph, export.json) on a tiny Llama, its tokens and every layer's
+cache against PyTorch's, a weight changed on purpose traced to its layer, and the other tools' folders refused with
+the file to pass instead."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import onnx_nb
+import tiny_models
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    """A tiny Llama and the folder transformers' exporter writes for it (its default export_for_generation)."""
+    from transformers.exporters import OnnxConfig, OnnxExporter
+
+    model = tiny_models.build("llama")
+    ids = torch.tensor([[5, 17, 42, 9, 7, 31]])
+    made = OnnxExporter().export_for_generation(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                                                 OnnxConfig(dynamic=True))
+    folder = tmp_path_factory.mktemp("exporter") / "tiny-llama"
+    made.save_pretrained(folder)
+    return model, folder
+
+
+def test_transformers_exporters_folder_is_checked_and_generates(exported: tuple[torch.nn.Module, Path]) -> None:
+    model, folder = exported
+    assert {"export.json", "prefill.onnx", "decode.onnx"} <= {p.name for p in folder.iterdir()}
+    report = onnx_nb.check_parity(model, folder, progress=False)
+    assert report, repr(report)
+    outputs = {r.output for r in report.rows}
+    assert {"logits", "tokens", "layer 0 keys", "layer 1 values"} <= outputs
+    assert [c.first_difference for c in report.generation] == [None, None, None]
+    assert any("each with its own copy of the weights" in n and "no attention mask" in n for n in report.notes)
+    # generate() runs the folder by its own protocol: PyTorch's greedy tokens, one prompt at a time
+    prompts = [[5, 17, 42, 9], [11, 3, 8]]
+    made = onnx_nb.generate(folder, prompts, max_new_tokens=6, eos_token_id=-1)
+    for prompt, tokens in zip(prompts, made.tokens):
+        with torch.no_grad():
+            ids = torch.tensor([prompt])
+            theirs = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, min_new_tokens=6,
+                                    do_sample=False)
+        assert tokens == theirs[0, len(prompt):].tolist()
+    assert "one prompt at a time" in made.batching
+
+
+def test_a_changed_weight_is_traced_to_its_layer(exported: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    model, folder = exported
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    proto = onnx.load(str(broken / "prefill.onnx"))
+    # the prefill graph's key projection of layer 1, found by the module scope the exporter records on each node
+    node = next(n for n in proto.graph.node if n.op_type == "MatMul" and any(
+        p.key == "pkg.torch.onnx.name_scopes" and "model.layers.1.self_attn.k_proj" in ast.literal_eval(p.value)
+        for p in n.metadata_props))
+    weight = next(i for i in proto.graph.initializer if i.name in node.input)
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * np.float32(1.5), weight.name))
+    (broken / "prefill.onnx.data").unlink()
+    onnx.save_model(proto, str(broken / "prefill.onnx"), save_as_external_data=True, location="prefill.onnx.data")
+    report = onnx_nb.check_parity(model, broken, progress=False)
+    assert not report
+    status = {(r.output, r.shape): r.status for r in report.rows}
+    assert status[("layer 0 keys", "after the prefill")] == "pass"
+    assert status[("layer 1 keys", "after the prefill")] == "fail"
+    assert any(n.startswith("First layer off on cpu: layer 1 (after the prefill)") for n in report.notes), report.notes
+
+
+def test_other_folders_are_refused_with_what_to_pass(exported: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
+    folder = exported[1]
+    genai = tmp_path / "genai"
+    genai.mkdir()
+    (genai / "genai_config.json").write_text("{}")
+    with pytest.raises(onnx_nb.OnnxNbError, match=r"onnxruntime-genai's builder .*model\.onnx"):
+        onnx_nb.generate(genai, [[1, 2, 3]])
+    with pytest.raises(onnx_nb.OnnxNbError, match="the PyTorch model it came from"):
+        onnx_nb.check_parity(folder)
+    with pytest.raises(onnx_nb.OnnxNbError, match="greedily"):
+        onnx_nb.generate(folder, [[1, 2, 3]], do_sample=True)
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    (bad / "export.json").write_text('{"export_format": "onnx", "components": {"model": {"file": "m.onnx"}}}')
+    with pytest.raises(onnx_nb.OnnxNbError, match="prefill and a decode graph"):
+        onnx_nb.generate(bad, [[1, 2, 3]])
