@@ -378,17 +378,13 @@ def spread_zero_routers(model: Any, config: Any) -> list[str]:
     return spread
 
 
-def one(model_type: str, class_name: str, folder: Path, variants: bool, second: bool = True) -> dict[str, Any]:
-    """Everything about one type (in a child process): the export at the first size PyTorch builds and runs, its
-    tokens for each prompt alone and for the prompts as one batch, then (``second``) the type at :data:`SECOND`."""
+def built(model_type: str, class_name: str, folder: Path, row: dict[str, Any]) -> tuple[Any, list[list[int]],
+                                                                                   list[list[int]]] | None:
+    """The type at the first size PyTorch builds and runs (tiny, else its depth alone), saved in ``folder``, with the
+    prompts inside its vocabulary and PyTorch's greedy tokens for each; None (the reason in ``row``) when it cannot."""
     import torch
     import transformers
 
-    import onnx_nb
-    from onnx_nb.errors import first_line
-
-    row: dict[str, Any] = {"type": model_type, "class": class_name}
-    started = time.perf_counter()
     for size, sizes in (("tiny", TINY), ("depth only", DEPTH)):  # the first that PyTorch builds and runs
         try:
             config = causal_config(model_type, class_name, sizes)
@@ -423,9 +419,23 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool, second: 
             continue
         row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()))
         print("PYTORCH_OK", flush=True)
-        break
-    if row.get("pytorch") != "ok":
+        return model, prompts, torch_tokens
+    return None
+
+
+def one(model_type: str, class_name: str, folder: Path, variants: bool, second: bool = True) -> dict[str, Any]:
+    """Everything about one type (in a child process): the export at the first size PyTorch builds and runs, its
+    tokens for each prompt alone and for the prompts as one batch, then (``second``) the type at :data:`SECOND`."""
+
+    import onnx_nb
+    from onnx_nb.errors import first_line
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name}
+    started = time.perf_counter()
+    made = built(model_type, class_name, folder, row)
+    if made is None:
         return row
+    model, prompts, torch_tokens = made
     result = exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
     if result is None:
         return row
@@ -644,8 +654,11 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
               *seq2seq_section(ROOT / "benchmarks" / "results" / "speech_sweep.json", speech=True)]
     lines += ["", "## Vision-language models", "", *vlm_section(ROOT / "benchmarks" / "results" / "vlm_sweep.json")]
     lines += ["", "## Speech LLMs", "", *speech_llm_section(ROOT / "benchmarks" / "results" / "speech_llm_sweep.json")]
-    import task_sweep  # the encoder tasks' and timm's sweeps (each imports this module: imported here, not above)
+    import exporter_peer_sweep  # the other sweeps import this module: imported here, not above
+    import task_sweep
     import timm_sweep
+
+    lines += ["", "## transformers' own exporter on the same configs", "", *exporter_peer_sweep.section(rows)]
 
     lines += ["", "## Encoder tasks", "", *task_sweep.summary(), "", "## timm image models", "",
               *timm_sweep.section()]
@@ -709,7 +722,7 @@ def _row(r: dict[str, Any]) -> str:
     if r.get("route") == "speech LLM":  # the speech LLM sweep's row: no variants there
         why = "speech LLM route, from clips: " + ("served" if served(r) else (
             r.get("export") if r.get("export") != "ok" else r.get("generate_note") or r.get("generate", "")))
-        return (f"| {r['type']} | {r['class']} | {_cell(r.get('export'))} | {_cell(r.get('generate'))} | | | "
+        return (f"| {r['type']} | {r['class']} | {cell(r.get('export'))} | {cell(r.get('generate'))} | | | "
                 f"{html.escape(str(why)).replace('|', '/')} |")
     if r.get("export") != "ok":
         why = ": ".join(x for x in (r.get("export", "did not finish"), r.get("export_note")) if x)
@@ -723,8 +736,8 @@ def _row(r: dict[str, Any]) -> str:
     if r.get("routers_spread"):
         why = "; ".join(x for x in (why, f"router starts at zero: {len(r['routers_spread'])} given random "
                                           "weights") if x)
-    return (f"| {r['type']} | {r['class']} | {_cell(r.get('export'))} | {_cell(r.get('generate'))} | "
-            f"{_cell(r.get('int8'))} | {_cell(r.get('int4'))} | {html.escape(why).replace('|', '/')} |")
+    return (f"| {r['type']} | {r['class']} | {cell(r.get('export'))} | {cell(r.get('generate'))} | "
+            f"{cell(r.get('int8'))} | {cell(r.get('int4'))} | {html.escape(why).replace('|', '/')} |")
 
 
 def vlm_section(path: Path) -> list[str]:
@@ -802,12 +815,12 @@ def media_rows(rows: list[dict[str, Any]], column: str, changes: str) -> list[st
         why = "" if served(r) else (r.get("export") if r.get("export") != "ok" else
                                      r.get("generate_note") or r.get("generate", ""))
         said = "yes" if r.get(changes) else ("no" if changes in r else "")
-        lines.append(f"| {r['type']} | {r['class']} | {_cell(r.get('export'))} | {r.get(column, '')} | "
-                     f"{_cell(r.get('generate'))} | {said} | {html.escape(str(why or '')).replace('|', '/')} |")
+        lines.append(f"| {r['type']} | {r['class']} | {cell(r.get('export'))} | {r.get(column, '')} | "
+                     f"{cell(r.get('generate'))} | {said} | {html.escape(str(why or '')).replace('|', '/')} |")
     return lines
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
     return "✓" if value in ("ok", "same") else ("near-tie" if value == "near-tie" else ("✗" if value else ""))
 
 

@@ -518,7 +518,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     """Rows of a sweep without generation (export, INT8, INT4), with the reason for every gap."""
     import html
 
-    cell = registry_sweep._cell
+    cell = registry_sweep.cell
     lines = ["| type | class | export | INT8 | INT4 | what stopped it |", "|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (not registry_sweep.counted(r), not served(r), r["type"])):
         if not registry_sweep.counted(r):

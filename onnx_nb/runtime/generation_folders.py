@@ -2,9 +2,9 @@
 :func:`onnx_nb.check_parity` and :func:`onnx_nb.generate` work on files onnx-nb did not write.
 
 Read today: transformers' own exporter (``transformers.exporters``: ``ExportedModel.save_pretrained`` writes
-``export.json`` naming a ``prefill`` and a ``decode`` graph, each with its own copy of the weights; the cache goes in
-as ``input.cache.layers.{i}.keys`` / ``.values`` and comes out as ``cache.layers.{i}...`` (prefill) or
-``output.cache.layers.{i}...`` (decode); an attention mask only where the export's sample was a padded batch).
+``export.json`` naming a ``prefill`` and a ``decode`` graph, each with its own copy of the weights, and the model's
+``config.json``; every leaf of the traced call is an input by its path, the cache's included, and an attention mask
+only where the export's sample was a padded batch), run by transformers' own runner over onnx-nb's sessions.
 Recognised and refused with what to pass instead: onnxruntime-genai's builder (``genai_config.json``), Optimum's ONNX
 layout (``decoder_model_merged.onnx``) and a transformers.js folder (``onnx/``): their decoder file is one onnx-nb
 reads as a file."""
@@ -12,7 +12,6 @@ reads as a file."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ import numpy as np
 from ..errors import InvalidArgumentError, InvalidModelError
 
 EXPORTER = "transformers.exporters"
-LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.(keys|values)$")  # a cache tensor of transformers' exporter, by layer
 OTHERS = {  # a tool's marker file and the decoder file in it that onnx-nb reads as a file
     "genai_config.json": ("onnxruntime-genai's builder", "model.onnx"),
     "decoder_model_merged.onnx": ("Optimum's ONNX exporter", "decoder_model_merged.onnx"),
@@ -55,10 +53,15 @@ def open_folder(path: Any, provider: str = "CPUExecutionProvider", threads: int 
 
 
 class ExporterFolder:
-    """transformers' exporter's ``prefill`` and ``decode`` graphs, one ONNX Runtime session each; the cache as a
-    dict of the exporter's names (``cache.layers.{i}.keys``)."""
+    """transformers' exporter's ``prefill`` and ``decode`` graphs, each in an onnx-nb session on the provider asked,
+    driven by transformers' own runner for them (``OnnxModelRunner``: the exporter's names for every leaf of the
+    traced call, its cache rebuilt as the model's own ``DynamicCache``), so the folder runs by its own protocol."""
 
     def __init__(self, folder: Path, provider: str, threads: int | None) -> None:
+        from transformers import AutoConfig
+        from transformers.exporters.metadata import ExportMetadata
+        from transformers.exporters.runners.runner_onnx import OnnxModelRunner
+
         from . import sessions
 
         try:
@@ -72,19 +75,26 @@ class ExporterFolder:
                 f"{folder} holds transformers' exporter's {manifest.get('export_format')!r} export of "
                 f"{', '.join(components)}: onnx-nb runs its ONNX generation export (export_for_generation: a prefill "
                 "and a decode graph).")
+        if not (folder / "config.json").is_file():
+            raise InvalidModelError(f"{folder} has no config.json: transformers' exporter saves the model's config "
+                                    "beside its graphs, and the cache is built from it.")
         self.folder, self.manifest = folder, manifest
-        meta = components["prefill"].get("metadata", {})
-        self.architecture = str(meta.get("architecture") or "")
-        self.versions = dict(meta.get("packages") or {})
+        self.config = AutoConfig.from_pretrained(folder)
+        meta = {name: components[name].get("metadata", {}) for name in ("prefill", "decode")}
+        self.architecture = str(meta["prefill"].get("architecture") or "")
+        self.versions = dict(meta["prefill"].get("packages") or {})
+        self.kwargs = {name: dict(m.get("kwargs") or {}) for name, m in meta.items()}
+        caches = {str(v["container"]) for m in self.kwargs.values() for v in m.values()
+                  if isinstance(v, dict) and v.get("container")}
+        if caches - {"DynamicCache"}:
+            raise InvalidModelError(f"{folder}: its graphs carry a {', '.join(sorted(caches))}; onnx-nb drives "
+                                    "transformers' exporter's folders whose cache is a DynamicCache.")
         self.files = {name: folder / components[name]["file"] for name in ("prefill", "decode")}
-        self.sessions = {name: sessions.session(path, provider, threads=threads) for name, path in self.files.items()}
-        decode_inputs = [i.name for i in self.sessions["decode"].get_inputs()]
+        self.runners = {name: OnnxModelRunner(ExportMetadata.from_dict(meta[name]),
+                                              sessions.session(path, provider, threads=threads))
+                        for name, path in self.files.items()}
+        decode_inputs = [i.name for i in self.runners["decode"].session.get_inputs()]
         self.takes_mask = "attention_mask" in decode_inputs
-        names = sorted((int(m[1]), m[2], n) for n in decode_inputs if (m := LAYER.search(n)))
-        self.layers = 1 + max((i for i, _, _ in names), default=-1)
-        if not names:
-            raise InvalidModelError(f"{self.files['decode']} takes no cache (no cache.layers.N.keys input): it is not "
-                                    "transformers' exporter's decode graph.")
 
     @property
     def weight_bytes(self) -> dict[str, int]:
@@ -93,43 +103,48 @@ class ExporterFolder:
 
         return {name: file_bytes(path) for name, path in self.files.items()}
 
-    def _run(self, name: str, ids: np.ndarray, past: int, cache: dict[str, np.ndarray]) -> tuple[np.ndarray,
-                                                                                               dict[str, np.ndarray]]:
-        session = self.sessions[name]
+    def _run(self, name: str, ids: np.ndarray, past: int, cache: Any) -> tuple[np.ndarray, Any]:
+        import torch
+
         total = past + ids.shape[1]
-        given = {"input_ids": ids.astype(np.int64),
-                 "attention_mask": np.ones((ids.shape[0], total), np.int64),
-                 "position_ids": np.broadcast_to(np.arange(past, total, dtype=np.int64), ids.shape).copy(),
-                 "cache_position": np.arange(past, total, dtype=np.int64)}
-        feed = {}
-        for spec in session.get_inputs():
-            key = spec.name.removeprefix("input.")
-            value = given.get(spec.name, cache.get(key))
-            if value is None:
-                raise InvalidModelError(f"{self.files[name].name} takes {spec.name}, which transformers' exporter's "
-                                        "generation protocol does not give (input_ids, position_ids, its cache).")
-            feed[spec.name] = value
-        out = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
-        logits = out.pop("logits")
-        return logits, {k.removeprefix("output."): v for k, v in out.items()}
+        given = {"input_ids": torch.from_numpy(ids.astype(np.int64)),
+                 "attention_mask": torch.ones((ids.shape[0], total), dtype=torch.long),
+                 "position_ids": torch.arange(past, total).expand(ids.shape[0], -1).contiguous(),
+                 "cache_position": torch.arange(past, total)}
+        kwargs = {}
+        for key, spec in self.kwargs[name].items():
+            if isinstance(spec, dict) and spec.get("container"):
+                kwargs[key] = cache
+            elif key in given:
+                kwargs[key] = given[key]
+            else:
+                raise InvalidModelError(f"{self.files[name].name} was traced with {key}, which a generation step does "
+                                        "not give (input_ids, attention_mask, position_ids, its cache).")
+        out = self.runners[name](**kwargs)
+        after = next((v for v in (getattr(out, n, None) for n in ("cache", "past_key_values")) if v is not None),
+                     cache)
+        return out.logits.float().numpy(), after
 
-    def prefill(self, ids: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def empty_cache(self) -> Any:
+        """The model's own cache before the first token (its config's layer types: full or sliding attention)."""
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.config)
+
+    def prefill(self, ids: np.ndarray) -> tuple[np.ndarray, Any]:
         """The prompt's logits and the cache after it (one prompt: the graphs take no mask unless exported padded)."""
-        return self._run("prefill", ids, 0, {})
+        return self._run("prefill", ids, 0, self.empty_cache())
 
-    def decode(self, token: np.ndarray, cache: dict[str, np.ndarray], past: int) -> tuple[np.ndarray,
-                                                                                          dict[str, np.ndarray]]:
+    def decode(self, token: np.ndarray, cache: Any, past: int) -> tuple[np.ndarray, Any]:
         """The next token's logits after ``past`` tokens held in ``cache``, and the cache with it."""
         return self._run("decode", token, past, cache)
 
-    def by_layer(self, cache: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``[(keys, values)]`` per layer, in layer order."""
-        found: dict[int, dict[str, np.ndarray]] = {}
-        for name, value in cache.items():
-            m = LAYER.search(name)
-            if m:
-                found.setdefault(int(m[1]), {})[m[2]] = value
-        return [(found[i]["keys"], found[i]["values"]) for i in sorted(found)]
+    @staticmethod
+    def by_layer(cache: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``[(keys, values)]`` per layer that holds them, in layer order."""
+        return [(layer.keys.float().numpy().copy(), layer.values.float().numpy().copy())
+                for layer in getattr(cache, "layers", [])
+                if getattr(layer, "keys", None) is not None and layer.keys.numel()]
 
     def greedy(self, prompt: list[int], max_new_tokens: int, eos: set[int] | None = None) -> tuple[list[int],
                                                                                                    float, list[float]]:

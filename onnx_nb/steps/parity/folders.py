@@ -138,7 +138,7 @@ def _forced(model: Any, runs: ExporterFolder, prompts: list[list[int]], continua
         logits, cache = runs.prefill(ids.numpy())
         past = cache_of(ref)
         pairs = [(logits[:, -1], ref.logits[:, -1].float().numpy())]
-        if index == 0:
+        if index == 0 and runs.by_layer(cache):  # keys and values by layer (other states: judged by the logits)
             ends["after the prefill"] = (runs.by_layer(cache), _snapshot(past))
         for step, token in enumerate(cont[:-1]):
             nxt = torch.tensor([[token]])
@@ -149,7 +149,7 @@ def _forced(model: Any, runs: ExporterFolder, prompts: list[list[int]], continua
             past = cache_of(ref)
             logits, cache = runs.decode(nxt.numpy(), cache, len(prompt) + step)
             pairs.append((logits[:, -1], ref.logits[:, -1].float().numpy()))
-        if index == 0 and len(cont) > 1:
+        if index == 0 and runs.by_layer(cache) and len(cont) > 1:
             ends[f"after {len(cont) - 1} decode steps"] = (runs.by_layer(cache), _snapshot(past))
         for step, pair in enumerate(pairs):
             if step == len(steps):
