@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ import torch
 
 import onnx_nb
 import tiny_models
+from onnx_nb.frontends import demo_tasks
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +81,11 @@ def test_a_changed_weight_is_traced_to_its_layer(exported: tuple[torch.nn.Module
 
 def test_other_folders_are_refused_with_what_to_pass(exported: tuple[torch.nn.Module, Path], tmp_path: Path) -> None:
     folder = exported[1]
-    genai = tmp_path / "genai"
-    genai.mkdir()
-    (genai / "genai_config.json").write_text("{}")
-    with pytest.raises(onnx_nb.OnnxNbError, match=r"onnxruntime-genai's builder .*model\.onnx"):
-        onnx_nb.generate(genai, [[1, 2, 3]])
+    optimum = tmp_path / "optimum"
+    optimum.mkdir()
+    (optimum / "decoder_model_merged.onnx").write_bytes(b"")
+    with pytest.raises(onnx_nb.OnnxNbError, match=r"Optimum's ONNX exporter .*decoder_model_merged\.onnx"):
+        onnx_nb.generate(optimum, [[1, 2, 3]])
     with pytest.raises(onnx_nb.OnnxNbError, match="the PyTorch model it came from"):
         onnx_nb.check_parity(folder)
     with pytest.raises(onnx_nb.OnnxNbError, match="greedily"):
@@ -92,3 +95,24 @@ def test_other_folders_are_refused_with_what_to_pass(exported: tuple[torch.nn.Mo
     (bad / "export.json").write_text('{"export_format": "onnx", "components": {"model": {"file": "m.onnx"}}}')
     with pytest.raises(onnx_nb.OnnxNbError, match="prefill and a decode graph"):
         onnx_nb.generate(bad, [[1, 2, 3]])
+
+
+def test_onnxruntime_genai_builders_folder_is_checked_and_generates(tmp_path: Path) -> None:
+    import transformers
+
+    folder = demo_tasks.docs_lm(tmp_path / "hf", steps=10)  # a Llama with its own tokenizer (the builder reads it)
+    out = tmp_path / "genai"
+    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(folder), "-o", str(out),
+                    "-p", "fp32", "-e", "cpu", "-c", str(tmp_path / "cache")], check=True, cwd=tmp_path,
+                   capture_output=True)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    report = onnx_nb.check_parity(model, out, progress=False)
+    assert report, repr(report)
+    assert {"layer 0 keys", "layer 1 values"} <= {r.output for r in report.rows}
+    assert any("onnxruntime-genai's builder" in n for n in report.notes)
+    prompt = [5, 17, 42, 9]
+    with torch.no_grad():
+        ids = torch.tensor([prompt])
+        theirs = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, min_new_tokens=6,
+                                do_sample=False)[0, len(prompt):].tolist()
+    assert onnx_nb.generate(out, [prompt], max_new_tokens=6, eos_token_id=-1).tokens == [theirs]

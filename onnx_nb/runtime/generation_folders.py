@@ -5,9 +5,9 @@ Read today: transformers' own exporter (``transformers.exporters``: ``ExportedMo
 ``export.json`` naming a ``prefill`` and a ``decode`` graph, each with its own copy of the weights, and the model's
 ``config.json``; every leaf of the traced call is an input by its path, the cache's included, and an attention mask
 only where the export's sample was a padded batch), run by transformers' own runner over onnx-nb's sessions.
-Recognised and refused with what to pass instead: onnxruntime-genai's builder (``genai_config.json``), Optimum's ONNX
-layout (``decoder_model_merged.onnx``) and a transformers.js folder (``onnx/``): their decoder file is one onnx-nb
-reads as a file."""
+onnxruntime-genai's builder's folder (``genai_config.json``) is its ``model.onnx`` (:func:`decoder_file`), which
+onnx-nb's own step runner drives. Recognised and refused with what to pass instead: Optimum's ONNX layout
+(``decoder_model_merged.onnx``) and a transformers.js folder (``onnx/``)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ import numpy as np
 from ..errors import InvalidArgumentError, InvalidModelError
 
 EXPORTER = "transformers.exporters"
+GENAI = "onnxruntime-genai's builder"
 OTHERS = {  # a tool's marker file and the decoder file in it that onnx-nb reads as a file
-    "genai_config.json": ("onnxruntime-genai's builder", "model.onnx"),
+    "genai_config.json": (GENAI, "model.onnx"),
     "decoder_model_merged.onnx": ("Optimum's ONNX exporter", "decoder_model_merged.onnx"),
     "onnx/model.onnx": ("a transformers.js folder", "onnx/model.onnx"),
 }
@@ -35,6 +36,12 @@ def folder_tool(path: Any) -> str | None:
     if (folder / "export.json").is_file():
         return EXPORTER
     return next((tool for marker, (tool, _) in OTHERS.items() if (folder / marker).is_file()), None)
+
+
+def decoder_file(path: Any) -> Path | None:
+    """The one decoder file (with its cache) of a folder whose tool writes one: onnxruntime-genai's builder's
+    ``model.onnx``, which onnx-nb's own runner drives; None for any other folder."""
+    return Path(path) / OTHERS["genai_config.json"][1] if folder_tool(path) == GENAI else None
 
 
 def open_folder(path: Any, provider: str = "CPUExecutionProvider", threads: int | None = None) -> ExporterFolder:
@@ -78,7 +85,7 @@ class ExporterFolder:
         if not (folder / "config.json").is_file():
             raise InvalidModelError(f"{folder} has no config.json: transformers' exporter saves the model's config "
                                     "beside its graphs, and the cache is built from it.")
-        self.folder, self.manifest = folder, manifest
+        self.folder, self.manifest, self.tool = folder, manifest, EXPORTER
         self.config = AutoConfig.from_pretrained(folder)
         meta = {name: components[name].get("metadata", {}) for name in ("prefill", "decode")}
         self.architecture = str(meta["prefill"].get("architecture") or "")
@@ -148,18 +155,25 @@ class ExporterFolder:
 
     def greedy(self, prompt: list[int], max_new_tokens: int, eos: set[int] | None = None) -> tuple[list[int],
                                                                                                    float, list[float]]:
-        """Greedy new tokens after ``prompt`` (stopped at ``eos``, kept), the prefill's ms and each step's."""
-        import time
+        """Greedy new tokens after ``prompt`` (:func:`greedy`)."""
+        return greedy(self, prompt, max_new_tokens, eos)
 
+
+def greedy(runs: Any, prompt: list[int], max_new_tokens: int, eos: set[int] | None = None) -> tuple[list[int], float,
+                                                                                                  list[float]]:
+    """Greedy new tokens after ``prompt`` from anything with ``prefill(ids)`` and ``decode(token, cache, past)``
+    (stopped at ``eos``, kept), the prefill's ms and each later step's."""
+    import time
+
+    start = time.perf_counter()
+    logits, cache = runs.prefill(np.array([prompt], np.int64))
+    first = (time.perf_counter() - start) * 1e3
+    tokens: list[int] = []
+    steps: list[float] = []
+    while True:
+        tokens.append(int(logits[0, -1].argmax()))
+        if len(tokens) == max_new_tokens or tokens[-1] in (eos or set()):
+            return tokens, first, steps
         start = time.perf_counter()
-        logits, cache = self.prefill(np.array([prompt], np.int64))
-        first = (time.perf_counter() - start) * 1e3
-        tokens: list[int] = []
-        steps: list[float] = []
-        while True:
-            tokens.append(int(logits[0, -1].argmax()))
-            if len(tokens) == max_new_tokens or tokens[-1] in (eos or set()):
-                return tokens, first, steps
-            start = time.perf_counter()
-            logits, cache = self.decode(np.array([[tokens[-1]]], np.int64), cache, len(prompt) + len(tokens) - 1)
-            steps.append((time.perf_counter() - start) * 1e3)
+        logits, cache = runs.decode(np.array([[tokens[-1]]], np.int64), cache, len(prompt) + len(tokens) - 1)
+        steps.append((time.perf_counter() - start) * 1e3)

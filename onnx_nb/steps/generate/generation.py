@@ -74,7 +74,8 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     own ``generate()`` over the files (:func:`onnx_nb.to_transformers`), which runs every setting.
 
     A folder transformers' exporter wrote (``export.json``: its prefill and decode graphs) generates greedily, one
-    prompt at a time, by its own protocol (:mod:`onnx_nb.runtime.generation_folders`).
+    prompt at a time, by its own protocol (:mod:`onnx_nb.runtime.generation_folders`); onnxruntime-genai's
+    builder's folder runs as its ``model.onnx`` does.
 
     A vision-language model's export (``onnx_nb.export`` of an image-text-to-text model) takes its images as
     ``images=`` (the processor's output, pixel values, or pictures when the processor was saved with the model)
@@ -86,13 +87,14 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         r = onnx_nb.export("facebook/bart-base")
         onnx_nb.generate(r, "A long article ...", max_new_tokens=40, num_beams=4).text
     """
-    from ...runtime.generation_folders import folder_tool
+    from ...runtime.generation_folders import decoder_file, folder_tool
     from ...runtime.providers import providers_named
     from ..export.adapters.registry import shape_of
     from .genai import check_runtime
 
     if max_new_tokens < 1:
         raise InvalidArgumentError("max_new_tokens must be at least 1.")
+    model = decoder_file(model) or model  # onnxruntime-genai's builder's folder: its decoder file
     if folder_tool(model):
         return folder_generate(model, inputs, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
                                provider=provider, tokenizer=tokenizer, threads=threads, do_sample=do_sample, **settings)

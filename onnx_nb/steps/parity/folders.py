@@ -13,10 +13,68 @@ import numpy as np
 import torch
 
 from ...errors import InvalidArgumentError, first_line
-from ...runtime.generation_folders import ExporterFolder, open_folder
+from ...runtime.generation_folders import GENAI, ExporterFolder, decoder_file, folder_tool, greedy, open_folder
 from ..export.caches.hf_names import cache_kwargs, cache_of
 from .generation import compare_tokens, torch_greedy
 from .probes import default_prompts
+
+
+class DecoderFileRuns:
+    """onnxruntime-genai's builder's ``model.onnx`` (one graph, the cache as ``past_key_values.N.key`` / ``.value``,
+    an attention mask) in onnx-nb's own step runner, with :class:`ExporterFolder`'s interface."""
+
+    def __init__(self, path: Path, provider: str, tool: str) -> None:
+        import json
+
+        from ..generate.runners import decoder_for
+
+        self.decoder, self.tool = decoder_for(path, provider), tool
+        self.files = {"decoder": path}
+        self.takes_mask = "attention_mask" in self.decoder.input_names
+        config = path.parent / "genai_config.json"
+        version = json.loads(config.read_text()).get("model", {}).get("type", "") if config.is_file() else ""
+        self.versions = {"model type": version} if version else {}
+
+    @property
+    def weight_bytes(self) -> dict[str, int]:
+        from ...runtime.onnxfile import file_bytes
+
+        return {"decoder": file_bytes(self.files["decoder"])}
+
+    def prefill(self, ids: np.ndarray) -> tuple[np.ndarray, Any]:
+        return self.decoder.step(ids, np.ones(ids.shape, np.int64), self.decoder.empty_cache(ids.shape[0]))
+
+    def decode(self, token: np.ndarray, cache: Any, past: int) -> tuple[np.ndarray, Any]:
+        return self.decoder.step(token, np.ones((token.shape[0], past + token.shape[1]), np.int64), cache)
+
+    @staticmethod
+    def by_layer(cache: dict[str, Any]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``[(keys, values)]`` per layer: the cache's arrays, or a GroupQueryAttention file's shared buffers (ONNX
+        Runtime values) up to the positions filled."""
+        import re
+
+        items = cache
+        if isinstance(cache.get("buffers"), dict):  # onnx-nb's shared-buffer runner (one prompt: no padding)
+            filled = int(cache["top"]) + int(cache.get("added", 0))  # the prompt's positions, then each step's
+            items = {n: np.asarray(v.numpy() if hasattr(v, "numpy") else v)[:, :, :filled]
+                     for n, v in cache["buffers"].items()}
+        found: dict[int, dict[str, np.ndarray]] = {}
+        for name, value in items.items():
+            m = re.search(r"\.(\d+)\.(key|value)$", name)
+            if m:
+                found.setdefault(int(m[1]), {})[m[2]] = np.array(value)
+        return [(found[i]["key"], found[i]["value"]) for i in sorted(found) if {"key", "value"} <= set(found[i])]
+
+    def greedy(self, prompt: list[int], max_new_tokens: int, eos: set[int] | None = None) -> tuple[list[int],
+                                                                                                   float, list[float]]:
+        return greedy(self, prompt, max_new_tokens, eos)
+
+
+def runs_for(target: Any, provider: str) -> ExporterFolder | DecoderFileRuns:
+    """How a folder another tool wrote runs: transformers' exporter's by its own runner, onnxruntime-genai's
+    builder's decoder file by onnx-nb's step runner; the others refused with the file to pass."""
+    file = decoder_file(target)
+    return DecoderFileRuns(file, provider, GENAI) if file is not None else open_folder(target, provider)
 
 
 def torch_reference(reference: Any) -> Any:
@@ -84,8 +142,8 @@ def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | Non
         for p in live:
             bar.step(f"{Path(folder).name} on {p.short}")
             try:
-                runs = open_folder(folder, p.name)
-                precision = precision_of(load_proto(runs.files["decode"]))
+                runs = runs_for(folder, p.name)
+                precision = precision_of(load_proto(list(runs.files.values())[-1]))
                 tol = tolerance_for(precision, "logits", None, None, None)
                 steps, ends = _forced(model, runs, prompts, reference_tokens)
             except InvalidArgumentError:
@@ -125,7 +183,10 @@ def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | Non
                    precision, this_cpu().label)
 
 
-def _forced(model: Any, runs: ExporterFolder, prompts: list[list[int]], continuations: list[list[int]]) -> tuple[
+Runs = ExporterFolder | DecoderFileRuns  # a folder another tool wrote, as a step runner
+
+
+def _forced(model: Any, runs: Runs, prompts: list[list[int]], continuations: list[list[int]]) -> tuple[
         list[list[tuple[np.ndarray, np.ndarray]]], dict[str, Any]]:
     """Per step, each prompt's (file's logits, PyTorch's) with both fed PyTorch's tokens; and the first prompt's
     caches on both sides after the prefill and after the last step (the file's by layer, PyTorch's cache)."""
@@ -171,22 +232,24 @@ def _logits_at(model: Any, prompt: list[int], prefix: list[int]) -> torch.Tensor
         return model(input_ids=torch.tensor([prompt + prefix])).logits[0, -1].float()
 
 
-def _report(folder: Any, model: Any, runs: ExporterFolder | None, rows: list[Any], checks: list[Any],
+def _report(folder: Any, model: Any, runs: Runs | None, rows: list[Any], checks: list[Any],
             bad_layers: dict[str, list[str]], prompts: list[list[int]], max_new_tokens: int, precision: str,
             cpu: str) -> Any:
     from ...render import human_bytes
     from ...results.parity import ParityReport
 
     identical = sum(c.first_difference is None for c in checks)
-    notes = [f"Generation parity of {Path(folder).name}, written by transformers.exporters"
+    notes = [f"Generation parity of {Path(folder).name}, written by {runs.tool if runs else folder_tool(folder)}"
              + (f" ({', '.join(f'{k} {v}' for k, v in runs.versions.items())})" if runs and runs.versions else "")
              + f": {len(prompts)} prompts, one at a time, {max_new_tokens} greedy tokens each against PyTorch "
              f"generate(): {identical} of {len(checks)} identical."]
     if runs is not None:
         sizes = ", ".join(f"{runs.files[k].name} {human_bytes(v)}" for k, v in runs.weight_bytes.items())
-        notes.append(f"Two graphs, each with its own copy of the weights: {sizes}; "
+        graphs = "Two graphs, each with its own copy of the weights" if len(runs.files) > 1 else \
+            "One graph for the prompt and every step"
+        notes.append(f"{graphs}: {sizes}; "
                      + ("an attention mask: padded batches run." if runs.takes_mask else
-                        "no attention mask: a padded batch cannot run (prompts one at a time)."))
+                        "no attention mask: a padded batch cannot run (prompts one at a time here)."))
     for provider, where in bad_layers.items():
         notes.append(f"First layer off on {provider}: {'; '.join(where)} (the layers before it match PyTorch).")
     return ParityReport(model=Path(folder).name, reference=f"PyTorch {type(model).__name__} (generate, with cache)",
