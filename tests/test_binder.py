@@ -45,7 +45,7 @@ def test_requirements_agree_with_pyproject() -> None:
     extras = re.search(r"\[(.*)\]", editable).group(1).split(",")  # type: ignore[union-attr]
     assert all(e in project["optional-dependencies"] for e in extras)
     assert extras == ["tutorials"], "Binder installs what the tutorials import and no more"
-    for needed in ("hf", "notebook", "demo", "genai"):  # what tutorials 01-04, 06, 07 and 11 import
+    for needed in ("hf", "notebook", "demo", "genai"):  # what tutorials 01-04, 06, 07, 11 and 13 import
         assert needed in " ".join(project["optional-dependencies"]["tutorials"])
 
 
@@ -57,7 +57,8 @@ def test_tutorials_only_import_what_binder_installs() -> None:
 
     project = pyproject()["project"]
     allowed = {"os", "tempfile", "numpy", "torch", "transformers", "onnx", "onnx_nb", "pandas", "sys", "pathlib",
-               "json", "string", "base64", "io", "shutil", "importlib", "random",  # the standard library
+               "json", "string", "base64", "io", "shutil", "importlib", "random", "subprocess", "time", "contextlib",
+               "logging", "warnings",  # the standard library
                "IPython",  # Jupyter's
                "onnxruntime", "PIL"}  # a dependency of onnx-nb, and pillow in the tutorials extra
     of_extra = {"openvino": {"openvino"}, "diffusion": {"diffusers"}, "vision": {"ultralytics"},

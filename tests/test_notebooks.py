@@ -107,7 +107,7 @@ def test_all_tutorials_are_tested() -> None:
         ["01_quickstart.ipynb", "02_huggingface_tasks.ipynb", "03_debugging_parity.ipynb",
          "04_quantization_autotune.ipynb", "05_providers_latency.ipynb", "06_generation.ipynb",
          "07_browser.ipynb", "08_diffusion.ipynb", "09_yolo.ipynb", "10_beyond_pytorch.ipynb",
-         "11_vision_language.ipynb", "12_evaluation.ipynb"])
+         "11_vision_language.ipynb", "12_evaluation.ipynb", "13_other_tools.ipynb"])
 
 
 @pytest.mark.lower_bounds
@@ -379,3 +379,12 @@ def test_evaluation_tutorial(tmp_path: Path) -> None:
     assert "Chosen by accuracy" in text(by_source(cells, "tuned = onnx_nb.autotune"))
     harness = text(by_source(cells, "import json"))
     assert harness.count("accuracy 0.") == 3, harness
+
+
+def test_other_tools_tutorial(tmp_path: Path) -> None:
+    cells = execute("13_other_tools.ipynb", tmp_path)
+    table = text(by_source(cells, "prompt = "))
+    for tool in ("onnx-nb", "onnx-nb optimized", "transformers.exporters", "onnxruntime-genai"):
+        assert tool in table, table
+    assert "FAILED" not in table and "PASSED" in table, table
+    assert "OnnxExporter is experimental" not in text(by_source(cells, "import contextlib"))  # its notes hidden
