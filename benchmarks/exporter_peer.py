@@ -2,7 +2,8 @@
 Llama-shaped model (768 wide, 12 layers, random weights, the demo LM's 512-token tokenizer so the builder has one),
 each tool's files made in a process of its own (seconds, peak resident memory), then each loaded in a fresh process
 (peak memory at load), its prefill and per-token time through ``onnx_nb.generate`` (32-token prompt, 32 greedy
-tokens; an untimed run first, rounds in a shuffled order, medians), its disk size, and its verdict from
+tokens; an untimed run first, rounds in a shuffled order, medians: onnx-nb's and the builder's files in onnx-nb's step
+loop, the exporter's folder through transformers' own runner), its disk size, and its verdict from
 ``onnx_nb.check_parity`` against PyTorch (onnx-nb's file by its export, the others' folders by the model).
 
     .venv/bin/python benchmarks/exporter_peer.py [--layers 12] [--rounds 3] [--work /tmp/exporter-peer]

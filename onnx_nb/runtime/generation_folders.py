@@ -39,9 +39,17 @@ def folder_tool(path: Any) -> str | None:
 
 
 def decoder_file(path: Any) -> Path | None:
-    """The one decoder file (with its cache) of a folder whose tool writes one: onnxruntime-genai's builder's
-    ``model.onnx``, which onnx-nb's own runner drives; None for any other folder."""
-    return Path(path) / OTHERS["genai_config.json"][1] if folder_tool(path) == GENAI else None
+    """The one decoder file (with its cache) of a folder whose tool writes one: onnxruntime-genai's builder's (the
+    file its ``genai_config.json`` names, ``model.onnx`` by default), which onnx-nb's own runner drives; None for any
+    other folder."""
+    if folder_tool(path) != GENAI:
+        return None
+    try:
+        config = json.loads((Path(path) / "genai_config.json").read_text())
+        name = str(config["model"]["decoder"].get("filename") or OTHERS["genai_config.json"][1])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        name = OTHERS["genai_config.json"][1]
+    return Path(path) / name
 
 
 def open_folder(path: Any, provider: str = "CPUExecutionProvider", threads: int | None = None) -> ExporterFolder:
@@ -53,7 +61,8 @@ def open_folder(path: Any, provider: str = "CPUExecutionProvider", threads: int 
         if tool == name:
             raise InvalidArgumentError(
                 f"{path} was written by {name} ({marker}): pass its decoder file, {Path(path) / file}, which onnx-nb "
-                "reads as a file; folders read whole are transformers' exporter's (export.json).")
+                "reads as a file; the folders read whole are transformers' exporter's (export.json) and "
+                "onnxruntime-genai's builder's (genai_config.json).")
     raise InvalidModelError(
         f"{path} is a folder with no generation layout onnx-nb knows: transformers' exporter writes export.json, "
         "onnxruntime-genai's builder genai_config.json, Optimum decoder_model_merged.onnx. Pass a .onnx file instead.")
@@ -65,16 +74,22 @@ class ExporterFolder:
     traced call, its cache rebuilt as the model's own ``DynamicCache``), so the folder runs by its own protocol."""
 
     def __init__(self, folder: Path, provider: str, threads: int | None) -> None:
-        from transformers import AutoConfig
-        from transformers.exporters.metadata import ExportMetadata
-        from transformers.exporters.runners.runner_onnx import OnnxModelRunner
+        try:
+            from transformers import AutoConfig
+            from transformers.exporters.metadata import ExportMetadata
+            from transformers.exporters.runners.runner_onnx import OnnxModelRunner
+        except ImportError as exc:
+            raise InvalidArgumentError(f"{folder} was written by transformers' exporter, whose runner reads it: this "
+                                       f"transformers has none ({exc}); pip install -U transformers.") from None
 
         from . import sessions
 
         try:
             manifest = json.loads((folder / "export.json").read_text())
-            components = manifest["components"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            components = dict(manifest["components"])
+            files = {name: folder / str(components[name]["file"]) for name in ("prefill", "decode")
+                     if name in components}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InvalidModelError(f"{folder / 'export.json'} is not transformers' exporter's manifest: {exc}.") \
                 from None
         if manifest.get("export_format", "onnx") != "onnx" or not {"prefill", "decode"} <= set(components):
@@ -92,11 +107,11 @@ class ExporterFolder:
         self.versions = dict(meta["prefill"].get("packages") or {})
         self.kwargs = {name: dict(m.get("kwargs") or {}) for name, m in meta.items()}
         caches = {str(v["container"]) for m in self.kwargs.values() for v in m.values()
-                  if isinstance(v, dict) and v.get("container")}
+                  if isinstance(v, dict) and v.get("container") not in (None, "NoneType")}
         if caches - {"DynamicCache"}:
             raise InvalidModelError(f"{folder}: its graphs carry a {', '.join(sorted(caches))}; onnx-nb drives "
                                     "transformers' exporter's folders whose cache is a DynamicCache.")
-        self.files = {name: folder / components[name]["file"] for name in ("prefill", "decode")}
+        self.files = files
         self.runners = {name: OnnxModelRunner(ExportMetadata.from_dict(meta[name]),
                                               sessions.session(path, provider, threads=threads))
                         for name, path in self.files.items()}
@@ -130,7 +145,7 @@ class ExporterFolder:
         out = self.runners[name](**kwargs)
         after = next((v for v in (getattr(out, n, None) for n in ("cache", "past_key_values")) if v is not None),
                      cache)
-        return out.logits.float().numpy(), after
+        return out.logits.detach().float().cpu().numpy(), after
 
     def empty_cache(self) -> Any:
         """The model's own cache before the first token (its config's layer types: full or sliding attention)."""
@@ -147,11 +162,16 @@ class ExporterFolder:
         return self._run("decode", token, past, cache)
 
     @staticmethod
-    def by_layer(cache: Any) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``[(keys, values)]`` per layer that holds them, in layer order."""
-        return [(layer.keys.float().numpy().copy(), layer.values.float().numpy().copy())
-                for layer in getattr(cache, "layers", [])
-                if getattr(layer, "keys", None) is not None and layer.keys.numel()]
+    def by_layer(cache: Any) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """``{layer: (keys, values)}`` for the layers that hold them (others hold states the logits judge)."""
+        import torch
+
+        def host(t: Any) -> np.ndarray:
+            return t.detach().float().cpu().numpy().copy()
+
+        layers = getattr(cache, "layers", None) or []
+        return {i: (host(layer.keys), host(layer.values)) for i, layer in enumerate(layers)
+                if isinstance(getattr(layer, "keys", None), torch.Tensor) and layer.keys.numel()}
 
     def greedy(self, prompt: list[int], max_new_tokens: int, eos: set[int] | None = None) -> tuple[list[int],
                                                                                                    float, list[float]]:

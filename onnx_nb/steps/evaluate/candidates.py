@@ -237,10 +237,11 @@ def candidates(models: Any, *, pytorch: bool | str = "auto", provider: str = "cp
 
         if importlib.util.find_spec("openvino") is None:
             raise InvalidArgumentError("openvino=True needs the OpenVINO runtime: pip install 'onnx-nb[openvino]'.")
+        runs = [c for c in rows if not c.is_torch and not _runs_export(c, rows)]
+        named = {c.name for c in runs}
         rows += [Candidate(openvino_name(c.name), c.model, c.path, c.export,
-                           openvino_name(c.parent) if c.parent else "", provider, "openvino",
-                           substitute=substitute)
-                 for c in list(rows) if not c.is_torch and not _runs_export(c, rows)]
+                           openvino_name(c.parent) if c.parent in named else "", provider, "openvino",
+                           substitute=substitute) for c in runs]
     return rows
 
 

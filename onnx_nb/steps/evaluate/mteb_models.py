@@ -44,6 +44,11 @@ def mteb_model(model: Any, *, pytorch: bool = False, openvino: bool = False, tok
         raise InvalidArgumentError("mteb_model() needs MTEB: pip install mteb") from exc
     from ..benchmark.benchmarking import openvino_file
 
+    if isinstance(model, (list, tuple, dict)):
+        raise InvalidArgumentError("mteb_model() makes one encoder: pass one file, variant or export (one call each).")
+    if pytorch and openvino:
+        raise InvalidArgumentError("mteb_model(pytorch=True, openvino=True): the PyTorch model runs in PyTorch; "
+                                   "choose one.")
     rows = candidates(model, pytorch=pytorch, provider=provider, openvino=openvino, substitute=openvino_file)
     row = rows[0] if pytorch or not openvino else rows[-1]
     settings = {"tokenizer": tokenizer, "batch_size": batch_size}
@@ -110,6 +115,7 @@ def mteb_task(data: Any, *, name: str = "OnnxNbRetrieval", columns: dict[str, st
     queries = [str(q) for q in examples.values("query", columns)]
     documents = [str(d) for d in examples.values("document", columns, avoid=(query_col or "",))]
     corpus = list(dict.fromkeys(documents))
+    where = {d: i for i, d in enumerate(corpus)}
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise InvalidArgumentError(f"mteb_task(name={name!r}): letters, digits, '.', '_' and '-' only.")
     metadata = TaskMetadata(name=name, type="Retrieval", main_score="ndcg_at_10", category="t2t",
@@ -126,7 +132,7 @@ def mteb_task(data: Any, *, name: str = "OnnxNbRetrieval", columns: dict[str, st
         self.dataset = {"default": {"test": {
             "corpus": Dataset.from_list([{"id": f"d{i}", "title": "", "text": d} for i, d in enumerate(corpus)]),
             "queries": Dataset.from_list([{"id": f"q{i}", "text": q} for i, q in enumerate(queries)]),
-            "relevant_docs": {f"q{i}": {f"d{corpus.index(d)}": 1} for i, d in enumerate(documents)},
+            "relevant_docs": {f"q{i}": {f"d{where[d]}": 1} for i, d in enumerate(documents)},
             "top_ranked": None}}}
         self.data_loaded = True
 

@@ -17,20 +17,23 @@ from .catalog import BY_METRIC, BY_MODEL_TASK, TASKS
 from .data import read
 
 OPENVINO_RUNTIME = ("openvino-runtime", "ov-runtime")  # benchmark()'s names for the OpenVINO runtime's rows
+GENERATIVE = ("perplexity", "speech", "generation")  # tasks a candidate runs by generating or its LM logits
 
 
 def scored(models: Any, data: Any, metric: str = "auto", *, budget: float | str | None = None,
            pytorch: bool | str = "auto", settings: dict[str, Any] | None = None, limit: int | None = None,
            provider: str = "cpu", seed: int = 0, progress: bool = True, timed: bool = False,
-           providers: Any = None, openvino: bool = False, substitute: Any = None) -> Evaluation:
+           providers: Any = None, openvino: bool | None = None, substitute: Any = None) -> Evaluation:
     """:func:`onnx_nb.evaluate` without its latency: the arguments are its own (``settings``: columns, tokenizer,
     processor, batch_size, window, stride, max_tokens); ``timed`` adds a progress step the caller fills;
     ``substitute``: benchmark's ``openvino_file``, for the OpenVINO rows of files it cannot read (the benchmark step
-    imports the variants, which import this module: the caller hands it down)."""
+    imports the variants, which import this module: the caller hands it down); ``openvino=None`` follows
+    ``providers`` (``"openvino-runtime"`` among them), ``False`` never adds the OpenVINO runtime's rows."""
     settings = dict(settings or {})
+    with_openvino = False
     if providers is not None:  # a pipeline's providers: the first is the one the files run on here, the OpenVINO
         provider, with_openvino = split_providers(providers)  # runtime's rows when it is among them
-        openvino = openvino or with_openvino
+    openvino = with_openvino if openvino is None else openvino
     if metric != "auto" and metric not in BY_METRIC:
         raise InvalidArgumentError(f"metric={metric!r}: choose 'auto' or one of {', '.join(BY_METRIC)}.")
     rows = candidates(models, pytorch=pytorch, provider=provider, openvino=openvino, substitute=substitute)
@@ -38,6 +41,9 @@ def scored(models: Any, data: Any, metric: str = "auto", *, budget: float | str 
     files = [c for c in rows if not c.is_torch]
     first = next((c for c in files if c.source is not None), files[0])
     task = TASKS[_task_name(metric, first, examples)]
+    if openvino and task.name in GENERATIVE:
+        raise InvalidArgumentError(f"openvino=True: the OpenVINO rows run encoders' tasks; {task.name} runs a causal "
+                                   "LM or a generating model, in ONNX Runtime here (leave openvino off).")
     main = task.main if metric == "auto" else metric
     measure = metrics.METRICS[main]
     limit_budget, relative = _budget(budget, measure)
@@ -87,7 +93,7 @@ def split_providers(providers: Any) -> tuple[str, bool]:
 
     if providers == "available":  # benchmark()'s every provider, the OpenVINO runtime's rows where it is installed
         return providers_named("available")[0].short, importlib.util.find_spec("openvino") is not None
-    names = [p.strip() for p in providers.split(",")] if isinstance(providers, str) else list(providers)
+    names = [p.strip() for p in providers.split(",") if p.strip()] if isinstance(providers, str) else list(providers)
     ort = [p for p in names if str(p).lower() not in OPENVINO_RUNTIME]
     return (providers_named(ort)[0].short if ort else "cpu"), len(ort) < len(names)
 

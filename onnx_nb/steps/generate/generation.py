@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, InvalidModelError
 from ...results.generation import GenerationResult
 from ...runtime.facts import DECODER_START
 from .batches import decoder_loop, groups_for
@@ -96,6 +96,9 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         raise InvalidArgumentError("max_new_tokens must be at least 1.")
     model = decoder_file(model) or model  # onnxruntime-genai's builder's folder: its decoder file
     if folder_tool(model):
+        if stream is not None or images is not None or runtime != "onnx-nb" or io_binding:
+            raise InvalidArgumentError(f"{model} is a folder another tool wrote: generate() runs it greedily with "
+                                       "max_new_tokens and eos_token_id (no stream, images, io_binding or runtime).")
         return folder_generate(model, inputs, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
                                provider=provider, tokenizer=tokenizer, threads=threads, do_sample=do_sample, **settings)
     source = getattr(model, "source", None)
@@ -159,11 +162,17 @@ def folder_generate(folder: Any, inputs: Any, *, max_new_tokens: int, eos_token_
     from ...runtime.providers import providers_named
 
     if do_sample or settings:
-        raise InvalidArgumentError(f"{folder} is transformers' exporter's folder: generate() runs it greedily with "
+        raise InvalidArgumentError(f"{folder} is a folder another tool wrote: generate() runs it greedily with "
                                    "max_new_tokens and eos_token_id only (no sampling or generation-config rules).")
     runs = open_folder(folder, providers_named([provider])[0].name, threads)
-    if eos_token_id is None and (Path(folder) / "config.json").is_file():
-        eos_token_id = json.loads((Path(folder) / "config.json").read_text()).get("eos_token_id")
+    for name in ("generation_config.json", "config.json") if eos_token_id is None else ():
+        try:  # the stop token as transformers reads it: the generation config first, then the model's (its text's)
+            saved = json.loads((Path(folder) / name).read_text()) if (Path(folder) / name).is_file() else {}
+        except ValueError as exc:
+            raise InvalidModelError(f"{Path(folder) / name} is not JSON ({exc}).") from None
+        eos_token_id = saved.get("eos_token_id", (saved.get("text_config") or {}).get("eos_token_id"))
+        if eos_token_id is not None:
+            break
     eos = set(eos_token_id) if isinstance(eos_token_id, (list, tuple)) else \
         ({eos_token_id} if eos_token_id is not None else set())
     prompts = prompt_ids(inputs, getattr(tokenizer, "tokenizer", tokenizer))
@@ -174,5 +183,6 @@ def folder_generate(folder: Any, inputs: Any, *, max_new_tokens: int, eos_token_
         made.append(tokens)
         first, steps = first + prefill_ms, steps + step_ms
     text = [tokenizer.decode(t, skip_special_tokens=True) for t in made] if tokenizer is not None else None
+    why = "" if runs.takes_mask else " (the folder's graphs take no attention mask)"
     return GenerationResult(prompts, made, text, first / max(len(prompts), 1), steps,
-                            batching="one prompt at a time (the folder's graphs take no attention mask)")
+                            batching=f"one prompt at a time{why}")

@@ -78,7 +78,8 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
                                        "PyTorch model it came from, check_parity(model, folder).")
         from .folders import folder_parity
 
-        return folder_parity(reference, onnx_model, providers=providers, progress=progress)
+        return folder_parity(reference, onnx_model, providers=providers, atol=atol, rtol=rtol, tolerances=tolerances,
+                             progress=progress)
     on = as_cluster(cluster)
     wanted = _providers_checked(atol, rtol, providers, on is not None)
     # choose: a model written as several files is checked on the part its adapter names (a vision-language model's

@@ -48,26 +48,30 @@ class DecoderFileRuns:
         return self.decoder.step(token, np.ones((token.shape[0], past + token.shape[1]), np.int64), cache)
 
     @staticmethod
-    def by_layer(cache: dict[str, Any]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``[(keys, values)]`` per layer: the cache's arrays, or a GroupQueryAttention file's shared buffers (ONNX
+    def by_layer(cache: dict[str, Any]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """``{layer: (keys, values)}``: the cache's arrays, or a GroupQueryAttention file's shared buffers (ONNX
         Runtime values) up to the positions filled."""
         import re
 
         items = cache
         if isinstance(cache.get("buffers"), dict):  # onnx-nb's shared-buffer runner (one prompt: no padding)
             filled = int(cache["top"]) + int(cache.get("added", 0))  # the prompt's positions, then each step's
-            items = {n: np.asarray(v.numpy() if hasattr(v, "numpy") else v)[:, :, :filled]
-                     for n, v in cache["buffers"].items()}
+            items = {n: _host(v)[:, :, :filled] for n, v in cache["buffers"].items()}
         found: dict[int, dict[str, np.ndarray]] = {}
         for name, value in items.items():
             m = re.search(r"\.(\d+)\.(key|value)$", name)
             if m:
-                found.setdefault(int(m[1]), {})[m[2]] = np.array(value)
-        return [(found[i]["key"], found[i]["value"]) for i in sorted(found) if {"key", "value"} <= set(found[i])]
+                found.setdefault(int(m[1]), {})[m[2]] = _host(value)
+        return {i: (found[i]["key"], found[i]["value"]) for i in sorted(found) if {"key", "value"} <= set(found[i])}
 
     def greedy(self, prompt: list[int], max_new_tokens: int, eos: set[int] | None = None) -> tuple[list[int],
                                                                                                    float, list[float]]:
         return greedy(self, prompt, max_new_tokens, eos)
+
+
+def _host(value: Any) -> np.ndarray:
+    """An array on the host: an ONNX Runtime value copied out, a numpy array as it is."""
+    return np.array(value.numpy() if hasattr(value, "numpy") else value)
 
 
 def runs_for(target: Any, provider: str) -> ExporterFolder | DecoderFileRuns:
@@ -90,15 +94,22 @@ def torch_reference(reference: Any) -> Any:
         f"its folder or its hub id), not a {type(reference).__name__}.")
 
 
-def _layer_rows(mine: list[tuple[np.ndarray, np.ndarray]], theirs: Any, when: str, provider: str, tol: Any,
-                rows: list[Any]) -> int | None:
-    """A row per layer for its keys and values against PyTorch's cache; the first layer that fails, if one does."""
+def _layer_rows(mine: dict[int, tuple[np.ndarray, np.ndarray]], theirs: dict[int, tuple[Any, Any]], when: str,
+                provider: str, tol: Any, rows: list[Any]) -> int | None:
+    """A row per layer for its keys and values against PyTorch's cache, matched by layer index (a layer only one side
+    holds is a failed row); the first layer that fails, if one does."""
     from ...results.parity import Row
     from ...results.tolerance import measure
 
     first_bad = None
-    for i, ((keys, values), layer) in enumerate(zip(mine, theirs.layers)):
-        for what, got, ref in (("keys", keys, layer.keys), ("values", values, layer.values)):
+    for i in sorted(set(mine) | set(theirs)):
+        if i not in mine or i not in theirs:
+            rows.append(Row(f"layer {i} keys", when, provider, "shape-mismatch",
+                            note="no keys and values in the file's cache" if i not in mine else
+                            "PyTorch's cache holds no keys and values for it"))
+            first_bad = i if first_bad is None else first_bad
+            continue
+        for what, got, ref in zip(("keys", "values"), mine[i], theirs[i]):
             ref = ref.float().numpy()
             if got.shape != ref.shape:
                 rows.append(Row(f"layer {i} {what}", when, provider, "shape-mismatch",
@@ -117,7 +128,8 @@ def _layer_rows(mine: list[tuple[np.ndarray, np.ndarray]], theirs: Any, when: st
 
 
 def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | None = None, max_new_tokens: int = 8,
-                  providers: Any = ("cpu",), progress: bool = True) -> Any:
+                  providers: Any = ("cpu",), atol: float | None = None, rtol: float | None = None,
+                  tolerances: Any = None, progress: bool = True) -> Any:
     """The folder's generation checked against ``reference`` (see the module); a :class:`ParityReport` whose rows
     are per step (``logits``), per layer (``layer i keys`` / ``values``) and per prompt (``tokens``)."""
     from ...progress import Steps
@@ -136,6 +148,7 @@ def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | Non
     checks: list[Any] = []
     bad_layers: dict[str, list[str]] = {}
     precision = "fp32"
+    runs: Runs | None = None
     with Steps(1 + len(live), "folder parity", progress) as bar:
         bar.step("PyTorch greedy generate()")
         reference_tokens = torch_greedy(model, prompts, max_new_tokens, pad)
@@ -144,8 +157,9 @@ def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | Non
             try:
                 runs = runs_for(folder, p.name)
                 precision = precision_of(load_proto(list(runs.files.values())[-1]))
-                tol = tolerance_for(precision, "logits", None, None, None)
+                tol = tolerance_for(precision, "logits", atol, rtol, tolerances)
                 steps, ends = _forced(model, runs, prompts, reference_tokens)
+                generated = [runs.greedy(prompt, max_new_tokens)[0] for prompt in prompts]
             except InvalidArgumentError:
                 raise
             except Exception as exc:  # noqa: BLE001 - ONNX Runtime's failure is a row, not a crash
@@ -163,12 +177,11 @@ def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | Non
                                 argmax_agreement=stats["argmax_agreement"], needed_atol=verdict["needed_atol"],
                                 note=verdict["note"], errors=errors))
             for when, (mine, theirs) in ends.items():
-                bad = _layer_rows(mine, theirs, when, p.short, tolerance_for(precision, "cache", None, None, None),
-                                  rows)
+                bad = _layer_rows(mine, theirs, when, p.short, tolerance_for(precision, "cache", atol, rtol,
+                                                                             tolerances), rows)
                 if bad is not None:
                     bad_layers.setdefault(p.short, []).append(f"layer {bad} ({when})")
-            for i, prompt in enumerate(prompts):
-                mine = runs.greedy(prompt, max_new_tokens)[0]
+            for i, (prompt, mine) in enumerate(zip(prompts, generated)):
                 theirs = reference_tokens[i]
                 check = compare_tokens(lambda prefix, prompt=prompt: _logits_at(model, prompt, prefix), mine, theirs,
                                        i, level)
@@ -179,7 +192,7 @@ def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | Non
                         f"({'a near-tie' if check.near_tie else 'a real divergence'})")
                 rows.append(Row("tokens", f"prompt {i} ({len(prompt)} tokens)", p.short,
                                 "fail" if check.verdict == "DIVERGED" else "pass", note=note))
-    return _report(folder, model, runs if live else None, rows, checks, bad_layers, prompts, max_new_tokens,
+    return _report(folder, model, runs, rows, checks, bad_layers, prompts, max_new_tokens,
                    precision, this_cpu().label)
 
 
@@ -194,24 +207,24 @@ def _forced(model: Any, runs: Runs, prompts: list[list[int]], continuations: lis
     ends: dict[str, Any] = {}
     for index, (prompt, cont) in enumerate(zip(prompts, continuations)):
         ids = torch.tensor([prompt])
-        with torch.no_grad():
-            ref = model(input_ids=ids, use_cache=True, return_dict=True)
+        with torch.no_grad():  # fed as generate() feeds it: a mask of ones over every token so far
+            ref = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, return_dict=True)
         logits, cache = runs.prefill(ids.numpy())
         past = cache_of(ref)
         pairs = [(logits[:, -1], ref.logits[:, -1].float().numpy())]
-        if index == 0 and runs.by_layer(cache):  # keys and values by layer (other states: judged by the logits)
-            ends["after the prefill"] = (runs.by_layer(cache), _snapshot(past))
+        if index == 0:  # keys and values by layer where both sides hold them (other states: judged by the logits)
+            _keep(ends, "after the prefill", runs.by_layer(cache), _snapshot(past))
         for step, token in enumerate(cont[:-1]):
             nxt = torch.tensor([[token]])
             position = torch.tensor([[len(prompt) + step]])
             with torch.no_grad():
-                ref = model(input_ids=nxt, position_ids=position, **cache_kwargs(model, past), use_cache=True,
-                            return_dict=True)
+                ref = model(input_ids=nxt, attention_mask=torch.ones(1, len(prompt) + step + 1, dtype=torch.long),
+                            position_ids=position, **cache_kwargs(model, past), use_cache=True, return_dict=True)
             past = cache_of(ref)
             logits, cache = runs.decode(nxt.numpy(), cache, len(prompt) + step)
             pairs.append((logits[:, -1], ref.logits[:, -1].float().numpy()))
-        if index == 0 and runs.by_layer(cache) and len(cont) > 1:
-            ends[f"after {len(cont) - 1} decode steps"] = (runs.by_layer(cache), _snapshot(past))
+        if index == 0 and len(cont) > 1:
+            _keep(ends, f"after {len(cont) - 1} decode steps", runs.by_layer(cache), _snapshot(past))
         for step, pair in enumerate(pairs):
             if step == len(steps):
                 steps.append([])
@@ -219,12 +232,17 @@ def _forced(model: Any, runs: Runs, prompts: list[list[int]], continuations: lis
     return steps, ends
 
 
-def _snapshot(cache: Any) -> Any:
-    """PyTorch's cache's keys and values as they are now (a DynamicCache grows in place)."""
-    from types import SimpleNamespace
+def _keep(ends: dict[str, Any], when: str, mine: dict[int, Any], theirs: dict[int, Any]) -> None:
+    if mine and theirs:
+        ends[when] = (mine, theirs)
 
-    return SimpleNamespace(layers=[SimpleNamespace(keys=layer.keys.clone(), values=layer.values.clone())
-                                   for layer in cache.layers])
+
+def _snapshot(cache: Any) -> dict[int, tuple[Any, Any]]:
+    """PyTorch's cache's keys and values by layer as they are now (a DynamicCache grows in place); layers holding
+    other states (linear attention, a convolution's) are left to the logits."""
+    layers = getattr(cache, "layers", None) or []
+    return {i: (layer.keys.clone(), layer.values.clone()) for i, layer in enumerate(layers)
+            if isinstance(getattr(layer, "keys", None), torch.Tensor) and layer.keys.numel()}
 
 
 def _logits_at(model: Any, prompt: list[int], prefix: list[int]) -> torch.Tensor:

@@ -229,7 +229,8 @@ def autotune(model: Any, *, metric: str = "cosine", budget: float | None = None,
             steps.add(1)
             steps.step("measuring every candidate on the task")
             evaluation = scored({c.name: c.variant for c in results if c.variant is not None}, data, task_metric,
-                                budget=task_budget, providers=providers, progress=False)
+                                budget=task_budget, providers=providers, progress=False,
+                                openvino=False)  # autotune keeps a file to run in ONNX Runtime
         steps.step("timing every candidate on the same inputs")
         timed = {c.name: c.variant for c in results if c.variant is not None}
         table = benchmark(timed, providers=providers, sample=sample, shapes=shapes, runs=runs,
