@@ -121,6 +121,7 @@ def section(causal: list[dict[str, Any]], path: Path = RESULTS) -> list[str]:
     ours = {r["type"]: r for r in causal if sweep.counted(r)}
     both = [t for t in sorted(ours) if t in peer and read(peer[t])]
     unread = [t for t in sorted(ours) if t in peer and sweep.counted(peer[t]) and not read(peer[t])]
+    missing = [t for t in sorted(ours) if t not in peer]
 
     def alone(r: dict[str, Any]) -> bool:  # onnx-nb's export giving PyTorch's tokens, each prompt alone
         return r.get("export") == "ok" and r.get("generate") in ("same", "near-tie")
@@ -144,7 +145,9 @@ def section(causal: list[dict[str, Any]], path: Path = RESULTS) -> list[str]:
         + (f"; its folder holds {statistics.median(weights):.2f}x the fp32 weights (median: a prefill and a decode "
            "graph, each with its own copy)" if weights else "")
         + f"; its graphs take an attention mask (a padded batch runs) for {masked} of them."
-        + (f" Folders onnx-nb's reader could not drive (its gap, not counted): {', '.join(unread)}." if unread else ""),
+        + (f" Folders onnx-nb's reader could not drive (its gap, not counted): {', '.join(unread)}." if unread else "")
+        + (f" Not swept yet (the run stopped before them; `--only` runs them): {len(missing)} types."
+           if missing else ""),
         "",
         "| type | onnx-nb | transformers.exporters | export s (onnx-nb / peer) | peer folder MB | what stopped it |",
         "|---|---|---|---|---|---|",
