@@ -104,8 +104,10 @@ def test_suppression_in_the_graph_is_verified_on_boxes(yolov8n: object, tmp_path
         want = r.source.model(torch.from_numpy(x))["detections"].numpy()
     assert got.shape[1] == 7 and set(got[:, 0]) <= {0.0, 1.0} and len(want) > 0
     found = detections.match(got, want, 0.9, 1e-3)
-    # random weights saturate many scores at 1.0 on photos: boxes tied at the 300-per-image cut may differ
-    assert found.passed(0.0) and found.matched >= 0.8 * len(want) and len(got) == len(want), found
+    # random weights saturate many scores at 1.0 on photos: boxes tied at the 300-per-image cut may differ (every
+    # unmatched one a tie: passed(0.0)); how many tie depends on the CPU's kernels (446 of 600 matched on an Intel Xeon
+    # with AMX, more on AMD EPYC), so at least 60% matched, not 80%
+    assert found.passed(0.0) and found.matched >= 0.6 * len(want) and len(got) == len(want), found
 
 
 def test_box_matching_fails_on_moved_boxes_and_passes_reordered_ones() -> None:
