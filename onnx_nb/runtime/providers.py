@@ -30,6 +30,8 @@ SHORT = {v: k for k, v in reversed(ALIASES.items())}
 DEVICES = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda", "ROCMExecutionProvider": "cuda",
            "DmlExecutionProvider": "dml"}
 NOT_COMPUTE = {"AzureExecutionProvider"}
+# the names benchmark() (and the evaluations timed by it) take for the OpenVINO runtime's own rows, not a provider
+OPENVINO_RUNTIME = ("openvino-runtime", "ov-runtime")
 # What a user needs to run the providers no desktop onnxruntime wheel here has: the package, the call that registers
 # the provider, and the file to give it (optimize(model, target="mobile") writes the .ort and its operator config).
 RUNTIME_STYLE = (

@@ -153,13 +153,14 @@ class Candidate:
 
             from ..benchmark.backends import type_name
 
-            folder = tempfile.mkdtemp(prefix="onnx_nb_openvino_")
-            weakref.finalize(self, shutil.rmtree, folder, True)
             assert self.path is not None
-            made = self.substitute(self.model, self.path, folder) if self.substitute else None
+            made = None
+            if self.substitute is not None:  # a folder for a file made in place of this one, gone with the row
+                folder = tempfile.mkdtemp(prefix="onnx_nb_openvino_")
+                weakref.finalize(self, shutil.rmtree, folder, True)
+                made = self.substitute(self.model, self.path, folder)
             path, self.note = made if made is not None else (self.path, "")
-            compiled = ov.Core().compile_model(ov.Core().read_model(str(path)), "CPU",
-                                               {"PERFORMANCE_HINT": "LATENCY"})
+            compiled = ov.Core().compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
             precision = type_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
             self.note = "; ".join(x for x in (f"OpenVINO {ov.__version__.split('-')[0]} on its CPU device, computing "
                                               f"in {precision}", self.note) if x)

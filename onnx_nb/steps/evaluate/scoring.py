@@ -16,7 +16,6 @@ from .candidates import PYTORCH, Candidate, candidates, openvino_name
 from .catalog import BY_METRIC, BY_MODEL_TASK, TASKS
 from .data import read
 
-OPENVINO_RUNTIME = ("openvino-runtime", "ov-runtime")  # benchmark()'s names for the OpenVINO runtime's rows
 GENERATIVE = ("perplexity", "speech", "generation")  # tasks a candidate runs by generating or its LM logits
 
 
@@ -89,7 +88,7 @@ def split_providers(providers: Any) -> tuple[str, bool]:
     benchmark-style providers list (``["cpu", "openvino-runtime"]``)."""
     import importlib.util
 
-    from ...runtime.providers import providers_named
+    from ...runtime.providers import OPENVINO_RUNTIME, providers_named
 
     if providers == "available":  # benchmark()'s every provider, the OpenVINO runtime's rows where it is installed
         return providers_named("available")[0].short, importlib.util.find_spec("openvino") is not None
