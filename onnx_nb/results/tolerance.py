@@ -74,11 +74,19 @@ SAM_MIN_MASK_IOU, SAM_SCORE_ATOL = 0.9, 1e-3  # check_sam: masks by pixel IoU, I
 
 
 def precision_of(proto: Any) -> str:
-    """``fp32``, ``fp16``, ``int8`` or ``int4``, from the graph's operators and weight types."""
+    """``fp32``, ``fp16``, ``int8`` or ``int4``, from the graph's operators (its branches' too: an If's, a Loop's)
+    and weight types."""
     import onnx
 
-    ops = {n.op_type for n in proto.graph.node}
-    bits = {a.i for n in proto.graph.node if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"}
+    def nodes(graph: Any) -> list[Any]:
+        found = list(graph.node)
+        for node in graph.node:
+            found += [n for a in node.attribute if a.type == onnx.AttributeProto.GRAPH for n in nodes(a.g)]
+        return found
+
+    every = nodes(proto.graph)
+    ops = {n.op_type for n in every}
+    bits = {a.i for n in every if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"}
     if bits and min(bits) <= 4:
         return "int4"
     if ops & QUANT_OPS or bits:

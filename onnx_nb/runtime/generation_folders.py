@@ -1,13 +1,18 @@
 """Generation folders written by other tools, read as they are and run in ONNX Runtime by the folder's own protocol, so
-:func:`onnx_nb.check_parity` and :func:`onnx_nb.generate` work on files onnx-nb did not write.
+:func:`onnx_nb.check_parity`, :func:`onnx_nb.generate` and :func:`onnx_nb.to_transformers` work on files onnx-nb did
+not write.
 
-Read today: transformers' own exporter (``transformers.exporters``: ``ExportedModel.save_pretrained`` writes
-``export.json`` naming a ``prefill`` and a ``decode`` graph, each with its own copy of the weights, and the model's
-``config.json``; every leaf of the traced call is an input by its path, the cache's included, and an attention mask
-only where the export's sample was a padded batch), run by transformers' own runner over onnx-nb's sessions.
-onnxruntime-genai's builder's folder (``genai_config.json``) is its ``model.onnx`` (:func:`decoder_file`), which
-onnx-nb's own step runner drives. Recognised and refused with what to pass instead: Optimum's ONNX layout
-(``decoder_model_merged.onnx``) and a transformers.js folder (``onnx/``)."""
+Read today:
+- transformers' own exporter (``transformers.exporters``: ``ExportedModel.save_pretrained`` writes ``export.json``
+  naming a ``prefill`` and a ``decode`` graph, each with its own copy of the weights, and the model's
+  ``config.json``; every leaf of the traced call is an input by its path, the cache's included, and an attention mask
+  only where the export's sample was a padded batch), run by transformers' own runner over onnx-nb's sessions;
+- the folders whose tool writes one decoder file with its cache as ``past_key_values.N.key`` / ``.value`` inputs and
+  ``present.N.*`` outputs, which onnx-nb's own step runner drives (:func:`decoder_file` names the file):
+  onnxruntime-genai's builder's (``genai_config.json``, its ``model.onnx``), Optimum's ONNX layout (``model.onnx``
+  beside ``config.json``; an older Optimum's ``decoder_model_merged.onnx``, whose ``use_cache_branch`` input picks
+  the prompt's graph or a step's) and a transformers.js folder (``config.json`` on top, the files in ``onnx/``: the
+  fp32 one read, a quantized sibling passed as a file)."""
 
 from __future__ import annotations
 
@@ -21,11 +26,10 @@ from ..errors import InvalidArgumentError, InvalidModelError
 
 EXPORTER = "transformers.exporters"
 GENAI = "onnxruntime-genai's builder"
-OTHERS = {  # a tool's marker file and the decoder file in it that onnx-nb reads as a file
-    "genai_config.json": (GENAI, "model.onnx"),
-    "decoder_model_merged.onnx": ("Optimum's ONNX exporter", "decoder_model_merged.onnx"),
-    "onnx/model.onnx": ("a transformers.js folder", "onnx/model.onnx"),
-}
+OPTIMUM = "Optimum's ONNX exporter"
+TRANSFORMERS_JS = "transformers.js's layout"
+DECODER_NAMES = ("model.onnx", "decoder_model_merged.onnx")  # Optimum's names for a decoder with its cache
+FOUND_IN = {GENAI: "", OPTIMUM: "", TRANSFORMERS_JS: "onnx"}  # where a tool puts its decoder file
 
 
 def folder_tool(path: Any) -> str | None:
@@ -35,37 +39,76 @@ def folder_tool(path: Any) -> str | None:
     folder = Path(path)
     if (folder / "export.json").is_file():
         return EXPORTER
-    return next((tool for marker, (tool, _) in OTHERS.items() if (folder / marker).is_file()), None)
+    if (folder / "genai_config.json").is_file():
+        return GENAI
+    if (folder / "config.json").is_file():
+        for tool in (TRANSFORMERS_JS, OPTIMUM):
+            if any((folder / FOUND_IN[tool] / name).is_file() for name in DECODER_NAMES):
+                return tool
+    return None
 
 
 def decoder_file(path: Any) -> Path | None:
-    """The one decoder file (with its cache) of a folder whose tool writes one: onnxruntime-genai's builder's (the
-    file its ``genai_config.json`` names, ``model.onnx`` by default), which onnx-nb's own runner drives; None for any
-    other folder."""
-    if folder_tool(path) != GENAI:
+    """The one decoder file (with its cache) of a folder whose tool writes one, which onnx-nb's own runner drives:
+    onnxruntime-genai's builder's (the file its ``genai_config.json`` names, ``model.onnx`` by default), Optimum's
+    (``model.onnx``, else ``decoder_model_merged.onnx``), transformers.js's (the same names in ``onnx/``); None for
+    any other folder."""
+    tool = folder_tool(path)
+    if tool not in FOUND_IN:
         return None
-    try:
-        config = json.loads((Path(path) / "genai_config.json").read_text())
-        name = str(config["model"]["decoder"].get("filename") or OTHERS["genai_config.json"][1])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        name = OTHERS["genai_config.json"][1]
-    return Path(path) / name
+    folder = Path(path)
+    if tool == GENAI:
+        try:
+            config = json.loads((folder / "genai_config.json").read_text())
+            return folder / str(config["model"]["decoder"].get("filename") or DECODER_NAMES[0])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return folder / DECODER_NAMES[0]
+    return next(folder / FOUND_IN[tool] / n for n in DECODER_NAMES if (folder / FOUND_IN[tool] / n).is_file())
+
+
+def folder_generation_config(path: Any) -> dict[str, Any] | None:
+    """The generation config a tool's folder carries as :func:`onnx_nb.generate` reads it: ``generation_config.json``,
+    its stop, pad and start tokens filled from ``config.json`` (its text model's for a multimodal one) where it has
+    none; None if the folder holds neither."""
+    folder = Path(path)
+    read: dict[str, dict[str, Any]] = {}
+    for name in ("generation_config.json", "config.json"):
+        if (folder / name).is_file():
+            try:
+                read[name] = dict(json.loads((folder / name).read_text()))
+            except ValueError as exc:
+                raise InvalidModelError(f"{folder / name} is not JSON ({exc}).") from None
+    if not read:
+        return None
+    model = read.get("config.json", {})
+    text = model.get("text_config") or {}
+    tokens = {k: model.get(k, text.get(k)) for k in ("eos_token_id", "pad_token_id", "bos_token_id")}
+    found = dict(read.get("generation_config.json", {}))
+    found.update({k: v for k, v in tokens.items() if v is not None and found.get(k) is None})
+    return found
+
+
+def folder_tokenizer(path: Any) -> Any:
+    """The tokenizer saved in a tool's folder (``tokenizer.json`` or ``tokenizer_config.json``), else None."""
+    folder = Path(path)
+    if not any((folder / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json")):
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
 
 
 def open_folder(path: Any, provider: str = "CPUExecutionProvider", threads: int | None = None) -> ExporterFolder:
-    """The runnable folder at ``path``; a clear error for one onnx-nb does not run as a folder."""
+    """transformers' exporter's folder at ``path``, runnable; a clear error for a folder onnx-nb does not read."""
     tool = folder_tool(path)
     if tool == EXPORTER:
         return ExporterFolder(Path(path), provider, threads)
-    for marker, (name, file) in OTHERS.items():
-        if tool == name:
-            raise InvalidArgumentError(
-                f"{path} was written by {name} ({marker}): pass its decoder file, {Path(path) / file}, which onnx-nb "
-                "reads as a file; the folders read whole are transformers' exporter's (export.json) and "
-                "onnxruntime-genai's builder's (genai_config.json).")
+    if tool is not None:
+        raise InvalidArgumentError(f"{path} was written by {tool}: pass its decoder file, {decoder_file(path)}.")
     raise InvalidModelError(
         f"{path} is a folder with no generation layout onnx-nb knows: transformers' exporter writes export.json, "
-        "onnxruntime-genai's builder genai_config.json, Optimum decoder_model_merged.onnx. Pass a .onnx file instead.")
+        "onnxruntime-genai's builder genai_config.json, Optimum model.onnx or decoder_model_merged.onnx beside "
+        "config.json (transformers.js: in onnx/). Pass a .onnx file instead.")
 
 
 class ExporterFolder:
@@ -125,13 +168,15 @@ class ExporterFolder:
 
         return {name: file_bytes(path) for name, path in self.files.items()}
 
-    def _run(self, name: str, ids: np.ndarray, past: int, cache: Any) -> tuple[np.ndarray, Any]:
+    def run(self, name: str, ids: np.ndarray, past: int, cache: Any,
+             mask: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
         import torch
 
         total = past + ids.shape[1]
-        given = {"input_ids": torch.from_numpy(ids.astype(np.int64)),
-                 "attention_mask": torch.ones((ids.shape[0], total), dtype=torch.long),
-                 "position_ids": torch.arange(past, total).expand(ids.shape[0], -1).contiguous(),
+        mask = np.ones((ids.shape[0], total), np.int64) if mask is None else mask.astype(np.int64)
+        positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)[:, past:]  # a left-padded row counts its tokens
+        given = {"input_ids": torch.from_numpy(ids.astype(np.int64)), "attention_mask": torch.from_numpy(mask),
+                 "position_ids": torch.from_numpy(np.ascontiguousarray(positions)),
                  "cache_position": torch.arange(past, total)}
         kwargs = {}
         for key, spec in self.kwargs[name].items():
@@ -155,11 +200,11 @@ class ExporterFolder:
 
     def prefill(self, ids: np.ndarray) -> tuple[np.ndarray, Any]:
         """The prompt's logits and the cache after it (one prompt: the graphs take no mask unless exported padded)."""
-        return self._run("prefill", ids, 0, self.empty_cache())
+        return self.run("prefill", ids, 0, self.empty_cache())
 
     def decode(self, token: np.ndarray, cache: Any, past: int) -> tuple[np.ndarray, Any]:
         """The next token's logits after ``past`` tokens held in ``cache``, and the cache with it."""
-        return self._run("decode", token, past, cache)
+        return self.run("decode", token, past, cache)
 
     @staticmethod
     def by_layer(cache: Any) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -177,6 +222,60 @@ class ExporterFolder:
                                                                                                    float, list[float]]:
         """Greedy new tokens after ``prompt`` (:func:`greedy`)."""
         return greedy(self, prompt, max_new_tokens, eos)
+
+
+class ExporterDecoder:
+    """transformers' exporter's folder as onnx-nb's step runner (``empty_cache`` and ``step``, as a decoder file's
+    runner), so :func:`onnx_nb.generate`'s own loop (sampling, the generation config's rules, batches) and
+    :func:`onnx_nb.to_transformers` (beam search) run it. Between steps the cache is held as arrays by layer
+    (``past_key_values.N.key`` / ``.value``: rows can be taken and repeated) and made into the model's
+    ``DynamicCache`` for each call (a sliding-window layer from the window it kept). Graphs without an attention mask
+    take rows of one length only (no padding): ``generate()`` then batches prompts by length; graphs traced with a
+    batch of one run a batch's rows one after another."""
+
+    def __init__(self, folder: ExporterFolder) -> None:
+        self.folder = folder
+        self.input_names = ["input_ids"] + (["attention_mask"] if folder.takes_mask else [])
+        # graphs traced on one row keep a batch of 1: rows then run one after another within each step
+        batch = next(i.shape[0] for i in folder.runners["decode"].session.get_inputs() if i.name == "input_ids")
+        self.one_row = batch == 1
+        if not folder.takes_mask:
+            self.left_padding_safe = False
+            self.unpadded_because = "the folder's graphs take no attention mask"
+
+    def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, np.ndarray]:
+        return {}  # nothing before the prompt: the prefill graph starts the model's own cache
+
+    def step(self, ids: np.ndarray, mask: np.ndarray, cache: dict[str, np.ndarray],
+             keep: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens."""
+        import torch
+
+        from .facts import CACHE_PREFIX
+
+        if not self.folder.takes_mask and not mask.all():
+            raise InvalidArgumentError(f"{self.folder.folder}: the exporter's graphs take no attention mask, so rows "
+                                       "of different lengths cannot run in one batch; pass prompts of one length.")
+        if self.one_row and ids.shape[0] > 1:
+            rows = [self.step(ids[r:r + 1], mask[r:r + 1], {k: v[r:r + 1] for k, v in cache.items()})
+                    for r in range(ids.shape[0])]
+            return np.concatenate([r[0] for r in rows]), {k: np.concatenate([r[1][k] for r in rows])
+                                                          for k in rows[0][1]}
+        past = mask.shape[1] - ids.shape[1]
+        made = self.folder.empty_cache()
+        for i in sorted({int(name.split(".")[-2]) for name in cache}):
+            made.update(torch.from_numpy(cache[f"{CACHE_PREFIX}{i}.key"]),
+                        torch.from_numpy(cache[f"{CACHE_PREFIX}{i}.value"]), i)
+        logits, after = self.folder.run("decode" if past else "prefill", ids, past, made, mask)
+        layers = self.folder.by_layer(after)
+        if len(layers) != len(getattr(after, "layers", layers)):
+            raise InvalidModelError(
+                f"{self.folder.folder}: this model's cache holds states other than keys and values, which generate() "
+                "and to_transformers() do not carry between a folder's steps; check_parity(model, folder) runs it.")
+        grown = {}
+        for i, (keys, values) in layers.items():
+            grown[f"{CACHE_PREFIX}{i}.key"], grown[f"{CACHE_PREFIX}{i}.value"] = keys, values
+        return logits, grown
 
 
 def greedy(runs: Any, prompt: list[int], max_new_tokens: int, eos: set[int] | None = None) -> tuple[list[int], float,

@@ -61,7 +61,10 @@ def _existing(path: str | Path) -> Path:
     if not p.exists():
         raise InvalidModelError(f"No ONNX file at {p}. Check the path, or export a model first.")
     if p.is_dir():
-        raise InvalidModelError(f"{p} is a folder; pass the path of its .onnx file.")
+        raise InvalidModelError(
+            f"{p} is a folder; pass the path of its .onnx file. Generation folders read whole: transformers' "
+            "exporter's (export.json), onnxruntime-genai's builder's (genai_config.json), Optimum's (model.onnx or "
+            "decoder_model_merged.onnx beside config.json) and transformers.js's (config.json, the files in onnx/).")
     if p.stat().st_size == 0:
         raise InvalidModelError(f"{p} is empty (0 bytes); re-export the model.")
     if is_ort_format(p):

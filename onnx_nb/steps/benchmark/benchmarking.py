@@ -63,16 +63,20 @@ def _models(models: Any) -> list[tuple[str, Any, Path]]:
     if not items:
         raise InvalidArgumentError("benchmark() needs at least one model: pass an .onnx path, an ExportResult, a "
                                    "variant, or a list or dict of them.")
+    from ...runtime.generation_folders import decoder_file
+
     out = []
     for name, model in items:
-        path = getattr(model, "path", model)
+        found = decoder_file(model)  # a tool's folder of one decoder file: that file, under the folder's name
+        path = found or getattr(model, "path", model)
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidArgumentError(
                 f"Cannot benchmark a {type(model).__name__}: pass .onnx paths, ExportResults or variants "
                 "(and the PyTorch model as reference=...)."
             )
-        label = name or getattr(model, "name", None) or ("fp32" if hasattr(model, "exporter") else Path(path).stem)
-        out.append((str(label), model, Path(path)))
+        label = name or getattr(model, "name", None) or ("fp32" if hasattr(model, "exporter") else
+                                                          Path(model if Path(model).is_dir() else path).stem)
+        out.append((str(label), found or model, Path(path)))
     return out
 
 
@@ -308,7 +312,10 @@ def _chained(obj: Any) -> bool:
 
 def _has_cache(path: Path) -> bool:
     from ...runtime.facts import file_facts
+    from ...runtime.generation_folders import EXPORTER, folder_tool
 
+    if folder_tool(path) == EXPORTER:  # its prefill and decode graphs
+        return True
     try:
         return file_facts(path).generative
     except Exception:  # noqa: BLE001 - a bad file fails later, with its own clear error

@@ -15,6 +15,7 @@ import torch
 
 from ...errors import InvalidArgumentError
 from ...runtime.facts import file_facts, is_cache, is_cross_cache, is_state, present_of
+from ...runtime.generation_folders import ExporterFolder, folder_tool
 from ...runtime.onnxfile import file_bytes
 from ...runtime.providers import threads_for, threads_shown
 from ..export.caches.decoder import layout_of
@@ -57,6 +58,9 @@ class OrtStep:
                 value = np.ones((1, size(shape[1], ENCODER_SEQUENCE)))
             elif name == "position_ids":
                 value = np.arange(past, past + length)[None]
+            elif name == "use_cache_branch":  # an older Optimum's merged decoder: a step's graph after a prompt
+                self.feed[name] = np.array([past > 0])
+                continue
             elif is_cross_cache(name):
                 value = rng.standard_normal((1, shape[1], size(shape[2], ENCODER_SEQUENCE), shape[3]))
             elif is_state(name):  # fixed shape, whatever came before; zeros at a prompt's first token
@@ -170,8 +174,10 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
 
     # files run together (an export written as several files, or a variant of one of its parts) lead the table
     chained = [obj for _, obj, _ in entries if not isinstance(obj, (str, Path)) and adapter_of(obj).step_files(obj)]
-    timing = shape_of(chained[0] if chained else entries[0][2]).answer("timing")
-    timings = {name: shape_of(obj).answer("timing") for name, obj, _ in entries}
+    timing = shape_of(chained[0] if chained else entries[0][2]).answer("timing") if not folder_tool(entries[0][2]) \
+        else FolderTiming
+    timings = {name: FolderTiming if folder_tool(path) else shape_of(obj).answer("timing")
+               for name, obj, path in entries}
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 100) or 100) if model is not None else 100
     rows: list[Any] = []
     kept: list[tuple[Any, Any]] = []
@@ -234,3 +240,35 @@ class DecoderTiming:
         """The maker of ONNX Runtime's step for an entry (``obj``: an export, a variant or a path; ``path``: its
         file)."""
         return partial(OrtStep, path, provider, length, past, threads, vocab)
+
+
+class FolderStep:
+    """One prefill or decode step of transformers' exporter's folder (its ``prefill`` or ``decode`` graph, run by
+    transformers' own runner as :class:`~onnx_nb.runtime.generation_folders.ExporterFolder` drives it): a decode step
+    on the model's own cache after a real prefill of ``past`` random tokens, put back to ``past`` after each call."""
+
+    def __init__(self, folder: Path, provider: str, length: int, past: int, threads: int | None, vocab: int) -> None:
+        rng = np.random.default_rng(0)
+        self.folder = ExporterFolder(folder, provider, threads)
+        self.floor_bytes = sum(self.folder.weight_bytes.values())  # both graphs' weights are held
+        self.past = past
+        self.ids = rng.integers(min(3, vocab - 1), vocab, (1, 1 if past else length))
+        self.cache = self.folder.prefill(rng.integers(min(3, vocab - 1), vocab, (1, past)))[1] if past else None
+        self.options = {"intra_op_threads": threads_shown(threads), "runner": "transformers' OnnxModelRunner",
+                        "step": f"{'decode.onnx, cache kept' if past else 'prefill.onnx'}"}
+
+    def __call__(self) -> None:
+        if not self.past:
+            self.folder.prefill(self.ids)
+            return
+        _, after = self.folder.decode(self.ids, self.cache, self.past)
+        if after is self.cache:  # grown in place: back to ``past`` tokens for the next call (a new one: kept as is)
+            self.cache.crop(self.past)
+
+
+class FolderTiming(DecoderTiming):
+    """transformers' exporter's folder: its steps are :class:`FolderStep`."""
+
+    @staticmethod
+    def onnx(obj: Any, path: Any, provider: str, length: int, past: int, threads: int | None, vocab: int) -> Any:
+        return partial(FolderStep, Path(path), provider, length, past, threads, vocab)

@@ -163,7 +163,8 @@ def described(entries: list[tuple[str, Any, Path]], rows: list[LatencyRow]) -> N
 
     about: dict[str, tuple[float | None, float | None, float | None]] = {}
     for name, obj, path in entries:
-        size = file_bytes(path)
+        # a folder of graphs (transformers' exporter's): every graph's file with its data, as it lies on disk
+        size = file_bytes(path) if not Path(path).is_dir() else sum(file_bytes(p) for p in Path(path).glob("*.onnx"))
         parity = getattr(obj, "parity", None)
         found = [r for r in getattr(parity, "rows", None) or [] if r.status in ("pass", "fail")]
         cosines = [r.cosine for r in found if r.cosine is not None]

@@ -58,9 +58,9 @@ def groups_for(decoder: Any, prompts: list[list[int]], pad: int) -> tuple[list[l
     by_length: dict[int, list[int]] = {}
     for row, p in enumerate(prompts):
         by_length.setdefault(len(p), []).append(row)
-    return (list(by_length.values()),
-            f"{len(by_length)} batches by prompt length, run in lockstep: this file's logits change under left "
-            "padding (positions from the past length, or a recurrent state)")
+    why = getattr(decoder, "unpadded_because", None) or \
+        "this file's logits change under left padding (positions from the past length, or a recurrent state)"
+    return list(by_length.values()), f"{len(by_length)} batches by prompt length, run in lockstep: {why}"
 
 
 class Batch:

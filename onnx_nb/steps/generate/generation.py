@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, InvalidModelError
+from ...errors import InvalidArgumentError
 from ...results.generation import GenerationResult
 from ...runtime.facts import DECODER_START
 from .batches import decoder_loop, groups_for
@@ -87,30 +87,33 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         r = onnx_nb.export("facebook/bart-base")
         onnx_nb.generate(r, "A long article ...", max_new_tokens=40, num_beams=4).text
     """
-    from ...runtime.generation_folders import decoder_file, folder_tool
+    from ...runtime import generation_folders as folders
     from ...runtime.providers import providers_named
     from ..export.adapters.registry import shape_of
     from .genai import check_runtime
 
     if max_new_tokens < 1:
         raise InvalidArgumentError("max_new_tokens must be at least 1.")
-    model = decoder_file(model) or model  # onnxruntime-genai's builder's folder: its decoder file
-    if folder_tool(model):
-        if stream is not None or images is not None or runtime != "onnx-nb" or io_binding:
-            raise InvalidArgumentError(f"{model} is a folder another tool wrote: generate() runs it greedily with "
-                                       "max_new_tokens and eos_token_id (no stream, images, io_binding or runtime).")
-        return folder_generate(model, inputs, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                               provider=provider, tokenizer=tokenizer, threads=threads, do_sample=do_sample, **settings)
+    named = providers_named([provider])[0].name
+    folder = model if folders.folder_tool(model) else None
+    runs: Any = None
+    if folders.folder_tool(model) == folders.EXPORTER:  # its two graphs as a step runner: the loop below runs them
+        if images is not None or runtime != "onnx-nb" or io_binding:
+            raise InvalidArgumentError(f"{model} is transformers' exporter's folder: generate() runs its text graphs "
+                                       "in onnx-nb's loop (no images, io_binding or other runtime).")
+        runs = folders.ExporterDecoder(folders.open_folder(model, named, threads))
+    model = folders.decoder_file(model) or model  # a tool's folder of one decoder file (genai's, Optimum's): it
     source = getattr(model, "source", None)
     config = getattr(getattr(source, "model", None), "config", None)
-    generation = generation_config_of(model)
-    tokenizer = tokenizer if tokenizer is not None else getattr(source, "preprocessor", None)
+    # the folder's own generation config and tokenizer where the file came in a tool's folder
+    generation = generation_config_of(model) if folder is None else folders.folder_generation_config(folder)
+    tokenizer = tokenizer if tokenizer is not None else getattr(source, "preprocessor", None) or \
+        (folders.folder_tokenizer(folder) if folder is not None else None)
     eos = eos_token_id if eos_token_id is not None else _setting("eos_token_id", generation, config)
     eos_set = set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
     pad = pad_token_id if pad_token_id is not None else (_setting("pad_token_id", generation, config) or 0)
     rng = np.random.default_rng(seed)
     path = Path(getattr(model, "path", model))
-    named = providers_named([provider])[0].name
     rules = rules_for(generation, eos_set, settings)
     if rules.through_transformers:
         from .transformers_api import generate_with_transformers
@@ -132,6 +135,11 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
                                              eos=eos_set, stream=stream)
         text = [tokenizer.decode(t, skip_special_tokens=True) for t in made] if tokenizer is not None else None
         return GenerationResult(prompts, made, text, first, steps)
+    if runs is not None:
+        prompts = prompt_ids(inputs, getattr(tokenizer, "tokenizer", tokenizer))
+        groups, batching = groups_for(runs, prompts, pad)
+        return decoder_loop(runs, prompts, max_new_tokens, rules, eos_set, pad, tokenizer, stream,
+                            lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng), groups, batching)
     shape = shape_of(model)
     make_runner = shape.answer("runner")  # a step runner of its own (a chain of files), else the file's decoder
     if make_runner is None and images is not None:
@@ -150,39 +158,3 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     groups, batching = groups_for(decoder, prompts, pad)
     return decoder_loop(decoder, prompts, max_new_tokens, rules, eos_set, pad, tokenizer, stream,
                         lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng), groups, batching)
-
-
-
-def folder_generate(folder: Any, inputs: Any, *, max_new_tokens: int, eos_token_id: int | None, provider: str,
-                    tokenizer: Any, threads: int | None, do_sample: bool, **settings: Any) -> GenerationResult:
-    """Greedy tokens from a generation folder another tool wrote, each prompt alone (its graphs take no mask)."""
-    import json
-
-    from ...runtime.generation_folders import open_folder
-    from ...runtime.providers import providers_named
-
-    if do_sample or settings:
-        raise InvalidArgumentError(f"{folder} is a folder another tool wrote: generate() runs it greedily with "
-                                   "max_new_tokens and eos_token_id only (no sampling or generation-config rules).")
-    runs = open_folder(folder, providers_named([provider])[0].name, threads)
-    for name in ("generation_config.json", "config.json") if eos_token_id is None else ():
-        try:  # the stop token as transformers reads it: the generation config first, then the model's (its text's)
-            saved = json.loads((Path(folder) / name).read_text()) if (Path(folder) / name).is_file() else {}
-        except ValueError as exc:
-            raise InvalidModelError(f"{Path(folder) / name} is not JSON ({exc}).") from None
-        eos_token_id = saved.get("eos_token_id", (saved.get("text_config") or {}).get("eos_token_id"))
-        if eos_token_id is not None:
-            break
-    eos = set(eos_token_id) if isinstance(eos_token_id, (list, tuple)) else \
-        ({eos_token_id} if eos_token_id is not None else set())
-    prompts = prompt_ids(inputs, getattr(tokenizer, "tokenizer", tokenizer))
-    made: list[list[int]] = []
-    first, steps = 0.0, list[float]()
-    for prompt in prompts:
-        tokens, prefill_ms, step_ms = runs.greedy(prompt, max_new_tokens, eos)
-        made.append(tokens)
-        first, steps = first + prefill_ms, steps + step_ms
-    text = [tokenizer.decode(t, skip_special_tokens=True) for t in made] if tokenizer is not None else None
-    why = "" if runs.takes_mask else " (the folder's graphs take no attention mask)"
-    return GenerationResult(prompts, made, text, first / max(len(prompts), 1), steps,
-                            batching=f"one prompt at a time{why}")

@@ -30,7 +30,12 @@ class OnnxDecoder:
         # I/O binding: the cache stays where the provider computed it (GPU memory) between steps instead of a
         # round trip through numpy
         self.device = binding_device(self.session, provider, io_binding)
-        inputs = {i.name: i for i in self.session.get_inputs()}
+        self.read_signature(path, {i.name: i for i in self.session.get_inputs()},
+                            [o.name for o in self.session.get_outputs()])
+
+    def read_signature(self, path: Any, inputs: dict[str, Any], outputs: list[str]) -> None:
+        """What the steps need from the file's inputs (each with ONNX Runtime's ``.shape`` and ``.type``) and
+        outputs: the cache's names and first shapes, the token input, positions."""
         self.past_names = [n for n in inputs if is_cache(n)]
         self.tokens_input = "inputs_embeds" if "inputs_embeds" in inputs else "input_ids"
         if self.tokens_input not in inputs or not self.past_names:
@@ -45,7 +50,9 @@ class OnnxDecoder:
         self.empty = {n: empty_shape(path, inputs[n].shape) for n in attending}
         self.float_type = np.float16 if "float16" in inputs[self.past_names[0]].type else np.float32
         self.uses_positions = "position_ids" in inputs
-        self.output_names = [o.name for o in self.session.get_outputs()]
+        # an older Optimum's merged decoder: an If picks the prompt's graph (no cache yet) or a step's
+        self.cache_branch = "use_cache_branch" in inputs
+        self.output_names = outputs
         self.input_names = list(inputs)
 
     def empty_cache(self, batch: int, capacity: int | None = None) -> dict[str, Any]:
@@ -79,13 +86,21 @@ class OnnxDecoder:
     def _run(self, tokens: dict[str, np.ndarray], mask: np.ndarray,
              cache: dict[str, Any]) -> tuple[np.ndarray, dict]:
         """One run of the file on the new tokens' feed, ``mask`` covering cached + new tokens."""
-        feed = {**tokens, "attention_mask": mask.astype(np.int64), **cache}
+        feed = self.feed_of(tokens, mask, cache)
         if self.device is not None:
             return self._bound_step(feed)
         out = self.session.run(None, feed)
         named = dict(zip(self.output_names, out))
         grown = {p: named[present_of(p)] for p in self.past_names}
         return named["logits"], grown
+
+    def feed_of(self, tokens: dict[str, np.ndarray], mask: np.ndarray, cache: dict[str, Any]) -> dict[str, Any]:
+        """One run's inputs: the new tokens' feed, the mask over cached + new tokens, the cache (and a merged
+        decoder's branch: a step's once something is cached)."""
+        feed = {**tokens, "attention_mask": mask.astype(np.int64), **cache}
+        if self.cache_branch:
+            feed["use_cache_branch"] = np.array([mask.shape[1] > tokens[self.tokens_input].shape[1]])
+        return feed
 
     def token_feed(self, ids: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
         """What the file takes for the new tokens at their ``positions`` (a vision-language model's decoder: their

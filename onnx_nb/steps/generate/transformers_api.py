@@ -43,9 +43,11 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
     encoder-decoder (``*ForConditionalGeneration``, ``MarianMTModel``) or of Whisper; a vision-language model's
     export (:class:`~onnx_nb.VlmExport`: ``generate(**processor(text=..., images=..., return_tensors="pt"))``);
     a variant of one
-    (``optimize()``'s, ``quantize()``'s); or an ``.onnx`` path with ``config=`` (the model's folder, hub id or
-    config object). ``provider``: ONNX Runtime's (``"cpu"``, ``"cuda"``, ...); on a GPU provider the decoder's
-    cache stays on the device between steps (I/O binding; ``io_binding=False`` turns it off). ``threads``: ONNX
+    (``optimize()``'s, ``quantize()``'s); an ``.onnx`` path with ``config=`` (the model's folder, hub id or
+    config object); or a generation folder another tool wrote (transformers' exporter's, onnxruntime-genai's
+    builder's, Optimum's, transformers.js's: its config and generation config come from the folder).
+    ``provider``: ONNX Runtime's (``"cpu"``, ``"cuda"``, ...); on a GPU provider the decoder's cache stays on the
+    device between steps (I/O binding; ``io_binding=False`` turns it off). ``threads``: ONNX
     Runtime's intra-op threads. The model's generation config comes along (``model.generation_config``).
 
     Example::
@@ -55,16 +57,32 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
         from transformers import pipeline
         pipeline("translation", model=m, tokenizer=r.source.preprocessor, num_beams=4)("Hello world")
     """
+    from ...runtime import generation_folders as folders
     from ...runtime.providers import providers_named
     from ..export.adapters.registry import shape_of
 
+    named = providers_named([provider])[0].name
+    if folders.folder_tool(model) == folders.EXPORTER:  # its two graphs as the decoder's steps
+        runs = folders.ExporterDecoder(folders.open_folder(model, named, threads))
+        hf_config, generation = configs_of(None, config if config is not None else model)
+        wrapped = OnnxForCausalLM(hf_config, runs.folder.files["decode"], named, runs)
+        return _ready(wrapped, None, hf_config, generation)
+    if folders.decoder_file(model) is not None:  # a tool's folder of one decoder file: it, with the folder's config
+        if config is None and not (Path(model) / "config.json").is_file():
+            raise InvalidArgumentError(f"{model} (written by {folders.folder_tool(model)}) holds no config.json: pass "
+                                       "config=<the model's folder, hub id or config object>.")
+        model, config = folders.decoder_file(model), config if config is not None else model
     path = Path(getattr(model, "path", model))
     if not path.exists():
         raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")
-    named = providers_named([provider])[0].name
     hf_config, generation = configs_of(model, config)
-    wrapped = shape_of(model).answer("wrapper")(model, hf_config, path, named, threads, io_binding)
-    wrapped.__class__ = _named_like(type(wrapped), model, hf_config)
+    return _ready(shape_of(model).answer("wrapper")(model, hf_config, path, named, threads, io_binding), model,
+                  hf_config, generation)
+
+
+def _ready(wrapped: Any, model: Any, config: Any, generation: Any) -> Any:
+    """The wrapped files under the model's own class name, with its generation config, in eval mode."""
+    wrapped.__class__ = _named_like(type(wrapped), model, config)
     wrapped.generation_config = generation
     wrapped.eval()
     return wrapped

@@ -70,16 +70,18 @@ def check_parity(reference: Any, onnx_model: Any = None, sample: Any = None, *, 
     from ...runtime.cluster import as_cluster
     from ...runtime.cpu import file_notes, this_cpu
     from ...runtime.generation_folders import folder_tool
-    from ..export.adapters.registry import subject_of
+    from ..export.adapters.registry import shape_of, subject_of
 
-    if folder_tool(onnx_model) or (onnx_model is None and folder_tool(reference)):
+    alone = _decoder_file_alone(reference, onnx_model)
+    if folder_tool(onnx_model) or (onnx_model is None and folder_tool(reference)) or alone:
         if onnx_model is None:
             raise InvalidArgumentError(f"{reference} is a generation folder another tool wrote: check it against the "
                                        "PyTorch model it came from, check_parity(model, folder).")
-        from .folders import folder_parity
+        from .folders import folder_parity  # a tool's generation folder holds a decoder; a file alone: its shape's
 
-        return folder_parity(reference, onnx_model, providers=providers, atol=atol, rtol=rtol, tolerances=tolerances,
-                             progress=progress)
+        check = shape_of(onnx_model).answer("foreign") if alone else folder_parity
+        return check(reference, onnx_model, providers=providers, atol=atol, rtol=rtol, tolerances=tolerances,
+                     progress=progress)
     on = as_cluster(cluster)
     wanted = _providers_checked(atol, rtol, providers, on is not None)
     # choose: a model written as several files is checked on the part its adapter names (a vision-language model's
@@ -252,6 +254,24 @@ def _diagnose(path: Path, ref: Reference, feed: dict[str, np.ndarray], precision
     except Exception as exc:  # noqa: BLE001 - localisation is a diagnosis; the report stands
         notes.append(f"Could not localise the failure: {type(exc).__name__}: {str(exc)[:200]}")
         return None
+
+
+def _decoder_file_alone(reference: Any, onnx_model: Any) -> bool:
+    """A decoder file with its cache that no onnx-nb export knows (another tool's, a quantized copy of one), given
+    with the PyTorch model it came from: checked by generating, as a folder of that tool is."""
+    from ...runtime.facts import file_facts
+
+    torch_lm = callable(getattr(reference, "generate", None)) or (  # a transformers model, or its folder
+        isinstance(reference, (str, Path)) and (Path(reference) / "config.json").is_file())
+    if not torch_lm or export_of(reference) is not None or not isinstance(onnx_model, (str, Path)) or \
+            not str(onnx_model).endswith(".onnx") or not Path(onnx_model).is_file():
+        return False
+    from ..export.adapters.registry import shape_of
+
+    try:  # a file that generates in a shape whose foreign files are checked (one decoder file with its cache)
+        return file_facts(onnx_model).generative and shape_of(onnx_model).foreign is not None
+    except Exception:  # noqa: BLE001 - not a readable model: the forward check names what is wrong
+        return False
 
 
 def _generative(reference: Any, onnx_model: Any) -> tuple[Any, Any] | None:

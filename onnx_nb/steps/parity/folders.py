@@ -1,8 +1,9 @@
 """Generation parity of a folder another tool wrote (:mod:`onnx_nb.runtime.generation_folders`: transformers'
-exporter's prefill and decode graphs) against the PyTorch model it came from: each prompt's greedy tokens against
-PyTorch's ``generate()`` with the first diverging step and PyTorch's margin there, the logits at every step under
-teacher forcing, and every layer's keys and values after the prefill and after the last decode step, so a bad file
-is traced to its first bad layer. Only imported by functions that already need torch."""
+exporter's prefill and decode graphs, a tool's one decoder file with its cache), or of a decoder file alone, against
+the PyTorch model it came from: each prompt's greedy tokens against PyTorch's ``generate()`` with the first diverging
+step and PyTorch's margin there, the logits at every step under teacher forcing, and every layer's keys and values
+after the prefill and after the last decode step, so a bad file is traced to its first bad layer. Only imported by
+functions that already need torch."""
 
 from __future__ import annotations
 
@@ -13,27 +14,36 @@ import numpy as np
 import torch
 
 from ...errors import InvalidArgumentError, first_line
-from ...runtime.generation_folders import GENAI, ExporterFolder, decoder_file, folder_tool, greedy, open_folder
+from ...runtime.generation_folders import ExporterFolder, decoder_file, folder_tool, greedy, open_folder
 from ..export.caches.hf_names import cache_kwargs, cache_of
 from .generation import compare_tokens, torch_greedy
 from .probes import default_prompts
 
 
 class DecoderFileRuns:
-    """onnxruntime-genai's builder's ``model.onnx`` (one graph, the cache as ``past_key_values.N.key`` / ``.value``,
-    an attention mask) in onnx-nb's own step runner, with :class:`ExporterFolder`'s interface."""
+    """A tool's one decoder file (onnxruntime-genai's builder's, Optimum's, transformers.js's: one graph, the cache as
+    ``past_key_values.N.key`` / ``.value``, an attention mask) in onnx-nb's own step runner, with
+    :class:`ExporterFolder`'s interface."""
 
-    def __init__(self, path: Path, provider: str, tool: str) -> None:
+    def __init__(self, path: Path, provider: str, tool: str | None, decoder: Any = None) -> None:
         import json
+
+        import onnx
 
         from ..generate.runners import decoder_for
 
-        self.decoder, self.tool = decoder_for(path, provider), tool
+        self.decoder = decoder if decoder is not None else decoder_for(path, provider)
         self.files = {"decoder": path}
         self.takes_mask = "attention_mask" in self.decoder.input_names
         config = path.parent / "genai_config.json"
         version = json.loads(config.read_text()).get("model", {}).get("type", "") if config.is_file() else ""
         self.versions = {"model type": version} if version else {}
+        header = onnx.load(str(path), load_external_data=False)  # who wrote the graph, as the file says
+        if header.producer_name:
+            self.versions["graph by"] = f"{header.producer_name} {header.producer_version}".strip()
+        # a file alone: the tool that wrote it is the one its header names
+        self.tool = tool or self.versions.pop("graph by", "a tool that left no name in it")
+        self.runtime = getattr(self.decoder, "version", None)  # a runtime other than ONNX Runtime: which
 
     @property
     def weight_bytes(self) -> dict[str, int]:
@@ -75,10 +85,22 @@ def _host(value: Any) -> np.ndarray:
 
 
 def runs_for(target: Any, provider: str) -> ExporterFolder | DecoderFileRuns:
-    """How a folder another tool wrote runs: transformers' exporter's by its own runner, onnxruntime-genai's
-    builder's decoder file by onnx-nb's step runner; the others refused with the file to pass."""
-    file = decoder_file(target)
-    return DecoderFileRuns(file, provider, GENAI) if file is not None else open_folder(target, provider)
+    """How a folder another tool wrote runs: transformers' exporter's by its own runner, a tool's one decoder file
+    (onnxruntime-genai's builder's, Optimum's, transformers.js's; or a decoder file given alone) by onnx-nb's step
+    runner, in ONNX Runtime on ``provider`` or (``provider`` :data:`OPENVINO`) in the OpenVINO runtime."""
+    file = decoder_file(target) or (Path(target) if Path(target).is_file() else None)
+    tool = folder_tool(target)
+    if provider == OPENVINO:
+        from ..generate.openvino_decoder import OpenVinoDecoder
+
+        if file is None:
+            raise InvalidArgumentError(f"{target}: the OpenVINO runtime runs a tool's one decoder file with its cache; "
+                                       "this folder's graphs run in ONNX Runtime (through transformers' runner).")
+        return DecoderFileRuns(file, provider, tool, OpenVinoDecoder(file))
+    return DecoderFileRuns(file, provider, tool) if file is not None else open_folder(target, provider)
+
+
+OPENVINO = "openvino-runtime"  # the OpenVINO runtime, asked for among the providers
 
 
 def torch_reference(reference: Any) -> Any:
@@ -106,14 +128,14 @@ def _layer_rows(mine: dict[int, tuple[np.ndarray, np.ndarray]], theirs: dict[int
         if i not in mine or i not in theirs:
             rows.append(Row(f"layer {i} keys", when, provider, "shape-mismatch",
                             note="no keys and values in the file's cache" if i not in mine else
-                            "PyTorch's cache holds no keys and values for it"))
+                            "the reference's cache holds no keys and values for it"))
             first_bad = i if first_bad is None else first_bad
             continue
         for what, got, ref in zip(("keys", "values"), mine[i], theirs[i]):
-            ref = ref.float().numpy()
+            ref = ref if isinstance(ref, np.ndarray) else ref.float().numpy()  # another runtime's, or PyTorch's
             if got.shape != ref.shape:
                 rows.append(Row(f"layer {i} {what}", when, provider, "shape-mismatch",
-                                note=f"{tuple(got.shape)} against PyTorch's {tuple(ref.shape)}"))
+                                note=f"{tuple(got.shape)} against the reference's {tuple(ref.shape)}"))
                 first_bad = i if first_bad is None else first_bad
                 continue
             stats, errors = measure(got, ref, what)
@@ -134,28 +156,26 @@ def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | Non
     are per step (``logits``), per layer (``layer i keys`` / ``values``) and per prompt (``tokens``)."""
     from ...progress import Steps
     from ...results.parity import Row
-    from ...results.tolerance import measure, precision_of, tolerance_for
+    from ...results.tolerance import precision_of, tolerance_for
     from ...runtime.cpu import this_cpu
     from ...runtime.onnxfile import load_proto
-    from ...runtime.providers import providers_named
-
     model = torch_reference(reference)
     prompts = prompts or default_prompts(model)
     pad = getattr(model.config, "pad_token_id", None) or 0
-    wanted = providers_named(providers)
-    rows: list[Row] = [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
-    live = [p for p in wanted if p.available]
+    rows: list[Row] = []
+    live = _runtimes(providers, rows)
     checks: list[Any] = []
     bad_layers: dict[str, list[str]] = {}
     precision = "fp32"
     runs: Runs | None = None
+    seen: dict[str, Seen] = {}  # each runtime's tokens, caches and logits, compared after
     with Steps(1 + len(live), "folder parity", progress) as bar:
         bar.step("PyTorch greedy generate()")
         reference_tokens = torch_greedy(model, prompts, max_new_tokens, pad)
-        for p in live:
-            bar.step(f"{Path(folder).name} on {p.short}")
+        for short, name in live:
+            bar.step(f"{Path(folder).name} on {short}")
             try:
-                runs = runs_for(folder, p.name)
+                runs = runs_for(folder, name)
                 precision = precision_of(load_proto(list(runs.files.values())[-1]))
                 tol = tolerance_for(precision, "logits", atol, rtol, tolerances)
                 steps, ends = _forced(model, runs, prompts, reference_tokens)
@@ -163,24 +183,18 @@ def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | Non
             except InvalidArgumentError:
                 raise
             except Exception as exc:  # noqa: BLE001 - ONNX Runtime's failure is a row, not a crash
-                rows.append(Row("*", "generation", p.short, "error", note=f"{type(exc).__name__}: {first_line(exc)}"))
+                rows.append(Row("*", "generation", short, "error", note=f"{type(exc).__name__}: {first_line(exc)}"))
                 continue
             level = 0.0
             for step, pairs in enumerate(steps):
                 got, ref = np.concatenate([g for g, _ in pairs]), np.concatenate([r for _, r in pairs])
-                stats, errors = measure(got, ref, "logits")
-                verdict = errors.judge(tol)
-                level = max(level, float(stats["max_abs"] or 0.0))
-                rows.append(Row("logits", "prefill" if step == 0 else f"decode step {step}", p.short,
-                                verdict["status"], tolerance=tol, max_abs=stats["max_abs"], max_rel=stats["max_rel"],
-                                mean_abs=stats["mean_abs"], frac_out=verdict["frac_out"], cosine=stats["cosine"],
-                                argmax_agreement=stats["argmax_agreement"], needed_atol=verdict["needed_atol"],
-                                note=verdict["note"], errors=errors))
+                level = max(level, _logits_row(got, ref, "prefill" if step == 0 else f"decode step {step}", short,
+                                               tol, rows))
             for when, (mine, theirs) in ends.items():
-                bad = _layer_rows(mine, theirs, when, p.short, tolerance_for(precision, "cache", atol, rtol,
-                                                                             tolerances), rows)
+                bad = _layer_rows(mine, theirs, when, short, tolerance_for(precision, "cache", atol, rtol,
+                                                                           tolerances), rows)
                 if bad is not None:
-                    bad_layers.setdefault(p.short, []).append(f"layer {bad} ({when})")
+                    bad_layers.setdefault(short, []).append(f"layer {bad} ({when})")
             for i, (prompt, mine) in enumerate(zip(prompts, generated)):
                 theirs = reference_tokens[i]
                 check = compare_tokens(lambda prefix, prompt=prompt: _logits_at(model, prompt, prefix), mine, theirs,
@@ -190,10 +204,87 @@ def folder_parity(reference: Any, folder: Any, *, prompts: list[list[int]] | Non
                         f"first difference at step {check.first_difference}: ONNX {mine[check.first_difference]}, "
                         f"PyTorch {theirs[check.first_difference]}; PyTorch's margin {check.gap:.3g} "
                         f"({'a near-tie' if check.near_tie else 'a real divergence'})")
-                rows.append(Row("tokens", f"prompt {i} ({len(prompt)} tokens)", p.short,
+                rows.append(Row("tokens", f"prompt {i} ({len(prompt)} tokens)", short,
                                 "fail" if check.verdict == "DIVERGED" else "pass", note=note))
+            seen[short] = (generated, {when: mine for when, (mine, _) in ends.items()},
+                           [np.concatenate([g for g, _ in pairs]) for pairs in steps], getattr(runs, "runtime", None))
+        across = _across(seen, prompts, tolerance_for(precision, "logits", atol, rtol, tolerances),
+                         tolerance_for(precision, "cache", atol, rtol, tolerances), rows)
     return _report(folder, model, runs, rows, checks, bad_layers, prompts, max_new_tokens,
-                   precision, this_cpu().label)
+                   precision, this_cpu().label, across)
+
+
+def _runtimes(providers: Any, rows: list[Any]) -> list[tuple[str, str]]:
+    """``(label, name)`` of each runtime asked for that runs here: ONNX Runtime's providers, and the OpenVINO runtime
+    (``"openvino-runtime"``); a row for each that does not."""
+    from ...results.parity import Row
+    from ...runtime.providers import OPENVINO_RUNTIME, providers_named
+
+    names = providers.split(",") if isinstance(providers, str) and providers != "available" else providers
+    openvino = [] if isinstance(names, str) else [n for n in names if str(n).strip().lower() in OPENVINO_RUNTIME]
+    others = names if isinstance(names, str) else [n for n in names if n not in openvino]
+    wanted = providers_named(others) if others else []
+    rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
+    live = [(p.short, p.name) for p in wanted if p.available]
+    if openvino:
+        try:
+            import openvino as _  # noqa: F401
+            live.append((OPENVINO, OPENVINO))
+        except ImportError:
+            rows.append(Row("*", "*", OPENVINO, "unavailable", note="the OpenVINO runtime: pip install openvino"))
+    return live
+
+
+def _logits_row(got: np.ndarray, ref: np.ndarray, when: str, provider: str, tol: Any, rows: list[Any]) -> float:
+    """A row for one step's logits against the reference's; the largest difference."""
+    from ...results.parity import Row
+    from ...results.tolerance import measure
+
+    stats, errors = measure(got, ref, "logits")
+    verdict = errors.judge(tol)
+    rows.append(Row("logits", when, provider, verdict["status"], tolerance=tol, max_abs=stats["max_abs"],
+                    max_rel=stats["max_rel"], mean_abs=stats["mean_abs"], frac_out=verdict["frac_out"],
+                    cosine=stats["cosine"], argmax_agreement=stats["argmax_agreement"],
+                    needed_atol=verdict["needed_atol"], note=verdict["note"], errors=errors))
+    return float(stats["max_abs"] or 0.0)
+
+
+Seen = tuple[list[list[int]], dict[str, Any], list[np.ndarray], str | None]  # a runtime's tokens, caches, logits, name
+
+
+def _across(seen: dict[str, Seen], prompts: list[list[int]],
+            logits_tol: Any, cache_tol: Any, rows: list[Any]) -> list[str]:
+    """The same file on two runtimes, each later one against the first, with no PyTorch between them: per prompt its
+    tokens (the first step they part), per step the logits both gave under the same teacher-forced tokens, per layer
+    the keys and values after the prefill and after the last step (rows whose provider reads ``B vs A``); a note
+    per pair."""
+    from ...results.parity import Row
+
+    if len(seen) < 2:
+        return []
+    first, *others = seen
+    notes = []
+    for other in others:
+        pair = f"{other} vs {first}"
+        (tokens_a, ends_a, steps_a, _), (tokens_b, ends_b, steps_b, runtime) = seen[first], seen[other]
+        same = 0
+        for i, (a, b) in enumerate(zip(tokens_a, tokens_b)):
+            part = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
+            same += part is None
+            rows.append(Row("tokens", f"prompt {i} ({len(prompts[i])} tokens)", pair,
+                            "pass" if part is None else "fail",
+                            note=f"{len(a)} greedy tokens identical on both runtimes" if part is None else
+                            f"first difference at step {part}: {other} {b[part]}, {first} {a[part]}"))
+        largest = max((_logits_row(b, a, "prefill" if k == 0 else f"decode step {k}", pair, logits_tol, rows)
+                       for k, (a, b) in enumerate(zip(steps_a, steps_b))), default=0.0)
+        bad = [f"layer {layer} ({when})" for when in ends_a if when in ends_b
+               for layer in [_layer_rows(ends_b[when], ends_a[when], when, pair, cache_tol, rows)] if layer is not None]
+        named = f"{other} ({runtime})" if runtime else other
+        notes.append(f"{named} against {first}, the same file on two runtimes: tokens identical for {same} of "
+                     f"{len(tokens_a)} prompts; logits differ by at most {largest:.3g}; "
+                     + (f"keys and values part first at {'; '.join(bad)}." if bad else
+                        "every layer's keys and values within tolerance."))
+    return notes
 
 
 Runs = ExporterFolder | DecoderFileRuns  # a folder another tool wrote, as a step runner
@@ -252,7 +343,7 @@ def _logits_at(model: Any, prompt: list[int], prefix: list[int]) -> torch.Tensor
 
 def _report(folder: Any, model: Any, runs: Runs | None, rows: list[Any], checks: list[Any],
             bad_layers: dict[str, list[str]], prompts: list[list[int]], max_new_tokens: int, precision: str,
-            cpu: str) -> Any:
+            cpu: str, across: list[str]) -> Any:
     from ...render import human_bytes
     from ...results.parity import ParityReport
 
@@ -270,5 +361,6 @@ def _report(folder: Any, model: Any, runs: Runs | None, rows: list[Any], checks:
                         "no attention mask: a padded batch cannot run (prompts one at a time here)."))
     for provider, where in bad_layers.items():
         notes.append(f"First layer off on {provider}: {'; '.join(where)} (the layers before it match PyTorch).")
+    notes += across
     return ParityReport(model=Path(folder).name, reference=f"PyTorch {type(model).__name__} (generate, with cache)",
                         precision=precision, rows=rows, shapes={}, notes=notes, generation=checks, cpu=cpu)

@@ -134,7 +134,9 @@ class GenerationShape:
     ``loop`` (optional) is a ``generate()`` loop of its own; ``runner`` (optional) makes ``generate()``'s step runner
     and the inputs it reads, ``runner(model, inputs, images, provider, threads)``, in place of the file's decoder;
     ``export`` (optional) writes a loaded model's files in this shape, ``export(adapter, record, sample, target, opset,
-    steps)``, where the adapter that opened it does not (an encoder-decoder's two files)."""
+    steps)``, where the adapter that opened it does not (an encoder-decoder's two files); ``foreign`` (optional)
+    checks a file in this shape that no onnx-nb export knows (another tool's) against its PyTorch model,
+    ``foreign(model, file, providers=..., atol=..., rtol=..., tolerances=..., progress=...)``."""
 
     parity: str
     wrapper: str
@@ -142,6 +144,7 @@ class GenerationShape:
     loop: str | None = None
     runner: str | None = None
     export: str | None = None
+    foreign: str | None = None
 
     def answer(self, part: str) -> Any:
         """The answer ``part`` names, imported (None where this shape has none)."""
@@ -154,7 +157,8 @@ SHAPES: dict[str, GenerationShape] = {
     # one file with its cache (a causal LM's, a decoder's whole-sequence file, a lean route's file)
     "decoder": GenerationShape(parity=f"{STEPS}.parity.generation:DecoderOnly.of_export",
                                wrapper=f"{STEPS}.generate.transformers_api:causal_lm",
-                               timing=f"{STEPS}.benchmark.generation_latency:DecoderTiming"),
+                               timing=f"{STEPS}.benchmark.generation_latency:DecoderTiming",
+                               foreign=f"{STEPS}.parity.folders:folder_parity"),
     # an encoder-decoder's decoder file with cross-attention caches, its encoder a file beside it
     "seq2seq": GenerationShape(parity="onnx_nb.kinds.seq2seq.parity:Seq2SeqParity.of_export",
                                wrapper="onnx_nb.kinds.seq2seq.transformers_model:seq2seq_model",
