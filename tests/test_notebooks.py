@@ -388,3 +388,6 @@ def test_other_tools_tutorial(tmp_path: Path) -> None:
         assert tool in table, table
     assert "FAILED" not in table and "PASSED" in table, table
     assert "OnnxExporter is experimental" not in text(by_source(cells, "import contextlib"))  # its notes hidden
+    across = text(by_source(cells, "across = onnx_nb.check_parity"))  # OpenVINO against ONNX Runtime, one file
+    assert "openvino-runtime (OpenVINO " in across and "the same file on two runtimes" in across, across
+    assert "fail" not in across and "pass" in across, across
