@@ -165,7 +165,10 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
         from onnxruntime.transformers.float16 import convert_float_to_float16
         from onnxruntime.transformers.onnx_model import OnnxModel
 
-        model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, disable_shape_infer=big)
+        from .float16_weights import fast_float16_weights
+
+        with fast_float16_weights():  # ORT's conversion, its weights' arithmetic in blocks (the same numbers)
+            model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, disable_shape_infer=big)
         OnnxModel(model).topological_sort()  # the Casts for kept fp32 inputs are appended after their consumers
         save_proto(model, staged, big)
     else:
