@@ -654,11 +654,14 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
               *seq2seq_section(ROOT / "benchmarks" / "results" / "speech_sweep.json", speech=True)]
     lines += ["", "## Vision-language models", "", *vlm_section(ROOT / "benchmarks" / "results" / "vlm_sweep.json")]
     lines += ["", "## Speech LLMs", "", *speech_llm_section(ROOT / "benchmarks" / "results" / "speech_llm_sweep.json")]
+    import exporter_peer_seq2seq
     import exporter_peer_sweep  # the other sweeps import this module: imported here, not above
     import task_sweep
     import timm_sweep
 
-    lines += ["", "## transformers' own exporter on the same configs", "", *exporter_peer_sweep.section(rows)]
+    seq2seq = swept(ROOT / "benchmarks" / "results" / "seq2seq_sweep.json")
+    lines += ["", "## transformers' own exporter on the same configs", "", *exporter_peer_sweep.section(rows), "",
+              *exporter_peer_seq2seq.section(seq2seq[0] if seq2seq else [])]
 
     lines += ["", "## Encoder tasks", "", *task_sweep.summary(), "", "## timm image models", "",
               *timm_sweep.section()]

@@ -78,25 +78,14 @@ def prompts_for(model: Any, speech: bool) -> list[Any]:
     return [{k: v[i:i + 1].numpy() for k, v in audio.items()} for i in range(2)]
 
 
-def one(model_type: str, class_name: str, folder: Path, variants: bool, speech: bool = False) -> dict[str, Any]:
-    """Everything about one type (in a child process)."""
+def built(model_type: str, class_name: str, folder: Path, row: dict[str, Any], speech: bool = False) -> tuple[
+        Any, list[Any], list[list[int]]] | None:
+    """The type at the first size PyTorch builds and runs (tiny, else its depth alone), saved in ``folder`` and loaded
+    back as transformers loads it, with its two prompts and PyTorch's greedy tokens for each; None (the reason in
+    ``row``) when it cannot."""
     import torch
     import transformers
 
-    import onnx_nb
-    from onnx_nb.errors import first_line
-
-    row: dict[str, Any] = {"type": model_type, "class": class_name}
-    try:
-        speech_llm = speech_llm_sweep.swept_here(transformers.AutoConfig.for_model(model_type), class_name)
-    except Exception:  # noqa: BLE001 - no default config: the build below says why
-        speech_llm = False
-    if speech_llm:
-        row["route"] = "speech LLM"  # measured from clips by speech_llm_sweep.py, whose row the page shows
-        return row
-    started = time.perf_counter()
-    prompts: list[list[int]] = []
-    want: list[list[int]] = []
     for size, sizes in (("tiny", TINY), ("depth only", DEPTH)):  # the first that PyTorch builds and runs
         try:
             config = task_sweep.tiny_config(model_type, sizes)  # sub-configs too (T5Gemma's, an audio tower's)
@@ -119,16 +108,37 @@ def one(model_type: str, class_name: str, folder: Path, variants: bool, speech: 
             continue
         row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()))
         print("PYTORCH_OK", flush=True)
-        break
-    if row.get("pytorch") != "ok":
+        return model, prompts, want
+    return None
+
+
+def one(model_type: str, class_name: str, folder: Path, variants: bool, speech: bool = False) -> dict[str, Any]:
+    """Everything about one type (in a child process)."""
+    import transformers
+
+    import onnx_nb
+    from onnx_nb.errors import first_line
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name}
+    try:
+        speech_llm = speech_llm_sweep.swept_here(transformers.AutoConfig.for_model(model_type), class_name)
+    except Exception:  # noqa: BLE001 - no default config: the build below says why
+        speech_llm = False
+    if speech_llm:
+        row["route"] = "speech LLM"  # measured from clips by speech_llm_sweep.py, whose row the page shows
         return row
+    started = time.perf_counter()
+    made = built(model_type, class_name, folder, row, speech)
+    if made is None:
+        return row
+    _, prompts, want = made
     result = registry_sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
     if result is None:
         return row
     try:
-        made = [onnx_nb.generate(result, p if speech else [p], max_new_tokens=registry_sweep.NEW_TOKENS,
-                                 num_beams=1).tokens[0] for p in prompts]
-        registry_sweep.judged(row, result, made, want)
+        tokens = [onnx_nb.generate(result, p if speech else [p], max_new_tokens=registry_sweep.NEW_TOKENS,
+                                   num_beams=1).tokens[0] for p in prompts]
+        registry_sweep.judged(row, result, tokens, want)
     except Exception as exc:  # noqa: BLE001
         row["generate"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
     if variants and row.get("generate") in ("same", "near-tie"):

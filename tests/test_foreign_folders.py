@@ -169,7 +169,7 @@ def test_onnxruntime_genai_builders_folder_is_checked_and_generates(tmp_path: Pa
     prompts = [[5, 17, 42, 9], [11, 3]]  # a padded batch; the folder's tokenizer comes along
     made = onnx_nb.generate(out, prompts, max_new_tokens=6, eos_token_id=-1)
     assert made.tokens == [pytorch_greedy(model, p, 6) for p in prompts] and made.text is not None
-    with pytest.raises(onnx_nb.OnnxNbError, match="holds no config.json: pass config="):
+    with pytest.raises(onnx_nb.OnnxNbError, match=r"holds no config\.json: pass config="):
         onnx_nb.to_transformers(out)  # the builder keeps its own genai_config.json only
     beams_equal_pytorch(model, onnx_nb.to_transformers(out, config=folder), prompts[0])
 

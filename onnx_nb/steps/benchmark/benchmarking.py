@@ -75,7 +75,7 @@ def _models(models: Any) -> list[tuple[str, Any, Path]]:
                 "(and the PyTorch model as reference=...)."
             )
         label = name or getattr(model, "name", None) or ("fp32" if hasattr(model, "exporter") else
-                                                          Path(model if Path(model).is_dir() else path).stem)
+                                                          Path(model if found is not None else path).stem)
         out.append((str(label), found or model, Path(path)))
     return out
 

@@ -1,0 +1,158 @@
+"""transformers' own exporter as a peer on the sequence-to-sequence registry (``MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_
+NAMES``), at the size and from the prompts of onnx-nb's own sweep (``benchmarks/seq2seq_sweep.py``): its default
+``OnnxExporter().export_for_generation`` from the first prompt (``OnnxConfig(dynamic=True)``, ``save_pretrained``).
+Its ``generate()`` capture records the decoder's forwards only (``generate`` runs the encoder apart), so the folder's
+graphs take the encoder's output (``encoder_outputs.last_hidden_state``), not the text: the row says whether any
+graph takes the text, and then how far the decoder graphs go given PyTorch's own encoder output: greedy tokens from
+the decoder's start token, the prefill graph then the decode graph, run by transformers' own ``OnnxModelRunner``
+over ONNX Runtime with the model's own ``EncoderDecoderCache``, against PyTorch's ``generate()`` for each prompt.
+
+    .venv/bin/python benchmarks/exporter_peer_seq2seq.py [--only bart,t5] [--timeout 180]
+
+Rows go to ``benchmarks/results/exporter_peer_seq2seq.json``; ``registry_sweep.py --page-only`` puts them on
+``docs/supported-architectures.md`` beside onnx-nb's own sequence-to-sequence rows.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import registry_sweep as sweep
+import seq2seq_sweep
+
+RESULTS = sweep.ROOT / "benchmarks" / "results" / "exporter_peer_seq2seq.json"
+
+
+def decoder_greedy(model: Any, folder: Path, prompt: list[int], new_tokens: int) -> list[int]:
+    """Greedy tokens from the folder's prefill and decode graphs, given PyTorch's encoder output for ``prompt``."""
+    import torch
+    from transformers import DynamicCache, EncoderDecoderCache
+    from transformers.exporters.metadata import ExportMetadata
+    from transformers.exporters.runners.runner_onnx import OnnxModelRunner
+    from transformers.modeling_outputs import BaseModelOutput
+
+    from onnx_nb.runtime.sessions import session
+
+    parts = json.loads((folder / "export.json").read_text())["components"]
+    runners = {name: OnnxModelRunner(ExportMetadata.from_dict(parts[name]["metadata"]),
+                                     session(folder / parts[name]["file"], "CPUExecutionProvider"))
+               for name in ("prefill", "decode")}
+    ids = torch.tensor([prompt])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        encoded = BaseModelOutput(last_hidden_state=model.get_encoder()(input_ids=ids, attention_mask=mask)[0])
+    cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+    generation = model.generation_config
+    token = next(t for t in (generation.decoder_start_token_id, model.config.decoder_start_token_id,
+                             generation.bos_token_id, 0) if t is not None)
+    tokens: list[int] = []
+    for step in range(new_tokens):
+        given = {"decoder_input_ids": torch.tensor([[token]]), "attention_mask": mask, "encoder_outputs": encoded,
+                 "cache": cache}
+        name = "prefill" if step == 0 else "decode"
+        out = runners[name](**{k: v for k, v in given.items() if k in parts[name]["metadata"]["kwargs"]})
+        cache = next((v for v in (getattr(out, n, None) for n in ("cache", "past_key_values")) if v is not None),
+                     cache)
+        token = int(out.logits[0, -1].argmax())
+        tokens.append(token)
+        if token in (generation.eos_token_id if isinstance(generation.eos_token_id, list) else
+                     [generation.eos_token_id]):
+            break
+    return tokens
+
+
+def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
+    """One type through transformers' exporter (in a child process)."""
+    import torch
+
+    from onnx_nb.errors import first_line
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name}
+    made = seq2seq_sweep.built(model_type, class_name, folder, row)
+    if made is None:
+        return row
+    model, prompts, want = made
+    out = folder.parent / "peer"
+    started = time.perf_counter()
+    try:
+        from transformers.exporters import OnnxConfig, OnnxExporter
+
+        ids = torch.tensor([prompts[0]])
+        exported = OnnxExporter().export_for_generation(
+            model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, OnnxConfig(dynamic=True))
+        if out.exists():
+            shutil.rmtree(out)
+        exported.save_pretrained(out)
+        row["peer_export"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - a row, not a crash
+        row["peer_export"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+        return row
+    finally:
+        row["peer_export_s"] = round(time.perf_counter() - started, 1)
+    row["peer_mb"] = round(sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6, 3)
+    import onnx
+
+    parts = json.loads((out / "export.json").read_text())["components"]
+    takes = {name: [i.name for i in onnx.load(str(out / p["file"]), load_external_data=False).graph.input]
+             for name, p in parts.items()}
+    row["peer_graphs"] = sorted(takes)
+    row["peer_text_in"] = any("input_ids" in names for names in takes.values())  # a graph that reads the text
+    print("ROW " + json.dumps(row), flush=True)  # what is known so far, should the run below hang
+    try:
+        got = [decoder_greedy(model, out, p, sweep.NEW_TOKENS) for p in prompts]
+        same = all(g[:len(w)] == w for g, w in zip(got, want))
+        row["peer_decoder"] = "same" if same else "differs"
+        if not same:
+            row["peer_note"] = f"decoder graphs {got} against PyTorch's {want}"[:300]
+    except Exception as exc:  # noqa: BLE001
+        row["peer_decoder"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    return row
+
+
+def main() -> None:
+    parser = sweep.parser_for(__doc__, 180, variants=False)
+    parser.add_argument("--json", default=str(RESULTS))
+    args = parser.parse_args()
+    types = seq2seq_sweep.registry()
+    if args.one:
+        print("ROW " + json.dumps(one(args.one, types[args.one], Path(args.folder))))
+        return
+    rows = sweep.run_rows(__file__, types, Path(args.json), args.only, args.again, args.timeout, [])
+    base = [r for r in rows if sweep.counted(r)]
+    print(f"transformers' exporter on {len(base)} sequence-to-sequence types PyTorch runs: "
+          f"{sum(r.get('peer_export') == 'ok' for r in base)} exported, "
+          f"{sum(bool(r.get('peer_text_in')) for r in base)} with a graph that takes the text, "
+          f"{sum(r.get('peer_decoder') == 'same' for r in base)} whose decoder graphs give PyTorch's tokens from "
+          "PyTorch's encoder output")
+
+
+def section(ours: list[dict[str, Any]], path: Path = RESULTS) -> list[str]:
+    """The page's paragraph: transformers' exporter on the sequence-to-sequence types beside onnx-nb's rows."""
+    found = sweep.swept(path)
+    if found is None:
+        return [f"Sequence-to-sequence: not swept yet (`{Path(__file__).relative_to(sweep.ROOT)}`)."]
+    rows, meta, _, _ = found
+    base = [r for r in rows if sweep.counted(r)]
+    served = {r["type"] for r in ours if sweep.counted(r) and sweep.served(r)}
+    exported = [r for r in base if r.get("peer_export") == "ok"]
+    text_in = [r["type"] for r in exported if r.get("peer_text_in")]
+    decoders = [r["type"] for r in exported if r.get("peer_decoder") == "same"]
+    return [
+        f"Sequence-to-sequence (`{Path(__file__).relative_to(sweep.ROOT)}`, {meta['date']}, transformers "
+        f"{meta['transformers']}): of the {len(base)} types PyTorch runs, transformers' exporter writes a folder for "
+        f"{len(exported)}; {len(text_in)} of them hold a graph that takes the text"
+        f"{': ' + ', '.join(text_in) if text_in else ''} (its generate() capture records the decoder's forwards "
+        "only, so the graphs take the encoder's output and nothing runs the encoder). Given PyTorch's own encoder "
+        f"output, its decoder graphs give PyTorch's greedy tokens for {len(decoders)}. onnx-nb's default export "
+        f"(encoder and decoder files) generates PyTorch's tokens from the text for "
+        f"{sum(r['type'] in served for r in base)} of the same types."]
+
+
+if __name__ == "__main__":
+    main()
