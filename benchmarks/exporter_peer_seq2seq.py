@@ -16,13 +16,12 @@ Rows go to ``benchmarks/results/exporter_peer_seq2seq.json``; ``registry_sweep.p
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import exporter_peer_sweep
 import registry_sweep as sweep
 import seq2seq_sweep
 
@@ -68,7 +67,6 @@ def decoder_greedy(model: Any, folder: Path, prompt: list[int], new_tokens: int)
 
 def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     """One type through transformers' exporter (in a child process)."""
-    import torch
 
     from onnx_nb.errors import first_line
 
@@ -78,23 +76,8 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
         return row
     model, prompts, want = made
     out = folder.parent / "peer"
-    started = time.perf_counter()
-    try:
-        from transformers.exporters import OnnxConfig, OnnxExporter
-
-        ids = torch.tensor([prompts[0]])
-        exported = OnnxExporter().export_for_generation(
-            model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, OnnxConfig(dynamic=True))
-        if out.exists():
-            shutil.rmtree(out)
-        exported.save_pretrained(out)
-        row["peer_export"] = "ok"
-    except Exception as exc:  # noqa: BLE001 - a row, not a crash
-        row["peer_export"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    if not exporter_peer_sweep.exported(model, prompts[0], out, row):
         return row
-    finally:
-        row["peer_export_s"] = round(time.perf_counter() - started, 1)
-    row["peer_mb"] = round(sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6, 3)
     import onnx
 
     parts = json.loads((out / "export.json").read_text())["components"]

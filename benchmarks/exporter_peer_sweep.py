@@ -32,7 +32,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "exporter_peer_sweep.json"
 
 def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     """One type through transformers' exporter (in a child process)."""
-    import torch
 
     from onnx_nb.errors import first_line
 
@@ -42,24 +41,8 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
         return row
     model, prompts = made[0], made[1]
     out = folder.parent / "peer"
-    started = time.perf_counter()
-    try:
-        from transformers.exporters import OnnxConfig, OnnxExporter
-
-        ids = torch.tensor([prompts[0]])
-        exported = OnnxExporter().export_for_generation(
-            model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, OnnxConfig(dynamic=True))
-        if out.exists():
-            shutil.rmtree(out)
-        exported.save_pretrained(out)
-        row["peer_export"] = "ok"
-    except Exception as exc:  # noqa: BLE001 - a row, not a crash
-        row["peer_export"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    if not exported(model, prompts[0], out, row):
         return row
-    finally:
-        row["peer_export_s"] = round(time.perf_counter() - started, 1)
-    row["peer_mb"] = round(sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6, 3)
-    print("ROW " + json.dumps(row), flush=True)  # what is known so far, should the run below hang
     try:
         from onnx_nb.runtime.generation_folders import open_folder
         from onnx_nb.steps.parity.folders import folder_parity
@@ -81,6 +64,35 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         row["peer_generate"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
     return row
+
+
+def exported(model: Any, prompt: list[int], out: Path, row: dict[str, Any]) -> bool:
+    """``model`` through transformers' exporter's default for generation (from ``prompt``,
+    ``OnnxConfig(dynamic=True)``), saved in ``out``; its status, seconds and size on disk in ``row`` (printed so far,
+    should what follows hang)."""
+    import torch
+
+    from onnx_nb.errors import first_line
+
+    started = time.perf_counter()
+    try:
+        from transformers.exporters import OnnxConfig, OnnxExporter
+
+        ids = torch.tensor([prompt])
+        made = OnnxExporter().export_for_generation(
+            model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, OnnxConfig(dynamic=True))
+        if out.exists():
+            shutil.rmtree(out)
+        made.save_pretrained(out)
+        row["peer_export"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - a row, not a crash
+        row["peer_export"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+        return False
+    finally:
+        row["peer_export_s"] = round(time.perf_counter() - started, 1)
+    row["peer_mb"] = round(sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6, 3)
+    print("ROW " + json.dumps(row), flush=True)
+    return True
 
 
 def main() -> None:

@@ -7,17 +7,14 @@ with its sign, NaN, zeros and infinities are kept; then the cast."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 
+from .swaps import Swap
+
 BLOCK = 1 << 20  # values per block: its temporaries stay in cache instead of a full-size array each
-_LOCK = threading.Lock()
-_DEPTH = [0]  # blocks open, in any thread: ORT's function is put back when the last one ends
-_ORIGINAL: list[Any] = []  # ORT's own function while it is replaced
 
 
 def to_float16(values: np.ndarray, min_positive_val: float = 5.96e-08, max_finite_val: float = 65504.0) -> np.ndarray:
@@ -37,21 +34,14 @@ def to_float16(values: np.ndarray, min_positive_val: float = 5.96e-08, max_finit
     return out
 
 
+SWAP = Swap(to_float16)
+
+
 @contextmanager
 def fast_float16_weights() -> Iterator[None]:
     """ORT's float16 weight conversion done by :func:`to_float16` while the block runs (ORT's own put back when the
     last such block, in any thread, ends)."""
     from onnxruntime.transformers import float16
 
-    with _LOCK:
-        if not _DEPTH[0]:
-            _ORIGINAL[:] = [float16.convert_np_to_float16]
-            float16.convert_np_to_float16 = to_float16
-        _DEPTH[0] += 1
-    try:
+    with SWAP.active(float16, "convert_np_to_float16"):
         yield
-    finally:
-        with _LOCK:
-            _DEPTH[0] -= 1
-            if not _DEPTH[0]:
-                float16.convert_np_to_float16 = _ORIGINAL[0]

@@ -6,17 +6,15 @@ a case it does not cover (overrides, 4- or 16-bit types, float16 weights, a mini
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from .swaps import Swap
+
 _CHANNEL_DEFAULT = "axis"
-_LOCK = threading.Lock()
-_DEPTH = [0]  # blocks open, in any thread: ORT's method is put back when the last one ends
-_ORIGINAL: list[Any] = []  # ORT's own method while it is replaced
 
 
 @contextmanager
@@ -25,25 +23,18 @@ def vectorized_per_channel() -> Iterator[None]:
     last such block, in any thread, ends)."""
     from onnxruntime.quantization.base_quantizer import BaseQuantizer
 
-    with _LOCK:
-        if not _DEPTH[0]:
-            _ORIGINAL[:] = [BaseQuantizer.quantize_weight_per_channel_impl]
-            BaseQuantizer.quantize_weight_per_channel_impl = _impl
-        _DEPTH[0] += 1
-    try:
+    with _SWAP.active(BaseQuantizer, "quantize_weight_per_channel_impl"):
         yield
-    finally:
-        with _LOCK:
-            _DEPTH[0] -= 1
-            if not _DEPTH[0]:
-                BaseQuantizer.quantize_weight_per_channel_impl = _ORIGINAL[0]
 
 
 def _impl(self: Any, weight_name: str, weight_qType: int, channel_axis: int,  # ORT's names
           reduce_range: bool = True, keep_float_weight: bool = False) -> tuple[str, str, str]:
     done = quantized_weight(self, weight_name, weight_qType, channel_axis, reduce_range, keep_float_weight)
-    return done if done is not None else _ORIGINAL[0](self, weight_name, weight_qType, channel_axis, reduce_range,
-                                                      keep_float_weight)
+    return done if done is not None else _SWAP.original(self, weight_name, weight_qType, channel_axis, reduce_range,
+                                                        keep_float_weight)
+
+
+_SWAP = Swap(_impl)  # ORT's method while it is replaced: _SWAP.original
 
 
 def quantized_weight(quantizer: Any, weight_name: str, qtype: int, axis: int, reduce_range: bool,
