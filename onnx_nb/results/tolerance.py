@@ -78,13 +78,9 @@ def precision_of(proto: Any) -> str:
     and weight types."""
     import onnx
 
-    def nodes(graph: Any) -> list[Any]:
-        found = list(graph.node)
-        for node in graph.node:
-            found += [n for a in node.attribute if a.type == onnx.AttributeProto.GRAPH for n in nodes(a.g)]
-        return found
+    from ..runtime.onnxfile import every_node
 
-    every = nodes(proto.graph)
+    every = list(every_node(proto))
     ops = {n.op_type for n in every}
     bits = {a.i for n in every if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"}
     if bits and min(bits) <= 4:

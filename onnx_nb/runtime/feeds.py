@@ -11,6 +11,12 @@ import numpy as np
 from ..errors import SampleError
 
 
+def mask_positions(mask: np.ndarray, new: int) -> np.ndarray:
+    """The positions of each row's last ``new`` tokens from its attention mask over cached + new tokens, counted over
+    the row's own tokens (a left-padded row's first token is position 0), as transformers' ``generate()`` gives them."""
+    return np.maximum((np.cumsum(mask, axis=1) - 1)[:, mask.shape[1] - new:], 0).astype(np.int64)
+
+
 def feed_for(path: Path, model: Any = None, sample: Any = None,
              seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, dict[int, str]]]:
     """Named numpy inputs for the ONNX file at ``path`` and their variable axes: the caller's ``sample`` (a dict

@@ -172,11 +172,12 @@ class ExporterFolder:
              mask: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
         import torch
 
+        from .feeds import mask_positions
+
         total = past + ids.shape[1]
         mask = np.ones((ids.shape[0], total), np.int64) if mask is None else mask.astype(np.int64)
-        positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)[:, past:]  # a left-padded row counts its tokens
         given = {"input_ids": torch.from_numpy(ids.astype(np.int64)), "attention_mask": torch.from_numpy(mask),
-                 "position_ids": torch.from_numpy(np.ascontiguousarray(positions)),
+                 "position_ids": torch.from_numpy(mask_positions(mask, ids.shape[1])),
                  "cache_position": torch.arange(past, total)}
         kwargs = {}
         for key, spec in self.kwargs[name].items():

@@ -252,23 +252,28 @@ def signature(proto: Any) -> tuple[list[TensorInfo], list[TensorInfo]]:
     return inputs, [_info(v) for v in proto.graph.output]
 
 
-def op_histogram(proto: Any) -> dict[str, int]:
-    """Operator counts, including nodes inside subgraphs and local functions."""
-    counts: Counter[str] = Counter()
+def every_node(proto: Any) -> Iterator[Any]:
+    """Every node of the model: the graph's, those inside subgraphs (an If's branches, a Loop's or a Scan's body) and
+    local functions'."""
 
-    def walk(nodes: Any) -> None:
+    def walk(nodes: Any) -> Iterator[Any]:
         for node in nodes:
-            key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-            counts[key] += 1
+            yield node
             for attr in node.attribute:
                 if attr.g and attr.g.node:
-                    walk(attr.g.node)
+                    yield from walk(attr.g.node)
                 for g in attr.graphs:
-                    walk(g.node)
+                    yield from walk(g.node)
 
-    walk(proto.graph.node)
+    yield from walk(proto.graph.node)
     for fn in proto.functions:
-        walk(fn.node)
+        yield from walk(fn.node)
+
+
+def op_histogram(proto: Any) -> dict[str, int]:
+    """Operator counts, including nodes inside subgraphs and local functions."""
+    counts: Counter[str] = Counter(node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+                                   for node in every_node(proto))
     return dict(counts.most_common())
 
 

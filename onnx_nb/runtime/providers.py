@@ -32,6 +32,14 @@ DEVICES = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "cuda",
 NOT_COMPUTE = {"AzureExecutionProvider"}
 # the names benchmark() (and the evaluations timed by it) take for the OpenVINO runtime's own rows, not a provider
 OPENVINO_RUNTIME = ("openvino-runtime", "ov-runtime")
+
+
+def openvino_apart(providers: Any) -> tuple[list[Any], bool]:
+    """(the ONNX Runtime providers named, whether the OpenVINO runtime is named among them) from a list of names or a
+    comma-separated string (``["cpu", "openvino-runtime"]``, ``"cpu,openvino-runtime"``)."""
+    names = [p.strip() for p in providers.split(",") if p.strip()] if isinstance(providers, str) else list(providers)
+    ort = [p for p in names if str(p).strip().lower() not in OPENVINO_RUNTIME]
+    return ort, len(ort) < len(names)
 # What a user needs to run the providers no desktop onnxruntime wheel here has: the package, the call that registers
 # the provider, and the file to give it (optimize(model, target="mobile") writes the .ort and its operator config).
 RUNTIME_STYLE = (

@@ -82,13 +82,11 @@ def _models(models: Any) -> list[tuple[str, Any, Path]]:
 
 def _backends(providers: Any) -> list[tuple[str, str | None, str]]:
     """(label, ORT provider or None for the OpenVINO runtime, unavailable reason or '')."""
-    from ...runtime.providers import OPENVINO_RUNTIME, providers_named
+    from ...runtime.providers import openvino_apart, providers_named
 
-    want_openvino = providers == "available" or (
-        isinstance(providers, (list, tuple)) and any(str(p).lower() in OPENVINO_RUNTIME
-                                                     for p in providers))
+    want_openvino = providers == "available"
     if isinstance(providers, (list, tuple)):
-        providers = [p for p in providers if str(p).lower() not in OPENVINO_RUNTIME]
+        providers, want_openvino = openvino_apart(providers)
     result: list[tuple[str, str | None, str]] = []
     if providers:
         for p in providers_named(providers):

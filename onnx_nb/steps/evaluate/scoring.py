@@ -88,13 +88,12 @@ def split_providers(providers: Any) -> tuple[str, bool]:
     benchmark-style providers list (``["cpu", "openvino-runtime"]``)."""
     import importlib.util
 
-    from ...runtime.providers import OPENVINO_RUNTIME, providers_named
+    from ...runtime.providers import openvino_apart, providers_named
 
     if providers == "available":  # benchmark()'s every provider, the OpenVINO runtime's rows where it is installed
         return providers_named("available")[0].short, importlib.util.find_spec("openvino") is not None
-    names = [p.strip() for p in providers.split(",") if p.strip()] if isinstance(providers, str) else list(providers)
-    ort = [p for p in names if str(p).lower() not in OPENVINO_RUNTIME]
-    return (providers_named(ort)[0].short if ort else "cpu"), len(ort) < len(names)
+    ort, openvino = openvino_apart(providers)
+    return (providers_named(ort)[0].short if ort else "cpu"), openvino
 
 
 

@@ -95,9 +95,10 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     if max_new_tokens < 1:
         raise InvalidArgumentError("max_new_tokens must be at least 1.")
     named = providers_named([provider])[0].name
-    folder = model if folders.folder_tool(model) else None
+    tool = folders.folder_tool(model)
+    folder = model if tool else None
     runs: Any = None
-    if folders.folder_tool(model) == folders.EXPORTER:  # its two graphs as a step runner: the loop below runs them
+    if tool == folders.EXPORTER:  # its two graphs as a step runner: the loop below runs them
         if images is not None or runtime != "onnx-nb" or io_binding:
             raise InvalidArgumentError(f"{model} is transformers' exporter's folder: generate() runs its text graphs "
                                        "in onnx-nb's loop (no images, io_binding or other runtime).")

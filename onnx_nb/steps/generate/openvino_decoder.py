@@ -6,32 +6,13 @@ instructions is bf16): a parity check compares the file's arithmetic, not a redu
 
 from __future__ import annotations
 
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from ...runtime.facts import present_of
+from ...runtime.onnxfile import NodeArg, load_proto, signature
 from .runners import OnnxDecoder
-
-ELEMENT_TYPES = {1: "tensor(float)", 10: "tensor(float16)", 16: "tensor(bfloat16)", 7: "tensor(int64)",
-                 6: "tensor(int32)", 9: "tensor(bool)"}  # ONNX's element types as ONNX Runtime names them
-
-
-def _signature(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """The file's inputs (name, ``.shape`` with names for symbolic sizes, ``.type``) and output names, read from its
-    header as ONNX Runtime's session would report them."""
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    inputs = {}
-    for value in graph.input:
-        tensor = value.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim]
-        inputs[value.name] = SimpleNamespace(name=value.name, shape=shape,
-                                             type=ELEMENT_TYPES.get(tensor.elem_type, "tensor(unknown)"))
-    return inputs, [o.name for o in graph.output]
 
 
 class OpenVinoDecoder(OnnxDecoder):
@@ -49,7 +30,9 @@ class OpenVinoDecoder(OnnxDecoder):
         self.compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
         self.request = self.compiled.create_infer_request()
         self.device = None
-        self.read_signature(path, *_signature(Path(path)))
+        inputs, outputs = signature(load_proto(path))  # as ONNX Runtime's session would report them
+        self.read_signature(path, {t.name: NodeArg(t.name, list(t.shape), t.dtype) for t in inputs},
+                            [t.name for t in outputs])
         self.version = f"OpenVINO {ov.__version__.split('-')[0]} on CPU at f32"
 
     def _run(self, tokens: dict[str, np.ndarray], mask: np.ndarray,

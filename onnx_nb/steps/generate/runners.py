@@ -14,6 +14,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...runtime.facts import empty_shape, is_cache, is_state, present_of
+from ...runtime.feeds import mask_positions
 from ...runtime.shapes import contiguous
 
 # -- running the file ------------------------------------------------------------------------------
@@ -63,7 +64,7 @@ class OnnxDecoder:
              keep: bool = True) -> tuple[np.ndarray, dict]:
         """Logits of the new tokens and the cache grown by them; ``mask`` covers cached + new tokens. (``keep``:
         see :meth:`SharedBufferDecoder.step`; these logits are always the caller's own.)"""
-        positions = np.maximum((np.cumsum(mask, axis=1) - 1)[:, -ids.shape[1]:], 0).astype(np.int64)
+        positions = mask_positions(mask, ids.shape[1])
         tokens = {**({"position_ids": positions} if self.uses_positions else {}), **self.token_feed(ids, positions)}
         return self.run_tokens(tokens, mask, cache)
 

@@ -62,16 +62,17 @@ def to_transformers(model: Any, *, provider: str = "cpu", io_binding: bool | Non
     from ..export.adapters.registry import shape_of
 
     named = providers_named([provider])[0].name
-    if folders.folder_tool(model) == folders.EXPORTER:  # its two graphs as the decoder's steps
+    tool, file = folders.folder_tool(model), folders.decoder_file(model)
+    if tool == folders.EXPORTER:  # its two graphs as the decoder's steps
         runs = folders.ExporterDecoder(folders.open_folder(model, named, threads))
         hf_config, generation = configs_of(None, config if config is not None else model)
         wrapped = OnnxForCausalLM(hf_config, runs.folder.files["decode"], named, runs)
         return _ready(wrapped, None, hf_config, generation)
-    if folders.decoder_file(model) is not None:  # a tool's folder of one decoder file: it, with the folder's config
+    if file is not None:  # a tool's folder of one decoder file: it, with the folder's config
         if config is None and not (Path(model) / "config.json").is_file():
-            raise InvalidArgumentError(f"{model} (written by {folders.folder_tool(model)}) holds no config.json: pass "
+            raise InvalidArgumentError(f"{model} (written by {tool}) holds no config.json: pass "
                                        "config=<the model's folder, hub id or config object>.")
-        model, config = folders.decoder_file(model), config if config is not None else model
+        model, config = file, config if config is not None else model
     path = Path(getattr(model, "path", model))
     if not path.exists():
         raise InvalidArgumentError(f"{path} does not exist: pass an export (onnx_nb.export(...)) or its .onnx path.")

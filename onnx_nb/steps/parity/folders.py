@@ -28,8 +28,7 @@ class DecoderFileRuns:
     def __init__(self, path: Path, provider: str, tool: str | None, decoder: Any = None) -> None:
         import json
 
-        import onnx
-
+        from ...runtime.onnxfile import load_proto
         from ..generate.runners import decoder_for
 
         self.decoder = decoder if decoder is not None else decoder_for(path, provider)
@@ -38,7 +37,7 @@ class DecoderFileRuns:
         config = path.parent / "genai_config.json"
         version = json.loads(config.read_text()).get("model", {}).get("type", "") if config.is_file() else ""
         self.versions = {"model type": version} if version else {}
-        header = onnx.load(str(path), load_external_data=False)  # who wrote the graph, as the file says
+        header = load_proto(path)  # who wrote the graph, as the file says (its weights left unread)
         if header.producer_name:
             self.versions["graph by"] = f"{header.producer_name} {header.producer_version}".strip()
         # a file alone: the tool that wrote it is the one its header names
@@ -218,11 +217,9 @@ def _runtimes(providers: Any, rows: list[Any]) -> list[tuple[str, str]]:
     """``(label, name)`` of each runtime asked for that runs here: ONNX Runtime's providers, and the OpenVINO runtime
     (``"openvino-runtime"``); a row for each that does not."""
     from ...results.parity import Row
-    from ...runtime.providers import OPENVINO_RUNTIME, providers_named
+    from ...runtime.providers import openvino_apart, providers_named
 
-    names = providers.split(",") if isinstance(providers, str) and providers != "available" else providers
-    openvino = [] if isinstance(names, str) else [n for n in names if str(n).strip().lower() in OPENVINO_RUNTIME]
-    others = names if isinstance(names, str) else [n for n in names if n not in openvino]
+    others, openvino = (providers, False) if providers == "available" else openvino_apart(providers)
     wanted = providers_named(others) if others else []
     rows += [Row("*", "*", p.short, "unavailable", note=p.reason) for p in wanted if not p.available]
     live = [(p.short, p.name) for p in wanted if p.available]
