@@ -33,6 +33,7 @@ from .errors import (
     SampleError,
     ShapeMismatch,
     ToleranceExceeded,
+    TransformersJsError,
     UnsafeCheckpointError,
     UnsafeModelError,
     UnsupportedOperatorError,
@@ -81,6 +82,8 @@ _LAZY = {
     "VlmExport": ("onnx_nb.kinds.vlm.result", "VlmExport"),
     "SpeechLlmExport": ("onnx_nb.kinds.speech_llm.result", "SpeechLlmExport"),
     "to_transformers": ("onnx_nb.steps.generate.transformers_api", "to_transformers"),
+    "to_transformers_js": ("onnx_nb.steps.web.bundle", "to_transformers_js"),
+    "WebBundle": ("onnx_nb.results.web_bundle", "WebBundle"),
     "summary": ("onnx_nb.steps.inspect.structure", "summary"),
     "compare": ("onnx_nb.steps.inspect.comparing", "compare"),
     "ModelSummary": ("onnx_nb.results.summary", "ModelSummary"),
@@ -140,6 +143,7 @@ __all__ = [
     "Studio",
     "Tolerance",
     "ToleranceExceeded",
+    "TransformersJsError",
     "UnpaddedSession",
     "UnsafeCheckpointError",
     "UnsafeModelError",
@@ -147,6 +151,7 @@ __all__ = [
     "UnverifiedExport",
     "Variant",
     "VlmExport",
+    "WebBundle",
     "WorkerError",
     "__version__",
     "autotune",
@@ -174,6 +179,7 @@ __all__ = [
     "summary",
     "to_diffusers",
     "to_transformers",
+    "to_transformers_js",
     "unet_calibration",
 ]
 
@@ -196,6 +202,7 @@ if TYPE_CHECKING:
     from .results.summary import GraphComparison, ModelSummary
     from .results.tolerance import Tolerance
     from .results.variant import Variant
+    from .results.web_bundle import WebBundle
     from .runtime.isolation import IsolatedSession, isolated
     from .runtime.onnxfile import check_model
     from .runtime.padding import UnpaddedSession
@@ -212,6 +219,7 @@ if TYPE_CHECKING:
     from .steps.variants.debugging import quant_debug
     from .steps.variants.optimizing import optimize
     from .steps.variants.quantizing import quantize
+    from .steps.web.bundle import to_transformers_js
 
 
 def __getattr__(name: str) -> Any:

@@ -172,5 +172,10 @@ class BrowserError(OnnxNbError, RuntimeError):
     """The browser backend's page could not be started or reached, or stopped answering."""
 
 
+class TransformersJsError(OnnxNbError, RuntimeError):
+    """transformers.js could not check a folder: Node.js or the ``@huggingface/transformers`` package is missing, or
+    the check's process failed."""
+
+
 class NoWebGpuError(BrowserError):
     """The browser page offers no WebGPU adapter: its browser-webgpu rows are unavailable."""

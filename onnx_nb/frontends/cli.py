@@ -45,6 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             result = export(args.model, **specs.export_kwargs(args))
             print(result)
+            if result and args.web:
+                from ..steps.web.bundle import to_transformers_js
+
+                bundle = to_transformers_js(result, **specs.web_kwargs(args))
+                print(bundle)
+                return 0 if bundle or not bundle.checks else 1
             return 0 if result else 1
         if args.command == "check":
             from ..steps.parity.check import check_parity

@@ -67,13 +67,21 @@ class OnnxMagics(Magics):
             %onnx_export model --sample x --out model.onnx     # model and x are notebook variables
             %onnx_export path/to/hf-folder --task text-classification
             r = %onnx_export 'gpt2'                           # quote a hub id that looks like a name
+            %onnx_export path/to/hf-folder --web web/model     # and the folder transformers.js loads
         """
         args = parse_argstring(self.onnx_export, line)
         model = self._model(args.model, line)
         sample = self._lookup(args.sample, "--sample") if args.sample else None
         from ..steps.export.exporting import export
 
-        return self._shown("onnx_export", _short(export, model, sample, **specs.export_kwargs(args)))
+        result = self._shown("onnx_export", _short(export, model, sample, **specs.export_kwargs(args)))
+        if result and args.web:  # the folder transformers.js loads, shown under the export
+            from IPython.display import display
+
+            from ..steps.web.bundle import to_transformers_js
+
+            display(_short(to_transformers_js, result, **specs.web_kwargs(args)))
+        return result
 
     @line_magic
     @_apply(specs.PARITY)

@@ -33,7 +33,14 @@ def _export_specs() -> list[Spec]:
     return out
 
 
-EXPORT: list[Spec] = _export_specs()
+EXPORT: list[Spec] = [*_export_specs(), (("--web",), {
+    "metavar": "FOLDER", "help": "then write the folder transformers.js loads there, checked by transformers.js "
+                                 "itself (onnx_nb.to_transformers_js; --overwrite replaces it)"}, "both")]
+
+
+def web_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments for :func:`onnx_nb.to_transformers_js` after an export given ``--web FOLDER``."""
+    return {"folder": ns.web, "overwrite": bool(getattr(ns, "overwrite", False))}
 
 
 PARITY: list[Spec] = [

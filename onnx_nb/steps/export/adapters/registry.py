@@ -136,7 +136,9 @@ class GenerationShape:
     ``export`` (optional) writes a loaded model's files in this shape, ``export(adapter, record, sample, target, opset,
     steps)``, where the adapter that opened it does not (an encoder-decoder's two files); ``foreign`` (optional)
     checks a file in this shape that no onnx-nb export knows (another tool's) against its PyTorch model,
-    ``foreign(model, file, providers=..., atol=..., rtol=..., tolerances=..., progress=...)``."""
+    ``foreign(model, file, providers=..., atol=..., rtol=..., tolerances=..., progress=...)``; ``web`` (optional) lays
+    out a file of this shape for transformers.js, ``web(proto)`` (the names and axes it reads), where
+    :func:`onnx_nb.to_transformers_js` writes this shape at all."""
 
     parity: str
     wrapper: str
@@ -145,6 +147,7 @@ class GenerationShape:
     runner: str | None = None
     export: str | None = None
     foreign: str | None = None
+    web: str | None = None
 
     def answer(self, part: str) -> Any:
         """The answer ``part`` names, imported (None where this shape has none)."""
@@ -158,7 +161,8 @@ SHAPES: dict[str, GenerationShape] = {
     "decoder": GenerationShape(parity=f"{STEPS}.parity.generation:DecoderOnly.of_export",
                                wrapper=f"{STEPS}.generate.transformers_api:causal_lm",
                                timing=f"{STEPS}.benchmark.generation_latency:DecoderTiming",
-                               foreign=f"{STEPS}.parity.folders:folder_parity"),
+                               foreign=f"{STEPS}.parity.folders:folder_parity",
+                               web=f"{STEPS}.web.layouts:decoder_layout"),
     # an encoder-decoder's decoder file with cross-attention caches, its encoder a file beside it
     "seq2seq": GenerationShape(parity="onnx_nb.kinds.seq2seq.parity:Seq2SeqParity.of_export",
                                wrapper="onnx_nb.kinds.seq2seq.transformers_model:seq2seq_model",

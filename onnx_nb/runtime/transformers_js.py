@@ -1,0 +1,80 @@
+"""transformers.js (npm ``@huggingface/transformers``) under Node.js: where its copy is, and one run of
+``transformers_js_check.mjs`` on a folder (the task's pipeline at each precision, every output and the generated
+tokens back as JSON).
+
+The package comes from the npm registry when onnx-nb is built (``js/package.json`` pins it, ``js/package-lock.json``
+locks it; ``js/.npmrc`` keeps onnxruntime-node's install script from fetching CUDA binaries): a source checkout has it
+in ``js/node_modules``. ``$ONNX_NB_TRANSFORMERS_JS`` names another ``node_modules`` folder that holds it (an
+installed wheel carries no Node packages). Nothing is downloaded at run time."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ..errors import TransformersJsError
+
+PACKAGE = ("@huggingface", "transformers")
+MODULES_VARIABLE = "ONNX_NB_TRANSFORMERS_JS"
+SCRIPT = Path(__file__).with_name("transformers_js_check.mjs")
+CHECKOUT_MODULES = Path(__file__).resolve().parents[2] / "js" / "node_modules"
+
+
+def node_modules() -> Path:
+    """The ``node_modules`` folder transformers.js is read from (``$ONNX_NB_TRANSFORMERS_JS``, else the checkout's
+    ``js/node_modules``); it may not hold the package (:func:`unavailable_reason`)."""
+    chosen = os.environ.get(MODULES_VARIABLE, "").strip()
+    return Path(chosen).expanduser() if chosen else CHECKOUT_MODULES
+
+
+def version() -> str:
+    """The version of the transformers.js copy :func:`node_modules` holds ("" when none)."""
+    try:
+        return str(json.loads((node_modules().joinpath(*PACKAGE) / "package.json").read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return ""
+
+
+def unavailable_reason() -> str:
+    """Why transformers.js cannot run here ("" when it can)."""
+    if shutil.which("node") is None:
+        return "Node.js is not on PATH (transformers.js runs under Node.js here); install Node.js 18 or newer"
+    if not version():
+        return (f"transformers.js is not in {node_modules()}: a source checkout gets it when onnx-nb is built "
+                f"(npm, js/package.json); elsewhere run `npm install @huggingface/transformers` in a folder and set "
+                f"{MODULES_VARIABLE} to its node_modules")
+    return ""
+
+
+def run_check(root: Path, name: str, task: str, dtypes: list[str], texts: list[str], max_new_tokens: int,
+              timeout: float = 600.0) -> dict[str, Any]:
+    """transformers.js's run of the folder ``root/name``: the task's pipeline at each of ``dtypes`` on ``texts``
+    (greedy generation of ``max_new_tokens`` tokens for text generation). Returns the script's JSON: ``version``,
+    ``node`` and ``runs`` (per dtype: ``inputs``, ``outputs``, ``answer``, ``tokens``, ``load_ms``, ``run_ms`` or
+    ``error``). Raises :class:`TransformersJsError` when it cannot run or its process fails."""
+    reason = unavailable_reason()
+    if reason:
+        raise TransformersJsError(f"transformers.js cannot check the folder: {reason}.")
+    request = {"root": str(root), "name": name, "task": task, "dtypes": dtypes, "texts": texts,
+               "max_new_tokens": max_new_tokens}
+    ask = root / f".{name}.check.json"
+    ask.write_text(json.dumps(request))
+    try:
+        done = subprocess.run(["node", str(SCRIPT), str(node_modules()), str(ask)], capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, "NODE_NO_WARNINGS": "1"})
+    except subprocess.TimeoutExpired as exc:
+        raise TransformersJsError(f"transformers.js did not finish checking {root / name} within {timeout:.0f} s; "
+                                  "check fewer precisions or texts.") from exc
+    finally:
+        ask.unlink(missing_ok=True)
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    try:
+        return dict(json.loads(last))
+    except ValueError as exc:
+        said = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        raise TransformersJsError(f"transformers.js's check of {root / name} failed (exit {done.returncode}): "
+                                  f"{said}") from exc

@@ -1,0 +1,214 @@
+"""``onnx_nb.to_transformers_js``: an export and its variants written as the folder transformers.js loads
+(``config.json``, the tokenizer's files, ``generation_config.json`` for a decoder, ``onnx/model.onnx``,
+``onnx/model_fp16.onnx``, ``onnx/model_quantized.onnx``, ``onnx/model_q4.onnx``), then checked by transformers.js
+itself against PyTorch (:mod:`onnx_nb.steps.web.verdicts`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ...errors import InvalidArgumentError, OutputExistsError, TransformersJsError
+from ...progress import Steps
+from ...results.web_bundle import WebBundle
+from ...runtime.files import check_target, default_output, deferred_interrupt, disk_error
+from ...runtime.transformers_js import unavailable_reason
+
+# onnx-nb's precision of a file -> (transformers.js's dtype, the file name's suffix it loads for that dtype)
+DTYPES = {"fp32": ("fp32", ""), "fp16": ("fp16", "_fp16"), "int8": ("q8", "_quantized"), "int4": ("q4", "_q4")}
+# the tasks whose pipeline transformers.js runs on text alone, as onnx-nb checks them
+TASKS = ("feature-extraction", "text-classification", "token-classification", "fill-mask", "text-generation")
+TEXTS = ["Hello world", "ONNX models run in the browser, checked against PyTorch."]
+MAX_BYTES = 2**31 - 1  # one protobuf message: a larger file needs its weights in a data file beside it
+
+
+def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None, *, overwrite: bool = False,
+                       check: bool | str = "auto", texts: list[str] | None = None, max_new_tokens: int = 8,
+                       progress: bool = True) -> WebBundle:
+    """Write the folder transformers.js (npm ``@huggingface/transformers``) loads, from an export and the variants
+    made from it, and check it with transformers.js itself.
+
+    ``model``: an :class:`~onnx_nb.ExportResult`, a :class:`~onnx_nb.Variant`, or a list of them, one per precision
+    (fp32 -> ``onnx/model.onnx``, fp16 -> ``model_fp16.onnx``, INT8 -> ``model_quantized.onnx``, transformers.js's
+    ``q8``; INT4 -> ``model_q4.onnx``). Each file is one onnx-nb already checked against PyTorch. Text models
+    (feature-extraction, text-classification, token-classification, fill-mask) and decoders with their cache
+    (text-generation) are written; other kinds are refused, naming what they are.
+
+    ``check``: ``"auto"`` runs transformers.js's pipeline on each precision where Node.js and the package are here
+    (:mod:`onnx_nb.runtime.transformers_js`) and says why not otherwise; ``True`` requires it; ``False`` skips it.
+    transformers.js tokenizes ``texts`` (two sentences by default) and runs the model; its outputs are compared with
+    PyTorch's on the same tokens at the file's tolerance (and, for feature-extraction, the pipeline's mean-pooled
+    embeddings by cosine); a decoder generates ``max_new_tokens`` greedy tokens per text, compared with PyTorch's.
+
+    Example::
+
+        result = onnx_nb.export("sentence-transformers/all-MiniLM-L6-v2")
+        int8 = onnx_nb.quantize(result)
+        bundle = onnx_nb.to_transformers_js([result, int8], "web/minilm")
+        # in JavaScript: pipeline("feature-extraction", "minilm", {dtype: "q8"}) with env.localModelPath = "web/"
+    """
+    started = time.perf_counter()
+    items = list(model) if isinstance(model, (list, tuple)) else [model]
+    if not items or any(not hasattr(i, "path") or not hasattr(i, "source") for i in items):
+        raise InvalidArgumentError("to_transformers_js takes an export (onnx_nb.export's result), a variant "
+                                   "(optimize or quantize), or a list of them, one per precision.")
+    if check not in (True, False, "auto"):
+        raise InvalidArgumentError(f"check={check!r}: use 'auto' (check where transformers.js is here), True or False.")
+    export = _export_of(items)
+    source = export.source
+    task, layout = _task_and_layout(export)
+    files = _files(items)
+    reason = "check=False" if check is False else unavailable_reason()
+    if reason and check is True:
+        raise TransformersJsError(f"check=True, but transformers.js cannot run here: {reason}.")
+    target = _target(folder, source.name, overwrite)
+    with Steps(2 + (not reason), "to_transformers_js", progress) as steps:
+        steps.step("writing the folder")
+        written = _write(target, export, files, layout, task)
+        bundle = WebBundle(target, source.name, task, str(getattr(source.model.config, "model_type", "")),
+                           written, texts=list(texts or _default_texts(source, task)))
+        if reason:
+            bundle.unchecked = reason
+        else:
+            from .verdicts import checked
+
+            steps.step("checking it in transformers.js")
+            checked(bundle, export, {DTYPES[p][0]: (target / "onnx" / f"model{DTYPES[p][1]}.onnx", p)
+                                     for p in files}, max_new_tokens)
+        steps.step("done")
+    bundle.seconds = time.perf_counter() - started
+    return bundle
+
+
+def _default_texts(source: Any, task: str) -> list[str]:
+    """Two sentences (with the tokenizer's mask token in each for fill-mask)."""
+    mask = getattr(source.preprocessor, "mask_token", None)
+    if task == "fill-mask" and mask:
+        return [f"Hello {mask} world", f"ONNX models run in the {mask}, checked against PyTorch."]
+    return list(TEXTS)
+
+
+def _export_of(items: list[Any]) -> Any:
+    """The export the files come from (its source names the model, its tokenizer and config)."""
+    from ...results.export import ExportResult
+
+    for item in items:
+        if isinstance(item, ExportResult):
+            return item
+    for item in items:
+        if isinstance(getattr(item, "reference", None), ExportResult):
+            return item.reference
+    raise InvalidArgumentError("to_transformers_js needs the export the variants were made from: pass the variants' "
+                               "export too, or variants made from an export (not from a file path).")
+
+
+def _task_and_layout(export: Any) -> tuple[str, Any]:
+    """The task transformers.js runs and the layout the files take (None: as they are)."""
+    from ..export.adapters.registry import generation_of, shape_of
+
+    source = export.source
+    if source.model is None or not hasattr(getattr(source.model, "config", None), "to_json_file"):
+        raise InvalidArgumentError(f"{source.name} is not a Hugging Face transformers model: transformers.js loads "
+                                   "transformers' configs and tokenizers.")
+    layout = None
+    if generation_of(export) is not None:
+        layout = shape_of(export).answer("web")
+        if layout is None:
+            raise InvalidArgumentError(
+                f"{source.name} generates as a {generation_of(export)} model (several files): to_transformers_js "
+                "writes text models and decoders with their cache so far.")
+    task = "text-generation" if layout is not None else str(source.task or "")
+    if task not in TASKS:
+        raise InvalidArgumentError(f"{source.name} is a {task or 'model of no known'} task; to_transformers_js "
+                                   f"writes and checks {', '.join(TASKS)} so far.")
+    return task, layout
+
+
+def _files(items: list[Any]) -> dict[str, Path]:
+    """Each item's file by its precision (one per precision: transformers.js loads one file per dtype)."""
+    from ...results.tolerance import precision_of
+    from ...runtime.onnxfile import load_proto
+
+    files: dict[str, Path] = {}
+    for item in items:
+        path = Path(item.path)
+        precision = precision_of(load_proto(path))
+        if precision in files:
+            raise InvalidArgumentError(f"{files[precision].name} and {path.name} are both {precision}: transformers.js "
+                                       f"loads one file per precision ({DTYPES[precision][0]}); pass one of them.")
+        files[precision] = path
+    return files
+
+
+def _target(folder: Any, name: str, overwrite: bool) -> Path:
+    target = Path(folder).expanduser() if folder is not None else default_output(
+        f"{name}-transformers-js", "x", taken_ok=overwrite).parent
+    if target.exists() and not target.is_dir():
+        raise OutputExistsError(f"{target} is a file; give to_transformers_js a folder.")
+    if target.is_dir() and any(target.iterdir()) and not overwrite:
+        raise OutputExistsError(f"{target} already holds files. Pass overwrite=True to replace the folder, or "
+                                "choose another one.")
+    check_target(target / "config.json", True)  # the parent folders exist and are writable
+    return target.resolve()
+
+
+def _write(target: Path, export: Any, files: dict[str, Path], layout: Any, task: str) -> list[Path]:
+    """Every file, written into a folder beside ``target`` and moved into place whole (an old folder there, which
+    ``overwrite=True`` allowed, goes once the new one is in place)."""
+    staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        _config_and_tokenizer(staged, export, task)
+        (staged / "onnx").mkdir()
+        for precision, path in files.items():
+            _model_file(path, staged / "onnx" / f"model{DTYPES[precision][1]}.onnx", layout)
+        with deferred_interrupt():
+            old = None
+            if target.exists():
+                old = target.with_name(f".{target.name}.old-{os.getpid()}")
+                os.replace(target, old)
+            os.replace(staged, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        raise (disk_error(exc, target.parent) or exc) from exc
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return sorted(p for p in target.rglob("*") if p.is_file())
+
+
+def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
+    source = export.source
+    source.model.config.to_json_file(str(staged / "config.json"))
+    tokenizer = source.preprocessor
+    if tokenizer is None or not hasattr(tokenizer, "save_pretrained"):
+        raise InvalidArgumentError(f"{source.name} came with no tokenizer: transformers.js tokenizes with the "
+                                   "model's tokenizer.json. Export the model from its folder or hub id.")
+    tokenizer.save_pretrained(str(staged))
+    if not (staged / "tokenizer.json").is_file():
+        raise InvalidArgumentError(f"{source.name}'s tokenizer wrote no tokenizer.json (a slow tokenizer): "
+                                   "transformers.js reads tokenizer.json only.")
+    generation = getattr(source.model, "generation_config", None)
+    if task == "text-generation":
+        settings = staged / "tokenizer_config.json"
+        kept = json.loads(settings.read_text()) if settings.is_file() else {}
+        settings.write_text(json.dumps({**kept, "padding_side": "left"}, indent=2))  # a batch of prompts, padded
+        if generation is not None:
+            generation.to_json_file(str(staged / "generation_config.json"))
+
+
+def _model_file(path: Path, out: Path, layout: Any) -> None:
+    """``path``'s graph with its weights inside (transformers.js reads one file per precision), laid out."""
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=True)
+    if layout is not None:
+        layout(proto)
+    if proto.ByteSize() > MAX_BYTES:
+        raise InvalidArgumentError(f"{path.name} holds {proto.ByteSize() / 1e9:.1f} GB of weights: more than one "
+                                   "file transformers.js loads can hold (2 GB). Quantize it (INT8 or INT4) first.")
+    onnx.save(proto, str(out))

@@ -1,0 +1,113 @@
+"""transformers.js's own run of a folder (:func:`onnx_nb.runtime.transformers_js.run_check`), judged against PyTorch:
+the tokens its tokenizer gave fed to the PyTorch model, every output compared at the file's tolerance (the same rule
+as ``check_parity``), a feature-extraction pipeline's pooled embeddings by cosine, and a decoder's greedy tokens one
+by one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...render import sig
+from ...results.web_bundle import WebBundle, WebCheck
+
+
+def checked(bundle: WebBundle, export: Any, files: dict[str, tuple[Path, str]], max_new_tokens: int) -> None:
+    """Run transformers.js on ``bundle``'s folder at each dtype of ``files`` (dtype -> (written file, onnx-nb's
+    precision)) and add a :class:`WebCheck` per dtype to ``bundle``."""
+    from ...runtime.transformers_js import run_check
+    from ..export.adapters.registry import adapter_of
+
+    ran = run_check(bundle.folder.parent, bundle.folder.name, bundle.task, list(files), bundle.texts, max_new_tokens)
+    bundle.transformers_js, bundle.node = str(ran.get("version", "")), str(ran.get("node", ""))
+    generates = bundle.task == "text-generation"
+    expected: Any = None
+    for run in ran.get("runs", []):
+        path, precision = files[run["dtype"]]
+        row = WebCheck(run["dtype"], path.relative_to(bundle.folder).as_posix(), path.stat().st_size, precision,
+                       "error", load_ms=run.get("load_ms"), run_ms=run.get("run_ms"))
+        bundle.checks.append(row)
+        if run.get("error"):
+            row.measure = f"transformers.js {bundle.transformers_js}: {run['error']}"
+            continue
+        if expected is None:
+            if generates:
+                expected = greedy_tokens(adapter_of(export).reload(export.source, "to_transformers_js").model,
+                                         export.source.preprocessor, bundle.texts, max_new_tokens)
+            else:
+                expected = adapter_of(export).reference(export, export.path, None, 0)
+        if generates:
+            _judge_tokens(row, run["tokens"], expected)
+        else:
+            _judge_outputs(row, run, expected, export.source.preprocessor, bundle)
+
+
+def greedy_tokens(model: Any, tokenizer: Any, texts: list[str], max_new_tokens: int) -> list[list[int]]:
+    """PyTorch's greedy generation of each text alone (prompt tokens included), under the model's generation config."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for text in texts:
+            ids = tokenizer(text, return_tensors="pt")
+            made = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False)
+            out.append([int(t) for t in made[0]])
+    return out
+
+
+def _judge_tokens(row: WebCheck, theirs: list[list[int]], ours: list[list[int]]) -> None:
+    equal = sum(a == b for a, b in zip(theirs, ours))
+    row.figures = {"prompts": len(ours), "tokens_equal": equal}
+    row.status = "pass" if equal == len(ours) == len(theirs) else "fail"
+    row.measure = f"greedy tokens equal for {equal} of {len(ours)} prompts"
+    for i, (a, b) in enumerate(zip(theirs, ours)):
+        if a != b:
+            at = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            row.note = f"prompt {i + 1}: position {at} is {a[at] if at < len(a) else 'missing'}, PyTorch's " \
+                       f"{b[at] if at < len(b) else 'missing'}"
+            break
+
+
+def _judge_outputs(row: WebCheck, run: dict[str, Any], reference: Any, tokenizer: Any, bundle: WebBundle) -> None:
+    from ...results.tolerance import measure, tolerance_for
+
+    feed = {k: np.asarray(v["data"], dtype=np.int64).reshape(v["dims"]) for k, v in run["inputs"].items()}
+    ids = tokenizer(bundle.texts, padding=True, truncation=True, return_tensors="np")["input_ids"]
+    if "input_ids" not in feed or not np.array_equal(ids, feed["input_ids"]):
+        row.status, row.measure = "fail", "its tokenizer gives other token ids than transformers' tokenizer"
+        return
+    for name in reference.flat.input_names:  # what transformers.js's tokenizer does not give is all zeros
+        feed.setdefault(name, np.zeros_like(feed["input_ids"]))
+    expected = reference.run(feed)
+    mask = feed["attention_mask"].astype(bool) if "attention_mask" in feed else None
+    words, passed = [], True
+    for name, got in run["outputs"].items():
+        if name not in expected:
+            continue
+        mine = np.asarray(got["data"], dtype=np.float64).reshape(got["dims"])
+        stats, errors = measure(mine, expected[name], name, mask)
+        verdict = errors.judge(tolerance_for(row.precision, name, None, None, None))
+        passed &= bool(verdict["passed"])
+        row.figures[name] = {"max_abs": stats["max_abs"], "cosine": stats["cosine"]}
+        words.append(f"{name} max |Δ| {sig(stats['max_abs'])}, cos {stats['cosine']:.6f}")
+    if not words:
+        row.status, row.measure = "fail", f"no output PyTorch's model has ({', '.join(run['outputs'])})"
+        return
+    if bundle.task == "feature-extraction" and "last_hidden_state" in expected and mask is not None:
+        pooled = _pooled(expected["last_hidden_state"], mask)
+        theirs = np.asarray(run["answer"], dtype=np.float64)
+        cosines = (theirs * pooled).sum(-1) / (np.linalg.norm(theirs, axis=-1) * np.linalg.norm(pooled, axis=-1))
+        row.figures["pooled_cosine"] = float(cosines.min())
+        words.append(f"pooled embeddings cos {float(cosines.min()):.6f}")
+    row.status = "pass" if passed else "fail"
+    row.measure = "; ".join(words)
+
+
+def _pooled(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mean over the unmasked tokens, normalized: the feature-extraction pipeline's ``pooling: "mean",
+    normalize: true``."""
+    weights = mask[..., None].astype(np.float64)
+    mean = (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
+    return np.asarray(mean / np.linalg.norm(mean, axis=-1, keepdims=True))

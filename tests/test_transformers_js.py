@@ -1,0 +1,125 @@
+"""onnx_nb.to_transformers_js: the folder transformers.js loads, written from an export and its variants and checked
+by transformers.js itself (npm @huggingface/transformers under Node.js, from js/node_modules) against PyTorch."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+
+import onnx_nb
+from helpers import perturb
+from onnx_nb.runtime import transformers_js
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="transformers.js runs under Node.js")
+
+LOCKED = json.loads((Path(__file__).resolve().parents[1] / "js" / "package.json").read_text())["devDependencies"][
+    "@huggingface/transformers"]
+
+
+def test_minilm_folder_gives_pytorchs_embeddings_in_transformers_js_at_fp32_and_q8(minilm_export: Any,
+                                                                                      tmp_path: Path) -> None:
+    int8 = onnx_nb.quantize(minilm_export, method="dynamic", exclude=[], out=tmp_path / "int8.onnx")
+    folder = tmp_path / "web" / "minilm"
+    bundle = onnx_nb.to_transformers_js([minilm_export, int8], folder, progress=False)
+    assert bundle, repr(bundle)
+    assert bundle.transformers_js == LOCKED and bundle.task == "feature-extraction"
+    names = {p.relative_to(folder).as_posix() for p in bundle.files}
+    assert {"config.json", "tokenizer.json", "onnx/model.onnx", "onnx/model_quantized.onnx"} <= names, names
+    fp32, q8 = bundle.checks
+    assert (fp32.dtype, q8.dtype, fp32.precision, q8.precision) == ("fp32", "q8", "fp32", "int8")
+    # the pipeline's mean-pooled, normalized sentence embeddings against PyTorch's
+    assert fp32.figures["pooled_cosine"] >= 0.99999 and fp32.figures["last_hidden_state"]["max_abs"] < 1e-4
+    assert q8.figures["pooled_cosine"] >= 0.98, q8.figures
+    assert "transformers.js" in bundle._repr_html_() and "pooled embeddings cos" in repr(bundle)
+    json.dumps(bundle.to_dict())
+
+    # nothing overwritten unasked; overwrite=True replaces the folder whole
+    with pytest.raises(onnx_nb.OutputExistsError, match="overwrite=True"):
+        onnx_nb.to_transformers_js(minilm_export, folder, check=False, progress=False)
+    again = onnx_nb.to_transformers_js(minilm_export, folder, overwrite=True, check=False, progress=False)
+    assert not (folder / "onnx" / "model_quantized.onnx").exists() and again.unchecked == "check=False"
+    assert not again and [p.name for p in tmp_path.joinpath("web").iterdir()] == ["minilm"]  # no staging left
+
+    # a file that is not the model fails transformers.js's check (one weight of layer 2 perturbed)
+    bad = tmp_path / "bad.onnx"
+    perturb(minilm_export.path, bad, "encoder.layer.2.attention.self.query")
+    broken = onnx_nb.to_transformers_js(dataclasses.replace(minilm_export, path=bad, files=[bad]),
+                                        tmp_path / "web" / "bad", progress=False)
+    assert not broken and broken.checks[0].status == "fail" and broken.checks[0].figures["pooled_cosine"] < 0.999
+
+
+def _tiny_llama(folder: Path) -> Path:
+    """A tiny random Llama with a byte-level BPE tokenizer trained on a short text (transformers.js reads its
+    tokenizer.json), saved to ``folder``."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog " * 20],
+                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                                pad_token="<|endoftext|>")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                      eos_token_id=0, pad_token_id=0, bos_token_id=0)
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+def test_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    result = onnx_nb.export(str(_tiny_llama(tmp_path / "llama")), out=tmp_path / "llama.onnx", progress=False)
+    folder = tmp_path / "web" / "llama"
+    texts = ["the quick", "lazy dog jumps over"]
+    bundle = onnx_nb.to_transformers_js(result, folder, texts=texts, max_new_tokens=10, progress=False)
+    assert bundle, repr(bundle)
+    (row,) = bundle.checks
+    assert bundle.task == "text-generation" and row.figures == {"prompts": 2, "tokens_equal": 2}
+    # transformers.js makes the first step's empty cache from the graph: its batch axis must be "batch_size"
+    graph = onnx.load(str(folder / "onnx" / "model.onnx")).graph
+    cache = next(i for i in graph.input if i.name == "past_key_values.0.key")
+    assert [d.dim_param or d.dim_value for d in cache.type.tensor_type.shape.dim] == ["batch_size", 2,
+                                                                                     "past_sequence", 8]
+    assert json.loads((folder / "tokenizer_config.json").read_text())["padding_side"] == "left"
+    assert (folder / "generation_config.json").is_file()
+
+    # the command line's export writes and checks the same folder with --web
+    from onnx_nb.frontends import cli
+
+    assert cli.main(["export", str(tmp_path / "llama"), "--out", str(tmp_path / "cli" / "model.onnx"),
+                     "--web", str(tmp_path / "cli-web")]) == 0
+    assert "greedy tokens equal for 2 of 2 prompts" in capsys.readouterr().out
+    assert (tmp_path / "cli-web" / "onnx" / "model.onnx").is_file()
+
+
+def test_what_cannot_be_written_or_checked_is_refused_naming_why(minilm_export: Any, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="one file per precision"):
+        onnx_nb.to_transformers_js([minilm_export, minilm_export], tmp_path / "two", progress=False)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="takes an export"):
+        onnx_nb.to_transformers_js("model.onnx", tmp_path / "path", progress=False)
+    import torch
+
+    plain = onnx_nb.export(torch.nn.Linear(3, 2), torch.randn(1, 3), out=tmp_path / "linear.onnx", progress=False)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="not a Hugging Face transformers model"):
+        onnx_nb.to_transformers_js(plain, tmp_path / "linear", progress=False)
+    assert not (tmp_path / "linear").exists()
+
+    monkeypatch.setenv(transformers_js.MODULES_VARIABLE, str(tmp_path / "nowhere"))
+    with pytest.raises(onnx_nb.TransformersJsError, match=r"is not in .*nowhere"):
+        onnx_nb.to_transformers_js(minilm_export, tmp_path / "strict", check=True, progress=False)
+    unchecked = onnx_nb.to_transformers_js(minilm_export, tmp_path / "auto", progress=False)
+    assert not unchecked and not unchecked.checks and "nowhere" in unchecked.unchecked
+    assert "not run" in repr(unchecked) and (tmp_path / "auto" / "onnx" / "model.onnx").is_file()
