@@ -663,6 +663,9 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += ["", "## transformers' own exporter on the same configs", "", *exporter_peer_sweep.section(rows), "",
               *exporter_peer_seq2seq.section(seq2seq[0] if seq2seq else [])]
 
+    import transformers_js_sweep
+
+    lines += ["", "## Runs in transformers.js", "", *transformers_js_sweep.section()]
     lines += ["", "## Encoder tasks", "", *task_sweep.summary(), "", "## timm image models", "",
               *timm_sweep.section()]
     return "\n".join(lines)

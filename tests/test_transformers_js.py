@@ -117,6 +117,19 @@ def test_what_cannot_be_written_or_checked_is_refused_naming_why(minilm_export: 
         onnx_nb.to_transformers_js(plain, tmp_path / "linear", progress=False)
     assert not (tmp_path / "linear").exists()
 
+    # an architecture transformers.js does not register for the task: refused before anything is written, naming it
+    # and the version that was asked (a tiny BioGPT, a causal LM transformers.js 4.3 does not know)
+    import transformers
+
+    torch.manual_seed(0)
+    biogpt = transformers.BioGptForCausalLM(transformers.BioGptConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37)).eval()
+    unknown = onnx_nb.export(biogpt, out=tmp_path / "biogpt.onnx", progress=False)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=rf"transformers.js {LOCKED} has no text-generation model "
+                                                           "for biogpt"):
+        onnx_nb.to_transformers_js(unknown, tmp_path / "biogpt", progress=False)
+    assert not (tmp_path / "biogpt").exists()
+
     monkeypatch.setenv(transformers_js.MODULES_VARIABLE, str(tmp_path / "nowhere"))
     with pytest.raises(onnx_nb.TransformersJsError, match=r"is not in .*nowhere"):
         onnx_nb.to_transformers_js(minilm_export, tmp_path / "strict", check=True, progress=False)

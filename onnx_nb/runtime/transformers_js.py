@@ -9,8 +9,10 @@ installed wheel carries no Node packages). Nothing is downloaded at run time."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,6 +24,12 @@ PACKAGE = ("@huggingface", "transformers")
 MODULES_VARIABLE = "ONNX_NB_TRANSFORMERS_JS"
 SCRIPT = Path(__file__).with_name("transformers_js_check.mjs")
 CHECKOUT_MODULES = Path(__file__).resolve().parents[2] / "js" / "node_modules"
+# a pipeline task -> the prefixes of transformers.js's model mappings that serve it (its own registry, read below)
+TASK_MAPPINGS = {"feature-extraction": ("MODEL_MAPPING_NAMES_",),
+                 "text-classification": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",),
+                 "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",),
+                 "fill-mask": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES",),
+                 "text-generation": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",)}
 
 
 def node_modules() -> Path:
@@ -37,6 +45,27 @@ def version() -> str:
         return str(json.loads((node_modules().joinpath(*PACKAGE) / "package.json").read_text())["version"])
     except (OSError, ValueError, KeyError):
         return ""
+
+
+@functools.lru_cache(maxsize=4)
+def _mappings(entry: Path) -> dict[str, dict[str, str]]:
+    """transformers.js's model mappings (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` ...: model type -> class), read from its
+    Node.js distribution's source."""
+    text = entry.read_text()
+    out = {}
+    for name, body in re.findall(r"var (MODEL_\w*MAPPING_NAMES\w*) = /\* @__PURE__ \*/ new Map\(\[(.*?)\]\);", text,
+                                 re.S):
+        out[name] = dict(re.findall(r'\["([\w-]+)",\s*"(\w+)"\]', body))
+    return out
+
+
+def registered(task: str) -> dict[str, str] | None:
+    """The model types (-> class) transformers.js registers for ``task``; None where its copy is not here or the
+    task is not one onnx-nb checks."""
+    if not version() or task not in TASK_MAPPINGS:
+        return None
+    mappings = _mappings(node_modules().joinpath(*PACKAGE) / "dist" / "transformers.node.mjs")
+    return {t: c for name, types in mappings.items() if name.startswith(TASK_MAPPINGS[task]) for t, c in types.items()}
 
 
 def unavailable_reason() -> str:

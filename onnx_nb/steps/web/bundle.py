@@ -17,7 +17,7 @@ from ...errors import InvalidArgumentError, OutputExistsError, TransformersJsErr
 from ...progress import Steps
 from ...results.web_bundle import WebBundle
 from ...runtime.files import check_target, default_output, deferred_interrupt, disk_error
-from ...runtime.transformers_js import unavailable_reason
+from ...runtime.transformers_js import registered, unavailable_reason, version
 
 # onnx-nb's precision of a file -> (transformers.js's dtype, the file name's suffix it loads for that dtype)
 DTYPES = {"fp32": ("fp32", ""), "fp16": ("fp16", "_fp16"), "int8": ("q8", "_quantized"), "int4": ("q4", "_q4")}
@@ -66,12 +66,19 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     reason = "check=False" if check is False else unavailable_reason()
     if reason and check is True:
         raise TransformersJsError(f"check=True, but transformers.js cannot run here: {reason}.")
+    model_type = str(getattr(source.model.config, "model_type", ""))
+    known = None if check is False else registered(task)
+    if known is not None and model_type not in known:
+        raise InvalidArgumentError(
+            f"transformers.js {version()} has no {task} model for {model_type or 'this model'} (its registry: "
+            f"{len(known)} types for {task}); a newer transformers.js may: pass check=False to write the folder "
+            "unchecked.")
     target = _target(folder, source.name, overwrite)
     with Steps(2 + (not reason), "to_transformers_js", progress) as steps:
         steps.step("writing the folder")
         written = _write(target, export, files, layout, task)
-        bundle = WebBundle(target, source.name, task, str(getattr(source.model.config, "model_type", "")),
-                           written, texts=list(texts or _default_texts(source, task)))
+        bundle = WebBundle(target, source.name, task, model_type, written,
+                           texts=list(texts or _default_texts(source, task)))
         if reason:
             bundle.unchecked = reason
         else:

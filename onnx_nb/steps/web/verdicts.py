@@ -51,8 +51,9 @@ def greedy_tokens(model: Any, tokenizer: Any, texts: list[str], max_new_tokens: 
     out = []
     with torch.no_grad():
         for text in texts:
-            ids = tokenizer(text, return_tensors="pt")
-            made = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False)
+            ids = tokenizer(text, return_tensors="pt")  # what transformers.js feeds a decoder: ids and mask
+            made = model.generate(input_ids=ids["input_ids"], attention_mask=ids.get("attention_mask"),
+                                  max_new_tokens=max_new_tokens, do_sample=False)
             out.append([int(t) for t in made[0]])
     return out
 
