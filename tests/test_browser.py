@@ -331,4 +331,7 @@ def test_browser_backend_in_the_notebooks_own_page(tmp_path: Path) -> None:
         assert "ONNX Runtime Web 1.30.0 in this page (WASM, 1 thread: the page is not cross-origin isolated)" in status
         assert "browser p50" in text and "ort-web:wasm (HeadlessChrome" in text
         assert "IR version is 14" in text and "web(basic)" in text
+        # transformers.js's browser build ran the folder to_transformers_js wrote, in this same page
+        assert "WASM in the notebook's page" in text and "pooled embeddings cos" in text, \
+            text[text.find("transformers.js folder"):][:800]
         page.screenshot(path=str(SHOTS / "browser_backend.png"), full_page=True)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ["onnx_nb/static/graph.js", "onnx_nb/static/studio.js", "onnx_nb/static/widgets.css",
-          "onnx_nb/static/ortweb.js", "onnx_nb/static/ortweb_page.js",
+          "onnx_nb/static/ortweb.js", "onnx_nb/static/ortweb_page.js", "onnx_nb/static/transformers_web.js",
+          "onnx_nb/static/transformers_node.mjs",
           "onnx_nb/static/ortweb/ort.wasm.bundle.min.mjs", "onnx_nb/static/ortweb/ort-wasm-simd-threaded.wasm",
           "onnx_nb/static/ortweb/ort.webgpu.bundle.min.mjs",
           "onnx_nb/static/ortweb/ort-wasm-simd-threaded.asyncify.wasm", "onnx_nb/labextension/package.json"]

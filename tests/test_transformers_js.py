@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 import onnx_nb
 from helpers import perturb
-from onnx_nb.runtime import transformers_js
+from onnx_nb.runtime import browser, transformers_js
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="transformers.js runs under Node.js")
 
@@ -22,12 +23,16 @@ LOCKED = json.loads((Path(__file__).resolve().parents[1] / "js" / "package.json"
     "@huggingface/transformers"]
 
 
-def test_minilm_folder_gives_pytorchs_embeddings_in_transformers_js_at_fp32_and_q8(minilm_export: Any,
-                                                                                      tmp_path: Path) -> None:
+@pytest.mark.skipif(bool(browser.unavailable_reason()) and not os.environ.get("CI"),
+                    reason=browser.unavailable_reason() or "browser backend available")
+def test_minilm_folder_gives_pytorchs_embeddings_in_transformers_js_in_chromium_at_fp32_and_q8(
+        minilm_export: Any, tmp_path: Path) -> None:
+    """transformers.js's browser build in a headless Chromium page, on the ONNX Runtime Web build onnx-nb ships."""
     int8 = onnx_nb.quantize(minilm_export, method="dynamic", exclude=[], out=tmp_path / "int8.onnx")
     folder = tmp_path / "web" / "minilm"
-    bundle = onnx_nb.to_transformers_js([minilm_export, int8], folder, progress=False)
+    bundle = onnx_nb.to_transformers_js([minilm_export, int8], folder, runtime="browser", progress=False)
     assert bundle, repr(bundle)
+    assert bundle.where.startswith("HeadlessChrome/") and "WASM in headless Chromium" in bundle.where
     assert bundle.transformers_js == LOCKED and bundle.task == "feature-extraction"
     names = {p.relative_to(folder).as_posix() for p in bundle.files}
     assert {"config.json", "tokenizer.json", "onnx/model.onnx", "onnx/model_quantized.onnx"} <= names, names
@@ -83,7 +88,9 @@ def test_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: P
     result = onnx_nb.export(str(_tiny_llama(tmp_path / "llama")), out=tmp_path / "llama.onnx", progress=False)
     folder = tmp_path / "web" / "llama"
     texts = ["the quick", "lazy dog jumps over"]
-    bundle = onnx_nb.to_transformers_js(result, folder, texts=texts, max_new_tokens=10, progress=False)
+    bundle = onnx_nb.to_transformers_js(result, folder, texts=texts, max_new_tokens=10, runtime="node",
+                                        progress=False)
+    assert bundle.where.startswith("Node.js v")
     assert bundle, repr(bundle)
     (row,) = bundle.checks
     assert bundle.task == "text-generation" and row.figures == {"prompts": 2, "tokens_equal": 2}
@@ -131,8 +138,8 @@ def test_what_cannot_be_written_or_checked_is_refused_naming_why(minilm_export: 
     assert not (tmp_path / "biogpt").exists()
 
     monkeypatch.setenv(transformers_js.MODULES_VARIABLE, str(tmp_path / "nowhere"))
-    with pytest.raises(onnx_nb.TransformersJsError, match=r"is not in .*nowhere"):
-        onnx_nb.to_transformers_js(minilm_export, tmp_path / "strict", check=True, progress=False)
-    unchecked = onnx_nb.to_transformers_js(minilm_export, tmp_path / "auto", progress=False)
+    with pytest.raises(onnx_nb.TransformersJsError, match=r"under Node.js: transformers.js is not in .*nowhere"):
+        onnx_nb.to_transformers_js(minilm_export, tmp_path / "strict", check=True, runtime="node", progress=False)
+    unchecked = onnx_nb.to_transformers_js(minilm_export, tmp_path / "auto", runtime="node", progress=False)
     assert not unchecked and not unchecked.checks and "nowhere" in unchecked.unchecked
     assert "not run" in repr(unchecked) and (tmp_path / "auto" / "onnx" / "model.onnx").is_file()

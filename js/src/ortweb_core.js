@@ -3,6 +3,8 @@
 // ORT Web itself (its ES module and its WASM) is not bundled here: it arrives from the kernel on first use,
 // so the other widgets stay small.
 
+import { checkFolder } from "./transformers_check.js";
+
 const sessions = new Map(); // id -> {session, ort}
 const builds = {}; // "wasm" | "webgpu" -> the ORT Web module of that build, once loaded
 const infos = {};
@@ -110,7 +112,34 @@ async function close(msg) {
   return {};
 }
 
-const OPS = { load, open, run, time, close };
+// transformers.js in this page, checking a folder onnx-nb wrote (onnx_nb.to_transformers_js): its browser build
+// (onnx_nb/static/transformers_web.js, on ONNX Runtime Web's WASM build) and that build's WASM arrive with the first
+// request; each request brings the folder's files, which transformers.js reads through env.fetch from memory: nothing
+// is fetched from the network, and one thread runs it (a worker would need the bundle's own URL).
+let transformers = null;
+async function tjs(msg, buffers) {
+  if (!transformers) {
+    const url = URL.createObjectURL(new Blob([buffers[0]], { type: "text/javascript" }));
+    transformers = await import(/* webpackIgnore: true */ url);
+    const wasm = transformers.env.backends.onnx.wasm;
+    wasm.wasmBinary = arrayBuffer(buffers[1]);
+    wasm.wasmPaths = undefined;
+    wasm.numThreads = 1;
+    wasm.proxy = false;
+    Object.assign(transformers.env, { allowRemoteModels: false, allowLocalModels: true, useBrowserCache: false,
+                                      useWasmCache: false, localModelPath: "/onnx-nb-folder/" });
+  }
+  const files = new Map(msg.files.map((name, i) => [`/onnx-nb-folder/${msg.name}/${name}`, buffers[2 + i]]));
+  transformers.env.fetch = async (url) => {
+    const bytes = files.get(new URL(String(url), "http://page.invalid").pathname);
+    return bytes ? new Response(bytes, { status: 200 }) : new Response("not found", { status: 404 });
+  };
+  const out = await checkFolder(transformers, { ...msg, device: "wasm" });
+  out.where = `${navigator.userAgent.match(/(HeadlessChrome|Chrome|Firefox|Safari)\/[\d]+/)?.[0] || "a browser"}, WASM`;
+  return out;
+}
+
+const OPS = { load, open, run, time, close, tjs };
 
 // One request: {op, ...} with binary buffers; the reply [json, buffers]; an error becomes {error: message}.
 export async function handle(msg, buffers) {

@@ -48,7 +48,8 @@ class WebCheck:
 class WebBundle:
     """A transformers.js folder (``folder``: ``config.json``, the tokenizer's files, ``onnx/model*.onnx``) and, per
     precision, transformers.js's own run of it against PyTorch (``checks``). ``transformers_js`` is the version that
-    ran (``""`` when none did, ``unchecked`` says why). ``bool(bundle)``: every file checked and passed."""
+    ran (``""`` when none did, ``unchecked`` says why) and ``where`` what ran it. ``bool(bundle)``: every file
+    checked and passed."""
 
     folder: Path
     name: str
@@ -57,7 +58,7 @@ class WebBundle:
     files: list[Path]
     checks: list[WebCheck] = field(default_factory=list)
     transformers_js: str = ""
-    node: str = ""
+    where: str = ""  # what ran it: Node.js and its version, or the browser and its page
     unchecked: str = ""
     texts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -71,7 +72,7 @@ class WebBundle:
         return self.passed
 
     def _head(self) -> list[list[str]]:
-        ran = (f"transformers.js {self.transformers_js} (Node.js {self.node})" if self.transformers_js
+        ran = (f"transformers.js {self.transformers_js} ({self.where})" if self.transformers_js
                else f"not run: {self.unchecked}")
         return [["folder", str(self.folder)], ["model", f"{self.name} ({self.model_type}, {self.task})"],
                 ["size", human_bytes(sum(f.stat().st_size for f in self.files if f.exists()))], ["checked by", ran],
@@ -95,6 +96,6 @@ class WebBundle:
     def to_dict(self) -> dict[str, Any]:
         return {"folder": str(self.folder), "name": self.name, "task": self.task, "model_type": self.model_type,
                 "files": [str(f) for f in self.files], "checks": [c.to_dict() for c in self.checks],
-                "transformers_js": self.transformers_js, "node": self.node, "unchecked": self.unchecked,
+                "transformers_js": self.transformers_js, "where": self.where, "unchecked": self.unchecked,
                 "texts": list(self.texts), "notes": list(self.notes), "passed": self.passed,
                 "seconds": round(self.seconds, 3)}

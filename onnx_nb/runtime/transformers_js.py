@@ -1,11 +1,18 @@
-"""transformers.js (npm ``@huggingface/transformers``) under Node.js: where its copy is, and one run of
-``transformers_js_check.mjs`` on a folder (the task's pipeline at each precision, every output and the generated
-tokens back as JSON).
+"""transformers.js (npm ``@huggingface/transformers``) running a folder onnx-nb wrote: the task's pipeline at each
+precision, every output and the generated tokens back as JSON (``js/src/transformers_check.js``), in one of two
+places.
 
-The package comes from the npm registry when onnx-nb is built (``js/package.json`` pins it, ``js/package-lock.json``
-locks it; ``js/.npmrc`` keeps onnxruntime-node's install script from fetching CUDA binaries): a source checkout has it
-in ``js/node_modules``. ``$ONNX_NB_TRANSFORMERS_JS`` names another ``node_modules`` folder that holds it (an
-installed wheel carries no Node packages). Nothing is downloaded at run time."""
+- **A browser page** (:func:`run_in_page`): its browser build, bundled by the build hook on the ONNX Runtime Web
+  build onnx-nb already ships (``onnx_nb/static/transformers_web.js``), in the page the browser backend uses (the
+  notebook's own, else a headless Chromium: :func:`onnx_nb.runtime.browser.page`); the folder's files travel as the
+  backend's buffers and transformers.js reads them from memory.
+- **Node.js** (:func:`run_check`): its Node.js build (with onnxruntime-node) from the npm registry when onnx-nb is built
+  (``js/package.json`` pins it, ``js/package-lock.json`` locks it; ``js/.npmrc`` keeps onnxruntime-node's install
+  script from fetching CUDA binaries), so a source checkout has it in ``js/node_modules``;
+  ``$ONNX_NB_TRANSFORMERS_JS`` names another ``node_modules`` folder that holds it (an installed wheel carries no Node
+  packages). The fastest to test.
+
+Nothing is downloaded at run time."""
 
 from __future__ import annotations
 
@@ -22,7 +29,9 @@ from ..errors import TransformersJsError
 
 PACKAGE = ("@huggingface", "transformers")
 MODULES_VARIABLE = "ONNX_NB_TRANSFORMERS_JS"
-SCRIPT = Path(__file__).with_name("transformers_js_check.mjs")
+STATIC = Path(__file__).resolve().parent.parent / "static"
+SCRIPT = STATIC / "transformers_node.mjs"  # js/src/transformers_node.js, bundled
+WEB_BUILD = STATIC / "transformers_web.js"  # js/src/transformers_web.js: transformers.js's browser build, bundled
 CHECKOUT_MODULES = Path(__file__).resolve().parents[2] / "js" / "node_modules"
 # a pipeline task -> the prefixes of transformers.js's model mappings that serve it (its own registry, read below)
 TASK_MAPPINGS = {"feature-extraction": ("MODEL_MAPPING_NAMES_",),
@@ -47,6 +56,10 @@ def version() -> str:
         return ""
 
 
+def _unbuilt(path: Path) -> str:
+    return f"{path.name} is not built: this checkout was installed without building js/ (pip install -e . runs npm)"
+
+
 @functools.lru_cache(maxsize=4)
 def _mappings(entry: Path) -> dict[str, dict[str, str]]:
     """transformers.js's model mappings (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` ...: model type -> class), read from its
@@ -69,7 +82,9 @@ def registered(task: str) -> dict[str, str] | None:
 
 
 def unavailable_reason() -> str:
-    """Why transformers.js cannot run here ("" when it can)."""
+    """Why transformers.js cannot run under Node.js here ("" when it can)."""
+    if not SCRIPT.exists():
+        return _unbuilt(SCRIPT)
     if shutil.which("node") is None:
         return "Node.js is not on PATH (transformers.js runs under Node.js here); install Node.js 18 or newer"
     if not version():
@@ -83,7 +98,7 @@ def run_check(root: Path, name: str, task: str, dtypes: list[str], texts: list[s
               timeout: float = 600.0) -> dict[str, Any]:
     """transformers.js's run of the folder ``root/name``: the task's pipeline at each of ``dtypes`` on ``texts``
     (greedy generation of ``max_new_tokens`` tokens for text generation). Returns the script's JSON: ``version``,
-    ``node`` and ``runs`` (per dtype: ``inputs``, ``outputs``, ``answer``, ``tokens``, ``load_ms``, ``run_ms`` or
+    ``where`` and ``runs`` (per dtype: ``inputs``, ``outputs``, ``answer``, ``tokens``, ``load_ms``, ``run_ms`` or
     ``error``). Raises :class:`TransformersJsError` when it cannot run or its process fails."""
     reason = unavailable_reason()
     if reason:
@@ -103,7 +118,46 @@ def run_check(root: Path, name: str, task: str, dtypes: list[str], texts: list[s
     last = (done.stdout.strip().splitlines() or [""])[-1]
     try:
         return dict(json.loads(last))
-    except ValueError as exc:
+    except ValueError as exc:  # the process died before its answer
         said = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
         raise TransformersJsError(f"transformers.js's check of {root / name} failed (exit {done.returncode}): "
                                   f"{said}") from exc
+
+
+def page_unavailable_reason() -> str:
+    """Why transformers.js cannot run in a browser page here ("" when it can)."""
+    from .browser import unavailable_reason as browser_reason
+
+    if not WEB_BUILD.exists():
+        return _unbuilt(WEB_BUILD)
+    return browser_reason("wasm")
+
+
+_SENT: set[int] = set()  # the pages transformers.js's browser build was sent to
+
+
+def run_in_page(root: Path, name: str, task: str, dtypes: list[str], texts: list[str],
+                max_new_tokens: int) -> dict[str, Any]:
+    """transformers.js's browser build running the folder ``root/name`` in the browser backend's page (the notebook's,
+    else a headless Chromium), one thread of WASM: the same answer as :func:`run_check`, ``where`` naming the page."""
+    from .browser import ORT_BUILDS, page
+    from .browser import STATIC as PAGE_STATIC
+
+    reason = page_unavailable_reason()
+    if reason:
+        raise TransformersJsError(f"transformers.js cannot check the folder in a browser page: {reason}.")
+    pg = page()
+    first = id(pg) not in _SENT
+    buffers: list[Any] = [pg.serve(WEB_BUILD.name, WEB_BUILD.read_bytes()),
+                          pg.serve("tjs-ort.wasm", (PAGE_STATIC / ORT_BUILDS["wasm"][1]).read_bytes())] \
+        if first else [b"", b""]
+    folder = root / name
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    buffers += [pg.serve(f"tjs/{name}/{f}", (folder / f).read_bytes()) for f in files]
+    reply, _ = pg.call({"op": "tjs", "name": name, "files": files, "task": task, "dtypes": dtypes, "texts": texts,
+                        "max_new_tokens": max_new_tokens}, buffers)
+    if "error" in reply:
+        raise TransformersJsError(f"transformers.js failed in {pg.where()}: {reply['error']}")
+    _SENT.add(id(pg))
+    reply["where"] = f"{reply.get('where', 'a browser')} in {pg.where()}"
+    return dict(reply)

@@ -24,12 +24,13 @@ DTYPES = {"fp32": ("fp32", ""), "fp16": ("fp16", "_fp16"), "int8": ("q8", "_quan
 # the tasks whose pipeline transformers.js runs on text alone, as onnx-nb checks them
 TASKS = ("feature-extraction", "text-classification", "token-classification", "fill-mask", "text-generation")
 TEXTS = ["Hello world", "ONNX models run in the browser, checked against PyTorch."]
+RUNTIMES = ("auto", "browser", "node")
 MAX_BYTES = 2**31 - 1  # one protobuf message: a larger file needs its weights in a data file beside it
 
 
 def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None, *, overwrite: bool = False,
-                       check: bool | str = "auto", texts: list[str] | None = None, max_new_tokens: int = 8,
-                       progress: bool = True) -> WebBundle:
+                       check: bool | str = "auto", runtime: str = "auto", texts: list[str] | None = None,
+                       max_new_tokens: int = 8, progress: bool = True) -> WebBundle:
     """Write the folder transformers.js (npm ``@huggingface/transformers``) loads, from an export and the variants
     made from it, and check it with transformers.js itself.
 
@@ -39,8 +40,11 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     (feature-extraction, text-classification, token-classification, fill-mask) and decoders with their cache
     (text-generation) are written; other kinds are refused, naming what they are.
 
-    ``check``: ``"auto"`` runs transformers.js's pipeline on each precision where Node.js and the package are here
-    (:mod:`onnx_nb.runtime.transformers_js`) and says why not otherwise; ``True`` requires it; ``False`` skips it.
+    ``check``: ``"auto"`` runs transformers.js's pipeline on each precision where it can run here and says why not
+    otherwise; ``True`` requires it; ``False`` skips it. ``runtime``: where transformers.js runs
+    (:mod:`onnx_nb.runtime.transformers_js`): ``"browser"`` its browser build in the browser backend's page (the
+    notebook's own, else a headless Chromium; WASM), ``"node"`` its Node.js build, ``"auto"`` the notebook's page in
+    a notebook, else Node.js, else a headless Chromium.
     transformers.js tokenizes ``texts`` (two sentences by default) and runs the model; its outputs are compared with
     PyTorch's on the same tokens at the file's tolerance (and, for feature-extraction, the pipeline's mean-pooled
     embeddings by cosine); a decoder generates ``max_new_tokens`` greedy tokens per text, compared with PyTorch's.
@@ -59,11 +63,13 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
                                    "(optimize or quantize), or a list of them, one per precision.")
     if check not in (True, False, "auto"):
         raise InvalidArgumentError(f"check={check!r}: use 'auto' (check where transformers.js is here), True or False.")
+    if runtime not in RUNTIMES:
+        raise InvalidArgumentError(f"runtime={runtime!r}: use one of {', '.join(RUNTIMES)}.")
     export = _export_of(items)
     source = export.source
     task, layout = _task_and_layout(export)
     files = _files(items)
-    reason = "check=False" if check is False else unavailable_reason()
+    run, reason = _runner(runtime) if check is not False else (None, "check=False")
     if reason and check is True:
         raise TransformersJsError(f"check=True, but transformers.js cannot run here: {reason}.")
     model_type = str(getattr(source.model.config, "model_type", ""))
@@ -86,10 +92,23 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
 
             steps.step("checking it in transformers.js")
             checked(bundle, export, {DTYPES[p][0]: (target / "onnx" / f"model{DTYPES[p][1]}.onnx", p)
-                                     for p in files}, max_new_tokens)
+                                     for p in files}, max_new_tokens, run)
         steps.step("done")
     bundle.seconds = time.perf_counter() - started
     return bundle
+
+
+def _runner(runtime: str) -> tuple[Any, str]:
+    """The function that runs transformers.js on a folder for ``runtime``, or None and why it cannot run here."""
+    from ...progress import in_notebook
+    from ...runtime.transformers_js import page_unavailable_reason, run_check, run_in_page
+
+    node, page = unavailable_reason(), page_unavailable_reason()
+    if runtime == "node" or (runtime == "auto" and not node and not (in_notebook() and not page)):
+        return (None, f"under Node.js: {node}") if node else (run_check, "")
+    if page and runtime == "auto":
+        return None, f"under Node.js: {node}; in a browser page: {page}"
+    return (None, f"in a browser page: {page}") if page else (run_in_page, "")
 
 
 def _default_texts(source: Any, task: str) -> list[str]:

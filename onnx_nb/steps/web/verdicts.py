@@ -14,14 +14,15 @@ from ...render import sig
 from ...results.web_bundle import WebBundle, WebCheck
 
 
-def checked(bundle: WebBundle, export: Any, files: dict[str, tuple[Path, str]], max_new_tokens: int) -> None:
-    """Run transformers.js on ``bundle``'s folder at each dtype of ``files`` (dtype -> (written file, onnx-nb's
-    precision)) and add a :class:`WebCheck` per dtype to ``bundle``."""
-    from ...runtime.transformers_js import run_check
+def checked(bundle: WebBundle, export: Any, files: dict[str, tuple[Path, str]], max_new_tokens: int,
+            run_folder: Any) -> None:
+    """Run transformers.js on ``bundle``'s folder (``run_folder``: :func:`~onnx_nb.runtime.transformers_js.run_check`
+    or :func:`~onnx_nb.runtime.transformers_js.run_in_page`) at each dtype of ``files`` (dtype -> (written file,
+    onnx-nb's precision)) and add a :class:`WebCheck` per dtype to ``bundle``."""
     from ..export.adapters.registry import adapter_of
 
-    ran = run_check(bundle.folder.parent, bundle.folder.name, bundle.task, list(files), bundle.texts, max_new_tokens)
-    bundle.transformers_js, bundle.node = str(ran.get("version", "")), str(ran.get("node", ""))
+    ran = run_folder(bundle.folder.parent, bundle.folder.name, bundle.task, list(files), bundle.texts, max_new_tokens)
+    bundle.transformers_js, bundle.where = str(ran.get("version", "")), str(ran.get("where", ""))
     generates = bundle.task == "text-generation"
     expected: Any = None
     for run in ran.get("runs", []):

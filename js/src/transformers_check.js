@@ -1,0 +1,47 @@
+// transformers.js's own run of a folder onnx-nb wrote, at each precision asked for: the task's pipeline, the inputs
+// its tokenizer gave, every output tensor of the model, the pipeline's answer and, for text generation, the greedy
+// tokens of each text alone (or the error transformers.js raised). One implementation for both places it runs: Node.js
+// (transformers_node.js) and a browser page (ortweb_core.js's "tjs" request).
+
+// a tensor as plain JSON (int64 data arrives as BigInt)
+function plain(t) {
+  return { dims: Array.from(t.dims), type: t.type, data: Array.from(t.data, Number) };
+}
+
+export async function checkFolder(tjs, request) {
+  const tensors = (obj) => Object.fromEntries(Object.entries(obj).filter(([, v]) => v instanceof tjs.Tensor)
+    .map(([k, v]) => [k, plain(v)]));
+  const json = (value) => JSON.parse(JSON.stringify(value, (_, v) => (typeof v === "bigint" ? Number(v) :
+    v instanceof tjs.Tensor ? v.tolist() : v)));
+  const out = { version: tjs.env.version, runs: [] };
+  for (const dtype of request.dtypes) {
+    const run = { dtype };
+    const started = performance.now();
+    try {
+      const pipe = await tjs.pipeline(request.task, request.name, { dtype, device: request.device });
+      run.load_ms = performance.now() - started;
+      const ran = performance.now();
+      if (request.task === "text-generation") {
+        run.tokens = [];
+        for (const text of request.texts) {
+          const enc = await pipe.tokenizer(text);
+          const ids = await pipe.model.generate({ ...enc, max_new_tokens: request.max_new_tokens, do_sample: false });
+          run.tokens.push(Array.from(ids.tolist()[0], Number));
+        }
+        run.answer = json(await pipe(request.texts[0], { max_new_tokens: request.max_new_tokens, do_sample: false }));
+      } else {
+        const enc = await pipe.tokenizer(request.texts, { padding: true, truncation: true });
+        run.inputs = tensors(enc);
+        run.outputs = tensors(await pipe.model(enc));
+        const options = request.task === "feature-extraction" ? { pooling: "mean", normalize: true } : {};
+        run.answer = json(await pipe(request.texts, options));
+      }
+      run.run_ms = performance.now() - ran;
+      await pipe.dispose();
+    } catch (e) {
+      run.error = String((e && e.message) || e).split("\n")[0].slice(0, 400);
+    }
+    out.runs.push(run);
+  }
+  return out;
+}
