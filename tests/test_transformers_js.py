@@ -32,7 +32,8 @@ def test_minilm_folder_gives_pytorchs_embeddings_in_transformers_js_in_chromium_
     folder = tmp_path / "web" / "minilm"
     bundle = onnx_nb.to_transformers_js([minilm_export, int8], folder, runtime="browser", progress=False)
     assert bundle, repr(bundle)
-    assert bundle.where.startswith("HeadlessChrome/") and "WASM in headless Chromium" in bundle.where
+    assert all(c.where.startswith("HeadlessChrome/") and c.where.endswith(", WASM in headless Chromium")
+               for c in bundle.checks), [c.where for c in bundle.checks]
     assert bundle.transformers_js == LOCKED and bundle.task == "feature-extraction"
     names = {p.relative_to(folder).as_posix() for p in bundle.files}
     assert {"config.json", "tokenizer.json", "onnx/model.onnx", "onnx/model_quantized.onnx"} <= names, names
@@ -88,12 +89,14 @@ def test_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: P
     result = onnx_nb.export(str(_tiny_llama(tmp_path / "llama")), out=tmp_path / "llama.onnx", progress=False)
     folder = tmp_path / "web" / "llama"
     texts = ["the quick", "lazy dog jumps over"]
-    bundle = onnx_nb.to_transformers_js(result, folder, texts=texts, max_new_tokens=10, runtime="node",
-                                        progress=False)
-    assert bundle.where.startswith("Node.js v")
+    # under Node.js, and in headless Chromium on WebGPU (SwiftShader's software adapter here: named in the row)
+    bundle = onnx_nb.to_transformers_js(result, folder, texts=texts, max_new_tokens=10,
+                                        runtime=["node", "browser-webgpu"], progress=False)
+    assert bundle.checks[0].where.startswith("Node.js v") and bundle.checks[1].where.startswith("HeadlessChrome/")
+    assert "WebGPU (adapter" in bundle.checks[1].where and all(c.run_ms for c in bundle.checks)
     assert bundle, repr(bundle)
-    (row,) = bundle.checks
-    assert bundle.task == "text-generation" and row.figures == {"prompts": 2, "tokens_equal": 2}
+    assert bundle.task == "text-generation"
+    assert all(row.figures == {"prompts": 2, "tokens_equal": 2} for row in bundle.checks), repr(bundle)
     # transformers.js makes the first step's empty cache from the graph: its batch axis must be "batch_size"
     graph = onnx.load(str(folder / "onnx" / "model.onnx")).graph
     cache = next(i for i in graph.input if i.name == "past_key_values.0.key")

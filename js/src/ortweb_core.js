@@ -112,30 +112,42 @@ async function close(msg) {
   return {};
 }
 
-// transformers.js in this page, checking a folder onnx-nb wrote (onnx_nb.to_transformers_js): its browser build
-// (onnx_nb/static/transformers_web.js, on ONNX Runtime Web's WASM build) and that build's WASM arrive with the first
-// request; each request brings the folder's files, which transformers.js reads through env.fetch from memory: nothing
-// is fetched from the network, and one thread runs it (a worker would need the bundle's own URL).
-let transformers = null;
+// transformers.js in this page, checking a folder onnx-nb wrote (onnx_nb.to_transformers_js): its browser build on
+// ONNX Runtime Web's WASM build (onnx_nb/static/transformers_web.js) or WebGPU build (transformers_webgpu.js) and that
+// build's WASM arrive with the first request for it; each request brings the folder's files, which transformers.js
+// reads through env.fetch from memory: nothing is fetched from the network, and one thread runs its WASM (a worker
+// would need the bundle's own URL).
+const transformers = {}; // "wasm" | "webgpu" -> transformers.js's browser build on that ONNX Runtime Web build
 async function tjs(msg, buffers) {
-  if (!transformers) {
+  const build = msg.build === "webgpu" ? "webgpu" : "wasm";
+  if (!transformers[build]) {
+    if (build === "webgpu") {
+      const adapter = await adapterInfo();
+      if (adapter.none) return { error: adapter.none, no_adapter: true };
+      infos.adapter = adapter;
+    }
     const url = URL.createObjectURL(new Blob([buffers[0]], { type: "text/javascript" }));
-    transformers = await import(/* webpackIgnore: true */ url);
-    const wasm = transformers.env.backends.onnx.wasm;
+    const module = await import(/* webpackIgnore: true */ url);
+    const wasm = module.env.backends.onnx.wasm;
     wasm.wasmBinary = arrayBuffer(buffers[1]);
     wasm.wasmPaths = undefined;
     wasm.numThreads = 1;
     wasm.proxy = false;
-    Object.assign(transformers.env, { allowRemoteModels: false, allowLocalModels: true, useBrowserCache: false,
-                                      useWasmCache: false, localModelPath: "/onnx-nb-folder/" });
+    Object.assign(module.env, { allowRemoteModels: false, allowLocalModels: true, useBrowserCache: false,
+                                useWasmCache: false, localModelPath: "/onnx-nb-folder/" });
+    transformers[build] = module;
   }
+  const module = transformers[build];
   const files = new Map(msg.files.map((name, i) => [`/onnx-nb-folder/${msg.name}/${name}`, buffers[2 + i]]));
-  transformers.env.fetch = async (url) => {
+  module.env.fetch = async (url) => {
     const bytes = files.get(new URL(String(url), "http://page.invalid").pathname);
     return bytes ? new Response(bytes, { status: 200 }) : new Response("not found", { status: 404 });
   };
-  const out = await checkFolder(transformers, { ...msg, device: "wasm" });
-  out.where = `${navigator.userAgent.match(/(HeadlessChrome|Chrome|Firefox|Safari)\/[\d]+/)?.[0] || "a browser"}, WASM`;
+  const out = await checkFolder(module, { ...msg, device: build });
+  const browser = navigator.userAgent.match(/(HeadlessChrome|Chrome|Firefox|Safari)\/[\d]+/)?.[0] || "a browser";
+  const a = infos.adapter || {};
+  // the adapter named, so a software one (SwiftShader) never passes for a GPU
+  out.where = `${browser}, ${build === "webgpu" ? `WebGPU (adapter ${[a.vendor, a.description || a.architecture].filter(Boolean).join(" ") || "unnamed"})` : "WASM"}`;
   return out;
 }
 

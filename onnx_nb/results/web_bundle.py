@@ -9,7 +9,7 @@ from typing import Any
 
 from ..render import CSS, esc, folded, html_table, human_bytes, text_table
 
-HEADERS = ["dtype", "file", "size", "status", "against PyTorch", "load ms", "run ms"]
+HEADERS = ["dtype", "ran in", "file", "size", "status", "against PyTorch", "load ms", "ms per run"]
 
 
 @dataclass
@@ -23,6 +23,7 @@ class WebCheck:
     size: int
     precision: str  # onnx-nb's name for the file's precision: fp32, fp16, int8, int4
     status: str
+    where: str = ""  # what ran it: Node.js and its version, or the browser, its backend (WASM, WebGPU) and its page
     measure: str = ""
     figures: dict[str, Any] = field(default_factory=dict)
     note: str = ""
@@ -35,21 +36,21 @@ class WebCheck:
 
     def cells(self) -> list[Any]:
         ms = [f"{v:.0f}" if v is not None else "" for v in (self.load_ms, self.run_ms)]
-        return [self.dtype, self.file, human_bytes(self.size), self.status,
+        return [self.dtype, self.where, self.file, human_bytes(self.size), self.status,
                 self.measure + (f" ({self.note})" if self.note else ""), *ms]
 
     def to_dict(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "file": self.file, "size": self.size, "precision": self.precision,
-                "status": self.status, "measure": self.measure, "figures": dict(self.figures), "note": self.note,
-                "load_ms": self.load_ms, "run_ms": self.run_ms}
+                "status": self.status, "where": self.where, "measure": self.measure, "figures": dict(self.figures),
+                "note": self.note, "load_ms": self.load_ms, "run_ms": self.run_ms}
 
 
 @dataclass
 class WebBundle:
     """A transformers.js folder (``folder``: ``config.json``, the tokenizer's files, ``onnx/model*.onnx``) and, per
     precision, transformers.js's own run of it against PyTorch (``checks``). ``transformers_js`` is the version that
-    ran (``""`` when none did, ``unchecked`` says why) and ``where`` what ran it. ``bool(bundle)``: every file
-    checked and passed."""
+    ran (``""`` when none did; ``unchecked`` says why, or where it could not run). ``bool(bundle)``: every file
+    checked, in every place asked for, and passed."""
 
     folder: Path
     name: str
@@ -58,7 +59,6 @@ class WebBundle:
     files: list[Path]
     checks: list[WebCheck] = field(default_factory=list)
     transformers_js: str = ""
-    where: str = ""  # what ran it: Node.js and its version, or the browser and its page
     unchecked: str = ""
     texts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -66,14 +66,16 @@ class WebBundle:
 
     @property
     def passed(self) -> bool:
-        return bool(self.checks) and all(c.passed for c in self.checks)
+        return bool(self.checks) and all(c.passed for c in self.checks) and not self.unchecked
 
     def __bool__(self) -> bool:
         return self.passed
 
     def _head(self) -> list[list[str]]:
-        ran = (f"transformers.js {self.transformers_js} ({self.where})" if self.transformers_js
-               else f"not run: {self.unchecked}")
+        places = ", ".join(dict.fromkeys(c.where for c in self.checks))
+        ran = (f"transformers.js {self.transformers_js} ({places})" if self.transformers_js else "not run")
+        if self.unchecked:
+            ran += f"; not run {self.unchecked}" if self.transformers_js else f": {self.unchecked}"
         return [["folder", str(self.folder)], ["model", f"{self.name} ({self.model_type}, {self.task})"],
                 ["size", human_bytes(sum(f.stat().st_size for f in self.files if f.exists()))], ["checked by", ran],
                 ["verdict", "passed" if self.passed else "not verified" if not self.checks else "failed"]]
@@ -96,6 +98,6 @@ class WebBundle:
     def to_dict(self) -> dict[str, Any]:
         return {"folder": str(self.folder), "name": self.name, "task": self.task, "model_type": self.model_type,
                 "files": [str(f) for f in self.files], "checks": [c.to_dict() for c in self.checks],
-                "transformers_js": self.transformers_js, "where": self.where, "unchecked": self.unchecked,
+                "transformers_js": self.transformers_js, "unchecked": self.unchecked,
                 "texts": list(self.texts), "notes": list(self.notes), "passed": self.passed,
                 "seconds": round(self.seconds, 3)}

@@ -31,7 +31,9 @@ PACKAGE = ("@huggingface", "transformers")
 MODULES_VARIABLE = "ONNX_NB_TRANSFORMERS_JS"
 STATIC = Path(__file__).resolve().parent.parent / "static"
 SCRIPT = STATIC / "transformers_node.mjs"  # js/src/transformers_node.js, bundled
-WEB_BUILD = STATIC / "transformers_web.js"  # js/src/transformers_web.js: transformers.js's browser build, bundled
+# js/src/transformers_web.js, bundled twice: transformers.js's browser build on ONNX Runtime Web's WASM build and on
+# its WebGPU build (the builds the browser backend ships: their WASM comes from there)
+WEB_BUILDS = {"wasm": STATIC / "transformers_web.js", "webgpu": STATIC / "transformers_webgpu.js"}
 CHECKOUT_MODULES = Path(__file__).resolve().parents[2] / "js" / "node_modules"
 # a pipeline task -> the prefixes of transformers.js's model mappings that serve it (its own registry, read below)
 TASK_MAPPINGS = {"feature-extraction": ("MODEL_MAPPING_NAMES_",),
@@ -124,40 +126,45 @@ def run_check(root: Path, name: str, task: str, dtypes: list[str], texts: list[s
                                   f"{said}") from exc
 
 
-def page_unavailable_reason() -> str:
-    """Why transformers.js cannot run in a browser page here ("" when it can)."""
+def page_unavailable_reason(build: str = "wasm") -> str:
+    """Why transformers.js cannot run in a browser page here on ONNX Runtime Web's ``build`` ("" when it can; whether
+    the page offers WebGPU is known once it is asked)."""
     from .browser import unavailable_reason as browser_reason
 
-    if not WEB_BUILD.exists():
-        return _unbuilt(WEB_BUILD)
-    return browser_reason("wasm")
+    if not WEB_BUILDS[build].exists():
+        return _unbuilt(WEB_BUILDS[build])
+    return browser_reason(build)
 
 
-_SENT: set[int] = set()  # the pages transformers.js's browser build was sent to
+_SENT: set[tuple[int, str]] = set()  # (page, build) transformers.js's browser build was sent to
 
 
-def run_in_page(root: Path, name: str, task: str, dtypes: list[str], texts: list[str],
-                max_new_tokens: int) -> dict[str, Any]:
+def run_in_page(root: Path, name: str, task: str, dtypes: list[str], texts: list[str], max_new_tokens: int,
+                build: str = "wasm") -> dict[str, Any]:
     """transformers.js's browser build running the folder ``root/name`` in the browser backend's page (the notebook's,
-    else a headless Chromium), one thread of WASM: the same answer as :func:`run_check`, ``where`` naming the page."""
+    else a headless Chromium) on ONNX Runtime Web's ``build`` ("wasm": one thread; "webgpu": the page's adapter): the
+    same answer as :func:`run_check`, ``where`` naming the page."""
+    from ..errors import NoWebGpuError
     from .browser import ORT_BUILDS, page
     from .browser import STATIC as PAGE_STATIC
 
-    reason = page_unavailable_reason()
+    reason = page_unavailable_reason(build)
     if reason:
         raise TransformersJsError(f"transformers.js cannot check the folder in a browser page: {reason}.")
     pg = page()
-    first = id(pg) not in _SENT
-    buffers: list[Any] = [pg.serve(WEB_BUILD.name, WEB_BUILD.read_bytes()),
-                          pg.serve("tjs-ort.wasm", (PAGE_STATIC / ORT_BUILDS["wasm"][1]).read_bytes())] \
+    first = (id(pg), build) not in _SENT
+    buffers: list[Any] = [pg.serve(WEB_BUILDS[build].name, WEB_BUILDS[build].read_bytes()),
+                          pg.serve(f"tjs-ort-{build}.wasm", (PAGE_STATIC / ORT_BUILDS[build][1]).read_bytes())] \
         if first else [b"", b""]
     folder = root / name
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     buffers += [pg.serve(f"tjs/{name}/{f}", (folder / f).read_bytes()) for f in files]
-    reply, _ = pg.call({"op": "tjs", "name": name, "files": files, "task": task, "dtypes": dtypes, "texts": texts,
-                        "max_new_tokens": max_new_tokens}, buffers)
+    reply, _ = pg.call({"op": "tjs", "build": build, "name": name, "files": files, "task": task, "dtypes": dtypes,
+                        "texts": texts, "max_new_tokens": max_new_tokens}, buffers)
+    if reply.get("no_adapter"):
+        raise NoWebGpuError(f"transformers.js on WebGPU: {reply['error']} in {pg.where()}")
     if "error" in reply:
         raise TransformersJsError(f"transformers.js failed in {pg.where()}: {reply['error']}")
-    _SENT.add(id(pg))
+    _SENT.add((id(pg), build))
     reply["where"] = f"{reply.get('where', 'a browser')} in {pg.where()}"
     return dict(reply)

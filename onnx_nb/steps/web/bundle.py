@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...errors import InvalidArgumentError, OutputExistsError, TransformersJsError
+from ...errors import InvalidArgumentError, NoWebGpuError, OutputExistsError, TransformersJsError
 from ...progress import Steps
 from ...results.web_bundle import WebBundle
 from ...runtime.files import check_target, default_output, deferred_interrupt, disk_error
@@ -24,12 +24,12 @@ DTYPES = {"fp32": ("fp32", ""), "fp16": ("fp16", "_fp16"), "int8": ("q8", "_quan
 # the tasks whose pipeline transformers.js runs on text alone, as onnx-nb checks them
 TASKS = ("feature-extraction", "text-classification", "token-classification", "fill-mask", "text-generation")
 TEXTS = ["Hello world", "ONNX models run in the browser, checked against PyTorch."]
-RUNTIMES = ("auto", "browser", "node")
+RUNTIMES = ("auto", "browser", "browser-webgpu", "node")
 MAX_BYTES = 2**31 - 1  # one protobuf message: a larger file needs its weights in a data file beside it
 
 
 def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None, *, overwrite: bool = False,
-                       check: bool | str = "auto", runtime: str = "auto", texts: list[str] | None = None,
+                       check: bool | str = "auto", runtime: str | list[str] = "auto", texts: list[str] | None = None,
                        max_new_tokens: int = 8, progress: bool = True) -> WebBundle:
     """Write the folder transformers.js (npm ``@huggingface/transformers``) loads, from an export and the variants
     made from it, and check it with transformers.js itself.
@@ -42,9 +42,11 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
 
     ``check``: ``"auto"`` runs transformers.js's pipeline on each precision where it can run here and says why not
     otherwise; ``True`` requires it; ``False`` skips it. ``runtime``: where transformers.js runs
-    (:mod:`onnx_nb.runtime.transformers_js`): ``"browser"`` its browser build in the browser backend's page (the
-    notebook's own, else a headless Chromium; WASM), ``"node"`` its Node.js build, ``"auto"`` the notebook's page in
-    a notebook, else Node.js, else a headless Chromium.
+    (:mod:`onnx_nb.runtime.transformers_js`), or a list of places, each checked and timed in turn: ``"browser"`` its
+    browser build in the browser backend's page (the notebook's own, else a headless Chromium; WASM, one thread),
+    ``"browser-webgpu"`` the same on the page's WebGPU adapter, ``"node"`` its Node.js build, ``"auto"`` the
+    notebook's page in a notebook, else Node.js, else a headless Chromium. Each row's ``run_ms`` is the median of
+    three timed runs of the model on the check's inputs after the check's own run.
     transformers.js tokenizes ``texts`` (two sentences by default) and runs the model; its outputs are compared with
     PyTorch's on the same tokens at the file's tolerance (and, for feature-extraction, the pipeline's mean-pooled
     embeddings by cosine); a decoder generates ``max_new_tokens`` greedy tokens per text, compared with PyTorch's.
@@ -63,13 +65,16 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
                                    "(optimize or quantize), or a list of them, one per precision.")
     if check not in (True, False, "auto"):
         raise InvalidArgumentError(f"check={check!r}: use 'auto' (check where transformers.js is here), True or False.")
-    if runtime not in RUNTIMES:
-        raise InvalidArgumentError(f"runtime={runtime!r}: use one of {', '.join(RUNTIMES)}.")
+    runtimes = [runtime] if isinstance(runtime, str) else list(runtime)
+    if not runtimes or any(r not in RUNTIMES for r in runtimes):
+        raise InvalidArgumentError(f"runtime={runtime!r}: use one of {', '.join(RUNTIMES)}, or a list of them.")
     export = _export_of(items)
     source = export.source
     task, layout = _task_and_layout(export)
     files = _files(items)
-    run, reason = _runner(runtime) if check is not False else (None, "check=False")
+    found = [_runner(r) for r in runtimes] if check is not False else [(None, "check=False")]
+    runners = [run for run, _ in found if run is not None]
+    reason = "; ".join(why for run, why in found if run is None)
     if reason and check is True:
         raise TransformersJsError(f"check=True, but transformers.js cannot run here: {reason}.")
     model_type = str(getattr(source.model.config, "model_type", ""))
@@ -80,19 +85,23 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
             f"{len(known)} types for {task}); a newer transformers.js may: pass check=False to write the folder "
             "unchecked.")
     target = _target(folder, source.name, overwrite)
-    with Steps(2 + (not reason), "to_transformers_js", progress) as steps:
+    with Steps(2 + len(runners), "to_transformers_js", progress) as steps:
         steps.step("writing the folder")
         written = _write(target, export, files, layout, task)
         bundle = WebBundle(target, source.name, task, model_type, written,
                            texts=list(texts or _default_texts(source, task)))
-        if reason:
-            bundle.unchecked = reason
-        else:
-            from .verdicts import checked
+        bundle.unchecked = reason
+        from .verdicts import checked
 
+        for run in runners:
             steps.step("checking it in transformers.js")
-            checked(bundle, export, {DTYPES[p][0]: (target / "onnx" / f"model{DTYPES[p][1]}.onnx", p)
-                                     for p in files}, max_new_tokens, run)
+            try:
+                checked(bundle, export, {DTYPES[p][0]: (target / "onnx" / f"model{DTYPES[p][1]}.onnx", p)
+                                         for p in files}, max_new_tokens, run)
+            except NoWebGpuError as exc:  # known only once the page is asked
+                if check is True:
+                    raise
+                bundle.unchecked = "; ".join(filter(None, [bundle.unchecked, str(exc)]))
         steps.step("done")
     bundle.seconds = time.perf_counter() - started
     return bundle
@@ -100,9 +109,15 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
 
 def _runner(runtime: str) -> tuple[Any, str]:
     """The function that runs transformers.js on a folder for ``runtime``, or None and why it cannot run here."""
+    import functools
+
     from ...progress import in_notebook
     from ...runtime.transformers_js import page_unavailable_reason, run_check, run_in_page
 
+    if runtime == "browser-webgpu":
+        why = page_unavailable_reason("webgpu")
+        return (None, f"in a browser page on WebGPU: {why}") if why else (functools.partial(run_in_page,
+                                                                                            build="webgpu"), "")
     node, page = unavailable_reason(), page_unavailable_reason()
     if runtime == "node" or (runtime == "auto" and not node and not (in_notebook() and not page)):
         return (None, f"under Node.js: {node}") if node else (run_check, "")

@@ -19,16 +19,20 @@ def checked(bundle: WebBundle, export: Any, files: dict[str, tuple[Path, str]], 
     """Run transformers.js on ``bundle``'s folder (``run_folder``: :func:`~onnx_nb.runtime.transformers_js.run_check`
     or :func:`~onnx_nb.runtime.transformers_js.run_in_page`) at each dtype of ``files`` (dtype -> (written file,
     onnx-nb's precision)) and add a :class:`WebCheck` per dtype to ``bundle``."""
+    import statistics
+
     from ..export.adapters.registry import adapter_of
 
     ran = run_folder(bundle.folder.parent, bundle.folder.name, bundle.task, list(files), bundle.texts, max_new_tokens)
-    bundle.transformers_js, bundle.where = str(ran.get("version", "")), str(ran.get("where", ""))
+    bundle.transformers_js = str(ran.get("version", ""))
     generates = bundle.task == "text-generation"
     expected: Any = None
     for run in ran.get("runs", []):
         path, precision = files[run["dtype"]]
+        times = run.get("times_ms") or []
         row = WebCheck(run["dtype"], path.relative_to(bundle.folder).as_posix(), path.stat().st_size, precision,
-                       "error", load_ms=run.get("load_ms"), run_ms=run.get("run_ms"))
+                       "error", where=str(ran.get("where", "")), load_ms=run.get("load_ms"),
+                       run_ms=statistics.median(times) if times else None)
         bundle.checks.append(row)
         if run.get("error"):
             row.measure = f"transformers.js {bundle.transformers_js}: {run['error']}"
