@@ -40,7 +40,7 @@ def _taps(n_in: torch.Tensor, n_out: torch.Tensor) -> tuple[torch.Tensor, ...]:
     their weights, computed as its CPU kernel computes them. The source position ``scale * (i + 0.5) - 0.5`` is
     rounded once to float32, as the kernel's fused multiply-add rounds it (float64 holds the product exactly)."""
     scale = (n_in.to(torch.float32) / n_out.to(torch.float32)).to(torch.float64)
-    positions = torch.arange(n_out[0], dtype=torch.float64)  # type: ignore[call-overload]  # traced: dynamic
+    positions = torch.arange(n_out[0], dtype=torch.float64)  # traced: dynamic
     src = (scale * (positions + 0.5) - 0.5).to(torch.float32).clamp(min=0.0)
     last = n_in - 1
     i0 = torch.floor(src).to(torch.int64)

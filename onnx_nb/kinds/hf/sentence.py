@@ -55,7 +55,8 @@ def _transformer(st: Any) -> Any:
 
 def wrap(st: Any) -> SentenceEmbedding:
     st.eval()
-    return SentenceEmbedding(st).eval()
+    wrapped: SentenceEmbedding = SentenceEmbedding(st).eval()
+    return wrapped
 
 
 def load(location: str) -> Any:

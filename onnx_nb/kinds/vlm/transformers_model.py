@@ -34,7 +34,7 @@ class OnnxForImageTextToText(OnnxForCausalLM):
                 decoder.pending = np.concatenate([r for r in rows for _ in range(expand_size)], 0)
                 self.encoded = True
                 given = {}
-        expand: Any = super()._expand_inputs_for_generation  # type: ignore[misc]  # typed for its own models
+        expand: Any = super()._expand_inputs_for_generation  # typed for its own models
         return expand(expand_size, is_encoder_decoder, input_ids, **model_kwargs, **given)
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, cache: OnnxCache | None = None,

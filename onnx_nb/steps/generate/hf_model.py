@@ -167,11 +167,11 @@ class _OnnxModel(PreTrainedModel):
         processors, beam search) takes one thread: torch's threads spinning after those small ops held the
         cores ONNX Runtime's next run wanted (4-beam Marian-base: 562 -> 535 ms per batch on 2 cores)."""
         if self.provider != "CPUExecutionProvider":
-            return super().generate(*args, **kwargs)  # type: ignore[misc]
+            return super().generate(*args, **kwargs)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return super().generate(*args, **kwargs)  # type: ignore[misc]
+            return super().generate(*args, **kwargs)
         finally:
             torch.set_num_threads(threads)
 

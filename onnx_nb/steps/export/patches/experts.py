@@ -72,7 +72,7 @@ def grouped_forward(experts: Any, hidden_states: Any, top_k_index: Any, top_k_we
     routed = int(experts.down_proj.shape[0])
     computes = top_k_index < routed
     none = torch.zeros_like(top_k_weights)
-    out = grouped_mm_experts_forward(_Routed(experts, routed), hidden_states,  # type: ignore[arg-type]
+    out = grouped_mm_experts_forward(_Routed(experts, routed), hidden_states,
                                      torch.where(computes, top_k_index, torch.zeros_like(top_k_index)),
                                      torch.where(computes, top_k_weights, none))
     if not int(getattr(experts, "zero_expert_num", 0) or 0):
