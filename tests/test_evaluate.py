@@ -133,7 +133,7 @@ def test_the_pipeline_and_the_studio_judge_every_file_on_the_task(tmp_path: Path
     html = report.save_html(tmp_path / "report.html").read_text()
     assert "Evaluation: accuracy" in html and "Pareto front" in html
     studio = onnx_nb.Studio(model, sample, threaded=False, data=(tx[:60], ty[:60]))
-    assert [k for k, _ in studio.panel.steps][-2:] == ["evaluate", "report"]
+    assert [k for k, _ in studio.panel.steps][-3:] == ["evaluate", "report", "web"]
     studio.run("evaluate")
     assert "Evaluate: accuracy" in studio.panel.html["evaluate"] and "<svg" in studio.panel.html["evaluate"]
 

@@ -144,7 +144,7 @@ def test_quickstart(tmp_path: Path) -> None:
     assert "onnx-nb report: all-MiniLM-L6-v2" in html and "Plotly" in html and "<script src=" not in html
     assert html.count("<details") >= 5 and "int8-dynamic" in html
     studio = widget(by_source(cells, "studio = onnx_nb.Studio"), "steps")
-    assert [k for k, _ in studio["steps"]] == ["export", "parity", "optimize", "quantize", "latency", "report"]
+    assert [k for k, _ in studio["steps"]] == ["export", "parity", "optimize", "quantize", "latency", "report", "web"]
     assert studio["methods"][0] == "auto" and studio["model_name"] and studio["sliders"]
 
 

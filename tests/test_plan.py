@@ -27,7 +27,7 @@ def test_plan_follows_the_settings() -> None:
                                 ("quantize", ("optimize",)), ("latency", ("export",))]
     assert keys(Settings(optimize=False, benchmark=False)) == [("export", ()), ("parity", ("export",)),
                                                                ("quantize", ("export",))]
-    assert [t[0] for t in tabs(Settings(quantize=None))] == ["export", "parity", "optimize", "latency", "report"]
+    assert [t[0] for t in tabs(Settings(quantize=None))] == ["export", "parity", "optimize", "latency", "report", "web"]
     assert Settings(out="x").replace_variants is False and Settings().replace_variants is True
     assert Settings(out="x", overwrite=True).replace_variants is True
 

@@ -105,6 +105,12 @@ def test_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: P
     assert json.loads((folder / "tokenizer_config.json").read_text())["padding_side"] == "left"
     assert (folder / "generation_config.json").is_file()
 
+    # the Studio's transformers.js tab: after the export it runs (not part of "Run all")
+    studio = onnx_nb.Studio(str(tmp_path / "llama"), threaded=False)
+    made = studio.run("web")
+    assert made and list(studio.plan.values) == ["export"] and "greedy tokens equal" in studio.panel.html["web"]
+    assert (Path(studio.plan.settings.out) / "transformers-js" / "onnx" / "model.onnx").is_file()
+
     # the command line's export writes and checks the same folder with --web
     from onnx_nb.frontends import cli
 

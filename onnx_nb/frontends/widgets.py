@@ -216,8 +216,7 @@ class Studio:
             self.panel.status = f"{tab}: {exc}"
             self._show(tab, f'<pre class="bad">{esc(type(exc).__name__)}: {esc(exc)}</pre>', None)
             return None
-        keys = [s[0] for s in self.panel.steps] if step == "all" else \
-            ([] if step == "report" else self.plan.missing(step)) + [step]
+        keys = self._keys(step)
         self.panel.busy = True
         result = None
         try:
@@ -239,6 +238,17 @@ class Studio:
             self.panel.busy = False
         return result
 
+    def _keys(self, step: str) -> list[str]:
+        """The steps a button runs: every tab but transformers.js's ("all"), the report alone, transformers.js's
+        folder after the export, or a step after what it needs."""
+        if step == "all":
+            return [key for key, _ in self.panel.steps if key != "web"]
+        if step == "report":
+            return [step]
+        if step == "web":
+            return [step] if "export" in self.plan.values else [*self.plan.missing("export"), "export", step]
+        return [*self.plan.missing(step), step]
+
     def _step(self, key: str) -> Any:
         from ..render import esc
 
@@ -246,6 +256,8 @@ class Studio:
             result = self.plan.report()
             self._show(key, result.html_body(), result)
             return result
+        if key == "web":
+            return self._web()
         result = self.plan.run(key)
         record = self.plan.records[key]
         if record.status in ("failed", "skipped"):
@@ -259,13 +271,31 @@ class Studio:
         self._show(key, result.html_body() if hasattr(result, "html_body") else result._repr_html_(), result)
         return result
 
+    def _web(self) -> Any:
+        """The folder transformers.js loads, from the export and the quantized file when there is one, checked by
+        transformers.js (in this notebook's page), beside the Studio's other files."""
+        from ..errors import OnnxNbError
+        from ..render import esc
+        from ..steps.web.bundle import to_transformers_js
+
+        made = [v for v in (self.plan.values.get("export"), self.plan.values.get("quantize")) if v]
+        try:
+            folder = Path(self.plan.settings.out or ".") / "transformers-js"
+            bundle = to_transformers_js(made, folder, overwrite=True, progress=False)
+        except OnnxNbError as exc:  # what it cannot write, said in the tab
+            self._show("web", f'<pre class="bad">{esc(type(exc).__name__)}: {esc(exc)}</pre>', None)
+            return None
+        self._show("web", bundle._repr_html_(), bundle)
+        return bundle
+
     def _show(self, name: str, html: str, result: Any) -> None:
         """The step's result in its tab: the table styled as in the notebook, and its chart below it as inline
         SVG (parity, latency), which needs no script and so shows in the tab, after a reload and when saved."""
         from ..render import CSS
 
         chart = result.svg() if result is not None and hasattr(result, "svg") else ""
-        self.panel.html = {**{k: v for k, v in self.panel.html.items() if k in self.plan.records or k == name},
+        self.panel.html = {**{k: v for k, v in self.panel.html.items()
+                              if k in self.plan.records or k in (name, "web")},
                            name: CSS + html + (f'<div class="onnxnb-studio-chart">{chart}</div>' if chart else "")}
 
     def _slide(self, report: Any) -> None:

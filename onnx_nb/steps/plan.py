@@ -17,7 +17,7 @@ from ..results.report import Report, StepResult
 
 QUANTIZE_METHODS = ("auto", "dynamic", "static", "int4", "fp16")
 LABELS = {"export": "Export", "parity": "Parity", "optimize": "Optimize", "quantize": "Quantize",
-          "latency": "Latency", "evaluate": "Evaluate", "report": "Report"}
+          "latency": "Latency", "evaluate": "Evaluate", "report": "Report", "web": "transformers.js"}
 
 
 @dataclass(frozen=True)
@@ -145,8 +145,9 @@ def plan(s: Settings) -> list[Step]:
 
 
 def tabs(s: Settings) -> list[list[str]]:
-    """The Studio's tabs: the plan's steps, then the report."""
-    return [[step.key, step.label] for step in plan(s)] + [["report", LABELS["report"]]]
+    """The Studio's tabs: the plan's steps, the report, then the folder transformers.js loads (not a step of the
+    plan: "Run all" leaves it)."""
+    return [[step.key, step.label] for step in plan(s)] + [["report", LABELS["report"]], ["web", LABELS["web"]]]
 
 
 class Run:
