@@ -63,6 +63,13 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     if not items or any(not hasattr(i, "path") or not hasattr(i, "source") for i in items):
         raise InvalidArgumentError("to_transformers_js takes an export (onnx_nb.export's result), a variant "
                                    "(optimize or quantize), or a list of them, one per precision.")
+    from ..export.adapters.registry import adapter_of
+
+    several = next((adapter_of(i) for i in items if adapter_of(i).several_files), None)
+    if several is not None:
+        raise InvalidArgumentError(
+            f"{items[0].source.name} is {several.what}, written as several files: to_transformers_js writes text "
+            "models and decoders of one file so far (transformers.js loads such a model's own set of files).")
     if check not in (True, False, "auto"):
         raise InvalidArgumentError(f"check={check!r}: use 'auto' (check where transformers.js is here), True or False.")
     runtimes = [runtime] if isinstance(runtime, str) else list(runtime)
