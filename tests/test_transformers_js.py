@@ -65,6 +65,19 @@ def _tiny_llama(folder: Path) -> Path:
     tokenizer.json), saved to ``folder``."""
     import torch
     import transformers
+
+    fast = _bpe_tokenizer()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                      eos_token_id=0, pad_token_id=0, bos_token_id=0)
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+def _bpe_tokenizer() -> Any:
+    import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -73,15 +86,33 @@ def _tiny_llama(folder: Path) -> Path:
     tok.train_from_iterator(["the quick brown fox jumps over the lazy dog " * 20],
                             trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
                                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
                                                 pad_token="<|endoftext|>")
+
+
+def test_a_multi_query_decoder_takes_keys_and_values_fused_as_transformers_js_feeds_them(tmp_path: Path) -> None:
+    """GPTBigCode (one key/value head): transformers.js feeds past_key_values.{i}.key_value [batch, sequence,
+    2 x head size]; the folder's file takes and returns that and generates PyTorch's tokens."""
+    import torch
+    import transformers
+
+    fast = _bpe_tokenizer()
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                                      eos_token_id=0, pad_token_id=0, bos_token_id=0)
-    transformers.LlamaForCausalLM(config).eval().save_pretrained(folder)
-    fast.save_pretrained(folder)
-    return folder
+    model = transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(
+        vocab_size=len(fast), n_embd=32, n_layer=2, n_head=4, n_positions=64, multi_query=True, bos_token_id=0,
+        eos_token_id=0)).eval()
+    model.save_pretrained(tmp_path / "bigcode")
+    fast.save_pretrained(tmp_path / "bigcode")
+    result = onnx_nb.export(str(tmp_path / "bigcode"), out=tmp_path / "bigcode.onnx", progress=False)
+    bundle = onnx_nb.to_transformers_js(result, tmp_path / "web", texts=["the quick brown", "lazy"], runtime="node",
+                                        progress=False)
+    assert bundle and bundle.checks[0].figures == {"prompts": 2, "tokens_equal": 2}, repr(bundle)
+    graph = onnx.load(str(tmp_path / "web" / "onnx" / "model.onnx")).graph
+    fused = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+             for v in [*graph.input, *graph.output] if "key_value" in v.name}
+    assert fused["past_key_values.1.key_value"] == ["batch_size", "past_sequence_length", 16]
+    assert fused["present.1.key_value"] == ["batch_size", "total_sequence_length", 16]
+    assert not [v.name for v in graph.input if v.name.endswith((".key", ".value"))]
 
 
 def test_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: Path,

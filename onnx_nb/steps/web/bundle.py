@@ -213,7 +213,8 @@ def _write(target: Path, export: Any, files: dict[str, Path], layout: Any, task:
         _config_and_tokenizer(staged, export, task)
         (staged / "onnx").mkdir()
         for precision, path in files.items():
-            _model_file(path, staged / "onnx" / f"model{DTYPES[precision][1]}.onnx", layout)
+            _model_file(path, staged / "onnx" / f"model{DTYPES[precision][1]}.onnx", layout,
+                        export.source.model.config)
         with deferred_interrupt():
             old = None
             if target.exists():
@@ -249,13 +250,13 @@ def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
             generation.to_json_file(str(staged / "generation_config.json"))
 
 
-def _model_file(path: Path, out: Path, layout: Any) -> None:
+def _model_file(path: Path, out: Path, layout: Any, config: Any) -> None:
     """``path``'s graph with its weights inside (transformers.js reads one file per precision), laid out."""
     import onnx
 
     proto = onnx.load(str(path), load_external_data=True)
     if layout is not None:
-        layout(proto)
+        layout(proto, config)
     if proto.ByteSize() > MAX_BYTES:
         raise InvalidArgumentError(f"{path.name} holds {proto.ByteSize() / 1e9:.1f} GB of weights: more than one "
                                    "file transformers.js loads can hold (2 GB). Quantize it (INT8 or INT4) first.")

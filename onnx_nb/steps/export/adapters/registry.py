@@ -137,7 +137,7 @@ class GenerationShape:
     steps)``, where the adapter that opened it does not (an encoder-decoder's two files); ``foreign`` (optional)
     checks a file in this shape that no onnx-nb export knows (another tool's) against its PyTorch model,
     ``foreign(model, file, providers=..., atol=..., rtol=..., tolerances=..., progress=...)``; ``web`` (optional) lays
-    out a file of this shape for transformers.js, ``web(proto)`` (the names and axes it reads), where
+    out a file of this shape for transformers.js, ``web(proto, config)`` (the names and axes it reads), where
     :func:`onnx_nb.to_transformers_js` writes this shape at all."""
 
     parity: str
