@@ -66,6 +66,11 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     result = sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
     if result is None or not result:
         return row
+    import transformers
+
+    # the word-level tokenizer itself: transformers' AutoTokenizer reads it as the type's own class (a Qwen2 BPE with
+    # no merges turns "w5" into nothing)
+    result.source.preprocessor = transformers.PreTrainedTokenizerFast.from_pretrained(folder)
     try:
         t = time.perf_counter()
         bundle = onnx_nb.to_transformers_js(result, folder.parent / "web", texts=[" ".join(f"w{i}" for i in p)
