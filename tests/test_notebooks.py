@@ -234,7 +234,7 @@ def test_browser_tutorial(tmp_path: Path) -> None:
     assert "browser p50" in latency and "ort-web:wasm (HeadlessChrome" in latency
     web = text(by_source(cells, "import onnx"))
     assert "IR version is 14" in web and "web(basic)" in web and "Parity PASSED" in web
-    folder = text(by_source(cells, "bundle = onnx_nb.to_transformers_js"))
+    folder = text(by_source(cells, "int8 = onnx_nb.quantize(result"))
     assert "onnx/model_quantized.onnx" in folder and "transformers.js 4.3.2" in folder and "pooled embeddings" in folder
 
 

@@ -85,8 +85,8 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     if reason and check is True:
         raise TransformersJsError(f"check=True, but transformers.js cannot run here: {reason}.")
     model_type = str(getattr(source.model.config, "model_type", ""))
-    known = None if check is False else registered(task)
-    if known is not None and model_type not in known:
+    known = None if check is False else registered(task)  # transformers.js's own classes for the task, by type
+    if known is not None and known.get(model_type) is None:
         raise InvalidArgumentError(
             f"transformers.js {version()} has no {task} model for {model_type or 'this model'} (its registry: "
             f"{len(known)} types for {task}); a newer transformers.js may: pass check=False to write the folder "
