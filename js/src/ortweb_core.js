@@ -41,21 +41,35 @@ async function adapterInfo() {
   return { vendor: i.vendor || "", architecture: i.architecture || "", description: i.description || "" };
 }
 
+// For the WebGPU build, the page's adapter, kept for the rows; an error reply when the page offers none.
+async function adapterFor(build) {
+  if (build !== "webgpu") return null;
+  const adapter = await adapterInfo();
+  if (adapter.none) return { error: adapter.none, no_adapter: true };
+  infos.adapter = adapter;
+  return null;
+}
+
+// An ES module sent as bytes (buffers[0]), imported, its ONNX Runtime Web's WASM (buffers[1]) handed over as bytes.
+async function withWasm(buffers, wasmOf, threads) {
+  const url = URL.createObjectURL(new Blob([buffers[0]], { type: "text/javascript" }));
+  const module = await import(/* webpackIgnore: true */ url);
+  const wasm = wasmOf(module);
+  wasm.wasmBinary = arrayBuffer(buffers[1]);
+  wasm.numThreads = threads;
+  wasm.proxy = false;
+  return module;
+}
+
 async function load(msg, buffers) {
   const build = msg.build === "webgpu" ? "webgpu" : "wasm";
   if (!builds[build]) {
-    if (build === "webgpu") {
-      const adapter = await adapterInfo();
-      if (adapter.none) return { error: adapter.none, no_adapter: true };
-      infos.adapter = adapter;
-    }
-    const url = URL.createObjectURL(new Blob([buffers[0]], { type: "text/javascript" }));
-    const ort = await import(/* webpackIgnore: true */ url);
-    ort.env.wasm.wasmBinary = arrayBuffer(buffers[1]);
+    const refused = await adapterFor(build);
+    if (refused) return refused;
     const isolated = Boolean(globalThis.crossOriginIsolated);
     // threads need SharedArrayBuffer, which only a cross-origin isolated page has
-    ort.env.wasm.numThreads = isolated ? Math.max(1, Math.min(msg.threads || navigator.hardwareConcurrency || 1, 16)) : 1;
-    ort.env.wasm.proxy = false;
+    const ort = await withWasm(buffers, (m) => m.env.wasm,
+      isolated ? Math.max(1, Math.min(msg.threads || navigator.hardwareConcurrency || 1, 16)) : 1);
     builds[build] = ort;
     infos[build] = {
       ort_web: ort.env.versions ? (ort.env.versions.web || ort.env.versions.common) : "unknown",
@@ -121,18 +135,10 @@ const transformers = {}; // "wasm" | "webgpu" -> transformers.js's browser build
 async function tjs(msg, buffers) {
   const build = msg.build === "webgpu" ? "webgpu" : "wasm";
   if (!transformers[build]) {
-    if (build === "webgpu") {
-      const adapter = await adapterInfo();
-      if (adapter.none) return { error: adapter.none, no_adapter: true };
-      infos.adapter = adapter;
-    }
-    const url = URL.createObjectURL(new Blob([buffers[0]], { type: "text/javascript" }));
-    const module = await import(/* webpackIgnore: true */ url);
-    const wasm = module.env.backends.onnx.wasm;
-    wasm.wasmBinary = arrayBuffer(buffers[1]);
-    wasm.wasmPaths = undefined;
-    wasm.numThreads = 1;
-    wasm.proxy = false;
+    const refused = await adapterFor(build);
+    if (refused) return refused;
+    const module = await withWasm(buffers, (m) => m.env.backends.onnx.wasm, 1);
+    module.env.backends.onnx.wasm.wasmPaths = undefined;
     Object.assign(module.env, { allowRemoteModels: false, allowLocalModels: true, useBrowserCache: false,
                                 useWasmCache: false, localModelPath: "/onnx-nb-folder/" });
     transformers[build] = module;
