@@ -50,7 +50,14 @@ class WebBundle:
     """A transformers.js folder (``folder``: ``config.json``, the tokenizer's files, ``onnx/model*.onnx``) and, per
     precision, transformers.js's own run of it against PyTorch (``checks``). ``transformers_js`` is the version that
     ran (``""`` when none did; ``unchecked`` says why, or where it could not run). ``bool(bundle)``: every file
-    checked, in every place asked for, and passed."""
+    checked, in every place asked for, and passed.
+
+    Example::
+
+        bundle = onnx_nb.to_transformers_js([result, int8], "web/minilm")
+        bundle.checks[1].figures["pooled_cosine"]      # q8's sentence embeddings against PyTorch's, by cosine
+        bundle.to_dict()
+    """
 
     folder: Path
     name: str
