@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from ...errors import InvalidArgumentError, NoWebGpuError, OutputExistsError, TransformersJsError
 from ...progress import Steps
 from ...results.web_bundle import WebBundle
-from ...runtime.files import check_target, default_output, deferred_interrupt, disk_error
+from ...runtime.files import check_target, default_output, deferred_interrupt, staging_dir
 from ...runtime.transformers_js import registered, unavailable_reason, version
 
 # onnx-nb's precision of a file -> (transformers.js's dtype, the file name's suffix it loads for that dtype)
@@ -25,7 +24,6 @@ DTYPES = {"fp32": ("fp32", ""), "fp16": ("fp16", "_fp16"), "int8": ("q8", "_quan
 TASKS = ("feature-extraction", "text-classification", "token-classification", "fill-mask", "text-generation")
 TEXTS = ["Hello world", "ONNX models run in the browser, checked against PyTorch."]
 RUNTIMES = ("auto", "browser", "browser-webgpu", "node")
-MAX_BYTES = 2**31 - 1  # one protobuf message: a larger file needs its weights in a data file beside it
 
 
 def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None, *, overwrite: bool = False,
@@ -65,7 +63,7 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
                                    "(optimize or quantize), or a list of them, one per precision.")
     from ..export.adapters.registry import adapter_of
 
-    several = next((adapter_of(i) for i in items if adapter_of(i).several_files), None)
+    several = next((a for a in map(adapter_of, items) if a.several_files), None)
     if several is not None:
         raise InvalidArgumentError(
             f"{items[0].source.name} is {several.what}, written as several files: to_transformers_js writes text "
@@ -98,13 +96,13 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
         bundle = WebBundle(target, source.name, task, model_type, written,
                            texts=list(texts or _default_texts(source, task)))
         bundle.unchecked = reason
-        from .verdicts import checked
+        from .verdicts import Judge
 
+        judge = Judge(bundle, export, {DTYPES[p][0]: (target / file_name(p), p) for p in files}, max_new_tokens)
         for run in runners:
             steps.step("checking it in transformers.js")
             try:
-                checked(bundle, export, {DTYPES[p][0]: (target / "onnx" / f"model{DTYPES[p][1]}.onnx", p)
-                                         for p in files}, max_new_tokens, run)
+                judge.checked(run)
             except NoWebGpuError as exc:  # known only once the page is asked
                 if check is True:
                     raise
@@ -126,11 +124,18 @@ def _runner(runtime: str) -> tuple[Any, str]:
         return (None, f"in a browser page on WebGPU: {why}") if why else (functools.partial(run_in_page,
                                                                                             build="webgpu"), "")
     node, page = unavailable_reason(), page_unavailable_reason()
-    if runtime == "node" or (runtime == "auto" and not node and not (in_notebook() and not page)):
+    if runtime == "auto":  # the notebook's page in a notebook, else Node.js, else a headless Chromium
+        if node and page:
+            return None, f"under Node.js: {node}; in a browser page: {page}"
+        runtime = "browser" if node or (in_notebook() and not page) else "node"
+    if runtime == "node":
         return (None, f"under Node.js: {node}") if node else (run_check, "")
-    if page and runtime == "auto":
-        return None, f"under Node.js: {node}; in a browser page: {page}"
     return (None, f"in a browser page: {page}") if page else (run_in_page, "")
+
+
+def file_name(precision: str) -> str:
+    """Where transformers.js looks for a file of ``precision`` in the folder (``onnx/model_quantized.onnx``)."""
+    return f"onnx/model{DTYPES[precision][1]}.onnx"
 
 
 def _default_texts(source: Any, task: str) -> list[str]:
@@ -180,12 +185,12 @@ def _task_and_layout(export: Any) -> tuple[str, Any]:
 def _files(items: list[Any]) -> dict[str, Path]:
     """Each item's file by its precision (one per precision: transformers.js loads one file per dtype)."""
     from ...results.tolerance import precision_of
-    from ...runtime.onnxfile import load_proto
+    from ...runtime.onnxfile import read_structure
 
     files: dict[str, Path] = {}
     for item in items:
         path = Path(item.path)
-        precision = precision_of(load_proto(path))
+        precision = precision_of(read_structure(path)[0])  # the graph and weights' types: no weight read here
         if precision in files:
             raise InvalidArgumentError(f"{files[precision].name} and {path.name} are both {precision}: transformers.js "
                                        f"loads one file per precision ({DTYPES[precision][0]}); pass one of them.")
@@ -208,13 +213,11 @@ def _target(folder: Any, name: str, overwrite: bool) -> Path:
 def _write(target: Path, export: Any, files: dict[str, Path], layout: Any, task: str) -> list[Path]:
     """Every file, written into a folder beside ``target`` and moved into place whole (an old folder there, which
     ``overwrite=True`` allowed, goes once the new one is in place)."""
-    staged = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
+    with staging_dir(target) as staged:
         _config_and_tokenizer(staged, export, task)
         (staged / "onnx").mkdir()
         for precision, path in files.items():
-            _model_file(path, staged / "onnx" / f"model{DTYPES[precision][1]}.onnx", layout,
-                        export.source.model.config)
+            _model_file(path, staged / file_name(precision), layout, export.source.model.config)
         with deferred_interrupt():
             old = None
             if target.exists():
@@ -223,10 +226,6 @@ def _write(target: Path, export: Any, files: dict[str, Path], layout: Any, task:
             os.replace(staged, target)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except OSError as exc:
-        raise (disk_error(exc, target.parent) or exc) from exc
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)
     return sorted(p for p in target.rglob("*") if p.is_file())
 
 
@@ -254,10 +253,12 @@ def _model_file(path: Path, out: Path, layout: Any, config: Any) -> None:
     """``path``'s graph with its weights inside (transformers.js reads one file per precision), laid out."""
     import onnx
 
+    from ...runtime.browser import WEB_MAX_BYTES
+
     proto = onnx.load(str(path), load_external_data=True)
     if layout is not None:
         layout(proto, config)
-    if proto.ByteSize() > MAX_BYTES:
+    if proto.ByteSize() > WEB_MAX_BYTES:
         raise InvalidArgumentError(f"{path.name} holds {proto.ByteSize() / 1e9:.1f} GB of weights: more than one "
                                    "file transformers.js loads can hold (2 GB). Quantize it (INT8 or INT4) first.")
     onnx.save(proto, str(out))

@@ -71,19 +71,19 @@ def fuse_key_values(proto: Any) -> None:
     size = {v.name: v.type.tensor_type.shape.dim[3].dim_value for v in caches}
     axis1 = "onnx_nb_web_axis1"
     graph.initializer.append(helper.make_tensor(axis1, TensorProto.INT64, [1], [1]))
-    added, keep_in, keep_out = [], [], []
+    split, join, keep_in, keep_out = [], [], [], []  # nodes before the graph's own and after them
     for layer in layers:  # e.g. "past_key_values.0"
         key, value, head = f"{layer}.key", f"{layer}.value", size[f"{layer}.key"]
         halves = f"onnx_nb_web_{layer}.halves"
         graph.initializer.append(helper.make_tensor(halves, TensorProto.INT64, [2], [head, head]))
         fused_in, present = f"{layer}.key_value", "present" + layer[len("past_key_values"):]
-        added += [helper.make_node("Split", [fused_in, halves], [f"{key}.3d", f"{value}.3d"], axis=-1),
+        split += [helper.make_node("Split", [fused_in, halves], [f"{key}.3d", f"{value}.3d"], axis=-1),
                   helper.make_node("Unsqueeze", [f"{key}.3d", axis1], [key]),
-                  helper.make_node("Unsqueeze", [f"{value}.3d", axis1], [value]),
-                  helper.make_node("Squeeze", [f"{present}.key", axis1], [f"{present}.key.3d"]),
-                  helper.make_node("Squeeze", [f"{present}.value", axis1], [f"{present}.value.3d"]),
-                  helper.make_node("Concat", [f"{present}.key.3d", f"{present}.value.3d"], [f"{present}.key_value"],
-                                   axis=-1)]
+                  helper.make_node("Unsqueeze", [f"{value}.3d", axis1], [value])]
+        join += [helper.make_node("Squeeze", [f"{present}.key", axis1], [f"{present}.key.3d"]),
+                 helper.make_node("Squeeze", [f"{present}.value", axis1], [f"{present}.value.3d"]),
+                 helper.make_node("Concat", [f"{present}.key.3d", f"{present}.value.3d"], [f"{present}.key_value"],
+                                  axis=-1)]
         keep_in.append(helper.make_tensor_value_info(fused_in, kind[key], [BATCH, "past_sequence_length", 2 * head]))
         keep_out.append(helper.make_tensor_value_info(f"{present}.key_value", kind[key],
                                                       [BATCH, "total_sequence_length", 2 * head]))
@@ -94,8 +94,6 @@ def fuse_key_values(proto: Any) -> None:
     del graph.input[:], graph.output[:]
     graph.input.extend(inputs)
     graph.output.extend(outputs)
-    nodes = list(graph.node)
+    nodes = [*split, *graph.node, *join]
     del graph.node[:]
-    graph.node.extend(n for n in added if n.op_type in ("Split", "Unsqueeze"))
     graph.node.extend(nodes)
-    graph.node.extend(n for n in added if n.op_type in ("Squeeze", "Concat"))

@@ -14,39 +14,51 @@ from ...render import sig
 from ...results.web_bundle import WebBundle, WebCheck
 
 
-def checked(bundle: WebBundle, export: Any, files: dict[str, tuple[Path, str]], max_new_tokens: int,
-            run_folder: Any) -> None:
-    """Run transformers.js on ``bundle``'s folder (``run_folder``: :func:`~onnx_nb.runtime.transformers_js.run_check`
-    or :func:`~onnx_nb.runtime.transformers_js.run_in_page`) at each dtype of ``files`` (dtype -> (written file,
-    onnx-nb's precision)) and add a :class:`WebCheck` per dtype to ``bundle``."""
-    import statistics
+class Judge:
+    """Judges transformers.js's runs of one bundle against PyTorch; what PyTorch gives (a decoder's greedy tokens, an
+    encoder's reference) is made once, on the first run that needs it, however many places the folder is run in."""
 
-    from ..export.adapters.registry import adapter_of
+    def __init__(self, bundle: WebBundle, export: Any, files: dict[str, tuple[Path, str]],
+                 max_new_tokens: int) -> None:
+        self.bundle, self.export, self.files, self.max_new_tokens = bundle, export, files, max_new_tokens
+        self._expected: Any = None
 
-    ran = run_folder(bundle.folder.parent, bundle.folder.name, bundle.task, list(files), bundle.texts, max_new_tokens)
-    bundle.transformers_js = str(ran.get("version", ""))
-    generates = bundle.task == "text-generation"
-    expected: Any = None
-    for run in ran.get("runs", []):
-        path, precision = files[run["dtype"]]
-        times = run.get("times_ms") or []
-        row = WebCheck(run["dtype"], path.relative_to(bundle.folder).as_posix(), path.stat().st_size, precision,
-                       "error", where=str(ran.get("where", "")), load_ms=run.get("load_ms"),
-                       run_ms=statistics.median(times) if times else None)
-        bundle.checks.append(row)
-        if run.get("error"):
-            row.measure = f"transformers.js {bundle.transformers_js}: {run['error']}"
-            continue
-        if expected is None:
-            if generates:
-                expected = greedy_tokens(adapter_of(export).reload(export.source, "to_transformers_js").model,
-                                         export.source.preprocessor, bundle.texts, max_new_tokens)
+    def expected(self) -> Any:
+        if self._expected is None:
+            from ..export.adapters.registry import adapter_of
+
+            export, bundle = self.export, self.bundle
+            if bundle.task == "text-generation":
+                self._expected = greedy_tokens(adapter_of(export).reload(export.source, "to_transformers_js").model,
+                                               export.source.preprocessor, bundle.texts, self.max_new_tokens)
             else:
-                expected = adapter_of(export).reference(export, export.path, None, 0)
-        if generates:
-            _judge_tokens(row, run["tokens"], expected)
-        else:
-            _judge_outputs(row, run, expected, export.source.preprocessor, bundle)
+                self._expected = adapter_of(export).reference(export, export.path, None, 0)
+        return self._expected
+
+    def checked(self, run_folder: Any) -> None:
+        """Run transformers.js on the bundle's folder (``run_folder``:
+        :func:`~onnx_nb.runtime.transformers_js.run_check` or :func:`~onnx_nb.runtime.transformers_js.run_in_page`) at
+        each dtype of ``files`` (dtype -> (written file, onnx-nb's precision)) and add a :class:`WebCheck` per dtype
+        to the bundle."""
+        import statistics
+
+        bundle, files = self.bundle, self.files
+        ran = run_folder(bundle.folder.parent, bundle.folder.name, bundle.task, list(files), bundle.texts,
+                         self.max_new_tokens)
+        bundle.transformers_js = str(ran.get("version", ""))
+        for run in ran.get("runs", []):
+            path, precision = files[run["dtype"]]
+            times = run.get("times_ms") or []
+            row = WebCheck(run["dtype"], path.relative_to(bundle.folder).as_posix(), path.stat().st_size, precision,
+                           "error", where=str(ran.get("where", "")), load_ms=run.get("load_ms"),
+                           run_ms=statistics.median(times) if times else None)
+            bundle.checks.append(row)
+            if run.get("error"):
+                row.measure = f"transformers.js {bundle.transformers_js}: {run['error']}"
+            elif bundle.task == "text-generation":
+                _judge_tokens(row, run["tokens"], self.expected())
+            else:
+                _judge_outputs(row, run, self.expected(), self.export.source.preprocessor, bundle)
 
 
 def greedy_tokens(model: Any, tokenizer: Any, texts: list[str], max_new_tokens: int) -> list[list[int]]:
