@@ -68,7 +68,8 @@ class HeadlessPage:
             self._server.shutdown()
 
     def serve(self, name: str, data: bytes) -> dict[str, str]:
-        """Large bytes (ORT Web, a model) fetched by the page from memory instead of passed as base64."""
+        """Large bytes (ORT Web, a model) fetched by the page from memory instead of passed as base64; held until the
+        call they are given to returns (the page fetches them before it runs the request)."""
         self._files[f"/files/{name}"] = (data, "application/octet-stream")
         return {"url": f"/files/{name}"}
 
@@ -79,7 +80,11 @@ class HeadlessPage:
         box: list[Any] = []
         done = threading.Event()
         self._jobs.put((msg, wire, box, done))
-        if not done.wait(timeout=REPLY_TIMEOUT_S):
+        answered = done.wait(timeout=REPLY_TIMEOUT_S)
+        for b in buffers:  # fetched by now: a model is not kept in this process's memory for the page's lifetime
+            if isinstance(b, dict):
+                self._files.pop(b["url"], None)
+        if not answered:
             raise BrowserError(f"The headless Chromium page did not answer {msg['op']} in {REPLY_TIMEOUT_S:g} s")
         if isinstance(box[0], BaseException):
             raise BrowserError(f"The headless Chromium page failed: {box[0]}") from box[0]

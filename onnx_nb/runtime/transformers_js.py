@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TransformersJsError
+from .browser_pages import STATIC
 
 PACKAGE = ("@huggingface", "transformers")
 MODULES_VARIABLE = "ONNX_NB_TRANSFORMERS_JS"
-STATIC = Path(__file__).resolve().parent.parent / "static"
 SCRIPT = STATIC / "transformers_node.mjs"  # js/src/transformers_node.js, bundled
 # js/src/transformers_web.js, bundled twice: transformers.js's browser build on ONNX Runtime Web's WASM build and on
 # its WebGPU build (the builds the browser backend ships: their WASM comes from there)
@@ -146,7 +146,6 @@ def run_in_page(root: Path, name: str, task: str, dtypes: list[str], texts: list
     same answer as :func:`run_check`, ``where`` naming the page."""
     from ..errors import NoWebGpuError
     from .browser import ORT_BUILDS, page
-    from .browser import STATIC as PAGE_STATIC
 
     reason = page_unavailable_reason(build)
     if reason:
@@ -154,7 +153,7 @@ def run_in_page(root: Path, name: str, task: str, dtypes: list[str], texts: list
     pg = page()
     first = (id(pg), build) not in _SENT
     buffers: list[Any] = [pg.serve(WEB_BUILDS[build].name, WEB_BUILDS[build].read_bytes()),
-                          pg.serve(f"tjs-ort-{build}.wasm", (PAGE_STATIC / ORT_BUILDS[build][1]).read_bytes())] \
+                          pg.serve(f"tjs-ort-{build}.wasm", (STATIC / ORT_BUILDS[build][1]).read_bytes())] \
         if first else [b"", b""]
     folder = root / name
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
