@@ -14,11 +14,12 @@ depends on which one ran before it). Prints:
    separate extra, given to PyTorch eager and to the ORT-quantizer anchor too (same bucket plan);
 3. the sentence embeddings users consume: the SentenceTransformer exported with its pooling and
    normalisation inside, fp32 and optimized + INT8, against the same chain in PyTorch eager;
-4. the targets: the fp32 file level with ONNX Runtime's transformer optimizer, the INT8 files (the best path and
-   the two calls users write) at least 1.05x as fast as its quantizer at its best settings, fp32 max abs error
-   <= 1e-4 on the real tokens, INT8 sentence-embedding cosine >= 0.99
-   (mean over the batch), INT8 with padding skipped >= 2x PyTorch eager given the same skip, and the
-   sentence_embedding INT8 file at cosine >= 0.99 with encode().
+4. the targets: the fp32 file level with ONNX Runtime's transformer optimizer; the INT8 file with every channel in
+   INT8 (as ORT's quantizer writes it) at least 1.05x as fast as its quantizer at its best settings, the default INT8
+   files (outlier channels in float; the best path and the two calls users write) no slower than it at a smaller
+   error; fp32 max abs error <= 1e-4 on the real tokens, INT8 sentence-embedding cosine >= 0.99 (mean over the
+   batch, and each of a few words alone), INT8 with padding skipped >= 2x PyTorch eager given the same skip, and
+   the sentence_embedding INT8 file at cosine >= 0.99 with encode().
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from sentences import BATCH
+from sentences import BATCH, FEW_WORDS
 
 
 def embeddings(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -72,6 +73,7 @@ def anchors(export_path: Path, folder: Path, model_dir: Path) -> dict[str, Path]
 
 
 TWO_CALLS = "onnx-nb quantize(optimize(export)), two calls"
+EVERY_CHANNEL = "onnx-nb quantize, outlier_channels=False"
 
 
 def main() -> int:
@@ -116,11 +118,14 @@ def main() -> int:
                                  overwrite=True)
     print(f"two calls: optimize() route {plain_fp32.recipe.get('attention_route')!r}; quantize() "
           f"{two_calls.recipe.get('int8_route')}")
+    # the same INT8 file with every input channel quantized: what computing the outlier channels in float costs
+    whole = onnx_nb.quantize(fp32, outlier_channels=False, out=folder / "model.int8-every-channel.onnx",
+                             overwrite=True)
     for v in (fp32, int8, two_calls):
         print(f"{v.name}: parity {'passed' if v.parity else 'FAILED'}; fused {v.fused}; exclude "
               f"{v.recipe.get('exclude', [])}")
     candidates: dict[str, Any] = {"onnx-nb export (fp32, as exported)": export, f"onnx-nb {fp32.name}": fp32,
-                                  f"onnx-nb {int8.name}": int8, TWO_CALLS: two_calls}
+                                  f"onnx-nb {int8.name}": int8, TWO_CALLS: two_calls, EVERY_CHANNEL: whole}
     candidates.update(anchors(export.path, folder, model_dir))
 
     # 1. The whole table from onnx_nb.benchmark (every available backend).
@@ -164,6 +169,7 @@ def main() -> int:
             rows[name] = (ms, base_ms / ms, err, float(cosines.mean()))
             print(f"{name:52s} {ms:8.1f} {base_ms / ms:7.2f}x {err:22.2e} {cosines.mean():16.5f} "
                   f"{cosines.min():8.5f}")
+    few = few_words(tok, export.source, {"INT8": int8, "INT8, outlier_channels=False": whole})
     sentence_rows = sentence_embeddings(folder, feed, args)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     best_fp32 = rows[f"onnx-nb {fp32.name}"]
@@ -176,9 +182,15 @@ def main() -> int:
     checks = [
         ("fp32 max abs <= 1e-4 on real tokens", best_fp32[2] <= 1e-4),
         ("fp32 file level with ORT's transformer optimizer (within 3%)", best_fp32[0] <= anchor_fp32[0] * 1.03),
-        ("INT8 file at least 1.05x as fast as ORT's quantizer", anchor_int8[0] >= 1.05 * best_int8[0]),
+        # like with like: every channel INT8, as ORT's quantizer writes it; the default file computes the outlier
+        # channels in float, which costs some speed for less error
+        ("INT8 file with every channel INT8 at least 1.05x as fast as ORT's quantizer",
+         anchor_int8[0] >= 1.05 * rows[EVERY_CHANNEL][0]),
+        ("INT8 file (outlier channels in float) no slower than ORT's quantizer, at a smaller embedding error",
+         anchor_int8[0] >= best_int8[0] and best_int8[3] > anchor_int8[3]),
         ("INT8 sentence-embedding cosine >= 0.99 (mean over the batch)", best_int8[3] >= 0.99),
-        ("the two calls' INT8 file at least 1.05x as fast as ORT's quantizer", anchor_int8[0] >= 1.05 * two[0]),
+        ("INT8 sentence-embedding cosine >= 0.99 on each of a few words (lowest)", few["INT8"] >= 0.99),
+        ("the two calls' INT8 file no slower than ORT's quantizer", anchor_int8[0] >= two[0]),
         ("the two calls' INT8 file: sentence-embedding cosine >= 0.99 (mean)", two[3] >= 0.99),
         ("INT8 with padding skipped >= 2x PyTorch eager given the same skip", skipped[1] >= 2.0),
         ("sentence_embedding INT8 file: cosine >= 0.99 with encode() (mean)", st_int8[2] >= 0.99),
@@ -187,6 +199,30 @@ def main() -> int:
     for text, ok in checks:
         print(f"{'PASS' if ok else 'MISS'}  {text}")
     return 0 if all(ok for _, ok in checks) else 1
+
+
+def few_words(tok: Any, source: Any, files: dict[str, Any]) -> dict[str, float]:
+    """The lowest sentence-embedding cosine to PyTorch's over :data:`FEW_WORDS`, each text alone (no padding),
+    per file."""
+    import onnxruntime as ort
+    import torch
+
+    lowest = {}
+    for name, variant in files.items():
+        session = ort.InferenceSession(str(variant.path), providers=["CPUExecutionProvider"])
+        cosines = []
+        for text in FEW_WORDS:
+            enc = tok(text, return_tensors="np")
+            feed = {i.name: enc[i.name].astype(np.int64) for i in session.get_inputs()}
+            with torch.no_grad():
+                want = source.model(**{k: torch.from_numpy(v) for k, v in feed.items()}).last_hidden_state.numpy()
+            got = session.run(None, feed)[0]
+            m = enc["attention_mask"].astype(bool)
+            cosines.append(float((embeddings(got, m) * embeddings(want, m)).sum()))
+        lowest[name] = min(cosines)
+        print(f"{name}: sentence-embedding cosine over {len(FEW_WORDS)} texts of a few words, each alone: "
+              f"mean {np.mean(cosines):.5f}, lowest {min(cosines):.5f}")
+    return lowest
 
 
 def sentence_embeddings(folder: Path, feed: dict[str, np.ndarray], args: Any) -> dict[str, tuple[float, float, float]]:

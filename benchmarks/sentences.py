@@ -23,3 +23,8 @@ LONG = [
     "the city centre over the next three years, subject to a public consultation starting in the spring.",
 ]
 BATCH = SHORT + LONG  # 8 sentences: six of 15-20 tokens, two that fill most of the 128 positions
+
+# a few words each, as search queries and chat turns are: one outlier channel of [CLS] sets dynamic INT8's scale
+# for the whole of such a short tensor (onnx_nb/steps/variants/outlier_channels.py)
+FEW_WORDS = ["Hello world", "Hi", "ok", "Yes!", "dog", "42", "Berlin", "Thank you very much", "What time is it?",
+             "sell", "How do I reset my password?", "This movie was terrible."]

@@ -14,7 +14,7 @@ import onnx_nb
 import tiny_models
 from helpers import installed
 from onnx_nb.errors import InvalidArgumentError, OutputExistsError
-from onnx_nb.steps.variants.quantizing import int8_method
+from onnx_nb.steps.variants.int8_schemes import int8_method
 
 installed("diffusers")
 

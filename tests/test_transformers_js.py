@@ -41,7 +41,7 @@ def test_minilm_folder_gives_pytorchs_embeddings_in_transformers_js_in_chromium_
     assert (fp32.dtype, q8.dtype, fp32.precision, q8.precision) == ("fp32", "q8", "fp32", "int8")
     # the pipeline's mean-pooled, normalized sentence embeddings against PyTorch's
     assert fp32.figures["pooled_cosine"] >= 0.99999 and fp32.figures["last_hidden_state"]["max_abs"] < 1e-4
-    assert q8.figures["pooled_cosine"] >= 0.98, q8.figures
+    assert q8.figures["pooled_cosine"] >= 0.99, q8.figures  # outlier channels in float (0.9848 without)
     assert "transformers.js" in bundle._repr_html_() and "pooled embeddings cos" in repr(bundle)
     json.dumps(bundle.to_dict())
 

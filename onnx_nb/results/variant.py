@@ -66,6 +66,7 @@ class Recipe(TypedDict, total=False):
     int8_scheme: str
     int8_scheme_rule: str
     int8_file: str  # where the INT8 file came from when not quantized again (the route choice had made it)
+    outlier_channels: dict[str, Any]  # the MatMul input channels dynamic INT8 computes in float (outlier_channels.py)
     int8_schemes_ms: dict[str, float]
     int8_route: dict[str, Any]
     int8_timing: Any

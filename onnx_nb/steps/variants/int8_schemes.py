@@ -1,5 +1,6 @@
-"""Which INT8 scheme a file takes, for the CPU it will run on (:mod:`onnx_nb.runtime.cpu`): the rule, and on this
-machine the measurement that picks among the schemes the rule leaves (the fastest that passes parity) and says
+"""Which INT8 method a graph takes (:func:`int8_method`: static QDQ for convolutional networks, dynamic for the rest)
+and which INT8 scheme, for the CPU it will run on (:mod:`onnx_nb.runtime.cpu`): the rule, and on this machine the
+measurement that picks among the schemes the rule leaves (the fastest that passes parity) and says
 plainly when no INT8 file beats its fp32 parent here."""
 
 from __future__ import annotations
@@ -16,6 +17,26 @@ from ...runtime.cpu import SCHEMES, Cpu, schemes_for, target
 
 INT8_METHODS = ("dynamic", "static")
 BUILD_EVERY_BELOW = 2**30  # weights under which every scheme the CPU allows is made and timed
+
+
+def int8_method(path: Path) -> tuple[str, str]:
+    """The INT8 method that serves this graph: static QDQ for convolutional networks (dynamic quantization
+    re-measures every activation at run time and leaves convolutions slower than fp32 on CPU), dynamic for
+    the rest (transformers keep their accuracy only with per-batch activation scales)."""
+    from ...runtime.facts import facts_of_proto
+    from ...runtime.onnxfile import load_proto, op_histogram
+
+    proto = load_proto(path)
+    if facts_of_proto(proto).unet:
+        return "static", ("auto: a diffusion UNet: static QDQ on its convolutions and weight MatMuls (dynamic INT8 "
+                          "runs it slower than fp32); calibration=onnx_nb.unet_calibration(sd) gives it the "
+                          "pipeline's own inputs, else they are generated from the sample")
+    ops = op_histogram(proto)
+    convs = sum(n for op, n in ops.items() if op.split(".")[-1] in ("Conv", "FusedConv", "NhwcConv"))
+    matmuls = ops.get("MatMul", 0) + ops.get("Gemm", 0)
+    if convs and convs >= matmuls:
+        return "static", f"auto: {convs} Conv against {matmuls} MatMul/Gemm, a convolutional network: static QDQ"
+    return "dynamic", f"auto: {matmuls} MatMul/Gemm against {convs} Conv: dynamic (per-batch activation scales)"
 
 
 def choose(method: str, scheme: str, target_cpu: Any, recipe: Recipe) -> tuple[Cpu, list[str]]:

@@ -124,6 +124,7 @@ def fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sour
     parent, whose time it reports beside its INT8 file's), in ``recipe["parent_ms"]``."""
     import shutil
 
+    from ...runtime.feeds import feed_for
     from ..benchmark.measuring import time_files
     from ..export.machinery.torch_exporters import quiet
     from .ort_quantizer import run_quantizer
@@ -137,7 +138,8 @@ def fastest_route(candidates: dict[str, Path], staged: Path, scratch: Path, sour
         quantized[name] = scratch / f"route{i}.int8.onnx"
         with quiet([], []):  # ORT's quantizer logs to the root logger: nothing of it is about the route chosen
             run_quantizer("dynamic", finished[name], scratch / f"route{i}.prepared.onnx", quantized[name], True, [],
-                          None, None, 32, scheme=route_scheme())
+                          None, None, 32, scheme=route_scheme(),
+                          outlier_feed=feed_for(finished[name], None, source.sample)[0])
     if int8_files is not None:
         int8_files.update(quantized)
     ms = time_files({**quantized, **({PARENT: parent} if parent is not None else {})}, timing_feed(source),

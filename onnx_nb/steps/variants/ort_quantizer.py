@@ -120,9 +120,11 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                   op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
                   accuracy_level: int | None = None, gemm_as_matmul: bool = False, scheme: str = "u8s8",
                   made_for: str = "", algorithm: str = "rtn", lm_head_bits: int = 4,
-                  eight_bit: Sequence[str] | str = ()) -> Recipe:
-    """Quantize ``src`` into ``staged``. INT8 takes ``scheme`` (:data:`onnx_nb.runtime.cpu.SCHEMES`: the weights'
-    type and range, chosen for the CPU the file is made for, ``made_for``), written into the file's metadata.
+                  eight_bit: Sequence[str] | str = (), outlier_feed: dict[str, Any] | None = None) -> Recipe:
+    """Quantize ``src`` into ``staged``. Dynamic INT8 given ``outlier_feed`` (the file's sample) splits the MatMuls
+    whose input has outlier channels on it (:mod:`.outlier_channels`; not over 2 GB). INT8 takes ``scheme``
+    (:data:`onnx_nb.runtime.cpu.SCHEMES`: the weights' type and range, chosen for the CPU the file is made for,
+    ``made_for``), written into the file's metadata.
     INT4 writes the MatMuls named in ``eight_bit`` (``"all"``: every one) at 8 bits, symmetric round-to-nearest.
     Returns what the algorithm chose that the recipe should keep (AWQ: ``awq_alpha``, the alpha per MatMul)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
@@ -138,6 +140,12 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
     weight_type = QuantType.QInt8 if weights == "int8" else QuantType.QUInt8
     if method == "dynamic":
         prepare_for_quantization(src, prepared, big)
+        if outlier_feed is not None and not big:
+            from .outlier_channels import split
+
+            floats, line = split(prepared, outlier_feed)
+            excluded = [*excluded, *floats]
+            chose.update(line)
         with vectorized_per_channel():  # ORT's numbers, without its Python call per output channel
             quantize_dynamic(str(prepared), str(staged), weight_type=weight_type, per_channel=per_channel,
                              reduce_range=reduce_range,

@@ -24,26 +24,6 @@ AUTO_EXCLUDE_GAP_DB = 3.0
 AUTO_EXCLUDE_SHARE = 10  # at most 1 in 10 quantized layers stays float
 
 
-def int8_method(path: Path) -> tuple[str, str]:
-    """The INT8 method that serves this graph: static QDQ for convolutional networks (dynamic quantization
-    re-measures every activation at run time and leaves convolutions slower than fp32 on CPU), dynamic for
-    the rest (transformers keep their accuracy only with per-batch activation scales)."""
-    from ...runtime.facts import facts_of_proto
-    from ...runtime.onnxfile import load_proto, op_histogram
-
-    proto = load_proto(path)
-    if facts_of_proto(proto).unet:
-        return "static", ("auto: a diffusion UNet: static QDQ on its convolutions and weight MatMuls (dynamic INT8 "
-                          "runs it slower than fp32); calibration=onnx_nb.unet_calibration(sd) gives it the "
-                          "pipeline's own inputs, else they are generated from the sample")
-    ops = op_histogram(proto)
-    convs = sum(n for op, n in ops.items() if op.split(".")[-1] in ("Conv", "FusedConv", "NhwcConv"))
-    matmuls = ops.get("MatMul", 0) + ops.get("Gemm", 0)
-    if convs and convs >= matmuls:
-        return "static", f"auto: {convs} Conv against {matmuls} MatMul/Gemm, a convolutional network: static QDQ"
-    return "dynamic", f"auto: {matmuls} MatMul/Gemm against {convs} Conv: dynamic (per-batch activation scales)"
-
-
 @gives_memory_back
 def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | None = None,
              calibration: Iterable[dict[str, Any]] | str | os.PathLike[str] | None = None,
@@ -51,7 +31,8 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
              reference: Any = None, op_types: Sequence[str] | None = None, block_size: int = 32,
              accuracy_level: int | str | None = "auto", algorithm: str = "auto", lm_head_bits: int | str = "auto",
              mixed_precision: Any = "auto", scheme: str = "auto", target_cpu: Any = None,
-             out: str | os.PathLike[str] | None = None, overwrite: bool = False, validate: bool = True,
+             outlier_channels: bool | str = "auto", out: str | os.PathLike[str] | None = None, overwrite: bool = False,
+             validate: bool = True,
              providers: Any = ("cpu",), sample: Any = None, data: Any = None, metric: str = "auto") -> Variant:
     """A quantized variant of ``onnx_model`` (a path, an ExportResult or a Variant), re-validated
     against the fp32 reference.
@@ -93,7 +74,7 @@ def quantize(onnx_model: Any, *, method: str = "dynamic", per_channel: bool | No
                     reference=reference, op_types=op_types, block_size=block_size, accuracy_level=accuracy_level,
                     algorithm=algorithm, lm_head_bits=lm_head_bits, mixed_precision=mixed_precision, scheme=scheme,
                     target_cpu=target_cpu, validate=validate, providers=providers, sample=sample, data=data,
-                    metric=metric)
+                    metric=metric, outlier_channels=outlier_channels)
     variant = plan.chosen(out, overwrite)
     variant.seconds = max(variant.seconds, time.perf_counter() - started)
     variant.remake = functools.partial(quantize, onnx_model, **plan.call(variant), out=variant.path, overwrite=True)
@@ -136,11 +117,16 @@ class _Plan:
         """The call's settings checked (bad names refused before any work) and resolved."""
         if method not in METHODS:
             raise InvalidArgumentError(f"method={method!r}: choose one of {', '.join(METHODS)}.")
+        if asked.get("outlier_channels") not in ("auto", True, False):
+            raise InvalidArgumentError(f"outlier_channels={asked.get('outlier_channels')!r}: choose 'auto', True or "
+                                       "False.")
         asked.update(exclude=exclude, block_size=block_size, algorithm=algorithm, lm_head_bits=lm_head_bits,
                      mixed_precision=mixed_precision, scheme=scheme, target_cpu=target_cpu,
                      accuracy_level=accuracy_level)
         rule = ""
         if method == "auto":
+            from .int8_schemes import int8_method
+
             method, rule = int8_method(parent_of(onnx_model)[0])
             if method == "static" and calibration is None:
                 calibration = "generated"
@@ -228,11 +214,13 @@ class _Plan:
         def write(src: Path, staged: Path) -> list[str]:
             from ...runtime.files import scratch_dir, temp_inside
             from ..export.machinery.torch_exporters import quiet
+            from .outlier_channels import described
 
             warnings: list[str] = []
             level_now = own.get("accuracy_level")
             with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
                 prepared = Path(scratch) / "prepared.onnx"
+                feed = self.outlier_feed(src)
                 if self.route_made(chosen, dropped):  # the same quantizer call the route choice made a moment ago
                     import shutil
 
@@ -240,6 +228,7 @@ class _Plan:
                     shutil.copyfile(self.route_int8, staged)
                     finish_int8(staged, chosen, self.cpu.label)
                     own["int8_file"] = "the one the attention route's choice made and timed (the same quantizer call)"
+                    own.update(described(staged))
                     return warnings
                 own.pop("int8_file", None)  # quantized here (again: a layer kept in float since)
                 try:
@@ -248,7 +237,8 @@ class _Plan:
                                   level_now if isinstance(level_now, int) else None,
                                   bool(own.get("gemm_as_matmul")), chosen if chosen and not int4 else "u8s8",
                                   self.cpu.label if chosen and not int4 else "", algorithm=chosen or "rtn",
-                                  lm_head_bits=int(own.get("lm_head_bits", 4)), eight_bit=eight))
+                                  lm_head_bits=int(own.get("lm_head_bits", 4)), eight_bit=eight,
+                                  outlier_feed=feed))
                 except OnnxNbError:
                     raise
                 except Exception as exc:
@@ -268,15 +258,23 @@ class _Plan:
                                               localize=False, **checks))
         return made
 
+    def outlier_feed(self, src: Path) -> dict[str, Any] | None:
+        """The inputs dynamic INT8 finds outlier channels on (the file's sample), or None where it is not asked."""
+        if self.method != "dynamic" or self.asked["outlier_channels"] is False:
+            return None
+        from ...runtime.feeds import feed_for
+
+        return feed_for(self.static_source or src, self.model, self.asked["sample"])[0]
+
     def route_made(self, scheme: str, dropped: list[str]) -> bool:
         """Whether the route choice's INT8 file is the one this build would make: dynamic, per channel, nothing kept
-        in float, every operator type, in the scheme the route quantized with (of the file this build quantizes:
-        the route choice returns one only for that file)."""
+        in float, every operator type, outlier channels split on the export's sample, in the scheme the route
+        quantized with (of the file this build quantizes: the route choice returns one only for that file)."""
         from .optimizing import route_scheme
 
         return self.route_int8 is not None and self.route_int8.is_file() and self.method == "dynamic" and \
             self.per_channel and not dropped and not self.kept_float and self.op_types is None and \
-            scheme == route_scheme()
+            scheme == route_scheme() and self.asked["outlier_channels"] is not False and self.asked["sample"] is None
 
     def chosen(self, out: Any, overwrite: bool) -> Variant:
         """Every candidate the call asks for, made and measured; the one its rules keep (the INT8 scheme by speed on
