@@ -384,17 +384,15 @@ def flat(outputs: list[Any]) -> bool:
     return False
 
 
-def one(task: str, model_type: str, class_name: str, folder: Path, variants: bool) -> dict[str, Any]:
-    """Everything about one type for one task (in a child process)."""
+def built(task: str, model_type: str, class_name: str, folder: Path, row: dict[str, Any]) -> bool:
+    """The type for ``task`` at the first size PyTorch builds and runs on onnx-nb's own sample, saved in ``folder``;
+    False (the reason in ``row``) where it cannot, or where the sample is refused (an export note in ``row``)."""
     import torch
     import transformers
 
-    import onnx_nb
     from onnx_nb.errors import first_line
     from onnx_nb.kinds.hf import samples
 
-    row: dict[str, Any] = {"type": model_type, "class": class_name, "task": task}
-    started = time.perf_counter()
     for size, sizes in SIZES:
         row.pop("init", None)  # this size's own draw
         try:
@@ -440,13 +438,22 @@ def one(task: str, model_type: str, class_name: str, folder: Path, variants: boo
                 continue
             row.update(pytorch="ok", size=size, export=f"onnx-nb's sample: {type(exc).__name__}: "
                                                           f"{first_line(exc)}"[:300])
-            return row
+            return False
         row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()))
         print("PYTORCH_OK", flush=True)
         break
     if row.get("pytorch") != "ok" and "sample_tiny" in row:  # built tiny, rejected the sample; no other size built
         row.update(pytorch="ok", size="tiny", export=f"onnx-nb's sample: {row['sample_tiny']}")
-    if row.get("pytorch") != "ok" or row.get("export"):
+    return row.get("pytorch") == "ok" and not row.get("export")
+
+
+def one(task: str, model_type: str, class_name: str, folder: Path, variants: bool) -> dict[str, Any]:
+    """Everything about one type for one task (in a child process)."""
+    import onnx_nb
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name, "task": task}
+    started = time.perf_counter()
+    if not built(task, model_type, class_name, folder, row):
         return row
     result = registry_sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
     if result is None:

@@ -1,16 +1,19 @@
-"""Which causal LMs run in transformers.js from onnx-nb's folder, measured on both registries: every model type that
+"""Which models run in transformers.js from onnx-nb's folder, measured on both registries: every model type that
 transformers registers for ``AutoModelForCausalLM`` and transformers.js (the locked npm copy in ``js/node_modules``)
 lists in its own ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, built at the causal-LM sweep's tiny size from its default
 config (``registry_sweep.built``: random weights, PyTorch's greedy tokens for two prompts), saved with a word-level
 tokenizer whose words are its token ids ("w5 w9 w14": transformers.js's tokenizer gives exactly the sweep's prompts),
 exported with one default ``onnx_nb.export(folder)``, written with ``onnx_nb.to_transformers_js`` and run by
 transformers.js itself under Node.js: its greedy tokens for each prompt alone against PyTorch's ``generate()``.
-Each type in a process of its own with a time limit.
+``--task fill-mask`` (or ``text-classification``, ``token-classification``) does the same for that pipeline: the
+types both registries hold for it, built as ``task_sweep`` builds them, the pipeline's every output judged against
+PyTorch on the same ids (a masked word among the fill-mask texts). Each type in a process of its own with a time
+limit.
 
-    .venv/bin/python benchmarks/transformers_js_sweep.py [--only llama,gpt2] [--timeout 240]
+    .venv/bin/python benchmarks/transformers_js_sweep.py [--task fill-mask] [--only llama,gpt2] [--timeout 240]
 
-Rows go to ``benchmarks/results/transformers_js_sweep.json``; ``registry_sweep.py --page-only`` puts the column on
-``docs/supported-architectures.md``.
+Rows go to ``benchmarks/results/transformers_js_sweep.json`` (a task's to ``transformers_js_<task>.json``);
+``registry_sweep.py --page-only`` puts the columns on ``docs/supported-architectures.md``.
 """
 
 from __future__ import annotations
@@ -23,21 +26,29 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import registry_sweep as sweep
+import task_sweep
 
 ROOT = sweep.ROOT
 RESULTS = ROOT / "benchmarks" / "results" / "transformers_js_sweep.json"
+GENERATION = "text-generation"
+ENCODER_TASKS = ("fill-mask", "text-classification", "token-classification")  # task_sweep builds each
 
 
-def registry() -> dict[str, str]:
-    """The types both registries hold (transformers' class names)."""
+def results(task: str) -> Path:
+    return RESULTS if task == GENERATION else RESULTS.with_name(f"transformers_js_{task}.json")
+
+
+def registry(task: str = GENERATION) -> dict[str, str]:
+    """The types both registries hold for ``task`` (transformers' class names)."""
     from onnx_nb.runtime.transformers_js import registered
 
-    web = registered("text-generation") or {}
-    return {t: c for t, c in sweep.registry().items() if t in web}
+    web = registered(task) or {}
+    ours = sweep.registry() if task == GENERATION else task_sweep.registry(task)
+    return {t: c for t, c in ours.items() if t in web}
 
 
-def word_tokenizer(vocab: int, eos: Any, folder: Path) -> None:
-    """A word-level tokenizer whose word ``w{i}`` is token ``i``, saved to ``folder``."""
+def word_tokenizer(vocab: int, eos: Any, folder: Path, mask: int | None = None) -> None:
+    """A word-level tokenizer whose word ``w{i}`` is token ``i`` (``w{mask}`` its mask token), saved to ``folder``."""
     import transformers
     from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -45,6 +56,8 @@ def word_tokenizer(vocab: int, eos: Any, folder: Path) -> None:
     words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     end = eos[0] if isinstance(eos, list) and eos else eos
     special = {"eos_token": f"w{end}"} if isinstance(end, int) and 0 <= end < vocab else {}
+    if mask is not None:
+        special["mask_token"] = f"w{mask}"
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0",
                                                 model_input_names=["input_ids", "attention_mask"], **special)
     fast.save_pretrained(folder)
@@ -52,8 +65,6 @@ def word_tokenizer(vocab: int, eos: Any, folder: Path) -> None:
 
 def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     """One type through onnx-nb's export and transformers.js (in a child process)."""
-    import onnx_nb
-    from onnx_nb.errors import first_line
 
     row: dict[str, Any] = {"type": model_type, "class": class_name}
     started = time.perf_counter()
@@ -71,11 +82,46 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     # the word-level tokenizer itself: transformers' AutoTokenizer reads it as the type's own class (a Qwen2 BPE with
     # no merges turns "w5" into nothing)
     result.source.preprocessor = transformers.PreTrainedTokenizerFast.from_pretrained(folder)
+    checked(row, result, folder.parent / "web", [" ".join(f"w{i}" for i in p) for p in prompts])
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def one_encoder(task: str, model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
+    """One type for an encoder task through onnx-nb's export and transformers.js's pipeline (in a child process)."""
+    import transformers
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name, "task": task}
+    started = time.perf_counter()
+    if not task_sweep.built(task, model_type, class_name, folder, row):
+        return row
+    vocab = int(getattr(sweep.text_of(transformers.AutoConfig.from_pretrained(folder)), "vocab_size", 0) or 0)
+    if vocab < 16:
+        row["export"] = f"a vocabulary of {vocab} tokens: no text to feed"
+        return row
+    mask = vocab - 1 if task == "fill-mask" else None
+    word_tokenizer(vocab, None, folder, mask)
+    result = sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
+    if result is None or not result:
+        return row
+    result.source.preprocessor = transformers.PreTrainedTokenizerFast.from_pretrained(folder)
+    texts = ["w5 w9 w14 w3 w11", "w7 w2 w12"]
+    if mask is not None:
+        texts = [f"w5 w{mask} w14 w3", f"w7 w2 w{mask}"]
+    checked(row, result, folder.parent / "web", texts)
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def checked(row: dict[str, Any], result: Any, folder: Path, texts: list[str]) -> None:
+    """The folder written and run by transformers.js (Node.js): its verdict into ``row``."""
+    import onnx_nb
+    from onnx_nb.errors import first_line
+
     try:
         t = time.perf_counter()
-        bundle = onnx_nb.to_transformers_js(result, folder.parent / "web", texts=[" ".join(f"w{i}" for i in p)
-                                                                                 for p in prompts],
-                                            max_new_tokens=sweep.NEW_TOKENS, check=True, progress=False)
+        bundle = onnx_nb.to_transformers_js(result, folder, texts=texts, max_new_tokens=sweep.NEW_TOKENS,
+                                            check=True, runtime="node", progress=False)
         row["web_s"] = round(time.perf_counter() - t, 1)
         row["web_mb"] = round(sum(f.stat().st_size for f in bundle.files) / 1e6, 3)
         row["transformers_js"] = bundle.transformers_js
@@ -85,8 +131,6 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
             row["web_note"] = (check.note or check.measure)[:300]
     except Exception as exc:  # noqa: BLE001 - a row, not a crash
         row["web"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
-    row["seconds"] = round(time.perf_counter() - started, 1)
-    return row
 
 
 def served(row: dict[str, Any]) -> bool:
@@ -100,20 +144,24 @@ def exported(row: dict[str, Any]) -> bool:
 
 def main() -> None:
     parser = sweep.parser_for(__doc__, 240, variants=False)
-    parser.add_argument("--json", default=str(RESULTS))
+    parser.add_argument("--task", default=GENERATION, choices=(GENERATION, *ENCODER_TASKS))
+    parser.add_argument("--json", default="")
     args = parser.parse_args()
     if args.one:
-        print("ROW " + json.dumps(one(args.one, registry()[args.one], Path(args.folder))))
+        types = registry(args.task)
+        row = one(args.one, types[args.one], Path(args.folder)) if args.task == GENERATION else \
+            one_encoder(args.task, args.one, types[args.one], Path(args.folder))
+        print("ROW " + json.dumps(row))
         return
-    rows = sweep.run_rows(__file__, registry(), Path(args.json), args.only, args.again, args.timeout, [])
+    rows = sweep.run_rows(__file__, registry(args.task), Path(args.json or results(args.task)), args.only,
+                          args.again, args.timeout, ["--task", args.task])
     base = [r for r in rows if exported(r)]
-    print(f"transformers.js: {sum(served(r) for r in base)} of {len(base)} that onnx-nb exports")
+    print(f"transformers.js, {args.task}: {sum(served(r) for r in base)} of {len(base)} that onnx-nb exports")
 
 
 def section(path: Path = RESULTS) -> list[str]:
     """The page's transformers.js column: per type both registries hold, onnx-nb's export and transformers.js's
     run of its folder."""
-    import html
 
     found = sweep.swept(path)
     if found is None:
@@ -134,6 +182,32 @@ def section(path: Path = RESULTS) -> list[str]:
         "| type | export | runs in transformers.js | folder MB | what stopped it |",
         "|---|---|---|---|---|",
     ]
+    lines += _rows(rows)
+    totals = [len(good), len(base)]
+    for task in ENCODER_TASKS:
+        found = sweep.swept(results(task))
+        if found is None:
+            lines += ["", f"{task}: not swept yet (`--task {task}`)."]
+            continue
+        rows = found[0]
+        base = [r for r in rows if exported(r)]
+        good = [r for r in base if served(r)]
+        totals = [totals[0] + len(good), totals[1] + len(base)]
+        lines += ["", f"**{task}** (`--task {task}`, {found[1]['date']}; the types both registries hold for the "
+                  f"pipeline, built as the task sweep builds them, every output of transformers.js's `pipeline` "
+                  f"judged against PyTorch on the same ids): **{len(good)} of the {len(base)} types onnx-nb exports "
+                  f"({100 * len(good) / max(1, len(base)):.1f}%)**; {len(rows)} types both registries hold.", "",
+                  "| type | export | runs in transformers.js | folder MB | what stopped it |", "|---|---|---|---|---|",
+                  *_rows(rows)]
+    lines += ["", f"All the pipelines swept: **{totals[0]} of {totals[1]} ({100 * totals[0] / max(1, totals[1]):.1f}%)"
+              "** of the types onnx-nb exports run in transformers.js and agree with PyTorch."]
+    return lines
+
+
+def _rows(rows: list[dict[str, Any]]) -> list[str]:
+    import html
+
+    lines = []
     for r in sorted(rows, key=lambda r: (not exported(r), not served(r), r["type"])):
         why = "" if served(r) else (r.get("web_note") or r.get("web") or r.get("export") or r.get("pytorch") or "")
         lines.append(f"| {r['type']} | {sweep.cell('ok' if r.get('export') == 'ok' else 'no')} | "

@@ -19,16 +19,20 @@ from ...results.variant import Recipe
 RATIO = 8.0  # a channel is an outlier when its largest magnitude is over RATIO times the median channel's
 PER_INPUT = 3  # the largest outlier channels split per MatMul input (most inputs have one or two; padding one more)
 SUFFIX = "_outlier_channels"  # the float MatMuls' names end so: ORT's quantizer is told to leave them alone
+MEASURED_UP_TO = 2**30  # bytes of a file whose channels are measured (a model, a copy with outputs, a session)
 
 
 def split(path: Path, feed: dict[str, np.ndarray]) -> tuple[list[str], Recipe]:
     """Split, in the file at ``path`` (fp32, rewritten in place), every MatMul with a constant 2-D weight whose
     input has outlier channels on ``feed`` (:data:`RATIO`, at most :data:`PER_INPUT` per input). Returns the float
-    MatMuls' names (for the quantizer's exclusions) and the recipe's line (empty where nothing was split)."""
+    MatMuls' names (for the quantizer's exclusions) and the recipe's line (empty where nothing was split). A file
+    over :data:`MEASURED_UP_TO` bytes is left as it is (the measuring run holds the graph twice more), and says so."""
     import onnx
 
     from ...runtime.onnxedit import save_proto
 
+    if path.stat().st_size > MEASURED_UP_TO:
+        return [], {"outlier_channels": {"rule": RULE, "not_measured": f"over {MEASURED_UP_TO >> 30} GiB"}}
     model = onnx.load(str(path))
     readers = _weight_readers(model)
     if not readers:
@@ -36,7 +40,7 @@ def split(path: Path, feed: dict[str, np.ndarray]) -> tuple[list[str], Recipe]:
     ranges = _channel_ranges(model, list(readers), feed)
     chosen: dict[str, np.ndarray] = {}
     for name, nodes in readers.items():
-        channels = _outliers(ranges.get(name), int(nodes[0][1].shape[0]))
+        channels = _outliers(ranges.get(name), int(nodes[0][1].dims[0]))
         if channels is not None:
             chosen[name] = channels
     if not chosen:
@@ -61,17 +65,16 @@ def described(path: Path) -> Recipe:
     return {"outlier_channels": {"rule": RULE, "matmuls": floats}} if floats else {}
 
 
-def _weight_readers(model: Any) -> dict[str, list[tuple[Any, np.ndarray]]]:
-    """Each activation read by MatMuls with a constant fp32 2-D weight: those MatMuls and their weights."""
-    from onnx import numpy_helper
-
+def _weight_readers(model: Any) -> dict[str, list[tuple[Any, Any]]]:
+    """Each activation read by MatMuls with a constant fp32 2-D weight: those MatMuls and their weights' protos
+    (read as arrays only where a split needs their rows)."""
     inits = {i.name: i for i in model.graph.initializer}
-    readers: dict[str, list[tuple[Any, np.ndarray]]] = {}
+    readers: dict[str, list[tuple[Any, Any]]] = {}
     for node in model.graph.node:
         weight = inits.get(node.input[1]) if node.op_type == "MatMul" and node.domain in ("", "ai.onnx") and \
             len(node.input) == 2 else None
         if weight is not None and len(weight.dims) == 2 and weight.data_type == 1:  # FLOAT
-            readers.setdefault(node.input[0], []).append((node, numpy_helper.to_array(weight)))
+            readers.setdefault(node.input[0], []).append((node, weight))
     return readers
 
 
@@ -128,7 +131,7 @@ def _outliers(ranges: np.ndarray | None, width: int) -> np.ndarray | None:
     return np.sort(chosen)
 
 
-def _rewrite(model: Any, readers: dict[str, list[tuple[Any, np.ndarray]]], chosen: dict[str, np.ndarray]) -> list[str]:
+def _rewrite(model: Any, readers: dict[str, list[tuple[Any, Any]]], chosen: dict[str, np.ndarray]) -> list[str]:
     """The split written into ``model``; returns the float MatMuls' names."""
     from onnx import helper, numpy_helper
 
@@ -140,7 +143,7 @@ def _rewrite(model: Any, readers: dict[str, list[tuple[Any, np.ndarray]]], chose
     floats = []
     for name, channels in chosen.items():
         key = _unique(taken, name, ("_mask", "_channels", "_rest", "_outliers"))
-        mask = np.ones(readers[name][0][1].shape[0], np.float32)
+        mask = np.ones(readers[name][0][1].dims[0], np.float32)
         mask[channels] = 0
         model.graph.initializer.extend([numpy_helper.from_array(mask, f"{key}_mask"),
                                         numpy_helper.from_array(channels.astype(np.int64), f"{key}_channels")])
@@ -152,7 +155,8 @@ def _rewrite(model: Any, readers: dict[str, list[tuple[Any, np.ndarray]]], chose
         for node, weight in readers[name]:
             out = node.output[0]
             own = _unique(taken, node.name or out, ("_outlier_rows", "_int8_part", "_float_part", "_parts", SUFFIX))
-            model.graph.initializer.append(numpy_helper.from_array(weight[channels], f"{own}_outlier_rows"))
+            rows = numpy_helper.to_array(weight)[channels]
+            model.graph.initializer.append(numpy_helper.from_array(rows, f"{own}_outlier_rows"))
             node.input[0], node.output[0] = f"{key}_rest", f"{own}_int8_part"
             floats.append(f"{own}{SUFFIX}")
             after.setdefault(index[id(node)], []).extend(_scoped(node, [
