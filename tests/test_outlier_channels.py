@@ -71,3 +71,12 @@ def test_a_tensor_without_outliers_is_left_alone(tmp_path: Path) -> None:
     sample = np.random.default_rng(2).normal(0, 1, (1, 8, 64)).astype(np.float32)
     assert outlier_channels.split(src, {"x": sample}) == ([], {})
     assert src.read_bytes() == before
+
+
+def test_a_run_that_fails_leaves_every_channel_in_int8_and_says_why(tmp_path: Path) -> None:
+    src = tmp_path / "ffn.onnx"
+    _layer(src)
+    before = src.read_bytes()
+    floats, line = outlier_channels.split(src, {"not_an_input": np.zeros((1, 4, 64), np.float32)})
+    assert floats == [] and "not_measured" in line["outlier_channels"], line
+    assert src.read_bytes() == before

@@ -37,7 +37,12 @@ def split(path: Path, feed: dict[str, np.ndarray]) -> tuple[list[str], Recipe]:
     readers = _weight_readers(model)
     if not readers:
         return [], {}
-    ranges = _channel_ranges(model, list(readers), feed)
+    try:
+        ranges = _channel_ranges(model, list(readers), feed)
+    except Exception as exc:  # noqa: BLE001 - every channel in INT8, as without the split; the recipe says why
+        from ...errors import first_line
+
+        return [], {"outlier_channels": {"rule": RULE, "not_measured": f"{type(exc).__name__}: {first_line(exc)}"}}
     chosen: dict[str, np.ndarray] = {}
     for name, nodes in readers.items():
         channels = _outliers(ranges.get(name), int(nodes[0][1].dims[0]))
@@ -71,6 +76,8 @@ def _weight_readers(model: Any) -> dict[str, list[tuple[Any, Any]]]:
     inits = {i.name: i for i in model.graph.initializer}
     readers: dict[str, list[tuple[Any, Any]]] = {}
     for node in model.graph.node:
+        if node.input and node.input[0] in inits:  # a constant times a constant: nothing measured at run time
+            continue
         weight = inits.get(node.input[1]) if node.op_type == "MatMul" and node.domain in ("", "ai.onnx") and \
             len(node.input) == 2 else None
         if weight is not None and len(weight.dims) == 2 and weight.data_type == 1:  # FLOAT
