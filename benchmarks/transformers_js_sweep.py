@@ -5,7 +5,8 @@ config (``registry_sweep.built``: random weights, PyTorch's greedy tokens for tw
 tokenizer whose words are its token ids ("w5 w9 w14": transformers.js's tokenizer gives exactly the sweep's prompts),
 exported with one default ``onnx_nb.export(folder)``, written with ``onnx_nb.to_transformers_js`` and run by
 transformers.js itself under Node.js: its greedy tokens for each prompt alone against PyTorch's ``generate()``.
-``--task fill-mask`` (or ``text-classification``, ``token-classification``) does the same for that pipeline: the
+``--task text2text-generation`` does the same for the encoder-decoders (``seq2seq_sweep``'s build; an encoder file and
+a merged decoder); ``--task fill-mask`` (or ``text-classification``, ``token-classification``) for that pipeline: the
 types both registries hold for it, built as ``task_sweep`` builds them, the pipeline's every output judged against
 PyTorch on the same ids (a masked word among the fill-mask texts). Each type in a process of its own with a time
 limit.
@@ -26,12 +27,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import registry_sweep as sweep
+import seq2seq_sweep
 import task_sweep
 
 ROOT = sweep.ROOT
 RESULTS = ROOT / "benchmarks" / "results" / "transformers_js_sweep.json"
 GENERATION = "text-generation"
+TEXT_TO_TEXT = "text2text-generation"  # the encoder-decoders seq2seq_sweep builds
 ENCODER_TASKS = ("fill-mask", "text-classification", "token-classification")  # task_sweep builds each
+TASKS = (GENERATION, TEXT_TO_TEXT, *ENCODER_TASKS)
 
 
 def results(task: str) -> Path:
@@ -43,7 +47,8 @@ def registry(task: str = GENERATION) -> dict[str, str]:
     from onnx_nb.runtime.transformers_js import registered
 
     web = registered(task) or {}
-    ours = sweep.registry() if task == GENERATION else task_sweep.registry(task)
+    ours = sweep.registry() if task == GENERATION else seq2seq_sweep.registry() if task == TEXT_TO_TEXT else \
+        task_sweep.registry(task)
     return {t: c for t, c in ours.items() if t in web}
 
 
@@ -113,6 +118,28 @@ def one_encoder(task: str, model_type: str, class_name: str, folder: Path) -> di
     return row
 
 
+def one_seq2seq(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
+    """One encoder-decoder through onnx-nb's export and transformers.js's text2text-generation (in a child process):
+    its greedy tokens for each prompt against PyTorch's."""
+    import transformers
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name, "task": TEXT_TO_TEXT}
+    started = time.perf_counter()
+    made = seq2seq_sweep.built(model_type, class_name, folder, row)
+    if made is None:
+        return row
+    model, prompts = made[0], made[1]
+    config = model.config
+    word_tokenizer(int(model.get_input_embeddings().num_embeddings), getattr(config, "eos_token_id", None), folder)
+    result = sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
+    if result is None or not result:
+        return row
+    result.source.preprocessor = transformers.PreTrainedTokenizerFast.from_pretrained(folder)
+    checked(row, result, folder.parent / "web", [" ".join(f"w{i}" for i in p) for p in prompts])
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
 def checked(row: dict[str, Any], result: Any, folder: Path, texts: list[str]) -> None:
     """The folder written and run by transformers.js (Node.js): its verdict into ``row``."""
     import onnx_nb
@@ -144,12 +171,13 @@ def exported(row: dict[str, Any]) -> bool:
 
 def main() -> None:
     parser = sweep.parser_for(__doc__, 240, variants=False)
-    parser.add_argument("--task", default=GENERATION, choices=(GENERATION, *ENCODER_TASKS))
+    parser.add_argument("--task", default=GENERATION, choices=TASKS)
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     if args.one:
         types = registry(args.task)
         row = one(args.one, types[args.one], Path(args.folder)) if args.task == GENERATION else \
+            one_seq2seq(args.one, types[args.one], Path(args.folder)) if args.task == TEXT_TO_TEXT else \
             one_encoder(args.task, args.one, types[args.one], Path(args.folder))
         print("ROW " + json.dumps(row))
         return
@@ -184,7 +212,7 @@ def section(path: Path = RESULTS) -> list[str]:
     ]
     lines += _rows(rows)
     totals = [len(good), len(base)]
-    for task in ENCODER_TASKS:
+    for task in (TEXT_TO_TEXT, *ENCODER_TASKS):
         found = sweep.swept(results(task))
         if found is None:
             lines += ["", f"{task}: not swept yet (`--task {task}`)."]
@@ -193,9 +221,11 @@ def section(path: Path = RESULTS) -> list[str]:
         base = [r for r in rows if exported(r)]
         good = [r for r in base if served(r)]
         totals = [totals[0] + len(good), totals[1] + len(base)]
+        how = ("built as the sequence-to-sequence sweep builds them, an encoder file and a merged decoder, greedy "
+               "tokens for each prompt against PyTorch's" if task == TEXT_TO_TEXT else "built as the task sweep builds "
+               "them, every output of transformers.js's `pipeline` judged against PyTorch on the same ids")
         lines += ["", f"**{task}** (`--task {task}`, {found[1]['date']}; the types both registries hold for the "
-                  f"pipeline, built as the task sweep builds them, every output of transformers.js's `pipeline` "
-                  f"judged against PyTorch on the same ids): **{len(good)} of the {len(base)} types onnx-nb exports "
+                  f"pipeline, {how}): **{len(good)} of the {len(base)} types onnx-nb exports "
                   f"({100 * len(good) / max(1, len(base)):.1f}%)**; {len(rows)} types both registries hold.", "",
                   "| type | export | runs in transformers.js | folder MB | what stopped it |", "|---|---|---|---|---|",
                   *_rows(rows)]

@@ -115,6 +115,37 @@ def test_a_multi_query_decoder_takes_keys_and_values_fused_as_transformers_js_fe
     assert not [v.name for v in graph.input if v.name.endswith((".key", ".value"))]
 
 
+def test_an_encoder_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: Path) -> None:
+    """A tiny T5 (text2text-generation): encoder_model.onnx (last_hidden_state out) and decoder_model_merged.onnx,
+    whose cross-attention cache is computed from encoder_hidden_states on the first step (transformers.js feeds it
+    empty) and passed through after; fp32 and INT8 generate PyTorch's greedy tokens under Node.js."""
+    import torch
+    import transformers
+
+    fast = _bpe_tokenizer()
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=len(fast), d_model=32, d_ff=37, d_kv=16, num_layers=2, num_heads=2, decoder_start_token_id=0,
+        eos_token_id=0, pad_token_id=0)).eval()
+    model.save_pretrained(tmp_path / "t5")
+    fast.save_pretrained(tmp_path / "t5")
+    result = onnx_nb.export(str(tmp_path / "t5"), out=tmp_path / "t5.onnx", progress=False)
+    int8 = onnx_nb.quantize(result, out=tmp_path / "t5.int8.onnx")
+    bundle = onnx_nb.to_transformers_js([result, int8], tmp_path / "web", texts=["the quick brown", "lazy dog"],
+                                        runtime="node", progress=False)
+    assert bundle and [c.figures for c in bundle.checks] == [{"prompts": 2, "tokens_equal": 2}] * 2, repr(bundle)
+    assert bundle.task == "text2text-generation" and (tmp_path / "web" / "generation_config.json").is_file()
+    files = {p.relative_to(tmp_path / "web").as_posix() for p in bundle.files}
+    assert {"onnx/encoder_model.onnx", "onnx/decoder_model_merged.onnx", "onnx/encoder_model_quantized.onnx",
+            "onnx/decoder_model_merged_quantized.onnx"} <= files, files
+    encoder = onnx.load(str(tmp_path / "web" / "onnx" / "encoder_model.onnx")).graph
+    assert [o.name for o in encoder.output] == ["last_hidden_state"]
+    merged = onnx.load(str(tmp_path / "web" / "onnx" / "decoder_model_merged.onnx")).graph
+    assert {"input_ids", "encoder_hidden_states", "past_key_values.1.encoder.key"} <= {i.name for i in merged.input}
+    assert "present.1.encoder.value" in {o.name for o in merged.output} and \
+        sum(n.op_type == "If" for n in merged.node) == 1
+
+
 def test_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     result = onnx_nb.export(str(_tiny_llama(tmp_path / "llama")), out=tmp_path / "llama.onnx", progress=False)

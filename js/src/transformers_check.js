@@ -21,14 +21,15 @@ export async function checkFolder(tjs, request) {
       const pipe = await tjs.pipeline(request.task, request.name, { dtype, device: request.device });
       run.load_ms = performance.now() - started;
       const ran = performance.now();
-      if (request.task === "text-generation") {
+      const generating = request.task === "text-generation" || request.task === "text2text-generation";
+      if (generating) {
         run.tokens = [];
         for (const text of request.texts) {
           const enc = await pipe.tokenizer(text);
-          const ids = await pipe.model.generate({ ...enc, max_new_tokens: request.max_new_tokens, do_sample: false });
+          const ids = await pipe.model.generate({ ...enc, max_new_tokens: request.max_new_tokens, do_sample: false, num_beams: 1 });
           run.tokens.push(Array.from(ids.tolist()[0], Number));
         }
-        run.answer = json(await pipe(request.texts[0], { max_new_tokens: request.max_new_tokens, do_sample: false }));
+        run.answer = json(await pipe(request.texts[0], { max_new_tokens: request.max_new_tokens, do_sample: false, num_beams: 1 }));
       } else {
         const enc = await pipe.tokenizer(request.texts, { padding: true, truncation: true });
         run.inputs = tensors(enc);
@@ -38,13 +39,13 @@ export async function checkFolder(tjs, request) {
       }
       run.first_ms = performance.now() - ran;
       // timed runs of the model itself on the same inputs (the first text, for generation): its latency here
-      const enc = await pipe.tokenizer(request.task === "text-generation" ? request.texts[0] : request.texts,
+      const enc = await pipe.tokenizer(generating ? request.texts[0] : request.texts,
                                        { padding: true, truncation: true });
       run.times_ms = [];
       for (let i = 0; i < (request.runs ?? 3); i++) {
         const t0 = performance.now();
-        if (request.task === "text-generation") {
-          await pipe.model.generate({ ...enc, max_new_tokens: request.max_new_tokens, do_sample: false });
+        if (generating) {
+          await pipe.model.generate({ ...enc, max_new_tokens: request.max_new_tokens, do_sample: false, num_beams: 1 });
         } else {
           await pipe.model(enc);
         }

@@ -40,7 +40,8 @@ TASK_MAPPINGS = {"feature-extraction": ("MODEL_MAPPING_NAMES_",),
                  "text-classification": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",),
                  "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",),
                  "fill-mask": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES",),
-                 "text-generation": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",)}
+                 "text-generation": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
+                 "text2text-generation": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",)}
 
 
 def node_modules() -> Path:

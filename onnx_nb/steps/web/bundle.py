@@ -21,7 +21,10 @@ from ...runtime.transformers_js import registered, unavailable_reason, version
 # onnx-nb's precision of a file -> (transformers.js's dtype, the file name's suffix it loads for that dtype)
 DTYPES = {"fp32": ("fp32", ""), "fp16": ("fp16", "_fp16"), "int8": ("q8", "_quantized"), "int4": ("q4", "_q4")}
 # the tasks whose pipeline transformers.js runs on text alone, as onnx-nb checks them
-TASKS = ("feature-extraction", "text-classification", "token-classification", "fill-mask", "text-generation")
+TASKS = ("feature-extraction", "text-classification", "token-classification", "fill-mask", "text-generation",
+         "text2text-generation")
+# what transformers.js calls an encoder-decoder's text task (transformers names it by what it was trained for)
+TEXT_TO_TEXT = ("text2text-generation", "translation", "summarization")
 TEXTS = ["Hello world", "ONNX models run in the browser, checked against PyTorch."]
 RUNTIMES = ("auto", "browser", "browser-webgpu", "node")
 
@@ -35,8 +38,9 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     ``model``: an :class:`~onnx_nb.ExportResult`, a :class:`~onnx_nb.Variant`, or a list of them, one per precision
     (fp32 -> ``onnx/model.onnx``, fp16 -> ``model_fp16.onnx``, INT8 -> ``model_quantized.onnx``, transformers.js's
     ``q8``; INT4 -> ``model_q4.onnx``). Each file is one onnx-nb already checked against PyTorch. Text models
-    (feature-extraction, text-classification, token-classification, fill-mask) and decoders with their cache
-    (text-generation) are written; other kinds are refused, naming what they are.
+    (feature-extraction, text-classification, token-classification, fill-mask), decoders with their cache
+    (text-generation) and text-to-text encoder-decoders (text2text-generation: ``encoder_model`` and
+    ``decoder_model_merged`` per precision) are written; other kinds are refused, naming what they are.
 
     ``check``: ``"auto"`` runs transformers.js's pipeline on each precision where it can run here and says why not
     otherwise; ``True`` requires it; ``False`` skips it. ``runtime``: where transformers.js runs
@@ -98,7 +102,8 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
         bundle.unchecked = reason
         from .verdicts import Judge
 
-        judge = Judge(bundle, export, {DTYPES[p][0]: (target / file_name(p), p) for p in files}, max_new_tokens)
+        judge = Judge(bundle, export, {DTYPES[p][0]: (target / file_name(p, _checked_file(written)), p)
+                                       for p in files}, max_new_tokens)
         for run in runners:
             steps.step("checking it in transformers.js")
             try:
@@ -133,9 +138,15 @@ def _runner(runtime: str) -> tuple[Any, str]:
     return (None, f"in a browser page: {page}") if page else (run_in_page, "")
 
 
-def file_name(precision: str) -> str:
-    """Where transformers.js looks for a file of ``precision`` in the folder (``onnx/model_quantized.onnx``)."""
-    return f"onnx/model{DTYPES[precision][1]}.onnx"
+def file_name(precision: str, stem: str = "model") -> str:
+    """Where transformers.js looks for a file of ``precision`` in the folder (``onnx/model_quantized.onnx``;
+    ``stem``: an encoder-decoder's ``encoder_model`` or ``decoder_model_merged``)."""
+    return f"onnx/{stem}{DTYPES[precision][1]}.onnx"
+
+
+def _checked_file(written: list[Path]) -> str:
+    """The file a check's row names: the model's, or an encoder-decoder's merged decoder."""
+    return "decoder_model_merged" if any(p.name.startswith("decoder_model_merged") for p in written) else "model"
 
 
 def _default_texts(source: Any, task: str) -> list[str]:
@@ -169,13 +180,16 @@ def _task_and_layout(export: Any) -> tuple[str, Any]:
         raise InvalidArgumentError(f"{source.name} is not a Hugging Face transformers model: transformers.js loads "
                                    "transformers' configs and tokenizers.")
     layout = None
-    if generation_of(export) is not None:
+    generation = generation_of(export)
+    if generation is not None:
         layout = shape_of(export).answer("web")
-        if layout is None:
+        if layout is None or (generation == "seq2seq" and not str(source.task or "").startswith(TEXT_TO_TEXT)):
             raise InvalidArgumentError(
-                f"{source.name} generates as a {generation_of(export)} model (several files): to_transformers_js "
-                "writes text models and decoders with their cache so far.")
-    task = "text-generation" if layout is not None else str(source.task or "")
+                f"{source.name} generates as a {generation} model{'' if layout else ' (several files)'} for "
+                f"{source.task or 'a task of its own'}: to_transformers_js writes text models, decoders with their "
+                "cache and text-to-text encoder-decoders so far.")
+    task = str(source.task or "") if layout is None else "text2text-generation" if generation == "seq2seq" else \
+        "text-generation"
     if task not in TASKS:
         raise InvalidArgumentError(f"{source.name} is a {task or 'model of no known'} task; to_transformers_js "
                                    f"writes and checks {', '.join(TASKS)} so far.")
@@ -217,7 +231,7 @@ def _write(target: Path, export: Any, files: dict[str, Path], layout: Any, task:
         _config_and_tokenizer(staged, export, task)
         (staged / "onnx").mkdir()
         for precision, path in files.items():
-            _model_file(path, staged / file_name(precision), layout, export.source.model.config)
+            _model_files(path, staged, precision, layout, export)
         with deferred_interrupt():
             old = None
             if target.exists():
@@ -241,6 +255,8 @@ def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
         raise InvalidArgumentError(f"{source.name}'s tokenizer wrote no tokenizer.json (a slow tokenizer): "
                                    "transformers.js reads tokenizer.json only.")
     generation = getattr(source.model, "generation_config", None)
+    if task == "text2text-generation" and generation is not None:
+        generation.to_json_file(str(staged / "generation_config.json"))
     if task == "text-generation":
         written = staged / "config.json"
         config = json.loads(written.read_text())
@@ -254,16 +270,17 @@ def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
             generation.to_json_file(str(staged / "generation_config.json"))
 
 
-def _model_file(path: Path, out: Path, layout: Any, config: Any) -> None:
-    """``path``'s graph with its weights inside (transformers.js reads one file per precision), laid out."""
+def _model_files(path: Path, staged: Path, precision: str, layout: Any, export: Any) -> None:
+    """``path``'s graph with its weights inside (transformers.js reads one file per precision), laid out (as the
+    files the layout makes of it, where it makes several)."""
     import onnx
 
     from ...runtime.browser import WEB_MAX_BYTES
 
     proto = onnx.load(str(path), load_external_data=True)
-    if layout is not None:
-        layout(proto, config)
-    if proto.ByteSize() > WEB_MAX_BYTES:
-        raise InvalidArgumentError(f"{path.name} holds {proto.ByteSize() / 1e9:.1f} GB of weights: more than one "
-                                   "file transformers.js loads can hold (2 GB). Quantize it (INT8 or INT4) first.")
-    onnx.save(proto, str(out))
+    made = layout(proto, export.source.model.config, export) if layout is not None else None
+    for stem, graph in (made or {"model": proto}).items():
+        if graph.ByteSize() > WEB_MAX_BYTES:
+            raise InvalidArgumentError(f"{path.name} holds {graph.ByteSize() / 1e9:.1f} GB of weights: more than one "
+                                       "file transformers.js loads can hold (2 GB). Quantize it (INT8 or INT4) first.")
+        onnx.save(graph, str(staged / file_name(precision, stem)))

@@ -23,7 +23,7 @@ BATCH = "batch_size"  # the name transformers.js reads as the batch when it make
 KEYS_VALUES = re.compile(r"past_key_values\.\d+\.(key|value)")
 
 
-def decoder_layout(proto: Any, config: Any = None) -> None:
+def decoder_layout(proto: Any, config: Any = None, export: Any = None) -> None:
     """Rename, in place, the batch axis of a decoder's cache (and every input and output naming it the same) to
     ``batch_size``, and fuse a multi-query model's keys and values (``config.multi_query``); refuse a cache
     transformers.js would feed otherwise (states of fixed shape, heads not fixed)."""

@@ -13,6 +13,8 @@ import numpy as np
 from ...render import sig
 from ...results.web_bundle import WebBundle, WebCheck
 
+GENERATING = ("text-generation", "text2text-generation")  # judged by their greedy tokens
+
 
 class Judge:
     """Judges transformers.js's runs of one bundle against PyTorch; what PyTorch gives (a decoder's greedy tokens, an
@@ -28,7 +30,7 @@ class Judge:
             from ..export.adapters.registry import adapter_of
 
             export, bundle = self.export, self.bundle
-            if bundle.task == "text-generation":
+            if bundle.task in GENERATING:
                 self._expected = greedy_tokens(adapter_of(export).reload(export.source, "to_transformers_js").model,
                                                export.source.preprocessor, bundle.texts, self.max_new_tokens)
             else:
@@ -55,14 +57,15 @@ class Judge:
             bundle.checks.append(row)
             if run.get("error"):
                 row.measure = f"transformers.js {bundle.transformers_js}: {run['error']}"
-            elif bundle.task == "text-generation":
+            elif bundle.task in GENERATING:
                 _judge_tokens(row, run["tokens"], self.expected())
             else:
                 _judge_outputs(row, run, self.expected(), self.export.source.preprocessor, bundle)
 
 
 def greedy_tokens(model: Any, tokenizer: Any, texts: list[str], max_new_tokens: int) -> list[list[int]]:
-    """PyTorch's greedy generation of each text alone (prompt tokens included), under the model's generation config."""
+    """PyTorch's greedy generation of each text alone (a decoder's prompt tokens included; an encoder-decoder's
+    decoder tokens from its start token), under the model's generation config but for its beams (one: greedy)."""
     import torch
 
     out = []
@@ -70,7 +73,7 @@ def greedy_tokens(model: Any, tokenizer: Any, texts: list[str], max_new_tokens: 
         for text in texts:
             ids = tokenizer(text, return_tensors="pt")  # what transformers.js feeds a decoder: ids and mask
             made = model.generate(input_ids=ids["input_ids"], attention_mask=ids.get("attention_mask"),
-                                  max_new_tokens=max_new_tokens, do_sample=False)
+                                  max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
             out.append([int(t) for t in made[0]])
     return out
 

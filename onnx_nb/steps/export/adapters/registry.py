@@ -137,7 +137,8 @@ class GenerationShape:
     steps)``, where the adapter that opened it does not (an encoder-decoder's two files); ``foreign`` (optional)
     checks a file in this shape that no onnx-nb export knows (another tool's) against its PyTorch model,
     ``foreign(model, file, providers=..., atol=..., rtol=..., tolerances=..., progress=...)``; ``web`` (optional) lays
-    out a file of this shape for transformers.js, ``web(proto, config)`` (the names and axes it reads), where
+    out a file of this shape for transformers.js, ``web(proto, config, export)`` (the names and axes it reads; in
+    place, or returning the files transformers.js loads instead, by name: an encoder-decoder's two), where
     :func:`onnx_nb.to_transformers_js` writes this shape at all."""
 
     parity: str
@@ -168,7 +169,8 @@ SHAPES: dict[str, GenerationShape] = {
                                wrapper="onnx_nb.kinds.seq2seq.transformers_model:seq2seq_model",
                                timing="onnx_nb.kinds.seq2seq.timing:Seq2SeqTiming",
                                loop="onnx_nb.kinds.seq2seq.runner:loop",
-                               export="onnx_nb.kinds.seq2seq.export:export_seq2seq"),
+                               export="onnx_nb.kinds.seq2seq.export:export_seq2seq",
+                               web="onnx_nb.kinds.seq2seq.web:seq2seq_layout"),
     # several files run together, as the adapter's step_files names them (a vision-language model's)
     "chain": GenerationShape(parity="onnx_nb.kinds.vlm.parity:VlmChain.of_export",
                              wrapper="onnx_nb.kinds.vlm.transformers_model:transformers_model",
