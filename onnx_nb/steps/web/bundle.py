@@ -258,11 +258,6 @@ def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
     if task == "text2text-generation" and generation is not None:
         generation.to_json_file(str(staged / "generation_config.json"))
     if task == "text-generation":
-        written = staged / "config.json"
-        config = json.loads(written.read_text())
-        if config.get("is_encoder_decoder"):  # a causal head of an encoder-decoder family (mBART's, TrOCR's): its
-            # config keeps the family's flag, from which transformers.js names a cache with encoder entries
-            written.write_text(json.dumps({**config, "is_encoder_decoder": False}, indent=2))
         settings = staged / "tokenizer_config.json"
         kept = json.loads(settings.read_text()) if settings.is_file() else {}
         settings.write_text(json.dumps({**kept, "padding_side": "left"}, indent=2))  # a batch of prompts, padded
