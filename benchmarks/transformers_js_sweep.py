@@ -63,7 +63,10 @@ def word_tokenizer(vocab: int, eos: Any, folder: Path, mask: int | None = None) 
     special = {"eos_token": f"w{end}"} if isinstance(end, int) and 0 <= end < vocab else {}
     if mask is not None:
         special["mask_token"] = f"w{mask}"
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0",
+    # a length the texts stay within (transformers' default, 1e30, is no number transformers.js can truncate at)
+    # and a pad token: a batch of texts of two lengths is padded
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0", pad_token="w0",
+                                                model_max_length=64,
                                                 model_input_names=["input_ids", "attention_mask"], **special)
     fast.save_pretrained(folder)
 
@@ -100,7 +103,8 @@ def one_encoder(task: str, model_type: str, class_name: str, folder: Path) -> di
     started = time.perf_counter()
     if not task_sweep.built(task, model_type, class_name, folder, row):
         return row
-    vocab = int(getattr(sweep.text_of(transformers.AutoConfig.from_pretrained(folder)), "vocab_size", 0) or 0)
+    config = sweep.text_of(transformers.AutoConfig.from_pretrained(folder))
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
     if vocab < 16:
         row["export"] = f"a vocabulary of {vocab} tokens: no text to feed"
         return row
@@ -110,9 +114,12 @@ def one_encoder(task: str, model_type: str, class_name: str, folder: Path) -> di
     if result is None or not result:
         return row
     result.source.preprocessor = transformers.PreTrainedTokenizerFast.from_pretrained(folder)
-    texts = ["w5 w9 w14 w3 w11", "w7 w2 w12"]
+    texts = ["w5 w9 w14 w6 w11", "w7 w12 w8"]  # no id under 5: special tokens sit there (BART's end is 2)
     if mask is not None:
-        texts = [f"w5 w{mask} w14 w3", f"w7 w2 w{mask}"]
+        texts = [f"w5 w{mask} w14 w6", f"w7 w12 w{mask}"]
+    end = getattr(config, "eos_token_id", None)
+    if isinstance(end, int) and 0 <= end < vocab:  # each text ends as its tokenizer ends it (BART's classifier pools
+        texts = [f"{t} w{end}" for t in texts]      # at the end-of-sequence token, one per row)
     checked(row, result, folder.parent / "web", texts)
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
