@@ -81,12 +81,20 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
         return row
     model, prompts = made[0], made[1]
     config = sweep.text_of(model.config)
-    word_tokenizer(int(getattr(config, "vocab_size", 100) or 100), getattr(config, "eos_token_id", None), folder)
+    return generated(row, folder, started, int(getattr(config, "vocab_size", 100) or 100),
+                     getattr(config, "eos_token_id", None), prompts)
+
+
+def generated(row: dict[str, Any], folder: Path, started: float, vocab: int, eos: Any,
+              prompts: list[list[int]]) -> dict[str, Any]:
+    """The saved model's word-level tokenizer, its default export, and transformers.js's generation from its folder
+    for each prompt (token ids), judged against PyTorch's: into ``row``."""
+    import transformers
+
+    word_tokenizer(vocab, eos, folder)
     result = sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
     if result is None or not result:
         return row
-    import transformers
-
     # the word-level tokenizer itself: transformers' AutoTokenizer reads it as the type's own class (a Qwen2 BPE with
     # no merges turns "w5" into nothing)
     result.source.preprocessor = transformers.PreTrainedTokenizerFast.from_pretrained(folder)
@@ -128,23 +136,14 @@ def one_encoder(task: str, model_type: str, class_name: str, folder: Path) -> di
 def one_seq2seq(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     """One encoder-decoder through onnx-nb's export and transformers.js's text2text-generation (in a child process):
     its greedy tokens for each prompt against PyTorch's."""
-    import transformers
-
     row: dict[str, Any] = {"type": model_type, "class": class_name, "task": TEXT_TO_TEXT}
     started = time.perf_counter()
     made = seq2seq_sweep.built(model_type, class_name, folder, row)
     if made is None:
         return row
     model, prompts = made[0], made[1]
-    config = model.config
-    word_tokenizer(int(model.get_input_embeddings().num_embeddings), getattr(config, "eos_token_id", None), folder)
-    result = sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
-    if result is None or not result:
-        return row
-    result.source.preprocessor = transformers.PreTrainedTokenizerFast.from_pretrained(folder)
-    checked(row, result, folder.parent / "web", [" ".join(f"w{i}" for i in p) for p in prompts])
-    row["seconds"] = round(time.perf_counter() - started, 1)
-    return row
+    return generated(row, folder, started, int(model.get_input_embeddings().num_embeddings),
+                     getattr(model.config, "eos_token_id", None), prompts)
 
 
 def checked(row: dict[str, Any], result: Any, folder: Path, texts: list[str]) -> None:
