@@ -1,5 +1,6 @@
 """Changing a model proto before it is saved: axis names, tied weights stored once (and untied for a quantizer), a
-wrapper's name prefix stripped, external data written as one page-aligned file beside the model."""
+wrapper's name prefix stripped, the nodes and weights nothing reads dropped, external data written as one
+page-aligned file beside the model."""
 
 from __future__ import annotations
 
@@ -114,13 +115,46 @@ def name_folded_weights(proto: Any) -> int:
         return 0
 
 
+def live_nodes(nodes: list[Any], outputs: set[str]) -> list[Any]:
+    """The nodes (in a graph's order) some of ``outputs`` depends on; a name a node's subgraphs read from the graph
+    around them counts as one of its inputs."""
+    needed = set(outputs)
+    keep = []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output):
+            keep.append(node)
+            needed.update(i for i in node.input if i)
+            needed.update(_read_inside(node))
+    return keep[::-1]
+
+
+def drop_unused(proto: Any) -> None:
+    """Initializers, inputs and value infos no node (nor a node's subgraph) reads any more, dropped in place."""
+    used = {i for n in proto.graph.node for i in n.input} | {o.name for o in proto.graph.output} | \
+        _subgraph_names(proto.graph)
+    made = {o for n in proto.graph.node for o in n.output}
+    inits = [t for t in proto.graph.initializer if t.name in used]
+    proto.graph.ClearField("initializer")
+    proto.graph.initializer.extend(inits)
+    inputs = [i for i in proto.graph.input if i.name in used]
+    proto.graph.ClearField("input")
+    proto.graph.input.extend(inputs)
+    infos = [v for v in proto.graph.value_info if v.name in made]
+    proto.graph.ClearField("value_info")
+    proto.graph.value_info.extend(infos)
+
+
 def _subgraph_names(graph: Any) -> set[str]:
     """Every name the subgraphs of ``graph``'s nodes (If, Loop, Scan bodies) read or write."""
+    return {name for node in graph.node for name in _read_inside(node)}
+
+
+def _read_inside(node: Any) -> set[str]:
+    """Every name ``node``'s own subgraphs (an If's branches, a Loop's body) and theirs read or write."""
     names: set[str] = set()
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                names |= {n for inner in sub.node for n in [*inner.input, *inner.output]} | _subgraph_names(sub)
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+            names |= {n for inner in sub.node for n in [*inner.input, *inner.output]} | _subgraph_names(sub)
     return names
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
+from ...runtime.onnxedit import drop_unused, live_nodes
 
 BATCH = "batch_size"  # the name transformers.js reads as the batch when it makes an empty cache
 STATES = "encoder_hidden_states"  # onnx-nb's encoder states (an output of the encoder, an input of the decoder)
@@ -43,7 +44,10 @@ def _states_alone(encoder: Any) -> Any:
     for name in cross:
         encoder.graph.output.remove(next(o for o in encoder.graph.output if o.name == name))
     _rename(encoder.graph, STATES, "last_hidden_state")
-    _prune(encoder.graph)
+    live = live_nodes(list(encoder.graph.node), {"last_hidden_state"})
+    del encoder.graph.node[:]
+    encoder.graph.node.extend(live)
+    drop_unused(encoder)
     return encoder
 
 
@@ -145,29 +149,3 @@ def _rename(graph: Any, old: str, new: str) -> None:
     for node in graph.node:
         node.input[:] = [new if n == old else n for n in node.input]
         node.output[:] = [new if n == old else n for n in node.output]
-
-
-def _prune(graph: Any) -> None:
-    """Only the nodes and weights the graph's outputs need."""
-    producer = {o: n for n in graph.node for o in n.output}
-    needed: dict[int, Any] = {}
-    stack = [o.name for o in graph.output]
-    seen: set[str] = set()
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        node = producer.get(name)
-        if node is not None and id(node) not in needed:
-            needed[id(node)] = node
-            stack.extend(node.input)
-            for attribute in node.attribute:  # names a subgraph reads from this scope
-                for sub in [attribute.g, *attribute.graphs]:
-                    stack.extend(i for n in sub.node for i in n.input)
-    kept = [n for n in graph.node if id(n) in needed]
-    del graph.node[:]
-    graph.node.extend(kept)
-    kept_weights = [i for i in graph.initializer if i.name in seen]
-    del graph.initializer[:]
-    graph.initializer.extend(kept_weights)

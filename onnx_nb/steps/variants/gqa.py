@@ -28,7 +28,7 @@ import numpy as np
 
 from ...errors import NotRewritableError as NotRewritable
 from ...runtime.facts import PRESENT_PREFIX
-from ...runtime.onnxedit import save_proto
+from ...runtime.onnxedit import drop_unused, live_nodes, save_proto
 from ...runtime.onnxfile import GQA_OP
 from ..export.caches.gqa_io import COS, PRESENT_AXIS, SEQLENS, SIN, TOTAL, mask_nodes
 from ..export.caches.gqa_io import rotary_tables as tables_of
@@ -197,10 +197,10 @@ def rewrite(src: Path, dst: Path, model: Any, big: bool = False) -> dict[str, in
         elif id(node) not in gone:
             kept.append(node)
     proto.graph.ClearField("node")
-    proto.graph.node.extend(_live(kept, outputs))
+    proto.graph.node.extend(live_nodes(kept, outputs))
     proto.graph.initializer.extend(new_inits)
     norms = _fuse_norms(proto)
-    _prune(proto)
+    drop_unused(proto)
     for o in proto.graph.output:
         if o.name.startswith(PRESENT_PREFIX):
             o.type.tensor_type.shape.dim[2].dim_param = PRESENT_AXIS
@@ -254,29 +254,3 @@ def _fuse_norms(proto: Any) -> int:
     proto.graph.ClearField("node")
     proto.graph.node.extend(order)
     return len(fused)
-
-
-def _live(nodes: list[Any], outputs: set[str]) -> list[Any]:
-    """Nodes some graph output depends on, in their order."""
-    needed = set(outputs)
-    keep = []
-    for node in reversed(nodes):
-        if any(o in needed for o in node.output):
-            keep.append(node)
-            needed.update(i for i in node.input if i)
-    return keep[::-1]
-
-
-def _prune(proto: Any) -> None:
-    """Initializers, inputs and value infos no node reads any more (``position_ids`` among them)."""
-    used = {i for n in proto.graph.node for i in n.input} | {o.name for o in proto.graph.output}
-    made = {o for n in proto.graph.node for o in n.output}
-    inits = [t for t in proto.graph.initializer if t.name in used]
-    proto.graph.ClearField("initializer")
-    proto.graph.initializer.extend(inits)
-    inputs = [i for i in proto.graph.input if i.name in used]
-    proto.graph.ClearField("input")
-    proto.graph.input.extend(inputs)
-    infos = [v for v in proto.graph.value_info if v.name in made]
-    proto.graph.ClearField("value_info")
-    proto.graph.value_info.extend(infos)
