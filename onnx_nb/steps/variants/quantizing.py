@@ -220,7 +220,6 @@ class _Plan:
             level_now = own.get("accuracy_level")
             with scratch_dir("onnx-nb-quant-") as scratch, quiet(warnings, []), temp_inside(scratch):
                 prepared = Path(scratch) / "prepared.onnx"
-                feed = self.outlier_feed(src)
                 if self.route_made(chosen, dropped):  # the same quantizer call the route choice made a moment ago
                     import shutil
 
@@ -238,7 +237,7 @@ class _Plan:
                                   bool(own.get("gemm_as_matmul")), chosen if chosen and not int4 else "u8s8",
                                   self.cpu.label if chosen and not int4 else "", algorithm=chosen or "rtn",
                                   lm_head_bits=int(own.get("lm_head_bits", 4)), eight_bit=eight,
-                                  outlier_feed=feed))
+                                  outlier_feed=self.outlier_feed(src)))
                 except OnnxNbError:
                     raise
                 except Exception as exc:

@@ -254,15 +254,15 @@ def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
     if not (staged / "tokenizer.json").is_file():
         raise InvalidArgumentError(f"{source.name}'s tokenizer wrote no tokenizer.json (a slow tokenizer): "
                                    "transformers.js reads tokenizer.json only.")
+    from .verdicts import GENERATING
+
     generation = getattr(source.model, "generation_config", None)
-    if task == "text2text-generation" and generation is not None:
+    if task in GENERATING and generation is not None:
         generation.to_json_file(str(staged / "generation_config.json"))
     if task == "text-generation":
         settings = staged / "tokenizer_config.json"
         kept = json.loads(settings.read_text()) if settings.is_file() else {}
         settings.write_text(json.dumps({**kept, "padding_side": "left"}, indent=2))  # a batch of prompts, padded
-        if generation is not None:
-            generation.to_json_file(str(staged / "generation_config.json"))
 
 
 def _model_files(path: Path, staged: Path, precision: str, layout: Any, export: Any) -> None:
