@@ -115,6 +115,53 @@ def test_a_multi_query_decoder_takes_keys_and_values_fused_as_transformers_js_fe
     assert not [v.name for v in graph.input if v.name.endswith((".key", ".value"))]
 
 
+@pytest.mark.parametrize("model_type", ["granitemoehybrid", "olmo_hybrid"])
+def test_a_state_keeping_decoder_takes_the_whole_prompt_with_its_states_named_as_transformers_js_feeds_them(
+        tmp_path: Path, model_type: str) -> None:
+    """onnx-nb's file of a model that keeps a state per layer takes one token per step; transformers.js feeds the
+    whole prompt first. The folder's file runs the graph once per token inside a Loop and names the states as
+    transformers.js 4.3 does for the architecture: Granite 4's Mamba layers past_conv.{i} / past_ssm.{i} (its layer
+    kinds written "mamba" / "attention" in config.json), OLMo-Hybrid's linear attention past_recurrent.{i} and its
+    convolution state in three parts (past_conv.{i}.query/.key/.value). Its greedy tokens are PyTorch's."""
+    import sys
+
+    import torch
+    import transformers
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import registry_sweep
+
+    fast = _bpe_tokenizer()
+    config = registry_sweep.tiny_config(model_type)
+    config.vocab_size, config.eos_token_id, config.pad_token_id, config.bos_token_id = len(fast), 0, 0, 0
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():  # weights spread enough that the greedy tokens change from step to step
+        for name, p in model.named_parameters():
+            if name.endswith("proj.weight") and p.dim() == 2:
+                p.normal_(0, 0.2)
+    model.save_pretrained(tmp_path / "model")
+    fast.save_pretrained(tmp_path / "model")
+    result = onnx_nb.export(str(tmp_path / "model"), out=tmp_path / "model.onnx", progress=False)
+    graph = onnx.load(str(tmp_path / "model.onnx")).graph
+    assert [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim][1:] == [1]  # one token per step
+
+    bundle = onnx_nb.to_transformers_js(result, tmp_path / "web", texts=["the quick brown fox jumps", "lazy"],
+                                        max_new_tokens=8, runtime="node", progress=False)
+    assert bundle and bundle.checks[0].figures == {"prompts": 2, "tokens_equal": 2}, repr(bundle)
+    web = onnx.load(str(tmp_path / "web" / "onnx" / "model.onnx")).graph
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in web.input}
+    assert dims["input_ids"] == ["batch_size", "sequence_length"] and [n.op_type for n in web.node].count("Loop") == 1
+    assert dims["past_key_values.1.key"][0] == "batch_size"
+    settings = json.loads((tmp_path / "web" / "config.json").read_text())
+    if model_type == "granitemoehybrid":
+        assert {"past_conv.0", "past_ssm.0"} <= set(dims) and settings["layer_types"] == ["mamba", "attention"]
+    else:
+        assert {"past_conv.0.query", "past_conv.0.key", "past_conv.0.value", "past_recurrent.0"} <= set(dims)
+        assert "present_conv.0.value" in {o.name for o in web.output}
+    assert not [n for n in dims if ".conv." in n and n.startswith("past_key_values")]
+
+
 def test_an_encoder_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: Path) -> None:
     """A tiny T5 (text2text-generation): encoder_model.onnx (last_hidden_state out) and decoder_model_merged.onnx,
     whose cross-attention cache is computed from encoder_hidden_states on the first step (transformers.js feeds it

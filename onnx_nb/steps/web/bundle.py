@@ -246,6 +246,11 @@ def _write(target: Path, export: Any, files: dict[str, Path], layout: Any, task:
 def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
     source = export.source
     source.model.config.to_json_file(str(staged / "config.json"))
+    if task == "text-generation":
+        from .layouts import config_as_read
+
+        read = config_as_read(json.loads((staged / "config.json").read_text()))
+        (staged / "config.json").write_text(json.dumps(read, indent=2))
     tokenizer = source.preprocessor
     if tokenizer is None or not hasattr(tokenizer, "save_pretrained"):
         raise InvalidArgumentError(f"{source.name} came with no tokenizer: transformers.js tokenizes with the "

@@ -9,7 +9,12 @@ graph computes what it computed.
 A multi-query model (``config.multi_query``: GPTBigCode, Falcon) is fed one ``past_key_values.{i}.key_value`` per
 layer, as Optimum wrote them: keys and values of the one key/value head side by side, ``[batch, sequence, 2 x head
 size]``. Its file then takes and returns that, split into and joined from the graph's own keys and values by a few
-added nodes (Split, Unsqueeze; Squeeze, Concat)."""
+added nodes (Split, Unsqueeze; Squeeze, Concat).
+
+A model that keeps a state per layer (onnx-nb's one-token file: ``past_key_values.{i}.conv.0``, ``.recurrent.0``) is
+made to take a whole prompt (:mod:`onnx_nb.steps.web.prompt_loop`) and its states are named as transformers.js names
+them per architecture (its ``getCacheNames``, 4.3.2): ``past_conv.{i}`` and ``past_ssm.{i}`` for the Mamba hybrids it
+lists, ``past_conv.{i}`` and ``past_recurrent.{i}`` for the others (``present_*`` out)."""
 
 from __future__ import annotations
 
@@ -17,26 +22,36 @@ import re
 from typing import Any
 
 from ...errors import InvalidArgumentError
-from ...runtime.facts import is_cache
+from ...runtime.facts import is_cache, is_state, present_of
+from .prompt_loop import whole_prompt
 
 BATCH = "batch_size"  # the name transformers.js reads as the batch when it makes an empty cache
 KEYS_VALUES = re.compile(r"past_key_values\.\d+\.(key|value)")
+STATE_PREFIXES = ("past_conv.", "past_ssm.", "past_recurrent.")
+SSM_NAMED = frozenset({"granitemoehybrid", "falcon_h1", "nemotron_h"})  # a recurrent state fed as past_ssm.{i}
+# the layer kinds transformers.js matches for those ("mamba", "attention"), for the words transformers 5 writes
+LAYER_KINDS_READ = {"linear_attention": "mamba", "full_attention": "attention"}
 
 
 def decoder_layout(proto: Any, config: Any = None, export: Any = None) -> None:
     """Rename, in place, the batch axis of a decoder's cache (and every input and output naming it the same) to
-    ``batch_size``, and fuse a multi-query model's keys and values (``config.multi_query``); refuse a cache
-    transformers.js would feed otherwise (states of fixed shape, heads not fixed)."""
+    ``batch_size``, make a state file take the whole prompt with its states named as transformers.js feeds them,
+    and fuse a multi-query model's keys and values (``config.multi_query``); refuse a cache transformers.js would
+    feed otherwise (heads not fixed, a cache of another shape)."""
+    if any(is_state(v.name) for v in proto.graph.input):
+        whole_prompt(proto)
+        state_names(proto, config)
     renamed: set[str] = set()
     for value in proto.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        if value.name.startswith(STATE_PREFIXES) and dims[0].dim_param:
+            renamed.add(dims[0].dim_param)
         if not is_cache(value.name):
             continue
-        dims = value.type.tensor_type.shape.dim
         if not KEYS_VALUES.fullmatch(value.name) or len(dims) != 4:
             raise InvalidArgumentError(
                 f"The decoder's cache input {value.name} is not keys or values of [batch, heads, sequence, head size]: "
-                "transformers.js feeds such states by names and shapes of its own per architecture (past_conv.N, "
-                "past_ssm.N), which onnx-nb does not write yet.")
+                "transformers.js feeds a cache by the names and shapes Optimum gave it.")
         if not (dims[1].HasField("dim_value") and dims[3].HasField("dim_value")):
             raise InvalidArgumentError(
                 f"The decoder's cache input {value.name} has heads or head size not fixed in the graph "
@@ -50,6 +65,82 @@ def decoder_layout(proto: Any, config: Any = None, export: Any = None) -> None:
                 dim.dim_param = BATCH
     if getattr(config, "multi_query", False):
         fuse_key_values(proto)
+
+
+def state_names(proto: Any, config: Any) -> None:
+    """Name each layer's state as transformers.js feeds it for ``config``'s architecture, in place (inputs, outputs
+    and the nodes reading or writing them)."""
+    kind = getattr(getattr(config, "text_config", None), "model_type", None) or getattr(config, "model_type", "")
+    renames: dict[str, str] = {}
+    for value in proto.graph.input:
+        if not is_state(value.name):
+            continue
+        _, layer, state, index = value.name.split(".")
+        if index != "0":
+            raise InvalidArgumentError(
+                f"{kind} keeps several {state} states per layer ({value.name}); transformers.js feeds one per layer "
+                "by its own names for this architecture, which onnx-nb does not write.")
+        fed = "ssm" if state == "recurrent" and kind in SSM_NAMED else state
+        renames[value.name] = f"past_{fed}.{layer}"
+        renames[present_of(value.name)] = f"present_{fed}.{layer}"
+    for value in [*proto.graph.input, *proto.graph.output]:
+        value.name = renames.get(value.name, value.name)
+    for node in proto.graph.node:  # the top graph's own nodes (the prompt's Loop) read and write them
+        node.input[:] = [renames.get(n, n) for n in node.input]
+        node.output[:] = [renames.get(n, n) for n in node.output]
+    parts = conv_parts(config) if kind == "olmo_hybrid" else None
+    if parts:
+        split_states(proto, "conv", parts)
+
+
+def conv_parts(config: Any) -> list[tuple[str, int]]:
+    """OLMo-Hybrid's convolution state in the three parts transformers.js feeds (its channels: the queries', the
+    keys', the values', as the model concatenates them), with their sizes."""
+    text = getattr(config, "text_config", None) or config
+    keys = int(text.linear_key_head_dim) * int(text.linear_num_key_heads)
+    values = int(text.linear_value_head_dim) * int(text.linear_num_value_heads)
+    return [("query", keys), ("key", keys), ("value", values)]
+
+
+def split_states(proto: Any, state: str, parts: list[tuple[str, int]]) -> None:
+    """Each ``past_{state}.{i}`` fed as its channel parts (``past_{state}.{i}.{part}``, joined by a Concat before the
+    graph's nodes) and each ``present_{state}.{i}`` returned as them (split after), in place."""
+    from onnx import TensorProto, helper
+
+    graph = proto.graph
+    sizes = f"onnx_nb_web_{state}_parts"
+    graph.initializer.append(helper.make_tensor(sizes, TensorProto.INT64, [len(parts)], [n for _, n in parts]))
+    inputs, outputs, before, after = [], [], [], []
+    for value in graph.input:
+        if not value.name.startswith(f"past_{state}."):
+            inputs.append(value)
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if dims[1].dim_value != sum(n for _, n in parts):
+            raise InvalidArgumentError(f"{value.name} holds {dims[1].dim_value} channels, not the "
+                                       f"{sum(n for _, n in parts)} of its parts {parts}.")
+        present = "present" + value.name[len("past"):]
+        before.append(helper.make_node("Concat", [f"{value.name}.{p}" for p, _ in parts], [value.name], axis=1))
+        after.append(helper.make_node("Split", [present, sizes], [f"{present}.{p}" for p, _ in parts], axis=1))
+        kind = value.type.tensor_type.elem_type
+        rest = [d.dim_param or d.dim_value for d in dims[2:]]
+        inputs += [helper.make_tensor_value_info(f"{value.name}.{p}", kind, [dims[0].dim_param or dims[0].dim_value,
+                                                                              n, *rest]) for p, n in parts]
+        outputs += [helper.make_tensor_value_info(f"{present}.{p}", kind, [dims[0].dim_param or dims[0].dim_value,
+                                                                            n, *rest]) for p, n in parts]
+    split = {n.input[0] for n in after}
+    _rewired(graph, inputs, [v for v in graph.output if v.name not in split] + outputs, before, after)
+
+
+def config_as_read(settings: dict[str, Any]) -> dict[str, Any]:
+    """``config.json``'s values (a dict, changed in place and returned) as transformers.js reads them: a Mamba
+    hybrid's layer kinds in the words its cache names follow (``mamba``, ``attention``), where transformers 5 writes
+    ``linear_attention``, ``full_attention`` (transformers.js 4.3.2 would then feed no cache at all)."""
+    if settings.get("model_type") in SSM_NAMED:
+        for key in ("layer_types", "layers_block_type"):
+            if isinstance(settings.get(key), list):
+                settings[key] = [LAYER_KINDS_READ.get(k, k) for k in settings[key]]
+    return settings
 
 
 def fuse_key_values(proto: Any) -> None:
@@ -89,11 +180,15 @@ def fuse_key_values(proto: Any) -> None:
                                                       [BATCH, "total_sequence_length", 2 * head]))
     fused = {n for layer in layers for n in (f"{layer}.key", f"{layer}.value")}
     gone = {"present" + n[len("past_key_values"):] for n in fused}
-    inputs = [v for v in graph.input if v.name not in fused] + keep_in
-    outputs = [v for v in graph.output if v.name not in gone] + keep_out
+    _rewired(graph, [v for v in graph.input if v.name not in fused] + keep_in,
+             [v for v in graph.output if v.name not in gone] + keep_out, split, join)
+
+
+def _rewired(graph: Any, inputs: list[Any], outputs: list[Any], before: list[Any], after: list[Any]) -> None:
+    """``graph`` with these inputs and outputs, and nodes added before and after its own."""
     del graph.input[:], graph.output[:]
     graph.input.extend(inputs)
     graph.output.extend(outputs)
-    nodes = [*split, *graph.node, *join]
+    nodes = [*before, *graph.node, *after]
     del graph.node[:]
     graph.node.extend(nodes)
