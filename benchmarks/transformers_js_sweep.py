@@ -6,10 +6,12 @@ tokenizer whose words are its token ids ("w5 w9 w14": transformers.js's tokenize
 exported with one default ``onnx_nb.export(folder)``, written with ``onnx_nb.to_transformers_js`` and run by
 transformers.js itself under Node.js: its greedy tokens for each prompt alone against PyTorch's ``generate()``.
 ``--task text2text-generation`` does the same for the encoder-decoders (``seq2seq_sweep``'s build; an encoder file and
-a merged decoder); ``--task fill-mask`` (or ``text-classification``, ``token-classification``) for that pipeline: the
-types both registries hold for it, built as ``task_sweep`` builds them, the pipeline's every output judged against
-PyTorch on the same ids (a masked word among the fill-mask texts). Each type in a process of its own with a time
-limit.
+a merged decoder); ``--task fill-mask`` (or ``text-classification``, ``token-classification``,
+``question-answering``) for that pipeline: the types both registries hold for it, built as ``task_sweep`` builds them,
+the pipeline's every output judged against PyTorch on the same ids (a masked word among the fill-mask texts;
+[question, context] pairs of the same words). ``--task image-classification``: the type's own image processor from
+transformers' registry at the config's size saved beside it, run on the bundle's default images.
+Each type in a process of its own with a time limit.
 
     .venv/bin/python benchmarks/transformers_js_sweep.py [--task fill-mask] [--only llama,gpt2] [--timeout 240]
 
@@ -34,7 +36,10 @@ ROOT = sweep.ROOT
 RESULTS = ROOT / "benchmarks" / "results" / "transformers_js_sweep.json"
 GENERATION = "text-generation"
 TEXT_TO_TEXT = "text2text-generation"  # the encoder-decoders seq2seq_sweep builds
-ENCODER_TASKS = ("fill-mask", "text-classification", "token-classification")  # task_sweep builds each
+# built by task_sweep
+ENCODER_TASKS = ("fill-mask", "text-classification", "token-classification", "question-answering",
+                 "image-classification")
+IMAGES = ("image-classification",)  # run on the bundle's default images, by a processor saved with the model
 TASKS = (GENERATION, TEXT_TO_TEXT, *ENCODER_TASKS)
 
 
@@ -111,6 +116,13 @@ def one_encoder(task: str, model_type: str, class_name: str, folder: Path) -> di
     started = time.perf_counter()
     if not task_sweep.built(task, model_type, class_name, folder, row):
         return row
+    if task in IMAGES:
+        image_processor(model_type, transformers.AutoConfig.from_pretrained(folder), folder, row)
+        result = sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
+        if result is not None and result:
+            checked(row, result, folder.parent / "web", None)
+        row["seconds"] = round(time.perf_counter() - started, 1)
+        return row
     config = sweep.text_of(transformers.AutoConfig.from_pretrained(folder))
     vocab = int(getattr(config, "vocab_size", 0) or 0)
     if vocab < 16:
@@ -128,7 +140,8 @@ def one_encoder(task: str, model_type: str, class_name: str, folder: Path) -> di
     end = getattr(config, "eos_token_id", None)
     if isinstance(end, int) and 0 <= end < vocab:  # each text ends as its tokenizer ends it (BART's classifier pools
         texts = [f"{t} w{end}" for t in texts]      # at the end-of-sequence token, one per row)
-    checked(row, result, folder.parent / "web", texts)
+    pairs: list[Any] = [[t, u] for t, u in zip(texts, texts[::-1])]  # question answering's [question, context]
+    checked(row, result, folder.parent / "web", pairs if task == "question-answering" else texts)
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
 
@@ -146,7 +159,30 @@ def one_seq2seq(model_type: str, class_name: str, folder: Path) -> dict[str, Any
                      getattr(model.config, "eos_token_id", None), prompts)
 
 
-def checked(row: dict[str, Any], result: Any, folder: Path, texts: list[str]) -> None:
+def image_processor(model_type: str, config: Any, folder: Path, row: dict[str, Any]) -> None:
+    """The type's own image processor (transformers' registry; its PIL build where it has one) at the config's
+    image size, saved to ``folder``; a type with none registered gets ViT's, said in ``row``."""
+    import transformers
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+
+    names = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type)
+    if names is None:
+        row["processor"] = "none registered: ViT's"
+        names = IMAGE_PROCESSOR_MAPPING_NAMES["vit"]
+    cls = getattr(transformers, names.get("pil") or names["torchvision"])
+    side, made = getattr(config, "image_size", None), cls()
+    settings: dict[str, Any] = {}
+    if isinstance(side, int):  # the processor makes the model's own size (position embeddings are sized for it)
+        if getattr(made.size, "height", None):
+            settings["size"] = {"height": side, "width": side}
+        elif getattr(made.size, "shortest_edge", None):
+            settings["size"] = {"shortest_edge": side}
+        if getattr(made, "crop_size", None):
+            settings["crop_size"] = {"height": side, "width": side}
+    cls(**settings).save_pretrained(folder)
+
+
+def checked(row: dict[str, Any], result: Any, folder: Path, texts: list[Any] | None) -> None:
     """The folder written and run by transformers.js (Node.js): its verdict into ``row``."""
     import onnx_nb
     from onnx_nb.errors import first_line
@@ -229,7 +265,10 @@ def section(path: Path = RESULTS) -> list[str]:
         totals = [totals[0] + len(good), totals[1] + len(base)]
         how = ("built as the sequence-to-sequence sweep builds them, an encoder file and a merged decoder, greedy "
                "tokens for each prompt against PyTorch's" if task == TEXT_TO_TEXT else "built as the task sweep builds "
-               "them, every output of transformers.js's `pipeline` judged against PyTorch on the same ids")
+               "them with the type's own image processor, every output of transformers.js's model judged against "
+               "PyTorch on the pixel values transformers.js's processor made" if task in IMAGES else "built as the "
+               "task sweep builds them, every output of transformers.js's `pipeline` judged against PyTorch on the "
+               "same ids")
         lines += ["", f"**{task}** (`--task {task}`, {found[1]['date']}; the types both registries hold for the "
                   f"pipeline, {how}): **{len(good)} of the {len(base)} types onnx-nb exports "
                   f"({100 * len(good) / max(1, len(base)):.1f}%)**; {len(rows)} types both registries hold.", "",

@@ -162,6 +162,58 @@ def test_a_state_keeping_decoder_takes_the_whole_prompt_with_its_states_named_as
     assert not [n for n in dims if ".conv." in n and n.startswith("past_key_values")]
 
 
+def test_an_image_classifier_folder_gives_pytorchs_logits_from_transformers_js_own_processor(tmp_path: Path) -> None:
+    """A tiny ViT (image-classification) with its ViTImageProcessor: the folder holds preprocessor_config.json,
+    transformers.js's processor prepares the images, PyTorch's model takes the same pixel_values, fp32 and q8 agree
+    at their tolerances; at the processor's own size its pixel values are transformers' (a larger image is resized
+    by each library its own way: the gap is reported, the model judged on transformers.js's pixels)."""
+    import numpy as np
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                    num_attention_heads=4, intermediate_size=37, num_labels=5)
+    transformers.ViTForImageClassification(config).eval().save_pretrained(tmp_path / "vit")
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "vit")
+    result = onnx_nb.export(str(tmp_path / "vit"), out=tmp_path / "vit.onnx", progress=False)
+    int8 = onnx_nb.quantize(result, out=tmp_path / "vit.int8.onnx")
+    bundle = onnx_nb.to_transformers_js([result, int8], tmp_path / "web", runtime="node", progress=False)
+    assert bundle and bundle.task == "image-classification" and bundle.images == ["32x32 RGB"] * 2, repr(bundle)
+    assert (tmp_path / "web" / "preprocessor_config.json").is_file()
+    fp32, q8 = bundle.checks
+    assert fp32.figures["logits"]["max_abs"] < 1e-5 and q8.figures["logits"]["cosine"] > 0.99
+    assert fp32.figures["processor_max_abs"] < 1e-6, fp32.measure
+
+    photo = np.random.default_rng(1).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    resized = onnx_nb.to_transformers_js(result, tmp_path / "web64", images=[photo], runtime="node", progress=False)
+    assert resized and resized.images == ["64x48 RGB"] and "processor_max_abs" in resized.checks[0].figures
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="uint8"):
+        onnx_nb.to_transformers_js(result, tmp_path / "bad", images=[photo.astype(np.float32)], progress=False)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_question_answering_folder_gives_pytorchs_span_logits_for_question_and_context_pairs(
+        tmp_path: Path) -> None:
+    """A tiny BERT question-answering head: transformers.js tokenizes [question, context] pairs as one text and its
+    pair (the same ids as transformers' tokenizer), and its start and end logits are PyTorch's on them."""
+    import torch
+    import transformers
+
+    fast = _bpe_tokenizer()
+    torch.manual_seed(0)
+    transformers.BertForQuestionAnswering(transformers.BertConfig(
+        vocab_size=len(fast), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=64)).eval().save_pretrained(tmp_path / "qa")
+    fast.save_pretrained(tmp_path / "qa")
+    result = onnx_nb.export(str(tmp_path / "qa"), out=tmp_path / "qa.onnx", progress=False)
+    pairs = [["the quick fox", "the lazy dog jumps over the quick brown fox"], ["lazy", "brown dog"]]
+    bundle = onnx_nb.to_transformers_js(result, tmp_path / "web", texts=pairs, runtime="node", progress=False)
+    assert bundle and bundle.task == "question-answering" and bundle.texts == pairs, repr(bundle)
+    figures = bundle.checks[0].figures
+    assert figures["start_logits"]["max_abs"] < 1e-4 and figures["end_logits"]["max_abs"] < 1e-4, figures
+
+
 def test_an_encoder_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: Path) -> None:
     """A tiny T5 (text2text-generation): encoder_model.onnx (last_hidden_state out) and decoder_model_merged.onnx,
     whose cross-attention cache is computed from encoder_hidden_states on the first step (transformers.js feeds it

@@ -1,6 +1,7 @@
 // transformers.js's own run of a folder onnx-nb wrote, at each precision asked for: the task's pipeline, the inputs
 // its tokenizer gave, every output tensor of the model, the pipeline's answer and, for text generation, the greedy
-// tokens of each text alone (or the error transformers.js raised). One implementation for both places it runs: Node.js
+// tokens of each text alone (or the error transformers.js raised). An image task's request brings its images as RGB
+// pixels ({width, height, data}); its processor's tensors come back as the inputs. One implementation for both places it runs: Node.js
 // (transformers_node.js) and a browser page (ortweb_core.js's "tjs" request).
 
 // a tensor as plain JSON (int64 data arrives as BigInt)
@@ -14,6 +15,15 @@ export async function checkFolder(tjs, request) {
   const json = (value) => JSON.parse(JSON.stringify(value, (_, v) => (typeof v === "bigint" ? Number(v) :
     v instanceof tjs.Tensor ? v.tolist() : v)));
   const out = { version: tjs.env.version, runs: [] };
+  const images = (request.images ?? []).map((im) => new tjs.RawImage(Uint8ClampedArray.from(im.data), im.width,
+                                                                       im.height, 3));
+  // the model's inputs as the pipeline makes them: its processor's from the images, else its tokenizer's (of
+  // [question, context] pairs for question answering)
+  const paired = request.task === "question-answering";
+  const encode = (pipe, texts) => (images.length ? pipe.processor(images)
+    : paired ? pipe.tokenizer(texts.map((t) => t[0]), { text_pair: texts.map((t) => t[1]), padding: true,
+                                                        truncation: true })
+      : pipe.tokenizer(texts, { padding: true, truncation: true }));
   for (const dtype of request.dtypes) {
     const run = { dtype };
     const started = performance.now();
@@ -31,16 +41,16 @@ export async function checkFolder(tjs, request) {
         }
         run.answer = json(await pipe(request.texts[0], { max_new_tokens: request.max_new_tokens, do_sample: false, num_beams: 1 }));
       } else {
-        const enc = await pipe.tokenizer(request.texts, { padding: true, truncation: true });
+        const enc = await encode(pipe, request.texts);
         run.inputs = tensors(enc);
         run.outputs = tensors(await pipe.model(enc));
         const options = request.task === "feature-extraction" ? { pooling: "mean", normalize: true } : {};
-        run.answer = json(await pipe(request.texts, options));
+        run.answer = json(paired ? await pipe(request.texts[0][0], request.texts[0][1])
+          : await pipe(images.length ? images : request.texts, options));
       }
       run.first_ms = performance.now() - ran;
       // timed runs of the model itself on the same inputs (the first text, for generation): its latency here
-      const enc = await pipe.tokenizer(generating ? request.texts[0] : request.texts,
-                                       { padding: true, truncation: true });
+      const enc = await encode(pipe, generating ? request.texts[0] : request.texts);
       run.times_ms = [];
       for (let i = 0; i < (request.runs ?? 3); i++) {
         const t0 = performance.now();

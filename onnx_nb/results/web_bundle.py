@@ -67,7 +67,8 @@ class WebBundle:
     checks: list[WebCheck] = field(default_factory=list)
     transformers_js: str = ""
     unchecked: str = ""
-    texts: list[str] = field(default_factory=list)
+    texts: list[Any] = field(default_factory=list)  # question answering's: [question, context] pairs
+    images: list[str] = field(default_factory=list)  # an image task's images, by size
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -106,5 +107,5 @@ class WebBundle:
         return {"folder": str(self.folder), "name": self.name, "task": self.task, "model_type": self.model_type,
                 "files": [str(f) for f in self.files], "checks": [c.to_dict() for c in self.checks],
                 "transformers_js": self.transformers_js, "unchecked": self.unchecked,
-                "texts": list(self.texts), "notes": list(self.notes), "passed": self.passed,
-                "seconds": round(self.seconds, 3)}
+                "texts": list(self.texts), "images": list(self.images), "notes": list(self.notes),
+                "passed": self.passed, "seconds": round(self.seconds, 3)}

@@ -41,7 +41,9 @@ TASK_MAPPINGS = {"feature-extraction": ("MODEL_MAPPING_NAMES_",),
                  "token-classification": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",),
                  "fill-mask": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES",),
                  "text-generation": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
-                 "text2text-generation": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",)}
+                 "text2text-generation": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",),
+                 "question-answering": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",),
+                 "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",)}
 
 
 def node_modules() -> Path:
@@ -75,6 +77,21 @@ def _mappings(entry: Path) -> dict[str, dict[str, str]]:
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def _image_processors(entry: Path) -> frozenset[str]:
+    text = entry.read_text()
+    found = re.search(r"__export\(image_processors_exports, \{(.*?)\}\);", text, re.S)
+    return frozenset(re.findall(r"(\w+): \(\) =>", found.group(1))) if found else frozenset()
+
+
+def image_processors() -> frozenset[str]:
+    """The image processor classes transformers.js names (``ViTImageProcessor``, ``BeitFeatureExtractor`` ...);
+    empty where its copy is not here."""
+    if not version():
+        return frozenset()
+    return _image_processors(node_modules().joinpath(*PACKAGE) / "dist" / "transformers.node.mjs")
+
+
 def registered(task: str) -> dict[str, str] | None:
     """The model types (-> class) transformers.js registers for ``task``; None where its copy is not here or the
     task is not one onnx-nb checks."""
@@ -98,16 +115,17 @@ def unavailable_reason() -> str:
 
 
 def run_check(root: Path, name: str, task: str, dtypes: list[str], texts: list[str], max_new_tokens: int,
-              timeout: float = 600.0) -> dict[str, Any]:
+              images: list[dict[str, Any]] | None = None, timeout: float = 600.0) -> dict[str, Any]:
     """transformers.js's run of the folder ``root/name``: the task's pipeline at each of ``dtypes`` on ``texts``
-    (greedy generation of ``max_new_tokens`` tokens for text generation). Returns the script's JSON: ``version``,
+    (greedy generation of ``max_new_tokens`` tokens for text generation), or on ``images`` for an image task (each
+    ``{"width", "height", "data"}``: RGB bytes, row by row). Returns the script's JSON: ``version``,
     ``where`` and ``runs`` (per dtype: ``inputs``, ``outputs``, ``answer``, ``tokens``, ``load_ms``, ``run_ms`` or
     ``error``). Raises :class:`TransformersJsError` when it cannot run or its process fails."""
     reason = unavailable_reason()
     if reason:
         raise TransformersJsError(f"transformers.js cannot check the folder: {reason}.")
     request = {"root": str(root), "name": name, "task": task, "dtypes": dtypes, "texts": texts,
-               "max_new_tokens": max_new_tokens}
+               "max_new_tokens": max_new_tokens, "images": images or []}
     ask = root / f".{name}.check.json"
     ask.write_text(json.dumps(request))
     try:
@@ -141,7 +159,7 @@ _SENT: set[tuple[int, str]] = set()  # (page, build) transformers.js's browser b
 
 
 def run_in_page(root: Path, name: str, task: str, dtypes: list[str], texts: list[str], max_new_tokens: int,
-                build: str = "wasm") -> dict[str, Any]:
+                images: list[dict[str, Any]] | None = None, build: str = "wasm") -> dict[str, Any]:
     """transformers.js's browser build running the folder ``root/name`` in the browser backend's page (the notebook's,
     else a headless Chromium) on ONNX Runtime Web's ``build`` ("wasm": one thread; "webgpu": the page's adapter): the
     same answer as :func:`run_check`, ``where`` naming the page."""
@@ -160,7 +178,7 @@ def run_in_page(root: Path, name: str, task: str, dtypes: list[str], texts: list
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     buffers += [pg.serve(f"tjs/{name}/{f}", (folder / f).read_bytes()) for f in files]
     reply, _ = pg.call({"op": "tjs", "build": build, "name": name, "files": files, "task": task, "dtypes": dtypes,
-                        "texts": texts, "max_new_tokens": max_new_tokens}, buffers)
+                        "texts": texts, "max_new_tokens": max_new_tokens, "images": images or []}, buffers)
     if reply.get("no_adapter"):
         raise NoWebGpuError(f"transformers.js on WebGPU: {reply['error']} in {pg.where()}")
     if "error" in reply:

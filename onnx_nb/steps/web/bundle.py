@@ -22,16 +22,19 @@ from ...runtime.transformers_js import registered, unavailable_reason, version
 DTYPES = {"fp32": ("fp32", ""), "fp16": ("fp16", "_fp16"), "int8": ("q8", "_quantized"), "int4": ("q4", "_q4")}
 # the tasks whose pipeline transformers.js runs on text alone, as onnx-nb checks them
 TASKS = ("feature-extraction", "text-classification", "token-classification", "fill-mask", "text-generation",
-         "text2text-generation")
+         "text2text-generation", "question-answering", "image-classification")
+IMAGE_TASKS = ("image-classification",)  # run on images (its processor's preprocessor_config.json), not text
 # what transformers.js calls an encoder-decoder's text task (transformers names it by what it was trained for)
 TEXT_TO_TEXT = ("text2text-generation", "translation", "summarization")
 TEXTS = ["Hello world", "ONNX models run in the browser, checked against PyTorch."]
+QUESTIONS = [["Where do ONNX models run?", TEXTS[1]], ["What are they checked against?", TEXTS[1]]]
 RUNTIMES = ("auto", "browser", "browser-webgpu", "node")
 
 
 def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None, *, overwrite: bool = False,
-                       check: bool | str = "auto", runtime: str | list[str] = "auto", texts: list[str] | None = None,
-                       max_new_tokens: int = 8, progress: bool = True) -> WebBundle:
+                       check: bool | str = "auto", runtime: str | list[str] = "auto", texts: list[Any] | None = None,
+                       images: list[Any] | None = None, max_new_tokens: int = 8,
+                       progress: bool = True) -> WebBundle:
     """Write the folder transformers.js (npm ``@huggingface/transformers``) loads, from an export and the variants
     made from it, and check it with transformers.js itself.
 
@@ -39,8 +42,9 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     (fp32 -> ``onnx/model.onnx``, fp16 -> ``model_fp16.onnx``, INT8 -> ``model_quantized.onnx``, transformers.js's
     ``q8``; INT4 -> ``model_q4.onnx``). Each file is one onnx-nb already checked against PyTorch. Text models
     (feature-extraction, text-classification, token-classification, fill-mask), decoders with their cache
-    (text-generation) and text-to-text encoder-decoders (text2text-generation: ``encoder_model`` and
-    ``decoder_model_merged`` per precision) are written; other kinds are refused, naming what they are.
+    (text-generation), text-to-text encoder-decoders (text2text-generation: ``encoder_model`` and
+    ``decoder_model_merged`` per precision) and image classifiers (image-classification, with the model's
+    ``preprocessor_config.json``) are written; other kinds are refused, naming what they are.
 
     ``check``: ``"auto"`` runs transformers.js's pipeline on each precision where it can run here and says why not
     otherwise; ``True`` requires it; ``False`` skips it. ``runtime``: where transformers.js runs
@@ -49,9 +53,14 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     ``"browser-webgpu"`` the same on the page's WebGPU adapter, ``"node"`` its Node.js build, ``"auto"`` the
     notebook's page in a notebook, else Node.js, else a headless Chromium. Each row's ``run_ms`` is the median of
     three timed runs of the model on the check's inputs after the check's own run.
-    transformers.js tokenizes ``texts`` (two sentences by default) and runs the model; its outputs are compared with
+    transformers.js tokenizes ``texts`` (two sentences by default; for question-answering, ``[question, context]``
+    pairs) and runs the model; its outputs are compared with
     PyTorch's on the same tokens at the file's tolerance (and, for feature-extraction, the pipeline's mean-pooled
     embeddings by cosine); a decoder generates ``max_new_tokens`` greedy tokens per text, compared with PyTorch's.
+    An image classifier runs on ``images`` (PIL images, ``[height, width, 3]`` uint8 arrays or image files; two
+    made-up images at its processor's size by default): transformers.js's processor prepares them, PyTorch's model
+    takes the same ``pixel_values``, and how far transformers.js's processor is from transformers' own on the same
+    images is reported beside.
 
     Example::
 
@@ -93,17 +102,19 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
             f"transformers.js {version()} has no {task} model for {model_type or 'this model'} (its registry: "
             f"{len(known)} types for {task}); a newer transformers.js may: pass check=False to write the folder "
             "unchecked.")
+    pictures = _images(images, source.preprocessor) if task in IMAGE_TASKS else []
     target = _target(folder, source.name, overwrite)
     with Steps(2 + len(runners), "to_transformers_js", progress) as steps:
         steps.step("writing the folder")
         written = _write(target, export, files, layout, task)
         bundle = WebBundle(target, source.name, task, model_type, written,
-                           texts=list(texts or _default_texts(source, task)))
+                           texts=[] if pictures else list(texts or _default_texts(source, task)),
+                           images=[f"{a.shape[1]}x{a.shape[0]} RGB" for a in pictures])
         bundle.unchecked = reason
         from .verdicts import Judge
 
         judge = Judge(bundle, export, {DTYPES[p][0]: (target / file_name(p, _checked_file(written)), p)
-                                       for p in files}, max_new_tokens)
+                                       for p in files}, max_new_tokens, pictures)
         for run in runners:
             steps.step("checking it in transformers.js")
             try:
@@ -149,12 +160,64 @@ def _checked_file(written: list[Path]) -> str:
     return "decoder_model_merged" if any(p.name.startswith("decoder_model_merged") for p in written) else "model"
 
 
-def _default_texts(source: Any, task: str) -> list[str]:
-    """Two sentences (with the tokenizer's mask token in each for fill-mask)."""
+def _default_texts(source: Any, task: str) -> list[Any]:
+    """Two sentences (with the tokenizer's mask token in each for fill-mask; two [question, context] pairs for
+    question answering)."""
+    if task == "question-answering":
+        return [list(q) for q in QUESTIONS]
     mask = getattr(source.preprocessor, "mask_token", None)
     if task == "fill-mask" and mask:
         return [f"Hello {mask} world", f"ONNX models run in the {mask}, checked against PyTorch."]
     return list(TEXTS)
+
+
+def _processor_as_read(path: Path) -> None:
+    """A processor transformers.js knows by its older name only (BEiT's ``BeitFeatureExtractor``) named so in
+    ``preprocessor_config.json`` (transformers.js refuses an ``image_processor_type`` it does not know)."""
+    from ...runtime.transformers_js import image_processors
+
+    settings, known = json.loads(path.read_text()), image_processors()
+    named = str(settings.get("image_processor_type") or "").removesuffix("Fast")
+    older = named.replace("ImageProcessor", "FeatureExtractor")
+    if known and named and named not in known and older in known:
+        settings.pop("image_processor_type")
+        settings["feature_extractor_type"] = older
+        path.write_text(json.dumps(settings, indent=2))
+
+
+def _images(images: list[Any] | None, processor: Any) -> list[Any]:
+    """``images`` as ``[height, width, 3]`` uint8 arrays (from PIL images, arrays or files); by default two made-up
+    images (a colour gradient, and noise) at the processor's own size, so no resize stands between the two
+    processors."""
+    import numpy as np
+
+    if images:
+        from PIL import Image
+
+        out = []
+        for image in images:
+            if isinstance(image, (str, os.PathLike)):
+                image = Image.open(image)
+            array = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image)
+            if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
+                raise InvalidArgumentError(f"An image of {array.shape} {array.dtype}: give PIL images, image files or "
+                                           "[height, width, 3] uint8 arrays.")
+            out.append(array)
+        return out
+    size = getattr(processor, "crop_size", None) or getattr(processor, "size", None) or {}
+    if isinstance(size, int):
+        size = {"height": size, "width": size}
+
+    def edge(name: str) -> Any:  # a dict, or transformers' SizeDict (attributes)
+        return size.get(name) if isinstance(size, dict) else getattr(size, name, None)
+
+    height = int(edge("height") or edge("shortest_edge") or 224)
+    width = int(edge("width") or edge("shortest_edge") or height)
+    y, x = np.mgrid[0:height, 0:width]
+    gradient = np.stack([x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1), (x + y) * 127 // max(
+        width + height - 2, 1)], axis=-1).astype(np.uint8)
+    noise = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    return [gradient, noise]
 
 
 def _export_of(items: list[Any]) -> Any:
@@ -246,6 +309,18 @@ def _write(target: Path, export: Any, files: dict[str, Path], layout: Any, task:
 def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
     source = export.source
     source.model.config.to_json_file(str(staged / "config.json"))
+    if task in IMAGE_TASKS:
+        processor = source.preprocessor
+        if processor is None or not hasattr(processor, "save_pretrained"):
+            raise InvalidArgumentError(f"{source.name} came with no image processor: transformers.js prepares "
+                                       "images with the model's preprocessor_config.json. Export the model from its "
+                                       "folder or hub id.")
+        processor.save_pretrained(str(staged))
+        if not (staged / "preprocessor_config.json").is_file():
+            raise InvalidArgumentError(f"{source.name}'s processor wrote no preprocessor_config.json, which "
+                                       "transformers.js reads.")
+        _processor_as_read(staged / "preprocessor_config.json")
+        return
     if task == "text-generation":
         from .layouts import config_as_read
 

@@ -21,8 +21,9 @@ class Judge:
     encoder's reference) is made once, on the first run that needs it, however many places the folder is run in."""
 
     def __init__(self, bundle: WebBundle, export: Any, files: dict[str, tuple[Path, str]],
-                 max_new_tokens: int) -> None:
+                 max_new_tokens: int, images: list[Any] | None = None) -> None:
         self.bundle, self.export, self.files, self.max_new_tokens = bundle, export, files, max_new_tokens
+        self.images = list(images or [])  # an image task's, as [height, width, 3] uint8 arrays
         self._expected: Any = None
 
     def expected(self) -> Any:
@@ -45,8 +46,10 @@ class Judge:
         import statistics
 
         bundle, files = self.bundle, self.files
+        pixels = [{"width": int(a.shape[1]), "height": int(a.shape[0]), "data": a.reshape(-1).tolist()}
+                  for a in self.images]
         ran = run_folder(bundle.folder.parent, bundle.folder.name, bundle.task, list(files), bundle.texts,
-                         self.max_new_tokens)
+                         self.max_new_tokens, images=pixels)
         bundle.transformers_js = str(ran.get("version", ""))
         for run in ran.get("runs", []):
             path, precision = files[run["dtype"]]
@@ -59,6 +62,8 @@ class Judge:
                 row.measure = f"transformers.js {bundle.transformers_js}: {run['error']}"
             elif bundle.task in GENERATING:
                 _judge_tokens(row, run["tokens"], self.expected())
+            elif self.images:
+                _judge_image_outputs(row, run, self.expected(), self.export.source.preprocessor, self.images)
             else:
                 _judge_outputs(row, run, self.expected(), self.export.source.preprocessor, bundle)
 
@@ -92,10 +97,10 @@ def _judge_tokens(row: WebCheck, theirs: list[list[int]], ours: list[list[int]])
 
 
 def _judge_outputs(row: WebCheck, run: dict[str, Any], reference: Any, tokenizer: Any, bundle: WebBundle) -> None:
-    from ...results.tolerance import measure, tolerance_for
-
     feed = {k: np.asarray(v["data"], dtype=np.int64).reshape(v["dims"]) for k, v in run["inputs"].items()}
-    ids = tokenizer(bundle.texts, padding=True, truncation=True, return_tensors="np")["input_ids"]
+    pairs = bundle.task == "question-answering"  # [question, context]: the tokenizer's text and text pair
+    given = ([t[0] for t in bundle.texts], [t[1] for t in bundle.texts]) if pairs else (bundle.texts,)
+    ids = tokenizer(*given, padding=True, truncation=True, return_tensors="np")["input_ids"]
     if "input_ids" not in feed or not np.array_equal(ids, feed["input_ids"]):
         row.status, row.measure = "fail", "its tokenizer gives other token ids than transformers' tokenizer"
         return
@@ -103,6 +108,51 @@ def _judge_outputs(row: WebCheck, run: dict[str, Any], reference: Any, tokenizer
         feed.setdefault(name, np.zeros_like(feed["input_ids"]))
     expected = reference.run(feed)
     mask = feed["attention_mask"].astype(bool) if "attention_mask" in feed else None
+    words, passed = _compared(row, run, expected, mask)
+    if not words:
+        return
+    if bundle.task == "feature-extraction" and "last_hidden_state" in expected and mask is not None:
+        pooled = _pooled(expected["last_hidden_state"], mask)
+        theirs = np.asarray(run["answer"], dtype=np.float64)
+        cosines = (theirs * pooled).sum(-1) / (np.linalg.norm(theirs, axis=-1) * np.linalg.norm(pooled, axis=-1))
+        row.figures["pooled_cosine"] = float(cosines.min())
+        words.append(f"pooled embeddings cos {float(cosines.min()):.6f}")
+    row.status = "pass" if passed else "fail"
+    row.measure = "; ".join(words)
+
+
+def _judge_image_outputs(row: WebCheck, run: dict[str, Any], reference: Any, processor: Any,
+                         images: list[Any]) -> None:
+    """PyTorch's model on the ``pixel_values`` transformers.js's processor made, every output compared; how far
+    those pixel values are from transformers' own processor's on the same images, reported beside."""
+    given = {k: np.asarray(v["data"], dtype=np.float32).reshape(v["dims"]) for k, v in run["inputs"].items()}
+    feed = {k: v for k, v in given.items() if k in reference.flat.input_names}
+    if "pixel_values" not in feed:
+        row.status, row.measure = "fail", f"its processor gave {', '.join(given) or 'nothing'}, no pixel_values"
+        return
+    words, passed = _compared(row, run, reference.run(feed), None)
+    if not words:
+        return
+    from PIL import Image
+
+    ours = np.asarray(processor(images=[Image.fromarray(a) for a in images], return_tensors="np")["pixel_values"])
+    if ours.shape == feed["pixel_values"].shape:
+        gap = float(np.abs(ours - feed["pixel_values"]).max())
+        row.figures["processor_max_abs"] = gap
+        words.append(f"its processor's pixel_values within {sig(gap)} of transformers'")
+    else:
+        words.append(f"its processor's pixel_values {list(feed['pixel_values'].shape)}, transformers' "
+                     f"{list(ours.shape)}")
+    row.status = "pass" if passed else "fail"
+    row.measure = "; ".join(words)
+
+
+def _compared(row: WebCheck, run: dict[str, Any], expected: dict[str, Any],
+              mask: np.ndarray | None) -> tuple[list[str], bool]:
+    """Each output transformers.js's model gave that PyTorch's has, at the file's tolerance: the words, and whether
+    all passed (none compared: the row failed, saying so)."""
+    from ...results.tolerance import measure, tolerance_for
+
     words, passed = [], True
     for name, got in run["outputs"].items():
         if name not in expected:
@@ -115,15 +165,7 @@ def _judge_outputs(row: WebCheck, run: dict[str, Any], reference: Any, tokenizer
         words.append(f"{name} max |Δ| {sig(stats['max_abs'])}, cos {stats['cosine']:.6f}")
     if not words:
         row.status, row.measure = "fail", f"no output PyTorch's model has ({', '.join(run['outputs'])})"
-        return
-    if bundle.task == "feature-extraction" and "last_hidden_state" in expected and mask is not None:
-        pooled = _pooled(expected["last_hidden_state"], mask)
-        theirs = np.asarray(run["answer"], dtype=np.float64)
-        cosines = (theirs * pooled).sum(-1) / (np.linalg.norm(theirs, axis=-1) * np.linalg.norm(pooled, axis=-1))
-        row.figures["pooled_cosine"] = float(cosines.min())
-        words.append(f"pooled embeddings cos {float(cosines.min()):.6f}")
-    row.status = "pass" if passed else "fail"
-    row.measure = "; ".join(words)
+    return words, passed
 
 
 def _pooled(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
