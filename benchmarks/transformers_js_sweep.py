@@ -40,7 +40,8 @@ TEXT_TO_TEXT = "text2text-generation"  # the encoder-decoders seq2seq_sweep buil
 ENCODER_TASKS = ("fill-mask", "text-classification", "token-classification", "question-answering",
                  "image-classification")
 IMAGES = ("image-classification",)  # run on the bundle's default images, by a processor saved with the model
-TASKS = (GENERATION, TEXT_TO_TEXT, *ENCODER_TASKS)
+SPEECH = "automatic-speech-recognition"  # the speech encoder-decoders seq2seq_sweep --speech builds
+TASKS = (GENERATION, TEXT_TO_TEXT, SPEECH, *ENCODER_TASKS)
 
 
 def results(task: str) -> Path:
@@ -53,7 +54,7 @@ def registry(task: str = GENERATION) -> dict[str, str]:
 
     web = registered(task) or {}
     ours = sweep.registry() if task == GENERATION else seq2seq_sweep.registry() if task == TEXT_TO_TEXT else \
-        task_sweep.registry(task)
+        seq2seq_sweep.registry(speech=True) if task == SPEECH else task_sweep.registry(task)
     return {t: c for t, c in ours.items() if t in web}
 
 
@@ -182,6 +183,47 @@ def image_processor(model_type: str, config: Any, folder: Path, row: dict[str, A
     cls(**settings).save_pretrained(folder)
 
 
+def one_speech(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
+    """One speech encoder-decoder through onnx-nb's export and transformers.js's automatic-speech-recognition (in a
+    child process): the type's own feature extractor (transformers' registry, sized to the model's mel bins) and the
+    word-level tokenizer saved beside it, the bundle's two default clips, greedy tokens against PyTorch's."""
+    import transformers
+    from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name, "task": SPEECH}
+    started = time.perf_counter()
+    made = seq2seq_sweep.built(model_type, class_name, folder, row, speech=True)
+    if made is None:
+        return row
+    model = made[0]
+    extractor = getattr(transformers, FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type, "WhisperFeatureExtractor"))
+    bins = getattr(model.config, "num_mel_bins", None) or getattr(getattr(model.config, "encoder_config", None),
+                                                                   "num_mel_bins", None)
+    (extractor(feature_size=bins) if isinstance(bins, int) else extractor()).save_pretrained(folder)
+    word_tokenizer(int(model.get_output_embeddings().out_features), getattr(model.config, "eos_token_id", None),
+                   folder)
+    result = sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
+    if result is None or not result:
+        return row
+    result.source.preprocessor = Parts(transformers.AutoFeatureExtractor.from_pretrained(folder),
+                                       transformers.PreTrainedTokenizerFast.from_pretrained(folder))
+    checked(row, result, folder.parent / "web", None)
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+class Parts:
+    """A feature extractor and a tokenizer saved side by side (the type's own processor class may want its own
+    tokenizer class, which the word-level tokenizer is not)."""
+
+    def __init__(self, feature_extractor: Any, tokenizer: Any) -> None:
+        self.feature_extractor, self.tokenizer = feature_extractor, tokenizer
+
+    def save_pretrained(self, folder: str) -> None:
+        self.feature_extractor.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+
+
 def checked(row: dict[str, Any], result: Any, folder: Path, texts: list[Any] | None) -> None:
     """The folder written and run by transformers.js (Node.js): its verdict into ``row``."""
     import onnx_nb
@@ -220,6 +262,7 @@ def main() -> None:
         types = registry(args.task)
         row = one(args.one, types[args.one], Path(args.folder)) if args.task == GENERATION else \
             one_seq2seq(args.one, types[args.one], Path(args.folder)) if args.task == TEXT_TO_TEXT else \
+            one_speech(args.one, types[args.one], Path(args.folder)) if args.task == SPEECH else \
             one_encoder(args.task, args.one, types[args.one], Path(args.folder))
         print("ROW " + json.dumps(row))
         return
@@ -254,7 +297,7 @@ def section(path: Path = RESULTS) -> list[str]:
     ]
     lines += _rows(rows)
     totals = [len(good), len(base)]
-    for task in (TEXT_TO_TEXT, *ENCODER_TASKS):
+    for task in (TEXT_TO_TEXT, SPEECH, *ENCODER_TASKS):
         found = sweep.swept(results(task))
         if found is None:
             lines += ["", f"{task}: not swept yet (`--task {task}`)."]
@@ -264,7 +307,10 @@ def section(path: Path = RESULTS) -> list[str]:
         good = [r for r in base if served(r)]
         totals = [totals[0] + len(good), totals[1] + len(base)]
         how = ("built as the sequence-to-sequence sweep builds them, an encoder file and a merged decoder, greedy "
-               "tokens for each prompt against PyTorch's" if task == TEXT_TO_TEXT else "built as the task sweep builds "
+               "tokens for each prompt against PyTorch's" if task == TEXT_TO_TEXT else "built as the speech sweep "
+               "builds them with the type's own feature extractor, transformers.js's greedy tokens for two clips "
+               "against PyTorch's on the features transformers.js made" if task == SPEECH else "built as the task "
+               "sweep builds "
                "them with the type's own image processor, every output of transformers.js's model judged against "
                "PyTorch on the pixel values transformers.js's processor made" if task in IMAGES else "built as the "
                "task sweep builds them, every output of transformers.js's `pipeline` judged against PyTorch on the "

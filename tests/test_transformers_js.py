@@ -214,6 +214,44 @@ def test_a_question_answering_folder_gives_pytorchs_span_logits_for_question_and
     assert figures["start_logits"]["max_abs"] < 1e-4 and figures["end_logits"]["max_abs"] < 1e-4, figures
 
 
+def test_a_speech_encoder_decoder_folder_transcribes_with_pytorchs_tokens_in_transformers_js(tmp_path: Path) -> None:
+    """A tiny Whisper with its processor (feature extractor and tokenizer): encoder_model.onnx takes input_features,
+    the merged decoder computes the cross-attention cache from the encoder states it is now given; transformers.js's
+    feature extractor makes each clip's log-mel features, its model generates greedy tokens from them, PyTorch's
+    generate() on the same features gives the same tokens, and the two feature extractors' gap is reported."""
+    import numpy as np
+    import torch
+    import transformers
+
+    fast = _bpe_tokenizer()
+    words = transformers.WhisperTokenizerFast(tokenizer_object=fast.backend_tokenizer, eos_token="<|endoftext|>",
+                                              pad_token="<|endoftext|>")
+    torch.manual_seed(0)
+    model = transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(
+        vocab_size=len(fast), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_target_positions=64,
+        decoder_start_token_id=len(fast) - 1, eos_token_id=0, pad_token_id=0, bos_token_id=0,
+        begin_suppress_tokens=None, suppress_tokens=None)).eval()
+    with torch.no_grad():  # weights spread enough that the greedy tokens change from step to step
+        for name, p in model.named_parameters():
+            if name.endswith("proj.weight") and p.dim() == 2:
+                p.normal_(0, 0.3)
+    model.save_pretrained(tmp_path / "whisper")
+    transformers.WhisperProcessor(transformers.WhisperFeatureExtractor(), words).save_pretrained(tmp_path / "whisper")
+    result = onnx_nb.export(str(tmp_path / "whisper"), out=tmp_path / "whisper" / "onnx" / "model.onnx",
+                            progress=False)
+    bundle = onnx_nb.to_transformers_js(result, tmp_path / "web", runtime="node", max_new_tokens=6, progress=False)
+    assert bundle and bundle.task == "automatic-speech-recognition", repr(bundle)
+    assert bundle.checks[0].figures["tokens_equal"] == 2 and bundle.checks[0].figures["features_max_abs"] < 1e-3
+    assert bundle.audio == ["1.00 s at 16000 Hz", "0.50 s at 16000 Hz"]
+    encoder = onnx.load(str(tmp_path / "web" / "onnx" / "encoder_model.onnx")).graph
+    assert [i.name for i in encoder.input] == ["input_features"]
+    merged = onnx.load(str(tmp_path / "web" / "onnx" / "decoder_model_merged.onnx")).graph
+    assert "encoder_hidden_states" in {i.name for i in merged.input}
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="1-D clips"):
+        onnx_nb.to_transformers_js(result, tmp_path / "bad", audio=[np.zeros((2, 5))], progress=False)
+
+
 def test_an_encoder_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: Path) -> None:
     """A tiny T5 (text2text-generation): encoder_model.onnx (last_hidden_state out) and decoder_model_merged.onnx,
     whose cross-attention cache is computed from encoder_hidden_states on the first step (transformers.js feeds it

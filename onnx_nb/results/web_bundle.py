@@ -69,6 +69,7 @@ class WebBundle:
     unchecked: str = ""
     texts: list[Any] = field(default_factory=list)  # question answering's: [question, context] pairs
     images: list[str] = field(default_factory=list)  # an image task's images, by size
+    audio: list[str] = field(default_factory=list)  # speech recognition's clips, by length and rate
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -107,5 +108,6 @@ class WebBundle:
         return {"folder": str(self.folder), "name": self.name, "task": self.task, "model_type": self.model_type,
                 "files": [str(f) for f in self.files], "checks": [c.to_dict() for c in self.checks],
                 "transformers_js": self.transformers_js, "unchecked": self.unchecked,
-                "texts": list(self.texts), "images": list(self.images), "notes": list(self.notes),
+                "texts": list(self.texts), "images": list(self.images),
+                "audio": list(self.audio), "notes": list(self.notes),
                 "passed": self.passed, "seconds": round(self.seconds, 3)}

@@ -43,6 +43,7 @@ TASK_MAPPINGS = {"feature-extraction": ("MODEL_MAPPING_NAMES_",),
                  "text-generation": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
                  "text2text-generation": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",),
                  "question-answering": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",),
+                 "automatic-speech-recognition": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",),
                  "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",)}
 
 
@@ -115,17 +116,19 @@ def unavailable_reason() -> str:
 
 
 def run_check(root: Path, name: str, task: str, dtypes: list[str], texts: list[str], max_new_tokens: int,
-              images: list[dict[str, Any]] | None = None, timeout: float = 600.0) -> dict[str, Any]:
+              images: list[dict[str, Any]] | None = None, audio: list[list[float]] | None = None,
+              timeout: float = 600.0) -> dict[str, Any]:
     """transformers.js's run of the folder ``root/name``: the task's pipeline at each of ``dtypes`` on ``texts``
     (greedy generation of ``max_new_tokens`` tokens for text generation), or on ``images`` for an image task (each
-    ``{"width", "height", "data"}``: RGB bytes, row by row). Returns the script's JSON: ``version``,
+    ``{"width", "height", "data"}``: RGB bytes, row by row), or on ``audio`` clips (samples at the feature
+    extractor's rate) for speech recognition. Returns the script's JSON: ``version``,
     ``where`` and ``runs`` (per dtype: ``inputs``, ``outputs``, ``answer``, ``tokens``, ``load_ms``, ``run_ms`` or
     ``error``). Raises :class:`TransformersJsError` when it cannot run or its process fails."""
     reason = unavailable_reason()
     if reason:
         raise TransformersJsError(f"transformers.js cannot check the folder: {reason}.")
     request = {"root": str(root), "name": name, "task": task, "dtypes": dtypes, "texts": texts,
-               "max_new_tokens": max_new_tokens, "images": images or []}
+               "max_new_tokens": max_new_tokens, "images": images or [], "audio": audio or []}
     ask = root / f".{name}.check.json"
     ask.write_text(json.dumps(request))
     try:
@@ -159,7 +162,8 @@ _SENT: set[tuple[int, str]] = set()  # (page, build) transformers.js's browser b
 
 
 def run_in_page(root: Path, name: str, task: str, dtypes: list[str], texts: list[str], max_new_tokens: int,
-                images: list[dict[str, Any]] | None = None, build: str = "wasm") -> dict[str, Any]:
+                images: list[dict[str, Any]] | None = None, audio: list[list[float]] | None = None,
+                build: str = "wasm") -> dict[str, Any]:
     """transformers.js's browser build running the folder ``root/name`` in the browser backend's page (the notebook's,
     else a headless Chromium) on ONNX Runtime Web's ``build`` ("wasm": one thread; "webgpu": the page's adapter): the
     same answer as :func:`run_check`, ``where`` naming the page."""
@@ -178,7 +182,8 @@ def run_in_page(root: Path, name: str, task: str, dtypes: list[str], texts: list
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     buffers += [pg.serve(f"tjs/{name}/{f}", (folder / f).read_bytes()) for f in files]
     reply, _ = pg.call({"op": "tjs", "build": build, "name": name, "files": files, "task": task, "dtypes": dtypes,
-                        "texts": texts, "max_new_tokens": max_new_tokens, "images": images or []}, buffers)
+                        "texts": texts, "max_new_tokens": max_new_tokens, "images": images or [],
+                        "audio": audio or []}, buffers)
     if reply.get("no_adapter"):
         raise NoWebGpuError(f"transformers.js on WebGPU: {reply['error']} in {pg.where()}")
     if "error" in reply:

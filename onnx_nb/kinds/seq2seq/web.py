@@ -1,5 +1,6 @@
 """An encoder-decoder laid out as transformers.js reads it (the seq2seq shape's ``web`` answer): ``encoder_model``
-(token ids and mask in, ``last_hidden_state`` out) and ``decoder_model_merged``.
+(token ids and mask, or a speech model's ``input_features``, in; ``last_hidden_state`` out) and
+``decoder_model_merged``.
 
 transformers.js (4.x) runs the encoder once, then feeds the merged decoder ``input_ids`` (the decoder's tokens),
 ``encoder_hidden_states``, ``encoder_attention_mask`` and a cache named ``past_key_values.{i}.decoder.key`` /
@@ -7,8 +8,9 @@ transformers.js (4.x) runs the encoder once, then feeds the merged decoder ``inp
 is the batch, any other named axis 0). After that step it keeps the ``present.{i}.encoder.*`` outputs of the first
 step as the cross-attention cache. onnx-nb's encoder file computes that cache itself, beside the encoder states; so
 the merged decoder gets the encoder file's cross-attention projections inside an ``If``: an empty cross cache (the
-first step) is computed from ``encoder_hidden_states``, a full one passed through. Only names, axes and that ``If``
-are added: every value is computed as the two files computed it."""
+first step) is computed from ``encoder_hidden_states``, a full one passed through (a decoder that took the cross cache
+alone, Whisper's, gets the states as an input for it, and the cache's length axis named, so that transformers.js
+feeds it empty). Only names, axes and that ``If`` are added: every value is computed as the two files computed it."""
 
 from __future__ import annotations
 
@@ -60,9 +62,15 @@ def _merged(decoder: Any, encoder: Any) -> Any:
     cross = [o.name for o in encoder.graph.output if o.name != STATES]  # present.{i}.encoder.key / .value
     fed = {name: name.replace("present.", "past_key_values.", 1) for name in cross}
     missing = [p for p in fed.values() if p not in inputs]
-    if missing or STATES not in inputs:
-        raise InvalidArgumentError(f"The decoder file does not take {', '.join(missing or [STATES])}: it is not the "
-                                   "decoder onnx-nb writes beside this encoder.")
+    if missing:
+        raise InvalidArgumentError(f"The decoder file does not take {', '.join(missing)}: it is not the decoder "
+                                   "onnx-nb writes beside this encoder.")
+    if STATES not in inputs:  # a decoder that reads the cross cache alone (Whisper's): given the states for the If
+        graph.input.append(next(o for o in encoder.graph.output if o.name == STATES))
+    for name in fed.values():  # fed empty on the first step: the encoder's length named, not fixed
+        length = inputs[name].type.tensor_type.shape.dim[2]
+        if length.HasField("dim_value"):
+            length.dim_param = "encoder_sequence_length"
     nodes, weights = _projections(encoder, cross)
     past = set(fed.values())
     for node in graph.node:  # every reader of the cross cache now reads the If's output, present.{i}.encoder.*

@@ -22,8 +22,9 @@ from ...runtime.transformers_js import registered, unavailable_reason, version
 DTYPES = {"fp32": ("fp32", ""), "fp16": ("fp16", "_fp16"), "int8": ("q8", "_quantized"), "int4": ("q4", "_q4")}
 # the tasks whose pipeline transformers.js runs on text alone, as onnx-nb checks them
 TASKS = ("feature-extraction", "text-classification", "token-classification", "fill-mask", "text-generation",
-         "text2text-generation", "question-answering", "image-classification")
+         "text2text-generation", "question-answering", "image-classification", "automatic-speech-recognition")
 IMAGE_TASKS = ("image-classification",)  # run on images (its processor's preprocessor_config.json), not text
+SPEECH = "automatic-speech-recognition"  # an encoder-decoder run on audio clips (Whisper)
 # what transformers.js calls an encoder-decoder's text task (transformers names it by what it was trained for)
 TEXT_TO_TEXT = ("text2text-generation", "translation", "summarization")
 TEXTS = ["Hello world", "ONNX models run in the browser, checked against PyTorch."]
@@ -33,7 +34,7 @@ RUNTIMES = ("auto", "browser", "browser-webgpu", "node")
 
 def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None, *, overwrite: bool = False,
                        check: bool | str = "auto", runtime: str | list[str] = "auto", texts: list[Any] | None = None,
-                       images: list[Any] | None = None, max_new_tokens: int = 8,
+                       images: list[Any] | None = None, audio: list[Any] | None = None, max_new_tokens: int = 8,
                        progress: bool = True) -> WebBundle:
     """Write the folder transformers.js (npm ``@huggingface/transformers``) loads, from an export and the variants
     made from it, and check it with transformers.js itself.
@@ -43,8 +44,9 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     ``q8``; INT4 -> ``model_q4.onnx``). Each file is one onnx-nb already checked against PyTorch. Text models
     (feature-extraction, text-classification, token-classification, fill-mask), decoders with their cache
     (text-generation), text-to-text encoder-decoders (text2text-generation: ``encoder_model`` and
-    ``decoder_model_merged`` per precision) and image classifiers (image-classification, with the model's
-    ``preprocessor_config.json``) are written; other kinds are refused, naming what they are.
+    ``decoder_model_merged`` per precision), speech-to-text encoder-decoders (automatic-speech-recognition: Whisper)
+    and image classifiers (image-classification; both with the model's ``preprocessor_config.json``) are written;
+    other kinds are refused, naming what they are.
 
     ``check``: ``"auto"`` runs transformers.js's pipeline on each precision where it can run here and says why not
     otherwise; ``True`` requires it; ``False`` skips it. ``runtime``: where transformers.js runs
@@ -60,7 +62,10 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     An image classifier runs on ``images`` (PIL images, ``[height, width, 3]`` uint8 arrays or image files; two
     made-up images at its processor's size by default): transformers.js's processor prepares them, PyTorch's model
     takes the same ``pixel_values``, and how far transformers.js's processor is from transformers' own on the same
-    images is reported beside.
+    images is reported beside. A speech encoder-decoder (automatic-speech-recognition: Whisper) runs on ``audio``
+    (1-D float clips at the feature extractor's sampling rate; a one-second chirp and half a second of noise by
+    default): transformers.js's feature extractor makes each clip's features and its model generates greedy tokens
+    from them, compared with PyTorch's ``generate`` on the same features.
 
     Example::
 
@@ -103,18 +108,20 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
             f"{len(known)} types for {task}); a newer transformers.js may: pass check=False to write the folder "
             "unchecked.")
     pictures = _images(images, source.preprocessor) if task in IMAGE_TASKS else []
+    clips = _clips(audio, source.preprocessor) if task == SPEECH else []
     target = _target(folder, source.name, overwrite)
     with Steps(2 + len(runners), "to_transformers_js", progress) as steps:
         steps.step("writing the folder")
         written = _write(target, export, files, layout, task)
         bundle = WebBundle(target, source.name, task, model_type, written,
-                           texts=[] if pictures else list(texts or _default_texts(source, task)),
-                           images=[f"{a.shape[1]}x{a.shape[0]} RGB" for a in pictures])
+                           texts=[] if pictures or clips else list(texts or _default_texts(source, task)),
+                           images=[f"{a.shape[1]}x{a.shape[0]} RGB" for a in pictures],
+                           audio=[f"{len(c) / rate:.2f} s at {rate} Hz" for c, rate in clips])
         bundle.unchecked = reason
         from .verdicts import Judge
 
         judge = Judge(bundle, export, {DTYPES[p][0]: (target / file_name(p, _checked_file(written)), p)
-                                       for p in files}, max_new_tokens, pictures)
+                                       for p in files}, max_new_tokens, pictures, [c for c, _ in clips])
         for run in runners:
             steps.step("checking it in transformers.js")
             try:
@@ -185,6 +192,24 @@ def _processor_as_read(path: Path) -> None:
         path.write_text(json.dumps(settings, indent=2))
 
 
+def _clips(audio: list[Any] | None, processor: Any) -> list[tuple[Any, int]]:
+    """``audio`` as float32 clips, each with the feature extractor's sampling rate; by default a one-second chirp
+    and half a second of noise."""
+    import numpy as np
+
+    rate = int(getattr(getattr(processor, "feature_extractor", processor), "sampling_rate", 16000) or 16000)
+    if audio:
+        clips = [np.asarray(a, dtype=np.float32) for a in audio]
+        if any(c.ndim != 1 or not c.size for c in clips):
+            raise InvalidArgumentError(f"Audio of shapes {[c.shape for c in clips]}: give 1-D clips (mono samples at "
+                                       f"{rate} Hz).")
+        return [(c, rate) for c in clips]
+    t = np.arange(rate, dtype=np.float64) / rate
+    chirp = 0.5 * np.sin(2 * np.pi * (200 + 600 * t) * t)
+    noise = np.random.default_rng(0).normal(0, 0.1, rate // 2)
+    return [(chirp.astype(np.float32), rate), (noise.astype(np.float32), rate)]
+
+
 def _images(images: list[Any] | None, processor: Any) -> list[Any]:
     """``images`` as ``[height, width, 3]`` uint8 arrays (from PIL images, arrays or files); by default two made-up
     images (a colour gradient, and noise) at the processor's own size, so no resize stands between the two
@@ -246,13 +271,14 @@ def _task_and_layout(export: Any) -> tuple[str, Any]:
     generation = generation_of(export)
     if generation is not None:
         layout = shape_of(export).answer("web")
-        if layout is None or (generation == "seq2seq" and not str(source.task or "").startswith(TEXT_TO_TEXT)):
+        text_or_speech = str(source.task or "").startswith((*TEXT_TO_TEXT, SPEECH))
+        if layout is None or (generation == "seq2seq" and not text_or_speech):
             raise InvalidArgumentError(
                 f"{source.name} generates as a {generation} model{'' if layout else ' (several files)'} for "
                 f"{source.task or 'a task of its own'}: to_transformers_js writes text models, decoders with their "
-                "cache and text-to-text encoder-decoders so far.")
-    task = str(source.task or "") if layout is None else "text2text-generation" if generation == "seq2seq" else \
-        "text-generation"
+                "cache, text-to-text and speech-to-text encoder-decoders so far.")
+    task = str(source.task or "") if layout is None else "text-generation" if generation != "seq2seq" else \
+        SPEECH if str(source.task or "").startswith(SPEECH) else "text2text-generation"
     if task not in TASKS:
         raise InvalidArgumentError(f"{source.name} is a {task or 'model of no known'} task; to_transformers_js "
                                    f"writes and checks {', '.join(TASKS)} so far.")
@@ -309,35 +335,32 @@ def _write(target: Path, export: Any, files: dict[str, Path], layout: Any, task:
 def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
     source = export.source
     source.model.config.to_json_file(str(staged / "config.json"))
-    if task in IMAGE_TASKS:
-        processor = source.preprocessor
-        if processor is None or not hasattr(processor, "save_pretrained"):
-            raise InvalidArgumentError(f"{source.name} came with no image processor: transformers.js prepares "
-                                       "images with the model's preprocessor_config.json. Export the model from its "
-                                       "folder or hub id.")
-        processor.save_pretrained(str(staged))
-        if not (staged / "preprocessor_config.json").is_file():
-            raise InvalidArgumentError(f"{source.name}'s processor wrote no preprocessor_config.json, which "
-                                       "transformers.js reads.")
-        _processor_as_read(staged / "preprocessor_config.json")
-        return
     if task == "text-generation":
         from .layouts import config_as_read
 
         read = config_as_read(json.loads((staged / "config.json").read_text()))
         (staged / "config.json").write_text(json.dumps(read, indent=2))
-    tokenizer = source.preprocessor
-    if tokenizer is None or not hasattr(tokenizer, "save_pretrained"):
-        raise InvalidArgumentError(f"{source.name} came with no tokenizer: transformers.js tokenizes with the "
-                                   "model's tokenizer.json. Export the model from its folder or hub id.")
-    tokenizer.save_pretrained(str(staged))
-    if not (staged / "tokenizer.json").is_file():
-        raise InvalidArgumentError(f"{source.name}'s tokenizer wrote no tokenizer.json (a slow tokenizer): "
-                                   "transformers.js reads tokenizer.json only.")
+    saved = source.preprocessor
+    if saved is None or not hasattr(saved, "save_pretrained"):
+        what = "image processor" if task in IMAGE_TASKS else "processor" if task == SPEECH else "tokenizer"
+        raise InvalidArgumentError(f"{source.name} came with no {what}: transformers.js reads the model's own "
+                                   f"{what} files. Export the model from its folder or hub id.")
+    saved.save_pretrained(str(staged))  # a speech model's processor: its feature extractor and tokenizer
+    if task in (*IMAGE_TASKS, SPEECH):
+        for part in ("feature_extractor", "image_processor"):  # transformers 5 writes a processor's parts into
+            if not (staged / "preprocessor_config.json").is_file() and hasattr(saved, part):  # processor_config
+                getattr(saved, part).save_pretrained(str(staged))  # .json; transformers.js reads this file
+        if not (staged / "preprocessor_config.json").is_file():
+            raise InvalidArgumentError(f"{source.name}'s processor wrote no preprocessor_config.json, which "
+                                       "transformers.js reads.")
+        _processor_as_read(staged / "preprocessor_config.json")
+    if task not in IMAGE_TASKS and not (staged / "tokenizer.json").is_file():
+        raise InvalidArgumentError(f"{source.name}'s tokenizer wrote no tokenizer.json (a slow tokenizer, or a "
+                                   "processor without one): transformers.js reads tokenizer.json only.")
     from .verdicts import GENERATING
 
     generation = getattr(source.model, "generation_config", None)
-    if task in GENERATING and generation is not None:
+    if task in (*GENERATING, SPEECH) and generation is not None:
         generation.to_json_file(str(staged / "generation_config.json"))
     if task == "text-generation":
         settings = staged / "tokenizer_config.json"

@@ -21,9 +21,10 @@ class Judge:
     encoder's reference) is made once, on the first run that needs it, however many places the folder is run in."""
 
     def __init__(self, bundle: WebBundle, export: Any, files: dict[str, tuple[Path, str]],
-                 max_new_tokens: int, images: list[Any] | None = None) -> None:
+                 max_new_tokens: int, images: list[Any] | None = None, audio: list[Any] | None = None) -> None:
         self.bundle, self.export, self.files, self.max_new_tokens = bundle, export, files, max_new_tokens
         self.images = list(images or [])  # an image task's, as [height, width, 3] uint8 arrays
+        self.audio = list(audio or [])  # speech recognition's clips (float32 samples)
         self._expected: Any = None
 
     def expected(self) -> Any:
@@ -31,7 +32,9 @@ class Judge:
             from ..export.adapters.registry import adapter_of
 
             export, bundle = self.export, self.bundle
-            if bundle.task in GENERATING:
+            if self.audio:  # PyTorch's model itself: its tokens come from each run's own features
+                self._expected = adapter_of(export).reload(export.source, "to_transformers_js").model
+            elif bundle.task in GENERATING:
                 self._expected = greedy_tokens(adapter_of(export).reload(export.source, "to_transformers_js").model,
                                                export.source.preprocessor, bundle.texts, self.max_new_tokens)
             else:
@@ -49,7 +52,7 @@ class Judge:
         pixels = [{"width": int(a.shape[1]), "height": int(a.shape[0]), "data": a.reshape(-1).tolist()}
                   for a in self.images]
         ran = run_folder(bundle.folder.parent, bundle.folder.name, bundle.task, list(files), bundle.texts,
-                         self.max_new_tokens, images=pixels)
+                         self.max_new_tokens, images=pixels, audio=[c.tolist() for c in self.audio])
         bundle.transformers_js = str(ran.get("version", ""))
         for run in ran.get("runs", []):
             path, precision = files[run["dtype"]]
@@ -60,6 +63,9 @@ class Judge:
             bundle.checks.append(row)
             if run.get("error"):
                 row.measure = f"transformers.js {bundle.transformers_js}: {run['error']}"
+            elif self.audio:
+                _judge_speech(row, run, self.expected(), self.export.source.preprocessor, self.audio,
+                              self.max_new_tokens)
             elif bundle.task in GENERATING:
                 _judge_tokens(row, run["tokens"], self.expected())
             elif self.images:
@@ -83,15 +89,15 @@ def greedy_tokens(model: Any, tokenizer: Any, texts: list[str], max_new_tokens: 
     return out
 
 
-def _judge_tokens(row: WebCheck, theirs: list[list[int]], ours: list[list[int]]) -> None:
+def _judge_tokens(row: WebCheck, theirs: list[list[int]], ours: list[list[int]], what: str = "prompts") -> None:
     equal = sum(a == b for a, b in zip(theirs, ours))
     row.figures = {"prompts": len(ours), "tokens_equal": equal}
     row.status = "pass" if equal == len(ours) == len(theirs) else "fail"
-    row.measure = f"greedy tokens equal for {equal} of {len(ours)} prompts"
+    row.measure = f"greedy tokens equal for {equal} of {len(ours)} {what}"
     for i, (a, b) in enumerate(zip(theirs, ours)):
         if a != b:
             at = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            row.note = f"prompt {i + 1}: position {at} is {a[at] if at < len(a) else 'missing'}, PyTorch's " \
+            row.note = f"{what[:-1]} {i + 1}: position {at} is {a[at] if at < len(a) else 'missing'}, PyTorch's " \
                        f"{b[at] if at < len(b) else 'missing'}"
             break
 
@@ -119,6 +125,43 @@ def _judge_outputs(row: WebCheck, run: dict[str, Any], reference: Any, tokenizer
         words.append(f"pooled embeddings cos {float(cosines.min()):.6f}")
     row.status = "pass" if passed else "fail"
     row.measure = "; ".join(words)
+
+
+def _judge_speech(row: WebCheck, run: dict[str, Any], model: Any, processor: Any, audio: list[Any],
+                  max_new_tokens: int) -> None:
+    """Each clip's greedy tokens from transformers.js against PyTorch's ``generate`` on the features
+    transformers.js's feature extractor made; how far those features are from transformers' own, beside."""
+    import torch
+
+    def as_array(tensor: dict[str, Any]) -> np.ndarray:
+        kind = np.int64 if tensor.get("type") in ("int64", "int32", "bool") else np.float32
+        return np.asarray(tensor["data"], dtype=kind).reshape(tensor["dims"])
+
+    given = [{k: as_array(v) for k, v in f.items()} for f in run.get("features", [])]
+    main = next((k for k in ("input_features", "input_values") if given and k in given[0]), None)
+    if main is None or len(given) != len(audio):
+        row.status, row.measure = "fail", "its feature extractor gave no input_features or input_values"
+        return
+    ours = []
+    with torch.no_grad():
+        for feed in given:
+            made = model.generate(**{k: torch.from_numpy(v) for k, v in feed.items()}, max_new_tokens=max_new_tokens,
+                                  do_sample=False, num_beams=1)
+            ours.append([int(t) for t in made[0]])
+    # transformers' Whisper generate() returns the new tokens alone; transformers.js's, after its start tokens
+    # (start, language, task, no-timestamps: at most 4)
+    theirs = [t[len(t) - len(o):] if 0 < len(t) - len(o) <= 4 else t for t, o in zip(run["tokens"], ours)]
+    _judge_tokens(row, theirs, ours, "clips")
+    extractor = getattr(processor, "feature_extractor", processor)
+    rate = int(getattr(extractor, "sampling_rate", 16000))
+    gaps = []
+    for clip, feed in zip(audio, given):
+        mine = np.asarray(extractor(clip, sampling_rate=rate, return_tensors="np")[main])
+        if mine.shape == feed[main].shape:
+            gaps.append(float(np.abs(mine - feed[main]).max()))
+    if gaps:
+        row.figures["features_max_abs"] = max(gaps)
+        row.measure += f"; its features within {sig(max(gaps))} of transformers'"
 
 
 def _judge_image_outputs(row: WebCheck, run: dict[str, Any], reference: Any, processor: Any,
