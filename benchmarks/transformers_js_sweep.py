@@ -6,12 +6,14 @@ tokenizer whose words are its token ids ("w5 w9 w14": transformers.js's tokenize
 exported with one default ``onnx_nb.export(folder)``, written with ``onnx_nb.to_transformers_js`` and run by
 transformers.js itself under Node.js: its greedy tokens for each prompt alone against PyTorch's ``generate()``.
 ``--task text2text-generation`` does the same for the encoder-decoders (``seq2seq_sweep``'s build; an encoder file and
-a merged decoder); ``--task fill-mask`` (or ``text-classification``, ``token-classification``,
-``question-answering``) for that pipeline: the types both registries hold for it, built as ``task_sweep`` builds them,
-the pipeline's every output judged against PyTorch on the same ids (a masked word among the fill-mask texts;
-[question, context] pairs of the same words). ``--task image-classification``: the type's own image processor from
-transformers' registry at the config's size saved beside it, run on the bundle's default images.
-Each type in a process of its own with a time limit.
+a merged decoder); ``--task fill-mask`` (or ``text-classification``, ``token-classification``, ``question-answering``)
+for that pipeline: the types both registries hold for it, built as ``task_sweep`` builds them, the pipeline's every
+output judged against PyTorch on the same ids (a masked word among the fill-mask texts; [question, context] pairs of
+the same words); ``--task feature-extraction`` takes the text encoders among transformers.js's encoder-only models, as
+base models. ``--task image-classification``: the type's own image processor from transformers' registry at the
+config's size saved beside it, run on the bundle's default images. ``--task automatic-speech-recognition``: the speech
+encoder-decoders (``seq2seq_sweep --speech``'s build) with the type's own feature extractor, on the bundle's default
+clips. Each type in a process of its own with a time limit.
 
     .venv/bin/python benchmarks/transformers_js_sweep.py [--task fill-mask] [--only llama,gpt2] [--timeout 240]
 
@@ -36,8 +38,9 @@ ROOT = sweep.ROOT
 RESULTS = ROOT / "benchmarks" / "results" / "transformers_js_sweep.json"
 GENERATION = "text-generation"
 TEXT_TO_TEXT = "text2text-generation"  # the encoder-decoders seq2seq_sweep builds
+FEATURES = "feature-extraction"  # the text encoders (base models), built as task_sweep builds a type
 # built by task_sweep
-ENCODER_TASKS = ("fill-mask", "text-classification", "token-classification", "question-answering",
+ENCODER_TASKS = (FEATURES, "fill-mask", "text-classification", "token-classification", "question-answering",
                  "image-classification")
 IMAGES = ("image-classification",)  # run on the bundle's default images, by a processor saved with the model
 SPEECH = "automatic-speech-recognition"  # the speech encoder-decoders seq2seq_sweep --speech builds
@@ -53,9 +56,35 @@ def registry(task: str = GENERATION) -> dict[str, str]:
     from onnx_nb.runtime.transformers_js import registered
 
     web = registered(task) or {}
+    if task == FEATURES:
+        return text_encoders()
     ours = sweep.registry() if task == GENERATION else seq2seq_sweep.registry() if task == TEXT_TO_TEXT else \
         seq2seq_sweep.registry(speech=True) if task == SPEECH else task_sweep.registry(task)
     return {t: c for t, c in ours.items() if t in web}
+
+
+def text_encoders() -> dict[str, str]:
+    """feature-extraction's types: transformers.js's encoder-only models (``MODEL_MAPPING_NAMES_ENCODER_ONLY``) that
+    transformers registers as a base model (``MODEL_MAPPING_NAMES``) and as a tokenizer's (a text model: the
+    speech, vision and multimodal encoders that mapping also lists run other pipelines)."""
+    from transformers.models.auto import modeling_auto
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
+
+    from onnx_nb.runtime import transformers_js
+
+    own = transformers_js.mappings().get("MODEL_MAPPING_NAMES_ENCODER_ONLY", {})
+    return {t: c for t, c in modeling_auto.MODEL_MAPPING_NAMES.items()
+            if t in own and t in TOKENIZER_MAPPING_NAMES and isinstance(c, str) and text_alone(t)}
+
+
+def text_alone(model_type: str) -> bool:
+    """A text model's config: no tower configs (CLIP's, CLAP's), no image size, no audio front end (wav2vec2's
+    convolutions, VITS's sampling rate)."""
+    import transformers
+
+    config = transformers.AutoConfig.for_model(model_type)
+    return not any(hasattr(config, a) for a in ("text_config", "vision_config", "audio_config", "image_size",
+                                                "conv_dim", "sampling_rate", "feature_projection_input_dim"))
 
 
 def word_tokenizer(vocab: int, eos: Any, folder: Path, mask: int | None = None) -> None:

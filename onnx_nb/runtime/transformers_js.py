@@ -93,13 +93,21 @@ def image_processors() -> frozenset[str]:
     return _image_processors(node_modules().joinpath(*PACKAGE) / "dist" / "transformers.node.mjs")
 
 
+def mappings() -> dict[str, dict[str, str]]:
+    """transformers.js's model mappings by name (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` -> model type -> class);
+    empty where its copy is not here."""
+    if not version():
+        return {}
+    return _mappings(node_modules().joinpath(*PACKAGE) / "dist" / "transformers.node.mjs")
+
+
 def registered(task: str) -> dict[str, str] | None:
     """The model types (-> class) transformers.js registers for ``task``; None where its copy is not here or the
     task is not one onnx-nb checks."""
     if not version() or task not in TASK_MAPPINGS:
         return None
-    mappings = _mappings(node_modules().joinpath(*PACKAGE) / "dist" / "transformers.node.mjs")
-    return {t: c for name, types in mappings.items() if name.startswith(TASK_MAPPINGS[task]) for t, c in types.items()}
+    return {t: c for name, types in mappings().items() if name.startswith(TASK_MAPPINGS[task])
+            for t, c in types.items()}
 
 
 def unavailable_reason() -> str:
