@@ -212,6 +212,12 @@ def test_a_question_answering_folder_gives_pytorchs_span_logits_for_question_and
     assert bundle and bundle.task == "question-answering" and bundle.texts == pairs, repr(bundle)
     figures = bundle.checks[0].figures
     assert figures["start_logits"]["max_abs"] < 1e-4 and figures["end_logits"]["max_abs"] < 1e-4, figures
+    # texts that are not pairs, and inputs the task does not run on, are refused before anything is written
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="pairs"):
+        onnx_nb.to_transformers_js(result, tmp_path / "plain", texts=["the quick fox"], progress=False)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="checked on texts, not images"):
+        onnx_nb.to_transformers_js(result, tmp_path / "image", images=[], progress=False)
+    assert not (tmp_path / "plain").exists() and not (tmp_path / "image").exists()
 
 
 def test_a_speech_encoder_decoder_folder_transcribes_with_pytorchs_tokens_in_transformers_js(tmp_path: Path) -> None:
@@ -243,6 +249,7 @@ def test_a_speech_encoder_decoder_folder_transcribes_with_pytorchs_tokens_in_tra
     bundle = onnx_nb.to_transformers_js(result, tmp_path / "web", runtime="node", max_new_tokens=6, progress=False)
     assert bundle and bundle.task == "automatic-speech-recognition", repr(bundle)
     assert bundle.checks[0].figures["tokens_equal"] == 2 and bundle.checks[0].figures["features_max_abs"] < 1e-3
+    assert bundle.checks[0].status == "pass" and "greedy tokens equal for 2 of 2 clips" in bundle.checks[0].measure
     assert bundle.audio == ["1.00 s at 16000 Hz", "0.50 s at 16000 Hz"]
     encoder = onnx.load(str(tmp_path / "web" / "onnx" / "encoder_model.onnx")).graph
     assert [i.name for i in encoder.input] == ["input_features"]
@@ -250,6 +257,9 @@ def test_a_speech_encoder_decoder_folder_transcribes_with_pytorchs_tokens_in_tra
     assert "encoder_hidden_states" in {i.name for i in merged.input}
     with pytest.raises(onnx_nb.InvalidArgumentError, match="1-D clips"):
         onnx_nb.to_transformers_js(result, tmp_path / "bad", audio=[np.zeros((2, 5))], progress=False)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="finite"):
+        onnx_nb.to_transformers_js(result, tmp_path / "bad", audio=np.array([0.1, np.nan]), progress=False)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_an_encoder_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: Path) -> None:

@@ -38,6 +38,10 @@ export async function checkFolder(tjs, request) {
         // own start tokens first)
         run.tokens = [];
         run.features = [];
+        // the start tokens it puts before the new ones (Whisper's: start, language, task, no-timestamps)
+        const model = pipe.model;
+        run.init_tokens = typeof model._retrieve_init_tokens === "function"
+          ? model._retrieve_init_tokens(model._prepare_generation_config(null, {})).map(Number) : [];
         for (const clip of audio) {
           const enc = await pipe.processor(clip);
           const ids = await pipe.model.generate({ ...enc, max_new_tokens: request.max_new_tokens, do_sample: false, num_beams: 1 });

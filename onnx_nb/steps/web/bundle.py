@@ -17,18 +17,15 @@ from ...progress import Steps
 from ...results.web_bundle import WebBundle
 from ...runtime.files import check_target, default_output, deferred_interrupt, staging_dir
 from ...runtime.transformers_js import registered, unavailable_reason, version
+from .inputs import IMAGE_TASKS, SPEECH, clips_of, default_texts, images_of, inputs_fit
 
 # onnx-nb's precision of a file -> (transformers.js's dtype, the file name's suffix it loads for that dtype)
 DTYPES = {"fp32": ("fp32", ""), "fp16": ("fp16", "_fp16"), "int8": ("q8", "_quantized"), "int4": ("q4", "_q4")}
 # the tasks whose pipeline transformers.js runs on text alone, as onnx-nb checks them
 TASKS = ("feature-extraction", "text-classification", "token-classification", "fill-mask", "text-generation",
          "text2text-generation", "question-answering", "image-classification", "automatic-speech-recognition")
-IMAGE_TASKS = ("image-classification",)  # run on images (its processor's preprocessor_config.json), not text
-SPEECH = "automatic-speech-recognition"  # an encoder-decoder run on audio clips (Whisper)
 # what transformers.js calls an encoder-decoder's text task (transformers names it by what it was trained for)
 TEXT_TO_TEXT = ("text2text-generation", "translation", "summarization")
-TEXTS = ["Hello world", "ONNX models run in the browser, checked against PyTorch."]
-QUESTIONS = [["Where do ONNX models run?", TEXTS[1]], ["What are they checked against?", TEXTS[1]]]
 RUNTIMES = ("auto", "browser", "browser-webgpu", "node")
 
 
@@ -107,14 +104,15 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
             f"transformers.js {version()} has no {task} model for {model_type or 'this model'} (its registry: "
             f"{len(known)} types for {task}); a newer transformers.js may: pass check=False to write the folder "
             "unchecked.")
-    pictures = _images(images, source.preprocessor) if task in IMAGE_TASKS else []
-    clips = _clips(audio, source.preprocessor) if task == SPEECH else []
+    inputs_fit(task, texts, images, audio)
+    pictures = images_of(images, source.preprocessor) if task in IMAGE_TASKS else []
+    clips = clips_of(audio, source.preprocessor) if task == SPEECH else []
     target = _target(folder, source.name, overwrite)
     with Steps(2 + len(runners), "to_transformers_js", progress) as steps:
         steps.step("writing the folder")
         written = _write(target, export, files, layout, task)
         bundle = WebBundle(target, source.name, task, model_type, written,
-                           texts=[] if pictures or clips else list(texts or _default_texts(source, task)),
+                           texts=[] if pictures or clips else list(texts or default_texts(source, task)),
                            images=[f"{a.shape[1]}x{a.shape[0]} RGB" for a in pictures],
                            audio=[f"{len(c) / rate:.2f} s at {rate} Hz" for c, rate in clips])
         bundle.unchecked = reason
@@ -167,17 +165,6 @@ def _checked_file(written: list[Path]) -> str:
     return "decoder_model_merged" if any(p.name.startswith("decoder_model_merged") for p in written) else "model"
 
 
-def _default_texts(source: Any, task: str) -> list[Any]:
-    """Two sentences (with the tokenizer's mask token in each for fill-mask; two [question, context] pairs for
-    question answering)."""
-    if task == "question-answering":
-        return [list(q) for q in QUESTIONS]
-    mask = getattr(source.preprocessor, "mask_token", None)
-    if task == "fill-mask" and mask:
-        return [f"Hello {mask} world", f"ONNX models run in the {mask}, checked against PyTorch."]
-    return list(TEXTS)
-
-
 def _processor_as_read(path: Path) -> None:
     """A processor transformers.js knows by its older name only (BEiT's ``BeitFeatureExtractor``) named so in
     ``preprocessor_config.json`` (transformers.js refuses an ``image_processor_type`` it does not know)."""
@@ -190,59 +177,6 @@ def _processor_as_read(path: Path) -> None:
         settings.pop("image_processor_type")
         settings["feature_extractor_type"] = older
         path.write_text(json.dumps(settings, indent=2))
-
-
-def _clips(audio: list[Any] | None, processor: Any) -> list[tuple[Any, int]]:
-    """``audio`` as float32 clips, each with the feature extractor's sampling rate; by default a one-second chirp
-    and half a second of noise."""
-    import numpy as np
-
-    rate = int(getattr(getattr(processor, "feature_extractor", processor), "sampling_rate", 16000) or 16000)
-    if audio:
-        clips = [np.asarray(a, dtype=np.float32) for a in audio]
-        if any(c.ndim != 1 or not c.size for c in clips):
-            raise InvalidArgumentError(f"Audio of shapes {[c.shape for c in clips]}: give 1-D clips (mono samples at "
-                                       f"{rate} Hz).")
-        return [(c, rate) for c in clips]
-    t = np.arange(rate, dtype=np.float64) / rate
-    chirp = 0.5 * np.sin(2 * np.pi * (200 + 600 * t) * t)
-    noise = np.random.default_rng(0).normal(0, 0.1, rate // 2)
-    return [(chirp.astype(np.float32), rate), (noise.astype(np.float32), rate)]
-
-
-def _images(images: list[Any] | None, processor: Any) -> list[Any]:
-    """``images`` as ``[height, width, 3]`` uint8 arrays (from PIL images, arrays or files); by default two made-up
-    images (a colour gradient, and noise) at the processor's own size, so no resize stands between the two
-    processors."""
-    import numpy as np
-
-    if images:
-        from PIL import Image
-
-        out = []
-        for image in images:
-            if isinstance(image, (str, os.PathLike)):
-                image = Image.open(image)
-            array = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image)
-            if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
-                raise InvalidArgumentError(f"An image of {array.shape} {array.dtype}: give PIL images, image files or "
-                                           "[height, width, 3] uint8 arrays.")
-            out.append(array)
-        return out
-    size = getattr(processor, "crop_size", None) or getattr(processor, "size", None) or {}
-    if isinstance(size, int):
-        size = {"height": size, "width": size}
-
-    def edge(name: str) -> Any:  # a dict, or transformers' SizeDict (attributes)
-        return size.get(name) if isinstance(size, dict) else getattr(size, name, None)
-
-    height = int(edge("height") or edge("shortest_edge") or 224)
-    width = int(edge("width") or edge("shortest_edge") or height)
-    y, x = np.mgrid[0:height, 0:width]
-    gradient = np.stack([x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1), (x + y) * 127 // max(
-        width + height - 2, 1)], axis=-1).astype(np.uint8)
-    noise = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    return [gradient, noise]
 
 
 def _export_of(items: list[Any]) -> Any:

@@ -46,14 +46,24 @@ def whole_prompt(proto: Any) -> None:
     presents = [present_of(n) for n in carried]
     stacked = [n for n in outputs if n not in presents]  # logits (and any other per-token output)
     sliced = [n for n in PER_TOKEN if n in inputs]
+    unknown = [n for n in inputs if n not in (*carried, *sliced, MASK)]
+    if unknown:
+        raise InvalidArgumentError(f"The state file takes {', '.join(unknown)}, which a whole-prompt Loop does not "
+                                   "know how to slice per token.")
+    for name in stacked:
+        dims = outputs[name].type.tensor_type.shape.dim
+        if len(dims) < 2 or dims[1].dim_value != 1:
+            raise InvalidArgumentError(f"The file's output {name} has no one-token axis to stack the prompt's along "
+                                       f"({[d.dim_param or d.dim_value for d in dims]}).")
 
     made = {o for node in graph.node for o in node.output} | set(carried) | set(sliced) | \
         ({MASK} if MASK in inputs else set())
     body_nodes = [_renamed(node, made) for node in graph.node]
     step = [helper.make_node("Unsqueeze", ["iteration", "onnx_nb_axis0"], [STEP + "at"]),
             helper.make_node("Add", [STEP + "at", "onnx_nb_one"], [STEP + "next"])]
-    for name in sliced:
-        step.append(helper.make_node("Slice", [name, STEP + "at", STEP + "next", "onnx_nb_axis1"], [STEP + name]))
+    for name in sliced:  # the token axis is the last ([batch, 1]; sectioned positions: [sections, batch, 1])
+        step.append(helper.make_node("Slice", [name, STEP + "at", STEP + "next", "onnx_nb_last_axis"],
+                                     [STEP + name]))
     if MASK in inputs:
         step += [helper.make_node("Add", ["onnx_nb_past", STEP + "next"], [STEP + "seen"]),
                  helper.make_node("Slice", [MASK, "onnx_nb_zero", STEP + "seen", "onnx_nb_axis1"], [STEP + MASK])]
@@ -74,6 +84,7 @@ def whole_prompt(proto: Any) -> None:
 
     graph.initializer.extend([helper.make_tensor("onnx_nb_axis0", TensorProto.INT64, [1], [0]),
                               helper.make_tensor("onnx_nb_axis1", TensorProto.INT64, [1], [1]),
+                              helper.make_tensor("onnx_nb_last_axis", TensorProto.INT64, [1], [-1]),
                               helper.make_tensor("onnx_nb_one", TensorProto.INT64, [1], [1]),
                               helper.make_tensor("onnx_nb_zero", TensorProto.INT64, [1], [0]),
                               helper.make_tensor("onnx_nb_index1", TensorProto.INT64, [], [1])])
@@ -88,8 +99,6 @@ def whole_prompt(proto: Any) -> None:
                                   [*presents, *[f"onnx_nb_stacked.{n}" for n in stacked]], body=body))
     for name in stacked:  # [sequence, batch, 1, ...] -> [batch, sequence, ...]
         rank = len(outputs[name].type.tensor_type.shape.dim)
-        if rank < 2:
-            raise InvalidArgumentError(f"The file's output {name} has no token axis to stack the prompt's along.")
         outer += [helper.make_node("Squeeze", [f"onnx_nb_stacked.{name}", "onnx_nb_axis1_of_stack"],
                                    [f"onnx_nb_squeezed.{name}"]),
                   helper.make_node("Transpose", [f"onnx_nb_squeezed.{name}"], [name],
@@ -99,10 +108,10 @@ def whole_prompt(proto: Any) -> None:
     del graph.node[:]
     graph.node.extend(outer)
     graph.ClearField("value_info")
-    for value in [*(inputs[n] for n in sliced), *(outputs[n] for n in stacked)]:
-        dims = value.type.tensor_type.shape.dim
-        dims[1].Clear()
-        dims[1].dim_param = SEQUENCE
+    for value, axis in [*((inputs[n], -1) for n in sliced), *((outputs[n], 1) for n in stacked)]:
+        dim = value.type.tensor_type.shape.dim[axis]
+        dim.Clear()
+        dim.dim_param = SEQUENCE
 
 
 def _renamed(node: Any, made: set[str]) -> Any:
@@ -123,6 +132,6 @@ def _rename_refs(node: Any, made: set[str]) -> None:
                 {t.name for t in sub.initializer}
             for inner in sub.node:
                 _rename_refs(inner, made - own)
-            for value in sub.output:  # a branch may return an outer name as it is
+            for value in [*sub.output, *sub.value_info]:  # a branch may return an outer name as it is
                 if value.name in made - own:
                     value.name = STEP + value.name

@@ -106,9 +106,13 @@ def _judge_outputs(row: WebCheck, run: dict[str, Any], reference: Any, tokenizer
     feed = {k: np.asarray(v["data"], dtype=np.int64).reshape(v["dims"]) for k, v in run["inputs"].items()}
     pairs = bundle.task == "question-answering"  # [question, context]: the tokenizer's text and text pair
     given = ([t[0] for t in bundle.texts], [t[1] for t in bundle.texts]) if pairs else (bundle.texts,)
-    ids = tokenizer(*given, padding=True, truncation=True, return_tensors="np")["input_ids"]
-    if "input_ids" not in feed or not np.array_equal(ids, feed["input_ids"]):
-        row.status, row.measure = "fail", "its tokenizer gives other token ids than transformers' tokenizer"
+    made = tokenizer(*given, padding=True, truncation=True, return_tensors="np")
+    # what transformers.js's tokenizer does not give is fed as zeros below: the same only where transformers' is
+    differ = ["input_ids"] if "input_ids" not in feed else [
+        k for k in ("input_ids", "token_type_ids")
+        if k in made and not np.array_equal(made[k], feed[k] if k in feed else np.zeros_like(made[k]))]
+    if differ:
+        row.status, row.measure = "fail", f"its tokenizer gives other {' and '.join(differ)} than transformers'"
         return
     for name in reference.flat.input_names:  # what transformers.js's tokenizer does not give is all zeros
         feed.setdefault(name, np.zeros_like(feed["input_ids"]))
@@ -133,24 +137,34 @@ def _judge_speech(row: WebCheck, run: dict[str, Any], model: Any, processor: Any
     transformers.js's feature extractor made; how far those features are from transformers' own, beside."""
     import torch
 
-    def as_array(tensor: dict[str, Any]) -> np.ndarray:
-        kind = np.int64 if tensor.get("type") in ("int64", "int32", "bool") else np.float32
-        return np.asarray(tensor["data"], dtype=kind).reshape(tensor["dims"])
-
-    given = [{k: as_array(v) for k, v in f.items()} for f in run.get("features", [])]
+    given = [{k: _array(v) for k, v in f.items()} for f in run.get("features", [])]
     main = next((k for k in ("input_features", "input_values") if given and k in given[0]), None)
     if main is None or len(given) != len(audio):
         row.status, row.measure = "fail", "its feature extractor gave no input_features or input_values"
         return
+    settings: dict[str, Any] = {}
+    if getattr(getattr(model, "generation_config", None), "is_multilingual", False):
+        settings = {"language": "en", "task": "transcribe"}  # transformers.js's default; PyTorch would detect one
     ours = []
     with torch.no_grad():
         for feed in given:
             made = model.generate(**{k: torch.from_numpy(v) for k, v in feed.items()}, max_new_tokens=max_new_tokens,
-                                  do_sample=False, num_beams=1)
+                                  do_sample=False, num_beams=1, **settings)
             ours.append([int(t) for t in made[0]])
-    # transformers' Whisper generate() returns the new tokens alone; transformers.js's, after its start tokens
-    # (start, language, task, no-timestamps: at most 4)
-    theirs = [t[len(t) - len(o):] if 0 < len(t) - len(o) <= 4 else t for t, o in zip(run["tokens"], ours)]
+    # transformers' Whisper generate() returns the new tokens alone and drops a closing end token; transformers.js
+    # returns its start tokens (start, language, task, no-timestamps), the new ones and the end token
+    start = [int(t) for t in run.get("init_tokens") or []]
+    end = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ends = set(end if isinstance(end, (list, tuple)) else [end])
+    theirs = []
+    for tokens in run["tokens"]:
+        if start and tokens[:len(start)] != start:
+            row.status, row.measure = "fail", f"its start tokens {tokens[:len(start)]}, not the {start} it named"
+            return
+        theirs.append(tokens[len(start):] if start else tokens)
+    if start:
+        ours = [o[:-1] if o and o[-1] in ends else o for o in ours]
+        theirs = [t[:-1] if t and t[-1] in ends else t for t in theirs]
     _judge_tokens(row, theirs, ours, "clips")
     extractor = getattr(processor, "feature_extractor", processor)
     rate = int(getattr(extractor, "sampling_rate", 16000))
@@ -168,7 +182,7 @@ def _judge_image_outputs(row: WebCheck, run: dict[str, Any], reference: Any, pro
                          images: list[Any]) -> None:
     """PyTorch's model on the ``pixel_values`` transformers.js's processor made, every output compared; how far
     those pixel values are from transformers' own processor's on the same images, reported beside."""
-    given = {k: np.asarray(v["data"], dtype=np.float32).reshape(v["dims"]) for k, v in run["inputs"].items()}
+    given = {k: _array(v) for k, v in run["inputs"].items()}
     feed = {k: v for k, v in given.items() if k in reference.flat.input_names}
     if "pixel_values" not in feed:
         row.status, row.measure = "fail", f"its processor gave {', '.join(given) or 'nothing'}, no pixel_values"
@@ -188,6 +202,12 @@ def _judge_image_outputs(row: WebCheck, run: dict[str, Any], reference: Any, pro
                      f"{list(ours.shape)}")
     row.status = "pass" if passed else "fail"
     row.measure = "; ".join(words)
+
+
+def _array(tensor: dict[str, Any]) -> np.ndarray:
+    """A tensor transformers.js gave back (``{"dims", "type", "data"}``) as an array of its own kind."""
+    kind = np.int64 if tensor.get("type") in ("int64", "int32", "bool") else np.float32
+    return np.asarray(tensor["data"], dtype=kind).reshape(tensor["dims"])
 
 
 def _compared(row: WebCheck, run: dict[str, Any], expected: dict[str, Any],
