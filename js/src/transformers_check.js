@@ -1,8 +1,9 @@
 // transformers.js's own run of a folder onnx-nb wrote, at each precision asked for: the task's pipeline, the inputs
 // its tokenizer gave, every output tensor of the model, the pipeline's answer and, for text generation, the greedy
 // tokens of each text alone (or the error transformers.js raised). An image task's request brings its images as RGB
-// pixels ({width, height, data}); its processor's tensors come back as the inputs. One implementation for both places it runs: Node.js
-// (transformers_node.js) and a browser page (ortweb_core.js's "tjs" request).
+// pixels ({width, height, data}), a speech task's its clips (samples); the processor's tensors come back as the
+// inputs. One implementation for both places it runs: Node.js (transformers_node.js) and a browser page
+// (ortweb_core.js's "tjs" request).
 
 // a tensor as plain JSON (int64 data arrives as BigInt)
 function plain(t) {
@@ -17,6 +18,7 @@ export async function checkFolder(tjs, request) {
   const out = { version: tjs.env.version, runs: [] };
   const images = (request.images ?? []).map((im) => new tjs.RawImage(Uint8ClampedArray.from(im.data), im.width,
                                                                        im.height, 3));
+  const audio = (request.audio ?? []).map((a) => Float32Array.from(a));
   // the model's inputs as the pipeline makes them: its processor's from the images, else its tokenizer's (of
   // [question, context] pairs for question answering)
   const paired = request.task === "question-answering";
@@ -32,7 +34,6 @@ export async function checkFolder(tjs, request) {
       run.load_ms = performance.now() - started;
       const ran = performance.now();
       const generating = request.task === "text-generation" || request.task === "text2text-generation";
-      const audio = (request.audio ?? []).map((a) => Float32Array.from(a));
       if (audio.length) {
         // speech recognition: each clip's features by its processor, then greedy tokens from them (the model's
         // own start tokens first)

@@ -128,6 +128,16 @@ def live_nodes(nodes: list[Any], outputs: set[str]) -> list[Any]:
     return keep[::-1]
 
 
+def rename_values(graph: Any, renames: dict[str, str]) -> None:
+    """Each tensor named in ``renames`` called by its new name in ``graph`` (inputs, outputs, value infos and its own
+    nodes' inputs and outputs), in place."""
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        value.name = renames.get(value.name, value.name)
+    for node in graph.node:
+        node.input[:] = [renames.get(n, n) for n in node.input]
+        node.output[:] = [renames.get(n, n) for n in node.output]
+
+
 def drop_unused(proto: Any) -> None:
     """Initializers, inputs and value infos no node (nor a node's subgraph) reads any more, dropped in place."""
     used = {i for n in proto.graph.node for i in n.input} | {o.name for o in proto.graph.output} | \

@@ -66,39 +66,34 @@ def _unbuilt(path: Path) -> str:
     return f"{path.name} is not built: this checkout was installed without building js/ (pip install -e . runs npm)"
 
 
+def _entry() -> Path:
+    """transformers.js's Node.js distribution, whose source names its model mappings and image processors."""
+    return node_modules().joinpath(*PACKAGE) / "dist" / "transformers.node.mjs"
+
+
 @functools.lru_cache(maxsize=4)
-def _mappings(entry: Path) -> dict[str, dict[str, str]]:
-    """transformers.js's model mappings (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` ...: model type -> class), read from its
-    Node.js distribution's source."""
+def _names(entry: Path) -> tuple[dict[str, dict[str, str]], frozenset[str]]:
+    """transformers.js's model mappings (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` ...: model type -> class) and image
+    processor classes, read from ``entry``'s source once."""
     text = entry.read_text()
-    out = {}
+    mapped = {}
     for name, body in re.findall(r"var (MODEL_\w*MAPPING_NAMES\w*) = /\* @__PURE__ \*/ new Map\(\[(.*?)\]\);", text,
                                  re.S):
-        out[name] = dict(re.findall(r'\["([\w-]+)",\s*"(\w+)"\]', body))
-    return out
-
-
-@functools.lru_cache(maxsize=4)
-def _image_processors(entry: Path) -> frozenset[str]:
-    text = entry.read_text()
+        mapped[name] = dict(re.findall(r'\["([\w-]+)",\s*"(\w+)"\]', body))
     found = re.search(r"__export\(image_processors_exports, \{(.*?)\}\);", text, re.S)
-    return frozenset(re.findall(r"(\w+): \(\) =>", found.group(1))) if found else frozenset()
+    return mapped, frozenset(re.findall(r"(\w+): \(\) =>", found.group(1))) if found else frozenset()
 
 
 def image_processors() -> frozenset[str]:
     """The image processor classes transformers.js names (``ViTImageProcessor``, ``BeitFeatureExtractor`` ...);
     empty where its copy is not here."""
-    if not version():
-        return frozenset()
-    return _image_processors(node_modules().joinpath(*PACKAGE) / "dist" / "transformers.node.mjs")
+    return _names(_entry())[1] if version() else frozenset()
 
 
 def mappings() -> dict[str, dict[str, str]]:
     """transformers.js's model mappings by name (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` -> model type -> class);
     empty where its copy is not here."""
-    if not version():
-        return {}
-    return _mappings(node_modules().joinpath(*PACKAGE) / "dist" / "transformers.node.mjs")
+    return _names(_entry())[0] if version() else {}
 
 
 def registered(task: str) -> dict[str, str] | None:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from ...runtime.onnxedit import drop_unused, live_nodes
+from ...runtime.onnxedit import drop_unused, live_nodes, rename_values
 
 BATCH = "batch_size"  # the name transformers.js reads as the batch when it makes an empty cache
 STATES = "encoder_hidden_states"  # onnx-nb's encoder states (an output of the encoder, an input of the decoder)
@@ -45,7 +45,7 @@ def _states_alone(encoder: Any) -> Any:
     cross = [o.name for o in encoder.graph.output if o.name != STATES]
     for name in cross:
         encoder.graph.output.remove(next(o for o in encoder.graph.output if o.name == name))
-    _rename(encoder.graph, STATES, "last_hidden_state")
+    rename_values(encoder.graph, {STATES: "last_hidden_state"})
     live = live_nodes(list(encoder.graph.node), {"last_hidden_state"})
     del encoder.graph.node[:]
     encoder.graph.node.extend(live)
@@ -96,7 +96,7 @@ def _merged(decoder: Any, encoder: Any) -> Any:
     del graph.node[:]
     graph.node.extend([*head, *body])
     graph.output.extend(helper.make_tensor_value_info(_present(fed[c]), TensorProto.FLOAT, None) for c in cross)
-    _rename(graph, "decoder_input_ids", "input_ids")
+    rename_values(graph, {"decoder_input_ids": "input_ids"})
     batch = {d.dim_param for v in graph.input if v.name.startswith("past_key_values.")
              for d in v.type.tensor_type.shape.dim[:1] if d.dim_param}
     for value in [*graph.input, *graph.output]:
@@ -147,13 +147,3 @@ def _projections(encoder: Any, outputs: list[str]) -> tuple[list[Any], list[Any]
         weight.name = PREFIX + name
         weights.append(weight)
     return nodes, weights
-
-
-def _rename(graph: Any, old: str, new: str) -> None:
-    """Tensor ``old`` called ``new`` everywhere in ``graph`` (inputs, outputs, nodes)."""
-    for value in [*graph.input, *graph.output, *graph.value_info]:
-        if value.name == old:
-            value.name = new
-    for node in graph.node:
-        node.input[:] = [new if n == old else n for n in node.input]
-        node.output[:] = [new if n == old else n for n in node.output]

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 from ...runtime.facts import is_cache, is_state, present_of
+from ...runtime.onnxedit import rename_values
 from .prompt_loop import whole_prompt
 
 BATCH = "batch_size"  # the name transformers.js reads as the batch when it makes an empty cache
@@ -83,11 +84,7 @@ def state_names(proto: Any, config: Any) -> None:
         fed = "ssm" if state == "recurrent" and kind in SSM_NAMED else state
         renames[value.name] = f"past_{fed}.{layer}"
         renames[present_of(value.name)] = f"present_{fed}.{layer}"
-    for value in [*proto.graph.input, *proto.graph.output]:
-        value.name = renames.get(value.name, value.name)
-    for node in proto.graph.node:  # the top graph's own nodes (the prompt's Loop) read and write them
-        node.input[:] = [renames.get(n, n) for n in node.input]
-        node.output[:] = [renames.get(n, n) for n in node.output]
+    rename_values(proto.graph, renames)  # the top graph's own nodes (the prompt's Loop) read and write them
     parts = conv_parts(config) if kind == "olmo_hybrid" else None
     if parts:
         split_states(proto, "conv", parts)
@@ -122,12 +119,9 @@ def split_states(proto: Any, state: str, parts: list[tuple[str, int]]) -> None:
         present = "present" + value.name[len("past"):]
         before.append(helper.make_node("Concat", [f"{value.name}.{p}" for p, _ in parts], [value.name], axis=1))
         after.append(helper.make_node("Split", [present, sizes], [f"{present}.{p}" for p, _ in parts], axis=1))
-        kind = value.type.tensor_type.elem_type
-        rest = [d.dim_param or d.dim_value for d in dims[2:]]
-        inputs += [helper.make_tensor_value_info(f"{value.name}.{p}", kind, [dims[0].dim_param or dims[0].dim_value,
-                                                                              n, *rest]) for p, n in parts]
-        outputs += [helper.make_tensor_value_info(f"{present}.{p}", kind, [dims[0].dim_param or dims[0].dim_value,
-                                                                            n, *rest]) for p, n in parts]
+        kind, (batch, _, *rest) = value.type.tensor_type.elem_type, [d.dim_param or d.dim_value for d in dims]
+        inputs += [helper.make_tensor_value_info(f"{value.name}.{p}", kind, [batch, n, *rest]) for p, n in parts]
+        outputs += [helper.make_tensor_value_info(f"{present}.{p}", kind, [batch, n, *rest]) for p, n in parts]
     split = {n.input[0] for n in after}
     _rewired(graph, inputs, [v for v in graph.output if v.name not in split] + outputs, before, after)
 

@@ -25,6 +25,10 @@ class Judge:
         self.bundle, self.export, self.files, self.max_new_tokens = bundle, export, files, max_new_tokens
         self.images = list(images or [])  # an image task's, as [height, width, 3] uint8 arrays
         self.audio = list(audio or [])  # speech recognition's clips (float32 samples)
+        # as transformers.js's request carries them, made once for every place the folder is run in
+        self._pixels = [{"width": int(a.shape[1]), "height": int(a.shape[0]), "data": a.reshape(-1).tolist()}
+                        for a in self.images]
+        self._samples = [c.tolist() for c in self.audio]
         self._expected: Any = None
 
     def expected(self) -> Any:
@@ -32,11 +36,11 @@ class Judge:
             from ..export.adapters.registry import adapter_of
 
             export, bundle = self.export, self.bundle
-            if self.audio:  # PyTorch's model itself: its tokens come from each run's own features
-                self._expected = adapter_of(export).reload(export.source, "to_transformers_js").model
-            elif bundle.task in GENERATING:
-                self._expected = greedy_tokens(adapter_of(export).reload(export.source, "to_transformers_js").model,
-                                               export.source.preprocessor, bundle.texts, self.max_new_tokens)
+            if self.audio or bundle.task in GENERATING:
+                model = adapter_of(export).reload(export.source, "to_transformers_js").model
+                # speech: the model itself, its tokens made from each run's own features
+                self._expected = model if self.audio else greedy_tokens(
+                    model, export.source.preprocessor, bundle.texts, self.max_new_tokens)
             else:
                 self._expected = adapter_of(export).reference(export, export.path, None, 0)
         return self._expected
@@ -49,10 +53,8 @@ class Judge:
         import statistics
 
         bundle, files = self.bundle, self.files
-        pixels = [{"width": int(a.shape[1]), "height": int(a.shape[0]), "data": a.reshape(-1).tolist()}
-                  for a in self.images]
         ran = run_folder(bundle.folder.parent, bundle.folder.name, bundle.task, list(files), bundle.texts,
-                         self.max_new_tokens, images=pixels, audio=[c.tolist() for c in self.audio])
+                         self.max_new_tokens, images=self._pixels, audio=self._samples)
         bundle.transformers_js = str(ran.get("version", ""))
         for run in ran.get("runs", []):
             path, precision = files[run["dtype"]]
@@ -103,7 +105,7 @@ def _judge_tokens(row: WebCheck, theirs: list[list[int]], ours: list[list[int]],
 
 
 def _judge_outputs(row: WebCheck, run: dict[str, Any], reference: Any, tokenizer: Any, bundle: WebBundle) -> None:
-    feed = {k: np.asarray(v["data"], dtype=np.int64).reshape(v["dims"]) for k, v in run["inputs"].items()}
+    feed = {k: _array(v) for k, v in run["inputs"].items()}  # the tokenizer's ids and masks
     pairs = bundle.task == "question-answering"  # [question, context]: the tokenizer's text and text pair
     given = ([t[0] for t in bundle.texts], [t[1] for t in bundle.texts]) if pairs else (bundle.texts,)
     made = tokenizer(*given, padding=True, truncation=True, return_tensors="np")
