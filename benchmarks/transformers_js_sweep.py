@@ -13,7 +13,8 @@ the same words); ``--task feature-extraction`` takes the text encoders among tra
 base models. ``--task image-classification``: the type's own image processor from transformers' registry at the
 config's size saved beside it, run on the bundle's default images. ``--task automatic-speech-recognition``: the speech
 encoder-decoders (``seq2seq_sweep --speech``'s build) with the type's own feature extractor, on the bundle's default
-clips. Each type in a process of its own with a time limit.
+clips. ``--task image-to-text``: a vision encoder-decoder under each text decoder its checkpoints use, and the
+vision-language models transformers.js lists there. Each type in a process of its own with a time limit.
 
     .venv/bin/python benchmarks/transformers_js_sweep.py [--task fill-mask] [--only llama,gpt2] [--timeout 240]
 
@@ -44,7 +45,15 @@ ENCODER_TASKS = (FEATURES, "fill-mask", "text-classification", "token-classifica
                  "image-classification")
 IMAGES = ("image-classification",)  # run on the bundle's default images, by a processor saved with the model
 SPEECH = "automatic-speech-recognition"  # the speech encoder-decoders seq2seq_sweep --speech builds
-TASKS = (GENERATION, TEXT_TO_TEXT, SPEECH, *ENCODER_TASKS)
+CAPTIONS = "image-to-text"  # transformers.js's vision-to-text registry (a vision encoder-decoder; two VLMs)
+TASKS = (GENERATION, TEXT_TO_TEXT, SPEECH, CAPTIONS, *ENCODER_TASKS)
+# a VisionEncoderDecoderModel is one type whose text decoder is any causal LM: the decoders of the checkpoints it is
+# published with (TrOCR's, ViT-GPT2's, Donut's mBART), each under a tiny ViT; the type is served when all are
+DECODERS = {"trocr": ("TrOCRConfig", {"d_model": 32, "decoder_layers": 2, "decoder_attention_heads": 2,
+                                       "decoder_ffn_dim": 37, "max_position_embeddings": 64}),
+            "gpt2": ("GPT2Config", {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64}),
+            "mbart": ("MBartConfig", {"d_model": 32, "decoder_layers": 2, "decoder_attention_heads": 2,
+                                      "decoder_ffn_dim": 37, "encoder_layers": 2, "max_position_embeddings": 64})}
 
 
 def results(task: str) -> Path:
@@ -58,8 +67,11 @@ def registry(task: str = GENERATION) -> dict[str, str]:
     web = registered(task) or {}
     if task == FEATURES:
         return text_encoders()
-    ours = sweep.registry() if task == GENERATION else seq2seq_sweep.registry() if task == TEXT_TO_TEXT else \
-        seq2seq_sweep.registry(speech=True) if task == SPEECH else task_sweep.registry(task)
+    if task == CAPTIONS:  # transformers registers a vision encoder-decoder and the VLMs as image-text-to-text
+        from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES as ours
+    else:
+        ours = sweep.registry() if task == GENERATION else seq2seq_sweep.registry() if task == TEXT_TO_TEXT else \
+            seq2seq_sweep.registry(speech=True) if task == SPEECH else task_sweep.registry(task)
     return {t: c for t, c in ours.items() if t in web}
 
 
@@ -242,15 +254,85 @@ def one_speech(model_type: str, class_name: str, folder: Path) -> dict[str, Any]
 
 
 class Parts:
-    """A feature extractor and a tokenizer saved side by side (the type's own processor class may want its own
-    tokenizer class, which the word-level tokenizer is not)."""
+    """A feature extractor (or an image processor) and a tokenizer saved side by side (the type's own processor class
+    may want its own tokenizer class, which the word-level tokenizer is not)."""
 
-    def __init__(self, feature_extractor: Any, tokenizer: Any) -> None:
-        self.feature_extractor, self.tokenizer = feature_extractor, tokenizer
+    def __init__(self, feature_extractor: Any, tokenizer: Any, image_processor: Any = None) -> None:
+        self.feature_extractor, self.tokenizer, self.image_processor = feature_extractor, tokenizer, image_processor
 
     def save_pretrained(self, folder: str) -> None:
-        self.feature_extractor.save_pretrained(folder)
+        (self.image_processor or self.feature_extractor).save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
+
+
+def one_captions(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
+    """One image-to-text type through onnx-nb's export and transformers.js's image-to-text (in a child process): a
+    vision encoder-decoder with each decoder of :data:`DECODERS` (random weights, ViT's image processor at the
+    encoder's size, the word-level tokenizer; transformers.js's greedy tokens for the bundle's two default images
+    against PyTorch's on the pixel values it made), a vision-language model as the VLM sweep builds it."""
+    import torch
+    import transformers
+
+    row: dict[str, Any] = {"type": model_type, "class": class_name, "task": CAPTIONS}
+    started = time.perf_counter()
+    if model_type != "vision-encoder-decoder":
+        import vlm_sweep
+
+        try:
+            config = vlm_sweep.tiny_config(model_type, sweep.TINY, vlm_sweep.VISION)
+            torch.manual_seed(0)
+            getattr(transformers, class_name)(config).save_pretrained(folder)
+            word_tokenizer(int(config.get_text_config().vocab_size), None, folder)
+            row["pytorch"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - a row, not a crash
+            sweep.refused(row, "build", "tiny", exc)
+            return row
+        result = sweep.exported(row, folder, folder.parent / "onnx" / "model.onnx", started)
+        if result is not None and result:
+            checked(row, result, folder.parent / "web", None)
+        row["seconds"] = round(time.perf_counter() - started, 1)
+        return row
+    row["pytorch"], row["decoders"] = "ok", {}
+    for name, (config_class, sizes) in DECODERS.items():
+        part: dict[str, Any] = {}
+        here = folder / name
+        vocab = 100
+        vision = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                        intermediate_size=37, image_size=32, patch_size=8)
+        text = getattr(transformers, config_class)(vocab_size=vocab, **sizes)
+        torch.manual_seed(0)
+        model = transformers.VisionEncoderDecoderModel(
+            transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(vision, text)).eval()
+        for config in (model.config, model.generation_config):
+            config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 2, 0, 1
+        try:  # PyTorch generates from an image (a cache it sizes by the decoder config's num_hidden_layers: mBART's
+            with torch.no_grad():  # is its encoder_layers, so those are kept at least the decoder's depth)
+                model.generate(pixel_values=torch.randn(1, 3, 32, 32), max_new_tokens=2, do_sample=False, num_beams=1)
+        except Exception as exc:  # noqa: BLE001 - a row, not a crash
+            sweep.refused(part, "generate", "tiny", exc)
+            row["decoders"][name] = part
+            continue
+        model.save_pretrained(here)
+        image = transformers.ViTImageProcessor(size={"height": 32, "width": 32})
+        image.save_pretrained(here)
+        word_tokenizer(vocab, 1, here)
+        result = sweep.exported(part, here, folder.parent / name / "model.onnx", started)
+        if result is not None and result:
+            result.source.preprocessor = Parts(None, transformers.PreTrainedTokenizerFast.from_pretrained(here),
+                                               image)
+            checked(part, result, folder.parent / f"web-{name}", None)
+        row["decoders"][name] = part
+    parts = row["decoders"].values()
+    row["export"] = "ok" if all(p.get("export") == "ok" for p in parts) else next(
+        f"{n}: {p.get('export')}" for n, p in row["decoders"].items() if p.get("export") != "ok")
+    row["web"] = "same" if all(p.get("web") == "same" for p in parts) else "differs"
+    if row["web"] != "same":
+        row["web_note"] = "; ".join(f"{n}: {p.get('web_note') or p.get('web')}" for n, p in row["decoders"].items()
+                                    if p.get("web") != "same")[:300]
+    row["web_mb"] = round(sum(p.get("web_mb", 0) for p in parts), 3)
+    row["transformers_js"] = next((p["transformers_js"] for p in parts if p.get("transformers_js")), "")
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
 
 
 def checked(row: dict[str, Any], result: Any, folder: Path, texts: list[Any] | None) -> None:
@@ -292,6 +374,7 @@ def main() -> None:
         row = one(args.one, types[args.one], Path(args.folder)) if args.task == GENERATION else \
             one_seq2seq(args.one, types[args.one], Path(args.folder)) if args.task == TEXT_TO_TEXT else \
             one_speech(args.one, types[args.one], Path(args.folder)) if args.task == SPEECH else \
+            one_captions(args.one, types[args.one], Path(args.folder)) if args.task == CAPTIONS else \
             one_encoder(args.task, args.one, types[args.one], Path(args.folder))
         print("ROW " + json.dumps(row))
         return
@@ -326,7 +409,7 @@ def section(path: Path = RESULTS) -> list[str]:
     ]
     lines += _rows(rows)
     totals = [len(good), len(base)]
-    for task in (TEXT_TO_TEXT, SPEECH, *ENCODER_TASKS):
+    for task in (TEXT_TO_TEXT, SPEECH, CAPTIONS, *ENCODER_TASKS):
         found = sweep.swept(results(task))
         if found is None:
             lines += ["", f"{task}: not swept yet (`--task {task}`)."]
@@ -338,7 +421,11 @@ def section(path: Path = RESULTS) -> list[str]:
         how = ("built as the sequence-to-sequence sweep builds them, an encoder file and a merged decoder, greedy "
                "tokens for each prompt against PyTorch's" if task == TEXT_TO_TEXT else "built as the speech sweep "
                "builds them with the type's own feature extractor, transformers.js's greedy tokens for two clips "
-               "against PyTorch's on the features transformers.js made" if task == SPEECH else "built as the task "
+               "against PyTorch's on the features transformers.js made" if task == SPEECH else "a vision "
+               "encoder-decoder under a tiny ViT with each of the text decoders its published checkpoints use "
+               "(TrOCR's, GPT-2's, mBART's: served when all three are), the vision-language models as the VLM "
+               "sweep builds them; transformers.js's greedy tokens for two images against PyTorch's on the pixel "
+               "values transformers.js made" if task == CAPTIONS else "built as the task "
                "sweep builds "
                "them with the type's own image processor, every output of transformers.js's model judged against "
                "PyTorch on the pixel values transformers.js's processor made" if task in IMAGES else "built as the "

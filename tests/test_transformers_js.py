@@ -193,6 +193,79 @@ def test_an_image_classifier_folder_gives_pytorchs_logits_from_transformers_js_o
     assert not (tmp_path / "bad").exists()
 
 
+def _image_to_text(folder: Path, decoder: str) -> Path:
+    """A tiny ViT encoder under a TrOCR or GPT-2 text decoder (a VisionEncoderDecoderModel) with a TrOCR processor
+    (ViT's image processor and a byte-level BPE tokenizer), saved to ``folder``; the decoder's weights spread so that
+    its greedy tokens change from step to step."""
+    import torch
+    import transformers
+
+    fast = _bpe_tokenizer()
+    torch.manual_seed(0)
+    vision = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                    intermediate_size=37, image_size=32, patch_size=8)
+    text = transformers.TrOCRConfig(vocab_size=len(fast), d_model=32, decoder_layers=2, decoder_attention_heads=2,
+                                    decoder_ffn_dim=37, max_position_embeddings=64) if decoder == "trocr" else \
+        transformers.GPT2Config(vocab_size=len(fast), n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                add_cross_attention=True, is_decoder=True)
+    model = transformers.VisionEncoderDecoderModel(
+        transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(vision, text)).eval()
+    for config in (model.config, model.generation_config):
+        config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = len(fast) - 1, 0, 0
+    with torch.no_grad():
+        for name, p in model.decoder.named_parameters():
+            if p.dim() == 2 and not any(k in name for k in ("embed", "wte", "wpe")):
+                p.normal_(0, 0.3)
+    model.save_pretrained(folder)
+    transformers.TrOCRProcessor(transformers.ViTImageProcessor(size={"height": 32, "width": 32}),
+                                fast).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("decoder", ["trocr", "gpt2"])
+def test_an_image_to_text_folder_writes_pytorchs_tokens_from_transformers_js_own_pixels(tmp_path: Path,
+                                                                                        decoder: str) -> None:
+    """A vision encoder-decoder (ViT + TrOCR, ViT + GPT-2) exported for generation (an encoder file taking
+    pixel_values, a decoder with its caches), generating PyTorch's tokens from a picture through the export's
+    processor; its transformers.js folder (image-to-text) generates PyTorch's greedy tokens from the pixel values
+    transformers.js's processor made. TrOCR's decoder takes a cross-attention cache as transformers.js names it
+    (.decoder / .encoder), GPT-2's its own cache alone (past_key_values.{i}.key), the cross projections computed
+    each step; an INT8 TrOCR folder runs too."""
+    import numpy as np
+    import torch
+    import transformers
+    from PIL import Image
+
+    folder = _image_to_text(tmp_path / decoder, decoder)
+    result = onnx_nb.export(str(folder), out=tmp_path / "onnx" / "model.onnx", progress=False)
+    assert result and result.source.task == "image-to-text" and "encoder" in result.parts, repr(result)
+    picture = Image.fromarray(np.random.default_rng(1).integers(0, 256, (40, 50, 3), dtype=np.uint8))
+    ours = onnx_nb.generate(result, [picture], max_new_tokens=6, num_beams=1)
+    model = transformers.VisionEncoderDecoderModel.from_pretrained(folder).eval()
+    pixels = transformers.ViTImageProcessor.from_pretrained(folder)(picture, return_tensors="pt").pixel_values
+    with torch.no_grad():
+        theirs = model.generate(pixel_values=pixels, max_new_tokens=6, do_sample=False, num_beams=1)[0, 1:].tolist()
+    assert ours.tokens[0] == theirs and len(set(theirs)) > 1, (ours.tokens, theirs)
+    assert onnx_nb.generate(result, None, images=picture, max_new_tokens=6, num_beams=1).tokens == ours.tokens
+
+    items = [result, onnx_nb.quantize(result, out=tmp_path / "int8.onnx")] if decoder == "trocr" else [result]
+    bundle = onnx_nb.to_transformers_js(items, tmp_path / "web", runtime="node", max_new_tokens=6, progress=False)
+    assert bundle.task == "image-to-text" and bundle.images == ["32x32 RGB"] * 2, repr(bundle)
+    # fp32 gives PyTorch's tokens for both images; INT8 runs (random weights leave near-ties it may tip: >= 1)
+    assert bundle.checks[0].passed and bundle.checks[0].figures["tokens_equal"] == 2, repr(bundle)
+    assert all(c.figures.get("tokens_equal", 0) >= 1 for c in bundle.checks[1:]), repr(bundle)
+    assert bundle.checks[0].figures["processor_max_abs"] < 1e-6
+    merged = onnx.load(str(tmp_path / "web" / "onnx" / "decoder_model_merged.onnx")).graph
+    names = {i.name for i in merged.input}
+    assert {"input_ids", "encoder_hidden_states"} <= names
+    if decoder == "trocr":
+        assert {"past_key_values.1.decoder.key", "past_key_values.1.encoder.value"} <= names
+    else:
+        assert "past_key_values.1.key" in names and not [n for n in names if ".encoder." in n or ".decoder." in n]
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="images"):
+        onnx_nb.to_transformers_js(result, tmp_path / "bad", texts=["a caption"], progress=False)
+
+
 def test_a_question_answering_folder_gives_pytorchs_span_logits_for_question_and_context_pairs(
         tmp_path: Path) -> None:
     """A tiny BERT question-answering head: transformers.js tokenizes [question, context] pairs as one text and its

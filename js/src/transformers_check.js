@@ -2,7 +2,7 @@
 // its tokenizer gave, every output tensor of the model, the pipeline's answer and, for text generation, the greedy
 // tokens of each text alone (or the error transformers.js raised). An image task's request brings its images as RGB
 // pixels ({width, height, data}), a speech task's its clips (samples); the processor's tensors come back as the
-// inputs. One implementation for both places it runs: Node.js (transformers_node.js) and a browser page
+// inputs (as each clip's or image's features where the model generates from them: speech, image-to-text). One implementation for both places it runs: Node.js (transformers_node.js) and a browser page
 // (ortweb_core.js's "tjs" request).
 
 // a tensor as plain JSON (int64 data arrives as BigInt)
@@ -19,6 +19,8 @@ export async function checkFolder(tjs, request) {
   const images = (request.images ?? []).map((im) => new tjs.RawImage(Uint8ClampedArray.from(im.data), im.width,
                                                                        im.height, 3));
   const audio = (request.audio ?? []).map((a) => Float32Array.from(a));
+  // what a model generates from, one at a time: speech recognition's clips, image-to-text's images
+  const sources = audio.length ? audio : request.task === "image-to-text" ? images : [];
   // the model's inputs as the pipeline makes them: its processor's from the images, else its tokenizer's (of
   // [question, context] pairs for question answering)
   const paired = request.task === "question-answering";
@@ -34,23 +36,23 @@ export async function checkFolder(tjs, request) {
       run.load_ms = performance.now() - started;
       const ran = performance.now();
       const generating = request.task === "text-generation" || request.task === "text2text-generation";
-      if (audio.length) {
-        // speech recognition: each clip's features by its processor, then greedy tokens from them (the model's
-        // own start tokens first)
+      if (sources.length) {
+        // speech recognition, an image's text: each clip's features (each image's pixel values) by its processor,
+        // then greedy tokens from them (the model's own start tokens first)
         run.tokens = [];
         run.features = [];
         // the start tokens it puts before the new ones (Whisper's: start, language, task, no-timestamps)
         const model = pipe.model;
         run.init_tokens = typeof model._retrieve_init_tokens === "function"
           ? model._retrieve_init_tokens(model._prepare_generation_config(null, {})).map(Number) : [];
-        for (const clip of audio) {
+        for (const clip of sources) {
           const enc = await pipe.processor(clip);
           const ids = await pipe.model.generate({ ...enc, max_new_tokens: request.max_new_tokens, do_sample: false, num_beams: 1 });
           run.tokens.push(Array.from(ids.tolist()[0], Number));
           run.features.push(tensors(enc));
         }
         // the pipeline's text (its decoding may refuse a tokenizer it does not expect: said, not fatal)
-        run.answer = json(await pipe(audio[0], { max_new_tokens: request.max_new_tokens })
+        run.answer = json(await pipe(sources[0], { max_new_tokens: request.max_new_tokens })
           .catch((e) => ({ error: String((e && e.message) || e).slice(0, 200) })));
       } else if (generating) {
         run.tokens = [];
@@ -70,12 +72,12 @@ export async function checkFolder(tjs, request) {
       }
       run.first_ms = performance.now() - ran;
       // timed runs of the model itself on the same inputs (the first text, for generation): its latency here
-      const enc = audio.length ? await pipe.processor(audio[0])
+      const enc = sources.length ? await pipe.processor(sources[0])
         : await encode(pipe, generating ? request.texts[0] : request.texts);
       run.times_ms = [];
       for (let i = 0; i < (request.runs ?? 3); i++) {
         const t0 = performance.now();
-        if (generating || audio.length) {
+        if (generating || sources.length) {
           await pipe.model.generate({ ...enc, max_new_tokens: request.max_new_tokens, do_sample: false, num_beams: 1 });
         } else {
           await pipe.model(enc);

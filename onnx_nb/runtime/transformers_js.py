@@ -44,7 +44,8 @@ TASK_MAPPINGS = {"feature-extraction": ("MODEL_MAPPING_NAMES_",),
                  "text2text-generation": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",),
                  "question-answering": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",),
                  "automatic-speech-recognition": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",),
-                 "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",)}
+                 "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
+                 "image-to-text": ("MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES",)}
 
 
 def node_modules() -> Path:
@@ -72,16 +73,30 @@ def _entry() -> Path:
 
 
 @functools.lru_cache(maxsize=4)
-def _names(entry: Path) -> tuple[dict[str, dict[str, str]], frozenset[str]]:
-    """transformers.js's model mappings (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` ...: model type -> class) and image
-    processor classes, read from ``entry``'s source once."""
+def _names(entry: Path) -> tuple[dict[str, dict[str, str]], frozenset[str], frozenset[str]]:
+    """transformers.js's model mappings (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` ...: model type -> class), image
+    processor classes, and the model types whose cache it names per decoder and encoder (``getNormalizedConfig``'s
+    cases that set ``num_decoder_layers``), read from ``entry``'s source once."""
     text = entry.read_text()
     mapped = {}
     for name, body in re.findall(r"var (MODEL_\w*MAPPING_NAMES\w*) = /\* @__PURE__ \*/ new Map\(\[(.*?)\]\);", text,
                                  re.S):
         mapped[name] = dict(re.findall(r'\["([\w-]+)",\s*"(\w+)"\]', body))
     found = re.search(r"__export\(image_processors_exports, \{(.*?)\}\);", text, re.S)
-    return mapped, frozenset(re.findall(r"(\w+): \(\) =>", found.group(1))) if found else frozenset()
+    normalized = re.search(r"^function getNormalizedConfig\(.*?^}", text, re.S | re.M)
+    cross = {kind for group in (normalized.group(0) if normalized else "").split("break;")
+             if '"num_decoder_layers"' in group for kind in re.findall(r'case "([\w-]+)":', group)}
+    return (mapped, frozenset(re.findall(r"(\w+): \(\) =>", found.group(1))) if found else frozenset(),
+            frozenset(cross))
+
+
+def cross_cache_named(named_type: str, config: Any) -> bool:
+    """Whether transformers.js names a decoder's cache ``past_key_values.{i}.decoder.*`` beside a cross-attention
+    cache ``.encoder.*`` (TrOCR's, mBART's, Whisper's) rather than ``past_key_values.{i}.key`` alone (GPT-2's): its
+    source's answer where its copy is here, else whether the config counts decoder layers as those types' do."""
+    if version():
+        return named_type in _names(_entry())[2]
+    return any(hasattr(config, n) for n in ("decoder_layers", "num_decoder_layers"))
 
 
 def image_processors() -> frozenset[str]:

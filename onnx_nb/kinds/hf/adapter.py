@@ -368,12 +368,13 @@ def appended_token(model: Any, names: list[str]) -> int | None:
 
 
 def is_seq2seq(model: Any) -> bool:
-    """An encoder-decoder LM (text or speech): a class transformers' auto mappings list as sequence-to-sequence
-    (``MarianMTModel``, ``*ForConditionalGeneration``, ...), with an encoder."""
+    """An encoder-decoder LM (text, speech or an image's text): a class transformers' auto mappings list as
+    sequence-to-sequence (``MarianMTModel``, ``*ForConditionalGeneration``, ...) or a ``VisionEncoderDecoderModel``
+    (TrOCR, Donut, ViT-GPT2), with an encoder."""
     from .tasks import generative_task
 
     config = getattr(model, "config", None)
     name = type(model).__name__
     return bool(getattr(config, "is_encoder_decoder", False)) and hasattr(model, "get_encoder") and (
         generative_task(name) in ("text2text-generation", "automatic-speech-recognition")
-        or name.endswith("ForConditionalGeneration"))
+        or name.endswith("ForConditionalGeneration") or name == "VisionEncoderDecoderModel")

@@ -9,12 +9,20 @@ from ...runtime.shapes import SAMPLE_SIZES
 IMAGE_SIDE = SAMPLE_SIZES["image_side"]  # where neither the config nor the processor names a size
 
 
+def vision_config(config: Any) -> Any:
+    """The config that describes a model's images: its ``vision_config``, a vision encoder-decoder's ``encoder``
+    (ViT under TrOCR or Donut), else the config itself."""
+    return getattr(config, "vision_config", None) or (
+        config.encoder if getattr(config, "model_type", "") == "vision-encoder-decoder" else config)
+
+
 def image_shape(model: Any) -> tuple[int, int]:
     """An image's height and width: the config's image size, else the size its model type's image processor
     resizes to (a text-line recognizer's 48 x 320, a pose model's 256 x 192), else 224 x 224."""
-    size = getattr(getattr(model.config, "vision_config", None) or model.config, "image_size", None)
+    vision = vision_config(model.config)
+    size = getattr(vision, "image_size", None)
     if size is None:
-        size = getattr(processor_class(getattr(model.config, "model_type", "")), "size", None)
+        size = getattr(processor_class(getattr(vision, "model_type", "")), "size", None)
         if not (isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int)):
             size = IMAGE_SIDE
     if isinstance(size, int):

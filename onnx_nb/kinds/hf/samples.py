@@ -16,7 +16,7 @@ from ...runtime.shapes import SAMPLE_SIZES
 from ...steps.export.caches.seq2seq import main_input
 from ...steps.export.machinery.inputs import AxisSpec, Sample, to_tensor
 from ...steps.export.machinery.wrap import forward_parameters
-from .images import image_shape, processor_class
+from .images import image_shape, processor_class, vision_config
 
 BATCH, SEQUENCE, DECODER_SEQUENCE, AUDIO_SAMPLES, IMAGE_SIDE, MEL_FRAMES = (SAMPLE_SIZES[k] for k in (
     "batch", "sequence", "decoder_sequence", "audio_samples", "image_side", "mel_frames"))
@@ -216,13 +216,15 @@ def _audio(model: Any, name: str, quirk: Quirk, gen: torch.Generator) -> torch.T
     return candidates[0]  # none taken: the export's own run of the sample says what the model wanted
 
 
-def audio_rows(model: Any, count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+def feature_rows(model: Any, count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
     """``count`` random inputs of one row each for a speech model's main input (``input_features`` or
-    ``input_values``), in the layout and length its own sample has (:func:`_audio`: tried on the model)."""
+    ``input_values``), in the layout and length its own sample has (:func:`_audio`: tried on the model), or for an
+    image encoder's ``pixel_values`` at its image size."""
     name = main_input(model)
     quirk = QUIRKS.get(getattr(model.config, "model_type", ""), Quirk())
     gen = torch.Generator().manual_seed(seed)
-    shape = _audio(model, name, quirk, gen).shape[1:]
+    shape = (getattr(vision_config(model.config), "num_channels", 3), *image_shape(model)) \
+        if name == "pixel_values" else _audio(model, name, quirk, gen).shape[1:]
     return [{name: torch.randn(1, *shape, generator=gen)} for _ in range(count)]
 
 
@@ -328,7 +330,7 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
         elif name in ("pixel_attention_mask", "spatial_shapes"):
             continue  # made with the NaFlex patches
         elif name == "pixel_values":
-            vision = _sub(config, "vision_config")
+            vision = vision_config(config)
             pair = (2,) if type(model).__name__.endswith("ForKeypointMatching") else ()  # two images to match
             values[name] = torch.randn(BATCH, *pair, getattr(vision, "num_channels", 3), *image_shape(model),
                                        generator=gen)

@@ -33,6 +33,7 @@ _AUDIO_TYPES = ("wav2vec2", "hubert", "wavlm", "whisper", "unispeech", "sew", "d
 
 # Class-name suffix -> task, most specific first.
 _SUFFIX_TASKS: tuple[tuple[str, str], ...] = (
+    ("VisionEncoderDecoderModel", "image-to-text"),
     ("ForSequenceClassification", "text-classification"),
     ("ForAudioClassification", "audio-classification"),
     ("ForTokenClassification", "token-classification"),

@@ -10,7 +10,7 @@ import torch
 
 from ...steps.export.caches.hf_names import cache_kwargs, cache_of
 from ...steps.export.caches.seq2seq import (
-    AUDIO_INPUTS,
+    FEATURE_INPUTS,
     as_encoder_output,
     encoder_decoder_cache,
     encoder_feed,
@@ -19,13 +19,13 @@ from ...steps.export.caches.seq2seq import (
     start_token,
 )
 from ...steps.parity.probes import plain
-from ..hf.samples import audio_rows
+from ..hf.samples import feature_rows
 from .runner import BesideEncoder, OnnxSeq2Seq, full_provider_name, generate
 
 
 class Seq2SeqParity:
     """Generation parity's inputs and runs for an encoder-decoder: three inputs of different lengths (token
-    prompts right-padded for the encoder, or audio features), the decoder's steps under teacher forcing."""
+    prompts right-padded for the encoder, audio features or images), the decoder's steps under teacher forcing."""
 
     def files(self) -> Any:
         """What :func:`onnx_nb.to_transformers` takes for these runs' files: the decoder file, beside the export's
@@ -49,15 +49,16 @@ class Seq2SeqParity:
         config = model.config
         self.pad = int(getattr(config, "pad_token_id", None) or 0)
         self.start = start_token(model)
-        self.audio = self.names[0] in AUDIO_INPUTS
-        if self.audio:  # in the model's own layout and length (Whisper's 3000 frames, a waveform, ...)
+        self.features = self.names[0] in FEATURE_INPUTS
+        if self.features:  # in the model's own layout and length (Whisper's 3000 frames, a waveform, an image)
             name = self.names[0]
             self.items: list[dict[str, np.ndarray]] = [
-                {name: row[name].numpy()} for row in audio_rows(model, count)]
+                {name: row[name].numpy()} for row in feature_rows(model, count)]
             self.batch = {name: np.concatenate([i[name] for i in self.items])}
             shape = "x".join(str(n) for n in self.items[0][name].shape[1:])
-            self.labels = [f"audio {i} ({name} {shape})" for i in range(count)]
-            self.describe = f"{count} audio inputs ({name} {shape} of random values) batched"
+            what = "image" if name == "pixel_values" else "audio"
+            self.labels = [f"{what} {i} ({name} {shape})" for i in range(count)]
+            self.describe = f"{count} {what} inputs ({name} {shape} of random values) batched"
         else:
             prompts = default_prompts(model, count)
             self.items = [encoder_feed([p], None, self.names, self.pad) for p in prompts]
@@ -86,7 +87,7 @@ class Seq2SeqParity:
         for item in self.items:
             feed = self._torch(item)
             with torch.no_grad():
-                if self.audio:  # Whisper's generate() adds its own task tokens: plain greedy
+                if self.features:  # Whisper's generate() adds its own task tokens: plain greedy (an image too)
                     out.append(self._greedy(feed))
                     continue
                 ids = self.model.generate(**feed, **plain(1 + self.new, self.pad, decoder_start_token_id=self.start))

@@ -13,14 +13,15 @@ from ...runtime.providers import threads_for
 from ...steps.benchmark.generation_latency import ENCODER_SEQUENCE, DecoderTiming
 from ...steps.export.caches.hf_names import cache_kwargs
 from ...steps.export.caches.seq2seq import (
-    AUDIO_INPUTS,
+    FEATURE_INPUTS,
     EncoderWithCross,
     as_encoder_output,
+    decoder_vocab,
     encoder_decoder_cache,
     encoder_inputs,
 )
 from ...steps.export.caches.seq2seq import layout_of as seq2seq_layout
-from ..hf.samples import audio_rows
+from ..hf.samples import feature_rows
 
 
 class Seq2SeqTiming(DecoderTiming):
@@ -46,8 +47,8 @@ class TorchDecodeStep:
         config = model.config
         g = torch.Generator().manual_seed(0)
         names = encoder_inputs(model)
-        if names[0] in AUDIO_INPUTS:
-            feed = audio_rows(model, 1)[0]
+        if names[0] in FEATURE_INPUTS:
+            feed = feature_rows(model, 1)[0]
         else:
             ids = torch.randint(min(3, config.vocab_size - 1), config.vocab_size, (1, encoder_length), generator=g)
             feed = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -56,7 +57,7 @@ class TorchDecodeStep:
         self.model, self.cache_on, self.past = model, cache, past
         self.states = encoded["encoder_hidden_states"]
         self.mask = {"attention_mask": feed["attention_mask"]} if "attention_mask" in feed else {}
-        vocab = int(config.vocab_size)
+        vocab = decoder_vocab(model)
         self.ids = torch.randint(min(3, vocab - 1), vocab, (1, 1 if cache else past + 1), generator=g)
         self.cache = None
         if cache:

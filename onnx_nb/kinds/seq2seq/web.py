@@ -10,7 +10,9 @@ step as the cross-attention cache. onnx-nb's encoder file computes that cache it
 the merged decoder gets the encoder file's cross-attention projections inside an ``If``: an empty cross cache (the
 first step) is computed from ``encoder_hidden_states``, a full one passed through (a decoder that took the cross cache
 alone, Whisper's, gets the states as an input for it, and the cache's length axis named, so that transformers.js
-feeds it empty). Only names, axes and that ``If`` are added: every value is computed as the two files computed it."""
+feeds it empty). Only names, axes and that ``If`` are added: every value is computed as the two files computed it.
+A vision encoder-decoder whose text decoder transformers.js gives its own cache alone (GPT-2's, named
+``past_key_values.{i}.key``) gets the cross-attention projections at every step instead, without a cross cache."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError
 from ...runtime.onnxedit import drop_unused, live_nodes, rename_values
+from ...runtime.transformers_js import cross_cache_named
 
 BATCH = "batch_size"  # the name transformers.js reads as the batch when it makes an empty cache
 STATES = "encoder_hidden_states"  # onnx-nb's encoder states (an output of the encoder, an input of the decoder)
@@ -36,7 +39,12 @@ def seq2seq_layout(proto: Any, config: Any, export: Any) -> dict[str, Any]:
     encoder = onnx.load(str(Path(getattr(part, "path", part))), load_external_data=True)
     if STATES not in {o.name for o in encoder.graph.output}:
         raise InvalidArgumentError(f"The encoder file has no {STATES} output: it is not an onnx-nb encoder.")
-    merged = _merged(proto, encoder)
+    decoder = getattr(config, "decoder", None) if getattr(config, "model_type", "") == "vision-encoder-decoder" \
+        else None
+    if decoder is not None and not cross_cache_named(str(getattr(decoder, "model_type", "")), decoder):
+        merged = _self_cache_only(proto, encoder)
+    else:
+        merged = _merged(proto, encoder)
     return {"encoder_model": _states_alone(encoder), "decoder_model_merged": merged}
 
 
@@ -96,7 +104,39 @@ def _merged(decoder: Any, encoder: Any) -> Any:
     del graph.node[:]
     graph.node.extend([*head, *body])
     graph.output.extend(helper.make_tensor_value_info(_present(fed[c]), TensorProto.FLOAT, None) for c in cross)
-    rename_values(graph, {"decoder_input_ids": "input_ids"})
+    return _named_as_read(decoder, {})
+
+
+def _self_cache_only(decoder: Any, encoder: Any) -> Any:
+    """``decoder`` (in place) for a vision encoder-decoder whose text decoder transformers.js gives its own cache
+    alone (GPT-2's, as ``past_key_values.{i}.key``): the cross-attention keys and values are computed from
+    ``encoder_hidden_states`` at every step, as that decoder's own forward computes them."""
+    graph = decoder.graph
+    cross = [o.name for o in encoder.graph.output if o.name != STATES]
+    fed = {name.replace("present.", "past_key_values.", 1): PREFIX + name for name in cross}
+    if not set(fed) <= {i.name for i in graph.input}:
+        raise InvalidArgumentError("The decoder file does not take the cross-attention cache: it is not the decoder "
+                                   "onnx-nb writes beside this encoder.")
+    if STATES not in {i.name for i in graph.input}:  # a decoder that read the cross cache alone
+        graph.input.append(next(o for o in encoder.graph.output if o.name == STATES))
+    nodes, weights = _projections(encoder, cross)
+    for node in graph.node:  # the cache's readers read the projections, computed here each step
+        node.input[:] = [fed.get(n, n) for n in node.input]
+    for value in [i for i in graph.input if i.name in fed]:
+        graph.input.remove(value)
+    graph.initializer.extend(weights)
+    body = list(graph.node)
+    del graph.node[:]
+    graph.node.extend([*nodes, *body])
+    own = {v.name: v.name.replace(".decoder.", ".", 1) for v in [*graph.input, *graph.output]
+           if v.name.startswith(("past_key_values.", "present.")) and ".decoder." in v.name}
+    return _named_as_read(decoder, own)
+
+
+def _named_as_read(decoder: Any, renamed: dict[str, str]) -> Any:
+    """The decoder's token ids named ``input_ids`` (and ``renamed``'s values so), the batch axis ``batch_size``."""
+    graph = decoder.graph
+    rename_values(graph, {"decoder_input_ids": "input_ids", **renamed})
     batch = {d.dim_param for v in graph.input if v.name.startswith("past_key_values.")
              for d in v.type.tensor_type.shape.dim[:1] if d.dim_param}
     for value in [*graph.input, *graph.output]:

@@ -52,10 +52,12 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     ``inputs``: text (with a tokenizer: given, or the export's), token id lists of any lengths (batched
     with left padding where the file gives each row its own tokens under it, else one batch per prompt length run
     in lockstep, as ``result.batching`` says: :mod:`onnx_nb.steps.generate.batches`; for an encoder-decoder, the
-    encoder's inputs right-padded), a tokenizer's output, an
-    array, or audio features (``input_features``) for Whisper. Greedy unless ``do_sample`` (temperature, top-k,
-    top-p). Stops at ``eos_token_id`` (the config's by default) or after ``max_new_tokens``. ``stream``:
-    called with each step's new tokens (a notebook display updates as they come). ``io_binding`` (default: on
+    encoder's inputs right-padded), a tokenizer's output, an array, audio features (``input_features``) for
+    Whisper, or for an image-to-text encoder-decoder (TrOCR, Donut, ViT-GPT2) its images (PIL images, files or
+    ``[height, width, 3]`` uint8 arrays, as ``inputs`` or ``images=``: the export's processor makes their pixel
+    values) or ``{"pixel_values": ...}``. Greedy unless ``do_sample`` (temperature, top-k, top-p). Stops at
+    ``eos_token_id`` (the config's by default) or after ``max_new_tokens``. ``stream``: called with each step's new
+    tokens (a notebook display updates as they come). ``io_binding`` (default: on
     for GPU providers) keeps a decoder's cache on the provider's device between steps. ``threads``: ONNX Runtime's
     intra-op threads (default: its own choice, the machine's cores). A second call on the same unchanged file
     reuses the first one's session (one is kept). ``runtime="onnxruntime-genai"`` drives a GroupQueryAttention
@@ -143,13 +145,13 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
                             lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng), groups, batching)
     shape = shape_of(model)
     make_runner = shape.answer("runner")  # a step runner of its own (a chain of files), else the file's decoder
-    if make_runner is None and images is not None:
-        raise InvalidArgumentError("images= is for a vision-language model's export (onnx_nb.export of an "
-                                   "image-text-to-text model); this model takes text only.")
-    own, inputs = make_runner(model, inputs, images, named, threads) if make_runner else (None, inputs)
     loop = shape.answer("loop")
+    if make_runner is None and loop is None and images is not None:
+        raise InvalidArgumentError("images= is for a vision-language model's export (onnx_nb.export of an "
+                                   "image-text-to-text or image-to-text model); this model takes text only.")
+    own, inputs = make_runner(model, inputs, images, named, threads) if make_runner else (None, inputs)
     if loop is not None:  # a shape with a loop of its own; a decoder or a chain of files runs the one below
-        return loop(model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad, provider=named,
+        return loop(model, inputs, images=images, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad, provider=named,
                     tokenizer=tokenizer, stream=stream, threads=threads, rules=rules,
                     start=next((v for v in (_setting(n, generation, config) for n in DECODER_START)
                                 if v is not None), pad),

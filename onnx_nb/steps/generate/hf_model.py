@@ -266,11 +266,12 @@ class _OnnxEncoder(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 input_features: torch.Tensor | None = None, input_values: torch.Tensor | None = None,
-                **kwargs: Any) -> OnnxEncoderOutput:
+                pixel_values: torch.Tensor | None = None, **kwargs: Any) -> OnnxEncoderOutput:
         feed: dict[str, np.ndarray] = {}
-        for name, audio in (("input_features", input_features), ("input_values", input_values)):
-            if audio is not None:
-                feed[name] = audio.cpu().numpy().astype(np.float32)
+        for name, features in (("input_features", input_features), ("input_values", input_values),
+                               ("pixel_values", pixel_values)):
+            if features is not None:
+                feed[name] = features.cpu().numpy().astype(np.float32)
         if input_ids is not None:
             feed["input_ids"] = input_ids.cpu().numpy().astype(np.int64)
             feed["attention_mask"] = (attention_mask.cpu().numpy().astype(np.int64) if attention_mask is not None
@@ -321,7 +322,7 @@ class OnnxForSeq2SeqLM(_OnnxModel, GenerationMixin):
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 decoder_input_ids: torch.Tensor | None = None, encoder_outputs: Any = None,
                 cache: OnnxCache | None = None, input_features: torch.Tensor | None = None,
-                **kwargs: Any) -> OnnxLMOutput:
+                pixel_values: torch.Tensor | None = None, **kwargs: Any) -> OnnxLMOutput:
         _refuse_unread(kwargs)
         if decoder_input_ids is None:
             raise InvalidArgumentError("decoder_input_ids are needed: the decoder file runs one step at a time "
@@ -329,7 +330,7 @@ class OnnxForSeq2SeqLM(_OnnxModel, GenerationMixin):
         if cache is None:
             if encoder_outputs is None:
                 encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                                               input_features=input_features)
+                                               input_features=input_features, pixel_values=pixel_values)
             state = self._first_state(encoder_outputs, attention_mask)
             seen = 0
         else:

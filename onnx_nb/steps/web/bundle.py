@@ -17,13 +17,14 @@ from ...progress import Steps
 from ...results.web_bundle import WebBundle
 from ...runtime.files import check_target, default_output, deferred_interrupt, staging_dir
 from ...runtime.transformers_js import registered, unavailable_reason, version
-from .inputs import IMAGE_TASKS, SPEECH, clips_of, default_texts, images_of, inputs_fit
+from .inputs import CAPTIONS, IMAGE_TASKS, SPEECH, clips_of, default_texts, images_of, inputs_fit
 
 # onnx-nb's precision of a file -> (transformers.js's dtype, the file name's suffix it loads for that dtype)
 DTYPES = {"fp32": ("fp32", ""), "fp16": ("fp16", "_fp16"), "int8": ("q8", "_quantized"), "int4": ("q4", "_q4")}
 # the tasks whose pipeline transformers.js runs on text alone, as onnx-nb checks them
 TASKS = ("feature-extraction", "text-classification", "token-classification", "fill-mask", "text-generation",
-         "text2text-generation", "question-answering", "image-classification", "automatic-speech-recognition")
+         "text2text-generation", "question-answering", "image-classification", "automatic-speech-recognition",
+         "image-to-text")
 # what transformers.js calls an encoder-decoder's text task (transformers names it by what it was trained for)
 TEXT_TO_TEXT = ("text2text-generation", "translation", "summarization")
 RUNTIMES = ("auto", "browser", "browser-webgpu", "node")
@@ -41,9 +42,10 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     ``q8``; INT4 -> ``model_q4.onnx``). Each file is one onnx-nb already checked against PyTorch. Text models
     (feature-extraction, text-classification, token-classification, fill-mask), decoders with their cache
     (text-generation), text-to-text encoder-decoders (text2text-generation: ``encoder_model`` and
-    ``decoder_model_merged`` per precision), speech-to-text encoder-decoders (automatic-speech-recognition: Whisper)
-    and image classifiers (image-classification; both with the model's ``preprocessor_config.json``) are written;
-    other kinds are refused, naming what they are.
+    ``decoder_model_merged`` per precision), speech-to-text encoder-decoders (automatic-speech-recognition: Whisper),
+    image-to-text encoder-decoders (a ``VisionEncoderDecoderModel``: TrOCR, Donut, ViT-GPT2) and image classifiers
+    (image-classification; these three with the model's ``preprocessor_config.json``) are written; other kinds are
+    refused, naming what they are.
 
     ``check``: ``"auto"`` runs transformers.js's pipeline on each precision where it can run here and says why not
     otherwise; ``True`` requires it; ``False`` skips it. ``runtime``: where transformers.js runs
@@ -62,7 +64,9 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     images is reported beside. A speech encoder-decoder (automatic-speech-recognition: Whisper) runs on ``audio``
     (1-D float clips at the feature extractor's sampling rate; a one-second chirp and half a second of noise by
     default): transformers.js's feature extractor makes each clip's features and its model generates greedy tokens
-    from them, compared with PyTorch's ``generate`` on the same features.
+    from them, compared with PyTorch's ``generate`` on the same features. An image-to-text model runs on ``images``
+    the same way: transformers.js's processor makes each image's ``pixel_values``, its model generates greedy tokens
+    from them, and PyTorch's ``generate`` on those pixel values gives the tokens they are compared with.
 
     Example::
 
@@ -205,14 +209,14 @@ def _task_and_layout(export: Any) -> tuple[str, Any]:
     generation = generation_of(export)
     if generation is not None:
         layout = shape_of(export).answer("web")
-        text_or_speech = str(source.task or "").startswith((*TEXT_TO_TEXT, SPEECH))
+        text_or_speech = str(source.task or "").startswith((*TEXT_TO_TEXT, SPEECH, CAPTIONS))
         if layout is None or (generation == "seq2seq" and not text_or_speech):
             raise InvalidArgumentError(
                 f"{source.name} generates as a {generation} model{'' if layout else ' (several files)'} for "
                 f"{source.task or 'a task of its own'}: to_transformers_js writes text models, decoders with their "
-                "cache, text-to-text and speech-to-text encoder-decoders so far.")
+                "cache, text-to-text, speech-to-text and image-to-text encoder-decoders so far.")
     task = str(source.task or "") if layout is None else "text-generation" if generation != "seq2seq" else \
-        SPEECH if str(source.task or "").startswith(SPEECH) else "text2text-generation"
+        next((t for t in (SPEECH, CAPTIONS) if str(source.task or "").startswith(t)), "text2text-generation")
     if task not in TASKS:
         raise InvalidArgumentError(f"{source.name} is a {task or 'model of no known'} task; to_transformers_js "
                                    f"writes and checks {', '.join(TASKS)} so far.")
@@ -276,7 +280,7 @@ def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
         (staged / "config.json").write_text(json.dumps(read, indent=2))
     saved = source.preprocessor
     if saved is None or not hasattr(saved, "save_pretrained"):
-        what = "image processor" if task in IMAGE_TASKS else "processor" if task == SPEECH else "tokenizer"
+        what = "processor" if task in (SPEECH, CAPTIONS) else "image processor" if task in IMAGE_TASKS else "tokenizer"
         raise InvalidArgumentError(f"{source.name} came with no {what}: transformers.js reads the model's own "
                                    f"{what} files. Export the model from its folder or hub id.")
     saved.save_pretrained(str(staged))  # a speech model's processor: its feature extractor and tokenizer
@@ -288,13 +292,13 @@ def _config_and_tokenizer(staged: Path, export: Any, task: str) -> None:
             raise InvalidArgumentError(f"{source.name}'s processor wrote no preprocessor_config.json, which "
                                        "transformers.js reads.")
         _processor_as_read(staged / "preprocessor_config.json")
-    if task not in IMAGE_TASKS and not (staged / "tokenizer.json").is_file():
+    if (task not in IMAGE_TASKS or task == CAPTIONS) and not (staged / "tokenizer.json").is_file():
         raise InvalidArgumentError(f"{source.name}'s tokenizer wrote no tokenizer.json (a slow tokenizer, or a "
                                    "processor without one): transformers.js reads tokenizer.json only.")
     from .verdicts import GENERATING
 
     generation = getattr(source.model, "generation_config", None)
-    if task in (*GENERATING, SPEECH) and generation is not None:
+    if task in (*GENERATING, SPEECH, CAPTIONS) and generation is not None:
         generation.to_json_file(str(staged / "generation_config.json"))
     if task == "text-generation":
         settings = staged / "tokenizer_config.json"

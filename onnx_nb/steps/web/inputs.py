@@ -9,7 +9,9 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 
-IMAGE_TASKS = ("image-classification",)  # run on images (its processor's preprocessor_config.json), not text
+# run on images (its processor's preprocessor_config.json), not text
+IMAGE_TASKS = ("image-classification", "image-to-text")
+CAPTIONS = "image-to-text"  # an encoder-decoder that writes an image's text (TrOCR, Donut, ViT-GPT2)
 SPEECH = "automatic-speech-recognition"  # an encoder-decoder run on audio clips (Whisper)
 TEXTS = ["Hello world", "ONNX models run in the browser, checked against PyTorch."]
 QUESTIONS = [["Where do ONNX models run?", TEXTS[1]], ["What are they checked against?", TEXTS[1]]]
@@ -83,6 +85,7 @@ def images_of(images: list[Any] | None, processor: Any) -> list[Any]:
                                            "[height, width, 3] uint8 arrays.")
             out.append(array)
         return out
+    processor = getattr(processor, "image_processor", processor)  # a processor's (TrOCR's: with its tokenizer)
     cropped = getattr(processor, "do_center_crop", False) and getattr(processor, "crop_size", None)
     size = cropped or getattr(processor, "size", None) or {}
     if isinstance(size, int):

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...render import sig
 from ...results.web_bundle import WebBundle, WebCheck
+from .inputs import CAPTIONS
 
 GENERATING = ("text-generation", "text2text-generation")  # judged by their greedy tokens
 
@@ -30,16 +31,18 @@ class Judge:
                         for a in self.images]
         self._samples = [c.tolist() for c in self.audio]
         self._expected: Any = None
+        # generated from what transformers.js's processor made of each clip or image (speech, an image's text)
+        self.from_features = bool(self.audio) or bundle.task == CAPTIONS
 
     def expected(self) -> Any:
         if self._expected is None:
             from ..export.adapters.registry import adapter_of
 
             export, bundle = self.export, self.bundle
-            if self.audio or bundle.task in GENERATING:
+            if self.from_features or bundle.task in GENERATING:
                 model = adapter_of(export).reload(export.source, "to_transformers_js").model
-                # speech: the model itself, its tokens made from each run's own features
-                self._expected = model if self.audio else greedy_tokens(
+                # speech, an image's text: the model itself, its tokens made from each run's own features
+                self._expected = model if self.from_features else greedy_tokens(
                     model, export.source.preprocessor, bundle.texts, self.max_new_tokens)
             else:
                 self._expected = adapter_of(export).reference(export, export.path, None, 0)
@@ -65,9 +68,9 @@ class Judge:
             bundle.checks.append(row)
             if run.get("error"):
                 row.measure = f"transformers.js {bundle.transformers_js}: {run['error']}"
-            elif self.audio:
-                _judge_speech(row, run, self.expected(), self.export.source.preprocessor, self.audio,
-                              self.max_new_tokens)
+            elif self.from_features:
+                _judge_from_features(row, run, self.expected(), self.export.source.preprocessor,
+                                     self.audio or self.images, self.max_new_tokens)
             elif bundle.task in GENERATING:
                 _judge_tokens(row, run["tokens"], self.expected())
             elif self.images:
@@ -133,16 +136,17 @@ def _judge_outputs(row: WebCheck, run: dict[str, Any], reference: Any, tokenizer
     row.measure = "; ".join(words)
 
 
-def _judge_speech(row: WebCheck, run: dict[str, Any], model: Any, processor: Any, audio: list[Any],
-                  max_new_tokens: int) -> None:
-    """Each clip's greedy tokens from transformers.js against PyTorch's ``generate`` on the features
-    transformers.js's feature extractor made; how far those features are from transformers' own, beside."""
+def _judge_from_features(row: WebCheck, run: dict[str, Any], model: Any, processor: Any, items: list[Any],
+                         max_new_tokens: int) -> None:
+    """Each clip's (speech) or image's (image-to-text) greedy tokens from transformers.js against PyTorch's
+    ``generate`` on the features or pixel values transformers.js's processor made; how far those are from
+    transformers' own processor's on the same clips or images, beside."""
     import torch
 
     given = [{k: _array(v) for k, v in f.items()} for f in run.get("features", [])]
-    main = next((k for k in ("input_features", "input_values") if given and k in given[0]), None)
-    if main is None or len(given) != len(audio):
-        row.status, row.measure = "fail", "its feature extractor gave no input_features or input_values"
+    main = next((k for k in ("input_features", "input_values", "pixel_values") if given and k in given[0]), None)
+    if main is None or len(given) != len(items):
+        row.status, row.measure = "fail", "its processor gave no input_features, input_values or pixel_values"
         return
     settings: dict[str, Any] = {}
     if getattr(getattr(model, "generation_config", None), "is_multilingual", False):
@@ -167,17 +171,28 @@ def _judge_speech(row: WebCheck, run: dict[str, Any], model: Any, processor: Any
     if start:
         ours = [o[:-1] if o and o[-1] in ends else o for o in ours]
         theirs = [t[:-1] if t and t[-1] in ends else t for t in theirs]
-    _judge_tokens(row, theirs, ours, "clips")
-    extractor = getattr(processor, "feature_extractor", processor)
-    rate = int(getattr(extractor, "sampling_rate", 16000))
+    images = main == "pixel_values"
+    _judge_tokens(row, theirs, ours, "images" if images else "clips")
     gaps = []
-    for clip, feed in zip(audio, given):
-        mine = np.asarray(extractor(clip, sampling_rate=rate, return_tensors="np")[main])
+    for item, feed in zip(items, given):
+        mine = _processed(processor, item, main)
         if mine.shape == feed[main].shape:
             gaps.append(float(np.abs(mine - feed[main]).max()))
     if gaps:
-        row.figures["features_max_abs"] = max(gaps)
-        row.measure += f"; its features within {sig(max(gaps))} of transformers'"
+        row.figures["processor_max_abs" if images else "features_max_abs"] = max(gaps)
+        row.measure += f"; its {'pixel values' if images else 'features'} within {sig(max(gaps))} of transformers'"
+
+
+def _processed(processor: Any, item: Any, main: str) -> np.ndarray:
+    """transformers' own processor's ``main`` for one clip (float samples) or image (``[height, width, 3]`` uint8)."""
+    if main == "pixel_values":
+        from PIL import Image
+
+        images = getattr(processor, "image_processor", processor)
+        return np.asarray(images(images=[Image.fromarray(item)], return_tensors="np")[main])
+    extractor = getattr(processor, "feature_extractor", processor)
+    rate = int(getattr(extractor, "sampling_rate", 16000))
+    return np.asarray(extractor(item, sampling_rate=rate, return_tensors="np")[main])
 
 
 def _judge_image_outputs(row: WebCheck, run: dict[str, Any], reference: Any, processor: Any,

@@ -33,7 +33,7 @@ class Seq2SeqLayout:
     heads: int
     head_size: int
     cross_heads: int
-    encoder_inputs: tuple[str, ...]  # input_ids + attention_mask, or input_features, or input_values
+    encoder_inputs: tuple[str, ...]  # input_ids + attention_mask, or input_features, input_values or pixel_values
 
     @property
     def bytes_per_token(self) -> int:  # the self-attention cache grows by this per generated token
@@ -119,7 +119,8 @@ def encoder_states(model: Any, feed: dict[str, torch.Tensor]) -> torch.Tensor:
     return out[0] if isinstance(out, tuple) else out.last_hidden_state
 
 
-AUDIO_INPUTS = ("input_features", "input_values")  # a spectrogram (Whisper, Speech2Text) or a waveform (Moonshine)
+# a spectrogram (Whisper, Speech2Text), a waveform (Moonshine) or an image (a vision encoder-decoder: TrOCR, Donut)
+FEATURE_INPUTS = ("input_features", "input_values", "pixel_values")
 
 
 def main_input(model: Any) -> str:
@@ -134,7 +135,7 @@ def main_input(model: Any) -> str:
 
 def encoder_inputs(model: Any) -> tuple[str, ...]:
     main = main_input(model)
-    return (main,) if main in AUDIO_INPUTS else ("input_ids", "attention_mask")
+    return (main,) if main in FEATURE_INPUTS else ("input_ids", "attention_mask")
 
 
 def layout_of(model: Any, sample: dict[str, torch.Tensor]) -> Seq2SeqLayout:
@@ -210,7 +211,8 @@ def axes(layout: Seq2SeqLayout) -> tuple[dict[str, dict[int, str]], dict[str, di
     text = "attention_mask" in layout.encoder_inputs
     main = layout.encoder_inputs[0]
     # the encoder's length follows token ids and a waveform; a spectrogram's frames stay as the sample's (which
-    # of its axes holds them is the family's layout: Whisper's bins first, Speech2Text's frames first)
+    # of its axes holds them is the family's layout: Whisper's bins first, Speech2Text's frames first), and an
+    # image's size (its patches are the encoder's positions)
     grows = text or (main == "input_values")
     states = {0: "batch", **({1: "encoder_sequence"} if grows else {})}
     enc: dict[str, dict[int, str]] = {"encoder_hidden_states": states}
@@ -240,7 +242,7 @@ def decoder_sample(model: Any, layout: Seq2SeqLayout, encoder_sample: dict[str, 
     with torch.no_grad():
         enc = EncoderWithCross(model, layout.encoder_inputs)(*[encoder_sample[n] for n in layout.encoder_inputs])
     batch = enc["encoder_hidden_states"].shape[0]
-    vocab = int(getattr(model.config, "vocab_size", 100) or 100)
+    vocab = decoder_vocab(model)
     sample = {"decoder_input_ids": torch.randint(min(3, vocab - 1), vocab, (batch, length), generator=g)}
     if "attention_mask" in layout.encoder_inputs:
         sample["encoder_attention_mask"] = encoder_sample["attention_mask"]
@@ -253,6 +255,14 @@ def decoder_sample(model: Any, layout: Seq2SeqLayout, encoder_sample: dict[str, 
         for kv in ("key", "value"):
             sample[f"past_key_values.{i}.encoder.{kv}"] = enc[f"present.{i}.encoder.{kv}"]
     return sample
+
+
+def decoder_vocab(model: Any) -> int:
+    """How many tokens the decoder writes: its config's ``vocab_size`` (a vision encoder-decoder's decoder config's),
+    else 100."""
+    config = model.config
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    return int(getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or 100)
 
 
 def step_tokens(model: Any, layout: Seq2SeqLayout, encoder_sample: dict[str, torch.Tensor]) -> int:
@@ -271,11 +281,13 @@ def step_tokens(model: Any, layout: Seq2SeqLayout, encoder_sample: dict[str, tor
 
 
 def encoder_feed(inputs: Any, tokenizer: Any, names: tuple[str, ...], pad: int) -> dict[str, np.ndarray]:
-    """Encoder inputs from text, token id lists (right-padded into a batch), a dict or audio features."""
-    if names[0] in AUDIO_INPUTS:  # one spectrogram [bins, frames] or waveform [samples] gets its batch axis
-        value = inputs[names[0]] if hasattr(inputs, "keys") else inputs
+    """Encoder inputs from text, token id lists (right-padded into a batch), a dict, audio features or an image's
+    pixel values."""
+    if names[0] in FEATURE_INPUTS:  # one spectrogram [bins, frames], waveform [samples] or image [channels, height,
+        value = inputs[names[0]] if hasattr(inputs, "keys") else inputs  # width] gets its batch axis
         array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, np.float32)
-        return {names[0]: array[None] if array.ndim == (2 if names[0] == "input_features" else 1) else array}
+        single = {"input_features": 2, "input_values": 1, "pixel_values": 3}[names[0]]
+        return {names[0]: array[None] if array.ndim == single else array}
     if hasattr(inputs, "keys"):
         return {k: np.asarray(inputs[k].numpy() if hasattr(inputs[k], "numpy") else inputs[k], np.int64)
                 for k in names}
