@@ -345,4 +345,6 @@ def test_browser_backend_in_the_notebooks_own_page(tmp_path: Path) -> None:
         # transformers.js's browser build ran the folder to_transformers_js wrote, in this same page
         assert "WASM in the notebook's page" in text and "pooled embeddings cos" in text, \
             text[text.find("transformers.js folder"):][:800]
+        # and on the page's WebGPU adapter: its rows name it, or the bundle says the page had none
+        assert "WebGPU (adapter" in text or "transformers.js on WebGPU:" in text, text[text.find("int8 = "):][:3000]
         page.screenshot(path=str(SHOTS / "browser_backend.png"), full_page=True)
