@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import registry_sweep as sweep
 import seq2seq_sweep
 import task_sweep
+import vlm_sweep
 
 ROOT = sweep.ROOT
 RESULTS = ROOT / "benchmarks" / "results" / "transformers_js_sweep.json"
@@ -47,13 +48,6 @@ IMAGES = ("image-classification",)  # run on the bundle's default images, by a p
 SPEECH = "automatic-speech-recognition"  # the speech encoder-decoders seq2seq_sweep --speech builds
 CAPTIONS = "image-to-text"  # transformers.js's vision-to-text registry (a vision encoder-decoder; two VLMs)
 TASKS = (GENERATION, TEXT_TO_TEXT, SPEECH, CAPTIONS, *ENCODER_TASKS)
-# a VisionEncoderDecoderModel is one type whose text decoder is any causal LM: the decoders of the checkpoints it is
-# published with (TrOCR's, ViT-GPT2's, Donut's mBART), each under a tiny ViT; the type is served when all are
-DECODERS = {"trocr": ("TrOCRConfig", {"d_model": 32, "decoder_layers": 2, "decoder_attention_heads": 2,
-                                       "decoder_ffn_dim": 37, "max_position_embeddings": 64}),
-            "gpt2": ("GPT2Config", {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64}),
-            "mbart": ("MBartConfig", {"d_model": 32, "decoder_layers": 2, "decoder_attention_heads": 2,
-                                      "decoder_ffn_dim": 37, "encoder_layers": 2, "max_position_embeddings": 64})}
 
 
 def results(task: str) -> Path:
@@ -267,7 +261,7 @@ class Parts:
 
 def one_captions(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     """One image-to-text type through onnx-nb's export and transformers.js's image-to-text (in a child process): a
-    vision encoder-decoder with each decoder of :data:`DECODERS` (random weights, ViT's image processor at the
+    vision encoder-decoder with each decoder of ``vlm_sweep.DECODERS`` (random weights, ViT's image processor at the
     encoder's size, the word-level tokenizer; transformers.js's greedy tokens for the bundle's two default images
     against PyTorch's on the pixel values it made), a vision-language model as the VLM sweep builds it."""
     import torch
@@ -275,9 +269,7 @@ def one_captions(model_type: str, class_name: str, folder: Path) -> dict[str, An
 
     row: dict[str, Any] = {"type": model_type, "class": class_name, "task": CAPTIONS}
     started = time.perf_counter()
-    if model_type != "vision-encoder-decoder":
-        import vlm_sweep
-
+    if model_type != vlm_sweep.IMAGE_TO_TEXT:
         try:
             config = vlm_sweep.tiny_config(model_type, sweep.TINY, vlm_sweep.VISION)
             torch.manual_seed(0)
@@ -293,29 +285,19 @@ def one_captions(model_type: str, class_name: str, folder: Path) -> dict[str, An
         row["seconds"] = round(time.perf_counter() - started, 1)
         return row
     row["pytorch"], row["decoders"] = "ok", {}
-    for name, (config_class, sizes) in DECODERS.items():
+    for name in vlm_sweep.DECODERS:
         part: dict[str, Any] = {}
         here = folder / name
-        vocab = 100
-        vision = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                        intermediate_size=37, image_size=32, patch_size=8)
-        text = getattr(transformers, config_class)(vocab_size=vocab, **sizes)
-        torch.manual_seed(0)
-        model = transformers.VisionEncoderDecoderModel(
-            transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(vision, text)).eval()
-        for config in (model.config, model.generation_config):
-            config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 2, 0, 1
-        try:  # PyTorch generates from an image (a cache it sizes by the decoder config's num_hidden_layers: mBART's
-            with torch.no_grad():  # is its encoder_layers, so those are kept at least the decoder's depth)
+        try:
+            model = vlm_sweep.vision_encoder_decoder(name, here)
+            with torch.no_grad():  # PyTorch generates from an image
                 model.generate(pixel_values=torch.randn(1, 3, 32, 32), max_new_tokens=2, do_sample=False, num_beams=1)
         except Exception as exc:  # noqa: BLE001 - a row, not a crash
-            sweep.refused(part, "generate", "tiny", exc)
+            sweep.refused(part, "build or generate", "tiny", exc)
             row["decoders"][name] = part
             continue
-        model.save_pretrained(here)
-        image = transformers.ViTImageProcessor(size={"height": 32, "width": 32})
-        image.save_pretrained(here)
-        word_tokenizer(vocab, 1, here)
+        image = transformers.ViTImageProcessor.from_pretrained(here)
+        word_tokenizer(int(model.config.decoder.vocab_size), 1, here)
         result = sweep.exported(part, here, folder.parent / name / "model.onnx", started)
         if result is not None and result:
             result.source.preprocessor = Parts(None, transformers.PreTrainedTokenizerFast.from_pretrained(here),

@@ -4,7 +4,8 @@ as ``registry_sweep``'s causal LMs: 2 layers, width 64; the vision tower 2 layer
 patch sizes, which families tie to their image-token counts), random weights, saved as a folder, then: can PyTorch
 build it and greedy-generate from an image and a prompt holding the family's count of image tokens (onnx-nb's own
 sample makers: ``pixel_sample``, ``prompt_sample``, ``prompt_extras``)? does one default ``onnx_nb.export(folder)``
-write its parts, and does ``onnx_nb.generate(result, ids, images=...)`` give PyTorch's tokens, for two images?
+write its parts, and does ``onnx_nb.generate(result, ids, images=...)`` give PyTorch's tokens, for two images? (A
+vision encoder-decoder, image-to-text with no prompt, under each text decoder its checkpoints use: :data:`DECODERS`.)
 Each model runs in a process of its own with a time limit (``registry_sweep.run_rows``).
 
     .venv/bin/python benchmarks/vlm_sweep.py [--only llava,gemma3] [--timeout 240] [--again]
@@ -28,6 +29,81 @@ VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "n
           "depth": 2, "embed_dim": 32, "num_heads": 4, "num_layers": 2}
 VISION_DEPTH = {k: VISION[k] for k in ("num_hidden_layers", "depth", "num_layers")}
 NEW_TOKENS = 8
+# a VisionEncoderDecoderModel (image-to-text: no prompt, no image token) is one type whose text decoder is any causal
+# LM: the decoders of the checkpoints it is published with (TrOCR's, ViT-GPT2's, Donut's mBART), each under a tiny
+# ViT; the type is served when all are. mBART's encoder_layers stay the decoder's depth: transformers sizes the
+# generation cache by the decoder config's num_hidden_layers, which mBART reads from encoder_layers
+DECODERS = {"trocr": ("TrOCRConfig", {"d_model": 32, "decoder_layers": 2, "decoder_attention_heads": 2,
+                                       "decoder_ffn_dim": 37, "max_position_embeddings": 64}),
+            "gpt2": ("GPT2Config", {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64}),
+            "mbart": ("MBartConfig", {"d_model": 32, "decoder_layers": 2, "decoder_attention_heads": 2,
+                                      "decoder_ffn_dim": 37, "encoder_layers": 2, "max_position_embeddings": 64})}
+IMAGE_TO_TEXT = "vision-encoder-decoder"
+
+
+def vision_encoder_decoder(decoder: str, folder: Path, vocab: int = 100) -> Any:
+    """A tiny ViT (32 x 32 images) under ``decoder``'s text decoder (:data:`DECODERS`), random weights, its decoder's
+    weights spread so that greedy tokens change from step to step, start token 2, end token 1, saved to ``folder``
+    with ViT's image processor at that size; the model."""
+    import torch
+    import transformers
+
+    config_class, sizes = DECODERS[decoder]
+    vision = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
+                                    image_size=32, patch_size=8)
+    text = getattr(transformers, config_class)(vocab_size=vocab, **sizes)
+    torch.manual_seed(0)
+    model = transformers.VisionEncoderDecoderModel(
+        transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(vision, text)).eval()
+    for config in (model.config, model.generation_config):
+        config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 2, 0, 1
+    with torch.no_grad():
+        for name, weight in model.decoder.named_parameters():
+            if weight.dim() == 2 and not any(k in name for k in ("embed", "wte", "wpe")):
+                weight.normal_(0, 0.3)
+    model.save_pretrained(folder)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return model
+
+
+def one_image_to_text(class_name: str, folder: Path) -> dict[str, Any]:
+    """A vision encoder-decoder under each of :data:`DECODERS`: PyTorch's greedy tokens from two random images, one
+    default ``onnx_nb.export`` (an encoder file taking pixel_values, a decoder with its caches) and
+    ``onnx_nb.generate`` from the same pixel values; served when every decoder gives PyTorch's tokens."""
+    import torch
+
+    import onnx_nb
+
+    row: dict[str, Any] = {"type": IMAGE_TO_TEXT, "class": class_name, "decoders": {}}
+    started = time.perf_counter()
+    for decoder in DECODERS:
+        part: dict[str, Any] = {}
+        row["decoders"][decoder] = part
+        try:
+            model = vision_encoder_decoder(decoder, folder / decoder)
+            cases = []
+            for seed in (5, 6):
+                pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
+                with torch.no_grad():
+                    made = model.generate(pixel_values=pixels, max_new_tokens=NEW_TOKENS, do_sample=False,
+                                          num_beams=1)
+                cases.append((pixels.numpy(), [int(t) for t in made[0, 1:]]))
+        except Exception as exc:  # noqa: BLE001 - a row, not a crash
+            registry_sweep.refused(part, "build or generate", "tiny", exc)
+            continue
+        part["pytorch"] = "ok"
+        result = registry_sweep.exported(part, folder / decoder, folder.parent / decoder / "model.onnx", started)
+        if result is not None and result:
+            registry_sweep.chain_generated(part, result, cases, lambda pixels, done=result: onnx_nb.generate(
+                done, {"pixel_values": pixels}, max_new_tokens=NEW_TOKENS, num_beams=1).tokens[0], started)
+    parts = row["decoders"]
+    for key, good in (("pytorch", "ok"), ("export", "ok"), ("generate", "same")):
+        bad = {d: p.get(key) for d, p in parts.items() if p.get(key) != good}
+        row[key] = good if not bad else "; ".join(f"{d}: {v}" for d, v in bad.items())[:300]
+        if bad:
+            break
+    row["seconds"] = round(time.perf_counter() - started, 1)
+    return row
 
 
 def registry() -> dict[str, str]:
@@ -142,6 +218,8 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     from onnx_nb.kinds.vlm.parts import features_of, image_token_of, pixel_sample
     from onnx_nb.kinds.vlm.prompts import prompt_sample
 
+    if model_type == IMAGE_TO_TEXT:
+        return one_image_to_text(class_name, folder)
     row: dict[str, Any] = {"type": model_type, "class": class_name}
     started = time.perf_counter()
     cases: list[tuple[Any, dict[str, Any], list[int]]] = []

@@ -247,6 +247,13 @@ def test_an_image_to_text_folder_writes_pytorchs_tokens_from_transformers_js_own
         theirs = model.generate(pixel_values=pixels, max_new_tokens=6, do_sample=False, num_beams=1)[0, 1:].tolist()
     assert ours.tokens[0] == theirs and len(set(theirs)) > 1, (ours.tokens, theirs)
     assert onnx_nb.generate(result, None, images=picture, max_new_tokens=6, num_beams=1).tokens == ours.tokens
+    with torch.no_grad():  # beam search runs in transformers' generate() over the files: pictures reach it too
+        beams = model.generate(pixel_values=pixels, max_new_tokens=6, do_sample=False, num_beams=2)[0, 1:].tolist()
+    assert onnx_nb.generate(result, None, images=[picture], max_new_tokens=6, num_beams=2).tokens[0] == beams
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="once"):
+        onnx_nb.generate(result, [picture], images=picture, max_new_tokens=2)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="No image file"):
+        onnx_nb.generate(result, "not-a-picture.png", max_new_tokens=2)
 
     items = [result, onnx_nb.quantize(result, out=tmp_path / "int8.onnx")] if decoder == "trocr" else [result]
     bundle = onnx_nb.to_transformers_js(items, tmp_path / "web", runtime="node", max_new_tokens=6, progress=False)
@@ -328,6 +335,8 @@ def test_a_speech_encoder_decoder_folder_transcribes_with_pytorchs_tokens_in_tra
     assert [i.name for i in encoder.input] == ["input_features"]
     merged = onnx.load(str(tmp_path / "web" / "onnx" / "decoder_model_merged.onnx")).graph
     assert "encoder_hidden_states" in {i.name for i in merged.input}
+    with pytest.raises(onnx_nb.InvalidArgumentError, match="images= is for an image-to-text model"):
+        onnx_nb.generate(result, None, images=np.zeros((8, 8, 3), np.uint8), max_new_tokens=2)
     with pytest.raises(onnx_nb.InvalidArgumentError, match="1-D clips"):
         onnx_nb.to_transformers_js(result, tmp_path / "bad", audio=[np.zeros((2, 5))], progress=False)
     with pytest.raises(onnx_nb.InvalidArgumentError, match="finite"):

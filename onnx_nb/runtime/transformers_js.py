@@ -93,9 +93,11 @@ def _names(entry: Path) -> tuple[dict[str, dict[str, str]], frozenset[str], froz
 def cross_cache_named(named_type: str, config: Any) -> bool:
     """Whether transformers.js names a decoder's cache ``past_key_values.{i}.decoder.*`` beside a cross-attention
     cache ``.encoder.*`` (TrOCR's, mBART's, Whisper's) rather than ``past_key_values.{i}.key`` alone (GPT-2's): its
-    source's answer where its copy is here, else whether the config counts decoder layers as those types' do."""
-    if version():
-        return named_type in _names(_entry())[2]
+    source's answer where its copy is here (and its ``getNormalizedConfig`` still reads as 4.x wrote it), else
+    whether the config counts decoder layers as those types' do."""
+    named = _names(_entry())[2] if version() else frozenset()
+    if named:
+        return named_type in named
     return any(hasattr(config, n) for n in ("decoder_layers", "num_decoder_layers"))
 
 

@@ -110,9 +110,9 @@ class HfAdapter(Adapter):
 
         config = model.config
         where = getattr(config, "_name_or_path", "") or None
-        pre = load_preprocessor(where) if where and Path(where).is_dir() else None
-        return ModelSource(kind="hf-object", name=source_name(model), location=where,
-                           task=check_task(task) if task else infer_task(config, model),
+        task = check_task(task) if task else infer_task(config, model)
+        pre = load_preprocessor(where, task) if where and Path(where).is_dir() else None
+        return ModelSource(kind="hf-object", name=source_name(model), location=where, task=task,
                            model_type=getattr(config, "model_type", None), model=model, preprocessor=pre,
                            adapter=cls.key)
 

@@ -18,11 +18,13 @@ def vision_config(config: Any) -> Any:
 
 def image_shape(model: Any) -> tuple[int, int]:
     """An image's height and width: the config's image size, else the size its model type's image processor
-    resizes to (a text-line recognizer's 48 x 320, a pose model's 256 x 192), else 224 x 224."""
+    resizes to (a text-line recognizer's 48 x 320, a pose model's 256 x 192; the vision config's type, else the
+    model's), else 224 x 224."""
     vision = vision_config(model.config)
     size = getattr(vision, "image_size", None)
     if size is None:
-        size = getattr(processor_class(getattr(vision, "model_type", "")), "size", None)
+        size = getattr(processor_class(getattr(vision, "model_type", "")) or processor_class(
+            getattr(model.config, "model_type", "")), "size", None)
         if not (isinstance(size, dict) and isinstance(size.get("height"), int) and isinstance(size.get("width"), int)):
             size = IMAGE_SIDE
     if isinstance(size, int):
@@ -47,4 +49,3 @@ def processor_class(model_type: str) -> Any:
         except Exception:  # noqa: BLE001 - a backend missing here: the next, else none
             continue
     return None
-

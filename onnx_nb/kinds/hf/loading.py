@@ -98,17 +98,24 @@ def load_config(name: str) -> tuple[Any, str]:
     return config, kind
 
 
-def load_preprocessor(location: str) -> Any:
-    """The tokenizer, processor or feature extractor stored with a model, or None."""
+def load_preprocessor(location: str, task: str | None = None) -> Any:
+    """The tokenizer, processor or feature extractor stored with a model, or None. For image-to-text, an image
+    processor and a tokenizer saved side by side without a processor class naming both (ViT-GPT2's folder) come
+    as one (:class:`~onnx_nb.runtime.pictures.ImageTextProcessor`)."""
+    from ...runtime.pictures import ImageTextProcessor, image_processor_of
+
     transformers = _transformers()
+    found: list[Any] = []
     for cls_name in ("AutoProcessor", "AutoTokenizer", "AutoImageProcessor", "AutoFeatureExtractor"):
         try:
             pre = getattr(transformers, cls_name).from_pretrained(location)
         except Exception:  # noqa: BLE001 - any failure just means "none of this kind"
             continue
         if pre is not None and not isinstance(pre, bool):
-            return pre
-    return None
+            if task != "image-to-text" or image_processor_of(pre) is not None:
+                return pre if not found else ImageTextProcessor(pre, found[0])
+            found.append(pre)  # a tokenizer alone: its image processor is looked for next
+    return found[0] if found else None
 
 
 def load_model(name: str, task: str | None = None) -> LoadedModel:
@@ -138,7 +145,7 @@ def load_model(name: str, task: str | None = None) -> LoadedModel:
             f"{first_line(exc)}"
         ) from exc
     model.eval()
-    preprocessor = load_preprocessor(location)
+    preprocessor = load_preprocessor(location, task)
     return LoadedModel(model, config, preprocessor, task, location, kind)
 
 

@@ -99,18 +99,13 @@ def encoder_of(model: Any) -> Path | None:
 
 
 def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: set[int], pad: int, start: int,
-             provider: str, tokenizer: Any, stream: Any, threads: int | None = None, rules: Any = None,
-             images: bool = False) -> tuple[list[list[int]], list[float]]:
-    """The generation loop of an encoder-decoder (called by :func:`onnx_nb.generate`); ``images``: the inputs came
-    as ``images=`` (refused where the encoder takes no pixel values)."""
+             provider: str, tokenizer: Any, stream: Any, threads: int | None = None, rules: Any = None
+             ) -> tuple[list[list[int]], list[float]]:
+    """The generation loop of an encoder-decoder (called by :func:`onnx_nb.generate`)."""
     from ...steps.generate.sampling import accept, next_ids
 
     runner = OnnxSeq2Seq(Path(getattr(model, "path", model)), provider, encoder_of(model), threads)
     names = tuple(runner.encoder_names)
-    if images and names[0] != "pixel_values":
-        raise InvalidArgumentError(f"images= is for an image-to-text model; this encoder takes {', '.join(names)}.")
-    if names[0] == "pixel_values" and is_pictures(inputs):
-        inputs = pixel_values(inputs, tokenizer)
     feed = encoder_feed(inputs, tokenizer, names, pad)
     times: list[float] = []
     t0 = time.perf_counter()
@@ -139,47 +134,18 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int, pick: Any, eos: se
 
 
 
-def loop(model: Any, inputs: Any, *, start: int | None, tokenizer: Any, pad: int, images: Any = None,
-         **rest: Any) -> Any:
+def loop(model: Any, inputs: Any, *, start: int | None, tokenizer: Any, pad: int, **rest: Any) -> Any:
     """``generate()``'s loop for an encoder-decoder's files (the shape's loop answer): the encoder once, then its
-    decoder's steps, as :func:`onnx_nb.generate` returns them. An image-to-text model's images (``images=`` or
-    ``inputs``) become pixel values through the export's processor (``tokenizer`` here: a processor, or an image
-    processor alone)."""
+    decoder's steps, as :func:`onnx_nb.generate` returns them. An image-to-text model's pictures become pixel values
+    through the export's processor (``tokenizer`` here: a processor, an image processor and a tokenizer)."""
     from ...results.generation import GenerationResult
 
-    if images is not None:
-        if inputs is not None:
-            raise InvalidArgumentError("Give the images once: as inputs or as images=, not both.")
-        inputs = images
     tokens, steps = generate(model, inputs, start=int(start if start is not None else pad), pad=pad,
-                             tokenizer=tokenizer, images=images is not None, **rest)
+                             tokenizer=tokenizer, **rest)
     words = getattr(tokenizer, "tokenizer", tokenizer)  # a processor's tokenizer (an image processor has none)
     text = [words.decode(t, skip_special_tokens=True) for t in tokens] if hasattr(words, "decode") else None
     return GenerationResult([], tokens, text, steps[0], steps[1:])
 
-
-def is_pictures(inputs: Any) -> bool:
-    """Whether ``inputs`` are images as a user holds them: a PIL image, an image file, a ``[height, width, 3]``
-    uint8 array, or a list of them (not pixel values already made)."""
-    import os
-
-    items = inputs if isinstance(inputs, (list, tuple)) and inputs else [inputs]
-    return all(hasattr(i, "convert") or isinstance(i, (str, os.PathLike)) or (
-        isinstance(i, np.ndarray) and i.dtype == np.uint8 and i.ndim == 3 and i.shape[-1] in (1, 3, 4))
-        for i in items)
-
-
-def pixel_values(pictures: Any, processor: Any) -> dict[str, np.ndarray]:
-    """``{"pixel_values": ...}`` for ``pictures`` from the export's image processor (a processor's, or itself)."""
-    from ...steps.web.inputs import images_of
-
-    images = getattr(processor, "image_processor", processor)
-    if images is None or not callable(images):
-        raise InvalidArgumentError("Images need the model's image processor: export from a folder or hub id that "
-                                   "has one, or pass {'pixel_values': array} made by it.")
-    arrays = [np.array(a) for a in images_of(pictures, None)]  # writable copies (the processor makes tensors)
-    return {"pixel_values": np.asarray(images(arrays, return_tensors="np")["pixel_values"],
-                                       np.float32)}
 
 
 # -- export -----------------------------------------------------------------------------------------

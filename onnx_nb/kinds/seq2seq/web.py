@@ -1,5 +1,6 @@
 """An encoder-decoder laid out as transformers.js reads it (the seq2seq shape's ``web`` answer): ``encoder_model``
-(token ids and mask, or a speech model's ``input_features``, in; ``last_hidden_state`` out) and
+(token ids and mask, a speech model's ``input_features`` or an image-to-text model's ``pixel_values`` in;
+``last_hidden_state`` out) and
 ``decoder_model_merged``.
 
 transformers.js (4.x) runs the encoder once, then feeds the merged decoder ``input_ids`` (the decoder's tokens),

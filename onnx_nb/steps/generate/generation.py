@@ -90,6 +90,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         onnx_nb.generate(r, "A long article ...", max_new_tokens=40, num_beams=4).text
     """
     from ...runtime import generation_folders as folders
+    from ...runtime.pictures import Pictures
     from ...runtime.providers import providers_named
     from ..export.adapters.registry import shape_of
     from .genai import check_runtime
@@ -117,6 +118,12 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     pad = pad_token_id if pad_token_id is not None else (_setting("pad_token_id", generation, config) or 0)
     rng = np.random.default_rng(seed)
     path = Path(getattr(model, "path", model))
+    shape = shape_of(model)
+    if images is not None and shape.answer("loop") is not None:  # an encoder-decoder reads its images as inputs
+        if inputs is not None:
+            raise InvalidArgumentError("Give the images once: as inputs or as images=, not both.")
+        inputs, images = images if hasattr(images, "keys") else Pictures(
+            images if isinstance(images, (list, tuple)) else [images]), None
     rules = rules_for(generation, eos_set, settings)
     if rules.through_transformers:
         from .transformers_api import generate_with_transformers
@@ -127,6 +134,9 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
             sampling={"do_sample": do_sample, "temperature": temperature, "top_k": top_k or None, "top_p": top_p},
             runtime=check_runtime(runtime))
     if check_runtime(runtime) != "onnx-nb":
+        if images is not None or isinstance(inputs, Pictures):
+            raise InvalidArgumentError("runtime='onnxruntime-genai' runs a decoder's text prompts; images run on "
+                                       "runtime='onnx-nb'.")
         if rules.active:
             raise InvalidArgumentError(
                 "runtime='onnxruntime-genai' runs its own search, without the generation config's rules (forced "
@@ -143,15 +153,14 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         groups, batching = groups_for(runs, prompts, pad)
         return decoder_loop(runs, prompts, max_new_tokens, rules, eos_set, pad, tokenizer, stream,
                             lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng), groups, batching)
-    shape = shape_of(model)
     make_runner = shape.answer("runner")  # a step runner of its own (a chain of files), else the file's decoder
     loop = shape.answer("loop")
-    if make_runner is None and loop is None and images is not None:
+    if make_runner is None and images is not None:
         raise InvalidArgumentError("images= is for a vision-language model's export (onnx_nb.export of an "
                                    "image-text-to-text or image-to-text model); this model takes text only.")
     own, inputs = make_runner(model, inputs, images, named, threads) if make_runner else (None, inputs)
     if loop is not None:  # a shape with a loop of its own; a decoder or a chain of files runs the one below
-        return loop(model, inputs, images=images, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad, provider=named,
+        return loop(model, inputs, max_new_tokens=max_new_tokens, eos=eos_set, pad=pad, provider=named,
                     tokenizer=tokenizer, stream=stream, threads=threads, rules=rules,
                     start=next((v for v in (_setting(n, generation, config) for n in DECODER_START)
                                 if v is not None), pad),

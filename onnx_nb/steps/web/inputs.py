@@ -4,10 +4,10 @@ anything is written."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ...errors import InvalidArgumentError
+from ...runtime.pictures import listed
 
 # run on images (its processor's preprocessor_config.json), not text
 IMAGE_TASKS = ("image-classification", "image-to-text")
@@ -41,13 +41,6 @@ def inputs_fit(task: str, texts: Any, images: Any, audio: Any) -> None:
         raise InvalidArgumentError("question-answering's texts are [question, context] pairs of strings.")
 
 
-def listed(items: Any) -> list[Any]:
-    """One image or clip given alone (an array, a PIL image, a path) as a list of one."""
-    import numpy as np
-
-    return [items] if isinstance(items, (np.ndarray, str, os.PathLike)) or hasattr(items, "convert") else list(items)
-
-
 def clips_of(audio: list[Any] | None, processor: Any) -> list[tuple[Any, int]]:
     """``audio`` as float32 clips, each with the feature extractor's sampling rate; by default a one-second chirp
     and half a second of noise."""
@@ -72,20 +65,11 @@ def images_of(images: list[Any] | None, processor: Any) -> list[Any]:
     processors."""
     import numpy as np
 
-    if images is not None:
-        from PIL import Image
+    from ...runtime.pictures import image_processor_of, pictures_of
 
-        out = []
-        for image in listed(images):
-            if isinstance(image, (str, os.PathLike)):
-                image = Image.open(image)
-            array = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image)
-            if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
-                raise InvalidArgumentError(f"An image of {array.shape} {array.dtype}: give PIL images, image files or "
-                                           "[height, width, 3] uint8 arrays.")
-            out.append(array)
-        return out
-    processor = getattr(processor, "image_processor", processor)  # a processor's (TrOCR's: with its tokenizer)
+    if images is not None:
+        return pictures_of(images)
+    processor = image_processor_of(processor) or processor  # a processor's (TrOCR's: with its tokenizer)
     cropped = getattr(processor, "do_center_crop", False) and getattr(processor, "crop_size", None)
     size = cropped or getattr(processor, "size", None) or {}
     if isinstance(size, int):

@@ -186,10 +186,9 @@ def _judge_from_features(row: WebCheck, run: dict[str, Any], model: Any, process
 def _processed(processor: Any, item: Any, main: str) -> np.ndarray:
     """transformers' own processor's ``main`` for one clip (float samples) or image (``[height, width, 3]`` uint8)."""
     if main == "pixel_values":
-        from PIL import Image
+        from ...runtime.pictures import pixel_values_of
 
-        images = getattr(processor, "image_processor", processor)
-        return np.asarray(images(images=[Image.fromarray(item)], return_tensors="np")[main])
+        return np.asarray(pixel_values_of([item], processor)[main])
     extractor = getattr(processor, "feature_extractor", processor)
     rate = int(getattr(extractor, "sampling_rate", 16000))
     return np.asarray(extractor(item, sampling_rate=rate, return_tensors="np")[main])

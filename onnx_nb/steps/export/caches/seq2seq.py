@@ -281,8 +281,15 @@ def step_tokens(model: Any, layout: Seq2SeqLayout, encoder_sample: dict[str, tor
 
 
 def encoder_feed(inputs: Any, tokenizer: Any, names: tuple[str, ...], pad: int) -> dict[str, np.ndarray]:
-    """Encoder inputs from text, token id lists (right-padded into a batch), a dict, audio features or an image's
-    pixel values."""
+    """Encoder inputs from text, token id lists (right-padded into a batch), a dict, audio features, or an image's
+    pixel values (pictures made into them by the processor, ``tokenizer`` here)."""
+    from ....runtime.pictures import Pictures, is_pictures, pixel_values_of
+
+    if isinstance(inputs, Pictures) and names[0] != "pixel_values":
+        raise InvalidArgumentError(f"images= is for an image-to-text model; this encoder takes {', '.join(names)}: "
+                                   "pass those as the inputs.")
+    if names[0] == "pixel_values" and is_pictures(inputs):
+        inputs = pixel_values_of(inputs, tokenizer)
     if names[0] in FEATURE_INPUTS:  # one spectrogram [bins, frames], waveform [samples] or image [channels, height,
         value = inputs[names[0]] if hasattr(inputs, "keys") else inputs  # width] gets its batch axis
         array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, np.float32)
