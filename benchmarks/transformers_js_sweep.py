@@ -248,14 +248,14 @@ def one_speech(model_type: str, class_name: str, folder: Path) -> dict[str, Any]
 
 
 class Parts:
-    """A feature extractor (or an image processor) and a tokenizer saved side by side (the type's own processor class
-    may want its own tokenizer class, which the word-level tokenizer is not)."""
+    """A feature extractor and a tokenizer saved side by side (the type's own processor class may want its own
+    tokenizer class, which the word-level tokenizer is not)."""
 
-    def __init__(self, feature_extractor: Any, tokenizer: Any, image_processor: Any = None) -> None:
-        self.feature_extractor, self.tokenizer, self.image_processor = feature_extractor, tokenizer, image_processor
+    def __init__(self, feature_extractor: Any, tokenizer: Any) -> None:
+        self.feature_extractor, self.tokenizer = feature_extractor, tokenizer
 
     def save_pretrained(self, folder: str) -> None:
-        (self.image_processor or self.feature_extractor).save_pretrained(folder)
+        self.feature_extractor.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
 
 
@@ -296,12 +296,9 @@ def one_captions(model_type: str, class_name: str, folder: Path) -> dict[str, An
             sweep.refused(part, "build or generate", "tiny", exc)
             row["decoders"][name] = part
             continue
-        image = transformers.ViTImageProcessor.from_pretrained(here)
-        word_tokenizer(int(model.config.decoder.vocab_size), 1, here)
-        result = sweep.exported(part, here, folder.parent / name / "model.onnx", started)
+        word_tokenizer(int(model.config.decoder.vocab_size), 1, here)  # beside the image processor: export()
+        result = sweep.exported(part, here, folder.parent / name / "model.onnx", started)  # loads both as one
         if result is not None and result:
-            result.source.preprocessor = Parts(None, transformers.PreTrainedTokenizerFast.from_pretrained(here),
-                                               image)
             checked(part, result, folder.parent / f"web-{name}", None)
         row["decoders"][name] = part
     parts = row["decoders"].values()

@@ -91,12 +91,14 @@ def one_image_to_text(class_name: str, folder: Path) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - a row, not a crash
             registry_sweep.refused(part, "build or generate", "tiny", exc)
             continue
-        part["pytorch"] = "ok"
+        part["pytorch"], part["image_changes_tokens"] = "ok", cases[0][1] != cases[1][1]
         result = registry_sweep.exported(part, folder / decoder, folder.parent / decoder / "model.onnx", started)
         if result is not None and result:
             registry_sweep.chain_generated(part, result, cases, lambda pixels, done=result: onnx_nb.generate(
                 done, {"pixel_values": pixels}, max_new_tokens=NEW_TOKENS, num_beams=1).tokens[0], started)
     parts = row["decoders"]
+    row["images"] = "the tower's size"  # its image processor resizes every picture to the encoder's size
+    row["image_changes_tokens"] = all(p.get("image_changes_tokens") for p in parts.values())
     for key, good in (("pytorch", "ok"), ("export", "ok"), ("generate", "same")):
         bad = {d: p.get(key) for d, p in parts.items() if p.get(key) != good}
         row[key] = good if not bad else "; ".join(f"{d}: {v}" for d, v in bad.items())[:300]
