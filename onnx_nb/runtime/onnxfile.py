@@ -186,6 +186,9 @@ def check_external_data(path: Path, proto: Any) -> None:
                 "truncated or belongs to another model. Re-export or re-copy it.")
 
 
+PARSE_AGAIN_ABOVE = 256 * 2**20  # an .onnx file this large holds its weights: parsed again rather than held twice
+
+
 def check_model(path: str | Path, graph: bool = True) -> Any:
     """Everything onnx-nb checks before ONNX Runtime sees a file: it exists, parses, its external data
     stays in its folder, and (``graph=True``) it is a valid ONNX graph (``onnx.checker``). Returns the
@@ -202,16 +205,18 @@ def check_model(path: str | Path, graph: bool = True) -> Any:
     check_external_data(p, proto)
     if not graph:
         return proto
+    inline = p.stat().st_size > PARSE_AGAIN_ABOVE  # its weights inside: not held parsed while the checker loads it
+    if inline:
+        del proto
     try:
         # by path, so models over 2 GB are checked too; contrib-domain ops (com.microsoft) are skipped
         onnx.checker.check_model(str(p))
     except Exception as exc:
-        if _runtime_op(str(exc)):  # an ONNX Runtime operator in the default domain: ORT checks it on loading
-            return proto
-        first = first_line(exc).rstrip(".")
-        raise InvalidModelError(f"{p.name} is not a valid ONNX model: {first}. Re-export it, or fix the "
-                                "graph that produced it.") from exc
-    return proto
+        if not _runtime_op(str(exc)):  # an ONNX Runtime operator in the default domain: ORT checks it on loading
+            first = first_line(exc).rstrip(".")
+            raise InvalidModelError(f"{p.name} is not a valid ONNX model: {first}. Re-export it, or fix the "
+                                    "graph that produced it.") from exc
+    return load_proto(p) if inline else proto
 
 
 def _runtime_op(message: str) -> bool:

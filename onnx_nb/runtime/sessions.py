@@ -36,9 +36,10 @@ def session(path: str | Path, provider: str = "CPUExecutionProvider", *, isolate
 
     proto = check_model(path, graph=check_graph)
     weights = total_file_size(Path(path), proto)  # the model's bytes, its external data files included
+    packed = any(n.op_type in PACKED_ONLY for n in proto.graph.node)
+    del proto  # a file holding its weights inside: its parsed copy goes before ONNX Runtime makes its own
     if map_weights is None:  # bytes of external data: every file of the model but the .onnx itself
-        map_weights = weights - Path(path).stat().st_size > MAP_WEIGHTS_ABOVE and \
-            not any(n.op_type in PACKED_ONLY for n in proto.graph.node)
+        map_weights = weights - Path(path).stat().st_size > MAP_WEIGHTS_ABOVE and not packed
     if map_weights:
         settings["prepack"] = False
     else:

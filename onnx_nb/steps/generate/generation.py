@@ -118,9 +118,9 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     pad = pad_token_id if pad_token_id is not None else (_setting("pad_token_id", generation, config) or 0)
     rng = np.random.default_rng(seed)
     path = Path(getattr(model, "path", model))
-    shape = shape_of(model)
-    if images is not None and shape.answer("loop") is not None:  # an encoder-decoder reads its images as inputs
-        if inputs is not None:
+    shape = shape_of(model) if runs is None else None  # (the exporter's folder: its graphs, run below)
+    if images is not None and shape is not None and shape.answer("loop") is not None:  # an encoder-decoder reads
+        if inputs is not None:  # its images as its inputs
             raise InvalidArgumentError("Give the images once: as inputs or as images=, not both.")
         inputs, images = images if hasattr(images, "keys") else Pictures(
             images if isinstance(images, (list, tuple)) else [images]), None
@@ -153,6 +153,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         groups, batching = groups_for(runs, prompts, pad)
         return decoder_loop(runs, prompts, max_new_tokens, rules, eos_set, pad, tokenizer, stream,
                             lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng), groups, batching)
+    shape = shape if shape is not None else shape_of(model)
     make_runner = shape.answer("runner")  # a step runner of its own (a chain of files), else the file's decoder
     loop = shape.answer("loop")
     if make_runner is None and images is not None:

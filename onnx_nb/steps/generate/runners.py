@@ -306,14 +306,16 @@ def decoder_for(path: Any, provider: str = "CPUExecutionProvider", io_binding: b
     from ...runtime.onnxfile import gqa_node, load_proto, rotary_positions
 
     proto = load_proto(path)  # read once here: parsing a large model's file takes seconds
-    gqa = gqa_node(proto)
-    if not any(is_cache(i.name) for i in proto.graph.input):
+    node = gqa_node(proto)
+    gqa, cached = node is not None, any(is_cache(i.name) for i in proto.graph.input)
+    positions = rotary_positions(proto, node) if gqa and cached else None  # the rotary tables bound the positions
+    del proto, node  # (none: no bound); a file holding its weights is not held parsed beside its session
+    if not cached:
         from .whole_sequence import WholeSequenceDecoder
 
         return WholeSequenceDecoder(path, provider, **options)  # type: ignore[return-value]
-    if gqa is None:
+    if not gqa:
         return OnnxDecoder(path, provider, io_binding=io_binding, **options)
-    positions = rotary_positions(proto, gqa)  # the rotary tables bound the positions; none: no bound
     return SharedBufferDecoder(path, provider, positions if positions is not None else 1 << 31, **options)
 
 
