@@ -170,6 +170,28 @@ def test_real_timings_and_several_shapes(linear: onnx_nb.ExportResult) -> None:
     assert table.best() is not None and table.best().backend == "ort:cpu"  # type: ignore[union-attr]
 
 
+def test_rows_say_the_work_they_did_and_their_share_of_this_machines_measured_peak(
+        linear: onnx_nb.ExportResult, tmp_path: Path) -> None:
+    """Every CPU row of a shape carries the export's arithmetic there (2 x batch x 8 x 4 multiply-accumulates for a
+    Linear(8, 4)) and its share of the peak ONNX Runtime's own 1024^3 kernel reaches here: fp32 for the file and
+    PyTorch, INT8's (MatMulInteger) for the quantized file."""
+    from onnx_nb.steps.benchmark.roofline import int8_file, peak_gops
+
+    int8 = onnx_nb.quantize(linear, out=tmp_path / "lin.int8.onnx")
+    table = onnx_nb.benchmark([linear, int8], providers="cpu", reference=linear, shapes=[{"batch": 4}, {"batch": 16}],
+                              runs=10, warmup=2, threads=1, progress=False)
+    ok = [r for r in table.rows if r.status == "ok"]
+    assert len(ok) == 6 and {r.shape: r.work_gops for r in ok} == {
+        r.shape: pytest.approx(2 * r.batch * 8 * 4 / 1e9) for r in ok}
+    fp32, quantized = peak_gops("fp32", 1), peak_gops("int8", 1)
+    assert fp32 > 1 and quantized > 1 and int8_file(Path(int8.path)) and not int8_file(Path(linear.path))
+    for r in ok:  # the share is the row's own operations per second over the peak of its arithmetic
+        peak = quantized if r.variant == int8.name else fp32
+        assert r.of_peak == pytest.approx(r.work_gops / (r.p50_ms / 1e3) / peak) and 0 < r.of_peak < 1
+    assert any(n.startswith("of peak:") and "GFLOP/s" in n and "GOP/s" in n for n in table.notes), table.notes
+    assert "of_peak" in table.to_pandas().columns and "of_peak" in repr(table)
+
+
 def test_memory_is_never_less_than_the_weights(tmp_path: Path) -> None:
     """An ONNX Runtime row's peak_mb is at least the weights its session holds: timed a second time, the file's
     session is kept from the first and the process barely grows (0.07 MB for a 21.9 MB file was shown); the row then

@@ -20,6 +20,7 @@ from ...runtime.onnxfile import file_bytes
 from ...runtime.timing import Clock
 from .backends import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
 from .measuring import described, lineage, measure, rounds
+from .roofline import add_roofline, int8_file, work_gops
 
 KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the interleaved rounds
 
@@ -154,6 +155,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     skipping = ref is not None and any((getattr(obj, "runtime", None) or {}).get("unpad") for _, obj, _ in entries)
     total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0) + (1 if skipping else 0) + 1)
     kept: list[tuple[LatencyRow, Any]] = []
+    work: dict[str, float | None] = {}  # billions of operations per run, by shape
     for_openvino: dict[Path, tuple[Path, str] | None] = {}
     # kept open to re-measure (a file of unknown size counts as large)
     small = {path: 0 < file_bytes(path) < KEEP_SESSIONS_BELOW for _, _, path in entries}
@@ -161,6 +163,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
         for spec in specs:
             feed = make_feed(feed0, axes, spec)
             tag = label(feed, axes, spec)
+            work[tag] = work_gops(entries[0][2], feed)  # every row of this shape judged on the export's arithmetic
             batch = int(next(iter(feed.values())).shape[0]) if feed else 1
             if ref is not None:
                 for label_, runner_type in [("PyTorch eager", TorchRunner)] + (
@@ -196,7 +199,9 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
             steps.step(f"interleaved rounds at {tag}")
             rounds(kept, clock, threads)
     described(entries, rows)
-    return summarize(rows, profiles, _table_notes(entries, load), lineage(entries, rows))
+    notes = _table_notes(entries, load)
+    roofline = add_roofline(rows, work, {name: int8_file(path) for name, _, path in entries}, threads)
+    return summarize(rows, profiles, notes + ([roofline] if roofline else []), lineage(entries, rows))
 
 
 def _generation_table(entries: list[tuple[str, Any, Path]], reference: Any, backends: list[Any], on: Any,

@@ -23,6 +23,7 @@ MATMUL_LIKE = {"MatMul", "FusedMatMul", "MatMulInteger", "QLinearMatMul", "MatMu
                "DynamicQuantizeMatMul"}
 CONV_WEIGHT = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3, "FusedConv": 1, "NhwcConv": 1}
 ATTENTION = {"Attention", "MultiHeadAttention", "GroupQueryAttention"}
+PRODUCTS = MATMUL_LIKE | ATTENTION | set(CONV_WEIGHT) | {"MatMulNBits", "Gemm", "ConvTranspose"}  # counted as MACs
 
 
 def path_of(model: Any) -> Path:
@@ -284,6 +285,20 @@ def _attention_macs(node: Any, out: list[Any], ins: list[Any], shapes: dict[str,
     return macs
 
 
+def macs_at(proto: Any, fixed: dict[str, list[int]]) -> tuple[int, Counter[str]]:
+    """Multiply-accumulates of the graph's matrix products, convolutions and attention with its inputs at ``fixed``
+    shapes (name -> dims), and the product-like operators it could not count there (op type -> how many)."""
+    inferred = _inferred_shapes(proto, fixed)
+    unknown: Counter[str] = Counter()
+    total = 0
+    for node in proto.graph.node:
+        macs = node_macs(node, inferred)
+        if macs is None and node.op_type in PRODUCTS:
+            unknown[node.op_type] += 1
+        total += macs or 0
+    return total, unknown
+
+
 def add_cost(result: ModelSummary, proto: Any, modules: list[str], shapes: dict[str, Any]) -> None:
     fixed = concrete_inputs(result.inputs, shapes)
     inferred = _inferred_shapes(proto, fixed)
@@ -296,7 +311,7 @@ def add_cost(result: ModelSummary, proto: Any, modules: list[str], shapes: dict[
             entry["macs"] = entry.get("macs", 0) + macs
             flops = 2 * macs
         else:
-            if node.op_type in MATMUL_LIKE | ATTENTION | set(CONV_WEIGHT) | {"MatMulNBits", "Gemm", "ConvTranspose"}:
+            if node.op_type in PRODUCTS:
                 unknown[node.op_type] += 1
             elems = _numel(inferred.get(node.output[0])) if node.output else None
             flops = elems or 0  # one operation per output element for the rest (activations, norms, adds)
