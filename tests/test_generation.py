@@ -245,6 +245,21 @@ def test_generation_latency(exports: dict[str, onnx_nb.ExportResult]) -> None:
         assert row.peak_mb is not None, row.variant
         assert row.peak_mb * 1e6 >= (weights if row.backend.startswith("torch") else held), (row.variant, row.peak_mb)
     assert "peak_mb" in repr(table) and "peak_mb" in table.to_pandas().columns
+    # a decode row moves its weights and its cache of 24 tokens once a step: judged on the bytes against this
+    # machine's read bandwidth (prefill rows and the cacheless row are not bandwidth rows)
+    from onnx_nb.runtime.onnxfile import file_bytes
+    from onnx_nb.steps.benchmark.generation_latency import OrtStep
+    from onnx_nb.steps.benchmark.roofline import bandwidth_gbs
+
+    cache = sum(v.nbytes for k, v in OrtStep(result.path, "CPUExecutionProvider", 1, 24, 1, 100).feed.items()
+                if k.startswith("past_key_values"))
+    decode = {r.variant: r for r in table.rows if r.shape.startswith("decode")}
+    assert decode["fp32"].moved_gb == pytest.approx((file_bytes(Path(result.path)) + cache) / 1e9)
+    assert decode["PyTorch eager"].moved_gb and decode["PyTorch eager, no cache"].moved_gb is None
+    assert all(r.of_peak and r.of_peak == pytest.approx(r.moved_gb / (r.p50_ms / 1e3) / bandwidth_gbs(None))
+               for r in decode.values() if r.moved_gb)
+    assert all(r.moved_gb is None for r in table.rows if r.shape.startswith("prefill"))
+    assert any("read bandwidth" in n for n in table.notes), table.notes
     # a variant's rows name their parent's and are marked (never the best) where no faster than them
     int8 = onnx_nb.quantize(result, method="dynamic", out=Path(result.path).with_name("llama.int8.onnx"),
                             overwrite=True)

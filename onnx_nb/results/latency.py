@@ -12,11 +12,12 @@ from ..render import CSS, compact_table, esc, sig, svg_hbars, text_table
 NOISY_SPREAD = 0.25  # (p90 - p50) / p50 above this flags a row as noisy
 COLUMNS = ["variant", "backend", "shape", "status", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "min_ms",
            "throughput", "speedup", "interval", "baseline", "first_run_ms", "peak_mb", "size_mb", "cosine", "top1",
-           "work_gops", "of_peak", "runs", "noisy", "options", "parent", "note", "node"]
+           "work_gops", "moved_gb", "of_peak", "runs", "noisy", "options", "parent", "note", "node"]
 # fits 1,000 px: speed, memory, the file's size and its accuracy (its own parity check) side by side
 KEY = ["variant", "backend", "shape", "status", "p50_ms", "speedup", "peak_mb", "size_mb", "cosine"]
 NUMERIC = [c for c in COLUMNS if c.endswith(("_ms", "_mb")) or c in ("throughput", "speedup", "runs", "cosine",
-                                                                         "top1", "work_gops", "of_peak")]
+                                                                         "top1", "work_gops", "moved_gb",
+                                                                         "of_peak")]
 
 
 def key_columns(rows: list[LatencyRow]) -> list[str]:
@@ -61,7 +62,8 @@ class LatencyRow:
     cosine: float | None = None  # the lowest cosine of the variant's own parity check against its reference
     top1: float | None = None  # the lowest argmax agreement of that check (logits, class scores)
     work_gops: float | None = None  # billions of operations one run does (2 x MACs of its products at this shape)
-    of_peak: float | None = None  # work_gops over p50 against this machine's measured peak (steps/benchmark/roofline)
+    moved_gb: float | None = None  # a decode step's bytes read (weights and cache), GB
+    of_peak: float | None = None  # work_gops (moved_gb) over p50 against this machine's measured peak (bandwidth)
 
     @classmethod
     def from_times(cls, variant: str, backend: str, shape: str, batch: int, times: list[float], first: float,
@@ -133,7 +135,8 @@ class LatencyRow:
                 f(self.p99_ms), f(self.mean_ms), f(self.std_ms), f(self.min_ms), f(self.throughput, ".1f"),
                 self.speedup_text(), self.interval_text, self.baseline, f(self.first_run_ms, ".0f"),
                 f(self.peak_mb, ".0f"), f(self.size_mb, ".3g"), f(self.cosine, ".5f"), f(self.top1, ".3f"),
-                f(self.work_gops, ".3g"), "-" if self.of_peak is None else f"{self.of_peak:.0%}",
+                f(self.work_gops, ".3g"), f(self.moved_gb, ".3g"),
+                "-" if self.of_peak is None else f"{self.of_peak:.0%}",
                 str(self.runs), "yes" if self.noisy else "",
                 ", ".join(f"{k}={v}" for k, v in self.options.items()),
                 self.parent, self.note, self.hardware.get("summary", self.node)]

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ...errors import InvalidArgumentError
-from ...runtime.facts import file_facts, is_cache, is_cross_cache, is_state, present_of
+from ...runtime.facts import cache_dims, file_facts, is_cache, is_cross_cache, is_state, present_of
 from ...runtime.generation_folders import ExporterFolder, folder_tool
 from ...runtime.onnxfile import file_bytes
 from ...runtime.providers import threads_for, threads_shown
@@ -67,14 +67,18 @@ class OrtStep:
                 value = rng.standard_normal((1, *shape[1:])) * 0.5 if past else np.zeros((1, *shape[1:]))
             elif is_cache(name) and len(shape) == 3:  # a sparse-attention layer's indexer keys
                 value = rng.standard_normal((1, past, shape[2]))
-            elif is_cache(name):  # a shared buffer holds the new token too
-                value = rng.standard_normal((1, shape[1], past + (length if self.shared else 0), shape[3]))
+            elif is_cache(name):  # a shared buffer holds the new token too (heads and head size: a builder's
+                heads, head = cache_dims(path, shape)  # folder names them, its genai_config.json gives them)
+                value = rng.standard_normal((1, heads, past + (length if self.shared else 0), head))
             else:  # encoder_hidden_states
                 value = rng.standard_normal((1, size(shape[1], ENCODER_SEQUENCE), shape[2]))
             floating = "float" in info.type
             self.feed[name] = value.astype(np.float32 if floating else np.int64)
         self.options = {"graph_level": "all", "intra_op_threads": threads_shown(threads), "step": "prefill" if
                         not past else "decode, cache kept"}
+        # a decode step reads every weight and its cache once: the bytes it moves
+        self.moved_bytes = self.floor_bytes + sum(v.nbytes for n, v in self.feed.items() if is_cache(n) or
+                                                  is_state(n)) if past else None
         self.output_names = [o.name for o in self.session.get_outputs()]
         if self.steps > 1:
             self.options["step"] = f"prefill: {self.steps} one-token steps, each fed the last one's cache"
@@ -144,6 +148,11 @@ class TorchStep:
         self.options = {"mode": "eager, inference_mode", "threads": threads_for(threads) or torch.get_num_threads(),
                         "cache": "on" if cache else "off (whole sequence each token)"}
         self.held_bytes = weight_bytes(model)  # loaded before the row: counted into its peak memory
+        cached = [t for layer in getattr(self.cache, "layers", []) for t in (layer.keys, layer.values)
+                  if t is not None] + self.states
+        # a decode step with its cache reads every weight and the cache once: the bytes it moves
+        self.moved_bytes = self.held_bytes + sum(t.numel() * t.element_size() for t in cached) \
+            if cache and past else None
 
     def __call__(self) -> None:
         if self.states:  # the states as they were (a state cache cannot be cropped back), a copy made per step
@@ -209,6 +218,8 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
                 rows.append(row)
                 if runner is not None:
                     kept.append((row, runner))
+                    moved = getattr(runner, "moved_bytes", None)
+                    row.moved_gb = moved / 1e9 if moved else None
             steps.step(f"interleaved rounds: {tag}")  # one shape's sessions and caches open at a time
             rounds(kept, clock, threads)
     notes = ["Generation: a 'prefill' row is the time to first token for that prompt; a 'decode' row is one new "
@@ -217,8 +228,11 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
              "needed at its peak (weights, session, activations and, for decode rows, the cache of that many "
              "tokens).", *timing.notes]
     described(entries, rows)
+    from .roofline import add_bandwidth
+
+    bandwidth = add_bandwidth(rows, threads)
     # a variant's rows name their parent's, and are marked when slower
-    return summarize(rows, {}, notes, lineage(entries, rows))
+    return summarize(rows, {}, notes + ([bandwidth] if bandwidth else []), lineage(entries, rows))
 
 
 class DecoderTiming:

@@ -3,7 +3,11 @@ of its matrix products and attention at the row's shapes, counted from the graph
 its p50, against this machine's peak for that arithmetic, measured once per process and thread count by a short
 kernel: ONNX Runtime's own ``MatMul`` on 1024 x 1024 fp32 matrices, ``MatMulInteger`` (uint8 x int8) for a file whose
 products run in INT8. The peak is what ONNX Runtime's best kernel reaches here, not the CPU's datasheet figure; a row
-at 0.5 leaves half of it on the table (attention, layout, the operators between the products).
+at 0.5 leaves half of it on the table (attention, layout, the operators between the products). A decode step reads
+every weight and its cache once for one token: it is judged on the bytes it moves (``moved_gb``) against the read
+bandwidth ONNX Runtime reaches here on that pattern (its ``MatMul`` of one row by a 256 MB weight given unpacked). A
+row can pass it: a file's prepacked weights read faster, and a model smaller than the CPU's last-level cache (300 MB
+on some server CPUs) is partly read from it.
 
 Every row of a model is given the work of one file's graph at that shape (the first file of the table: the export),
 so a fused or quantized variant is judged on the same arithmetic as its parent, and PyTorch's row on it too."""
@@ -18,9 +22,10 @@ from typing import Any
 import numpy as np
 
 SIDE = 1024  # the peak kernel's matrices: SIDE x SIDE x SIDE multiply-accumulates
+READ_SIDE = 8192  # the bandwidth kernel's weight: READ_SIDE x READ_SIDE fp32, 256 MB
 INT8_OPS = ("MatMulInteger", "QLinearMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention",
             "QLinearConv", "ConvInteger")
-_PEAKS: dict[tuple[str, int], float] = {}
+_PEAKS: dict[tuple[str, int], float] = {}  # ("fp32" | "int8" | "read", threads) -> billions a second
 
 
 def work_gops(path: Path, feed: dict[str, np.ndarray]) -> float | None:
@@ -108,3 +113,46 @@ def add_roofline(rows: list[Any], work: dict[str, float | None], int8: dict[str,
             f"products and attention at that shape, counted from the export's graph) over this machine's peak, "
             f"measured by ONNX Runtime's own {SIDE}^3 MatMul (MatMulInteger for INT8 files) on "
             f"{threads or os.cpu_count()} threads: {used}")
+
+
+def bandwidth_gbs(threads: int | None = None) -> float:
+    """The read bandwidth (GB/s) ONNX Runtime reaches here with ``threads`` on a decode step's pattern: its ``MatMul``
+    of one row by a 256 MB fp32 weight handed to it as an input (unpacked), the best of five runs after one untimed."""
+    key = ("read", threads or 0)
+    if key not in _PEAKS:
+        from onnx import TensorProto, helper
+
+        from ...runtime.sessions import graph_session
+
+        side = READ_SIDE
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+        graph = helper.make_graph([node], "read", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, side]),
+                                                   helper.make_tensor_value_info("w", TensorProto.FLOAT, [side, side])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, side])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 9
+        session = graph_session(model, threads=threads)
+        feed = {"x": np.ones((1, side), np.float32), "w": np.ones((side, side), np.float32)}
+        session.run(None, feed)
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            session.run(None, feed)
+            best = min(best, time.perf_counter() - start)
+        _PEAKS[key] = side * side * 4 / best / 1e9
+    return _PEAKS[key]
+
+
+def add_bandwidth(rows: list[Any], threads: int | None) -> str:
+    """Each decode row with the bytes it moves (``moved_gb``) given its share of this machine's read bandwidth
+    (``of_peak``); the table's note, "" where no row has them."""
+    done = [r for r in rows if r.moved_gb and r.status == "ok" and r.p50_ms]
+    for row in done:
+        row.of_peak = row.moved_gb / (row.p50_ms / 1e3) / bandwidth_gbs(threads)
+    if not done:
+        return ""
+    return (f"of peak, on a decode row: the bytes it moves (moved_gb: the file's weights, or the model's, and the "
+            f"cache it reads) per second over this machine's read bandwidth, {bandwidth_gbs(threads):.1f} GB/s "
+            f"measured by ONNX Runtime's MatMul of one row by a 256 MB weight given unpacked, on "
+            f"{threads or os.cpu_count()} threads (prepacked weights, or a model that fits the CPU's last-level "
+            "cache, can read faster: over 100%)")
