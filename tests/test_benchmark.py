@@ -178,17 +178,19 @@ def test_rows_say_the_work_they_did_and_their_share_of_this_machines_measured_pe
     from onnx_nb.steps.benchmark.roofline import int8_file, peak_gops
 
     int8 = onnx_nb.quantize(linear, out=tmp_path / "lin.int8.onnx")
-    table = onnx_nb.benchmark([linear, int8], providers="cpu", reference=linear, shapes=[{"batch": 4}, {"batch": 16}],
-                              runs=10, warmup=2, threads=1, progress=False)
-    ok = [r for r in table.rows if r.status == "ok"]
-    assert len(ok) == 6 and {r.shape: r.work_gops for r in ok} == {
-        r.shape: pytest.approx(2 * r.batch * 8 * 4 / 1e9) for r in ok}
+    # the variant first: every row is still judged on the graph it was made from (the export's)
+    table = onnx_nb.benchmark([int8, linear], providers=["cpu", "openvino-runtime"], reference=linear,
+                              shapes=[{"batch": 4}, {"batch": 16}], runs=10, warmup=2, threads=1, progress=False)
+    ok = [r for r in table.rows if r.status == "ok" and not r.backend.startswith("openvino")]
+    assert len(ok) == 6 and [r.work_gops for r in ok] == [pytest.approx(2 * r.batch * 8 * 4 / 1e9) for r in ok]
     fp32, quantized = peak_gops("fp32", 1), peak_gops("int8", 1)
-    assert fp32 > 1 and quantized > 1 and int8_file(Path(int8.path)) and not int8_file(Path(linear.path))
+    assert int8_file(Path(int8.path)) and not int8_file(Path(linear.path))
     for r in ok:  # the share is the row's own operations per second over the peak of its arithmetic
         peak = quantized if r.variant == int8.name else fp32
         assert r.of_peak == pytest.approx(r.work_gops / (r.p50_ms / 1e3) / peak) and 0 < r.of_peak < 1
-    assert any(n.startswith("of peak:") and "GFLOP/s" in n and "GOP/s" in n for n in table.notes), table.notes
+    assert all(r.of_peak is None for r in table.rows if r.backend.startswith("openvino"))  # not the CPU's peaks
+    note = next(n for n in table.notes if n.startswith("of peak:"))
+    assert f"fp32 {fp32:.0f} GFLOP/s" in note and f"int8 {quantized:.0f} GOP/s" in note and "GB/s" not in note
     assert "of_peak" in table.to_pandas().columns and "of_peak" in repr(table)
 
 

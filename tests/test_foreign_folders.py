@@ -172,6 +172,10 @@ def test_onnxruntime_genai_builders_folder_is_checked_and_generates(tmp_path: Pa
     with pytest.raises(onnx_nb.OnnxNbError, match=r"holds no config\.json: pass config="):
         onnx_nb.to_transformers(out)  # the builder keeps its own genai_config.json only
     beams_equal_pytorch(model, onnx_nb.to_transformers(out, config=folder), prompts[0])
+    # timed too: its cache's heads and head size are named axes its genai_config.json gives
+    table = onnx_nb.benchmark(out, providers="cpu", shapes=[{"past": 5}], runs=3, warmup=1, min_seconds=0,
+                              progress=False)
+    assert [r.status for r in table.rows] == ["ok"] and table.rows[0].moved_gb, table
 
 
 OTHER_TOOLS = Path(__file__).parent / "data" / "other_tools"

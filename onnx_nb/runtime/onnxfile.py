@@ -216,7 +216,11 @@ def check_model(path: str | Path, graph: bool = True) -> Any:
             first = first_line(exc).rstrip(".")
             raise InvalidModelError(f"{p.name} is not a valid ONNX model: {first}. Re-export it, or fix the "
                                     "graph that produced it.") from exc
-    return load_proto(p) if inline else proto
+    if not inline:
+        return proto
+    proto = load_proto(p)
+    check_external_data(p, proto)  # the proto returned is always one checked
+    return proto
 
 
 def _runtime_op(message: str) -> bool:
@@ -311,8 +315,10 @@ def total_file_size(path: Path, proto: Any) -> int:
 def file_bytes(path: str | Path) -> int:
     """An ONNX file's size with its external data (what a session loads, what a user ships); 0 when it cannot be
     read."""
-    try:
-        return int(total_file_size(Path(path), load_proto(path)))
+    from .skim import skim
+
+    try:  # its structure alone: a file holding its weights is not parsed whole for its size
+        return int(total_file_size(Path(path), skim(path)[0]))
     except Exception:  # noqa: BLE001 - a file a session will refuse: the caller's row says why
         return 0
 

@@ -19,8 +19,8 @@ from ...runtime.memory import gives_memory_back
 from ...runtime.onnxfile import file_bytes
 from ...runtime.timing import Clock
 from .backends import BucketedTorchRunner, OpenVinoRunner, OrtRunner, TorchRunner
-from .measuring import described, lineage, measure, rounds
-from .roofline import add_roofline, int8_file, work_gops
+from .measuring import described, lineage, measure, resolved, rounds
+from .roofline import CPU_BACKENDS, add_roofline, int8_file, work_gops
 
 KEEP_SESSIONS_BELOW = 2**30  # models whose files exceed this are not kept open for the interleaved rounds
 
@@ -155,7 +155,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
     skipping = ref is not None and any((getattr(obj, "runtime", None) or {}).get("unpad") for _, obj, _ in entries)
     total = len(specs) * (len(entries) * len(backends) + (1 if ref else 0) + (1 if skipping else 0) + 1)
     kept: list[tuple[LatencyRow, Any]] = []
-    work: dict[str, float | None] = {}  # billions of operations per run, by shape
+    feeds: dict[str, dict[str, np.ndarray]] = {}  # each shape's inputs, by its label
     for_openvino: dict[Path, tuple[Path, str] | None] = {}
     # kept open to re-measure (a file of unknown size counts as large)
     small = {path: 0 < file_bytes(path) < KEEP_SESSIONS_BELOW for _, _, path in entries}
@@ -163,7 +163,7 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
         for spec in specs:
             feed = make_feed(feed0, axes, spec)
             tag = label(feed, axes, spec)
-            work[tag] = work_gops(entries[0][2], feed)  # every row of this shape judged on the export's arithmetic
+            feeds[tag] = feed
             batch = int(next(iter(feed.values())).shape[0]) if feed else 1
             if ref is not None:
                 for label_, runner_type in [("PyTorch eager", TorchRunner)] + (
@@ -200,8 +200,29 @@ def benchmark(models: Any, *, providers: Any = "available", sample: Any = None, 
             rounds(kept, clock, threads)
     described(entries, rows)
     notes = _table_notes(entries, load)
-    roofline = add_roofline(rows, work, {name: int8_file(path) for name, _, path in entries}, threads)
+    roofline = _roofline(entries, rows, feeds, threads)
     return summarize(rows, profiles, notes + ([roofline] if roofline else []), lineage(entries, rows))
+
+
+def _roofline(entries: list[tuple[str, Any, Path]], rows: list[LatencyRow], feeds: dict[str, dict[str, Any]],
+              threads: int | None) -> str:
+    """The rows' work and share of this machine's peak (:mod:`.roofline`): each file judged on the graph its lineage
+    starts from (a variant's parent file, followed through the variants in the table); the note, or ""."""
+    if not any(r.status == "ok" and r.backend in CPU_BACKENDS for r in rows):
+        return ""  # no row the CPU's peaks judge: no graph is read
+    objects = {resolved(path): obj for _name, obj, path in entries}
+    roots: dict[str, str] = {}
+    for name, obj, path in entries:
+        here, at = Path(path), obj
+        for _ in range(len(entries) + 1):
+            parent = getattr(at, "parent", None)
+            if parent is None or not Path(parent).is_file():
+                break
+            here = Path(parent)
+            at = objects.get(resolved(here))
+        roots[name] = str(here)
+    work = {(root, tag): work_gops(Path(root), feed) for root in set(roots.values()) for tag, feed in feeds.items()}
+    return add_roofline(rows, work, roots, {name: int8_file(path) for name, _, path in entries}, threads)
 
 
 def _generation_table(entries: list[tuple[str, Any, Path]], reference: Any, backends: list[Any], on: Any,

@@ -77,8 +77,8 @@ class OrtStep:
         self.options = {"graph_level": "all", "intra_op_threads": threads_shown(threads), "step": "prefill" if
                         not past else "decode, cache kept"}
         # a decode step reads every weight and its cache once: the bytes it moves
-        self.moved_bytes = self.floor_bytes + sum(v.nbytes for n, v in self.feed.items() if is_cache(n) or
-                                                  is_state(n)) if past else None
+        self.moved_bytes = self.floor_bytes + sum(v.nbytes for n, v in self.feed.items() if is_cache(n)) \
+            if past else None
         self.output_names = [o.name for o in self.session.get_outputs()]
         if self.steps > 1:
             self.options["step"] = f"prefill: {self.steps} one-token steps, each fed the last one's cache"
@@ -188,6 +188,10 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
     timings = {name: FolderTiming if folder_tool(path) else shape_of(obj).answer("timing")
                for name, obj, path in entries}
     vocab = int(getattr(getattr(model, "config", None), "vocab_size", 100) or 100) if model is not None else 100
+    from .roofline import BANDWIDTH_ABOVE, add_bandwidth, bandwidth_gbs
+
+    if any("past" in spec for spec in specs) and max(file_bytes(path) for _, _, path in entries) >= BANDWIDTH_ABOVE:
+        bandwidth_gbs(threads)  # measured before any row's session is open: its 256 MB never beside them
     rows: list[Any] = []
     kept: list[tuple[Any, Any]] = []
     total = len(specs) * (len(entries) * len(backends) + (2 if model is not None else 0) + 1)
@@ -228,8 +232,6 @@ def benchmark_generation(entries: list[tuple[str, Any, Any]], model: Any, backen
              "needed at its peak (weights, session, activations and, for decode rows, the cache of that many "
              "tokens).", *timing.notes]
     described(entries, rows)
-    from .roofline import add_bandwidth
-
     bandwidth = add_bandwidth(rows, threads)
     # a variant's rows name their parent's, and are marked when slower
     return summarize(rows, {}, notes + ([bandwidth] if bandwidth else []), lineage(entries, rows))

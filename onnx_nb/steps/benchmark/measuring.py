@@ -184,14 +184,14 @@ def lineage(entries: list[tuple[str, Any, Path]], rows: list[LatencyRow]) -> dic
     returns what is known of why a variant may be slower than its parent (variant name -> reason)."""
     from ...runtime.cpu import this_cpu
 
-    by_path = {_resolved(path): name for name, _obj, path in entries}
+    by_path = {resolved(path): name for name, _obj, path in entries}
     parents, why, failed = {}, {}, set()
     for name, obj, _path in entries:
         if getattr(obj, "parity", None) is not None and not obj:  # a variant whose own parity check failed
             failed.add(name)
         parent = getattr(obj, "parent", None)
-        if parent is not None and _resolved(Path(parent)) in by_path:
-            parents[name] = by_path[_resolved(Path(parent))]
+        if parent is not None and resolved(Path(parent)) in by_path:
+            parents[name] = by_path[resolved(Path(parent))]
         recipe = getattr(obj, "recipe", None) or {}
         if recipe.get("method") in ("dynamic", "static"):
             cpu = this_cpu()
@@ -206,7 +206,8 @@ def lineage(entries: list[tuple[str, Any, Path]], rows: list[LatencyRow]) -> dic
     return why
 
 
-def _resolved(path: Path) -> Path:
+def resolved(path: Path) -> Path:
+    """``path`` resolved (as given where it cannot be)."""
     try:
         return Path(path).resolve()
     except OSError:

@@ -153,7 +153,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         groups, batching = groups_for(runs, prompts, pad)
         return decoder_loop(runs, prompts, max_new_tokens, rules, eos_set, pad, tokenizer, stream,
                             lambda logits: pick(logits, do_sample, temperature, top_k, top_p, rng), groups, batching)
-    shape = shape if shape is not None else shape_of(model)
+    shape = shape or shape_of(model)  # (None only for the exporter's folder, which returned above)
     make_runner = shape.answer("runner")  # a step runner of its own (a chain of files), else the file's decoder
     loop = shape.answer("loop")
     if make_runner is None and images is not None:

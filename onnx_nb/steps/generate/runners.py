@@ -308,8 +308,9 @@ def decoder_for(path: Any, provider: str = "CPUExecutionProvider", io_binding: b
     proto = load_proto(path)  # read once here: parsing a large model's file takes seconds
     node = gqa_node(proto)
     gqa, cached = node is not None, any(is_cache(i.name) for i in proto.graph.input)
-    positions = rotary_positions(proto, node) if gqa and cached else None  # the rotary tables bound the positions
-    del proto, node  # (none: no bound); a file holding its weights is not held parsed beside its session
+    # the rotary tables bound the positions (none: no bound)
+    positions = rotary_positions(proto, node) if gqa and cached else None
+    del proto, node  # a file holding its weights is not held parsed beside its session
     if not cached:
         from .whole_sequence import WholeSequenceDecoder
 
