@@ -147,7 +147,6 @@ def loop(model: Any, inputs: Any, *, start: int | None, tokenizer: Any, pad: int
     return GenerationResult([], tokens, text, steps[0], steps[1:])
 
 
-
 # -- export -----------------------------------------------------------------------------------------
 
 def full_provider_name(provider: str) -> str:

@@ -74,8 +74,7 @@ def _merged(decoder: Any, encoder: Any) -> Any:
     if missing:
         raise InvalidArgumentError(f"The decoder file does not take {', '.join(missing)}: it is not the decoder "
                                    "onnx-nb writes beside this encoder.")
-    if STATES not in inputs:  # a decoder that reads the cross cache alone (Whisper's): given the states for the If
-        graph.input.append(next(o for o in encoder.graph.output if o.name == STATES))
+    _takes_states(graph, encoder)  # (a decoder that reads the cross cache alone, Whisper's: for the If)
     for name in fed.values():  # fed empty on the first step: the encoder's length named, not fixed
         length = inputs[name].type.tensor_type.shape.dim[2]
         if length.HasField("dim_value"):
@@ -118,8 +117,7 @@ def _self_cache_only(decoder: Any, encoder: Any) -> Any:
     if not set(fed) <= {i.name for i in graph.input}:
         raise InvalidArgumentError("The decoder file does not take the cross-attention cache: it is not the decoder "
                                    "onnx-nb writes beside this encoder.")
-    if STATES not in {i.name for i in graph.input}:  # a decoder that read the cross cache alone
-        graph.input.append(next(o for o in encoder.graph.output if o.name == STATES))
+    _takes_states(graph, encoder)
     nodes, weights = _projections(encoder, cross)
     for node in graph.node:  # the cache's readers read the projections, computed here each step
         node.input[:] = [fed.get(n, n) for n in node.input]
@@ -132,6 +130,12 @@ def _self_cache_only(decoder: Any, encoder: Any) -> Any:
     own = {v.name: v.name.replace(".decoder.", ".", 1) for v in [*graph.input, *graph.output]
            if v.name.startswith(("past_key_values.", "present.")) and ".decoder." in v.name}
     return _named_as_read(decoder, own)
+
+
+def _takes_states(graph: Any, encoder: Any) -> None:
+    """``graph`` given ``encoder_hidden_states`` as an input where its decoder read the cross cache alone."""
+    if STATES not in {i.name for i in graph.input}:
+        graph.input.append(next(o for o in encoder.graph.output if o.name == STATES))
 
 
 def _named_as_read(decoder: Any, renamed: dict[str, str]) -> Any:

@@ -147,7 +147,8 @@ def add_roofline(rows: list[Any], work: dict[tuple[str, str], float | None], roo
     from ...results.latency import skips_padding
     from ...runtime.providers import threads_shown
 
-    one_root = next(iter(set(roots.values()))) if len(set(roots.values())) == 1 else None
+    distinct = set(roots.values())
+    one_root = next(iter(distinct)) if len(distinct) == 1 else None
     kinds: set[str] = set()
     for row in rows:
         root = roots.get(row.variant) or (one_root if row.backend == "torch:cpu" else None)

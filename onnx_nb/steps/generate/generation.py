@@ -90,7 +90,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
         onnx_nb.generate(r, "A long article ...", max_new_tokens=40, num_beams=4).text
     """
     from ...runtime import generation_folders as folders
-    from ...runtime.pictures import Pictures
+    from ...runtime.pictures import Pictures, listed
     from ...runtime.providers import providers_named
     from ..export.adapters.registry import shape_of
     from .genai import check_runtime
@@ -122,8 +122,7 @@ def generate(model: Any, inputs: Any, *, max_new_tokens: int = 20, do_sample: bo
     if images is not None and shape is not None and shape.answer("loop") is not None:  # an encoder-decoder reads
         if inputs is not None:  # its images as its inputs
             raise InvalidArgumentError("Give the images once: as inputs or as images=, not both.")
-        inputs, images = images if hasattr(images, "keys") else Pictures(
-            images if isinstance(images, (list, tuple)) else [images]), None
+        inputs, images = images if hasattr(images, "keys") else Pictures(listed(images)), None
     rules = rules_for(generation, eos_set, settings)
     if rules.through_transformers:
         from .transformers_api import generate_with_transformers
