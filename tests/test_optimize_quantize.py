@@ -429,3 +429,34 @@ def test_openvino_rows_run_a_file_openvino_can_read(bert: onnx_nb.ExportResult, 
     assert ov["int8"].status == "ok" and ov["int8"].options["file"].endswith(".openvino.onnx"), repr(table)
     assert "cannot read ONNX Runtime's" in ov["int8"].note and "dynamic INT8 recipe" in ov["int8"].note
     assert not any(r.options.get("file") for r in table.rows if r.backend == "ort:cpu")
+
+
+def test_quantizers_infer_shapes_without_copying_the_weights(bert_opt: onnx_nb.Variant, tmp_path: Path) -> None:
+    """ORT's quantizers infer shapes by writing and reading back whole copies of the model; the weightless inference
+    (steps/variants/shape_inference.py) annotates the model itself and gives the same annotations, the same
+    quantized file, and puts ORT's own functions back after the block."""
+    import importlib
+
+    from onnxruntime.quantization import quant_utils, quantize_dynamic
+
+    from onnx_nb.steps.variants.shape_inference import annotated, weightless_shape_inference
+
+    ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")  # the module, not its function
+
+    def plain(model: Any) -> Any:  # a weight read back from external data has data_location set, to its default
+        for tensor in model.graph.initializer:
+            tensor.ClearField("data_location")
+        return model
+
+    theirs = plain(quant_utils.save_and_reload_model_with_shape_infer(onnx.load(bert_opt.path)))
+    model = onnx.load(bert_opt.path)
+    ours = annotated(model)
+    assert ours is model and len(ours.graph.value_info) > 50  # a fused graph: contrib ops' outputs too
+    assert ours == theirs
+    own = (quant_utils.load_model_with_shape_infer, ort_quantize.save_and_reload_model_with_shape_infer)
+    with weightless_shape_inference():
+        assert ort_quantize.load_model_with_shape_infer is not own[0]
+        quantize_dynamic(str(bert_opt.path), str(tmp_path / "light.onnx"), per_channel=True)
+    assert (quant_utils.load_model_with_shape_infer, ort_quantize.save_and_reload_model_with_shape_infer) == own
+    quantize_dynamic(str(bert_opt.path), str(tmp_path / "ort.onnx"), per_channel=True)
+    assert plain(onnx.load(tmp_path / "light.onnx")) == plain(onnx.load(tmp_path / "ort.onnx"))

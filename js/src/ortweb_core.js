@@ -38,7 +38,14 @@ async function adapterInfo() {
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) return { none: "this browser offers no WebGPU adapter (navigator.gpu.requestAdapter() gave none)" };
   const i = adapter.info || {};
-  return { vendor: i.vendor || "", architecture: i.architecture || "", description: i.description || "" };
+  return { vendor: i.vendor || "", architecture: i.architecture || "", description: i.description || "",
+           fallback: Boolean(i.isFallbackAdapter ?? adapter.isFallbackAdapter) };
+}
+
+// A software adapter (SwiftShader: Chromium's CPU emulation of a GPU, offered where there is none): it runs the
+// model, but its time says nothing of a GPU's.
+function softwareAdapter(a) {
+  return Boolean(a && (a.fallback || /swiftshader/i.test(`${a.architecture} ${a.description} ${a.vendor}`)));
 }
 
 // For the WebGPU build, the page's adapter, kept for the rows; an error reply when the page offers none.
@@ -149,7 +156,10 @@ async function tjs(msg, buffers) {
     const bytes = files.get(new URL(String(url), "http://page.invalid").pathname);
     return bytes ? new Response(bytes, { status: 200 }) : new Response("not found", { status: 404 });
   };
-  const out = await checkFolder(module, { ...msg, device: build });
+  const software = build === "webgpu" && softwareAdapter(infos.adapter);
+  // on a software adapter the check runs and nothing is timed (its figures would pass for a GPU's)
+  const out = await checkFolder(module, { ...msg, device: build, ...(software ? { runs: 0 } : {}) });
+  if (software) out.untimed = "a software adapter (a CPU emulation of a GPU): its time says nothing of a GPU's";
   const browser = navigator.userAgent.match(/(HeadlessChrome|Chrome|Firefox|Safari)\/[\d]+/)?.[0] || "a browser";
   const a = infos.adapter || {};
   // the adapter named, so a software one (SwiftShader) never passes for a GPU

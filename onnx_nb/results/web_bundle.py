@@ -29,6 +29,7 @@ class WebCheck:
     note: str = ""
     load_ms: float | None = None
     run_ms: float | None = None
+    untimed: str = ""  # why no run was timed (a software WebGPU adapter)
 
     @property
     def passed(self) -> bool:
@@ -36,13 +37,15 @@ class WebCheck:
 
     def cells(self) -> list[Any]:
         ms = [f"{v:.0f}" if v is not None else "" for v in (self.load_ms, self.run_ms)]
+        if self.untimed and self.run_ms is None:
+            ms[1] = "not timed"  # the reason is the bundle's note
         return [self.dtype, self.where, self.file, human_bytes(self.size), self.status,
                 self.measure + (f" ({self.note})" if self.note else ""), *ms]
 
     def to_dict(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "file": self.file, "size": self.size, "precision": self.precision,
                 "status": self.status, "where": self.where, "measure": self.measure, "figures": dict(self.figures),
-                "note": self.note, "load_ms": self.load_ms, "run_ms": self.run_ms}
+                "note": self.note, "load_ms": self.load_ms, "run_ms": self.run_ms, "untimed": self.untimed}
 
 
 @dataclass

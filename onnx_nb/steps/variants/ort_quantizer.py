@@ -131,6 +131,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
 
     from ...runtime.cpu import SCHEMES
     from .per_channel import vectorized_per_channel
+    from .shape_inference import weightless_shape_inference
 
     big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
     chose: Recipe = {}
@@ -146,7 +147,8 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
             floats, line = split(prepared, outlier_feed)
             excluded = [*excluded, *floats]
             chose.update(line)
-        with vectorized_per_channel():  # ORT's numbers, without its Python call per output channel
+        # ORT's numbers, without its Python call per output channel nor its copies of the model to infer shapes
+        with vectorized_per_channel(), weightless_shape_inference():
             quantize_dynamic(str(prepared), str(staged), weight_type=weight_type, per_channel=per_channel,
                              reduce_range=reduce_range,
                              nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
@@ -162,11 +164,12 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
         excluded = [*excluded, *(n.name for n in load_proto(prepared).graph.node
                                  if n.op_type == "InstanceNormalization" and n.name)]
         assert calib is not None
-        quantize_static(str(prepared), str(staged), CalibrationReader(prepared, calib), quant_format=QuantFormat.QDQ,
-                        per_channel=per_channel, weight_type=weight_type, activation_type=QuantType.QUInt8,
-                        reduce_range=reduce_range,
-                        nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
-                        extra_options={"MatMulConstBOnly": True}, use_external_data_format=big)
+        with weightless_shape_inference():
+            quantize_static(str(prepared), str(staged), CalibrationReader(prepared, calib),
+                            quant_format=QuantFormat.QDQ, per_channel=per_channel, weight_type=weight_type,
+                            activation_type=QuantType.QUInt8, reduce_range=reduce_range,
+                            nodes_to_exclude=excluded, op_types_to_quantize=list(op_types) if op_types else None,
+                            extra_options={"MatMulConstBOnly": True}, use_external_data_format=big)
         finish_int8(staged, scheme, made_for)
     elif method == "fp16":
         import onnx

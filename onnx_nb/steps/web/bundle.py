@@ -53,7 +53,9 @@ def to_transformers_js(model: Any, folder: str | os.PathLike[str] | None = None,
     browser build in the browser backend's page (the notebook's own, else a headless Chromium; WASM, one thread),
     ``"browser-webgpu"`` the same on the page's WebGPU adapter, ``"node"`` its Node.js build, ``"auto"`` the
     notebook's page in a notebook, else Node.js, else a headless Chromium. Each row's ``run_ms`` is the median of
-    three timed runs of the model on the check's inputs after the check's own run.
+    three timed runs of the model on the check's inputs after the check's own run; on a software WebGPU adapter
+    (SwiftShader, which Chromium offers where there is no GPU) the check runs and nothing is timed: the row reads
+    "not timed" and the notes say why.
     transformers.js tokenizes ``texts`` (two sentences by default; for question-answering, ``[question, context]``
     pairs) and runs the model; its outputs are compared with
     PyTorch's on the same tokens at the file's tolerance (and, for feature-extraction, the pipeline's mean-pooled

@@ -59,12 +59,14 @@ class Judge:
         ran = run_folder(bundle.folder.parent, bundle.folder.name, bundle.task, list(files), bundle.texts,
                          self.max_new_tokens, images=self._pixels, audio=self._samples)
         bundle.transformers_js = str(ran.get("version", ""))
+        if ran.get("untimed"):
+            bundle.notes.append(f"{ran.get('where', 'a browser')}: runs not timed on {ran['untimed']}.")
         for run in ran.get("runs", []):
             path, precision = files[run["dtype"]]
             times = run.get("times_ms") or []
             row = WebCheck(run["dtype"], path.relative_to(bundle.folder).as_posix(), path.stat().st_size, precision,
                            "error", where=str(ran.get("where", "")), load_ms=run.get("load_ms"),
-                           run_ms=statistics.median(times) if times else None)
+                           run_ms=statistics.median(times) if times else None, untimed=str(ran.get("untimed", "")))
             bundle.checks.append(row)
             if run.get("error"):
                 row.measure = f"transformers.js {bundle.transformers_js}: {run['error']}"
