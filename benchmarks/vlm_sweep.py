@@ -198,6 +198,10 @@ def vision_sized(config: Any, vision: Any, text: Any) -> None:
     patches = max(patches - patches % factor, factor)
     if patches * patch != side:
         vision.image_size = patches * patch
+        pinpoints = getattr(config, "image_grid_pinpoints", None)  # the resolutions it tiles to: multiples of the
+        if isinstance(pinpoints, list) and pinpoints:                # tower's size (LLaVA-OneVision's 384 -> 378)
+            config.image_grid_pinpoints = [[int(h) * vision.image_size // side, int(w) * vision.image_size // side]
+                                           for h, w in pinpoints]
 
 
 def torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> list[int]:

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NEW = 8
 NOT_YET: tuple[str, ...] = ()
 TOKEN_TYPES = {"gemma3": "image", "paligemma": "prefix"}
-REUSED = {"llava", "llava_next", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "smolvlm"}  # read by two tests
+# read by two tests
+REUSED = {"llava", "llava_next", "llava_onevision", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "smolvlm"}
 
 
 def _inputs(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> dict[str, Any]:
@@ -378,18 +379,21 @@ def _two_images_give_pytorchs_tokens(model: Any, result: Any, pixels: dict[str, 
     return ids
 
 
+@pytest.mark.parametrize("family", ["llava_next", "llava_onevision"])
 def test_llava_next_takes_any_image_size_its_tiles_packed_by_the_models_own_rule(
-        exported: Callable[[str], Any]) -> None:
+        exported: Callable[[str], Any], family: str) -> None:
     """LLaVA-NeXT tiles each image by its image_sizes row and packs the tiles' rows (arranged, unpadded, a newline
     after each row): its vision file takes one image's tiles, any count, and the packing as an index the runner
     computes per size from the model's own pack_image_features. Two images of other sizes (2 and 3 tiles, padded
-    to 3 as the processor pads them) in one prompt give PyTorch's tokens."""
+    to 3 as the processor pads them) in one prompt give PyTorch's tokens. LLaVA-OneVision (SigLIP's tiles, no class
+    row) the same; an image of more tiles than its vision_aspect_ratio keeps, whose rows it resizes, is refused
+    naming why."""
     import torch
 
     from onnx_nb.kinds.vlm.parts import features_of
     from onnx_nb.kinds.vlm.tiled import tiles_of
 
-    model, result = exported("llava_next")
+    model, result = exported(family)
     assert result.image_sizes == "any image size" and result.chain["passed"], (result.image_sizes, result.chain)
     side = int(model.config.vision_config.image_size)
     sizes = [[side, 2 * side], [side - 12, side - 2]]
@@ -404,6 +408,16 @@ def test_llava_next_takes_any_image_size_its_tiles_packed_by_the_models_own_rule
     narrow = {"pixel_values": values[:, :2].numpy(), "image_sizes": np.array(sizes)}  # too few tiles for the first
     with pytest.raises(onnx_nb.InvalidArgumentError, match=r"makes 3 tiles and its pixel_values holds 2"):
         onnx_nb.generate(result, ids.tolist(), images=narrow, max_new_tokens=2)
+    if family == "llava_onevision":  # the processor's two images in one prompt: one tile each, not tiled
+        alone = {"pixel_values": values[:, :1], "image_sizes": pixels["image_sizes"],
+                 "batch_num_images": torch.tensor([2])}
+        with torch.no_grad():
+            rows = [len(f) for f in model.get_image_features(**alone, return_dict=True).pooler_output]
+        assert rows[0] == rows[1] == (side // 8) ** 2 + 1  # a tile's rows and the newline
+        _two_images_give_pytorchs_tokens(model, result, alone, rows)
+        big = {"pixel_values": np.zeros((1, 5, 3, side, side), np.float32), "image_sizes": np.array([[64, 64]])}
+        with pytest.raises(onnx_nb.InvalidArgumentError, match=r"64x64 makes 5 tiles, whose rows the model resizes"):
+            onnx_nb.generate(result, ids[:1].tolist(), images=big, max_new_tokens=2)
 
 
 def test_a_vision_file_traced_at_one_size_refuses_another_naming_it(tmp_path: Path,

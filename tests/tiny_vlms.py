@@ -47,6 +47,11 @@ VLMS: dict[str, tuple[str, dict[str, Any]]] = {
     "llava_next": ("LlavaNextForConditionalGeneration", {
         "text_config": _llama(300), "image_token_index": 260, "image_grid_pinpoints": [[32, 32], [32, 64], [64, 32]],
         "vision_config": {"model_type": "clip_vision_model", **VISION}}),
+    # SigLIP tiles (no class row) and a maximum of two tiles' rows: a 2 x 2 grid's rows are resized (interpolated)
+    "llava_onevision": ("LlavaOnevisionForConditionalGeneration", {
+        "text_config": {"model_type": "qwen2", **TEXT, "vocab_size": 300}, "image_token_index": 260,
+        "video_token_index": 261, "image_grid_pinpoints": [[32, 32], [32, 64], [64, 32], [64, 64]],
+        "vision_aspect_ratio": "anyres_max_2", "vision_config": {"model_type": "siglip_vision_model", **VISION}}),
     "internvl": ("InternVLForConditionalGeneration", {
         "text_config": {"model_type": "qwen2", **TEXT, "vocab_size": 300}, "image_token_id": 260,
         "vision_config": {**VISION, "image_size": [32, 32], "patch_size": [8, 8]}, "downsample_ratio": 0.5}),

@@ -31,6 +31,7 @@ UNET_INPUTS = frozenset({"sample", "timestep", "encoder_hidden_states"})  # expo
 # a vision-language model's vision file: Qwen-VL's grid input, and the metadata prefix of an input traced as a
 # constant (Qwen-VL's grid, LLaVA-NeXT's image size: "onnx_nb.fixed.<input>" -> one image's values)
 IMAGE_GRID = "image_grid_thw"
+IMAGE_COUNTS = "batch_num_images"  # LLaVA-OneVision's processor: each prompt's image count (one of several: one tile)
 FIXED_INPUT = "onnx_nb.fixed."
 GRID_DERIVED = "onnx_nb.grid_derived"  # a vision file's inputs computed per image from its grid (comma-separated)
 SIZED_BY = "onnx_nb.sized_by"  # a vision file taking one image cropped to its size: the input that gives the size

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from ...runtime.facts import IMAGE_GRID, fixed_inputs, grid_derived, sized_by, tiled
+from ...runtime.facts import IMAGE_COUNTS, IMAGE_GRID, fixed_inputs, grid_derived, sized_by, tiled
 from ...steps.generate.runners import OnnxDecoder
 
 
@@ -43,6 +43,8 @@ class VlmDecoder(OnnxDecoder):
         self.vision_inputs = [i.name for i in self.vision.get_inputs() if i.name not in [*derived, packing]]
         self.vision_inputs += [IMAGE_GRID] if derived and IMAGE_GRID not in self.vision_inputs else []
         self.vision_inputs += [size] if size else []  # each image's size: its crop or its tiles
+        # LLaVA-OneVision's processor also counts each prompt's images (an image among others is not tiled)
+        self.vision_inputs += [IMAGE_COUNTS] if packing else []
         self.model = files.get("model")
         width = self.embed.get_inputs()[1].shape[-1]
         self.features_width = int(width) if isinstance(width, int) else int(
@@ -65,7 +67,8 @@ class VlmDecoder(OnnxDecoder):
         if not pixels:
             self.pending, self.vision_ms = None, 0.0
             return
-        missing = [n for n in self.vision_inputs if n not in pixels]
+        # (the image counts: only some processors give them)
+        missing = [n for n in self.vision_inputs if n not in pixels and n != IMAGE_COUNTS]
         if missing:
             raise InvalidArgumentError(f"The {self.tower} inputs lack {', '.join(missing)}, which this model's "
                                        f"{self.tower} file takes ({', '.join(self.vision_inputs)}): pass the "

@@ -15,6 +15,7 @@ size instead (:mod:`.vlm`). Only imported by functions that already need torch.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import weakref
 from collections.abc import Callable
@@ -22,10 +23,10 @@ from typing import Any
 
 import torch
 
-from ...runtime.facts import SIZED_BY, TILED
+from ...runtime.facts import IMAGE_COUNTS, SIZED_BY, TILED
 from .prompts import VisionPart, gives, image_features
 
-SIZES, INDEX = "image_sizes", "pack_index"
+SIZES, INDEX, COUNTS = "image_sizes", "pack_index", IMAGE_COUNTS
 # model -> (height, width) -> its tile count and pack index (images repeat their sizes; forgotten with the model)
 _INDEXES: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], tuple[int, Any]]] = weakref.WeakKeyDictionary()
 
@@ -54,20 +55,36 @@ def pack_index(model: Any, size: Any) -> tuple[int, Any]:
         known.clear()
     if key not in known:
         tiles = tiles_of(model, key)
-        vision = model.config.vision_config
-        per = (int(vision.image_size) // int(vision.patch_size)) ** 2
-        strategy = getattr(model.config, "vision_feature_select_strategy", "default")
-        per += 0 if strategy == "default" else 1  # "full" keeps the CLS row
+        per = rows_per_tile(model)
         numbers = torch.arange(tiles * per, dtype=torch.float64).reshape(tiles, per, 1)
+        pack = _inner(model).pack_image_features
+        asked = {"vision_feature_select_strategy": getattr(model.config, "vision_feature_select_strategy", "default"),
+                 # LLaVA-OneVision's: an image of more tiles than its maximum has its rows resized (interpolated)
+                 "vision_aspect_ratio": getattr(model.config, "vision_aspect_ratio", None)}
+        takes = inspect.signature(pack).parameters
         with torch.no_grad():
-            packed, _ = _inner(model).pack_image_features(
-                [numbers], torch.tensor([key]), vision_feature_select_strategy=strategy,
-                image_newline=torch.tensor([-1.0], dtype=torch.float64))
+            packed, _ = pack([numbers], torch.tensor([key]), image_newline=torch.tensor([-1.0], dtype=torch.float64),
+                             **{k: v for k, v in asked.items() if k in takes and v is not None})
         rows = packed[0].reshape(-1)
         if not bool((rows == rows.round()).all()) or float(rows.max()) >= tiles * per:
-            raise ValueError("pack_image_features mixes the tile rows (interpolates them) rather than moving them")
+            raise ValueError(f"an image of {key[0]}x{key[1]} makes {tiles} tiles, whose rows the model resizes "
+                             f"(interpolates: vision_aspect_ratio {asked['vision_aspect_ratio']!r}) rather than "
+                             "moving them, which this vision file does not do: give a smaller image")
         known[key] = tiles, torch.where(rows < 0, tiles * per, rows).long().numpy()
     return known[key]
+
+
+def rows_per_tile(model: Any) -> int:
+    """The rows one tile gives the packing: the tower's positions (a class row too where it has one: CLIP's, not
+    SigLIP's), less the first where the family's strategy is "default" (it drops CLIP's class row)."""
+    vision = model.config.vision_config
+    tower = getattr(_inner(model), "vision_tower", None)
+    embeddings = getattr(getattr(tower, "vision_model", tower), "embeddings", None)
+    positions = getattr(embeddings, "num_positions", None)
+    if not isinstance(positions, int):
+        positions = (int(vision.image_size) // int(vision.patch_size)) ** 2 + 1
+    strategy = getattr(model.config, "vision_feature_select_strategy", "default")
+    return positions - (1 if strategy == "default" else 0)
 
 
 class TiledImageFeatures(VisionPart):
@@ -88,8 +105,8 @@ class TiledImageFeatures(VisionPart):
 
         inner, tiles = _inner(self.model), pixel_values.shape[0]
 
-        def flat(image_features: Any, image_sizes: Any, vision_feature_select_strategy: Any,
-                 image_newline: Any = None) -> Any:  # every tile's rows, the newline row last
+        def flat(image_features: Any, image_sizes: Any, *_: Any, image_newline: Any = None,
+                 **__: Any) -> Any:  # every tile's rows, the newline row last (whatever else the family passes)
             rows = feature_rows(list(image_features))
             return [torch.cat([rows, image_newline[None].to(rows)]) if image_newline is not None else rows], None
 
@@ -109,12 +126,19 @@ class TiledImageFeatures(VisionPart):
                 INDEX: torch.from_numpy(index)}
 
     def other_size(self) -> tuple[int, int]:
-        """A size of another tile count than the square sample's: the first of the family's pinpoints (the
-        resolutions it tiles to) that gives one, else an image twice as wide as tall (another unpadding)."""
+        """A size of another tile count than the square sample's: the largest of the family's pinpoints (the
+        resolutions it tiles to) that gives one and whose rows the model moves without resizing them, else an image
+        twice as wide as tall (another unpadding)."""
         square = tiles_of(self.model, (self.side, self.side))
         pinpoints = [(int(h), int(w)) for h, w in self.model.config.image_grid_pinpoints]
-        return next((s for s in sorted(pinpoints, key=lambda p: -p[0] * p[1]) if tiles_of(self.model, s) != square),
-                    (self.side, 2 * self.side))
+        for size in sorted(pinpoints, key=lambda p: -p[0] * p[1]):
+            if tiles_of(self.model, size) != square:
+                try:
+                    pack_index(self.model, size)  # (LLaVA-OneVision resizes the rows of its largest: not those)
+                except ValueError:
+                    continue
+                return size
+        return self.side, 2 * self.side
 
     def other_sample(self) -> dict[str, torch.Tensor]:
         return self.sample_at(self.other_size(), seed=1)
@@ -170,9 +194,18 @@ def tiled_feeds(vision: Any, pixels: dict[str, Any], model: Any) -> list[dict[st
     if sizes.shape[0] != values.shape[0]:
         raise InvalidArgumentError(f"pixel_values holds {values.shape[0]} images and {SIZES} {sizes.shape[0]} sizes: "
                                    "give the processor's output for these images (both together).")
+    counts = pixels.get(COUNTS)  # LLaVA-OneVision's: an image beside others in its prompt is one tile, not tiled
+    tiled = [True] * len(sizes) if counts is None else \
+        [int(n) == 1 for n in np.asarray(counts).reshape(-1) for _ in range(int(n))]
+    if len(tiled) != len(sizes):
+        raise InvalidArgumentError(f"{COUNTS} counts {len(tiled)} images and {SIZES} {len(sizes)}: give the "
+                                   "processor's output for these images (all together).")
     feeds = []
     for k, size in enumerate(sizes):
-        tiles, index = pack_index(model, size)
+        try:  # one tile: its rows, then the newline row
+            tiles, index = pack_index(model, size) if tiled[k] else (1, np.arange(rows_per_tile(model) + 1))
+        except ValueError as exc:
+            raise InvalidArgumentError(f"{SIZES} row {k}: {exc}.") from None
         if tiles > values.shape[1]:
             raise InvalidArgumentError(f"{SIZES} row {k} ({int(size[0])}x{int(size[1])}) makes {tiles} tiles and its "
                                        f"pixel_values holds {values.shape[1]}: give the processor's output for "
