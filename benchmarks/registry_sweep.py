@@ -761,7 +761,7 @@ def vlm_section(path: Path) -> list[str]:
         "`onnx_nb.export(folder)` (vision, embed and decoder files) and `onnx_nb.generate(result, ids, images=...)`. "
         "A type whose PyTorch model cannot be built or driven from that sample (no image token in its config, a "
         "processor-only input) is listed but not counted. [Vision-language models](guides/vision-language.md) "
-        "says how each family is served; `tests/test_vlm.py` checks fifteen of them, beams included. *images*: "
+        "says how each family is served; `tests/test_vlm.py` checks seventeen of them, beams included. *images*: "
         "which images the vision file takes (`VlmExport.image_sizes`): every grid (a grid family's file takes the "
         "tensors of each image's grid), any image size (one image cropped to its size, Pixtral's "
         "towers; or its tiles packed by its size, LLaVA-NeXT), one grid "

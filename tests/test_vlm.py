@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import onnx_nb
-from tests.tiny_vlms import VLMS, build_vlm, llava_with_processor
+from tests.tiny_vlms import VLMS, build_vlm, llava_with_processor, onevision_with_processor
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NEW = 8
@@ -243,6 +243,44 @@ def test_a_folder_with_its_processor_takes_text_and_pictures(tmp_path: Path) -> 
     assert said[0]["generated_text"] == f"{prompt} {want[0]}"
 
 
+def test_llava_onevision_generates_from_what_its_processor_gives(tmp_path: Path) -> None:
+    """LLaVA-OneVision from its processor's output, as it comes: an image alone tiled by its size, one whose tiles
+    the model resizes past its vision_aspect_ratio (its rows bilinearly interpolated: the file takes each token's rows
+    and weights), two prompts of other lengths padded in one batch, two images in one prompt (one tile each), and
+    text with pictures through the folder's processor; onnx_nb.generate and transformers' beams over the files give
+    PyTorch's tokens."""
+    import torch
+    from PIL import Image
+
+    from onnx_nb.kinds.vlm.tiled import pack_index
+
+    model, processor = onevision_with_processor(tmp_path / "ov")
+    rng = np.random.default_rng(0)
+    pics = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in ((30, 60), (50, 40))]
+    _, _, weight = pack_index(model, (50, 40))
+    assert bool((weight[:, 1:] > 0).any()), "the 50x40 image's 2 x 2 tiles are resized: rows mixed"
+    result = onnx_nb.export(str(tmp_path / "ov"), out=tmp_path / "onnx", progress=False)
+    assert result.image_sizes == "any image size" and result, result.chain
+    cases = ((["a photo <image> of"], [pics[1]]), (["one <image> x", "another <image> of yy zz"], [pics[1], pics[0]]),
+             (["two <image> and <image> here"], [[pics[0], pics[1]]]))
+    for texts, images in cases:
+        inputs = processor(text=texts, images=images, return_tensors="pt", padding=True, truncation=True)
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False)
+        want = out[:, inputs["input_ids"].shape[1]:].tolist()
+        got = onnx_nb.generate(result, {k: v.numpy() for k, v in inputs.items()}, max_new_tokens=NEW)
+        assert got.tokens == want, (texts, got.tokens, want)
+    assert inputs["batch_num_images"].tolist() == [2] and inputs["pixel_values"].shape[1] == 1  # one tile each
+    with torch.no_grad():
+        beams = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, num_beams=2)
+        again = onnx_nb.to_transformers(result).generate(**inputs, max_new_tokens=NEW, do_sample=False, num_beams=2)
+    assert again.tolist() == beams.tolist()
+    made = onnx_nb.generate(result, "a photo <image> of", images=[pics[1]], max_new_tokens=NEW)
+    assert made.tokens[0] == onnx_nb.generate(
+        result, dict(processor(text=["a photo <image> of"], images=[pics[1]], return_tensors="np")),
+        max_new_tokens=NEW).tokens[0]
+
+
 def test_a_quantized_decoder_part_is_judged_on_the_chain_and_generates_from_images(llava: tuple[Any, Any]) -> None:
     """INT8 of the decoder part: its parity is generation parity through the vision and embed files (prompts with
     their images against PyTorch's generate() with pixels), and the variant generates from images in the chain."""
@@ -386,8 +424,7 @@ def test_llava_next_takes_any_image_size_its_tiles_packed_by_the_models_own_rule
     after each row): its vision file takes one image's tiles, any count, and the packing as an index the runner
     computes per size from the model's own pack_image_features. Two images of other sizes (2 and 3 tiles, padded
     to 3 as the processor pads them) in one prompt give PyTorch's tokens. LLaVA-OneVision (SigLIP's tiles, no class
-    row) the same; an image of more tiles than its vision_aspect_ratio keeps, whose rows it resizes, is refused
-    naming why."""
+    row) the same, and with its processor's image counts (two images in one prompt: one tile each)."""
     import torch
 
     from onnx_nb.kinds.vlm.parts import features_of
@@ -415,9 +452,6 @@ def test_llava_next_takes_any_image_size_its_tiles_packed_by_the_models_own_rule
             rows = [len(f) for f in model.get_image_features(**alone, return_dict=True).pooler_output]
         assert rows[0] == rows[1] == (side // 8) ** 2 + 1  # a tile's rows and the newline
         _two_images_give_pytorchs_tokens(model, result, alone, rows)
-        big = {"pixel_values": np.zeros((1, 5, 3, side, side), np.float32), "image_sizes": np.array([[64, 64]])}
-        with pytest.raises(onnx_nb.InvalidArgumentError, match=r"64x64 makes 5 tiles, whose rows the model resizes"):
-            onnx_nb.generate(result, ids[:1].tolist(), images=big, max_new_tokens=2)
 
 
 def test_a_vision_file_traced_at_one_size_refuses_another_naming_it(tmp_path: Path,

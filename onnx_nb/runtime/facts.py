@@ -39,6 +39,7 @@ SIZED_BY = "onnx_nb.sized_by"  # a vision file taking one image cropped to its s
 # token); the logits at its position are the next token's
 APPENDED = "onnx_nb.appended_token"
 TILED = "onnx_nb.tiled"  # a vision file taking one image's tiles: its input packing their rows, computed per size
+PACK_WEIGHT = "pack_weight"  # beside that input: each image token's rows' weights (a resized grid's), computed too
 
 
 def fixed_inputs(vision: Any) -> dict[str, list[int]]:

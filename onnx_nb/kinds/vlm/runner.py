@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidArgumentError
-from ...runtime.facts import IMAGE_COUNTS, IMAGE_GRID, fixed_inputs, grid_derived, sized_by, tiled
+from ...runtime.facts import IMAGE_COUNTS, IMAGE_GRID, PACK_WEIGHT, fixed_inputs, grid_derived, sized_by, tiled
 from ...steps.generate.runners import OnnxDecoder
 
 
@@ -40,7 +40,8 @@ class VlmDecoder(OnnxDecoder):
         self.image_token = image_token
         derived = grid_derived(self.vision)  # computed from the images' grids here, which come with them
         packing, size = tiled(self.vision), sized_by(self.vision)  # the pack index: computed from the sizes here
-        self.vision_inputs = [i.name for i in self.vision.get_inputs() if i.name not in [*derived, packing]]
+        self.vision_inputs = [i.name for i in self.vision.get_inputs() if i.name not in [*derived, packing,
+                                                                                          PACK_WEIGHT]]
         self.vision_inputs += [IMAGE_GRID] if derived and IMAGE_GRID not in self.vision_inputs else []
         self.vision_inputs += [size] if size else []  # each image's size: its crop or its tiles
         # LLaVA-OneVision's processor also counts each prompt's images (an image among others is not tiled)

@@ -23,12 +23,12 @@ from typing import Any
 
 import torch
 
-from ...runtime.facts import IMAGE_COUNTS, SIZED_BY, TILED
+from ...runtime.facts import IMAGE_COUNTS, PACK_WEIGHT, SIZED_BY, TILED
 from .prompts import VisionPart, gives, image_features
 
-SIZES, INDEX, COUNTS = "image_sizes", "pack_index", IMAGE_COUNTS
+SIZES, INDEX, WEIGHT, COUNTS = "image_sizes", "pack_index", PACK_WEIGHT, IMAGE_COUNTS
 # model -> (height, width) -> its tile count and pack index (images repeat their sizes; forgotten with the model)
-_INDEXES: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], tuple[int, Any]]] = weakref.WeakKeyDictionary()
+_INDEXES: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], tuple[int, Any, Any]]] = weakref.WeakKeyDictionary()
 
 
 def _inner(model: Any) -> Any:
@@ -46,32 +46,80 @@ def tiles_of(model: Any, size: Any) -> int:
                                                    patch_size=config.vision_config.image_size))
 
 
-def pack_index(model: Any, size: Any) -> tuple[int, Any]:
-    """The tile count of an image of ``size`` and its pack index (int64 numpy, one entry per image token): the
-    model's ``pack_image_features`` run on each tile row's number, the newline rows numbered past the last."""
+def pack_index(model: Any, size: Any) -> tuple[int, Any, Any]:
+    """The tile count of an image of ``size`` and its packing: for each image token, the tile rows it is made of
+    (int64, ``[tokens, 4]``; the newline row numbered past the last tile row) and their weights (float32, ``[tokens,
+    4]``). The model's ``pack_image_features`` runs on each tile row's number: a token that is one row moved takes
+    it whole; where the family resizes the unpadded grid (LLaVA-OneVision, past its ``vision_aspect_ratio``), the
+    resize is caught and each token takes the rows bilinear interpolation mixes, weighted as torch's own
+    interpolation weighs a one-hot grid along each axis."""
     key = (int(size[0]), int(size[1]))
     known = _INDEXES.setdefault(model, {})
     if len(known) > 512:  # pictures of many sizes: start again rather than grow without bound
         known.clear()
     if key not in known:
-        tiles = tiles_of(model, key)
-        per = rows_per_tile(model)
+        tiles, per = tiles_of(model, key), rows_per_tile(model)
         numbers = torch.arange(tiles * per, dtype=torch.float64).reshape(tiles, per, 1)
         pack = _inner(model).pack_image_features
         asked = {"vision_feature_select_strategy": getattr(model.config, "vision_feature_select_strategy", "default"),
-                 # LLaVA-OneVision's: an image of more tiles than its maximum has its rows resized (interpolated)
                  "vision_aspect_ratio": getattr(model.config, "vision_aspect_ratio", None)}
         takes = inspect.signature(pack).parameters
-        with torch.no_grad():
-            packed, _ = pack([numbers], torch.tensor([key]), image_newline=torch.tensor([-1.0], dtype=torch.float64),
-                             **{k: v for k, v in asked.items() if k in takes and v is not None})
-        rows = packed[0].reshape(-1)
-        if not bool((rows == rows.round()).all()) or float(rows.max()) >= tiles * per:
-            raise ValueError(f"an image of {key[0]}x{key[1]} makes {tiles} tiles, whose rows the model resizes "
-                             f"(interpolates: vision_aspect_ratio {asked['vision_aspect_ratio']!r}) rather than "
-                             "moving them, which this vision file does not do: give a smaller image")
-        known[key] = tiles, torch.where(rows < 0, tiles * per, rows).long().numpy()
+        resized: list[tuple[Any, list[int], dict[str, Any]]] = []  # (the grid of row numbers, its new size, options)
+        first = float(tiles * per + 1)  # the resized grid's positions, numbered from here
+
+        def caught(grid: Any, size: Any, **options: Any) -> Any:
+            resized.append((grid[0, 0].clone(), [int(x) for x in size], options))
+            height, width = (int(x) for x in size)
+            return first + torch.arange(height * width, dtype=grid.dtype).reshape(1, 1, height, width)
+
+        functional = torch.nn.functional
+        original = functional.interpolate
+        functional.interpolate = caught
+        try:
+            with torch.no_grad():
+                packed, _ = pack([numbers], torch.tensor([key]),
+                                 image_newline=torch.tensor([-1.0], dtype=torch.float64),
+                                 **{k: v for k, v in asked.items() if k in takes and v is not None})
+        finally:
+            functional.interpolate = original
+        rows = packed[0].reshape(-1).numpy()
+        if len(resized) > 1 or not bool((rows == rows.round()).all()):
+            raise ValueError(f"an image of {key[0]}x{key[1]}: pack_image_features mixes its tile rows otherwise than "
+                             "by one bilinear resize, which this vision file does not follow")
+        known[key] = (tiles, *_weighted(rows, tiles * per, first, resized[0] if resized else None))
     return known[key]
+
+
+def _weighted(rows: Any, newline: int, first: float, resize: Any) -> tuple[Any, Any]:
+    """The packing as ``[tokens, 4]`` row numbers and weights: a moved row whole, the newline row (``-1`` in
+    ``rows``) as row ``newline``, a resized position (numbered from ``first``) as the up to four rows bilinear
+    interpolation mixes into it."""
+    import numpy as np
+
+    index, weight = np.zeros((len(rows), 4), np.int64), np.zeros((len(rows), 4), np.float32)
+    plain = rows < first
+    index[plain, 0] = np.where(rows[plain] < 0, newline, rows[plain])
+    weight[plain, 0] = 1.0
+    if resize is None:
+        return index, weight
+    grid, (height, width), options = resize
+    interpolate = torch.nn.functional.interpolate
+    rows_in, cols_in = grid.shape
+    with torch.no_grad():  # torch's weights along each axis: a one-hot grid per source row (column), resized
+        down = interpolate(torch.eye(rows_in, dtype=torch.float64).reshape(1, rows_in, rows_in, 1),
+                           [height, 1], **options)[0, :, :, 0].numpy()
+        across = interpolate(torch.eye(cols_in, dtype=torch.float64).reshape(1, cols_in, 1, cols_in),
+                             [1, width], **options)[0, :, 0, :].numpy()
+    numbers = grid.long().numpy()
+    for token in np.nonzero(~plain)[0]:
+        i, j = divmod(int(rows[token] - first), width)
+        pairs = [(numbers[y, x], down[y, i] * across[x, j]) for y in np.nonzero(down[:, i])[0]
+                 for x in np.nonzero(across[:, j])[0]]
+        if len(pairs) > 4:
+            raise ValueError("a resized position mixes more than four rows")
+        for k, (row, w) in enumerate(pairs):
+            index[token, k], weight[token, k] = row, w
+    return index, weight
 
 
 def rows_per_tile(model: Any) -> int:
@@ -88,16 +136,18 @@ def rows_per_tile(model: Any) -> int:
 
 
 class TiledImageFeatures(VisionPart):
-    """``forward(pixel_values, pack_index) -> image_features``: one image's tiles (any count) through the tower and
-    projector, their rows and the newline row gathered by ``pack_index``. ``other_sample()`` is an image of another
-    size (another tile count), the export's check."""
+    """``forward(pixel_values, pack_index, pack_weight) -> image_features``: one image's tiles (any count) through
+    the tower and projector, each image token the sum of the rows (and the newline row) ``pack_index`` names, weighted
+    by ``pack_weight`` (:func:`pack_index`). ``other_sample()`` is an image of another size (another tile count), the
+    export's check."""
 
     def __init__(self, model: Any, side: int) -> None:
         super().__init__(model)
         self.side = side
         self.onnx_metadata = {SIZED_BY: SIZES, TILED: INDEX}
 
-    def forward(self, pixel_values: torch.Tensor, pack_index: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, pixel_values: torch.Tensor, pack_index: torch.Tensor,
+                pack_weight: torch.Tensor) -> dict[str, torch.Tensor]:
         from transformers.exporters.utils import patch_attribute
 
         from ...steps.export.patches.lending import lent
@@ -116,25 +166,26 @@ class TiledImageFeatures(VisionPart):
                 patch_attribute(namespace, "image_size_to_num_patches", lambda _original: lambda **_: tiles):
             out = image_features(self.model)(pixel_values=pixel_values, image_sizes=[(self.side, self.side)],
                                                 return_dict=True)
-        return {"image_features": feature_rows(out.pooler_output)[pack_index]}
+        rows = feature_rows(out.pooler_output)
+        return {"image_features": (rows[pack_index] * pack_weight[..., None].to(rows)).sum(1)}
 
     def sample_at(self, size: tuple[int, int], seed: int) -> dict[str, torch.Tensor]:
-        tiles, index = pack_index(self.model, size)
+        tiles, index, weight = pack_index(self.model, size)
         g = torch.Generator().manual_seed(seed)
         channels = int(getattr(self.model.config.vision_config, "num_channels", 3) or 3)
         return {"pixel_values": torch.randn(tiles, channels, self.side, self.side, generator=g),
-                INDEX: torch.from_numpy(index)}
+                INDEX: torch.from_numpy(index), WEIGHT: torch.from_numpy(weight)}
 
     def other_size(self) -> tuple[int, int]:
         """A size of another tile count than the square sample's: the largest of the family's pinpoints (the
-        resolutions it tiles to) that gives one and whose rows the model moves without resizing them, else an image
-        twice as wide as tall (another unpadding)."""
+        resolutions it tiles to) that gives one (LLaVA-OneVision resizes its rows: that too is checked) and whose
+        packing is followed, else an image twice as wide as tall (another unpadding)."""
         square = tiles_of(self.model, (self.side, self.side))
         pinpoints = [(int(h), int(w)) for h, w in self.model.config.image_grid_pinpoints]
         for size in sorted(pinpoints, key=lambda p: -p[0] * p[1]):
             if tiles_of(self.model, size) != square:
                 try:
-                    pack_index(self.model, size)  # (LLaVA-OneVision resizes the rows of its largest: not those)
+                    pack_index(self.model, size)
                 except ValueError:
                     continue
                 return size
@@ -160,18 +211,19 @@ def tiled_part(model: Any, pixels: dict[str, torch.Tensor], features: torch.Tens
     side = int(values.shape[-1])
     module = TiledImageFeatures(model, side)
     try:
-        sample = {"pixel_values": values[0],
-                  INDEX: torch.from_numpy(pack_index(model, [int(x) for x in pixels[SIZES][0]])[1])}
+        _, index, weight = pack_index(model, [int(x) for x in pixels[SIZES][0]])
     except Exception:  # noqa: BLE001 - another tiling than LLaVA-NeXT's: traced at one image size
         return None
+    sample = {"pixel_values": values[0], INDEX: torch.from_numpy(index), WEIGHT: torch.from_numpy(weight)}
     if not gives(module, sample, features, reference):
         return None
-    return module, sample, {"pixel_values": {0: "tiles"}, INDEX: {0: "image_tokens"}}
+    return module, sample, {"pixel_values": {0: "tiles"}, INDEX: {0: "image_tokens"}, WEIGHT: {0: "image_tokens"}}
 
 
 def tiled_feeds(vision: Any, pixels: dict[str, Any], model: Any) -> list[dict[str, Any]]:
     """What the tiled vision file takes for each image of the processor's batch: its tiles (the batch pads every
-    image to the most tiles) and its pack index, from its ``image_sizes`` row."""
+    image to the most tiles) and its packing, from its ``image_sizes`` row. A file written before the packing had
+    weights (``pack_index`` of one row per token) takes the sizes whose packing only moves rows."""
     import numpy as np
 
     from ...errors import InvalidArgumentError
@@ -200,18 +252,35 @@ def tiled_feeds(vision: Any, pixels: dict[str, Any], model: Any) -> list[dict[st
     if len(tiled) != len(sizes):
         raise InvalidArgumentError(f"{COUNTS} counts {len(tiled)} images and {SIZES} {len(sizes)}: give the "
                                    "processor's output for these images (all together).")
+    weighted = WEIGHT in {i.name for i in vision.get_inputs()}
     feeds = []
     for k, size in enumerate(sizes):
-        try:  # one tile: its rows, then the newline row
-            tiles, index = pack_index(model, size) if tiled[k] else (1, np.arange(rows_per_tile(model) + 1))
+        try:
+            tiles, index, weight = pack_index(model, size) if tiled[k] else _one_tile(model)
         except ValueError as exc:
             raise InvalidArgumentError(f"{SIZES} row {k}: {exc}.") from None
+        if not weighted and bool((weight[:, 1:] != 0).any()):
+            raise InvalidArgumentError(f"{SIZES} row {k} ({int(size[0])}x{int(size[1])}): the model resizes this "
+                                       "image's rows, which this vision file (written by an earlier onnx-nb) does "
+                                       "not do: export the model again.")
         if tiles > values.shape[1]:
             raise InvalidArgumentError(f"{SIZES} row {k} ({int(size[0])}x{int(size[1])}) makes {tiles} tiles and its "
                                        f"pixel_values holds {values.shape[1]}: give the processor's output for "
                                        "these images.")
-        feeds.append({"pixel_values": values[k, :tiles], INDEX: index})
+        feeds.append({"pixel_values": values[k, :tiles], **({INDEX: index, WEIGHT: weight} if weighted
+                                                              else {INDEX: index[:, 0]})})
     return feeds
+
+
+def _one_tile(model: Any) -> tuple[int, Any, Any]:
+    """The packing of an image that is one tile (one of several in a prompt: LLaVA-OneVision): its rows, then the
+    newline row."""
+    import numpy as np
+
+    rows = rows_per_tile(model) + 1
+    index, weight = np.zeros((rows, 4), np.int64), np.zeros((rows, 4), np.float32)
+    index[:, 0], weight[:, 0] = np.arange(rows), 1.0
+    return 1, index, weight
 
 
 def images_as_rows(inputs: list[Any], pixels: dict[str, Any]) -> dict[str, Any]:
