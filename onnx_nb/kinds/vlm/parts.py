@@ -22,6 +22,8 @@ from ...runtime.facts import IMAGE_GRID as GRID
 from ...runtime.shapes import SAMPLE_SIZES
 from .prompts import VisionPart, image_features, image_rows, prompt_sample, types_rule
 
+QFORMER_IDS, QFORMER_MASK = "qformer_input_ids", "qformer_attention_mask"
+
 POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (grid.py)
 COLUMNS = 4
 
@@ -71,13 +73,24 @@ class ImageFeatures(VisionPart):
                               for k, v in self.fixed.items()}
 
     def forward(self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None = None,
-                image_sizes: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                image_sizes: torch.Tensor | None = None, qformer_input_ids: torch.Tensor | None = None,
+                qformer_attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         # a fixed image size as Python ints: LLaVA-NeXT computes its tiles and unpadding from them
         fixed = {k: v.tolist() if k == "image_sizes" else v for k, v in self.fixed.items()}
-        given = {"pixel_attention_mask": pixel_attention_mask, "image_sizes": image_sizes, **fixed}
+        given = {"pixel_attention_mask": pixel_attention_mask, "image_sizes": image_sizes,
+                 QFORMER_IDS: qformer_input_ids, QFORMER_MASK: qformer_attention_mask, **fixed}
         out = image_features(self.model)(pixel_values=pixel_values,
                                           **{k: v for k, v in given.items() if v is not None}, return_dict=True)
         return {"image_features": image_rows(out)}
+
+    def other_sample(self) -> dict[str, torch.Tensor]:
+        """Another image with a longer instruction beside it (InstructBLIP's Q-Former input: the only axis this
+        part leaves free), the export's check."""
+        sample = {k: v for k, v in pixel_sample(self.model, 1, seed=1).items() if k not in self.fixed}
+        for name in (QFORMER_IDS, QFORMER_MASK):
+            if name in sample:
+                sample[name] = torch.cat([sample[name], sample[name][:, :3]], 1)
+        return sample
 
 
 class MergedEmbedding(torch.nn.Module):
@@ -166,6 +179,10 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
         sample["pixel_values"] = torch.randn(images, channels, size, size, generator=g)
         if getattr(vision, "model_type", "") == "pixtral":
             sample["image_sizes"] = torch.tensor([[size, size]] * images)
+    if QFORMER_IDS in takes:  # InstructBLIP: the instruction, in the Q-Former's own vocabulary, beside each image
+        vocab = int(getattr(getattr(config, "qformer_config", None), "vocab_size", 100) or 100)
+        sample[QFORMER_IDS] = torch.randint(1, vocab, (images, 6), generator=g)
+        sample[QFORMER_MASK] = torch.ones(images, 6, dtype=torch.long)
     return sample
 
 
@@ -230,7 +247,9 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     fixed = {k: pixels.pop(k) for k in fixed_names(model)}
     # one image per run (the families split and loop over images in Python: a trace fixes their count); the
     # runners run it per image and join the rows
-    vision = (ImageFeatures(model, fixed), pixels, False)
+    # (InstructBLIP's instruction beside its image: any length)
+    vision = (ImageFeatures(model, fixed), pixels, {n: {1: "qformer_sequence"} for n in (QFORMER_IDS, QFORMER_MASK)
+                                                    if n in pixels} or False)
     if free is not None:
         free[0].fallback = vision
     return {"vision": free or vision, "embed": (MergedEmbedding(model, token, sections), embed, axes)}
@@ -282,7 +301,7 @@ def per_image(vision: Any, pixels: dict[str, Any], model: Any = None) -> list[An
     for i in inputs:
         shape = list(np.shape(pixels[i.name]))
         want = list(i.shape[1:])
-        if shape[1:] != want:
+        if len(shape) != len(want) + 1 or any(isinstance(w, int) and w != g for w, g in zip(want, shape[1:])):
             raise InvalidArgumentError(
                 f"{i.name} has shape {shape}; this model's vision encoder takes [images, "
                 f"{', '.join(map(str, want))}] (one image per row, {want[-1]}x{want[-2]} pixels for its tower, "
