@@ -168,6 +168,19 @@ def test_real_timings_and_several_shapes(linear: onnx_nb.ExportResult) -> None:
     fig = table.figure()
     assert fig.layout.xaxis.title.text == "batch size" and len(fig.data) == 2
     assert table.best() is not None and table.best().backend == "ort:cpu"  # type: ignore[union-attr]
+    # which provider ran how many nodes of the session's graph (ONNX Runtime's graph-assignment information)
+    import onnxruntime as ort
+
+    import onnx_nb.runtime.providers as providers
+
+    ort_rows = [r for r in ok if r.backend == "ort:cpu"]
+    if hasattr(ort.InferenceSession, "get_provider_graph_assignment_info"):
+        session = ort.InferenceSession(str(linear.path), providers.options(level="all", record_assignment=True))
+        counted = sum(len(part.get_nodes()) for part in session.get_provider_graph_assignment_info())
+        assert counted > 0 and all(r.options["nodes"] == f"CPU {counted}" for r in ort_rows), ort_rows[0].options
+        assert f"nodes=CPU {counted}" in table._repr_html_()  # among the options, under All columns
+    else:  # an ONNX Runtime before 1.32: nothing recorded, nothing claimed
+        assert all("nodes" not in r.options for r in ort_rows)
 
 
 def test_rows_say_the_work_they_did_and_their_share_of_this_machines_measured_peak(

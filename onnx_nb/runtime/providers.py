@@ -164,7 +164,7 @@ def threads_shown(threads: int | None) -> int | str:
 
 def options(*, threads: int | None = None, level: str | None = None, quiet: bool = True,
             profile_prefix: str | None = None, save_to: str | Path | None = None, prepack: bool = True,
-            save_external: bool = False, stop_spinning: bool = False) -> Any:
+            save_external: bool = False, stop_spinning: bool = False, record_assignment: bool = False) -> Any:
     """ORT session options: intra-op threads, graph level (disable/basic/extended/all), profiling,
     where to save the optimized graph, and weight prepacking (``prepack=False`` lets ONNX Runtime use
     memory-mapped external data as it is, with no second copy of the weights in memory).
@@ -172,7 +172,9 @@ def options(*, threads: int | None = None, level: str | None = None, quiet: bool
     ``stop_spinning``: the intra-op threads stop spinning as soon as a run returns (they still spin within it).
     For loops that alternate runs with other work (a generation step's logits processors and beam search in torch):
     threads left spinning after a run took the cores from that work (on 2 cores, transformers' beam search around
-    a Marian decoder's runs went from 100 to 300 ms per batch)."""
+    a Marian decoder's runs went from 100 to 300 ms per batch).
+
+    ``record_assignment``: the session keeps which provider runs each node (:func:`assignment`)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -201,7 +203,42 @@ def options(*, threads: int | None = None, level: str | None = None, quiet: bool
         opts.add_session_config_entry("session.disable_prepacking", "1")
     if stop_spinning:
         opts.add_session_config_entry("session.force_spinning_stop", "1")
+    if record_assignment:  # (a key an older ONNX Runtime does not know is ignored)
+        opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     return opts
+
+
+FALLBACK_OPS_SHOWN = 4
+
+
+def assignment(session: Any) -> str:
+    """Which provider runs how many of the session's nodes (after ONNX Runtime's own graph optimizations), as
+    ``"CUDA 300, CPU 12 (fell back: Shape x8, Gather x4)"``: ONNX Runtime's graph-assignment information (1.32 and
+    later, for a session opened with ``record_assignment=True``); ``""`` where the installed version or the session
+    does not give it."""
+    from collections import Counter
+
+    read = getattr(session, "get_provider_graph_assignment_info", None)
+    if read is None:
+        return ""
+    try:
+        parts = read()
+    except Exception:  # noqa: BLE001 - not recorded for this session (or not by this provider)
+        return ""
+    nodes: Counter[str] = Counter()
+    on_cpu: Counter[str] = Counter()
+    for part in parts:
+        name = str(part.ep_name).removesuffix("ExecutionProvider")
+        got = part.get_nodes()
+        nodes[name] += len(got)
+        if name == "CPU":
+            on_cpu.update(str(n.op_type) for n in got)
+    if not nodes:
+        return ""
+    text = ", ".join(f"{name} {count}" for name, count in nodes.most_common())
+    if len(nodes) > 1 and on_cpu:  # another provider was asked: what it left to the CPU
+        text += " (fell back: " + ", ".join(f"{op} x{n}" for op, n in on_cpu.most_common(FALLBACK_OPS_SHOWN)) + ")"
+    return text
 
 
 def chain(provider: str) -> list[str]:

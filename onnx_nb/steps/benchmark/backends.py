@@ -22,7 +22,7 @@ class OrtRunner:
         import onnxruntime as ort
 
         from ...runtime import sessions
-        from ...runtime.providers import DEVICES
+        from ...runtime.providers import DEVICES, assignment
         from ...runtime.shapes import cast_feed
 
         self.path, self.provider, self.level, self.threads = path, provider, level, threads
@@ -30,8 +30,11 @@ class OrtRunner:
         self.options = {"graph_level": level, "intra_op_threads": threads_shown(threads),
                         "execution_mode": "sequential", "profiling": bool(profile_dir)}
         self.session = sessions.session(
-            path, provider, threads=threads, level=level, map_weights=False,
+            path, provider, threads=threads, level=level, map_weights=False, record_assignment=True,
             profile_prefix=os.path.join(profile_dir, "ort_profile") if profile_dir else None)
+        nodes = assignment(self.session)  # which provider runs how many nodes, what fell back to the CPU
+        if nodes:
+            self.options["nodes"] = nodes
         self.feed = cast_feed(self.session, feed)
         self.device = DEVICES.get(provider)
         if hasattr(self.session, "time"):  # an IsolatedSession or a browser page: timed where the session lives
