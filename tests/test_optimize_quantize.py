@@ -434,7 +434,8 @@ def test_openvino_rows_run_a_file_openvino_can_read(bert: onnx_nb.ExportResult, 
     assert not any(r.options.get("file") for r in table.rows if r.backend == "ort:cpu")
 
 
-def test_quantizers_infer_shapes_without_copying_the_weights(bert_opt: onnx_nb.Variant, tmp_path: Path) -> None:
+def test_quantizers_infer_shapes_without_copying_the_weights(bert_opt: onnx_nb.Variant, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """ORT's quantizers infer shapes by writing and reading back whole copies of the model; the weightless inference
     (steps/variants/shape_inference.py) annotates the model itself and gives the same annotations, the same
     quantized file, and puts ORT's own functions back after the block."""
@@ -463,3 +464,13 @@ def test_quantizers_infer_shapes_without_copying_the_weights(bert_opt: onnx_nb.V
     assert (quant_utils.load_model_with_shape_infer, ort_quantize.save_and_reload_model_with_shape_infer) == own
     quantize_dynamic(str(bert_opt.path), str(tmp_path / "ort.onnx"), per_channel=True)
     assert plain(onnx.load(tmp_path / "light.onnx")) == plain(onnx.load(tmp_path / "ort.onnx"))
+    # used where ORT infers: its dynamic quantizer's load and its own round trip; static's load and its calibrator's
+    from onnx_nb.steps.variants import shape_inference
+
+    calls: list[int] = []
+    monkeypatch.setattr(shape_inference, "annotated", lambda m: calls.append(1) or annotated(m))
+    with weightless_shape_inference():
+        quantize_dynamic(str(bert_opt.path), str(tmp_path / "again.onnx"), per_channel=True)
+    assert len(calls) == 2, calls
+    assert onnx_nb.quantize(bert_opt, method="static", calibration="generated", out=tmp_path / "s.onnx").parity
+    assert len(calls) >= 4, calls

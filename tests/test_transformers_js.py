@@ -385,9 +385,12 @@ def test_decoder_folder_generates_pytorchs_tokens_in_transformers_js(tmp_path: P
                                         runtime=["node", "browser-webgpu"], progress=False)
     assert bundle.checks[0].where.startswith("Node.js v") and bundle.checks[1].where.startswith("HeadlessChrome/")
     assert "WebGPU (adapter" in bundle.checks[1].where and bundle.checks[0].run_ms
-    if "swiftshader" in bundle.checks[1].where:  # a CPU emulation of a GPU: checked, not timed, and said so
+    if bundle.checks[1].untimed:  # a CPU emulation of a GPU (SwiftShader, here): checked, not timed, and said so
         assert bundle.checks[1].run_ms is None and bundle.checks[1].cells()[-1] == "not timed"
         assert any("runs not timed on a software adapter" in n for n in bundle.notes), bundle.notes
+        assert "swiftshader" in bundle.checks[1].where.lower()  # the adapter named in the row
+    else:
+        assert bundle.checks[1].run_ms
     assert bundle, repr(bundle)
     assert bundle.task == "text-generation"
     assert all(row.figures == {"prompts": 2, "tokens_equal": 2} for row in bundle.checks), repr(bundle)

@@ -213,7 +213,7 @@ FALLBACK_OPS_SHOWN = 4
 
 def assignment(session: Any) -> str:
     """Which provider runs how many of the session's nodes (after ONNX Runtime's own graph optimizations), as
-    ``"CUDA 300, CPU 12 (fell back: Shape x8, Gather x4)"``: ONNX Runtime's graph-assignment information (1.32 and
+    ``"CUDA 300, CPU 12 (on the CPU: Shape x8, Gather x4)"``: ONNX Runtime's graph-assignment information (1.32 and
     later, for a session opened with ``record_assignment=True``); ``""`` where the installed version or the session
     does not give it."""
     from collections import Counter
@@ -236,8 +236,8 @@ def assignment(session: Any) -> str:
     if not nodes:
         return ""
     text = ", ".join(f"{name} {count}" for name, count in nodes.most_common())
-    if len(nodes) > 1 and on_cpu:  # another provider was asked: what it left to the CPU
-        text += " (fell back: " + ", ".join(f"{op} x{n}" for op, n in on_cpu.most_common(FALLBACK_OPS_SHOWN)) + ")"
+    if len(nodes) > 1 and on_cpu:  # another provider was asked: what it left to the CPU (shape work on purpose too)
+        text += " (on the CPU: " + ", ".join(f"{op} x{n}" for op, n in on_cpu.most_common(FALLBACK_OPS_SHOWN)) + ")"
     return text
 
 

@@ -64,30 +64,41 @@ def pack_index(model: Any, size: Any) -> tuple[int, Any, Any]:
         asked = {"vision_feature_select_strategy": getattr(model.config, "vision_feature_select_strategy", "default"),
                  "vision_aspect_ratio": getattr(model.config, "vision_aspect_ratio", None)}
         takes = inspect.signature(pack).parameters
-        resized: list[tuple[Any, list[int], dict[str, Any]]] = []  # (the grid of row numbers, its new size, options)
         first = float(tiles * per + 1)  # the resized grid's positions, numbered from here
-
-        def caught(grid: Any, size: Any, **options: Any) -> Any:
-            resized.append((grid[0, 0].clone(), [int(x) for x in size], options))
-            height, width = (int(x) for x in size)
-            return first + torch.arange(height * width, dtype=grid.dtype).reshape(1, 1, height, width)
-
-        functional = torch.nn.functional
-        original = functional.interpolate
-        functional.interpolate = caught
-        try:
-            with torch.no_grad():
-                packed, _ = pack([numbers], torch.tensor([key]),
-                                 image_newline=torch.tensor([-1.0], dtype=torch.float64),
-                                 **{k: v for k, v in asked.items() if k in takes and v is not None})
-        finally:
-            functional.interpolate = original
+        catch = _CaughtResize(first)
+        with torch.no_grad(), catch:  # (a torch function mode: this thread's calls only)
+            packed, _ = pack([numbers], torch.tensor([key]), image_newline=torch.tensor([-1.0], dtype=torch.float64),
+                             **{k: v for k, v in asked.items() if k in takes and v is not None})
+        resized = catch.resized
         rows = packed[0].reshape(-1).numpy()
         if len(resized) > 1 or not bool((rows == rows.round()).all()):
             raise ValueError(f"an image of {key[0]}x{key[1]}: pack_image_features mixes its tile rows otherwise than "
                              "by one bilinear resize, which this vision file does not follow")
         known[key] = (tiles, *_weighted(rows, tiles * per, first, resized[0] if resized else None))
     return known[key]
+
+
+class _CaughtResize(torch.overrides.TorchFunctionMode):
+    """While active (in its own thread), ``torch.nn.functional.interpolate`` does not resize: it records the grid
+    of row numbers it was given, the size asked and its options, and returns the new grid's positions numbered from
+    ``first``; every other torch function runs as it is."""
+
+    def __init__(self, first: float) -> None:
+        super().__init__()
+        self.first = first
+        self.resized: list[tuple[Any, list[int], dict[str, Any]]] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is not torch.nn.functional.interpolate:
+            return func(*args, **kwargs)
+        grid, *rest = args
+        size = kwargs.pop("size", rest[0] if rest else None)
+        if size is None:  # a resize by a scale factor: not a packing this file follows
+            raise ValueError("pack_image_features resizes by a scale factor")
+        height, width = (int(x) for x in size)
+        self.resized.append((grid[0, 0].clone(), [height, width], kwargs))
+        return self.first + torch.arange(height * width, dtype=grid.dtype).reshape(1, 1, height, width)
 
 
 def _weighted(rows: Any, newline: int, first: float, resize: Any) -> tuple[Any, Any]:

@@ -42,7 +42,8 @@ def annotated(model: Any) -> Any:
 
 def weightless(model: Any) -> Any:
     """A copy of ``model`` whose initializers over :data:`SMALL_ELEMENTS` elements hold no data (marked as external
-    data at a location that does not exist: the form a model loaded without its external data has)."""
+    data at a location that does not exist: the form a model loaded without its external data has). Constant nodes'
+    tensors and a subgraph's initializers are copied whole, as ORT's own round trip kept them inside the graph."""
     import math
 
     import onnx
@@ -82,9 +83,14 @@ def _load(model_path: Path) -> Any:
     return annotated(onnx.load(str(model_path)))
 
 
+# quantize.py calls save_and_reload_model_with_shape_infer only on a ModelProto its caller gave: ORT's copies it, and
+# its quantizers then change (and, saving with external data, empty) what that call returns, so it stays ORT's. Every
+# other caller hands it a model ORT loaded itself.
+_CALLERS_OWN_MODEL = {("quantize", "save_and_reload_model_with_shape_infer")}
 _SWAPS = {(module, name): Swap(replacement) for module in _MODULES
           for name, replacement in (("save_and_reload_model_with_shape_infer", _save_and_reload),
-                                    ("load_model_with_shape_infer", _load))}
+                                    ("load_model_with_shape_infer", _load))
+          if (module, name) not in _CALLERS_OWN_MODEL}
 
 
 @contextmanager
