@@ -22,8 +22,7 @@ from ...runtime.facts import IMAGE_GRID as GRID
 from ...runtime.shapes import SAMPLE_SIZES
 from .prompts import VisionPart, image_features, image_rows, prompt_sample, types_rule
 
-QFORMER_IDS, QFORMER_MASK = "qformer_input_ids", "qformer_attention_mask"
-
+QFORMER_IDS, QFORMER_MASK = "qformer_input_ids", "qformer_attention_mask"  # InstructBLIP's, beside the image
 POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (grid.py)
 COLUMNS = 4
 
@@ -84,13 +83,9 @@ class ImageFeatures(VisionPart):
         return {"image_features": image_rows(out)}
 
     def other_sample(self) -> dict[str, torch.Tensor]:
-        """Another image with a longer instruction beside it (InstructBLIP's Q-Former input: the only axis this
-        part leaves free), the export's check."""
+        """Another image, a longer instruction beside it (InstructBLIP's: the one axis left free), the check."""
         sample = {k: v for k, v in pixel_sample(self.model, 1, seed=1).items() if k not in self.fixed}
-        for name in (QFORMER_IDS, QFORMER_MASK):
-            if name in sample:
-                sample[name] = torch.cat([sample[name], sample[name][:, :3]], 1)
-        return sample
+        return {k: torch.cat([v, v[:, :3]], 1) if k in (QFORMER_IDS, QFORMER_MASK) else v for k, v in sample.items()}
 
 
 class MergedEmbedding(torch.nn.Module):
@@ -181,8 +176,8 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
             sample["image_sizes"] = torch.tensor([[size, size]] * images)
     if QFORMER_IDS in takes:  # InstructBLIP: the instruction, in the Q-Former's own vocabulary, beside each image
         vocab = int(getattr(getattr(config, "qformer_config", None), "vocab_size", 100) or 100)
-        sample[QFORMER_IDS] = torch.randint(1, vocab, (images, 6), generator=g)
-        sample[QFORMER_MASK] = torch.ones(images, 6, dtype=torch.long)
+        sample[QFORMER_IDS], sample[QFORMER_MASK] = torch.randint(1, vocab, (images, 6), generator=g), \
+            torch.ones(images, 6, dtype=torch.long)
     return sample
 
 
@@ -246,8 +241,7 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
         sized_part(model, pixels, features, features_of) or tiled_part(model, pixels, features, features_of)
     fixed = {k: pixels.pop(k) for k in fixed_names(model)}
     # one image per run (the families split and loop over images in Python: a trace fixes their count); the
-    # runners run it per image and join the rows
-    # (InstructBLIP's instruction beside its image: any length)
+    # runners run it per image and join the rows (InstructBLIP's instruction beside its image: any length)
     vision = (ImageFeatures(model, fixed), pixels, {n: {1: "qformer_sequence"} for n in (QFORMER_IDS, QFORMER_MASK)
                                                     if n in pixels} or False)
     if free is not None:
