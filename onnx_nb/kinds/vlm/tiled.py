@@ -288,10 +288,8 @@ def _one_tile(model: Any) -> tuple[int, Any, Any]:
     newline row."""
     import numpy as np
 
-    rows = rows_per_tile(model) + 1
-    index, weight = np.zeros((rows, 4), np.int64), np.zeros((rows, 4), np.float32)
-    index[:, 0], weight[:, 0] = np.arange(rows), 1.0
-    return 1, index, weight
+    per = rows_per_tile(model)
+    return (1, *_weighted(np.append(np.arange(per, dtype=np.float64), -1.0), per, float(per + 1), None))
 
 
 def images_as_rows(inputs: list[Any], pixels: dict[str, Any]) -> dict[str, Any]:
