@@ -613,8 +613,17 @@ def counted(row: dict[str, Any]) -> bool:
     return row.get("pytorch") == "ok"
 
 
+def speech_llm_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with each speech LLM's row (a type the speech LLM sweep measures, registered here too) the speech
+    LLM sweep's: the route ``export()`` takes it on, from clips."""
+    speech_llms = swept(ROOT / "benchmarks" / "results" / "speech_llm_sweep.json")
+    by_type = {r["type"]: r for r in speech_llms[0]} if speech_llms else {}
+    return [{**by_type[r["type"]], "route": "speech LLM"} if r["type"] in by_type else r for r in rows]
+
+
 def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
+    rows = speech_llm_rows(rows)
     base = [r for r in rows if counted(r)]
     good = [r for r in base if served(r)]
     lines = [
@@ -634,7 +643,8 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "parameters). A mixture of experts whose router starts at zero (every expert "
         "tied, so the experts a token takes are `torch.topk`'s unspecified order among ties) has its router given "
         "random weights first; its row says so. Each row is from the last run for its type (`--only` re-runs "
-        "some).",
+        "some). A speech LLM registered here (an audio tower filling a causal LM's audio tokens) has the "
+        "[speech LLM sweep's](#speech-llms) row, from clips, counted as there.",
         "",
         f"Swept {meta['date']} on transformers {meta['transformers']}, torch {meta['torch']}, onnxruntime "
         f"{meta['onnxruntime']}: **{len(good)} of the {len(base)} causal LMs PyTorch can build and run "
@@ -680,9 +690,7 @@ def seq2seq_section(path: Path, speech: bool = False) -> list[str]:
     if found is None:
         return [f"Not swept yet: run `{run}`.", ""]
     rows, meta, _, _ = found
-    speech_llms = swept(ROOT / "benchmarks" / "results" / "speech_llm_sweep.json")
-    by_type = {r["type"]: r for r in speech_llms[0]} if speech_llms else {}
-    rows = [{**by_type[r["type"]], "route": "speech LLM"} if r["type"] in by_type else r for r in rows]
+    rows = speech_llm_rows(rows)
     base, good = sum(counted(r) for r in rows), sum(counted(r) and served(r) for r in rows)
     what = "speech-to-text models" if speech else "sequence-to-sequence LMs"
     lines = [
@@ -761,12 +769,12 @@ def vlm_section(path: Path) -> list[str]:
         "`onnx_nb.export(folder)` (vision, embed and decoder files) and `onnx_nb.generate(result, ids, images=...)`. "
         "A type whose PyTorch model cannot be built or driven from that sample (no image token in its config, a "
         "processor-only input) is listed but not counted. [Vision-language models](guides/vision-language.md) "
-        "says how each family is served; `tests/test_vlm.py` checks seventeen of them, beams included. *images*: "
+        "says how each family is served; `tests/test_vlm.py` checks eighteen of them, beams included. *images*: "
         "which images the vision file takes (`VlmExport.image_sizes`): every grid (a grid family's file takes the "
         "tensors of each image's grid), any image size (one image cropped to its size, Pixtral's "
-        "towers; or its tiles packed by its size, LLaVA-NeXT), one grid "
-        "or one image size (traced at the sample's; another is refused), "
-        "or the tower's size (the processor resizes every picture to it).",
+        "towers; or its tiles packed by its size, LLaVA-NeXT; or any count of patches with their positions, "
+        "Gemma 4), one grid or one image size (traced at the sample's; another is refused), or the tower's size "
+        "(the file takes that size; Idefics 2's processor gives others, which its file refuses).",
         "",
         f"Swept {meta['date']} on transformers {meta['transformers']}: **{good} of the {base} "
         f"image-text-to-text models that PyTorch builds and runs from onnx-nb's sample (an image and a prompt) "

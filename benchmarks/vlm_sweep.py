@@ -119,6 +119,8 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
     (names it has, ints only), its output as wide as the text part where the config says so; a vocabulary that
     misses the config's own image token grown to hold it."""
     config = registry_sweep.tiny_config(model_type, text_sizes)
+    if getattr(config, "vision_config", 0) is None and "vision_config" in getattr(type(config), "sub_configs", {}):
+        config.vision_config = type(config).sub_configs["vision_config"]()  # a default config with no tower (Gemma 4)
     vision = getattr(config, "vision_config", None)
     if vision is not None:
         text = config.get_text_config()
@@ -136,6 +138,11 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
                 qformer.encoder_hidden_size = vision.hidden_size
         registry_sweep.pooled_image_tokens(config, vision)
     text = config.get_text_config()
+    perceiver = getattr(config, "perceiver_config", None)  # Idefics2's resampler: as wide as the text part,
+    if perceiver is not None:                               # its latents (the image's token count) kept
+        registry_sweep.set_ints(perceiver, {"hidden_size": text.hidden_size, "resampler_n_heads": 4,
+                                            "resampler_head_dim": text.hidden_size // 4, "num_key_value_heads": 2,
+                                            "resampler_depth": 2})
     rope = getattr(text, "rope_parameters", None)
     if isinstance(rope, dict) and ("vl" in str(getattr(text, "model_type", "")) or
                                    hasattr(vision, "temporal_patch_size")):

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 import onnx_nb
-from tests.tiny_vlms import VLMS, build_vlm, instructblip_with_processor, llava_with_processor, onevision_with_processor
+from tests.tiny_vlms import (
+    VLMS,
+    build_vlm,
+    gemma4_with_processor,
+    instructblip_with_processor,
+    llava_with_processor,
+    onevision_with_processor,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 NEW = 8
@@ -309,6 +316,39 @@ def test_instructblip_takes_its_instruction_beside_the_image_as_its_processor_gi
     made = onnx_nb.generate(result, "what is in the picture?", images=[pics[0]], max_new_tokens=NEW)
     first = processor(text=["what is in the picture?"], images=[pics[0]], return_tensors="np")
     assert made.tokens == onnx_nb.generate(result, dict(first), max_new_tokens=NEW).tokens
+
+
+def test_gemma4_takes_patches_of_any_count_and_per_layer_inputs_as_its_processor_gives_them(tmp_path: Path) -> None:
+    """Gemma 4's processor hands the tower each picture as a row of patches with their positions (resized by its
+    aspect, padded to the batch's count) and the decoder reads per-layer inputs beside the embeddings: its vision
+    file takes any count of patches (a processor set to another count of soft tokens needs no new file), the embed
+    file gives the per-layer inputs (an image's tokens read as padding) and marks the image tokens, which attend each
+    other both ways in the decoder's sliding layers (mm_token_type_ids). Two pictures of other sizes in one batch of
+    prompts of other lengths, each alone, the processor at 140 soft tokens, and two beams through to_transformers:
+    PyTorch's tokens."""
+    import torch
+    from PIL import Image
+
+    model, processor = gemma4_with_processor(tmp_path / "g4")
+    rng = np.random.default_rng(0)
+    pics = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in ((200, 300), (400, 150))]
+    result = onnx_nb.export(str(tmp_path / "g4"), out=tmp_path / "onnx", progress=False)
+    assert result.image_sizes == "any image size" and result, result.chain
+    assert {"per_layer_inputs", "mm_token_type_ids"} <= {i.name for i in result.parts["decoder"].inputs}
+    texts = ["a photo <|image|> of", "look <|image|> here it is now"]
+    cases = ((texts, [[pics[0]], [pics[1]]], 70), (texts[:1], [[pics[1]]], 70), (texts[1:], [[pics[0]]], 140))
+    for prompts, images, tokens in cases:
+        inputs = processor(text=prompts, images=images, return_tensors="pt", padding=True, max_soft_tokens=tokens)
+        inputs.pop("num_soft_tokens_per_image", None)
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False)
+        got = onnx_nb.generate(result, {k: v.numpy() for k, v in inputs.items()}, max_new_tokens=NEW)
+        assert got.tokens == out[:, inputs["input_ids"].shape[1]:].tolist(), (prompts, tokens)
+    assert inputs["pixel_values"].shape[1] == 9 * 140, "the last case's patches: another count than the first's"
+    with torch.no_grad():
+        beams = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, num_beams=2)
+        again = onnx_nb.to_transformers(result).generate(**inputs, max_new_tokens=NEW, do_sample=False, num_beams=2)
+    assert again.tolist() == beams.tolist()
 
 
 def test_a_quantized_decoder_part_is_judged_on_the_chain_and_generates_from_images(llava: tuple[Any, Any]) -> None:

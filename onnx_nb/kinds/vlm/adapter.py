@@ -59,6 +59,7 @@ class VlmAdapter(HfAdapter):
         from ...steps.export.machinery.wrap import eval_mode
         from ...steps.export.machinery.writing import folder_for
         from .parts import deepstack_layers, image_token_of, parts, takes_grid
+        from .patches import layer_inputs_shape, two_way_images
         from .prompts import takes_token_types
         from .result import VlmExport
 
@@ -81,10 +82,12 @@ class VlmAdapter(HfAdapter):
             layout.token_types = takes_token_types(vlm)
             layout.sections = 3 if takes_grid(vlm) else 0
             layout.deepstack = deepstack_layers(vlm)
-            if layout.states and (layout.token_types or layout.deepstack):
+            layout.layer_inputs, layout.mm_token_types = layer_inputs_shape(vlm), two_way_images(vlm)
+            if layout.states and (layout.token_types or layout.deepstack or layout.layer_inputs or
+                                  layout.mm_token_types):
                 raise ExportError(
                     f"{type(vlm).__name__}'s decoder keeps per-layer states and also takes "
-                    f"{'token types' if layout.token_types else 'deepstack additions'} from its images: the "
+                    f"{'token types' if layout.token_types else 'other per-token inputs'} from its images: the "
                     "vision-language route carries such states one token per step without those inputs. Not "
                     "supported for now; the families this route serves are listed in "
                     "docs/supported-architectures.md.")
@@ -214,11 +217,21 @@ def images_taken(vision: Any) -> str:
     meta = getattr(vision.source.model, "onnx_metadata", None) or {}
     if meta.get(GRID_DERIVED):
         return "every grid"
-    if meta.get(SIZED_BY):  # cropped (Pixtral) or tiled (LLaVA-NeXT) by each image's size
-        return "any image size"
+    if meta.get(SIZED_BY) or _any_patch_count(vision.path):  # cropped (Pixtral) or tiled (LLaVA-NeXT) by each
+        return "any image size"                                   # image's size, or its patches in a row (Gemma 4)
     if FIXED_INPUT + IMAGE_GRID in meta:
         return "one grid"
     return "one image size" if FIXED_INPUT + "image_sizes" in meta else "the tower's size"
+
+
+def _any_patch_count(path: Any) -> bool:
+    """The vision file takes patches in a row with their positions, their count free."""
+    import onnx
+
+    from .patches import POSITION_IDS
+
+    inputs = onnx.load(str(path), load_external_data=False).graph.input
+    return any(i.name == POSITION_IDS and i.type.tensor_type.shape.dim[1].dim_param for i in inputs)
 
 
 def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:

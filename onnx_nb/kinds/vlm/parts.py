@@ -20,7 +20,9 @@ from ...errors import InvalidArgumentError
 from ...runtime.facts import FIXED_INPUT, fixed_inputs
 from ...runtime.facts import IMAGE_GRID as GRID
 from ...runtime.shapes import SAMPLE_SIZES
-from .prompts import VisionPart, image_features, image_rows, prompt_sample, types_rule
+from ...steps.export.caches.decoder import LAYER_INPUTS, MM_TYPES
+from . import patches
+from .prompts import VisionPart, check_counts, image_features, image_rows, prompt_sample, types_rule
 
 QFORMER_IDS, QFORMER_MASK = "qformer_input_ids", "qformer_attention_mask"  # InstructBLIP's, beside the image
 POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (grid.py)
@@ -73,11 +75,13 @@ class ImageFeatures(VisionPart):
 
     def forward(self, pixel_values: torch.Tensor, pixel_attention_mask: torch.Tensor | None = None,
                 image_sizes: torch.Tensor | None = None, qformer_input_ids: torch.Tensor | None = None,
-                qformer_attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                qformer_attention_mask: torch.Tensor | None = None,
+                image_position_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         # a fixed image size as Python ints: LLaVA-NeXT computes its tiles and unpadding from them
         fixed = {k: v.tolist() if k == "image_sizes" else v for k, v in self.fixed.items()}
         given = {"pixel_attention_mask": pixel_attention_mask, "image_sizes": image_sizes,
-                 QFORMER_IDS: qformer_input_ids, QFORMER_MASK: qformer_attention_mask, **fixed}
+                 QFORMER_IDS: qformer_input_ids, QFORMER_MASK: qformer_attention_mask,
+                 patches.POSITION_IDS: image_position_ids, **fixed}
         out = image_features(self.model)(pixel_values=pixel_values,
                                           **{k: v for k, v in given.items() if v is not None}, return_dict=True)
         return {"image_features": image_rows(out)}
@@ -103,6 +107,10 @@ class MergedEmbedding(torch.nn.Module):
         self.types = types_rule(model)
         self.deepstack = deepstack_layers(model)
         self.sections = sections  # each image row's position columns come beside it (grid.position_columns)
+        # Gemma 4's per-layer inputs, looked up from the ids with an image's tokens read as padding
+        self.layers, self.layers_shape = patches.layer_table(model), patches.layer_inputs_shape(model)
+        self.pad = int(getattr(model.config.get_text_config(), "pad_token_id", 0) or 0)
+        self.two_way = patches.two_way_images(model)  # Gemma 4's image blocks: mm_token_type_ids, 1 at an image
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor,
                 text_position_ids: torch.Tensor | None = None,
@@ -121,6 +129,10 @@ class MergedEmbedding(torch.nn.Module):
             deep = picked[..., width:].to(embeds.dtype)
             deep = torch.where(is_image.unsqueeze(-1), deep, torch.zeros_like(deep))
             out["deepstack_embeds"] = deep.reshape(*embeds.shape[:2], self.deepstack, width).permute(2, 0, 1, 3)
+        if self.layers is not None:
+            out[LAYER_INPUTS] = patches.layer_inputs(self.layers, self.layers_shape, input_ids, is_image, self.pad)
+        if self.two_way:
+            out[MM_TYPES] = is_image.long()
         if self.types is not None:
             out["token_type_ids"] = torch.zeros_like(input_ids) if self.types == "prefix" else is_image.long()
         if self.sections and text_position_ids is not None and image_positions is not None:
@@ -161,6 +173,8 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
         side = max(size // (patch * merge), 1) * merge
         sample["pixel_values"] = torch.randn(images * side * side, channels * temporal * patch * patch, generator=g)
         sample[GRID] = torch.tensor([[1, side, side]] * images)
+    elif patches.POSITION_IDS in takes:  # flat patches with their positions (Gemma 4)
+        sample.update(patches.patch_sample(vision, images, g))
     elif "pixel_attention_mask" in takes:
         sample["pixel_values"] = torch.randn(images, 1, channels, size, size, generator=g)
         sample["pixel_attention_mask"] = torch.ones(images, 1, size, size, dtype=torch.bool)
@@ -197,21 +211,6 @@ def features_of(model: Any, pixels: dict[str, torch.Tensor]) -> torch.Tensor:
         return out
 
 
-def check_counts(input_ids: Any, image_token: int, features: int, media: str = "image") -> None:
-    """A prompt's image (``media``) tokens against the images' feature rows: refused, saying both counts, when they
-    differ."""
-    import numpy as np
-
-    tokens = int((np.asarray(input_ids) == image_token).sum())
-    if tokens != features:
-        given = "images" if media == "image" else media
-        raise InvalidArgumentError(
-            f"The prompts hold {tokens} {media} tokens (id {image_token}) and the {given} give {features} feature "
-            f"rows: they must match. Make the prompts with the model's processor (processor(text=..., {given}=...) "
-            f"expands each {media} placeholder to the family's count), or put that many {media} tokens in the token "
-            "ids.")
-
-
 def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     """The vision and embedding parts: (module, sample, dynamic axes) each. A grid family's vision part takes any
     grid where its tower allows (:func:`.grid.grid_free_part`), a family whose images come with their sizes any
@@ -242,8 +241,8 @@ def parts(model: Any) -> dict[str, tuple[Any, dict[str, torch.Tensor], Any]]:
     fixed = {k: pixels.pop(k) for k in fixed_names(model)}
     # one image per run (the families split and loop over images in Python: a trace fixes their count); the
     # runners run it per image and join the rows (InstructBLIP's instruction beside its image: any length)
-    vision = (ImageFeatures(model, fixed), pixels, {n: {1: "qformer_sequence"} for n in (QFORMER_IDS, QFORMER_MASK)
-                                                    if n in pixels} or False)
+    vision = (ImageFeatures(model, fixed), pixels, {**{n: {1: "qformer_sequence"} for n in (QFORMER_IDS, QFORMER_MASK)
+                                                       if n in pixels}, **patches.patch_axes(pixels)} or False)
     if free is not None:
         free[0].fallback = vision
     return {"vision": free or vision, "embed": (MergedEmbedding(model, token, sections), embed, axes)}

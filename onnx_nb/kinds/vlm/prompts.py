@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from ...errors import InvalidArgumentError
+
 
 def takes_token_types(model: Any) -> bool:
     """The forward reads ``token_type_ids`` (Gemma 3, PaliGemma: an image's tokens see each other both ways)."""
@@ -116,3 +118,18 @@ def image_features(model: Any) -> Any:
         if callable(found):
             return found
     return None
+
+
+def check_counts(input_ids: Any, image_token: int, features: int, media: str = "image") -> None:
+    """A prompt's image (``media``) tokens against the images' feature rows: refused, saying both counts, when they
+    differ."""
+    import numpy as np
+
+    tokens = int((np.asarray(input_ids) == image_token).sum())
+    if tokens != features:
+        given = "images" if media == "image" else media
+        raise InvalidArgumentError(
+            f"The prompts hold {tokens} {media} tokens (id {image_token}) and the {given} give {features} feature "
+            f"rows: they must match. Make the prompts with the model's processor (processor(text=..., {given}=...) "
+            f"expands each {media} placeholder to the family's count), or put that many {media} tokens in the token "
+            "ids.")

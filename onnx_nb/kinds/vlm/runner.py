@@ -87,7 +87,8 @@ class VlmDecoder(OnnxDecoder):
         return out
 
     def token_feed(self, ids: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
-        from .parts import check_counts, token_feed
+        from .parts import token_feed
+        from .prompts import check_counts
 
         features = self.pending
         if features is None:  # a decode step, or a prompt without images: every token is text

@@ -51,13 +51,16 @@ class OnnxForImageTextToText(OnnxForCausalLM):
                 image_sizes: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
                 image_grid_thw: torch.Tensor | None = None, mm_token_type_ids: torch.Tensor | None = None,
                 batch_num_images: torch.Tensor | None = None, qformer_input_ids: torch.Tensor | None = None,
-                qformer_attention_mask: torch.Tensor | None = None, **kwargs: Any) -> OnnxLMOutput:
+                qformer_attention_mask: torch.Tensor | None = None, image_position_ids: torch.Tensor | None = None,
+                **kwargs: Any) -> OnnxLMOutput:
         """``token_type_ids`` and ``mm_token_type_ids``: the embed file makes them from the image tokens;
         ``batch_num_images``: LLaVA-OneVision's count of each prompt's images (one among several is not tiled);
-        ``qformer_input_ids`` and its mask: InstructBLIP's instruction, which its vision file takes beside the image."""
+        ``qformer_input_ids`` and its mask: InstructBLIP's instruction, which its vision file takes beside the image;
+        ``image_position_ids``: Gemma 4's patch positions beside its row of patches."""
         given = {"pixel_values": pixel_values, "pixel_attention_mask": pixel_attention_mask,
                  "image_sizes": image_sizes, "image_grid_thw": image_grid_thw, "batch_num_images": batch_num_images,
-                 "qformer_input_ids": qformer_input_ids, "qformer_attention_mask": qformer_attention_mask}
+                 "qformer_input_ids": qformer_input_ids, "qformer_attention_mask": qformer_attention_mask,
+                 "image_position_ids": image_position_ids}
         return self.chain_forward(given, input_ids, attention_mask, cache, max_length, **kwargs)
 
     def chain_forward(self, given: dict[str, torch.Tensor | None], input_ids: torch.Tensor,

@@ -10,7 +10,6 @@ Only imported by functions that already need torch.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +19,11 @@ import torch
 from ....render import human_bytes
 from ....runtime.shapes import SAMPLE_SIZES
 from .hf_names import cache_kwargs, cache_of
+from .layers import first_step_cache, indexed_layer
 
 PAST = "past_key_values.{}.{}"
 PRESENT = "present.{}.{}"
+LAYER_INPUTS, MM_TYPES = "per_layer_inputs", "mm_token_type_ids"
 SAMPLE_BATCH, SAMPLE_SEQUENCE, SAMPLE_PAST = (SAMPLE_SIZES[k] for k in ("batch", "step_sequence", "past_sequence"))
 
 
@@ -39,11 +40,14 @@ class CacheLayout:
     # input_ids, and token_type_ids where its forward reads them (Gemma 3, PaliGemma: the image block bidirectional)
     embeds: int = 0
     token_types: bool = False
+    mm_token_types: bool = False  # Gemma 4's two-way attention within an image (mm_token_type_ids, 1 at its tokens)
     # Qwen-VL's positions come in sections (temporal, height, width): position_ids [sections, batch, sequence]
     sections: int = 0
     # Qwen3-VL's "deepstack": the vision tower's early features added to the first decoder layers' image rows,
     # deepstack_embeds [layers, batch, sequence, embeds] (zeros at text tokens)
     deepstack: int = 0
+    # (layers, width) of Gemma 4's per_layer_inputs [batch, sequence, layers, width] beside the embeddings
+    layer_inputs: tuple[int, ...] = ()
     # a cache that keeps a state per layer (Mamba, linear attention; :mod:`.states`): every tensor it carries,
     # keys and values included; the file then takes one token per step
     states: tuple[Any, ...] = ()
@@ -100,21 +104,19 @@ class CacheLayout:
                 **({"per_layer": [list(d) for d in self.per_layer]} if self.per_layer else {}),
                 **({"indexers": [list(d) for d in self.indexers]} if self.indexers else {}),
                 **({"embeds": self.embeds, "token_types": self.token_types} if self.embeds else {}),
-                **({"sections": self.sections} if self.sections else {}),
-                **({"deepstack": self.deepstack} if self.deepstack else {}),
+                **({"mm_token_types": True} if self.mm_token_types else {}),
+                **{k: v for k, v in (("sections", self.sections), ("deepstack", self.deepstack),
+                                     ("layer_inputs", list(self.layer_inputs))) if v},
                 **({"states": [[i, kind, j, list(shape)] for i, kind, j, shape in self.states]} if self.states else {}),
                 "bytes_per_token": self.bytes_per_token}
 
 
-def _layers_of(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return [(k, v) for k, v in cache]  # a legacy tuple of (key, value) pairs
+def _layers_of(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:  # a legacy cache: (key, value) pairs
+    return [(c.keys, c.values) for c in cache.layers] if hasattr(cache, "layers") else list(map(tuple, cache))
 
 
 class NoKeyValueCache(Exception):
-    """A causal LM whose cache is not one key and one value per layer (none at all: GPT-1, an encoder used as a
-    decoder; a state: Mamba, RWKV, linear attention): its file takes the whole sequence each step."""
+    """A causal LM whose cache is not keys and values per layer (none: GPT-1; a state: Mamba): whole sequences."""
 
 
 def text_decoder(model: Any) -> Any:
@@ -224,7 +226,7 @@ class DecoderWithCache(torch.nn.Module):
 
         layout = self.layout
         given = dict(zip(input_names(layout), (first, *rest)))
-        extra = {"token_type_ids": given["token_type_ids"]} if layout.token_types else {}
+        extra = {k: given[k] for k in ("token_type_ids", MM_TYPES, LAYER_INPUTS) if k in given}
         attention_mask, position_ids = given["attention_mask"], given["position_ids"]
         if layout.states:
             return self._state_step(first, attention_mask, position_ids, given)
@@ -235,10 +237,10 @@ class DecoderWithCache(torch.nn.Module):
         # layer keeps its length as a Python int, which a trace bakes into the graph (right at the traced length,
         # out of bounds past the window); with full layers the window is the mask's (transformers' sliding window
         # overlay), the graph's cache grows with the tokens, and every length is right.
-        cache = (_first_step_cache() if layout.token_types else DynamicCache)(
+        cache = (first_step_cache() if layout.token_types or layout.mm_token_types else DynamicCache)(
             [(past[2 * i], past[2 * i + 1]) for i in range(self.layout.layers)])
         for i, _ in layout.indexers:  # an indexed layer (sparse attention) holding its indexer's keys too
-            cache.layers[i] = _indexed_layer(cache.layers[i], given[PAST.format(i, "indexer")])
+            cache.layers[i] = indexed_layer(cache.layers[i], given[PAST.format(i, "indexer")])
         if layout.deepstack:  # the language model itself, told every row may take a deepstack addition
             deep = given["deepstack_embeds"]
             text = self.model.model.language_model
@@ -277,35 +279,6 @@ class DecoderWithCache(torch.nn.Module):
         return dict(zip(output_names(self.layout), (out.logits, *after)))
 
 
-def _indexed_layer(plain: Any, indexer_keys: torch.Tensor) -> Any:
-    """transformers' indexed cache layer holding a plain layer's keys and values and ``indexer_keys``."""
-    from transformers.cache_utils import DynamicIndexedLayer
-
-    layer = DynamicIndexedLayer()
-    for name in ("keys", "values", "dtype", "device", "is_initialized"):
-        if hasattr(plain, name):
-            setattr(layer, name, getattr(plain, name))
-    layer.indexer_keys, layer.is_indexer_initialized = indexer_keys, True
-    layer.indexer_dtype, layer.indexer_device = indexer_keys.dtype, indexer_keys.device
-    return layer
-
-
-@functools.cache
-def _first_step_cache() -> Any:
-    """A DynamicCache that reads as not yet filled: PaliGemma applies its prompt's two-way block only while the
-    cache is empty, which a graph traced with a cache would drop; with it the block is applied at every step where
-    the token types mark one (a decode step's token is in none, so the step stays causal). Gemma 3 applies its
-    block at every step anyway."""
-    from transformers import DynamicCache
-
-    class FirstStepCache(DynamicCache):
-        @property
-        def is_initialized(self) -> bool:
-            return False
-
-    return FirstStepCache
-
-
 def input_names(layout: CacheLayout) -> list[str]:
     if layout.states:
         from .states import entry_name
@@ -313,7 +286,8 @@ def input_names(layout: CacheLayout) -> list[str]:
         first = ["inputs_embeds"] if layout.embeds else ["input_ids"]  # embeddings: a vision-language decoder
         return [*first, "attention_mask", "position_ids"] + [entry_name(e) for e in layout.states]
     first = ["inputs_embeds"] if layout.embeds else ["input_ids"]
-    first += ["token_type_ids"] if layout.token_types else []
+    first += ["token_type_ids"] * layout.token_types + [MM_TYPES] * layout.mm_token_types
+    first += [LAYER_INPUTS] * bool(layout.layer_inputs)
     first += ["deepstack_embeds"] if layout.deepstack else []
     return [*first, "attention_mask", "position_ids"] + [PAST.format(i, kind) for i, kind in _carried(layout)]
 
@@ -338,7 +312,8 @@ def cache_axes(layout: CacheLayout) -> dict[str, dict[int, str]]:
             "position_ids": {1: "batch", 2: "sequence"} if layout.sections else {0: "batch", 1: "sequence"},
             "logits": {0: "batch", 1: "sequence"},
             "inputs_embeds": {0: "batch", 1: "sequence"}, "token_type_ids": {0: "batch", 1: "sequence"},
-            "deepstack_embeds": {1: "batch", 2: "sequence"}}
+            "deepstack_embeds": {1: "batch", 2: "sequence"}, LAYER_INPUTS: {0: "batch", 1: "sequence"},
+            MM_TYPES: {0: "batch", 1: "sequence"}}
     if layout.states:  # one token per step: only the batch and the keys' past vary
         from .states import entry_name
 
@@ -377,8 +352,10 @@ def cache_sample(model: Any, layout: CacheLayout, seed: int = 0, batch: int = SA
         **({"inputs_embeds": torch.randn(b, s, layout.embeds, generator=g) * 0.5} if layout.embeds else
            {"input_ids": torch.randint(min(3, vocab - 1), vocab, (b, s), generator=g)}),
         **({"token_type_ids": _token_types(b, s)} if layout.token_types else {}),
+        **({MM_TYPES: _token_types(b, s)} if layout.mm_token_types else {}),
         **({"deepstack_embeds": torch.randn(layout.deepstack, b, s, layout.embeds, generator=g) * 0.5}
            if layout.deepstack else {}),
+        **({LAYER_INPUTS: torch.randn(b, s, *layout.layer_inputs, generator=g) * 0.5} if layout.layer_inputs else {}),
         "attention_mask": torch.ones(b, p + s, dtype=torch.long),
         "position_ids": torch.arange(p, p + s).expand(*((layout.sections,) if layout.sections else ()), b, s)
         .contiguous(),
