@@ -911,7 +911,7 @@ def main() -> None:
                  ["--no-variants"] if args.no_variants else [])
     saved = json.loads(path.read_text())
     Path(args.page).write_text(page(saved["rows"], saved["meta"]))
-    base = [r for r in saved["rows"] if counted(r)]
+    base = [r for r in speech_llm_rows(saved["rows"]) if counted(r)]  # as the page counts them
     print(f"served: {sum(served(r) for r in base)} of {len(base)} that PyTorch builds and generates "
           f"({len(saved['rows'])} swept)")
 
