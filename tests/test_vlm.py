@@ -325,7 +325,7 @@ def test_gemma4_takes_patches_of_any_count_and_per_layer_inputs_as_its_processor
     file gives the per-layer inputs (an image's tokens read as padding) and marks the image tokens, which attend each
     other both ways in the decoder's sliding layers (mm_token_type_ids). Two pictures of other sizes in one batch of
     prompts of other lengths, each alone, the processor at 140 soft tokens, and two beams through to_transformers:
-    PyTorch's tokens."""
+    PyTorch's tokens, which change with the images and with the image blocks."""
     import torch
     from PIL import Image
 
@@ -344,7 +344,26 @@ def test_gemma4_takes_patches_of_any_count_and_per_layer_inputs_as_its_processor
             out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False)
         got = onnx_nb.generate(result, {k: v.numpy() for k, v in inputs.items()}, max_new_tokens=NEW)
         assert got.tokens == out[:, inputs["input_ids"].shape[1]:].tolist(), (prompts, tokens)
+        if len(prompts) == 2:  # the image blocks and the images change the tokens
+            causal = model.generate(**{k: v for k, v in inputs.items() if k != "mm_token_type_ids"},
+                                    max_new_tokens=NEW, do_sample=False)
+            swapped = processor(text=prompts, images=images[::-1], return_tensors="pt", padding=True,
+                                max_soft_tokens=tokens)
+            swapped.pop("num_soft_tokens_per_image", None)
+            assert causal.tolist() != out.tolist() != model.generate(**swapped, max_new_tokens=NEW,
+                                                                     do_sample=False).tolist()
     assert inputs["pixel_values"].shape[1] == 9 * 140, "the last case's patches: another count than the first's"
+    from onnx_nb.runtime.sessions import session
+
+    embed, ids = session(result.parts["embed"].path), inputs["input_ids"]
+    image = ids == model.config.image_token_id
+    rows = np.zeros((int(image.sum()), embed.get_inputs()[1].shape[-1]), np.float32)
+    made = dict(zip([o.name for o in embed.get_outputs()], embed.run(None, {"input_ids": ids.numpy(),
+                                                                           "image_features": rows})))
+    with torch.no_grad():  # the model's own lookup, an image's tokens read as padding
+        want = model.model.language_model.get_per_layer_inputs(torch.where(image, 0, ids), None)
+    np.testing.assert_allclose(made["per_layer_inputs"], want.numpy(), atol=1e-5)
+    assert (made["mm_token_type_ids"] == image.numpy()).all()
     with torch.no_grad():
         beams = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, num_beams=2)
         again = onnx_nb.to_transformers(result).generate(**inputs, max_new_tokens=NEW, do_sample=False, num_beams=2)

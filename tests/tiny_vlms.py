@@ -264,7 +264,7 @@ def gemma4_with_processor(folder: Any) -> tuple[Any, Any]:
         text_config={**TEXT, "vocab_size": len(tokenizer), "vocab_size_per_layer_input": len(tokenizer),
                      "hidden_size_per_layer_input": 16, "global_head_dim": 16, "sliding_window": 64,
                      "layer_types": ["sliding_attention", "full_attention"], "pad_token_id": 0,
-                     "use_bidirectional_attention": "vision"},
+                     "use_bidirectional_attention": "vision", "initializer_range": 0.05},
         vision_config={**{k: VISION[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers")},
                        "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 8},
         image_token_id=ids["image_token"], boi_token_id=ids["boi_token"], eoi_token_id=ids["eoi_token"],

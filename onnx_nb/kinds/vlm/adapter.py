@@ -217,21 +217,19 @@ def images_taken(vision: Any) -> str:
     meta = getattr(vision.source.model, "onnx_metadata", None) or {}
     if meta.get(GRID_DERIVED):
         return "every grid"
-    if meta.get(SIZED_BY) or _any_patch_count(vision.path):  # cropped (Pixtral) or tiled (LLaVA-NeXT) by each
+    if meta.get(SIZED_BY) or _any_patch_count(vision):  # cropped (Pixtral) or tiled (LLaVA-NeXT) by each
         return "any image size"                                   # image's size, or its patches in a row (Gemma 4)
     if FIXED_INPUT + IMAGE_GRID in meta:
         return "one grid"
     return "one image size" if FIXED_INPUT + "image_sizes" in meta else "the tower's size"
 
 
-def _any_patch_count(path: Any) -> bool:
-    """The vision file takes patches in a row with their positions, their count free."""
-    import onnx
-
+def _any_patch_count(vision: Any) -> bool:
+    """The vision file takes patches in a row with their positions, their count free (its inputs as the export
+    read them)."""
     from .patches import POSITION_IDS
 
-    inputs = onnx.load(str(path), load_external_data=False).graph.input
-    return any(i.name == POSITION_IDS and i.type.tensor_type.shape.dim[1].dim_param for i in inputs)
+    return any(i.name == POSITION_IDS and 1 in i.dynamic_dims for i in getattr(vision, "inputs", None) or [])
 
 
 def vision_or_embed(module: Any, sample: Any, settings: dict[str, Any]) -> Any:

@@ -109,7 +109,8 @@ class MergedEmbedding(torch.nn.Module):
         self.sections = sections  # each image row's position columns come beside it (grid.position_columns)
         # Gemma 4's per-layer inputs, looked up from the ids with an image's tokens read as padding
         self.layers, self.layers_shape = patches.layer_table(model), patches.layer_inputs_shape(model)
-        self.pad = int(getattr(model.config.get_text_config(), "pad_token_id", 0) or 0)
+        self.pad, self.media = int(getattr(model.config.get_text_config(), "pad_token_id", 0) or 0), \
+            patches.media_tokens(model)
         self.two_way = patches.two_way_images(model)  # Gemma 4's image blocks: mm_token_type_ids, 1 at an image
 
     def forward(self, input_ids: torch.Tensor, image_features: torch.Tensor,
@@ -130,7 +131,7 @@ class MergedEmbedding(torch.nn.Module):
             deep = torch.where(is_image.unsqueeze(-1), deep, torch.zeros_like(deep))
             out["deepstack_embeds"] = deep.reshape(*embeds.shape[:2], self.deepstack, width).permute(2, 0, 1, 3)
         if self.layers is not None:
-            out[LAYER_INPUTS] = patches.layer_inputs(self.layers, self.layers_shape, input_ids, is_image, self.pad)
+            out[LAYER_INPUTS] = patches.layer_inputs(self.layers, self.layers_shape, input_ids, self.media, self.pad)
         if self.two_way:
             out[MM_TYPES] = is_image.long()
         if self.types is not None:

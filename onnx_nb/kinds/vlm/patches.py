@@ -14,8 +14,9 @@ POSITION_IDS = "image_position_ids"
 
 
 def patch_sample(vision: Any, images: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Random patches of a square image, six patches a side times the tower's pooling (at most 12 a side), in
-    row-major positions, with two padding patches after them (what a batch padded to its largest image gives)."""
+    """Random patches of a square image two kernels of the tower's pooling a side (one where that is over 12
+    patches), in row-major positions, with a kernel's worth of padding patches after them at (-1, -1) (what a batch
+    padded to its largest image gives)."""
     pool = int(getattr(vision, "pooling_kernel_size", 1) or 1)
     side = 2 * pool if 2 * pool <= 12 else pool
     # a patch of model_patch_size where the tower merges smaller ones itself (Gemma 4 Unified's 48 = 3 x 16)
@@ -53,11 +54,21 @@ def layer_inputs_shape(model: Any) -> tuple[int, int] | tuple[()]:
     return int(text.num_hidden_layers), int(text.hidden_size_per_layer_input)
 
 
-def layer_inputs(table: Any, shape: tuple[int, ...], input_ids: torch.Tensor, media: torch.Tensor,
+def media_tokens(model: Any) -> tuple[int, ...]:
+    """The ids the model reads as padding in its per-layer inputs: its image, video and audio tokens."""
+    found = (getattr(model.config, k, None) for k in ("image_token_id", "video_token_id", "audio_token_id"))
+    return tuple(int(t) for t in found if isinstance(t, int))
+
+
+def layer_inputs(table: Any, shape: tuple[int, ...], input_ids: torch.Tensor, media: tuple[int, ...],
                  pad: int) -> torch.Tensor:
     """Each token's per-layer inputs ``[batch, sequence, layers, width]`` from ``table`` (:func:`layer_table`), a
-    media token's those of ``pad``, as the model reads its prompt."""
-    ids = torch.where(media, torch.full_like(input_ids, pad), input_ids)
+    media token's (:func:`media_tokens`) and one outside the table's those of ``pad``, as the model reads its
+    prompt."""
+    outside = (input_ids < 0) | (input_ids >= table.num_embeddings)
+    for token in media:
+        outside = outside | (input_ids == token)
+    ids = torch.where(outside, torch.full_like(input_ids, pad), input_ids)
     out: torch.Tensor = table(ids).reshape(*ids.shape, *shape)
     return out
 

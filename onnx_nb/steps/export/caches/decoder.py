@@ -232,6 +232,9 @@ class DecoderWithCache(torch.nn.Module):
             return self._state_step(first, attention_mask, position_ids, given)
         past = [given[PAST.format(i, kv)] for i in range(layout.layers) for kv in ("key", "value")]
         tokens = {"inputs_embeds": first} if layout.embeds else {"input_ids": first}
+        if MM_TYPES in extra:  # read by absolute position: the cached tokens' (in no block) before the new ones'
+            extra[MM_TYPES] = torch.cat([extra[MM_TYPES].new_zeros(first.shape[0], past[0].shape[-2]),
+                                         extra[MM_TYPES]], 1)
 
         # Every layer a plain DynamicLayer, whatever the config says (not DynamicCache(config=...)): a sliding-window
         # layer keeps its length as a Python int, which a trace bakes into the graph (right at the traced length,
