@@ -105,18 +105,22 @@ class CacheLayout:
                 **({"indexers": [list(d) for d in self.indexers]} if self.indexers else {}),
                 **({"embeds": self.embeds, "token_types": self.token_types} if self.embeds else {}),
                 **({"mm_token_types": True} if self.mm_token_types else {}),
-                **{k: v for k, v in (("sections", self.sections), ("deepstack", self.deepstack),
-                                     ("layer_inputs", list(self.layer_inputs))) if v},
+                **({"sections": self.sections} if self.sections else {}),
+                **({"deepstack": self.deepstack} if self.deepstack else {}),
+                **({"layer_inputs": list(self.layer_inputs)} if self.layer_inputs else {}),
                 **({"states": [[i, kind, j, list(shape)] for i, kind, j, shape in self.states]} if self.states else {}),
                 "bytes_per_token": self.bytes_per_token}
 
 
-def _layers_of(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:  # a legacy cache: (key, value) pairs
-    return [(c.keys, c.values) for c in cache.layers] if hasattr(cache, "layers") else list(map(tuple, cache))
+def _layers_of(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return [(k, v) for k, v in cache]  # a legacy tuple of (key, value) pairs
 
 
 class NoKeyValueCache(Exception):
-    """A causal LM whose cache is not keys and values per layer (none: GPT-1; a state: Mamba): whole sequences."""
+    """A causal LM whose cache is not one key and one value per layer (none at all: GPT-1, an encoder used as a
+    decoder; a state: Mamba, RWKV, linear attention): its file takes the whole sequence each step."""
 
 
 def text_decoder(model: Any) -> Any:
@@ -240,7 +244,7 @@ class DecoderWithCache(torch.nn.Module):
         # layer keeps its length as a Python int, which a trace bakes into the graph (right at the traced length,
         # out of bounds past the window); with full layers the window is the mask's (transformers' sliding window
         # overlay), the graph's cache grows with the tokens, and every length is right.
-        cache = (first_step_cache() if layout.token_types or layout.mm_token_types else DynamicCache)(
+        cache = (first_step_cache() if layout.token_types else DynamicCache)(
             [(past[2 * i], past[2 * i + 1]) for i in range(self.layout.layers)])
         for i, _ in layout.indexers:  # an indexed layer (sparse attention) holding its indexer's keys too
             cache.layers[i] = indexed_layer(cache.layers[i], given[PAST.format(i, "indexer")])
@@ -289,8 +293,9 @@ def input_names(layout: CacheLayout) -> list[str]:
         first = ["inputs_embeds"] if layout.embeds else ["input_ids"]  # embeddings: a vision-language decoder
         return [*first, "attention_mask", "position_ids"] + [entry_name(e) for e in layout.states]
     first = ["inputs_embeds"] if layout.embeds else ["input_ids"]
-    first += ["token_type_ids"] * layout.token_types + [MM_TYPES] * layout.mm_token_types
-    first += [LAYER_INPUTS] * bool(layout.layer_inputs)
+    first += ["token_type_ids"] if layout.token_types else []
+    first += [MM_TYPES] if layout.mm_token_types else []
+    first += [LAYER_INPUTS] if layout.layer_inputs else []
     first += ["deepstack_embeds"] if layout.deepstack else []
     return [*first, "attention_mask", "position_ids"] + [PAST.format(i, kind) for i, kind in _carried(layout)]
 

@@ -29,7 +29,7 @@ def first_step_cache() -> Any:
     """A DynamicCache that reads as not yet filled: PaliGemma applies its prompt's two-way block only while the
     cache is empty, which a graph traced with a cache would drop; with it the block is applied at every step where
     the token types mark one (a decode step's token is in none, so the step stays causal). Gemma 3 applies its
-    block at every step anyway; Gemma 4 (its mm_token_type_ids) builds its block only where it is given them."""
+    block at every step anyway."""
     from transformers import DynamicCache
 
     class FirstStepCache(DynamicCache):
