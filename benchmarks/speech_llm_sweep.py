@@ -69,17 +69,31 @@ def tiny_config(model_type: str, text_sizes: dict[str, int]) -> Any:
     """The text part shrunk as a causal LM's, the audio tower by :data:`AUDIO`, what joins them (a projector's
     widths, a tower's output width) as wide as each side; a default config without an audio token given one (24,
     Voxtral's), the vocabulary grown to hold it."""
+    config = registry_sweep.tiny_config(model_type, text_sizes)
+    audio_shrunk(config)
+    if getattr(config, "audio_token_id", None) is None:
+        config.audio_token_id = 24
+    text = config.get_text_config()
+    if isinstance(getattr(text, "vocab_size", None), int) and config.audio_token_id >= text.vocab_size:
+        text.vocab_size = config.audio_token_id + 64
+    return config
+
+
+def audio_shrunk(config: Any) -> None:
+    """The audio tower of ``config`` by :data:`AUDIO` and what joins it to the text part as wide as each side (the
+    vision-language sweep's omni models have one beside their vision tower)."""
     from onnx_nb.kinds.speech_llm.names import AUDIO_TOWERS
 
-    config = registry_sweep.tiny_config(model_type, text_sizes)
     text = config.get_text_config()
     for name in AUDIO_TOWERS:
         tower = getattr(config, name, None)
         if tower is not None:
             registry_sweep.set_ints(tower, AUDIO)
-            for width in ("output_dim", "out_hidden_size", "projector_hidden_size"):
+            for width in ("output_dim", "out_hidden_size", "projector_hidden_size", "adapter_out_dim"):
                 if isinstance(getattr(tower, width, None), int):
                     setattr(tower, width, text.hidden_size)
+            if isinstance(getattr(tower, "adapter_in_dim", None), int):  # dots.ocr-3's adapter: from the tower
+                tower.adapter_in_dim = tower.hidden_size
     projector = getattr(config, "projector_config", None)
     if projector is not None:  # Granite Speech's Q-Former between the two
         registry_sweep.set_ints(projector, AUDIO)
@@ -87,11 +101,6 @@ def tiny_config(model_type: str, text_sizes: dict[str, int]) -> Any:
             projector.encoder_hidden_size = AUDIO["hidden_size"]
         if hasattr(projector, "llm_dim"):
             projector.llm_dim = text.hidden_size
-    if getattr(config, "audio_token_id", None) is None:
-        config.audio_token_id = 24
-    if isinstance(getattr(text, "vocab_size", None), int) and config.audio_token_id >= text.vocab_size:
-        text.vocab_size = config.audio_token_id + 64
-    return config
 
 
 def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import registry_sweep  # the causal LMs' sweep: its shrink, its runner, its page
+import speech_llm_sweep  # the speech LLMs': its audio tower's shrink (omni models hold one beside the vision tower)
 
 JSON = registry_sweep.ROOT / "benchmarks" / "results" / "vlm_sweep.json"
 VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -121,11 +122,17 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
     config = registry_sweep.tiny_config(model_type, text_sizes)
     if getattr(config, "vision_config", 0) is None and "vision_config" in getattr(type(config), "sub_configs", {}):
         config.vision_config = type(config).sub_configs["vision_config"]()  # a default config with no tower (Gemma 4)
+    if getattr(config, "audio_config", None) is not None:
+        speech_llm_sweep.audio_shrunk(config)
     vision = getattr(config, "vision_config", None)
     if vision is not None:
         text = config.get_text_config()
         if getattr(vision, "model_type", None) != "timm_wrapper":  # a timm tower's widths are its architecture's
             registry_sweep.set_ints(vision, vision_sizes)
+            depth = getattr(vision, "num_hidden_layers", None)
+            kinds = getattr(vision, "layer_types", None)  # LFM-3-VL's tower mixes convolution and attention
+            if isinstance(depth, int) and isinstance(kinds, list) and len(kinds) != depth:
+                vision.layer_types = (list(dict.fromkeys(kinds)) + kinds)[:depth]
         vision_sized(config, vision, text)
         if hasattr(vision, "embed_dim") and isinstance(getattr(vision, "hidden_size", None), int):
             vision.hidden_size = text.hidden_size  # Qwen2-VL's tower: embed_dim inside, hidden_size what it gives
@@ -144,7 +151,7 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
                                             "resampler_head_dim": text.hidden_size // 4, "num_key_value_heads": 2,
                                             "resampler_depth": 2})
     rope = getattr(text, "rope_parameters", None)
-    if isinstance(rope, dict) and ("vl" in str(getattr(text, "model_type", "")) or
+    if isinstance(rope, dict) and ("vl" in str(getattr(text, "model_type", "")) or "mrope_section" in rope or
                                    hasattr(vision, "temporal_patch_size")):
         # Qwen-VL's multimodal rotary sections (temporal, height, width) sum to half the tiny head size's rotated
         # part (GLM-4.5V rotates half of each head)
@@ -160,6 +167,10 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
                 getattr(config, "num_query_tokens", None), int) and isinstance(getattr(text, "vocab_size", None), int):
             setattr(config, name, int(text.vocab_size))
     token = image_token_of(config)
+    if token is not None and hasattr(vision, "temporal_patch_size") and "vision_start_token_id" not in vars(config):
+        # Qwen2.5-Omni's thinker reads it in get_rope_index, its default config lacks it: its checkpoints' numbering
+        # (<|vision_start|> three before <|image_pad|>)
+        config.vision_start_token_id, config.vision_end_token_id = token - 3, token - 2
     if token is not None and isinstance(getattr(text, "vocab_size", None), int) and token >= text.vocab_size:
         text.vocab_size = token + 64  # a default config whose vocabulary misses its own image token (LLaVA's)
     return config
@@ -178,17 +189,22 @@ def vision_sized(config: Any, vision: Any, text: Any) -> None:
     if isinstance(getattr(vision, "num_key_value_heads", None), int) and heads:
         vision.num_key_value_heads = min(vision.num_key_value_heads, heads)
     for owner, name in ((config, "projection_dim"), (vision, "projection_dim"), (vision, "text_hidden_size"),
-                        (vision, "projector_input_dim"), (vision, "projector_output_dim")):
+                        (vision, "projector_input_dim"), (vision, "projector_output_dim"),
+                        (vision, "adapter_out_dim")):
         if isinstance(getattr(owner, name, None), int):
             setattr(owner, name, text.hidden_size)
+    if isinstance(getattr(vision, "adapter_in_dim", None), int):  # dots.ocr-3's adapter: from the tower's width
+        vision.adapter_in_dim = vision.hidden_size
     ratio = getattr(vision, "pixel_shuffle_ratio", None)
     if isinstance(ratio, float) and ratio and isinstance(getattr(vision, "intermediate_size", None), int):
         vision.intermediate_size = int(vision.hidden_size / ratio ** 2)  # Llama 4: the shuffled width
     depth = next((d for d in (getattr(vision, n, None) for n in ("num_hidden_layers", "depth", "num_layers"))
                   if isinstance(d, int)), None)
     if depth:  # layer indexes inside the shrunk tower (Qwen2.5-VL's full-attention blocks, VipLLaVA's features)
+        adapter = getattr(config, "adapter_config", None)  # Molmo 2's: the tower layers it reads
         for owner, name in ((vision, "fullatt_block_indexes"), (vision, "deepstack_visual_indexes"),
-                            (config, "vision_feature_layers"), (config, "vision_feature_layer")):
+                            (config, "vision_feature_layers"), (config, "vision_feature_layer"),
+                            (adapter, "vision_feature_layers"), (adapter, "vision_feature_layer")):
             found = getattr(owner, name, None)
             if isinstance(found, (list, tuple)) and all(isinstance(i, int) for i in found):
                 setattr(owner, name, [max(i, -depth - 1) if i < 0 else min(i, depth - 1) for i in found])

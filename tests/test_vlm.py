@@ -443,7 +443,8 @@ def test_qwen_takes_any_grid_and_numbers_positions_as_get_rope_index(family: str
     import onnxruntime as ort
     import torch
 
-    from onnx_nb.kinds.vlm.parts import features_of, per_image, token_feed, with_positions
+    from onnx_nb.kinds.vlm.chain import token_feed, with_positions
+    from onnx_nb.kinds.vlm.parts import features_of, per_image
 
     model, result = exported(family)
     vision = result.parts["vision"]
@@ -618,8 +619,10 @@ def test_the_pipeline_runs_every_step_on_a_vision_language_model(tmp_path: Path)
 # tower is its vision_model and a projector follows it, both in its every-grid file; DeepSeek-VL's features come from
 # its inner model's get_image_features (the outer class has none); Qwen3.5's decoder keeps linear-attention states
 # (convolution and recurrent) beside its full-attention keys and values: its decoder part takes one embedding per
-# step, the prompt's (images merged once) fed token by token, in the chain check and in generate()
-SWEPT = ["exaone4_5", "hy_v4_vl", "glm_ocr", "hyperclovax_vision_v2", "deepseek_vl", "qwen3_5"]
+# step, the prompt's (images merged once) fed token by token, in the chain check and in generate(); Cosmos 3 Edge's
+# tower loops over its spans as Qwen2-VL's does but transformers' export patches do not list its attention class
+# (onnx-nb reshapes it the same way: the loop's lengths are data even at one grid)
+SWEPT = ["exaone4_5", "hy_v4_vl", "glm_ocr", "hyperclovax_vision_v2", "deepseek_vl", "qwen3_5", "cosmos3_edge"]
 EVERY_GRID = {"exaone4_5", "glm_ocr", "hyperclovax_vision_v2", "qwen3_5"}
 
 

@@ -267,7 +267,8 @@ def check_chain(result: Any) -> dict[str, Any]:
     check is."""
     import torch
 
-    from .parts import chain_logits, features_of, pixel_sample
+    from .chain import chain_logits
+    from .parts import features_of, pixel_sample
     from .prompts import prompt_extras, prompt_sample
 
     model = result.model

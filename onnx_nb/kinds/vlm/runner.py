@@ -80,14 +80,15 @@ class VlmDecoder(OnnxDecoder):
 
     def encode(self, pixels: dict[str, np.ndarray]) -> np.ndarray:
         """The feature rows of every image, one after another (with their position columns, Qwen-VL)."""
-        from .parts import per_image, with_positions
+        from .chain import with_positions
+        from .parts import per_image
 
         images = per_image(self.vision, pixels, self.model)
         out: np.ndarray = with_positions(self.embed, images, pixels, self.model, self.image_token)
         return out
 
     def token_feed(self, ids: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
-        from .parts import token_feed
+        from .chain import token_feed
         from .prompts import check_counts
 
         features = self.pending

@@ -21,7 +21,8 @@ applies (what in a model it recognises), what it replaces, and why the export ne
   shadows a buffer with an instance attribute itself: a module refuses a non-tensor set in a buffer's name).
 - :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.
 - :mod:`.vision_towers`: the span attention of grid vision towers (transformers' own export patches, and two
-  repairs of them), lent by the vision-language export around its tower.
+  repairs of them), lent by the vision-language export around its tower; its ``UNLISTED`` patch, with the module
+  patches, gives the same reshape to span attention classes transformers' patches do not list (Cosmos 3 Edge's).
 - :mod:`.matching`: onnxscript's pattern matcher in time linear in the graph (the exporter's clean-up and ORT's
   fusions), applied with the module patches; :mod:`.torchlib`: the exporter's registry of ONNX functions built once
   per process.

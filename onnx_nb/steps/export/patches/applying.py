@@ -1,7 +1,8 @@
 """The patches every dynamo export applies, in one block: the module patches (:mod:`.experts`, :mod:`.expert_tables`,
 :mod:`.windows`, :mod:`.scans`, :mod:`.blocks`, :mod:`.positions`, :mod:`.sliding`, :mod:`.lengths`,
 :mod:`.audio_windows`, :mod:`.series_rows`, :mod:`.keypoints`, :mod:`.stages`, :mod:`.image_patches`,
-:mod:`.mask_annealing`, :mod:`.unmasked_attention`, :mod:`.pooled_patches`) and the exporter's own
+:mod:`.mask_annealing`, :mod:`.unmasked_attention`, :mod:`.pooled_patches`, the unlisted span attention of
+:mod:`.vision_towers`) and the exporter's own
 (:mod:`.matching`, :mod:`.torchlib`)."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from . import (
     stages,
     torchlib,
     unmasked_attention,
+    vision_towers,
     windows,
 )
 from .contract import Patch
@@ -35,7 +37,8 @@ from .contract import Patch
 MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, expert_tables.PATCH, windows.PATCH, scans.PATCH, blocks.PATCH,
                                     positions.PATCH, sliding.PATCH, lengths.PATCH, audio_windows.PATCH,
                                     series_rows.PATCH, keypoints.PATCH, stages.PATCH, image_patches.PATCH,
-                                    mask_annealing.PATCH, unmasked_attention.PATCH, pooled_patches.PATCH)
+                                    mask_annealing.PATCH, unmasked_attention.PATCH, pooled_patches.PATCH,
+                                    vision_towers.UNLISTED)
 EXPORTER_PATCHES: tuple[Patch, ...] = (matching.PATCH, torchlib.PATCH)
 
 

@@ -1,17 +1,20 @@
 """The span attention of grid vision towers as a trace can follow it (Qwen2-VL's family: ``cu_seqlens`` spans, one
 image each or Qwen2.5-VL's windows): transformers' own export patches, and two repairs of them. The vision-language
-export lends them around its tower (:mod:`onnx_nb.kinds.vlm.grid`)."""
+export lends them around its tower (:mod:`onnx_nb.kinds.vlm.grid`). A tower whose attention loops over its spans the
+same way but that transformers' patches do not list (Cosmos 3 Edge's) gets the same reshaped attention
+(:data:`UNLISTED`, in every export), read from its own forward's arguments and attribute names."""
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from .contract import Patch
-from .lending import lent
+from .lending import lent, lent_to_modules
 
 
 @contextlib.contextmanager
@@ -24,11 +27,85 @@ def traceable_spans(tower: Any = None, *, windows: bool) -> Iterator[list[str]]:
     from transformers.exporters.utils import apply_patches, patch_attribute
 
     with apply_patches("dynamo"), contextlib.ExitStack() as stack:
+        unlisted = stack.enter_context(unlisted_spans(tower)) if tower is not None else []
         # the function every patched attention class calls
         stack.enter_context(patch_attribute(exporter_dynamo, "_reshaped_vision_attention_forward", _normed_heads))
         if windows:
             stack.enter_context(patch_attribute(exporter_dynamo, "_reshaped_vision_attention_forward", _masked_spans))
-        yield ["span attention (masked to the spans)" if windows else "span attention"]
+        yield ["span attention (masked to the spans)" if windows else "span attention", *unlisted]
+
+
+def _loops_over_spans(cls: type) -> bool:
+    """An attention class whose forward takes ``(hidden_states, cu_seqlens, ...)`` and splits its heads by the spans'
+    lengths as Python numbers (``lengths.tolist()``): the loop transformers' export patch replaces."""
+    forward = getattr(cls, "forward", None)
+    try:
+        names = list(inspect.signature(forward).parameters)[1:3]  # type: ignore[arg-type]
+        source = inspect.getsource(forward)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OSError):
+        return False
+    return names == ["hidden_states", "cu_seqlens"] and ".tolist()" in source and "split(" in source
+
+
+def _projections(module: Any) -> bool:
+    """The layout the reshaped attention reads: a fused ``qkv`` or separate query/key/value projections, an output
+    projection, its head count and size."""
+    def has(*names: str) -> bool:
+        return any(isinstance(getattr(module, n, None), torch.nn.Module) for n in names)
+
+    return (has("qkv") or (has("q_proj", "q") and has("k_proj", "k") and has("v_proj", "v"))) and \
+        has("proj", "out_proj") and all(isinstance(getattr(module, n, None), int) for n in ("num_heads", "head_dim"))
+
+
+def _unlisted_classes(model: Any) -> set[type]:
+    """The span-looping attention classes of ``model`` (:func:`_loops_over_spans`) that transformers' export patches
+    leave as they are (their forward the same inside ``apply_patches("dynamo")``)."""
+    one = {type(m): m for m in model.modules()}  # each class read once (a model has few, and many instances)
+    looped = {cls for cls, m in one.items() if _loops_over_spans(cls) and _projections(m)}
+    if not looped:
+        return set()
+    from transformers.exporters import exporter_dynamo  # noqa: F401 - registers the patches
+    from transformers.exporters.utils import apply_patches
+
+    own = {cls: cls.forward for cls in looped}
+    with apply_patches("dynamo"):
+        return {cls for cls in looped if cls.forward is own[cls]}
+
+
+def _reshaped(cls: type) -> Any:
+    """A forward for ``cls`` (an unlisted span attention): its own arguments read by name, then transformers'
+    reshaped attention (looked up when called, so :func:`traceable_spans`' repairs apply), with the attribute names
+    it reads lent from the module's own (``scale``, ``dropout``)."""
+    original = cls.forward  # type: ignore[attr-defined]
+    signature = inspect.signature(original)
+    returns_tuple = "return attn_output, " in inspect.getsource(original)
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        from transformers.exporters import exporter_dynamo
+
+        given = signature.bind(self, *args, **kwargs).arguments
+        rotary = {k: given[k] for k in ("rotary_pos_emb", "position_embeddings") if given.get(k) is not None}
+        aliases = [(self, name, getattr(self, own)) for name, own in (("scaling", "scale"),
+                                                                      ("attention_dropout", "dropout"))
+                   if not hasattr(self, name) and isinstance(getattr(self, own, None), (int, float))]
+        with lent(aliases):
+            return exporter_dynamo._reshaped_vision_attention_forward(
+                self, given["hidden_states"], given["cu_seqlens"], returns_tuple=returns_tuple, **rotary)
+
+    return forward
+
+
+@contextlib.contextmanager
+def unlisted_spans(model: Any) -> Iterator[list[str]]:
+    """Within: each span attention of ``model`` that transformers' patches do not list reshaped as they reshape the
+    listed ones (:func:`_reshaped`); yields the modules' names."""
+    made = {cls: _reshaped(cls) for cls in (_unlisted_classes(model) if hasattr(model, "modules") else ())}
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return made[type(self)](self, *args, **kwargs)
+
+    with lent_to_modules(model, lambda m: type(m) in made, forward) as names:
+        yield names
 
 
 def _normed_heads(patched: Any) -> Any:
@@ -81,3 +158,14 @@ PATCH = Patch(
              "to its spans",
     why="a loop over spans whose count and lengths are data cannot be traced for any grid",
     during=traceable_spans)
+
+
+UNLISTED = Patch(
+    name="unlisted span attention",
+    applies_to="a vision tower's attention that takes (hidden_states, cu_seqlens) and loops over the spans' lengths "
+               "as Python numbers, where transformers' export patches do not list its class",
+    replaces="the loop over spans: transformers' reshaped span attention (one reshape, spans of one length), given "
+             "the module's own argument and attribute names",
+    why="the spans' lengths become data-dependent numbers in the trace (torch.export cannot guard on them), even at "
+        "one grid",
+    during=unlisted_spans)
