@@ -138,6 +138,12 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
             vision.hidden_size = text.hidden_size  # Qwen2-VL's tower: embed_dim inside, hidden_size what it gives
         if isinstance(getattr(vision, "out_hidden_size", None), int):
             vision.out_hidden_size = text.hidden_size
+        if isinstance(getattr(config, "out_hidden_size", None), int):  # MUSE Glimmer's merged rows, then a projector
+            from onnx_nb.kinds.vlm.parts import merge_of                # as wide as the text part
+
+            config.out_hidden_size = vision.hidden_size * merge_of(vision) ** 2
+            if isinstance(getattr(config, "projector_hidden_size", None), int):
+                config.projector_hidden_size = text.hidden_size
         qformer = getattr(config, "qformer_config", None)  # BLIP-2's Q-Former: as small as the tower, and
         if qformer is not None:                              # cross-attending to the tower's states (its config
             registry_sweep.set_ints(qformer, vision_sizes)   # ties the widths when it loads)
@@ -193,8 +199,9 @@ def vision_sized(config: Any, vision: Any, text: Any) -> None:
                         (vision, "adapter_out_dim")):
         if isinstance(getattr(owner, name, None), int):
             setattr(owner, name, text.hidden_size)
-    if isinstance(getattr(vision, "adapter_in_dim", None), int):  # dots.ocr-3's adapter: from the tower's width
-        vision.adapter_in_dim = vision.hidden_size
+    for owner, name in ((vision, "adapter_in_dim"), (config, "projection_hidden_size")):  # what reads the tower's
+        if isinstance(getattr(owner, name, None), int):  # rows (dots.ocr-3's adapter, Kimi-K2.5's projector's norm)
+            setattr(owner, name, vision.hidden_size)
     ratio = getattr(vision, "pixel_shuffle_ratio", None)
     if isinstance(ratio, float) and ratio and isinstance(getattr(vision, "intermediate_size", None), int):
         vision.intermediate_size = int(vision.hidden_size / ratio ** 2)  # Llama 4: the shuffled width

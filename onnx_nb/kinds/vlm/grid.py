@@ -194,9 +194,10 @@ def position_table(model: Any, image_token: int, grid: torch.Tensor, rows: int) 
     own ``get_rope_index``, twice, the image one token later the second time (offsets that move are refused:
     HunYuan-VL's); where it cannot say, the tokens step over the merged grid (Qwen2-VL's rule)."""
     from ...errors import ExportError
+    from .parts import merge_of
     from .prompts import prompt_sample
 
-    merge = int(getattr(model.config.vision_config, "spatial_merge_size", 1) or 1)
+    merge = merge_of(model.config.vision_config)
     height, width = int(grid[0, 1]) // merge, int(grid[0, 2]) // merge
     k = torch.arange(rows)
     rule = (torch.stack([torch.zeros_like(k), torch.div(k, max(width, 1), rounding_mode="floor"),

@@ -22,9 +22,10 @@ from ...runtime.facts import IMAGE_GRID as GRID
 from ...runtime.shapes import SAMPLE_SIZES
 from ...steps.export.caches.decoder import LAYER_INPUTS, MM_TYPES
 from . import patches
-from .prompts import VisionPart, image_features, image_rows, prompt_sample, types_rule
+from .prompts import VisionPart, image_feature_inputs, image_features, image_rows, prompt_sample, types_rule
 
 QFORMER_IDS, QFORMER_MASK = "qformer_input_ids", "qformer_attention_mask"  # InstructBLIP's, beside the image
+MERGES = "image_merge_sizes"  # VideoLLaMA 3's, beside its grid
 POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (grid.py)
 COLUMNS = 4
 
@@ -43,7 +44,7 @@ def image_token_of(config: Any) -> int | None:
 def takes_grid(model: Any) -> bool:
     """The family's images come as flat patches with their grid (Qwen2-VL, Qwen2.5-VL), its positions in three
     sections (temporal, height, width: multimodal rotary positions)."""
-    return GRID in inspect.signature(image_features(model)).parameters and callable(
+    return GRID in image_feature_inputs(model) and callable(
         getattr(getattr(model, "model", model), "get_rope_index", None))
 
 
@@ -155,6 +156,17 @@ class MergedEmbedding(torch.nn.Module):
         return base.unsqueeze(0) + columns[..., :3].permute(2, 0, 1)
 
 
+def merge_of(vision: Any) -> int:
+    """How many patches a side a grid family's tower merges into one row: ``spatial_merge_size`` (Qwen-VL),
+    ``merge_size`` (MUSE Glimmer), ``merge_kernel_size`` (Kimi-K2.5's, per axis)."""
+    for name in ("spatial_merge_size", "merge_size", "merge_kernel_size"):
+        found = getattr(vision, name, None)
+        found = found[0] if isinstance(found, (list, tuple)) and found else found
+        if isinstance(found, int):
+            return found
+    return 1
+
+
 def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:
     """Random pixels of the vision tower's size in the layout the family's ``get_image_features`` takes: flat
     patches with their grid (Qwen-VL), tiles and their sizes (LLaVA-NeXT's grid), an image per prompt with its patch
@@ -166,14 +178,22 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
     size = int(size[0] if isinstance(size, (list, tuple)) else size)
     channels = int(getattr(vision, "num_channels", 3) or 3)
     g = torch.Generator().manual_seed(seed)
-    takes = inspect.signature(image_features(model)).parameters
+    takes = image_feature_inputs(model)
     sample: dict[str, torch.Tensor] = {}
     if GRID in takes:  # flat patches, channels x temporal x patch x patch each, in rows of the merge
-        patch, merge = int(vision.patch_size), int(vision.spatial_merge_size)
-        temporal = int(getattr(vision, "temporal_patch_size", 1) or 1)
+        patch, merge = int(vision.patch_size), merge_of(vision)
+        temporal = int(getattr(vision, "temporal_patch_size", None) or getattr(vision, "patch_temporal", 1) or 1)
         side = max(size // (patch * merge), 1) * merge
-        sample["pixel_values"] = torch.randn(images * side * side, channels * temporal * patch * patch, generator=g)
+        flat = (channels * temporal * patch * patch,)
+        from .grid import tower_of  # a tower whose first convolution is 2-D takes each patch as [C, p, p] (Kimi-K2.5)
+
+        first = next((m for m in (tower_of(model) or torch.nn.Module()).modules()
+                      if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))), None)
+        shape = (channels, patch, patch) if isinstance(first, torch.nn.Conv2d) and temporal == 1 else flat
+        sample["pixel_values"] = torch.randn(images * side * side, *shape, generator=g)
         sample[GRID] = torch.tensor([[1, side, side]] * images)
+        if MERGES in takes:  # VideoLLaMA 3's merge per image (its image processor's: 1)
+            sample[MERGES] = torch.tensor([merge] * images)
     elif patches.POSITION_IDS in takes:  # flat patches with their positions (Gemma 4)
         sample.update(patches.patch_sample(vision, images, g))
     elif "pixel_attention_mask" in takes:
@@ -199,9 +219,9 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
 def fixed_names(model: Any) -> tuple[str, ...]:
     """The image inputs whose values shape the tower's work, traced as constants: Qwen-VL's grid, the image size of
     LLaVA-NeXT's tiling (its tile count and unpadding follow the values)."""
-    takes = inspect.signature(image_features(model)).parameters
-    return tuple(n for n in (GRID, "image_sizes") if n in takes and (
-        n == GRID or getattr(model.config, "image_grid_pinpoints", None)))
+    takes = image_feature_inputs(model)
+    return tuple(n for n in (GRID, "image_sizes", MERGES) if n in takes and (
+        n != "image_sizes" or getattr(model.config, "image_grid_pinpoints", None)))
 
 
 def features_of(model: Any, pixels: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -120,6 +120,21 @@ def image_features(model: Any) -> Any:
     return None
 
 
+def image_feature_inputs(model: Any) -> set[str]:
+    """The inputs ``get_image_features`` names: the outer class's, and its inner model's where the outer passes its
+    keyword arguments on (VideoLLaMA 3's outer method names no ``image_merge_sizes``; its inner one needs them)."""
+    names: set[str] = set()
+    for owner in (model, getattr(model, "model", None)):
+        found = getattr(owner, "get_image_features", None)
+        if not callable(found):
+            continue
+        params = inspect.signature(found).parameters
+        names |= {n for n, p in params.items() if p.kind is not p.VAR_KEYWORD}
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    return names
+
+
 def check_counts(input_ids: Any, image_token: int, features: int, media: str = "image") -> None:
     """A prompt's image (``media``) tokens against the images' feature rows: refused, saying both counts, when they
     differ."""
