@@ -92,8 +92,9 @@ def audio_shrunk(config: Any) -> None:
             for width in ("output_dim", "out_hidden_size", "projector_hidden_size", "adapter_out_dim"):
                 if isinstance(getattr(tower, width, None), int):
                     setattr(tower, width, text.hidden_size)
-            if isinstance(getattr(tower, "adapter_in_dim", None), int):  # dots.ocr-3's adapter: from the tower
-                tower.adapter_in_dim = tower.hidden_size
+            for width in ("adapter_in_dim", "codebook_dim"):  # from the tower's width: dots.ocr-3's adapter,
+                if isinstance(getattr(tower, width, None), int):  # Apertus 1.5's WavTokenizer codebook
+                    setattr(tower, width, tower.hidden_size)
     projector = getattr(config, "projector_config", None)
     if projector is not None:  # Granite Speech's Q-Former between the two
         registry_sweep.set_ints(projector, AUDIO)

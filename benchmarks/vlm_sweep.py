@@ -138,8 +138,9 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
             vision.hidden_size = text.hidden_size  # Qwen2-VL's tower: embed_dim inside, hidden_size what it gives
         if isinstance(getattr(vision, "out_hidden_size", None), int):
             vision.out_hidden_size = text.hidden_size
-        if isinstance(getattr(config, "out_hidden_size", None), int):  # MUSE Glimmer's merged rows, then a projector
-            from onnx_nb.kinds.vlm.parts import merge_of                # as wide as the text part
+        if isinstance(getattr(config, "out_hidden_size", None), int):
+            # MUSE Glimmer's merged rows, then a projector as wide as the text part
+            from onnx_nb.kinds.vlm.parts import merge_of
 
             config.out_hidden_size = vision.hidden_size * merge_of(vision) ** 2
             if isinstance(getattr(config, "projector_hidden_size", None), int):

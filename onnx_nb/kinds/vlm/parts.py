@@ -12,6 +12,7 @@ many image tokens. Only imported by functions that already need torch.
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any
 
 import torch
@@ -167,6 +168,35 @@ def merge_of(vision: Any) -> int:
     return 1
 
 
+_SHAPES: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()  # model -> a patch's shape
+
+
+def patch_shape(model: Any, sizes: tuple[int, int, int], grid: dict[str, torch.Tensor]) -> tuple[int, ...]:
+    """How a grid family's tower takes each patch: a flat row of channels x temporal x patch x patch (Qwen-VL's,
+    HY-V4-VL's: the tower reshapes it), or ``[channels, patch, patch]`` where its 2-D convolution reads the patches
+    as given (Kimi-K2.5, PaddleOCR-VL). Tried once per model on one image of ``grid``, flat first."""
+    channels, temporal, patch = sizes
+    flat = (channels * temporal * patch * patch,)
+    from .grid import tower_of
+
+    first = next((m for m in (tower_of(model) or torch.nn.Module()).modules()
+                  if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))), None)
+    if temporal != 1 or not isinstance(first, torch.nn.Conv2d):
+        return flat
+    if model not in _SHAPES:
+        _SHAPES[model] = flat
+        count = int(grid[GRID][0].prod())
+        for shape in (flat, (channels, patch, patch)):
+            try:
+                with torch.no_grad():
+                    image_features(model)(pixel_values=torch.zeros(count, *shape), **grid)
+            except Exception:  # noqa: BLE001 - the tower does not take this layout: the other
+                continue
+            _SHAPES[model] = shape
+            break
+    return _SHAPES[model]
+
+
 def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:
     """Random pixels of the vision tower's size in the layout the family's ``get_image_features`` takes: flat
     patches with their grid (Qwen-VL), tiles and their sizes (LLaVA-NeXT's grid), an image per prompt with its patch
@@ -184,16 +214,11 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
         patch, merge = int(vision.patch_size), merge_of(vision)
         temporal = int(getattr(vision, "temporal_patch_size", None) or getattr(vision, "patch_temporal", 1) or 1)
         side = max(size // (patch * merge), 1) * merge
-        flat = (channels * temporal * patch * patch,)
-        from .grid import tower_of  # a tower whose first convolution is 2-D takes each patch as [C, p, p] (Kimi-K2.5)
-
-        first = next((m for m in (tower_of(model) or torch.nn.Module()).modules()
-                      if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))), None)
-        shape = (channels, patch, patch) if isinstance(first, torch.nn.Conv2d) and temporal == 1 else flat
-        sample["pixel_values"] = torch.randn(images * side * side, *shape, generator=g)
-        sample[GRID] = torch.tensor([[1, side, side]] * images)
+        grid = {GRID: torch.tensor([[1, side, side]] * images)}
         if MERGES in takes:  # VideoLLaMA 3's merge per image (its image processor's: 1)
-            sample[MERGES] = torch.tensor([merge] * images)
+            grid[MERGES] = torch.tensor([merge] * images)
+        shape = patch_shape(model, (channels, temporal, patch), {k: v[:1] for k, v in grid.items()})
+        sample = {"pixel_values": torch.randn(images * side * side, *shape, generator=g), **grid}
     elif patches.POSITION_IDS in takes:  # flat patches with their positions (Gemma 4)
         sample.update(patches.patch_sample(vision, images, g))
     elif "pixel_attention_mask" in takes:
