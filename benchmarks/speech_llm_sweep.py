@@ -93,7 +93,8 @@ def audio_shrunk(config: Any) -> None:
                 if isinstance(getattr(tower, width, None), int):
                     setattr(tower, width, text.hidden_size)
             for width in ("adapter_in_dim", "codebook_dim"):  # from the tower's width: dots.ocr-3's adapter,
-                if isinstance(getattr(tower, width, None), int):  # Apertus 1.5's WavTokenizer codebook
+                if isinstance(getattr(tower, width, None), int) and isinstance(getattr(tower, "hidden_size", None),
+                                                                               int):  # Apertus 1.5's WavTokenizer
                     setattr(tower, width, tower.hidden_size)
     projector = getattr(config, "projector_config", None)
     if projector is not None:  # Granite Speech's Q-Former between the two

@@ -322,3 +322,48 @@ def test_the_exporters_registry_is_built_once_and_each_export_gets_its_own_copy(
     assert all([m.onnx_function for m in second.functions[k]] == [m.onnx_function for m in plain.functions[k]]
                for k in plain.functions)
     assert len(first.get_decomps(relu)) == len(plain.get_decomps(relu)) + 1 == len(second.get_decomps(relu)) + 1
+
+
+class SpanAttention(torch.nn.Module):
+    """A vision tower's attention over the cu_seqlens spans, the loop as Cosmos 3 Edge's writes it (transformers'
+    export patches do not list this class)."""
+
+    def __init__(self, width: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim, self.scale, self.dropout = heads, width // heads, (width // heads) ** -0.5, 0.0
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (torch.nn.Linear(width, width) for _ in range(4))
+
+    def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        n = hidden_states.shape[0]
+        q, k, v = (p(hidden_states).reshape(n, -1, self.head_dim).transpose(0, 1).unsqueeze(0)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+        splits = [torch.split(t, lengths.tolist(), dim=2) for t in (q, k, v)]
+        out = torch.cat([torch.nn.functional.scaled_dot_product_attention(a, b, c, scale=self.scale).transpose(1, 2)
+                         for a, b, c in zip(*splits)], dim=1)
+        return self.out_proj(out.reshape(n, -1))
+
+
+class SpanTower(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = SpanAttention()
+
+    def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+        return self.attn(hidden_states, cu_seqlens=cu_seqlens)
+
+
+def test_a_span_attention_transformers_does_not_list_exports_with_dynamo_and_keeps_its_spans(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    tower = SpanTower().eval()
+    x = torch.randn(16, 16)
+    result = onnx_nb.export(tower, {"hidden_states": x, "cu_seqlens": torch.tensor([0, 6, 16])}, dynamic=False,
+                            out=tmp_path / "spans.onnx", progress=False)
+    # torch.export cannot follow the spans' lengths as Python numbers: only the reshaped attention gets dynamo there
+    assert result.exporter == "dynamo" and result.check["passed"], (result.exporter, result.fallback_reason)
+    for spans in ([0, 10, 16], [0, 16, 16], [0, 3, 16]):  # other lengths, masked apart: each token sees its own span
+        cu = torch.tensor(spans)
+        with torch.no_grad():
+            want = tower(x, cu).numpy()
+        got = run(result.path, {"hidden_states": x.numpy(), "cu_seqlens": cu.numpy()})[0]
+        np.testing.assert_allclose(got, want, atol=1e-5)

@@ -622,8 +622,8 @@ def test_the_pipeline_runs_every_step_on_a_vision_language_model(tmp_path: Path)
 # step, the prompt's (images merged once) fed token by token, in the chain check and in generate(); Cosmos 3 Edge's
 # tower loops over its spans as Qwen2-VL's does but transformers' export patches do not list its attention class
 # (onnx-nb reshapes it the same way: the loop's lengths are data even at one grid); Kimi-K2.5's tower merges by
-# merge_kernel_size and takes each patch as [channels, patch, patch], VideoLLaMA 3's too, with image_merge_sizes that
-# only its inner model's get_image_features names
+# merge_kernel_size and takes each patch as [channels, patch, patch]; VideoLLaMA 3's takes flat rows with
+# image_merge_sizes beside its grid, which only its inner model's get_image_features names
 SWEPT = ["exaone4_5", "hy_v4_vl", "glm_ocr", "hyperclovax_vision_v2", "deepseek_vl", "qwen3_5", "cosmos3_edge",
          "kimi_k25", "video_llama_3"]
 EVERY_GRID = {"exaone4_5", "glm_ocr", "hyperclovax_vision_v2", "qwen3_5"}

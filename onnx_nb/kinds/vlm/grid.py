@@ -117,7 +117,9 @@ class GridFreeFeatures(VisionPart):
 
     def other_grid(self) -> torch.Tensor:
         """The sample's grid a merge taller and a merge narrower (another count and another shape of patches)."""
-        merge = int(getattr(self.tower, "spatial_merge_size", 1) or 1)
+        from .parts import merge_of
+
+        merge = max(merge_of(self.tower), merge_of(getattr(self.tower, "config", None)))
         t, h, w = (int(x) for x in self.grid.reshape(-1)[:3])
         return torch.tensor([t, h + merge, max(w - merge, merge)])
 

@@ -190,7 +190,7 @@ def patch_shape(model: Any, sizes: tuple[int, int, int], grid: dict[str, torch.T
             try:
                 with torch.no_grad():
                     image_features(model)(pixel_values=torch.zeros(count, *shape), **grid)
-            except Exception:  # noqa: BLE001 - the tower does not take this layout: the other
+            except (RuntimeError, ValueError, TypeError, IndexError):  # the tower does not take this layout
                 continue
             _SHAPES[model] = shape
             break
@@ -327,7 +327,8 @@ def per_image(vision: Any, pixels: dict[str, Any], model: Any = None) -> list[An
         given = [list(map(int, row)) for row in np.asarray(pixels[name]).reshape(-1, len(want))]
         wrong = [row for row in given if row != want]
         if wrong:
-            what = f"{want[1]}x{want[2]} patches" if name == GRID else f"{want[0]}x{want[1]} pixels"
+            what = f"{want[1]}x{want[2]} patches" if name == GRID else f"a merge of {want[0]}" if name == MERGES \
+                else f"{want[0]}x{want[1]} pixels"
             raise InvalidArgumentError(
                 f"{name} {wrong[0]}: this model's vision encoder was exported for images of {what} (the tower's "
                 f"work follows {name}'s values): resize the pictures to that size before the processor (for Qwen-VL "

@@ -40,21 +40,25 @@ def _loops_over_spans(cls: type) -> bool:
     lengths as Python numbers (``lengths.tolist()``): the loop transformers' export patch replaces."""
     forward = getattr(cls, "forward", None)
     try:
-        names = list(inspect.signature(forward).parameters)[1:3]  # type: ignore[arg-type]
+        if list(inspect.signature(forward).parameters)[1:3] != ["hidden_states", "cu_seqlens"]:  # type: ignore
+            return False
         source = inspect.getsource(forward)  # type: ignore[arg-type]
     except (TypeError, ValueError, OSError):
         return False
-    return names == ["hidden_states", "cu_seqlens"] and ".tolist()" in source and "split(" in source
+    return ".tolist()" in source and "split(" in source
 
 
 def _projections(module: Any) -> bool:
-    """The layout the reshaped attention reads: a fused ``qkv`` or separate query/key/value projections, an output
-    projection, its head count and size."""
+    """The layout the reshaped attention reads: a fused ``qkv`` (without query and key norms, which transformers'
+    reshape leaves out for it) or separate query/key/value projections, an output projection, its head count and
+    size, its scale."""
     def has(*names: str) -> bool:
         return any(isinstance(getattr(module, n, None), torch.nn.Module) for n in names)
 
-    return (has("qkv") or (has("q_proj", "q") and has("k_proj", "k") and has("v_proj", "v"))) and \
-        has("proj", "out_proj") and all(isinstance(getattr(module, n, None), int) for n in ("num_heads", "head_dim"))
+    fused = has("qkv") and not has("q_norm", "k_norm")
+    return (fused or (has("q_proj", "q") and has("k_proj", "k") and has("v_proj", "v"))) and \
+        has("proj", "out_proj") and all(isinstance(getattr(module, n, None), int) for n in ("num_heads", "head_dim")) \
+        and any(isinstance(getattr(module, n, None), float) for n in ("scaling", "scale"))
 
 
 def _unlisted_classes(model: Any) -> set[type]:
@@ -64,18 +68,22 @@ def _unlisted_classes(model: Any) -> set[type]:
     looped = {cls for cls, m in one.items() if _loops_over_spans(cls) and _projections(m)}
     if not looped:
         return set()
-    from transformers.exporters import exporter_dynamo  # noqa: F401 - registers the patches
-    from transformers.exporters.utils import apply_patches
+    from transformers.exporters import exporter_dynamo, utils  # noqa: F401 - exporter_dynamo registers the patches
 
-    own = {cls: cls.forward for cls in looped}
-    with apply_patches("dynamo"):
+    registry = getattr(utils, "_PATCHES", None)  # (path, attribute, factory) per backend: read, nothing imported
+    if isinstance(registry, dict):
+        listed = {(path, attribute) for path, attribute, _ in registry.get("dynamo", [])}
+        return {cls for cls in looped if (f"{cls.__module__}.{cls.__qualname__}", "forward") not in listed}
+    own = {cls: cls.forward for cls in looped}  # a transformers without that table: installed, then compared
+    with utils.apply_patches("dynamo"):
         return {cls for cls in looped if cls.forward is own[cls]}
 
 
 def _reshaped(cls: type) -> Any:
     """A forward for ``cls`` (an unlisted span attention): its own arguments read by name, then transformers'
-    reshaped attention (looked up when called, so :func:`traceable_spans`' repairs apply), with the attribute names
-    it reads lent from the module's own (``scale``, ``dropout``)."""
+    reshaped attention (looked up when called, so :func:`traceable_spans`' repairs apply) masked to the spans (a
+    file may see spans of several lengths: several images, windows), with the attribute names it reads lent from the
+    module's own (``scale``, ``dropout``)."""
     original = cls.forward  # type: ignore[attr-defined]
     signature = inspect.signature(original)
     returns_tuple = "return attn_output, " in inspect.getsource(original)
@@ -84,13 +92,16 @@ def _reshaped(cls: type) -> Any:
         from transformers.exporters import exporter_dynamo
 
         given = signature.bind(self, *args, **kwargs).arguments
+        given = {**given.pop("kwargs", {}), **given}  # rotary embeddings passed through **kwargs too
         rotary = {k: given[k] for k in ("rotary_pos_emb", "position_embeddings") if given.get(k) is not None}
         aliases = [(self, name, getattr(self, own)) for name, own in (("scaling", "scale"),
                                                                       ("attention_dropout", "dropout"))
                    if not hasattr(self, name) and isinstance(getattr(self, own, None), (int, float))]
+        found = exporter_dynamo._reshaped_vision_attention_forward
+        attend = found if getattr(found, "masks_spans", False) else _masked_spans(found)
         with lent(aliases):
-            return exporter_dynamo._reshaped_vision_attention_forward(
-                self, given["hidden_states"], given["cu_seqlens"], returns_tuple=returns_tuple, **rotary)
+            return attend(self, given["hidden_states"], cu_seqlens=given["cu_seqlens"], returns_tuple=returns_tuple,
+                          **rotary)
 
     return forward
 
@@ -104,7 +115,8 @@ def unlisted_spans(model: Any) -> Iterator[list[str]]:
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         return made[type(self)](self, *args, **kwargs)
 
-    with lent_to_modules(model, lambda m: type(m) in made, forward) as names:
+    # a module another patch lent its own forward (an audio tower's windows) keeps it
+    with lent_to_modules(model, lambda m: type(m) in made and "forward" not in vars(m), forward) as names:
         yield names
 
 
@@ -146,6 +158,7 @@ def _masked_spans(patched: Any) -> Any:
             return patched(self, hidden_states, *args, cu_seqlens=one, **kwargs) if named else \
                 patched(self, hidden_states, one, *args[1:], **kwargs)
 
+    forward.masks_spans = True  # type: ignore[attr-defined]
     return forward
 
 
