@@ -140,7 +140,7 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
             vision.out_hidden_size = text.hidden_size
         if isinstance(getattr(config, "out_hidden_size", None), int):
             # MUSE Glimmer's merged rows, then a projector as wide as the text part
-            from onnx_nb.kinds.vlm.parts import merge_of
+            from onnx_nb.kinds.vlm.grid import merge_of
 
             config.out_hidden_size = vision.hidden_size * merge_of(vision) ** 2
             if isinstance(getattr(config, "projector_hidden_size", None), int):

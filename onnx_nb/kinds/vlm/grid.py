@@ -45,6 +45,17 @@ _FEEDS: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], dict[str, Any]]] = 
 TOWERS = ("visual", "vision_model", "vision_tower")  # where get_image_features finds its tower, in this order
 
 
+def merge_of(vision: Any) -> int:
+    """How many patches a side a grid family's tower merges into one row: ``spatial_merge_size`` (Qwen-VL),
+    ``merge_size`` (MUSE Glimmer), ``merge_kernel_size`` (Kimi-K2.5's, per axis)."""
+    for name in ("spatial_merge_size", "merge_size", "merge_kernel_size"):
+        found = getattr(vision, name, None)
+        found = found[0] if isinstance(found, (list, tuple)) and found else found
+        if isinstance(found, int):
+            return found
+    return 1
+
+
 def tower_of(model: Any) -> Any:
     """The vision tower ``get_image_features`` runs (``model.model.visual``; HyperCLOVAX-Vision-2's
     ``vision_model``), or None."""
@@ -117,8 +128,6 @@ class GridFreeFeatures(VisionPart):
 
     def other_grid(self) -> torch.Tensor:
         """The sample's grid a merge taller and a merge narrower (another count and another shape of patches)."""
-        from .parts import merge_of
-
         merge = max(merge_of(self.tower), merge_of(getattr(self.tower, "config", None)))
         t, h, w = (int(x) for x in self.grid.reshape(-1)[:3])
         return torch.tensor([t, h + merge, max(w - merge, merge)])
@@ -196,7 +205,6 @@ def position_table(model: Any, image_token: int, grid: torch.Tensor, rows: int) 
     own ``get_rope_index``, twice, the image one token later the second time (offsets that move are refused:
     HunYuan-VL's); where it cannot say, the tokens step over the merged grid (Qwen2-VL's rule)."""
     from ...errors import ExportError
-    from .parts import merge_of
     from .prompts import prompt_sample
 
     merge = merge_of(model.config.vision_config)

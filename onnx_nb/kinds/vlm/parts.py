@@ -157,17 +157,6 @@ class MergedEmbedding(torch.nn.Module):
         return base.unsqueeze(0) + columns[..., :3].permute(2, 0, 1)
 
 
-def merge_of(vision: Any) -> int:
-    """How many patches a side a grid family's tower merges into one row: ``spatial_merge_size`` (Qwen-VL),
-    ``merge_size`` (MUSE Glimmer), ``merge_kernel_size`` (Kimi-K2.5's, per axis)."""
-    for name in ("spatial_merge_size", "merge_size", "merge_kernel_size"):
-        found = getattr(vision, name, None)
-        found = found[0] if isinstance(found, (list, tuple)) and found else found
-        if isinstance(found, int):
-            return found
-    return 1
-
-
 _SHAPES: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()  # model -> a patch's shape
 
 
@@ -211,6 +200,8 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
     takes = image_feature_inputs(model)
     sample: dict[str, torch.Tensor] = {}
     if GRID in takes:  # flat patches, channels x temporal x patch x patch each, in rows of the merge
+        from .grid import merge_of
+
         patch, merge = int(vision.patch_size), merge_of(vision)
         temporal = int(getattr(vision, "temporal_patch_size", None) or getattr(vision, "patch_temporal", 1) or 1)
         side = max(size // (patch * merge), 1) * merge
