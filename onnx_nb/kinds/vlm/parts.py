@@ -164,16 +164,16 @@ def patch_shape(model: Any, sizes: tuple[int, int, int], grid: dict[str, torch.T
     """How a grid family's tower takes each patch: a flat row of channels x temporal x patch x patch (Qwen-VL's,
     HY-V4-VL's: the tower reshapes it), or ``[channels, patch, patch]`` where its 2-D convolution reads the patches
     as given (Kimi-K2.5, PaddleOCR-VL). Tried once per model on one image of ``grid``, flat first."""
+    if model in _SHAPES:
+        return _SHAPES[model]
     channels, temporal, patch = sizes
     flat = (channels * temporal * patch * patch,)
     from .grid import tower_of
 
     first = next((m for m in (tower_of(model) or torch.nn.Module()).modules()
                   if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))), None)
-    if temporal != 1 or not isinstance(first, torch.nn.Conv2d):
-        return flat
-    if model not in _SHAPES:
-        _SHAPES[model] = flat
+    _SHAPES[model] = flat
+    if temporal == 1 and isinstance(first, torch.nn.Conv2d):
         count = int(grid[GRID][0].prod())
         for shape in (flat, (channels, patch, patch)):
             try:

@@ -27,12 +27,11 @@ def traceable_spans(tower: Any = None, *, windows: bool) -> Iterator[list[str]]:
     from transformers.exporters.utils import apply_patches, patch_attribute
 
     with apply_patches("dynamo"), contextlib.ExitStack() as stack:
-        unlisted = stack.enter_context(unlisted_spans(tower)) if tower is not None else []
         # the function every patched attention class calls
         stack.enter_context(patch_attribute(exporter_dynamo, "_reshaped_vision_attention_forward", _normed_heads))
         if windows:
             stack.enter_context(patch_attribute(exporter_dynamo, "_reshaped_vision_attention_forward", _masked_spans))
-        yield ["span attention (masked to the spans)" if windows else "span attention", *unlisted]
+        yield ["span attention (masked to the spans)" if windows else "span attention"]
 
 
 def _loops_over_spans(cls: type) -> bool:
@@ -63,20 +62,21 @@ def _projections(module: Any) -> bool:
 
 def _unlisted_classes(model: Any) -> set[type]:
     """The span-looping attention classes of ``model`` (:func:`_loops_over_spans`) that transformers' export patches
-    leave as they are (their forward the same inside ``apply_patches("dynamo")``)."""
+    leave as they are (not in its registry of dynamo patches, read without importing any modeling module); none
+    where the installed transformers has no exporter (before 5.x's ``transformers.exporters``: no reshape to lend)."""
     one = {type(m): m for m in model.modules()}  # each class read once (a model has few, and many instances)
     looped = {cls for cls, m in one.items() if _loops_over_spans(cls) and _projections(m)}
     if not looped:
         return set()
-    from transformers.exporters import exporter_dynamo, utils  # noqa: F401 - exporter_dynamo registers the patches
-
-    registry = getattr(utils, "_PATCHES", None)  # (path, attribute, factory) per backend: read, nothing imported
-    if isinstance(registry, dict):
-        listed = {(path, attribute) for path, attribute, _ in registry.get("dynamo", [])}
-        return {cls for cls in looped if (f"{cls.__module__}.{cls.__qualname__}", "forward") not in listed}
-    own = {cls: cls.forward for cls in looped}  # a transformers without that table: installed, then compared
-    with utils.apply_patches("dynamo"):
-        return {cls for cls in looped if cls.forward is own[cls]}
+    try:
+        from transformers.exporters import exporter_dynamo, utils  # noqa: F401 - exporter_dynamo registers them
+    except ImportError:
+        return set()
+    registry = getattr(utils, "_PATCHES", None)  # (path, attribute, factory) per backend
+    if not isinstance(registry, dict):
+        return set()
+    listed = {(path, attribute) for path, attribute, _ in registry.get("dynamo", [])}
+    return {cls for cls in looped if (f"{cls.__module__}.{cls.__qualname__}", "forward") not in listed}
 
 
 def _reshaped(cls: type) -> Any:
