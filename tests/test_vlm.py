@@ -697,3 +697,44 @@ def test_tiles_as_the_processor_gives_them(exported: Callable[[str], Any]) -> No
     with torch.no_grad():
         assert wrapped.generate(**given, max_new_tokens=NEW, do_sample=False, num_beams=2).tolist() == \
             model.generate(**given, max_new_tokens=NEW, do_sample=False, num_beams=2).tolist()
+
+
+def test_a_naflex_tower_takes_its_processors_padded_patches(tmp_path: Path) -> None:
+    """LFM2-VL's SigLIP 2 tower takes flat patches with each image's rows and columns (``spatial_shapes``) and a patch
+    mask: built tiny as the sweep builds it, its default export traces the tower at one grid (``spatial_shapes`` a
+    constant of the file, as Qwen-VL's one-grid files keep theirs); its image processor's output, padded to more
+    patches than the image has, gives PyTorch's tokens for two pictures (the padding cut off before the file), and
+    another grid is refused naming it."""
+    import sys
+
+    import torch
+    import transformers
+    from PIL import Image
+    from transformers.models.lfm2_vl.image_processing_lfm2_vl import Lfm2VlImageProcessor
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import registry_sweep
+    import vlm_sweep
+
+    torch.manual_seed(0)
+    transformers.Lfm2VlForConditionalGeneration(vlm_sweep.tiny_config(
+        "lfm2_vl", registry_sweep.TINY, vlm_sweep.VISION)).save_pretrained(tmp_path / "model")
+    model = transformers.AutoModelForImageTextToText.from_pretrained(tmp_path / "model").eval()
+    result = onnx_nb.export(str(tmp_path / "model"), out=tmp_path / "onnx", progress=False)
+    assert result and result.image_sizes == "the tower's size", result.chain
+    processor = Lfm2VlImageProcessor(do_image_splitting=False, min_image_tokens=64, max_image_tokens=100,
+                                     encoder_patch_size=16, downsample_factor=2)
+    for seed in (0, 1):
+        picture = Image.fromarray(np.random.default_rng(seed).integers(0, 255, (256, 256, 3), dtype=np.uint8))
+        pixels = processor(images=[picture], return_tensors="pt")
+        assert pixels["pixel_values"].shape[1] > int(pixels["pixel_attention_mask"].sum()), "padded patches"
+        rows = int((pixels["spatial_shapes"][0] // model.config.downsample_factor).prod())
+        ids = torch.tensor([[11, 25, 36] + [model.config.image_token_id] * rows + [47, 3]])
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **pixels}
+        with torch.no_grad():
+            want = model.generate(**inputs, max_new_tokens=NEW, do_sample=False)[:, ids.shape[1]:].tolist()
+        feed = {k: v.numpy() for k, v in inputs.items()}
+        got = onnx_nb.generate(result, feed, max_new_tokens=NEW).tokens
+        assert got == want, (seed, got, want)
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"spatial_shapes .*16x16 patches"):
+        onnx_nb.generate(result, {**feed, "spatial_shapes": np.array([[32, 8]])}, max_new_tokens=NEW)

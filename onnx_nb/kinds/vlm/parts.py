@@ -27,6 +27,7 @@ from .prompts import VisionPart, image_feature_inputs, image_features, image_row
 
 QFORMER_IDS, QFORMER_MASK = "qformer_input_ids", "qformer_attention_mask"  # InstructBLIP's, beside the image
 MERGES = "image_merge_sizes"  # VideoLLaMA 3's, beside its grid
+SHAPES = "spatial_shapes"  # a NaFlex tower's (SigLIP 2 in LFM2-VL): each image's patch rows and columns
 POSITIONS = "image_positions"  # a grid family's embed input: each image row's position columns (grid.py)
 COLUMNS = 4
 
@@ -210,6 +211,12 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
             grid[MERGES] = torch.tensor([merge] * images)
         shape = patch_shape(model, (channels, temporal, patch), {k: v[:1] for k, v in grid.items()})
         sample = {"pixel_values": torch.randn(images * side * side, *shape, generator=g), **grid}
+    elif SHAPES in takes:  # flat patches with each image's rows and columns and a patch mask (LFM2-VL's SigLIP 2)
+        patch = int(vision.patch_size)
+        side = max(int(int(getattr(vision, "num_patches", 0) or (size // patch) ** 2) ** 0.5), 1)
+        sample["pixel_values"] = torch.randn(images, side * side, channels * patch * patch, generator=g)
+        sample["pixel_attention_mask"] = torch.ones(images, side * side, dtype=torch.long)
+        sample[SHAPES] = torch.tensor([[side, side]] * images)
     elif patches.POSITION_IDS in takes:  # flat patches with their positions (Gemma 4)
         sample.update(patches.patch_sample(vision, images, g))
     elif "pixel_attention_mask" in takes:
@@ -234,9 +241,10 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
 
 def fixed_names(model: Any) -> tuple[str, ...]:
     """The image inputs whose values shape the tower's work, traced as constants: Qwen-VL's grid, the image size of
-    LLaVA-NeXT's tiling (its tile count and unpadding follow the values)."""
+    LLaVA-NeXT's tiling (its tile count and unpadding follow the values), a NaFlex tower's rows and columns of
+    patches per image."""
     takes = image_feature_inputs(model)
-    return tuple(n for n in (GRID, "image_sizes", MERGES) if n in takes and (
+    return tuple(n for n in (GRID, "image_sizes", MERGES, SHAPES) if n in takes and (
         n != "image_sizes" or getattr(model.config, "image_grid_pinpoints", None)))
 
 
@@ -319,7 +327,7 @@ def per_image(vision: Any, pixels: dict[str, Any], model: Any = None) -> list[An
         wrong = [row for row in given if row != want]
         if wrong:
             what = f"{want[1]}x{want[2]} patches" if name == GRID else f"a merge of {want[0]}" if name == MERGES \
-                else f"{want[0]}x{want[1]} pixels"
+                else f"{want[0]}x{want[1]} patches" if name == SHAPES else f"{want[0]}x{want[1]} pixels"
             raise InvalidArgumentError(
                 f"{name} {wrong[0]}: this model's vision encoder was exported for images of {what} (the tower's "
                 f"work follows {name}'s values): resize the pictures to that size before the processor (for Qwen-VL "

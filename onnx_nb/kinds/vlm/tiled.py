@@ -295,11 +295,18 @@ def _one_tile(model: Any) -> tuple[int, Any, Any]:
 def images_as_rows(inputs: list[Any], pixels: dict[str, Any]) -> dict[str, Any]:
     """A processor's ``[batch, images, ...]`` (Idefics3 and SmolVLM split each picture into tiles, a row's images
     side by side) as the vision file's rows of one image, ``[images, 1, ...]``; the images that are all zeros (the
-    processor's padding of a row with fewer) dropped as the model drops them. Other layouts as they are."""
+    processor's padding of a row with fewer) dropped as the model drops them. A NaFlex tower's patches
+    (``[images, patches, values]``, LFM2-VL's SigLIP 2), which its processor pads to the most any image may have, cut
+    to the file's count where the patches past it are padding (their mask 0). Other layouts as they are."""
     import numpy as np
 
     first = inputs[0]
     given: tuple[int, ...] = tuple(np.shape(pixels[first.name])) if first.name in pixels else ()
+    mask = np.asarray(pixels.get("pixel_attention_mask", np.zeros(())))  # (none: no patch known to be padding)
+    count = first.shape[1] if len(first.shape) == 3 and len(given) == 3 and mask.shape == given[:2] else None
+    if isinstance(count, int) and given[1] > count and not mask[:, count:].any():
+        cut = np.asarray(pixels[first.name])[:, :count]
+        return {**pixels, first.name: cut, "pixel_attention_mask": mask[:, :count]}
     if len(first.shape) != 5 or first.shape[1] != 1 or len(given) != 5 or given[1] == 1:
         return pixels
     flat = {i.name: np.asarray(pixels[i.name]).reshape(-1, 1, *np.shape(pixels[i.name])[2:])
