@@ -702,9 +702,9 @@ def test_tiles_as_the_processor_gives_them(exported: Callable[[str], Any]) -> No
 def test_a_naflex_tower_takes_its_processors_padded_patches(tmp_path: Path) -> None:
     """LFM2-VL's SigLIP 2 tower takes flat patches with each image's rows and columns (``spatial_shapes``) and a patch
     mask: built tiny as the sweep builds it, its default export traces the tower at one grid (``spatial_shapes`` a
-    constant of the file, as Qwen-VL's one-grid files keep theirs); its image processor's output, padded to more
-    patches than the image has, gives PyTorch's tokens for two pictures (the padding cut off before the file), and
-    another grid is refused naming it."""
+    constant of the file, as Qwen-VL's one-grid files keep theirs: ``image_sizes`` says "one grid"); its image
+    processor's output, padded to more patches than the image has, gives PyTorch's tokens for two pictures (the
+    padding cut off before the file), and another grid is refused naming it."""
     import sys
 
     import torch
@@ -721,7 +721,7 @@ def test_a_naflex_tower_takes_its_processors_padded_patches(tmp_path: Path) -> N
         "lfm2_vl", registry_sweep.TINY, vlm_sweep.VISION)).save_pretrained(tmp_path / "model")
     model = transformers.AutoModelForImageTextToText.from_pretrained(tmp_path / "model").eval()
     result = onnx_nb.export(str(tmp_path / "model"), out=tmp_path / "onnx", progress=False)
-    assert result and result.image_sizes == "the tower's size", result.chain
+    assert result and result.image_sizes == "one grid", result.chain
     processor = Lfm2VlImageProcessor(do_image_splitting=False, min_image_tokens=64, max_image_tokens=100,
                                      encoder_patch_size=16, downsample_factor=2)
     for seed in (0, 1):

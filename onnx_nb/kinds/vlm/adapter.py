@@ -213,13 +213,14 @@ def images_taken(vision: Any) -> str:
     exported from: every grid, any image size, one grid or one image size (traced at the sample's), else the
     tower's size."""
     from ...runtime.facts import FIXED_INPUT, GRID_DERIVED, IMAGE_GRID, SIZED_BY
+    from .parts import SHAPES
 
     meta = getattr(vision.source.model, "onnx_metadata", None) or {}
     if meta.get(GRID_DERIVED):
         return "every grid"
     if meta.get(SIZED_BY) or _any_patch_count(vision):  # cropped (Pixtral) or tiled (LLaVA-NeXT) by each
         return "any image size"                                   # image's size, or its patches in a row (Gemma 4)
-    if FIXED_INPUT + IMAGE_GRID in meta:
+    if FIXED_INPUT + IMAGE_GRID in meta or FIXED_INPUT + SHAPES in meta:  # (a NaFlex tower's rows and columns)
         return "one grid"
     return "one image size" if FIXED_INPUT + "image_sizes" in meta else "the tower's size"
 

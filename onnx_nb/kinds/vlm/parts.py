@@ -189,8 +189,9 @@ def patch_shape(model: Any, sizes: tuple[int, int, int], grid: dict[str, torch.T
 
 def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.Tensor]:
     """Random pixels of the vision tower's size in the layout the family's ``get_image_features`` takes: flat
-    patches with their grid (Qwen-VL), tiles and their sizes (LLaVA-NeXT's grid), an image per prompt with its patch
-    mask (Idefics 3, SmolVLM), the image's size beside it (Pixtral's towers), else one ``[images, 3, size, size]``
+    patches with their grid (Qwen-VL), flat patches with their rows and columns and a patch mask (a NaFlex tower:
+    LFM2-VL's SigLIP 2), tiles and their sizes (LLaVA-NeXT's grid), an image per prompt with its patch mask
+    (Idefics 3, SmolVLM), the image's size beside it (Pixtral's towers), else one ``[images, 3, size, size]``
     tensor."""
     config = model.config
     vision = config.vision_config
@@ -212,8 +213,11 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
         shape = patch_shape(model, (channels, temporal, patch), {k: v[:1] for k, v in grid.items()})
         sample = {"pixel_values": torch.randn(images * side * side, *shape, generator=g), **grid}
     elif SHAPES in takes:  # flat patches with each image's rows and columns and a patch mask (LFM2-VL's SigLIP 2)
-        patch = int(vision.patch_size)
-        side = max(int(int(getattr(vision, "num_patches", 0) or (size // patch) ** 2) ** 0.5), 1)
+        patch = vision.patch_size
+        patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch)
+        factor = int(getattr(config, "downsample_factor", 1) or 1)  # its processor's grids: multiples of the merge
+        side = int(int(getattr(vision, "num_patches", 0) or (size // patch) ** 2) ** 0.5) // factor * factor
+        side = max(side, factor)
         sample["pixel_values"] = torch.randn(images, side * side, channels * patch * patch, generator=g)
         sample["pixel_attention_mask"] = torch.ones(images, side * side, dtype=torch.long)
         sample[SHAPES] = torch.tensor([[side, side]] * images)
@@ -331,7 +335,8 @@ def per_image(vision: Any, pixels: dict[str, Any], model: Any = None) -> list[An
             raise InvalidArgumentError(
                 f"{name} {wrong[0]}: this model's vision encoder was exported for images of {what} (the tower's "
                 f"work follows {name}'s values): resize the pictures to that size before the processor (for Qwen-VL "
-                "its size= or min_pixels=/max_pixels=), or export again from a sample at the size you use.")
+                "its size= or min_pixels=/max_pixels=; for LFM2-VL do_image_splitting=False and min_image_tokens= "
+                "/max_image_tokens=), or export again from a sample at the size you use.")
     if GRID in fixed:
         return _grid_features(vision, pixels, fixed[GRID])
     from .tiled import images_as_rows
