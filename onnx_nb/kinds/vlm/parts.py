@@ -12,6 +12,7 @@ many image tokens. Only imported by functions that already need torch.
 from __future__ import annotations
 
 import inspect
+import math
 import weakref
 from typing import Any
 
@@ -216,8 +217,8 @@ def pixel_sample(model: Any, images: int = 1, seed: int = 0) -> dict[str, torch.
         patch = vision.patch_size
         patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch)
         factor = int(getattr(config, "downsample_factor", 1) or 1)  # its processor's grids: multiples of the merge
-        side = int(int(getattr(vision, "num_patches", 0) or (size // patch) ** 2) ** 0.5) // factor * factor
-        side = max(side, factor)
+        count = int(getattr(vision, "num_patches", 0) or (size // patch) ** 2)  # the tower's patches per image
+        side = max(math.isqrt(count) // factor * factor, factor)
         sample["pixel_values"] = torch.randn(images, side * side, channels * patch * patch, generator=g)
         sample["pixel_attention_mask"] = torch.ones(images, side * side, dtype=torch.long)
         sample[SHAPES] = torch.tensor([[side, side]] * images)
