@@ -39,6 +39,11 @@ def _freeze_imports() -> None:
 
     gc.collect()
     gc.freeze()
+    # The tests' models are tiny (two layers): torch's fake-tensor dispatch cache costs them more than it saves
+    # (its hits rebuild symbolic sizes), and their exports take 9 to 19% less time without it (the same graphs; a
+    # six-layer model breaks even, MiniLM and deeper ones are faster with it, so the package leaves torch's default:
+    # benchmarks/fake_tensor_cache.py). Set in the worker only: notebooks' kernels and the CLI run as a user's would.
+    torch._dynamo.config.fake_tensor_cache_enabled = False
 
 
 _freeze_imports()
