@@ -34,7 +34,7 @@ def _freeze_imports() -> None:
     import onnxruntime.transformers.optimizer  # noqa: F401
     import onnxscript  # noqa: F401
     import torch._dynamo
-    import torch.onnx._internal.exporter._core  # noqa: F401
+    import torch.onnx._internal.exporter._core
     import transformers.modeling_utils  # noqa: F401
 
     gc.collect()
