@@ -41,7 +41,9 @@ SPLIT = {"test_notebooks.py"}
 # files whose unit starts last: the docs site renders the tutorials the run executed, so its build waits for them
 # (:func:`wait_for`: they may still run on the other worker)
 LAST = {"test_docs.py"}
-TUTORIALS = "tests/test_notebooks.py::"
+# the tests that keep a tutorial's executed copy for the docs site (tests/executed.py): the tutorials' tests, and
+# 07_browser's run in a real JupyterLab page
+TUTORIALS = ("tests/test_notebooks.py::", "tests/test_browser.py::test_browser_backend_in_the_notebooks_own_page")
 
 
 def worker() -> str | None:
