@@ -6,9 +6,10 @@ from executed copies.
 - ``{onnx-nb-magics}`` / ``{onnx-nb-cli}``: each ``%onnx_*`` magic and each ``onnx-nb`` subcommand with its usage
   and a table of its arguments, read from the very parsers the magics and the command line use (built from
   ``onnx_nb/frontends/specs.py``), so the pages cannot drift from them.
-- The tutorials: ``notebooks/*.ipynb`` rendered with their outputs. ``tests/test_notebooks.py`` keeps every notebook
-  it executes in ``build/executed/`` (stamped with the source's SHA-256); a tutorial with no copy made from its
-  current content is executed here (nbclient, in a scratch folder). Widgets show their text fallback (a static
+- The tutorials: ``notebooks/*.ipynb`` rendered with their outputs. The tests keep every tutorial they run in
+  ``build/executed/`` (``tests/executed.py``: nbclient's runs, and 07_browser's in JupyterLab; stamped with the
+  source's SHA-256); a tutorial with no copy made from its current content is executed here (nbclient, in a scratch
+  folder). Widgets show their text fallback (a static
   page has no kernel) and plotly figures are drawn by the plotly.js that ships with the plotly package.
   ``ONNX_NB_DOCS_EXECUTE=0`` renders a tutorial that has no executed copy without its outputs (a quick build).
 """
@@ -36,7 +37,7 @@ from sphinx.util import logging
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
-EXECUTED = ROOT / "build" / "executed"  # written by tests/test_notebooks.py, and here
+EXECUTED = ROOT / "build" / "executed"  # written by the tests (tests/executed.py), and here
 TUTORIALS = ROOT / "docs" / "tutorials"  # the rendered copies (git-ignored)
 STAMP = "onnx_nb_source_sha256"
 WIDGET = "application/vnd.jupyter.widget-view+json"
