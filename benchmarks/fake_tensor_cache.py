@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import os
 import random
 import statistics
@@ -75,7 +76,7 @@ def main() -> None:
     graphs: dict[str, set[str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         made = models()
-        count = iter(range(10**6))
+        count = itertools.count()
 
         def export(name: str, model: Any, cache: bool) -> float:
             torch._dynamo.config.fake_tensor_cache_enabled = cache

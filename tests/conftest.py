@@ -34,19 +34,22 @@ def _freeze_imports() -> None:
     import onnxruntime.transformers.optimizer  # noqa: F401
     import onnxscript  # noqa: F401
     import torch._dynamo
-    import torch.onnx._internal.exporter._core
+    import torch.onnx._internal.exporter._core  # noqa: F401
     import transformers.modeling_utils  # noqa: F401
 
     gc.collect()
     gc.freeze()
-    # The tests' models are tiny (two layers): torch's fake-tensor dispatch cache costs them more than it saves
-    # (its hits rebuild symbolic sizes), and their exports take 9 to 19% less time without it (the same graphs; a
-    # six-layer model breaks even, MiniLM and deeper ones are faster with it, so the package leaves torch's default:
-    # benchmarks/fake_tensor_cache.py). Set in the worker only: notebooks' kernels and the CLI run as a user's would.
-    torch._dynamo.config.fake_tensor_cache_enabled = False
 
 
 _freeze_imports()
+
+# The tests' models are tiny (two layers): torch's fake-tensor dispatch cache costs them more than it saves (its hits
+# rebuild symbolic sizes), and their exports take 9 to 19% less time without it (the same graphs; a six-layer model
+# breaks even, MiniLM and deeper ones are faster with it, so the package leaves torch's default:
+# benchmarks/fake_tensor_cache.py). Set in this process only: notebooks' kernels and the CLI run as a user's would.
+import torch._dynamo.config  # noqa: E402
+
+torch._dynamo.config.fake_tensor_cache_enabled = False
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -357,7 +357,6 @@ def test_browser_backend_in_the_notebooks_own_page(tmp_path: Path) -> None:
         page.screenshot(path=str(SHOTS / "browser_backend.png"), full_page=True)
         page.locator(".jp-Notebook").first.click()
         page.keyboard.press("Control+s")
-        saved = None
         for _ in range(60):  # until the file on disk holds every cell's outputs
             page.wait_for_timeout(500)
             saved = nbformat.read(tmp_path / "07_browser.ipynb", as_version=4)

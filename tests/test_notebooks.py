@@ -29,6 +29,15 @@ PEAK_MARK = "onnx-nb-test peak memory:"
 PEAK_CELL = f"print({PEAK_MARK!r}, {PEAK_EXPR})"
 
 
+def run_cells(nb: Any, folder: Path, **env: str) -> None:
+    """Run every cell of ``nb`` in a new kernel in ``folder``, as a reader's Run All would, with this process's
+    environment (``env`` added), less its ``ONNX_NB_OUT``: a step given no ``out=`` writes beside the notebook."""
+    NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
+                   extra_arguments=["--IPKernelApp.log_level=ERROR"],  # ipykernel's notice about TCP: not ours
+                   resources={"metadata": {"path": str(folder)}}).execute(
+        env={**{k: v for k, v in os.environ.items() if k != "ONNX_NB_OUT"}, **env})
+
+
 def execute(name: str, tmp_path: Path) -> list[Any]:
     """Run the tutorial as a reader's Run All would, then read the kernel's peak memory: over Binder's budget fails
     the test (notebook_memory). The cell added here is not in the docs' copy."""
@@ -41,10 +50,7 @@ def execute(name: str, tmp_path: Path) -> list[Any]:
     # megabytes of models) must not outlive its test
     kernel_tmp = Path(tempfile.mkdtemp(prefix="nbkernel-"))
     try:
-        NotebookClient(nb, kernel_name="python3", timeout=600, store_widget_state=True,
-                       extra_arguments=["--IPKernelApp.log_level=ERROR"],  # ipykernel's notice about TCP: not ours
-                       resources={"metadata": {"path": str(tmp_path)}}).execute(
-            env={**{k: v for k, v in os.environ.items() if k != "ONNX_NB_OUT"}, "TMPDIR": str(kernel_tmp)})
+        run_cells(nb, tmp_path, TMPDIR=str(kernel_tmp))
     finally:
         shutil.rmtree(kernel_tmp, ignore_errors=True)
     kernel_mb = int(text(nb.cells[-1]).split(PEAK_MARK)[1].split()[0])
@@ -226,9 +232,7 @@ def test_a_notebook_run_with_no_browser_open_takes_a_headless_chromium(tmp_path:
         "report = onnx_nb.check_parity(result, providers=['cpu', 'browser'], progress=False)\nreport",
         "onnx_nb.benchmark(result, providers=['browser'], runs=3, warmup=1, progress=False)",
     )])
-    NotebookClient(nb, kernel_name="python3", timeout=600, extra_arguments=["--IPKernelApp.log_level=ERROR"],
-                   resources={"metadata": {"path": str(tmp_path)}}).execute(
-        env={k: v for k, v in os.environ.items() if k != "ONNX_NB_OUT"})
+    run_cells(nb, tmp_path)
     parity, latency = text(nb.cells[1]), text(nb.cells[2])
     assert "Parity PASSED" in parity and "headless Chromium (no notebook page answered" in parity, parity[-2000:]
     assert "ort-web:wasm (HeadlessChrome" in latency, latency[-2000:]
