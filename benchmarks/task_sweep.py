@@ -156,7 +156,11 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "", nested: 
         if isinstance(getattr(sub, "crop_size", None), int) and sub.crop_size > IMAGE_SIDE:
             sub.crop_size = IMAGE_SIDE
         if isinstance(sub, transformers.PretrainedConfig) and sub is not config:
+            heads, kv_heads = getattr(sub, "num_attention_heads", None), getattr(sub, "num_key_value_heads", None)
             registry_sweep.set_ints(sub, sizes)
+            if isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads >= heads:
+                sub.num_key_value_heads = sub.num_attention_heads  # multi-head stays multi-head, as at the top
+                # (Granite Speech 5's encoder has no grouped key/value heads)
             if isinstance(getattr(sub, "depths", None), (list, tuple)):  # a backbone's stages (RT-DETR's ResNet,
                 sub.depths = type(sub.depths)([1] * len(sub.depths))      # D-FINE's HGNetV2): one block each
             if getattr(sub, "model_type", None) == "timm_backbone" and getattr(sub, "backbone", None) == "resnet50":
@@ -362,14 +366,21 @@ def float_outputs(model: Any) -> list[Any]:
             out = model(**samples.build(model).as_dict())
     except Exception:  # noqa: BLE001 - the row's, later
         return []
-    return [v for v in (out.values() if hasattr(out, "values") else [out])
-            if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()]
+    todo, found = list(out.values() if hasattr(out, "values") else [out]), []
+    while todo:  # a backbone's feature maps come as a tuple
+        v = todo.pop(0)
+        if isinstance(v, (tuple, list)):
+            todo += list(v)
+        elif isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel():
+            found.append(v)
+    return found
 
 
 def underflows(outputs: list[Any]) -> bool:
-    """Whether the model's float outputs (:func:`float_outputs`) are all below 1e-20 (random weights at the model's
-    own init scale through many layers: an output no parity check can judge); False where the sample did not run."""
-    return bool(outputs) and all(float(v.abs().max()) < 1e-20 for v in outputs)
+    """Whether one of the model's float outputs (:func:`float_outputs`) is nonzero but below 1e-20 everywhere (random
+    weights at the model's own init scale through many layers: an output no parity check can judge, as a backbone's
+    first feature map while its last is of a usable size); False where the sample did not run."""
+    return any(0 < float(v.abs().max()) < 1e-20 for v in outputs)
 
 
 def flat(outputs: list[Any]) -> bool:

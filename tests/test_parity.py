@@ -298,3 +298,21 @@ def test_errors_near_zero_in_an_output_of_large_values_are_judged_at_its_fp32_ro
     wrong = other_order.copy()
     wrong.flat[int(np.argmin(np.abs(reference)))] += 0.01 * float(np.sqrt(np.mean(reference.astype(np.float64) ** 2)))
     assert not measure(wrong, reference, "scores")[1].judge(POLICY["fp32"])["passed"]
+
+
+def test_a_file_giving_nan_where_the_reference_has_numbers_is_far_off_not_an_underflow() -> None:
+    """ONNX Runtime's NaN where PyTorch gives numbers of a usable size (a negated mask made every softmax row empty):
+    the check read the reference as "~0e+00 everywhere" and the cosine as 1, scale and cosine taken over the
+    elements both had finite. Now over the reference's finite elements: a failure with no underflow note, cosine 0;
+    infinities both sides have (an attention mask) still count as equal."""
+    from onnx_nb.results.tolerance import EXPORT_CHECK, measure
+
+    reference = np.random.default_rng(0).normal(0, 3, (4, 26, 64)).astype(np.float32)
+    stats, errors = measure(np.full_like(reference, np.nan), reference, "last_hidden_state")
+    verdict = errors.judge(EXPORT_CHECK)
+    assert not verdict["passed"] and verdict["status"] == "fail" and "everywhere" not in verdict["note"], verdict
+    assert stats["cosine"] == 0.0 and stats["max_abs"] == float("inf"), stats
+    masked = reference.copy()
+    masked[:, :, -1] = -np.inf
+    stats, errors = measure(masked.copy(), masked, "scores")
+    assert errors.judge(EXPORT_CHECK)["passed"] and stats["cosine"] > 0.999999, stats

@@ -295,8 +295,11 @@ def measure(candidate: np.ndarray, reference: np.ndarray, name: str, mask: np.nd
         diff = np.where(same, 0.0, np.abs(c - r))
     diff = np.nan_to_num(diff, nan=np.inf)
     ref_abs = np.abs(np.nan_to_num(r, nan=0.0, posinf=0.0, neginf=0.0))
-    finite = np.isfinite(c) & np.isfinite(r)
-    cf, rf = c[finite], r[finite]
+    # over the reference's finite values, the candidate's NaN or infinity there read as 0: a file that gives NaN
+    # where PyTorch gives numbers is far off, not a reference "~0 everywhere" with a cosine of 1 (they once read so)
+    finite = np.isfinite(r)
+    rf = r[finite]
+    cf = np.where(np.isfinite(c[finite]), c[finite], 0.0)
     norm = float(np.linalg.norm(cf) * np.linalg.norm(rf))
     cosine = float(np.dot(cf, rf) / norm) if norm > 0 else float(np.array_equal(cf, rf))
     rms = float(np.sqrt(np.mean(rf * rf))) if rf.size else 0.0

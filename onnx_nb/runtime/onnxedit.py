@@ -154,6 +154,57 @@ def drop_unused(proto: Any) -> None:
     proto.graph.value_info.extend(infos)
 
 
+def sort_nodes(graph: Any) -> bool:
+    """``graph``'s nodes in an order where each comes after the nodes whose outputs it reads, what its subgraphs
+    read from the graph around them counted (ONNX Runtime's quantizers sort by the nodes' own inputs only and put a
+    Loop before a Transpose its body reads: the file no longer loads). The order is kept where it already holds, and
+    otherwise changed as little as the reads need. Returns whether it changed."""
+    import heapq
+
+    made = {o: i for i, node in enumerate(graph.node) for o in node.output if o}
+    needs = [{made[n] for n in {*node.input, *_read_inside(node)} if n in made and made[n] != i}
+             for i, node in enumerate(graph.node)]
+    if all(j < i for i, need in enumerate(needs) for j in need):
+        return False
+    waiting = [len(need) for need in needs]
+    readers: dict[int, list[int]] = {}
+    for i, need in enumerate(needs):
+        for j in need:
+            readers.setdefault(j, []).append(i)
+    ready = [i for i, count in enumerate(waiting) if not count]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in readers.get(i, []):
+            waiting[k] -= 1
+            if not waiting[k]:
+                heapq.heappush(ready, k)
+    if len(order) != len(graph.node):  # a cycle: not a graph any order fixes; left as it is
+        return False
+    nodes = [graph.node[i] for i in order]
+    copies = [type(n)() for n in nodes]
+    for copy, node in zip(copies, nodes):
+        copy.CopyFrom(node)
+    del graph.node[:]
+    graph.node.extend(copies)
+    return True
+
+
+def sort_file(path: Path) -> bool:
+    """The file at ``path`` saved again with its nodes in :func:`sort_nodes`' order where they were not (its weights
+    left where they are: in the file, or in its data file); whether it changed. For files another tool saved: ONNX
+    Runtime's quantizers and optimizer sort again as they save."""
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    if not sort_nodes(proto.graph):
+        return False
+    onnx.save(proto, str(path))
+    return True
+
+
 def _subgraph_names(graph: Any) -> set[str]:
     """Every name the subgraphs of ``graph``'s nodes (If, Loop, Scan bodies) read or write."""
     return {name for node in graph.node for name in _read_inside(node)}
@@ -216,18 +267,29 @@ def _rename(proto: Any, renames: dict[str, str]) -> int:
         init.name = kept.get(init.name, init.name)
     for value in [*proto.graph.input, *proto.graph.value_info]:
         value.name = kept.get(value.name, value.name)
-    for node in proto.graph.node:
-        for i, name in enumerate(node.input):
-            if name in kept:
-                node.input[i] = kept[name]
+    _rename_reads(proto.graph, kept)
     return len(kept)
+
+
+def _rename_reads(graph: Any, renames: dict[str, str]) -> None:
+    """Every node of ``graph`` reading a name in ``renames`` reads the new one, in the subgraphs of its nodes too (a
+    Loop's body reading the graph's weights), but for a name a subgraph makes itself, which hides the outer one."""
+    for node in graph.node:
+        node.input[:] = [renames.get(n, n) for n in node.input]
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                own = {v.name for v in sub.input} | {i.name for i in sub.initializer} | {
+                    o for inner in sub.node for o in inner.output}
+                _rename_reads(sub, {k: v for k, v in renames.items() if k not in own})
 
 
 def save_proto(proto: Any, path: Path, external: bool) -> None:
     """``onnx.save``; with ``external`` the weights go to one data file beside it (``<name>.data``), as a model over
-    2 GB must (one protobuf message holds 2 GB)."""
+    2 GB must (one protobuf message holds 2 GB). Its nodes are put in an order that loads first (:func:`sort_nodes`:
+    the tools whose output it saves sort without a Loop's reads)."""
     import onnx
 
+    sort_nodes(proto.graph)
     if external:
         data = Path(path).with_name(Path(path).name + ".data")
         still_read = any(t.data_location == onnx.TensorProto.EXTERNAL and any(

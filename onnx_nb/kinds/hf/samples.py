@@ -16,10 +16,11 @@ from ...runtime.shapes import SAMPLE_SIZES
 from ...steps.export.caches.seq2seq import main_input
 from ...steps.export.machinery.inputs import AxisSpec, Sample, to_tensor
 from ...steps.export.machinery.wrap import forward_parameters
+from . import audio_samples, side_inputs
 from .images import image_shape, processor_class, vision_config
 
-BATCH, SEQUENCE, DECODER_SEQUENCE, AUDIO_SAMPLES, IMAGE_SIDE, MEL_FRAMES = (SAMPLE_SIZES[k] for k in (
-    "batch", "sequence", "decoder_sequence", "audio_samples", "image_side", "mel_frames"))
+BATCH, SEQUENCE, DECODER_SEQUENCE, IMAGE_SIDE = (SAMPLE_SIZES[k] for k in (
+    "batch", "sequence", "decoder_sequence", "image_side"))
 SENTENCES = ["onnx-nb exports models to ONNX.", "Hello world!"]
 
 
@@ -45,7 +46,6 @@ AXES: AxisSpec = {
     "input_ids": {0: "batch", 1: "sequence"},
     "attention_mask": {0: "batch", 1: "sequence"},
     "token_type_ids": {0: "batch", 1: "sequence"},
-    "bbox": {0: "batch", 1: "sequence"},
     "position_ids": {0: "batch", 1: "sequence"},
     "decoder_input_ids": {0: "batch", 1: "decoder_sequence"},
     "decoder_attention_mask": {0: "batch", 1: "decoder_sequence"},
@@ -53,8 +53,7 @@ AXES: AxisSpec = {
     "pixel_values": {0: "batch"},
     "input_values": {0: "batch", 1: "audio_length"},
     "input_features": {0: "batch"},
-    "lang_ids": {0: "batch"},
-    "dataset_index": {0: "batch"},
+    **side_inputs.AXES,
 }
 
 
@@ -108,15 +107,9 @@ def _input_names(model: Any, preprocessor: Any) -> list[str]:
         names.append("pixel_values")  # a vision tower, or a processor that gives an image (ViLT's, LayoutLMv3's)
         if "pixel_mask" in params:  # which pixels are the image's: ViLT's processor pads a batch's images to one size
             names.append("pixel_mask")
-    if text and "bbox" in params:  # a document model's words' boxes (LayoutLM's)
-        names.append("bbox")
+    names += side_inputs.names(params, config, text)
     if "pixel_values" in names and "spatial_shapes" in params:  # NaFlex patches (SigLIP 2): their mask and grid
         names += ["pixel_attention_mask", "spatial_shapes"]
-    if "lang_ids" in params and getattr(config, "languages", None):  # X-MOD's language adapters: one per row
-        names.append("lang_ids")
-    experts = getattr(_sub(config, "backbone_config"), "num_experts", 1)
-    if "dataset_index" in params and isinstance(experts, int) and experts > 1:  # ViTPose+'s expert per dataset
-        names.append("dataset_index")
     if text and "attention_mask" in params:
         names.append("attention_mask")
     if text and "token_type_ids" in params and (
@@ -170,61 +163,20 @@ def _text(tokenizer: Any, names: list[str]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in enc.items() if k in names}
 
 
-def _bins(config: Any) -> int | None:
-    """A spectrogram's bins (or a feature frame's width) as the config names them, the encoder's or audio tower's
-    config too (Nemotron 3's diarizer: its ``audio_config``)."""
-    for c in filter(None, (config, getattr(config, "encoder_config", None), getattr(config, "audio_config", None))):
-        for name in ("num_mel_bins", "feature_projection_input_dim"):
-            if isinstance(getattr(c, name, None), int):
-                return int(getattr(c, name))
-        if isinstance(getattr(c, "input_feat_per_channel", None), int):
-            return int(c.input_feat_per_channel) * int(getattr(c, "input_channels", 1) or 1)
-    return None
-
-
-def _audio(model: Any, name: str, quirk: Quirk, gen: torch.Generator) -> torch.Tensor:
-    """A waveform or a spectrogram for ``name``. The layout of a spectrogram is not in any config (Whisper takes
-    [batch, bins, frames], Speech2Text, Wav2Vec2-BERT and LASR [batch, frames, bins], AST its ``input_values`` as
-    [batch, max_length, bins]), so the candidates are tried on the model (its encoder, for an encoder-decoder)
-    and the first it takes is the sample; a quirk's length is Whisper's own, taken as it is."""
-    config = model.config
-    named = _bins(config)
-    bins = named or 80
-    frames = quirk.features_length(config) if quirk.features_length else MEL_FRAMES
-    if name == "input_features" and quirk.features_length:
-        return torch.randn(BATCH, bins, frames, generator=gen)
-    spectrogram_frames = getattr(config, "max_length", None) if name == "input_values" else None
-    # a waveform of a quarter second, else one second (an x-vector head's dilated convolutions need more frames than
-    # a quarter second leaves after the feature encoder)
-    # (and a waveform with its channel axis, [batch, 1, samples]: OmniASR's)
-    shapes: list[tuple[int, ...]] = [(BATCH, AUDIO_SAMPLES), (BATCH, 4 * AUDIO_SAMPLES), (BATCH, 1, AUDIO_SAMPLES)] \
-        if name == "input_values" else [(BATCH, bins, frames), (BATCH, frames, bins)]
-    if named and isinstance(spectrogram_frames, int):  # a spectrogram named input_values (AST)
-        shapes.append((BATCH, spectrogram_frames, bins))
-    candidates = [torch.randn(*shape, generator=gen) for shape in shapes]
-    if len(candidates) == 1:
-        return candidates[0]
-    target = model.get_encoder() if getattr(config, "is_encoder_decoder", False) and hasattr(
-        model, "get_encoder") else model
-    for candidate in candidates:
-        try:
-            with torch.no_grad():
-                target(**{name: candidate[:1]})
-            return candidate
-        except Exception:  # noqa: BLE001 - not this layout; the next
-            continue
-    return candidates[0]  # none taken: the export's own run of the sample says what the model wanted
+def _frames_of(quirk: Quirk, config: Any) -> int | None:
+    """A quirk's own spectrogram length for ``config`` (Whisper's), else None."""
+    return quirk.features_length(config) if quirk.features_length else None
 
 
 def feature_rows(model: Any, count: int, seed: int = 0) -> list[dict[str, torch.Tensor]]:
     """``count`` random inputs of one row each for a speech model's main input (``input_features`` or
-    ``input_values``), in the layout and length its own sample has (:func:`_audio`: tried on the model), or for an
-    image encoder's ``pixel_values`` at its image size."""
+    ``input_values``), in the layout and length its own sample has (:func:`.audio_samples.audio`: tried on the
+    model), or for an image encoder's ``pixel_values`` at its image size."""
     name = main_input(model)
     quirk = QUIRKS.get(getattr(model.config, "model_type", ""), Quirk())
     gen = torch.Generator().manual_seed(seed)
     shape = (getattr(vision_config(model.config), "num_channels", 3), *image_shape(model)) \
-        if name == "pixel_values" else _audio(model, name, quirk, gen).shape[1:]
+        if name == "pixel_values" else audio_samples.audio(model, name, _frames_of(quirk, model.config), gen).shape[1:]
     return [{name: torch.randn(1, *shape, generator=gen)} for _ in range(count)]
 
 
@@ -305,10 +257,8 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
                                         for n in config.type_vocab_sizes], dim=-1)
         elif name == "token_type_ids":
             values[name] = torch.zeros(BATCH, seq, dtype=torch.long)
-        elif name == "bbox":  # each word's box on a page of 1000 x 1000 (or the config's table): corners in order
-            page = min(1000, int(getattr(config, "max_2d_position_embeddings", 1024)) - 1)  # its position table
-            corners = torch.randint(0, page + 1, (BATCH, seq, 2, 2), generator=gen).sort(dim=2).values
-            values[name] = corners.reshape(BATCH, seq, 4)  # x0, y0, x1, y1
+        elif name in side_inputs.AXES:
+            values[name] = side_inputs.value(name, config, values, seq, gen)
         elif name == "decoder_input_ids":
             start = getattr(config, "decoder_start_token_id", None) or 0
             ids = torch.randint(3, _vocab(config), (BATCH, DECODER_SEQUENCE), generator=gen)
@@ -342,9 +292,7 @@ def build(model: Any, preprocessor: Any = None) -> Sample:
             values[name] = torch.nn.functional.normalize(
                 torch.randn(BATCH, config.speaker_embedding_dim, generator=gen), dim=-1)
         elif name in ("input_values", "input_features"):
-            values[name] = _audio(model, name, quirk, gen)
-        elif name in ("lang_ids", "dataset_index"):  # the first language (dataset) the config lists, every row
-            values[name] = torch.zeros(BATCH, dtype=torch.long)
+            values[name] = audio_samples.audio(model, name, _frames_of(quirk, config), gen)
         else:
             raise SampleError(
                 f"onnx-nb does not know how to build the input {name!r} of "

@@ -19,6 +19,7 @@ import numpy as np
 from ...errors import InvalidArgumentError, OptimizationError
 from ...results.variant import Recipe, Variant
 from ...runtime.memory import FACTORS, gives_memory_back
+from ...runtime.onnxedit import sort_file
 from .decoders import ATTENTION_CHOICES, decoder_export, decoder_route
 from .levels import fastest_level, ort_level
 from .variants import make, parent_of
@@ -101,6 +102,7 @@ def ort_transformer(src: Path, dst: Path, model_type: str, heads: int, hidden: i
         optimized = optimizer.optimize_model(str(src), model_type=model_type, num_heads=heads,
                                              hidden_size=hidden, opt_level=0)
         optimized.save_model_to_file(str(dst))
+    sort_file(dst)  # its sort, as it saves, leaves a Loop before what its body reads
 
 
 def precision_after(quantize_method: str | None) -> str | None:

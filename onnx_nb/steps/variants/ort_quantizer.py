@@ -15,7 +15,7 @@ import numpy as np
 from ...errors import CalibrationError
 from ...results.variant import Recipe
 from ...runtime.memory import gives_memory_back
-from ...runtime.onnxedit import save_proto, untie
+from ...runtime.onnxedit import save_proto, sort_file, untie
 from ...runtime.onnxfile import load_proto, signature, total_file_size
 
 
@@ -233,6 +233,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
         if not any(o.domain == "com.microsoft" for o in proto.opset_import):
             proto.opset_import.add(domain="com.microsoft", version=1)
         quantizer.model.save_model_to_file(str(staged), use_external_data_format=big)
+        sort_file(staged)  # its sort, as it saves, leaves a Loop before what its body reads
     return chose
 
 

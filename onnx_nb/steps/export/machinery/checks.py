@@ -62,3 +62,24 @@ def check_arrays(path: Path, feed: dict[str, np.ndarray], want: dict[str, np.nda
     worst = max(per_output.values(), default=0.0)
     return ExportCheck(passed, f"max abs diff {worst:.3g} at {shapes}" + (f" ({'; '.join(notes)})" if notes else ""),
                        shapes, against, worst, figures={"per_output": per_output, "cosine": min(cosines, default=None)})
+
+
+def unsteady(first: dict[str, np.ndarray], again: dict[str, np.ndarray], against: str = "PyTorch") -> str:
+    """Why no file can match the source, where ``against``'s two runs on the same inputs (``first``, ``again``: output
+    name -> array) differ: the model draws random numbers in eval mode (dropout left on, sampled noise or lengths);
+    "" where the two runs agree."""
+    moved = []
+    for name, a in first.items():
+        b = again.get(name)
+        if b is None:
+            continue
+        if a.shape != b.shape:
+            moved.append(f"{name}: shape {list(a.shape)}, then {list(b.shape)}")
+        elif not (np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True) if a.dtype.kind == "f"
+                  else np.array_equal(a, b)):
+            moved.append(f"{name}: max abs diff {float(np.abs(a.astype(np.float64) - b).max()):.3g}")
+    if not moved:
+        return ""
+    return (f"{against} itself gives other outputs on a second run of the same inputs ({'; '.join(moved)}): the "
+            "model draws random numbers in eval mode (dropout left on, sampled noise or lengths), so no file can "
+            "match it run for run; make those draws inputs, or switch them off, to export a file that can be checked")

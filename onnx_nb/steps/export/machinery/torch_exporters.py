@@ -392,5 +392,9 @@ def check_file(path: Path, probe: Any, expected: tuple[Any, ...], names: list[st
     from .checks import check_arrays
 
     feed = {n: t.numpy() for n, t in zip(probe.names, probe.tensors)}
-    want = {n: (r.detach().float().numpy() if r.is_floating_point() else r.numpy()) for n, r in zip(names, expected)}
-    return check_arrays(path, feed, want, probe.shapes())
+    return check_arrays(path, feed, arrays_of(names, expected), probe.shapes())
+
+
+def arrays_of(names: list[str], outputs: tuple[Any, ...]) -> dict[str, Any]:
+    """PyTorch's outputs as numpy arrays by output name (floats as float32)."""
+    return {n: (r.detach().float().numpy() if r.is_floating_point() else r.numpy()) for n, r in zip(names, outputs)}

@@ -54,6 +54,7 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
         big = param_bytes > onnxfile.EXTERNAL_DATA_BYTES
 
         from .attempts import first_that_passes
+        from .second_look import second_look
         from .torch_exporters import check_file
         from .torch_exporters import first_line as exporter_error
 
@@ -71,6 +72,8 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
 
             def check(_name: str, staged: Path, _written: Any) -> Any:
                 verdict = check_file(staged, probe, after, flat.output_names)
+                if not verdict.get("passed") and not verdict.get("error"):
+                    return second_look(verdict, staged, flat, probe, after, looked)
                 if given is None or not verdict.get("passed"):
                     return verdict
                 at_given = check_file(staged, given[0], given[1], flat.output_names)  # and at the row given
@@ -79,6 +82,7 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
             return first_that_passes(order, target, write, check, steps, verb="exporting with", against="PyTorch",
                                      describe=exporter_error)
 
+        looked: dict[int, Any] = {}  # per probe: PyTorch's second run, and its run in float64
         done = attempt(s, out_axes, probe, after)
         narrowed = None if decoder or dynamic is not True or (done.name and done.check.get("passed")) or \
             _no_translation(done) else batch_only(s, done.attempts)

@@ -82,21 +82,44 @@ def grouped_forward(experts: Any, hidden_states: Any, top_k_index: Any, top_k_we
 
 
 @contextlib.contextmanager
+def _grouped_in_place_of_eager(model: Any) -> Iterator[list[str]]:
+    """Within: transformers' experts modules (``@use_experts_implementation``) whose config picks the ``eager`` loop
+    (the OpenAI privacy filter defaults to it: its authors keep eager's summation order) dispatch through
+    ``grouped_mm``, which traces; yields their names. Each config's choice is given back on leaving."""
+    configs: dict[int, tuple[Any, Any]] = {}
+    names = []
+    for name, module in model.named_modules():
+        config: Any = getattr(module, "config", None)
+        if hasattr(module, "has_gate") and getattr(config, "_experts_implementation", None) == "eager":
+            configs.setdefault(id(config), (config, "eager"))
+            names.append(name)
+    try:
+        for config, _ in configs.values():
+            config._experts_implementation = "grouped_mm"
+        yield names
+    finally:
+        for config, before in configs.values():
+            config._experts_implementation = before
+
+
+@contextlib.contextmanager
 def traceable_experts(model: Any) -> Iterator[list[str]]:
-    """Within: every experts module of ``model`` with its own loop dispatches as :func:`grouped_forward`; yields
-    their names. The module's ``forward`` is restored on leaving (an instance forward already there, a hook's,
-    comes back)."""
+    """Within: every experts module of ``model`` with its own loop dispatches as :func:`grouped_forward`, and
+    transformers' own experts set to their ``eager`` loop dispatch as ``grouped_mm``; yields their names. The
+    module's ``forward`` is restored on leaving (an instance forward already there, a hook's, comes back)."""
     from .lending import lent_to_modules
 
-    with lent_to_modules(model, _loops, grouped_forward) as names:
-        yield names
+    with lent_to_modules(model, _loops, grouped_forward) as names, _grouped_in_place_of_eager(model) as switched:
+        yield names + switched
 
 
 PATCH = Patch(
     name="experts dispatch",
     applies_to="experts modules with 3-d gate_up_proj and down_proj weights, an act_fn and a forward(hidden_states, "
-               "top_k_index, top_k_weights), and no transformers experts implementation of their own",
-    replaces="the module's own Python loop over the experts hit (int(expert.item()) per expert)",
+               "top_k_index, top_k_weights), and no transformers experts implementation of their own; transformers' "
+               "experts modules whose config picks the eager loop",
+    replaces="the module's own Python loop over the experts hit (int(expert.item()) per expert), or transformers' "
+             "eager experts loop where a model's config picks it",
     why="the loop's length is data: torch.export cannot trace it, and TorchScript bakes an If ONNX Runtime cannot "
         "type; transformers' grouped dispatch traces and has an ONNX translation",
     during=traceable_experts)

@@ -1,0 +1,71 @@
+"""Inputs a Hugging Face model takes beside its main one and its text's, each with the rule that says this model
+takes it and how the sample makes it: a document model's word boxes, an adapter or expert chosen per row, a region
+model's image features, a masked autoencoder's noise. :mod:`.samples` asks here for the names and the values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...runtime.shapes import SAMPLE_SIZES
+from ...steps.export.machinery.inputs import AxisSpec
+
+REGIONS = 6  # a region model's image: this many detected boxes, each with its features
+
+AXES: AxisSpec = {
+    "bbox": {0: "batch", 1: "sequence"},
+    "lang_ids": {0: "batch"},
+    "dataset_index": {0: "batch"},
+    "visual_feats": {0: "batch", 1: "regions"},
+    "visual_pos": {0: "batch", 1: "regions"},
+    "noise": {0: "batch"},
+}
+
+
+def names(params: dict[str, Any], config: Any, text: bool) -> list[str]:
+    """The side inputs a model with forward parameters ``params`` and ``config`` takes; ``text``: its main input is
+    token ids."""
+    found = []
+    if text and "bbox" in params:  # a document model's words' boxes (LayoutLM's)
+        found.append("bbox")
+    if text and "visual_feats" in params and isinstance(getattr(config, "visual_feat_dim", None), int):
+        found += ["visual_feats", "visual_pos"]  # LXMERT: the image as its detector's regions, features and boxes
+    if "lang_ids" in params and getattr(config, "languages", None):  # X-MOD's language adapters: one per row
+        found.append("lang_ids")
+    experts = getattr(getattr(config, "backbone_config", None) or config, "num_experts", 1)
+    if "dataset_index" in params and isinstance(experts, int) and experts > 1:  # ViTPose+'s expert per dataset
+        found.append("dataset_index")
+    if "noise" in params and (getattr(config, "mask_ratio", 0) or 0) > 0:
+        # a masked autoencoder (ViT-MAE) keeps the patches this noise ranks lowest: drawn inside the model when not
+        # given, which no file can repeat, so the file takes it as the model's forward does
+        found.append("noise")
+    return found
+
+
+def _boxes(count: int, page: int, gen: torch.Generator) -> torch.Tensor:
+    """``[batch, count, 4]`` boxes on a ``page`` x ``page`` grid: x0, y0, x1, y1, each corner before the other."""
+    batch = SAMPLE_SIZES["batch"]
+    corners = torch.randint(0, page + 1, (batch, count, 2, 2), generator=gen).sort(dim=2).values
+    return corners.reshape(batch, count, 4)  # (x0, y0), then (x1, y1): sorted over the corners
+
+
+def value(name: str, config: Any, values: dict[str, torch.Tensor], seq: int,
+          gen: torch.Generator) -> torch.Tensor | None:
+    """The sample's tensor for side input ``name`` (after the main input, in ``values``), or None when it is not one
+    of this module's."""
+    batch = SAMPLE_SIZES["batch"]
+    if name == "bbox":  # each word's box on a page of 1000 x 1000 (or the config's table)
+        page = min(1000, int(getattr(config, "max_2d_position_embeddings", 1024)) - 1)  # its position table
+        return _boxes(seq, page, gen)
+    if name == "visual_feats":
+        return torch.randn(batch, REGIONS, int(config.visual_feat_dim), generator=gen)
+    if name == "visual_pos":  # boxes normalised to the image, as its detector gives them
+        return _boxes(REGIONS, 1000, gen).float() / 1000
+    if name in ("lang_ids", "dataset_index"):  # the first language (dataset) the config lists, every row
+        return torch.zeros(batch, dtype=torch.long)
+    if name == "noise":  # one draw per patch of the image
+        pixels = values["pixel_values"]
+        patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
+        return torch.rand(batch, (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch), generator=gen)
+    return None
