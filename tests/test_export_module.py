@@ -240,9 +240,12 @@ class Cancelling(torch.nn.Module):
         with torch.no_grad():
             self.a.weight.normal_(0, 2e4)
             self.b.weight.copy_(self.a.weight + torch.randn(64, 64) * 0.1)
+        self.a.register_buffer("shared", torch.ones(64))  # one buffer in two modules, and a plain tensor kept
+        self.b.register_buffer("shared", self.a.shared)
+        self.cache = torch.zeros(64)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.a(x) - self.b(x)
+        return (self.a(x) - self.b(x)) * self.a.shared + self.cache
 
 
 def test_a_file_as_close_to_the_model_as_pytorchs_float32_run_passes_within_rounding(tmp_path: Path) -> None:
@@ -258,6 +261,7 @@ def test_a_file_as_close_to_the_model_as_pytorchs_float32_run_passes_within_roun
     assert "within PyTorch's own float32 rounding" in result.check_text(), result.check_text()
     assert "(RMS) in the file" in result.check.figures["rounding"]
     assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert model.a.shared is model.b.shared and model.a.shared.dtype == model.cache.dtype == torch.float32
 
 
 def test_module_custom_dynamic_axes_and_static(tmp_path: Path) -> None:

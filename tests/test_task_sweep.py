@@ -208,6 +208,8 @@ def test_region_features_autoencoder_noise_and_stacked_frames_are_in_the_sample(
         first, again = mae(**given).last_hidden_state, mae(**given).last_hidden_state
         other = mae(pixel_values=given["pixel_values"], noise=given["noise"].flip(-1)).last_hidden_state
     assert torch.equal(first, again) and not torch.allclose(first, other)
+    hiera = tiny("image-feature-extraction", "hiera")  # it ranks mask units, only when pretraining: no noise
+    assert "noise" not in samples.build(hiera).as_dict()
     granite = tiny("ctc", "granite_speech5_ctc")
     frames = samples.build(granite).as_dict()["input_features"]
     assert frames.shape[2] == 4 * granite.config.encoder_config.num_mel_bins, frames.shape
@@ -244,6 +246,32 @@ def test_an_encoder_that_negates_its_mask_gets_the_boolean_one_under_eager_atten
             got = model(**feed).logits
     assert getattr(source, BUILDER) is builder
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_experts_a_config_sets_to_the_eager_loop_dispatch_grouped_for_the_export_only() -> None:
+    """The OpenAI privacy filter's config picks transformers' eager experts loop (its authors keep its summation
+    order), which dynamo cannot trace: within the experts patch its experts dispatch through grouped_mm, computing
+    the same outputs, and every config has its own choice back after (transformers' setter passes a choice down to
+    sub-configs)."""
+    import torch
+    import transformers
+
+    from onnx_nb.steps.export.patches.experts import traceable_experts
+
+    cls = task_sweep.registry("token-classification")["openai_privacy_filter"]
+    config = task_sweep.own_config(task_sweep.tiny_config("openai_privacy_filter", task_sweep.registry_sweep.TINY,
+                                                          "token-classification"), cls)
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(config).eval()
+    ids = torch.randint(3, 100, (2, 9))
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+        assert model.config._experts_implementation == "eager"
+        with traceable_experts(model) as names:
+            assert names and all(n.endswith("experts") for n in names), names
+            assert model.config._experts_implementation == "grouped_mm"
+            torch.testing.assert_close(model(input_ids=ids).logits, want, atol=1e-5, rtol=1e-4)
+    assert model.config._experts_implementation == "eager"
 
 
 def test_a_video_text_model_gets_its_clip_and_its_text() -> None:

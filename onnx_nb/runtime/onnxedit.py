@@ -255,7 +255,8 @@ def _folded_names(proto: Any) -> dict[str, str]:
 def _rename(proto: Any, renames: dict[str, str]) -> int:
     """Rename initializers (and every reference to them) where the new name is free; returns how many."""
     taken = {v.name for v in [*proto.graph.input, *proto.graph.output]} | {
-        o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.initializer}
+        o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.initializer} | \
+        _subgraph_names(proto.graph)  # a new name a subgraph uses itself would rebind its reads
     kept: dict[str, str] = {}
     for old, new in renames.items():
         if new and new not in taken:

@@ -55,9 +55,9 @@ def audio(model: Any, name: str, length: int | None, gen: torch.Generator) -> to
     [batch, bins, frames], Speech2Text, Wav2Vec2-BERT and LASR [batch, frames, bins], AST its ``input_values`` as
     [batch, max_length, bins]), so the candidates are tried on the model (its encoder, for an encoder-decoder)
     and the first it takes is the sample; where it takes none, the same at the width of the type's feature extractor
-    (:func:`extractor_width`), or where that does not build here (Granite Speech 5's needs torchaudio), at two and
-    four times the bins (frames stacked, with their deltas); ``length``, a quirk's spectrogram length (Whisper's),
-    is taken as it is."""
+    (:func:`extractor_width`) where that differs from the config's, else (none builds here: Granite Speech 5's needs
+    torchaudio) at two and four times the bins (frames stacked, with their deltas); ``length``, a quirk's
+    spectrogram length (Whisper's), is taken as it is."""
     config = model.config
     named = bins(config)
     width = named or 80

@@ -36,9 +36,11 @@ def names(params: dict[str, Any], config: Any, text: bool) -> list[str]:
     experts = getattr(getattr(config, "backbone_config", None) or config, "num_experts", 1)
     if "dataset_index" in params and isinstance(experts, int) and experts > 1:  # ViTPose+'s expert per dataset
         found.append("dataset_index")
-    if "noise" in params and (getattr(config, "mask_ratio", 0) or 0) > 0:
+    if "noise" in params and (getattr(config, "mask_ratio", 0) or 0) > 0 and isinstance(
+            getattr(config, "patch_size", None), (int, list, tuple)) and not hasattr(config, "masked_unit_size"):
         # a masked autoencoder (ViT-MAE) keeps the patches this noise ranks lowest: drawn inside the model when not
-        # given, which no file can repeat, so the file takes it as the model's forward does
+        # given, which no file can repeat, so the file takes it as the model's forward does (one draw per patch;
+        # Hiera ranks its mask units, not its patches, and masks only when pretraining: left as it was)
         found.append("noise")
     return found
 

@@ -70,13 +70,16 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
                     logs[name] = "".join(native)
                 return branches, said
 
+            def judged(staged: Path, at: Any, want: Any) -> Any:  # a numbers failure looked at again
+                verdict = check_file(staged, at, want, flat.output_names)
+                failed = not verdict.get("passed") and not verdict.get("error")
+                return second_look(verdict, staged, flat, at, want, looked) if failed else verdict
+
             def check(_name: str, staged: Path, _written: Any) -> Any:
-                verdict = check_file(staged, probe, after, flat.output_names)
-                if not verdict.get("passed") and not verdict.get("error"):
-                    return second_look(verdict, staged, flat, probe, after, looked)
+                verdict = judged(staged, probe, after)
                 if given is None or not verdict.get("passed"):
                     return verdict
-                at_given = check_file(staged, given[0], given[1], flat.output_names)  # and at the row given
+                at_given = judged(staged, *given)  # and at the row given
                 return verdict if at_given.get("passed") else at_given
 
             return first_that_passes(order, target, write, check, steps, verb="exporting with", against="PyTorch",

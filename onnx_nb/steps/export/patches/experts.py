@@ -85,21 +85,24 @@ def grouped_forward(experts: Any, hidden_states: Any, top_k_index: Any, top_k_we
 def _grouped_in_place_of_eager(model: Any) -> Iterator[list[str]]:
     """Within: transformers' experts modules (``@use_experts_implementation``) whose config picks the ``eager`` loop
     (the OpenAI privacy filter defaults to it: its authors keep eager's summation order) dispatch through
-    ``grouped_mm``, which traces; yields their names. Each config's choice is given back on leaving."""
-    configs: dict[int, tuple[Any, Any]] = {}
-    names = []
+    ``grouped_mm``, which traces; yields their names. Every config of the model's modules has its own choice back on
+    leaving (transformers' setter passes a choice down to sub-configs, so each is put back as it was)."""
+    configs = {id(c): c for m in model.modules() if (c := getattr(m, "config", None)) is not None
+               and hasattr(c, "_experts_implementation_internal")}
+    before = {key: c._experts_implementation_internal for key, c in configs.items()}
+    names, eager = [], {}
     for name, module in model.named_modules():
         config: Any = getattr(module, "config", None)
         if hasattr(module, "has_gate") and getattr(config, "_experts_implementation", None) == "eager":
-            configs.setdefault(id(config), (config, "eager"))
+            eager[id(config)] = config
             names.append(name)
     try:
-        for config, _ in configs.values():
+        for config in eager.values():
             config._experts_implementation = "grouped_mm"
         yield names
     finally:
-        for config, before in configs.values():
-            config._experts_implementation = before
+        for key, config in configs.items():
+            config._experts_implementation_internal = before[key]
 
 
 @contextlib.contextmanager
