@@ -7,7 +7,7 @@ each is measured only once a check has failed:
   decoder prenet keeps its dropout on; VITS samples noise and durations). The check stays failed, saying that no file
   can match such a model run for run.
 - **PyTorch's own float32 arithmetic is off by more than the check allows** (activations in the thousands before a
-  clamp: a MobileNet drawn at ten times its init scale rounds by 1.6e-3 in its outputs). The model run in float64 is
+  clamp: a MobileNet drawn at ten times its init scale rounds by up to 1.6e-3). The model run in float64 is
   then the truer reference: a file no further from it than PyTorch's float32 run is, within :data:`ROUNDING_FACTOR`
   (the RMS of its error; no element past twice that times PyTorch's worst), in every output the check's own rule
   does not pass, is within rounding, and the check passes, saying so with both errors. A second look that fails
