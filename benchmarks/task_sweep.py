@@ -360,20 +360,16 @@ def float_outputs(model: Any) -> list[Any]:
     import torch
 
     from onnx_nb.kinds.hf import samples
+    from onnx_nb.steps.export.machinery.wrap import output_paths, pick
 
     try:
         with torch.no_grad():
             out = model(**samples.build(model).as_dict())
     except Exception:  # noqa: BLE001 - the row's, later
         return []
-    todo, found = list(out.values() if hasattr(out, "values") else [out]), []
-    while todo:  # a backbone's feature maps come as a tuple
-        v = todo.pop(0)
-        if isinstance(v, (tuple, list)):
-            todo += list(v)
-        elif isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel():
-            found.append(v)
-    return found
+    # the tensors the export takes as the model's outputs (a backbone's feature maps, each one)
+    tensors = [pick(out, path) for _, path in output_paths(out, hf=True)]
+    return [v for v in tensors if v.is_floating_point() and v.numel()]
 
 
 def underflows(outputs: list[Any]) -> bool:

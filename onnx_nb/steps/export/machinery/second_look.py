@@ -43,9 +43,12 @@ def _looked(verdict: Any, staged: Path, flat: Any, probe: Any, after: tuple[Any,
     from .torch_exporters import arrays_of
 
     if id(probe) not in seen:
-        again = _reference(flat, probe, wide=False)
+        import torch
+
+        with torch.no_grad():
+            again = flat.reference(*probe.tensors)
         note = unsteady(arrays_of(flat.output_names, after), arrays_of(flat.output_names, again))
-        seen[id(probe)] = (note, None if note else _reference(flat, probe, wide=True))
+        seen[id(probe)] = (note, None if note else _in_float64(flat, probe))
     note, wide = seen[id(probe)]
     if note:
         return dataclasses.replace(verdict, summary=f"{verdict.summary} ({note})",
@@ -59,15 +62,12 @@ def _looked(verdict: Any, staged: Path, flat: Any, probe: Any, after: tuple[Any,
                                figures={**verdict.figures, "rounding": rounding})
 
 
-def _reference(flat: Any, probe: Any, wide: bool) -> Any:
-    """PyTorch's outputs on ``probe`` again; ``wide``: with the model and the float inputs in float64 (None where the
-    model holds other than float32 weights, is too large to copy, or does not run in float64), the model's float32
-    weights given back after."""
+def _in_float64(flat: Any, probe: Any) -> Any:
+    """PyTorch's outputs on ``probe`` with the model and the float inputs in float64 (None where the model holds
+    other than float32 weights, is too large to copy, or does not run in float64), the model's float32 weights given
+    back after."""
     import torch
 
-    if not wide:
-        with torch.no_grad():
-            return flat.reference(*probe.tensors)
     model = flat.model
     tensors = [*model.parameters(), *model.buffers()]
     floats = [t for t in tensors if t.is_floating_point()]
