@@ -567,6 +567,14 @@ def exported(row: dict[str, Any], folder: Any, out: Path, started: float, sample
         return None
     row["export_s"] = round(time.perf_counter() - t, 1)
     row["exporter"] = getattr(result, "exporter", None)
+    row["patches"] = getattr(result, "patch_set", None) or "none"  # whose rewrites the file was traced under
+    from onnx_nb.steps.export.machinery.torch_route import UPSTREAM
+
+    parts = getattr(result, "parts", None) or {"": result}  # a file of several parts: each part's own attempts
+    theirs = [f"{name + ': ' if name else ''}{said}" for name, part in parts.items()
+              if (said := (getattr(part, "fallback_reason", None) or {}).get(UPSTREAM))]
+    if theirs:  # transformers' patch set ran first and its file was not kept
+        row["transformers_patches"] = "; ".join(theirs)[:300]
     row["export"] = "ok" if result else f"check {getattr(result, 'status', 'failed')}"
     if not result:  # the check's own words: what differed, and where
         said = getattr(result, "check_text", None)  # (files chained: the chain's own summary)
@@ -666,12 +674,14 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += ["", "## Speech LLMs", "", *speech_llm_section(ROOT / "benchmarks" / "results" / "speech_llm_sweep.json")]
     import exporter_peer_seq2seq
     import exporter_peer_sweep  # the other sweeps import this module: imported here, not above
+    import patch_sets
     import task_sweep
     import timm_sweep
 
     seq2seq = swept(ROOT / "benchmarks" / "results" / "seq2seq_sweep.json")
     lines += ["", "## transformers' own exporter on the same configs", "", *exporter_peer_sweep.section(rows), "",
-              *exporter_peer_seq2seq.section(seq2seq[0] if seq2seq else [])]
+              *exporter_peer_seq2seq.section(seq2seq[0] if seq2seq else []), "", "### Whose patches", "",
+              *patch_sets.section()]
 
     import transformers_js_sweep
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import onnx_nb
+from onnx_nb.steps.export.machinery.torch_route import UPSTREAM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import registry_sweep
@@ -191,7 +192,39 @@ def test_recurrences_looping_over_the_tokens_export_as_a_scan(tmp_path: Path, mo
     result = onnx_nb.export(model, out=tmp_path / "r.onnx", progress=False)
     assert result and result.exporter == "dynamo" and not result.fixed_axes, repr(result)
     assert result.op_histogram.get("Scan"), result.op_histogram
+    assert result.patch_set == "onnx-nb" and "token scans" in result.patches, result.patches
+    if model_type == "rwkv":  # transformers registers a patch for RWKV (its kernels off): its set ran first and its
+        # file, the loop traced at the sample's length, failed the check
+        assert "did not match PyTorch" in result.fallback_reason[UPSTREAM], result.fallback_reason
     assert [onnx_nb.generate(result, [p], max_new_tokens=6, eos_token_id=-1).tokens[0] for p in prompts] == expected
+
+
+def test_transformers_own_patches_run_first_where_it_writes_them(tmp_path: Path) -> None:
+    """transformers registers an export patch for YOSO's own code (its CUDA kernels switched off): the file is traced
+    under transformers' whole patch set, none of onnx-nb's rewrites, and passes the check; BERT has none registered,
+    and onnx-nb's route runs alone (its ``len()`` of a tensor read as the tensor's size, in BERT's module)."""
+    import transformers
+
+    sizes = {"vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+             "intermediate_size": 64, "max_position_embeddings": 64}
+    torch.manual_seed(0)
+    yoso = transformers.YosoForMaskedLM(transformers.YosoConfig(**sizes)).eval()
+    result = onnx_nb.export(yoso, out=tmp_path / "y.onnx", progress=False)
+    assert result and result.exporter == "dynamo" and not result.fallback_reason, repr(result)
+    assert result.patch_set == "transformers", result.patches
+    assert result.patches["transformers"] == ["transformers.models.yoso.modeling_yoso.is_kernels_available"]
+    assert "transformers' own for this model: modeling_yoso.is_kernels_available" in repr(result)
+    bert = transformers.BertForMaskedLM(transformers.BertConfig(**sizes)).eval()
+    plain = onnx_nb.export(bert, out=tmp_path / "b.onnx", progress=False)
+    assert plain and UPSTREAM not in plain.fallback_reason, repr(plain)
+    assert plain.patch_set == "onnx-nb" and plain.patches == {"lengths": ["transformers.models.bert.modeling_bert"]}
+    import transformers.integrations.moe  # registers the experts' op, as a model using it does
+
+    from onnx_nb.steps.export.patches import translations
+
+    table = translations.table()  # the experts' dispatch both translate: transformers' translation is given
+    for op in (torch.ops.aten._grouped_mm.default, torch.ops.transformers.grouped_mm_fallback.default):
+        assert table[op].__module__ == "transformers.exporters.exporter_onnx", table[op]
 
 
 def test_uncached_decoder_says_so_and_cache_true_is_refused(tmp_path: Path) -> None:

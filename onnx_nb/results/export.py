@@ -165,6 +165,15 @@ class ExportResult:
     unverified: list[str] = field(default_factory=list)  # why the file is not verified (one traced branch)
     memory: dict[str, Any] = field(default_factory=dict)  # the lean route: weights' bytes, the build's peak
     parts: dict[str, Path] = field(default_factory=dict)  # other files it needs: an encoder-decoder's encoder
+    patches: dict[str, list[str]] = field(default_factory=dict)  # per rewrite lent while tracing, what it replaced
+
+    @property
+    def patch_set(self) -> str:
+        """Whose rewrites the file was traced under: ``"transformers"`` (the patches transformers' own exporter
+        registers for this model), ``"onnx-nb"`` (onnx-nb's own), or ``""`` (none was needed)."""
+        if "transformers" in self.patches:
+            return "transformers"
+        return "onnx-nb" if self.patches else ""
 
     def __post_init__(self) -> None:
         self.check = ExportCheck.of(self.check)
@@ -202,6 +211,7 @@ class ExportResult:
             "fixed_axes": [f.to_dict() for f in self.fixed_axes], "dynamic": self.dynamic,
             "unverified": list(self.unverified), "memory": dict(self.memory),
             "parts": {k: str(v) for k, v in self.parts.items()},
+            "patches": {k: list(v) for k, v in self.patches.items()}, "patch_set": self.patch_set,
         }
 
     def to_pandas(self) -> Any:
@@ -225,6 +235,10 @@ class ExportResult:
                 ("size", human_bytes(self.file_size) + (" (external data)" if self.external_data else "")),
                 ("nodes", str(sum(self.op_histogram.values()))),
                 ("export time", f"{self.export_seconds:.1f} s")]
+        if self.patches:  # whose rewrites the trace ran under
+            theirs = [p.rsplit(".", 2)[-2:] for p in self.patches.get("transformers", [])]
+            rows.append(("patches", "transformers' own for this model: " + ", ".join(".".join(p) for p in theirs)
+                         if self.patch_set == "transformers" else "onnx-nb's: " + ", ".join(sorted(self.patches))))
         if self.memory.get("build_peak_bytes") is not None:
             m = self.memory
             rows.append(("peak memory", peak_text(m["build_peak_bytes"], m["weights_bytes"], "the checkpoint's")

@@ -41,9 +41,18 @@ class PartsExport:
         states = {p.status for p in self.parts.values()}
         return "failed" if "failed" in states else "unverified" if "unverified" in states else "verified"
 
+    @property
+    def patch_set(self) -> str:
+        """Whose rewrites each part's file was traced under (:attr:`ExportResult.patch_set`): one word where every
+        part agrees (``""``: none needed), else ``"vision: transformers, decoder: onnx-nb"``."""
+        sets = {name: part.patch_set or "none" for name, part in self.parts.items()}
+        if len(set(sets.values())) == 1:
+            return "" if next(iter(sets.values())) == "none" else next(iter(sets.values()))
+        return ", ".join(f"{name}: {which}" for name, which in sets.items())
+
     def to_dict(self) -> dict[str, Any]:
         return {"folder": str(self.folder), "status": self.status, "export_seconds": round(self.export_seconds, 3),
-                "parts": {name: part.to_dict() for name, part in self.parts.items()}}
+                "parts": {name: part.to_dict() for name, part in self.parts.items()}, "patch_set": self.patch_set}
 
     def _rows(self) -> list[tuple[str, ...]]:
         rows: list[tuple[str, ...]] = []

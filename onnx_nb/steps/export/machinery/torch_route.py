@@ -50,6 +50,8 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
             sum(b.numel() * b.element_size() for b in model.buffers())
         check_space(target.parent, param_bytes)
         order = ["dynamo", "torchscript"] if exporter == "auto" else [exporter]
+        if order[0] == "dynamo" and upstream_first(model):  # transformers' patches for this model, then onnx-nb's
+            order.insert(0, UPSTREAM)
         logs: dict[str, str] = {}  # each exporter's own log, for the refusal when every one failed
         big = param_bytes > onnxfile.EXTERNAL_DATA_BYTES
 
@@ -59,16 +61,16 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
         from .torch_exporters import first_line as exporter_error
 
         def attempt(s: Any, out_axes: Any, probe: Any, after: Any, given: Any = None) -> Any:
-            def write(name: str, staged: Path) -> tuple[list[Any], list[str]]:
+            def write(name: str, staged: Path) -> tuple[list[Any], list[str], dict[str, list[str]]]:
                 native: list[str] = []
                 branches: list[Any] = []
                 said: list[str] = []  # this exporter's warnings: only the published file's are the result's
                 try:
-                    run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset, big, said,
-                                 native, branches)
+                    patched = run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset, big, said,
+                                           native, branches)
                 finally:
                     logs[name] = "".join(native)
-                return branches, said
+                return branches, said, patched
 
             def judged(staged: Path, at: Any, want: Any) -> Any:  # a numbers failure looked at again
                 verdict = check_file(staged, at, want, flat.output_names)
@@ -105,10 +107,13 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
                 source.sample, source.input_axes = s.as_dict(), dict(narrow.axes)
                 done, s, fixed = retry, narrow, [*fixed, *also]
         if done.name:
-            branches, said = done.written
+            branches, said, patched = done.written
             warnings_seen.extend(w for w in said if w not in warnings_seen)
-            return make_result(target, done.files, done.name, done.attempts, done.seconds, warnings_seen, source,
-                               done.check, s, fixed, dynamic, unverified_of(branches, done.attempts))
+            result = make_result(target, done.files, "dynamo" if done.name == UPSTREAM else done.name, done.attempts,
+                                 done.seconds, warnings_seen, source, done.check, s, fixed, dynamic,
+                                 unverified_of(branches, done.attempts))
+            result.patches = patched
+            return result
     raise _all_failed(model, flat, s, done.attempts, done.errors, logs, source.instead)
 
 
@@ -195,7 +200,7 @@ def _grown_check(s: Any, flat: Any, before: tuple[Any, ...], warnings_seen: list
 
 def unverified_of(branches: list[Any], attempts: dict[str, str]) -> list[str]:
     """Why the file is not verified: the trace recorded one branch of data-dependent control flow."""
-    from .torch_exporters import FIX_HINT, data_dependent_failure
+    from .branches import FIX_HINT, data_dependent_failure
 
     found = [b.text() for b in branches]
     if branches or not data_dependent_failure(attempts.get("dynamo", "")):
@@ -204,20 +209,41 @@ def unverified_of(branches: list[Any], attempts: dict[str, str]) -> list[str]:
             f"TorchScript fallback traced only the path this sample took. {FIX_HINT}"]
 
 
+UPSTREAM = "dynamo with transformers' patches"  # the attempt that lends transformers' own patch set
+
+
+def upstream_first(model: Any) -> bool:
+    """Whether transformers registers export patches for ``model``'s own code (:mod:`..patches.upstream`): its set
+    is tried before onnx-nb's own rewrites."""
+    from ..patches import upstream
+
+    return bool(upstream.registered_for(model))
+
+
 def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
                   axes: dict[str, dict[int, str]], opset: int, external: bool,
-                  warnings_seen: list[str], native: list[str], branches: list[Any] | None = None) -> None:
-    """Run one exporter into ``staged``. TorchScript traces are watched for data-dependent branches
-    (appended to ``branches``): such a file only computes the path the sample took."""
-    from .torch_exporters import BranchWatch, export_dynamo, export_torchscript, quiet
+                  warnings_seen: list[str], native: list[str], branches: list[Any] | None = None
+                  ) -> dict[str, list[str]]:
+    """Run one exporter into ``staged``; returns, per patch, what it replaced (dynamo: :data:`UPSTREAM` lends
+    transformers' patch set, plain ``dynamo`` onnx-nb's). TorchScript traces are watched for data-dependent
+    branches (appended to ``branches``): such a file only computes the path the sample took."""
+    from ..patches import upstream
+    from .branches import BranchWatch
+    from .torch_exporters import export_dynamo, export_torchscript, quiet
 
     args = tuple(s.tensors)
     existing = set(staged.parent.iterdir())
+    patched: dict[str, list[str]] = {}
     with quiet(warnings_seen, native):
-        if name == "dynamo":
-            dynamo_or_eager(flat.model, warnings_seen, lambda: export_dynamo(
-                module, args, staged, s.names, flat.output_names, s.axes, opset, external,
-                related=bool(getattr(flat.model, "related_axes", False))))
+        if name in ("dynamo", UPSTREAM):
+            def export() -> None:
+                patched.clear()
+                patched.update(export_dynamo(
+                    module, args, staged, s.names, flat.output_names, s.axes, opset, external,
+                    related=bool(getattr(flat.model, "related_axes", False)),
+                    patch_set=upstream.SET if name == UPSTREAM else upstream.OWN))
+
+            dynamo_or_eager(flat.model, warnings_seen, export)
         else:
             with BranchWatch(args, flat.model) as watch:
                 export_torchscript(module, args, staged, s.names, flat.output_names, axes, opset)
@@ -243,12 +269,13 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
         if stray.is_file():
             stray.unlink()
     onnx.save(proto, str(staged))
+    return patched
 
 
 EAGER_SAID = "Traced with eager attention (matmul, softmax, matmul):"
 
 
-def dynamo_or_eager(model: Any, warnings_seen: list[str], export: Callable[[], None]) -> None:
+def dynamo_or_eager(model: Any, warnings_seen: list[str], export: Callable[[], Any]) -> None:
     """Run ``export`` (a dynamo export of ``model`` or a wrapper around it); when it stops at a view after the
     attention (:func:`_attention_strides`), once more with eager attention (transformers' or timm's), saying so."""
     try:

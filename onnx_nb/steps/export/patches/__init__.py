@@ -26,6 +26,8 @@ applies (what in a model it recognises), what it replaces, and why the export ne
 - :mod:`.matching`: onnxscript's pattern matcher in time linear in the graph (the exporter's clean-up and ORT's
   fusions), applied with the module patches; :mod:`.torchlib`: the exporter's registry of ONNX functions built once
   per process.
+- :mod:`.upstream`: transformers' own export patch set, tried before onnx-nb's rewrites for a model it writes patches
+  for; onnx-nb's own run where its file fails the check.
 - :mod:`.translations`: ONNX translations the dynamo exporter lacks (an integer mask's ``1.0 - mask`` among them),
   given to every dynamo export, and the repairs made on its graph after.
 

@@ -45,10 +45,12 @@ EXPORTER_PATCHES: tuple[Patch, ...] = (matching.PATCH, torchlib.PATCH)
 
 
 @contextlib.contextmanager
-def applied(model: Any) -> Iterator[dict[str, list[str]]]:
-    """Within: every patch of :data:`MODEL_PATCHES` that applies to ``model`` in place, and the exporter's
+def applied(model: Any, own: bool = True) -> Iterator[dict[str, list[str]]]:
+    """Within: every patch of :data:`MODEL_PATCHES` that applies to ``model`` in place (``own``; without, only the
+    exporter's: transformers' patch set stands in for onnx-nb's rewrites), and the exporter's
     (:data:`EXPORTER_PATCHES`); yields, per patch name, what it replaced (only those that replaced some). Everything
     is given back on leaving."""
     with contextlib.ExitStack() as stack:
-        replaced = {p.name: stack.enter_context(p.during(model)) for p in (*MODEL_PATCHES, *EXPORTER_PATCHES)}
+        replaced = {p.name: stack.enter_context(p.during(model))
+                    for p in (*(MODEL_PATCHES if own else ()), *EXPORTER_PATCHES)}
         yield {name: found for name, found in replaced.items() if found}

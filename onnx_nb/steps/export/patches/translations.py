@@ -5,7 +5,9 @@
   experts (its default ``grouped_mm`` experts implementation on CPU): rows sorted by expert, ``offs`` the running
   count per expert. The number of experts is static, so it unrolls into one MatMul per expert on that expert's
   rows (a Gather of a Range), concatenated: the file does the router's work, never every expert on every token.
-  transformers' own exporter (``transformers.exporters.exporter_onnx``) translates it the same way.
+  transformers' own exporter (``transformers.exporters.exporter_onnx``) translates it the same way, and its
+  translation is the one given where the installed transformers has it (:mod:`.upstream`): these two are the
+  fallback for a transformers before its exporter.
 - ``aten::histc``: the per-expert token counts of the routers that count with it.
 - ``aten::_is_all_true``: what ``torch._check_tensor_all`` leaves in a trace (transformers' ``torch_compilable_check``
   of a tensor condition, in its export patches for the vision towers): whether every element is true, a check the
@@ -238,6 +240,9 @@ def table() -> dict[Any, Any]:
         fallback = getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None)
         if fallback is not None:
             found[fallback.default] = _grouped_mm_fallback
+        from . import upstream  # transformers' own translation of the experts' dispatch, where it has one
+
+        found.update({op: fn for op, fn in upstream.translations().items() if op in found})
     return found
 
 
