@@ -33,6 +33,11 @@ def _rows() -> list[tuple[str, dict[str, Any]]]:
 
 
 def _served_by(sweep_name: str, row: dict[str, Any]) -> str:
+    if "patches" not in row and row.get("export") not in (None, "ok") and sweep_name not in OWN_ROUTES:
+        return "not exported (its row says why)"
+    if "patches" in row and "transformers" not in row["patches"] and not row.get("transformers_patches"):
+        return {"onnx-nb": "onnx-nb's", "none": "none needed"}.get(row["patches"], row["patches"]) + \
+            " (transformers' set not tried: its patches are for classes this model has not)"
     if "patches" in row:
         names = {"transformers": "transformers'", "onnx-nb": "onnx-nb's", "none": "none needed"}
         said = ", ".join(" ".join(names.get(w, w) for w in part.split(" ")) for part in row["patches"].split(", "))
@@ -57,7 +62,7 @@ def section() -> list[str]:
         if found:
             theirs[t] = found
     counted = [(s, r) for s, r in rows if r["type"] in theirs and r.get("export")]
-    kept = sum(r.get("patches") == "transformers" for _, r in counted)
+    kept = sum("transformers" in r.get("patches", "") for _, r in counted)  # every file, or some of a model's
     lines = [
         f"transformers {transformers.__version__}'s own exporter (`transformers.exporters`) registers export patches "
         f"for the code of {len(theirs)} of the {len({r['type'] for _, r in rows})} model types these sweeps build "
@@ -66,9 +71,10 @@ def section() -> list[str]:
         "(its patches, FX graph fixes, ONNX translations and graph repairs, none of onnx-nb's rewrites), and keeps "
         "onnx-nb's own where that file fails the check (a patch of a class counts where the model has the class: "
         "Qwen3.5's text models have not its vision attention); every other type is exported with onnx-nb's own "
-        "rewrites (`result.patch_set` says which). Of the {len(counted)} sweep rows of those types that were exported, "
-        f"**{kept} are served by transformers' patch set**. The experts' `grouped_mm`, which both translate, takes "
-        "transformers' translation in every export.",
+        f"rewrites (`result.patch_set` says which). Of the {len(counted)} sweep rows of those types that were "
+        f"exported, **{kept} are served by transformers' patch set** (for a model of several files, at least one "
+        "of them). The experts' `grouped_mm`, which both translate, takes transformers' translation in every "
+        "export.",
         "",
         "| type | patches transformers registers for it | sweep | whose patches served |",
         "|---|---|---|---|",

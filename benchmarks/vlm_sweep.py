@@ -169,9 +169,10 @@ def tiny_config(model_type: str, text_sizes: dict[str, int], vision_sizes: dict[
     from onnx_nb.kinds.vlm.parts import image_token_of
 
     text = config.get_text_config()
-    for name in ("image_token_index", "image_token_id"):  # BLIP-2's default config names none: its checkpoints
-        if name in vars(config) and getattr(config, name) is None and isinstance(  # add one past the vocabulary
-                getattr(config, "num_query_tokens", None), int) and isinstance(getattr(text, "vocab_size", None), int):
+    for name in ("image_token_index", "image_token_id"):  # a default config naming none (BLIP-2's, MiniCPM-V's,
+        # Nemotron-H Omni's: the checkpoint's tokenizer adds it): one past the vocabulary, as those checkpoints add it
+        if name in vars(config) and getattr(config, name) is None and \
+                isinstance(getattr(text, "vocab_size", None), int):
             setattr(config, name, int(text.vocab_size))
     token = image_token_of(config)
     if token is not None and hasattr(vision, "temporal_patch_size") and "vision_start_token_id" not in vars(config):

@@ -294,6 +294,8 @@ def test_page_counts_only_what_pytorch_runs_and_escapes() -> None:
     assert "| d | DForCausalLM | ✓ | ✗ |  |  | differs; router starts at zero: 1 given random weights |" in text
     assert "&lt;bad&gt; / x" in text and "<bad>" not in text
     assert "| c | CForCausalLM | – | – | – | – | PyTorch cannot build: ValueError: no |" in text
+    # whose patches served the sweeps' rows of the types transformers writes export patches for (its registry)
+    assert "### Whose patches" in text and "registers export patches for the code of" in text
 
 
 def test_sliding_window_decoder_is_right_past_its_window(tmp_path: Path) -> None:
