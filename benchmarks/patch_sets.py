@@ -32,20 +32,23 @@ def _rows() -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
+NAMES = {"transformers": "transformers'", "onnx-nb": "onnx-nb's", "none": "none needed",
+         "torchscript": "TorchScript's file (no patches)"}
+
+
 def _served_by(sweep_name: str, row: dict[str, Any]) -> str:
-    if "patches" not in row and row.get("export") not in (None, "ok") and sweep_name not in OWN_ROUTES:
-        return "not exported (its row says why)"
-    if "patches" in row and "transformers" not in row["patches"] and not row.get("transformers_patches"):
-        return {"onnx-nb": "onnx-nb's", "none": "none needed"}.get(row["patches"], row["patches"]) + \
-            " (transformers' set not tried: its patches are for classes this model has not)"
-    if "patches" in row:
-        names = {"transformers": "transformers'", "onnx-nb": "onnx-nb's", "none": "none needed"}
-        said = ", ".join(" ".join(names.get(w, w) for w in part.split(" ")) for part in row["patches"].split(", "))
-        why = row.get("transformers_patches")
-        return f"{said} (transformers' set: {why})" if why else said
     if sweep_name in OWN_ROUTES:
         return OWN_ROUTES[sweep_name]
-    return "not re-run since transformers' set was tried first"
+    if "patches" not in row:
+        return "not exported (its row says why)" if row.get("export") not in (None, "ok") else \
+            "not re-run since transformers' set was tried first"
+    said = ", ".join(" ".join(NAMES.get(w, w) for w in part.split(" ")) for part in row["patches"].split(", "))
+    why = row.get("transformers_patches")
+    if why:
+        return f"{said} (transformers' set: {why})"
+    if "transformers" not in row["patches"]:  # transformers' set not tried: no patched code ran
+        return f"{said} (transformers' set not tried: its patches are for code this model does not run)"
+    return said
 
 
 def section() -> list[str]:
@@ -61,25 +64,26 @@ def section() -> list[str]:
         found = upstream.registered_for_type(t)
         if found:
             theirs[t] = found
-    counted = [(s, r) for s, r in rows if r["type"] in theirs and r.get("export")]
-    kept = sum("transformers" in r.get("patches", "") for _, r in counted)  # every file, or some of a model's
+    listed = [(s, r) for s, r in rows if r["type"] in theirs and r.get("export")]
+    counted = [(s, r) for s, r in listed if r.get("export") == "ok" and "patches" in r]  # exported since
+    kept = sum("transformers" in r["patches"] for _, r in counted)  # every file, or some of a model's
     lines = [
         f"transformers {transformers.__version__}'s own exporter (`transformers.exporters`) registers export patches "
         f"for the code of {len(theirs)} of the {len({r['type'] for _, r in rows})} model types these sweeps build "
         "(the rest of its patches are generic: `torch.where`, `torch.split`, attention that masks every key...). "
         "For a model with such a patch, onnx-nb's dynamo route first exports with transformers' whole patch set "
         "(its patches, FX graph fixes, ONNX translations and graph repairs, none of onnx-nb's rewrites), and keeps "
-        "onnx-nb's own where that file fails the check (a patch of a class counts where the model has the class: "
-        "Qwen3.5's text models have not its vision attention); every other type is exported with onnx-nb's own "
-        f"rewrites (`result.patch_set` says which). Of the {len(counted)} sweep rows of those types that were "
-        f"exported, **{kept} are served by transformers' patch set** (for a model of several files, at least one "
-        "of them). The experts' `grouped_mm`, which both translate, takes transformers' translation in every "
-        "export.",
+        "onnx-nb's own where that file fails the check (a patch counts where the model runs the code it patches: "
+        "a vision-language model's decoder file holds its vision tower but never runs it); every other type is "
+        "exported with onnx-nb's own rewrites (`result.patch_set` says which). "
+        f"Of the {len(counted)} sweep rows of those types exported since this was recorded, **{kept} are served by "
+        "transformers' patch set** (for a model of several files, at least one of them). The experts' `grouped_mm`, "
+        "which both translate, takes transformers' translation in every export.",
         "",
         "| type | patches transformers registers for it | sweep | whose patches served |",
         "|---|---|---|---|",
     ]
-    for s, r in sorted(counted, key=lambda x: (x[1]["type"], x[0])):
+    for s, r in sorted(listed, key=lambda x: (x[1]["type"], x[0])):
         names = ", ".join(p.rsplit(".", 2)[-2] + "." + p.rsplit(".", 1)[-1] for p in theirs[r["type"]])
         lines.append(f"| {r['type']} | {html.escape(names)} | {s} | "
                      f"{html.escape(_served_by(s, r)).replace('|', '/')} |")

@@ -567,19 +567,36 @@ def exported(row: dict[str, Any], folder: Any, out: Path, started: float, sample
         return None
     row["export_s"] = round(time.perf_counter() - t, 1)
     row["exporter"] = getattr(result, "exporter", None)
-    row["patches"] = getattr(result, "patch_set", None) or "none"  # whose rewrites the file was traced under
-    from onnx_nb.steps.export.machinery.torch_route import UPSTREAM
-
-    parts = getattr(result, "parts", None) or {"": result}  # a file of several parts: each part's own attempts
-    theirs = [f"{name + ': ' if name else ''}{said}" for name, part in parts.items()
-              if (said := (getattr(part, "fallback_reason", None) or {}).get(UPSTREAM))]
+    row["patches"], theirs = patch_sets_of(result)  # whose rewrites each file was traced under
     if theirs:  # transformers' patch set ran first and its file was not kept
-        row["transformers_patches"] = "; ".join(theirs)[:300]
+        row["transformers_patches"] = theirs[:300]
     row["export"] = "ok" if result else f"check {getattr(result, 'status', 'failed')}"
     if not result:  # the check's own words: what differed, and where
         said = getattr(result, "check_text", None)  # (files chained: the chain's own summary)
         row["export_note"] = (said() if said else str(getattr(result, "chain", {}).get("summary", "")))[:300]
     return result
+
+
+def patch_sets_of(result: Any) -> tuple[str, str]:
+    """Whose patches each file of ``result`` was traced under (``transformers``, ``onnx-nb``, ``none``, or
+    ``torchscript``: a TorchScript file, no patches), as ``"vision: transformers, decoder: onnx-nb"`` for a model of
+    several files; and why transformers' set was not kept where it ran first and lost."""
+    from onnx_nb.results.parts import PartsExport
+    from onnx_nb.steps.export.machinery.torch_route import UPSTREAM
+
+    parts = result.parts if isinstance(result, PartsExport) else {"": result}
+    labels, lost = {}, []
+    for name, part in parts.items():
+        labels[name] = "torchscript" if getattr(part, "exporter", "") == "torchscript" else (
+            getattr(part, "patch_set", "") or "none")
+        # the narrowed retry renames the first round's attempts ("..., sizes dynamic"): theirs under any name
+        said = next((v for k, v in (getattr(part, "fallback_reason", None) or {}).items() if k.startswith(UPSTREAM)),
+                    None)
+        if said:
+            lost.append(f"{name + ': ' if name else ''}{said}")
+    if len(set(labels.values())) == 1:
+        return next(iter(labels.values())), "; ".join(lost)
+    return ", ".join(f"{k}: {v}" for k, v in labels.items()), "; ".join(lost)
 
 
 def uncached_ties(model: Any, prompts: list[list[int]], made: list[list[int]],

@@ -218,6 +218,14 @@ def test_transformers_own_patches_run_first_where_it_writes_them(tmp_path: Path)
     plain = onnx_nb.export(bert, out=tmp_path / "b.onnx", progress=False)
     assert plain and UPSTREAM not in plain.fallback_reason, repr(plain)
     assert plain.patch_set == "onnx-nb" and plain.patches == {"lengths": ["transformers.models.bert.modeling_bert"]}
+    from onnx_nb.steps.export.patches import upstream
+
+    # a patch counts for the code a model runs: the classes whose forward ran (a decoder holding a tower it never
+    # runs does not count the tower's), and the modeling module's functions of those
+    span = transformers.models.qwen2_vl.modeling_qwen2_vl.VisionAttention
+    text = transformers.models.qwen2_vl.modeling_qwen2_vl.Qwen2VLTextModel
+    assert upstream.registered_for(None, {span}) == [f"{span.__module__}.VisionAttention.forward"]
+    assert upstream.registered_for(None, {text}) == [] and upstream.registered_for(None, {torch.nn.Linear}) == []
     import transformers.integrations.moe  # registers the experts' op, as a model using it does
 
     from onnx_nb.steps.export.patches import translations

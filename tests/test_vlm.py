@@ -98,6 +98,14 @@ def test_a_family_exports_as_three_files_and_generates_pytorchs_tokens(family: s
     assert result.status in ("verified", "unverified"), result
     assert result.chain["passed"], result.chain
     assert result.source.adapter == "vlm" and result.source.cache_layout.embeds == 64
+    if family in ("qwen2_vl", "qwen2_5_vl"):  # transformers writes a patch for the tower's span attention: its set
+        # traces the tower, onnx-nb's repairs of that patch named beside it; the decoder never runs the tower
+        from onnx_nb.steps.export.patches import upstream
+
+        vision, decoder = result.parts["vision"], result.parts["decoder"]
+        assert vision.patch_set == "transformers" and vision.patches[upstream.SET], vision.patches
+        assert any(p.startswith("span attention repairs") for p in vision.patches[upstream.ADDED]), vision.patches
+        assert decoder.patch_set != "transformers", decoder.patches
     made = []
     for seed in (5, 6):  # two images: the tokens follow the image
         ids, pixels = _prompt(model, result.image_token, 1, seed)

@@ -237,8 +237,10 @@ class ExportResult:
                 ("export time", f"{self.export_seconds:.1f} s")]
         if self.patches:  # whose rewrites the trace ran under
             theirs = [p.rsplit(".", 2)[-2:] for p in self.patches.get("transformers", [])]
+            also = "".join(f"; {k}: {', '.join(v)}" for k, v in self.patches.items() if k != "transformers")
             rows.append(("patches", "transformers' own for this model: " + ", ".join(".".join(p) for p in theirs)
-                         if self.patch_set == "transformers" else "onnx-nb's: " + ", ".join(sorted(self.patches))))
+                         + also if self.patch_set == "transformers" else
+                         "onnx-nb's: " + ", ".join(sorted(self.patches))))
         if self.memory.get("build_peak_bytes") is not None:
             m = self.memory
             rows.append(("peak memory", peak_text(m["build_peak_bytes"], m["weights_bytes"], "the checkpoint's")

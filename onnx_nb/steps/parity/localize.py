@@ -249,7 +249,9 @@ def first_divergence(path: Path, ref: Reference, feed: dict[str, np.ndarray], pr
     proto = load_proto(path)
     exporter = ref.exporter or exporter_of(proto)
     strategies: list[Callable[[], DivergingNode | None]] = []
-    if exporter in ("dynamo", "torchscript"):
+    from ..export.machinery.torch_route import UPSTREAM
+
+    if exporter in ("dynamo", "torchscript", UPSTREAM):
         def fresh() -> DivergingNode | None:
             with scratch_dir("onnx-nb-localize-") as tmp:
                 fresh_path = _fresh_export(ref, exporter, opset(proto), Path(tmp))

@@ -34,7 +34,11 @@ def reference_and_model(reference: Any, onnx_model: Any, sample: Any, seed: int,
             "it can only be left out when the reference is an ExportResult or a variant."
         )
     candidate = _path_of(onnx_model if onnx_model is not None else reference, "onnx_model")
-    exporter = onnx_model.exporter if isinstance(onnx_model, ExportResult) else None
+    exporter = None
+    if isinstance(onnx_model, ExportResult):  # traced under transformers' patch set: its attempt, for a fresh export
+        from ..export.machinery.torch_route import UPSTREAM
+
+        exporter = UPSTREAM if onnx_model.patch_set == "transformers" else onnx_model.exporter
     if own:  # an export: its adapter builds the reference (the framework it came from, fed as the export was)
         return adapter_of(reference).reference(reference, candidate, sample, seed, exporter, against), candidate
     parent = getattr(reference, "path", None) if not isinstance(reference, (str, os.PathLike)) else None

@@ -134,13 +134,14 @@ def quiet(collected: list[str], native: list[str]) -> Iterator[None]:
 def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path: Path,
                   input_names: list[str], output_names: list[str], axes: AxisSpec,
                   opset: int, external_data: bool, varargs_from: int | None = None, related: bool = False,
-                  patch_set: str = "onnx-nb") -> dict[str, list[str]]:
-    """``torch.export`` then ONNX; returns, per patch, what it replaced (``patch_set`` :mod:`..patches.upstream`'s
-    ``SET``: transformers' own patch set in place of onnx-nb's rewrites, its entry the patches written for this
-    model). ``varargs_from``: the module takes ``*tensors`` from that input on (a decoder's cache); its axes are then
-    declared ``Dim.AUTO`` (torch.export relates them itself, e.g. a mask as long as the cache plus the new tokens,
-    which named dims cannot say) and named after ``axes`` in the saved file. ``related``: the same for a module whose
-    axes follow each other otherwise (an image's patches, four per merged row, and its windows)."""
+                  upstream_patches: list[str] | None = None) -> dict[str, list[str]]:
+    """``torch.export`` then ONNX; returns, per patch, what it replaced. ``upstream_patches``: the patches
+    transformers writes for this model; given, its whole patch set (:mod:`..patches.upstream`) stands in for onnx-nb's
+    rewrites, recorded under its ``SET`` with what onnx-nb adds to it. ``varargs_from``: the module takes
+    ``*tensors`` from that input on (a decoder's cache); its axes are then declared ``Dim.AUTO`` (torch.export relates
+    them itself, e.g. a mask as long as the cache plus the new tokens, which named dims cannot say) and named after
+    ``axes`` in the saved file. ``related``: the same for a module whose axes follow each other otherwise (an image's
+    patches, four per merged row, and its windows)."""
     from ..patches import translations, upstream
     from ..patches.applying import EXPORTER_PATCHES, applied
 
@@ -158,11 +159,11 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     translations.exact_no_ops()  # a norm's epsilon of 1e-8 is not "+ 0"
     translations.complex_ops()  # Llama 4's rotary unsqueezes a complex tensor
     table = translations.table()
-    theirs = patch_set == upstream.SET
+    theirs = upstream_patches is not None
     with contextlib.ExitStack() as stack:
-        if theirs:  # transformers' patch set, with the exporter's helpers but none of onnx-nb's rewrites
-            stack.enter_context(upstream.applied())
-            replaced = {upstream.SET: upstream.registered_for(module)}  # the ones written for this model's code
+        if upstream_patches is not None:  # transformers' patch set, the exporter's helpers, none of onnx-nb's rewrites
+            added = stack.enter_context(upstream.applied())  # onnx-nb's repairs of its patches name themselves here
+            replaced = {upstream.SET: upstream_patches, upstream.ADDED: added}
             table = {**table, **upstream.translations()}
             stack.enter_context(applied(module, own=False))
         else:  # an experts loop of its own: transformers' grouped dispatch; windows pooled into entries: without

@@ -29,8 +29,11 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
     warnings_seen: list[str] = list(source.load_warnings)
     with eval_mode(model):
         flat = adapter.flat(source, s.names, s.as_kwargs)
+        from ..patches import upstream
+
         try:
-            before = flat.discover(s.tensors)
+            with upstream.watching() as ran:  # the classes whose forward runs: the code transformers may patch
+                before = flat.discover(s.tensors)
         except OnnxNbError:
             raise
         except Exception as exc:
@@ -50,7 +53,8 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
             sum(b.numel() * b.element_size() for b in model.buffers())
         check_space(target.parent, param_bytes)
         order = ["dynamo", "torchscript"] if exporter == "auto" else [exporter]
-        if order[0] == "dynamo" and upstream_first(model):  # transformers' patches for this model, then onnx-nb's
+        theirs = upstream.registered_for(model, ran)
+        if order[0] == "dynamo" and theirs:  # transformers' patches for the code this model runs, then onnx-nb's
             order.insert(0, UPSTREAM)
         logs: dict[str, str] = {}  # each exporter's own log, for the refusal when every one failed
         big = param_bytes > onnxfile.EXTERNAL_DATA_BYTES
@@ -67,7 +71,7 @@ def export_module(adapter: Any, source: ModelSource, args: ExportArgs, target: P
                 said: list[str] = []  # this exporter's warnings: only the published file's are the result's
                 try:
                     patched = run_exporter(name, module, s, flat, staged, {**s.axes, **out_axes}, opset, big, said,
-                                           native, branches)
+                                           native, branches, theirs)
                 finally:
                     logs[name] = "".join(native)
                 return branches, said, patched
@@ -212,21 +216,14 @@ def unverified_of(branches: list[Any], attempts: dict[str, str]) -> list[str]:
 UPSTREAM = "dynamo with transformers' patches"  # the attempt that lends transformers' own patch set
 
 
-def upstream_first(model: Any) -> bool:
-    """Whether transformers registers export patches for ``model``'s own code (:mod:`..patches.upstream`): its set
-    is tried before onnx-nb's own rewrites."""
-    from ..patches import upstream
-
-    return bool(upstream.registered_for(model))
-
-
 def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
                   axes: dict[str, dict[int, str]], opset: int, external: bool,
-                  warnings_seen: list[str], native: list[str], branches: list[Any] | None = None
-                  ) -> dict[str, list[str]]:
+                  warnings_seen: list[str], native: list[str], branches: list[Any] | None = None,
+                  theirs: list[str] | None = None) -> dict[str, list[str]]:
     """Run one exporter into ``staged``; returns, per patch, what it replaced (dynamo: :data:`UPSTREAM` lends
-    transformers' patch set, plain ``dynamo`` onnx-nb's). TorchScript traces are watched for data-dependent
-    branches (appended to ``branches``): such a file only computes the path the sample took."""
+    transformers' patch set, ``theirs`` the patches it writes for this model (read from the model where not given),
+    plain ``dynamo`` onnx-nb's). TorchScript traces are watched for data-dependent branches (appended to
+    ``branches``): such a file only computes the path the sample took."""
     from ..patches import upstream
     from .branches import BranchWatch
     from .torch_exporters import export_dynamo, export_torchscript, quiet
@@ -241,7 +238,7 @@ def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
                 patched.update(export_dynamo(
                     module, args, staged, s.names, flat.output_names, s.axes, opset, external,
                     related=bool(getattr(flat.model, "related_axes", False)),
-                    patch_set=upstream.SET if name == UPSTREAM else upstream.OWN))
+                    upstream_patches=(theirs or upstream.registered_for(flat.model)) if name == UPSTREAM else None))
 
             dynamo_or_eager(flat.model, warnings_seen, export)
         else:

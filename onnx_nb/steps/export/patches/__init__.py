@@ -1,7 +1,8 @@
 """Export-time rewrites of a model, in one place and under one contract (:class:`.contract.Patch`): where each
 applies (what in a model it recognises), what it replaces, and why the export needs it.
 
-- Module patches, lent to a model's instances for the length of a dynamo export (:func:`.applying.applied`):
+- Module patches, lent to a model's instances for the length of a dynamo export with onnx-nb's own patch set
+  (:func:`.applying.applied`; transformers' set stands in for them where :mod:`.upstream` says):
   :mod:`.experts` (an experts loop of a family's own: transformers' grouped dispatch), :mod:`.expert_tables` (a
   table of expert modules looping over the experts hit: every expert in turn), :mod:`.windows` (windows pooled
   into entries without a branch on the length), :mod:`.scans` (a recurrence looping over the tokens: one scan),

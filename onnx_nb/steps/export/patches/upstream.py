@@ -4,9 +4,13 @@ beside each model by its authors), its graph fixes after torch's decompositions 
 ONNX translations and its repairs of the written graph.
 
 The dynamo route tries this set first for a model transformers writes patches for (:func:`registered_for`: a patch
-whose target lives in one of the model's own modeling modules), with onnx-nb's exporter helpers (the pattern matcher,
-torchlib's registry built once) but none of onnx-nb's own rewrites of the model; where its file fails onnx-nb's
-check, onnx-nb's own patch set runs as before (:mod:`.applying`). An operator both tables translate takes
+whose target is code the model runs: a function of its modeling module, a method of one of its classes), with
+onnx-nb's exporter helpers (the pattern matcher, torchlib's registry built once), its translations of operators
+transformers does not translate and its repairs of the written graph, but none of onnx-nb's module rewrites (the
+two repairs onnx-nb makes to transformers' span-attention patch stay, and say so: :func:`within`); where its file
+fails onnx-nb's check, onnx-nb's own patch set runs as before (:mod:`.applying`). transformers' own exporter also
+fixes the graph right after ``torch.export`` and picks the experts' implementation: those are not copied (the fixes
+run once, after the decompositions). An operator both tables translate takes
 transformers' translation in either set where the installed transformers has one (the experts' ``grouped_mm``): the
 same rows to the same experts, kept by transformers. Nothing here imports ``transformers.exporters`` before it runs.
 """
@@ -17,8 +21,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-SET = "transformers"  # the names the result records for each set
-OWN = "onnx-nb"
+SET = "transformers"  # the name the result records for this set
+ADDED = "onnx-nb's repairs of transformers' patches"  # and for what onnx-nb lends inside it
 
 
 def _exporter() -> Any:
@@ -43,17 +47,34 @@ def registry() -> list[tuple[str, str]]:
     return [(path, attribute) for backend in ("dynamo", "onnx") for path, attribute, _ in found.get(backend, [])]
 
 
-def registered_for(model: Any) -> list[str]:
+def registered_for(model: Any, ran: set[type] | None = None) -> list[str]:
     """The patches transformers registers for ``model``'s own code: a function of a modeling module one of its
-    submodules' classes comes from (``modeling_rwkv.is_kernels_available``), or a method of one of those classes
-    (``NllbMoeTop2Router._cast_classifier``; Qwen3.5's text model has not its module's vision attention); the generic
-    ones (``torch.where``) are not "for" a model. Empty for a model outside transformers."""
-    if not hasattr(model, "modules"):
+    classes comes from (``modeling_rwkv.is_kernels_available``), or a method of one of those classes or a class they
+    inherit from (``NllbMoeTop2Router._cast_classifier``); the generic ones (``torch.where``) are not "for" a model.
+    ``ran``: the classes whose forward ran on the sample (:func:`watching`): a part that holds the whole model (a
+    vision-language model's decoder, which never runs its tower) is judged on the code it runs. Empty for a model
+    outside transformers, without importing transformers' exporter."""
+    if ran is None:
+        ran = {type(m) for m in model.modules()} if hasattr(model, "modules") else set()
+    ours = [c for c in ran if c.__module__.startswith("transformers.models.")]
+    if not ours:
         return []
-    classes = {type(m) for m in model.modules() if type(m).__module__.startswith("transformers.models.")}
-    modules = {c.__module__ for c in classes}
-    owners = modules | {f"{c.__module__}.{c.__qualname__}" for c in classes}
+    owners = {f"{b.__module__}.{b.__qualname__}" for c in ours for b in c.__mro__}
+    owners |= {b.__module__ for c in ours for b in c.__mro__ if b.__module__.startswith("transformers.models.")}
     return sorted({f"{path}.{attribute}" for path, attribute in registry() if path in owners})
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[set[type]]:
+    """Within: the classes of every module whose forward runs, collected in the set yielded."""
+    import torch
+
+    seen: set[type] = set()
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, _a: seen.add(type(m)))
+    try:
+        yield seen
+    finally:
+        hook.remove()
 
 
 def registered_for_type(model_type: str) -> list[str]:
@@ -65,14 +86,29 @@ def registered_for_type(model_type: str) -> list[str]:
     return sorted({f"{path}.{attribute}" for path, attribute in registry() if (path + ".").startswith(prefix)})
 
 
+_WITHIN: list[list[str]] = []  # while applied(): what onnx-nb adds to transformers' set, said in the result
+
+
 @contextlib.contextmanager
-def applied() -> Iterator[None]:
+def applied() -> Iterator[list[str]]:
     """Within: transformers' patches for the ONNX export (every one it registers, generic and model-specific, as its
-    own exporter lends them; its FX graph fixes run after torch's decompositions through one of them)."""
+    own exporter lends them; its FX graph fixes run after torch's decompositions through one of them). Yields the
+    list where onnx-nb's repairs of those patches, lent while tracing, name themselves (:func:`within`)."""
     from transformers.exporters.utils import apply_patches
 
-    with apply_patches("dynamo"), apply_patches("onnx"):
-        yield
+    added: list[str] = []
+    _WITHIN.append(added)
+    try:
+        with apply_patches("dynamo"), apply_patches("onnx"):
+            yield added
+    finally:
+        _WITHIN.pop()
+
+
+def within() -> list[str] | None:
+    """The list of :func:`applied` when its patches are lent now (a repair then lends itself alone, and names itself
+    there), else None."""
+    return _WITHIN[-1] if _WITHIN else None
 
 
 def translations() -> dict[Any, Any]:

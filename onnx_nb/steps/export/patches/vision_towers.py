@@ -2,7 +2,8 @@
 image each or Qwen2.5-VL's windows): transformers' own export patches, and two repairs of them. The vision-language
 export lends them around its tower (:mod:`onnx_nb.kinds.vlm.grid`). A tower whose attention loops over its spans the
 same way but that transformers' patches do not list (Cosmos 3 Edge's) gets the same reshaped attention
-(:data:`UNLISTED`, in every export), read from its own forward's arguments and attribute names."""
+(:data:`UNLISTED`, in every export with onnx-nb's own patch set), read from its own forward's arguments and attribute
+names. Within transformers' whole set (:mod:`.upstream`'s attempt) only the two repairs are lent, and named."""
 
 from __future__ import annotations
 
@@ -26,7 +27,15 @@ def traceable_spans(tower: Any = None, *, windows: bool) -> Iterator[list[str]]:
     from transformers.exporters import exporter_dynamo  # registers the patches
     from transformers.exporters.utils import apply_patches, patch_attribute
 
-    with apply_patches("dynamo"), contextlib.ExitStack() as stack:
+    from . import upstream
+
+    theirs = upstream.within()  # transformers' whole set already lent (its attempt): the repairs alone, named there
+    said = "span attention repairs" + (" (masked to the spans)" if windows else "")
+    if theirs is not None and said not in theirs:
+        theirs.append(said)
+    with contextlib.ExitStack() as stack:
+        if theirs is None:
+            stack.enter_context(apply_patches("dynamo"))
         # the function every patched attention class calls
         stack.enter_context(patch_attribute(exporter_dynamo, "_reshaped_vision_attention_forward", _normed_heads))
         if windows:
