@@ -35,10 +35,10 @@ def reference_and_model(reference: Any, onnx_model: Any, sample: Any, seed: int,
         )
     candidate = _path_of(onnx_model if onnx_model is not None else reference, "onnx_model")
     exporter = None
-    if isinstance(onnx_model, ExportResult):  # traced under transformers' patch set: its attempt, for a fresh export
-        from ..export.machinery.torch_route import UPSTREAM
+    if isinstance(onnx_model, ExportResult):  # the attempt that wrote it, for a fresh export of the same patch set
+        from ..export.machinery.torch_route import attempt_of
 
-        exporter = UPSTREAM if onnx_model.patch_set == "transformers" else onnx_model.exporter
+        exporter = attempt_of(onnx_model)
     if own:  # an export: its adapter builds the reference (the framework it came from, fed as the export was)
         return adapter_of(reference).reference(reference, candidate, sample, seed, exporter, against), candidate
     parent = getattr(reference, "path", None) if not isinstance(reference, (str, os.PathLike)) else None

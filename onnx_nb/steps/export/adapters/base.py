@@ -115,12 +115,11 @@ class Adapter:
         """The reference ``candidate`` (a file of this export, or a variant of it) is checked against: the model
         run by its own framework, made flat and fed the way the export did."""
         from ..machinery.references import torch_reference
-        from ..machinery.torch_route import UPSTREAM
+        from ..machinery.torch_route import attempt_of
 
         record = cls.reload(export.source, "check_parity")
-        # a fresh export for the search of the first diverging node runs the patch set the file was traced under
-        made = UPSTREAM if export.patch_set == "transformers" else export.exporter
-        return torch_reference(record, sample, f"PyTorch {export.source.name}", exporter or made, adapter=cls)
+        return torch_reference(record, sample, f"PyTorch {export.source.name}", exporter or attempt_of(export),
+                               adapter=cls)
 
     @classmethod
     def reference_of_model(cls, model: Any, candidate: Any, sample: Any, label: str | None = None,

@@ -143,7 +143,7 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     ``axes`` in the saved file. ``related``: the same for a module whose axes follow each other otherwise (an image's
     patches, four per merged row, and its windows)."""
     from ..patches import translations, upstream
-    from ..patches.applying import EXPORTER_PATCHES, applied
+    from ..patches.applying import applied
 
     dims: dict[str, Any] = {}
     shapes: list[Any] = []
@@ -159,7 +159,6 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
     translations.exact_no_ops()  # a norm's epsilon of 1e-8 is not "+ 0"
     translations.complex_ops()  # Llama 4's rotary unsqueezes a complex tensor
     table = translations.table()
-    theirs = upstream_patches is not None
     with contextlib.ExitStack() as stack:
         if upstream_patches is not None:  # transformers' patch set, the exporter's helpers, none of onnx-nb's rewrites
             added = stack.enter_context(upstream.applied())  # onnx-nb's repairs of its patches name themselves here
@@ -175,7 +174,7 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
         )
     if program is None:  # pragma: no cover - torch always returns a program with dynamo=True
         raise RuntimeError("torch.onnx.export returned no program")
-    if theirs:
+    if upstream_patches is not None:
         upstream.repair(program)
     translations.drop_no_op_reshapes(program.model)
     program.save(str(path), external_data=external_data)
@@ -188,8 +187,7 @@ def export_dynamo(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path:
         proto = load_proto(path)
         name_dims(proto, axes)
         onnx.save(proto, str(path))
-    helpers = {p.name for p in EXPORTER_PATCHES}  # the exporter's own speed-ups: no rewrite of the model
-    return {name: list(found) for name, found in replaced.items() if found and name not in helpers}
+    return {name: list(found) for name, found in replaced.items() if found}
 
 
 def export_torchscript(module: torch.nn.Module, args: tuple[torch.Tensor, ...], path: Path,

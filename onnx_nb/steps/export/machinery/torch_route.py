@@ -216,6 +216,12 @@ def unverified_of(branches: list[Any], attempts: dict[str, str]) -> list[str]:
 UPSTREAM = "dynamo with transformers' patches"  # the attempt that lends transformers' own patch set
 
 
+def attempt_of(export: Any) -> str:
+    """The attempt that wrote ``export``'s file (an ExportResult), to write it again (the search for a first
+    diverging node): :data:`UPSTREAM` for a file traced under transformers' patch set, else its exporter."""
+    return UPSTREAM if export.patch_set == "transformers" else export.exporter
+
+
 def run_exporter(name: str, module: Any, s: Any, flat: Any, staged: Path,
                   axes: dict[str, dict[int, str]], opset: int, external: bool,
                   warnings_seen: list[str], native: list[str], branches: list[Any] | None = None,

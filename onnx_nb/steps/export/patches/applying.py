@@ -48,9 +48,10 @@ EXPORTER_PATCHES: tuple[Patch, ...] = (matching.PATCH, torchlib.PATCH)
 def applied(model: Any, own: bool = True) -> Iterator[dict[str, list[str]]]:
     """Within: every patch of :data:`MODEL_PATCHES` that applies to ``model`` in place (``own``; without, only the
     exporter's: transformers' patch set stands in for onnx-nb's rewrites), and the exporter's
-    (:data:`EXPORTER_PATCHES`); yields, per patch name, what it replaced (only those that replaced some). Everything
-    is given back on leaving."""
+    (:data:`EXPORTER_PATCHES`); yields, per model patch, what it replaced (only those that replaced some: the
+    exporter's are speed-ups, no rewrite of the model). Everything is given back on leaving."""
     with contextlib.ExitStack() as stack:
-        replaced = {p.name: stack.enter_context(p.during(model))
-                    for p in (*(MODEL_PATCHES if own else ()), *EXPORTER_PATCHES)}
+        replaced = {p.name: stack.enter_context(p.during(model)) for p in (MODEL_PATCHES if own else ())}
+        for p in EXPORTER_PATCHES:
+            stack.enter_context(p.during(model))
         yield {name: found for name, found in replaced.items() if found}
