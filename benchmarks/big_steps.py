@@ -6,8 +6,12 @@ cache, then on that 4.4 GB file dynamic and static INT8, fp16, INT4, ``optimize(
     .venv/bin/python benchmarks/big_steps.py [--work onnx_nb_out/lean] [--cap 21]
 
 Each step runs in a fresh process started by ``lean_decoder.py``'s watcher (resident memory sampled every 20 ms,
-stopped above ``--cap`` GiB): its row says whether it finished, its wall time, the process's peak and what the step
-itself reports (``Variant.memory``: what the step added at its peak), as multiples of the export's weights.
+stopped above ``--cap`` GiB): its row says whether it finished, its wall time, the process's peak (resident: what it
+holds and the pages of files it maps, such as a session's weights), what it held (anonymous memory alone) and what
+the step itself reports (``Variant.memory``: what the step added at its peak), as multiples of the export's weights.
+The ``checked ...`` steps are the default calls on the export's file, ``quantize(path, method=...)`` and
+``optimize(path)`` with their checks against that file included (the other variant steps run with
+``validate=False``). Run it from the folder whose ``onnx_nb`` is to be measured (``python -c`` imports from there).
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ elif step in ("dynamic", "static", "fp16", "int4"):
     v = onnx_nb.quantize(export, method=step, out=f"{work}/generic/{step}.onnx", overwrite=True, validate=False,
                          calibration="generated" if step == "static" else None)
     out = {"memory": v.memory, "size": v.size_after}
+elif step.startswith("checked "):  # the default call on the export's file, its check against the file included
+    method = step.split()[1]
+    out_path = f"{work}/generic/checked-{method}.onnx"
+    v = (onnx_nb.optimize(export, out=out_path, overwrite=True) if method == "optimize" else
+         onnx_nb.quantize(export, method=method, out=out_path, overwrite=True))
+    out = {"memory": v.memory, "size": v.size_after, "passed": bool(v)}
 elif step == "quant_debug":
     rep = onnx_nb.quant_debug(export, f"{work}/generic/dynamic.onnx")
     out = {"layers": len(rep.layers) if hasattr(rep, "layers") else None}
@@ -57,7 +67,8 @@ elif step == "benchmark":
 print(json.dumps({"seconds": time.perf_counter() - t, **out}))
 """
 
-STEPS = ("export", "dynamic", "static", "fp16", "int4", "quant_debug", "benchmark", "parity+optimize")
+STEPS = ("export", "dynamic", "static", "fp16", "int4", "quant_debug", "benchmark", "parity+optimize",
+         "checked dynamic", "checked fp16", "checked int4", "checked optimize")
 
 
 def main() -> int:
@@ -73,7 +84,8 @@ def main() -> int:
     (work / "generic").mkdir(exist_ok=True)
     weights = sum(p.stat().st_size for p in (work / "hf").glob("*.safetensors"))
     print(f"checkpoint {gib(weights)}; each step in a process of its own (cap {args.cap} GiB)", flush=True)
-    print(f"{'step':12s} {'status':8s} {'seconds':>8s} {'process peak':>13s} {'x weights':>9s}  reported")
+    print(f"{'step':16s} {'status':8s} {'seconds':>8s} {'process peak':>13s} {'x weights':>9s} {'held':>10s} "
+          f"{'x weights':>9s}  reported")
     for step in args.steps.split(","):
         done = watched([sys.executable, "-c", STEP, str(work), step], args.cap)
         lines = [line for line in done["tail"].splitlines() if line.startswith("{")]
@@ -90,8 +102,9 @@ def main() -> int:
                       f"({inner['added_bytes'] / weights:.2f}x the checkpoint), process {gib(inner['process_bytes'])}")
             else:
                 print(f"  {json.dumps(inner)[:300]}")
-        print(f"{step:12s} {status:8s} {done['seconds']:8.1f} {gib(done['peak']):>13s} "
-              f"{done['peak'] / weights:8.2f}x  {said} {json.dumps(rest)[:300]}", flush=True)
+        print(f"{step:16s} {status:8s} {done['seconds']:8.1f} {gib(done['peak']):>13s} "
+              f"{done['peak'] / weights:8.2f}x {gib(done['anon']):>10s} {done['anon'] / weights:8.2f}x  {said} "
+              f"{json.dumps(rest)[:300]}", flush=True)
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

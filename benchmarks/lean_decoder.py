@@ -5,6 +5,14 @@ onnxruntime-genai's runtime).
 
     .venv/bin/python benchmarks/lean_decoder.py [--size 1b|7b|7b-4l] [--work onnx_nb_out/lean] [--rounds 3]
         [--new-tokens 64] [--prompt 16] [--no-builder] [--int8] [--mixes]
+        [--llamacpp SIDE_PYTHON --llamacpp-src LLAMA_CPP_DIR]
+
+``--llamacpp``: llama.cpp beside them, the engine most people run on a CPU: its own converter and quantizer write
+Q4_K_M and Q8_0 GGUF files of the same checkpoint (time and peak memory each), and llama-cpp-python (built from
+source in a side environment: ``pip install --no-binary llama-cpp-python llama-cpp-python``; its sdist's
+``vendor/llama.cpp`` is the source tree) decodes them in the same rounds, same prompt ids, same threads. Each decode
+row then says its read rate against the bandwidth ONNX Runtime reaches here, its prefill rate, its process's peak
+memory and how many of its greedy tokens are PyTorch's (fp32, the same prompt).
 
 ``--size 1b``: a TinyLlama-shaped Llama (22 layers, hidden 2048, 4 kv heads, 1.10B parameters) saved in float32
 (4.1 GiB). ``--size 7b``: a Llama-2-7B-shaped one (32 layers, hidden 4096, 6.74B parameters) saved in bfloat16
@@ -116,15 +124,17 @@ import json, subprocess, sys, threading, time
 cap = float(sys.argv[1]) * 2**30
 start = time.perf_counter()
 child = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-peak, killed = 0, False
+peak, anon, killed = 0, 0, False
 def watch():
-    global peak, killed
+    global peak, anon, killed
     while child.poll() is None:
         try:
             with open(f"/proc/{child.pid}/status") as f:
                 for line in f:
                     if line.startswith(("VmHWM:", "VmRSS:")):
                         peak = max(peak, int(line.split()[1]) * 1024)
+                    elif line.startswith("RssAnon:"):  # memory the process holds (not mapped file pages)
+                        anon = max(anon, int(line.split()[1]) * 1024)
         except OSError:
             break
         if peak > cap:
@@ -133,7 +143,8 @@ def watch():
         time.sleep(0.02)
 threading.Thread(target=watch, daemon=True).start()
 out = child.communicate()[0]
-print(json.dumps({"seconds": time.perf_counter() - start, "peak": peak, "rc": child.returncode, "killed": killed,
+print(json.dumps({"seconds": time.perf_counter() - start, "peak": peak, "anon": anon, "rc": child.returncode,
+                  "killed": killed,
                   "tail": out[-3000:]}))
 """
 
@@ -195,6 +206,11 @@ def main() -> int:
     parser.add_argument("--no-builder", action="store_true", help="skip onnxruntime-genai's model builder")
     parser.add_argument("--int8", action="store_true", help="also onnx-nb's INT8 file, in the logits comparison")
     parser.add_argument("--decode-only", action="store_true", help="only time decoding of the files already made")
+    parser.add_argument("--llamacpp", metavar="PYTHON", help="a side environment's python with llama-cpp-python "
+                        "(built from source): llama.cpp's Q4_K_M and Q8_0 GGUF files of the same checkpoint beside "
+                        "onnx-nb's, their make time and peak, decode speed, peak memory and tokens")
+    parser.add_argument("--llamacpp-src", metavar="DIR", type=Path, help="a llama.cpp source tree (the "
+                        "llama-cpp-python sdist's vendor/llama.cpp) whose convert_hf_to_gguf.py writes the GGUF")
     parser.add_argument("--mixes", action="store_true", help="also the route's other INT4 files from the checkpoint: "
                         "symmetric / asymmetric blocks with a 4- / 8-bit LM head (symmetric with a 4-bit head is "
                         "what precision='int4' wrote before), in the logits comparison and the decode")
@@ -209,7 +225,9 @@ def main() -> int:
     ours.parent.mkdir(parents=True, exist_ok=True)
     builder = work / "genai-int4"
     if args.decode_only:
-        decode(args, ours, builder if (builder / "model.onnx").is_file() else None, work)
+        decode(args, ours, builder if (builder / "model.onnx").is_file() else None, work,
+               llamacpp={q: work / "gguf" / f"model-{q}.gguf" for q in QUANTS if args.llamacpp
+                         and (work / "gguf" / f"model-{q}.gguf").is_file()}, folder=folder)
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         return 0
     builds: list[tuple[str, Any]] = [("onnx-nb", [sys.executable, "-c", ONNXNB, str(folder), str(ours), "int4"])]
@@ -284,14 +302,58 @@ def main() -> int:
             print(f"  {label:44s} cosine per step {found[f]['cosine']}, top-1 agreement {found[f]['top1']:.2f}")
     else:
         print(f"accuracy run failed: {acc['tail'][-800:]}")
-    decode(args, ours, builder if b is not None and b["rc"] == 0 else None, work,
-           mixes)
+    gguf = llamacpp_files(args, folder, work, weights) if args.llamacpp else {}
+    decode(args, ours, builder if b is not None and b["rc"] == 0 else None, work, mixes, gguf, folder)
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 
-def decode(args: Any, ours: Path, builder: Path | None, work: Path, mixes: dict[str, Path] | None = None) -> None:
-    """Decode tokens/s of each INT4 file under each loop."""
+QUANTS = {"Q4_K_M": 15, "Q8_0": 7}  # llama.cpp's file types (LLAMA_FTYPE_MOSTLY_*)
+QUANTIZE = r"""
+import sys, llama_cpp
+params = llama_cpp.llama_model_quantize_default_params()
+params.ftype, params.nthread = int(sys.argv[3]), int(sys.argv[4])
+rc = llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), params)
+raise SystemExit(rc)
+"""
+PYTORCH_TOKENS = r"""
+import json, sys
+import torch, transformers
+model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).eval()
+torch.set_num_threads(int(sys.argv[4]))
+ids = torch.tensor([[int(t) for t in sys.argv[2].split(",")]])
+with torch.no_grad():
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=int(sys.argv[3]), do_sample=False,
+                         min_new_tokens=int(sys.argv[3]), pad_token_id=0)
+print(json.dumps({"tokens": out[0, ids.shape[1]:].tolist()}))
+"""
+
+
+def llamacpp_files(args: Any, folder: Path, work: Path, weights: int) -> dict[str, Path]:
+    """llama.cpp's GGUF files of the checkpoint: its converter to f32 (``anchors/llamacpp_convert.py``), then its
+    quantizer to each of :data:`QUANTS`, each step timed with its peak memory."""
+    out = work / "gguf"
+    out.mkdir(exist_ok=True)
+    f32 = out / "model-f32.gguf"
+    steps = [("convert_hf_to_gguf.py --outtype f32", [sys.executable, str(HERE / "anchors" / "llamacpp_convert.py"),
+                                                      str(args.llamacpp_src), str(folder), str(f32), "--outtype",
+                                                      "f32"], f32)]
+    steps += [(f"llama_model_quantize {q}", [args.llamacpp, "-c", QUANTIZE, str(f32), str(out / f"model-{q}.gguf"),
+                                             str(t), str(args.threads)], out / f"model-{q}.gguf")
+              for q, t in QUANTS.items()]
+    for label, command, made in steps:
+        done = watched(command, args.cap)
+        ok = done["rc"] == 0 and made.is_file()
+        print(f"llama.cpp {label:38s} {done['seconds']:8.1f}s {gib(done['peak']):>11s} "
+              f"{done['peak'] / weights:8.2f}x {gib(made.stat().st_size) if ok else 'failed':>10s}"
+              + ("" if ok else f"  {done['tail'][-600:]}"), flush=True)
+    return {q: out / f"model-{q}.gguf" for q in QUANTS if (out / f"model-{q}.gguf").is_file()}
+
+
+def decode(args: Any, ours: Path, builder: Path | None, work: Path, mixes: dict[str, Path] | None = None,
+           llamacpp: dict[str, Path] | None = None, folder: Path | None = None) -> None:
+    """Decode tokens/s of each INT4 file under each loop (and llama.cpp's GGUF files under llama.cpp), with each
+    candidate process's peak memory, prefill tokens/s and its greedy tokens against PyTorch's."""
     from generation import Anchor, genai_folder
 
     from onnx_nb.runtime.onnxfile import load_proto
@@ -327,25 +389,50 @@ def decode(args: Any, ours: Path, builder: Path | None, work: Path, mixes: dict[
                                                               indent=1))
         candidates["onnx-nb file, onnxruntime-genai runtime"] = Anchor(
             sys.executable, "genai_generate.py", own, prompt, args.new_tokens, args.threads)
+    for quant, path in (llamacpp or {}).items():
+        candidates[f"llama.cpp {quant}, llama.cpp"] = Anchor(args.llamacpp, "llamacpp_generate.py", path, prompt,
+                                                            args.new_tokens, args.threads)
+    read = {label: sum(p.stat().st_size for p in Path(c.command[2]).parent.glob(Path(c.command[2]).name + "*"))
+            if Path(c.command[2]).is_file() else sum(p.stat().st_size for p in Path(c.command[2]).glob("model.onnx*"))
+            for label, c in candidates.items()}  # the bytes a decode step reads: the file's weights
+    from onnx_nb.steps.benchmark.roofline import bandwidth_gbs
+
+    bandwidth = bandwidth_gbs(args.threads)  # what ONNX Runtime reads a second here on a decode step's pattern
     steps: dict[str, list[float]] = {k: [] for k in candidates}
+    firsts: dict[str, list[float]] = {k: [] for k in candidates}
     tokens: dict[str, list[int]] = {}
     for _ in range(args.rounds):
         order = list(candidates)
         random.shuffle(order)
         for label in order:
             candidates[label]()  # untimed: the previous candidate's threads may still spin
-            got, _, _, each = candidates[label]()
+            got, first, _, each = candidates[label]()
             steps[label].extend(each)
+            firsts[label].append(first)
             tokens[label] = got
+    peaks = {label: c.peak_bytes() for label, c in candidates.items()}
     for c in candidates.values():
         c.close()
+    reference = None
+    if folder is not None and llamacpp:
+        done = watched([sys.executable, "-c", PYTORCH_TOKENS, str(folder), ",".join(map(str, prompt)),
+                        str(args.new_tokens), str(args.threads)], args.cap)
+        lines = [line for line in done["tail"].splitlines() if line.startswith("{")]
+        reference = json.loads(lines[-1])["tokens"] if lines else None
     print()
     print(f"decode, batch 1, prompt {args.prompt}, {args.new_tokens} new tokens, {args.threads} threads, "
-          f"{args.rounds} rounds")
+          f"{args.rounds} rounds; prefill tokens/s = prompt / time to first token (median); peak = the candidate "
+          "process's resident peak (its runtime, its model, its loop)")
     rates = {k: 1.0 / statistics.median(v) for k, v in steps.items()}
     for label, rate in rates.items():
         same = "same tokens" if tokens[label] == tokens["onnx-nb file, onnx-nb generate()"] else "other tokens"
-        print(f"  {label:44s} {rate:7.2f} tokens/s  ({same} as onnx-nb's file under generate())")
+        agree = "" if reference is None else (
+            f", {sum(a == b for a, b in zip(tokens[label], reference))}/{len(reference)} tokens PyTorch's "
+            f"(first differs at {next((i for i, (a, b) in enumerate(zip(tokens[label], reference)) if a != b), '-')})")
+        print(f"  {label:44s} {rate:7.2f} tokens/s decode ({read[label] * rate / 1e9:5.1f} GB/s of its "
+              f"{read[label] / 1e9:.2f} GB, {read[label] * rate / 1e9 / bandwidth:.0%} of {bandwidth:.1f} GB/s), "
+              f"{args.prompt / statistics.median(firsts[label]):7.1f} prefill, peak {gib(peaks[label])}  ({same} as "
+              f"onnx-nb's file under generate(){agree})")
     if builder is not None:
         mine = rates["onnx-nb file, onnxruntime-genai runtime"]
         theirs = rates["builder file, onnxruntime-genai runtime"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -258,3 +259,70 @@ def test_gptq_calibration_runs_the_model_once_per_group_of_inputs(decoder: onnx_
                                      for n in graph.node if n.op_type == "MatMulNBits")
     assert packed[1] == packed[int4_gptq.GROUP_BYTES]
     assert runs[int4_gptq.GROUP_BYTES] * 4 <= runs[1], runs
+
+
+@pytest.fixture(scope="module")
+def external(decoder: onnx_nb.ExportResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The decoder's file saved again with its weights in a data file beside it, as a file over 2 GB is."""
+    source = tmp_path_factory.mktemp("external") / "q.onnx"
+    onnx.save(onnx.load(str(decoder.path)), str(source), save_as_external_data=True, location="q.onnx.data",
+              size_threshold=1024)
+    return source
+
+
+def test_optimize_keeps_a_data_file_with_its_graph(external: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """optimize() of a file whose weights live in a data file: the level it keeps (timed against the other) is moved
+    into place with its data, renamed for the file it became (it referred to the scratch file's data before)."""
+    variant = onnx_nb.optimize(external, out=tmp_path / "opt.onnx", validate=False)
+    locations = {e.value for t in onnx.load(str(variant.path), load_external_data=False).graph.initializer
+                 for e in t.external_data if e.key == "location"}
+    assert locations == {"opt.onnx.data"} and sorted(p.name for p in tmp_path.iterdir()) == ["opt.onnx",
+                                                                                             "opt.onnx.data"]
+    assert onnx_nb.check_parity(external, variant, progress=False)
+    from onnx_nb.runtime import onnxfile
+
+    # over 2 GB (the limit lowered here): the two levels' files timed one at a time, never two sessions of it at once
+    monkeypatch.setattr(onnxfile, "EXTERNAL_DATA_BYTES", 1024)
+    big = onnx_nb.optimize(external, out=tmp_path / "big" / "opt.onnx", validate=False)
+    assert "each timed in a session of its own" in big.recipe["level_rule"] and set(big.recipe["levels_ms"]) == {
+        "extended", "basic"}
+
+
+def test_big_files_are_quantized_with_their_weights_left_on_disk(external: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file over 2 GB (here the limit lowered to this file's size) is quantized with its weights read one at a
+    time from its data file (steps/variants/by_reference.py): dynamic INT8, fp16 and INT4 write the very weights and
+    nodes the whole-model load writes, into one data file of their own; the source is left as it was."""
+    import numpy as np
+    from onnx.numpy_helper import to_array
+
+    from onnx_nb.runtime import onnxfile
+    from onnx_nb.steps.variants import by_reference
+
+    source = external
+    before = {p.name: p.stat().st_mtime_ns for p in source.parent.iterdir()}
+    held = by_reference.referenced(source)  # the graph alone: every weight over 64 KiB still in its file
+    assert [t.name for t in held.graph.initializer if by_reference.is_referenced(t)] and not any(
+        t.HasField("raw_data") and len(t.raw_data) > by_reference.INLINE_BYTES for t in held.graph.initializer)
+
+    def made(method: str, out: Path) -> dict[str, Any]:
+        options: dict[str, Any] = {"algorithm": "rtn", "lm_head_bits": 4, "mixed_precision": None,
+                                   "accuracy_level": 4} if method == "int4" else {}
+        variant = onnx_nb.quantize(source, method=method, out=out, validate=False, **options)
+        proto = onnx.load(str(variant.path), load_external_data=False)
+        locations = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
+        loaded = onnx.load(str(variant.path))
+        return {"weights": {t.name: to_array(t) for t in loaded.graph.initializer}, "locations": locations,
+                "nodes": [(n.op_type, list(n.input)) for n in loaded.graph.node]}
+
+    for method in ("dynamic", "fp16", "int4"):
+        whole = made(method, tmp_path / f"{method}-whole.onnx")
+        monkeypatch.setattr(onnxfile, "EXTERNAL_DATA_BYTES", 1024)
+        big = made(method, tmp_path / f"{method}-big.onnx")
+        monkeypatch.undo()
+        assert big["locations"] == {f"{method}-big.onnx.data"}, (method, big["locations"])
+        assert big["nodes"] == whole["nodes"], method
+        assert big["weights"].keys() == whole["weights"].keys() and all(
+            np.array_equal(big["weights"][k], whole["weights"][k]) for k in whole["weights"]), method
+    assert {p.name: p.stat().st_mtime_ns for p in source.parent.iterdir()} == before

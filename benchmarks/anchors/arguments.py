@@ -71,6 +71,13 @@ class Served:
         self.errors.seek(0)
         raise RuntimeError(f"{self.command[1]} failed: {self.errors.read()[-800:]}")
 
+    def peak_bytes(self) -> int | None:
+        """The candidate process's resident peak so far (``VmHWM``), None before it started."""
+        if self.process is None:
+            return None
+        with open(f"/proc/{self.process.pid}/status") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), None)
+
     def close(self) -> None:
         if self.process is not None:
             self.process.stdin.close()

@@ -25,6 +25,9 @@ FACTORS = {
     "decoder route": 2.5,  # a decoder re-exported and rewritten for GroupQueryAttention: +2.43x (1.1B Llama)
     # quantize(): ONNX Runtime's quantizers on a 1.1B Llama export (benchmarks/lean_decoder.py --generic)
     "dynamic": 3.2, "static": 3.2, "fp16": 1.8, "int4": 2.4,
+    # ... on a file over 2 GB, its weights read one at a time (steps/variants/by_reference.py; benchmarks/big_steps.py
+    # on the same export: +0.39x, +0.68x, +0.30x)
+    "dynamic by reference": 0.5, "fp16 by reference": 0.8, "int4 by reference": 0.4,
 }
 
 _STATUS = Path("/proc/self/status")

@@ -326,7 +326,8 @@ def point_external(t: Any, location: str, offset: int, length: int) -> None:
 def consolidate_external(proto: Any, folder: Path, name: str) -> int:
     """Move the weights of ``proto``'s external tensors, wherever they live in ``folder`` (an exporter leaves one
     file per tensor), into one page-aligned data file ``name`` there, a tensor at a time (never the whole model in
-    memory), and remove the files they came from. Returns how many files were folded in."""
+    memory), and remove the files they came from in ``folder`` (a tensor whose location is absolute is copied from
+    its file elsewhere, which is left as it is). Returns how many files were folded in."""
     from onnx import TensorProto
 
     moved: set[Path] = set()
@@ -343,7 +344,8 @@ def consolidate_external(proto: Any, folder: Path, name: str) -> int:
             with open(source, "rb") as src:
                 src.seek(start)
                 data = src.read(int(length)) if length is not None else src.read()
-            moved.add(source)
+            if not Path(info["location"]).is_absolute():
+                moved.add(source)
             if not data:  # an empty tensor (torch writes those out too): kept in the graph
                 del t.external_data[:]
                 t.data_location = TensorProto.DEFAULT
@@ -360,3 +362,25 @@ def consolidate_external(proto: Any, folder: Path, name: str) -> int:
     for source in moved - {out}:
         source.unlink(missing_ok=True)
     return len(moved)
+
+
+def move_model(src: Path, dst: Path) -> None:
+    """The model at ``src`` moved to ``dst`` with its external data (one data file, as ONNX Runtime and onnx-nb save
+    them): the data file becomes ``<dst name>.data`` beside it and the graph's locations say so."""
+    import shutil
+
+    import onnx
+
+    proto = onnx.load(str(src), load_external_data=False)
+    locations = {e.value for t in stored_tensors(proto.graph) for e in t.external_data if e.key == "location"}
+    if len(locations) > 1:
+        raise ValueError(f"{src.name} keeps its weights in {len(locations)} files; move_model takes one")
+    data = dst.name + ".data"
+    for t in stored_tensors(proto.graph):
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = data
+    if locations:
+        shutil.move(str(src.parent / locations.pop()), str(dst.parent / data))
+    onnx.save(proto, str(dst))
+    src.unlink()

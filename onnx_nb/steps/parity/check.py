@@ -149,6 +149,10 @@ class _Plan:
         rows: list[Row] = []
         first_failure: tuple[dict[str, np.ndarray], str] | None = None
         divergence: DivergingNode | None = None
+        # the reference's outputs first and its session closed, then the candidate's sessions: a big file and its
+        # parent are never held together (each maps or holds its weights)
+        computed = [_expected(ref, feed) for _, feed, _ in self.cases]
+        ref.close()
         if on is not None:
             from .remote import remote_sessions
 
@@ -159,10 +163,9 @@ class _Plan:
             slots, opened_rows = _local_sessions(self.model, wanted, notes)
             rows += opened_rows
         with Steps(len(self.cases) * max(len(slots), 1) + int(localize), "parity", progress) as steps:
-            for tag, feed, moved in self.cases:
-                try:
-                    expected = ref.run(feed)
-                except Exception as exc:  # noqa: BLE001 - the reference's own failure is reported, not raised
+            for (tag, feed, moved), expected in zip(self.cases, computed):
+                if isinstance(expected, Exception):  # the reference's own failure is reported, not raised
+                    exc = expected
                     fixed = [(short, static_conflict(sess, feed, ref.axes, export)) for short, sess, _ in slots]
                     rows += [Row("*", tag, short, "shape-mismatch", note=why) for short, why in fixed if why]
                     rows.append(Row("*", tag, "reference", "skipped", note="the reference itself fails here: "
@@ -180,11 +183,21 @@ class _Plan:
                     if first_failure is None and any(r.status == "fail" for r in new_rows):
                         first_failure = (feed, provider)
             unverified = list(getattr(export, "unverified", None) or [])
+            slots.clear()  # the candidate's sessions go before the search for the diverging node opens its own
+            sess = None
             if first_failure is not None:  # diagnosed even when a node is named already: the one-branch note holds
                 found = _diagnose(self.path, ref, first_failure[0], self.precision, judge["atol"], judge["rtol"],
                                   bool(unverified), localize and divergence is None, steps, notes)
                 divergence = divergence or found
         return rows, divergence, unverified
+
+
+def _expected(ref: Any, feed: dict[str, np.ndarray]) -> Any:
+    try:
+        return ref.run(feed)
+    except Exception as exc:  # noqa: BLE001 - the reference's own failure is reported in its row
+        exc.__context__ = exc.__cause__ = None  # kept without its frames: they hold the reference's session
+        return exc.with_traceback(None)
 
 
 def _local_sessions(model: Any, wanted: list[Any], notes: list[str]) -> tuple[list[tuple[str, Any, str]], list[Row]]:

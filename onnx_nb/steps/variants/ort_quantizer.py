@@ -27,7 +27,7 @@ def is_big(path: Path) -> bool:
     return total_file_size(Path(path), load_proto(path)) > onnxfile.EXTERNAL_DATA_BYTES
 
 
-def prepare_for_quantization(src: Path, dst: Path, big: bool | None = None) -> None:
+def prepare_for_quantization(src: Path, dst: Path, big: bool | None = None, by_reference: bool = True) -> None:
     """Drop stale shape annotations and run ORT's symbolic shape inference: ORT's quantizer fails on
     fused graphs (contrib ops) without it. A file over 2 GB is written with external data and inferred from the
     file (ONNX's path-based inference; the symbolic one needs the whole model in one protobuf message)."""
@@ -35,7 +35,7 @@ def prepare_for_quantization(src: Path, dst: Path, big: bool | None = None) -> N
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
     big = is_big(src) if big is None else big
-    model = onnx.load(str(src))
+    model = _loaded(src, big and by_reference)
     untie(model)  # a tied LM head's weight an initializer again: ORT's quantizer only quantizes those
     del model.graph.value_info[:]
     if big:
@@ -51,6 +51,16 @@ def prepare_for_quantization(src: Path, dst: Path, big: bool | None = None) -> N
     except Exception:  # noqa: BLE001 - plain ONNX shape inference is the fallback
         model = onnx.shape_inference.infer_shapes(model)
     onnx.save(model, str(dst))
+
+
+def _loaded(src: Path, big: bool) -> Any:
+    """The model at ``src``; a big one with its weights left in its data file (:mod:`.by_reference`: read as the
+    quantizer asks for them, inside :func:`~.by_reference.reading`)."""
+    import onnx
+
+    from .by_reference import referenced
+
+    return referenced(src) if big else onnx.load(str(src))
 
 
 @contextlib.contextmanager
@@ -126,14 +136,31 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
     (:data:`onnx_nb.runtime.cpu.SCHEMES`: the weights' type and range, chosen for the CPU the file is made for,
     ``made_for``), written into the file's metadata.
     INT4 writes the MatMuls named in ``eight_bit`` (``"all"``: every one) at 8 bits, symmetric round-to-nearest.
-    Returns what the algorithm chose that the recipe should keep (AWQ: ``awq_alpha``, the alpha per MatMul)."""
+    Returns what the algorithm chose that the recipe should keep (AWQ: ``awq_alpha``, the alpha per MatMul).
+    A file over 2 GB is quantized with its weights left in its data file (:mod:`.by_reference`)."""
+    from .by_reference import materialize, reading
+
+    big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
+    with reading() if big else contextlib.nullcontext():
+        chose = _quantized(method, src, prepared, staged, per_channel, excluded, op_types, calib, block_size,
+                           accuracy_level, gemm_as_matmul, scheme, made_for, algorithm, lm_head_bits, eight_bit,
+                           outlier_feed, big)
+    if big and method != "static":  # static INT8 calibrates in sessions, which take no weight left elsewhere
+        materialize(staged)
+    return chose
+
+
+def _quantized(method: str, src: Path, prepared: Path, staged: Path, per_channel: bool, excluded: list[str],
+               op_types: Sequence[str] | None, calib: list[dict[str, Any]] | None, block_size: int,
+               accuracy_level: int | None, gemm_as_matmul: bool, scheme: str, made_for: str, algorithm: str,
+               lm_head_bits: int, eight_bit: Sequence[str] | str, outlier_feed: dict[str, Any] | None,
+               big: bool) -> Recipe:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     from ...runtime.cpu import SCHEMES
     from .per_channel import vectorized_per_channel
     from .shape_inference import weightless_shape_inference
 
-    big = is_big(src)  # the weights as external data, in and out (one protobuf message holds 2 GB)
     chose: Recipe = {}
     if method in ("dynamic", "static"):
         excluded = [*excluded, *kept_in_float(src, dynamic=method == "dynamic")]
@@ -157,7 +184,7 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                              use_external_data_format=big)
         finish_int8(staged, scheme, made_for)
     elif method == "static":
-        prepare_for_quantization(src, prepared, big)
+        prepare_for_quantization(src, prepared, big, by_reference=False)
         # GroupNorm exported as Reshape -> InstanceNormalization -> Reshape (diffusers' UNet and VAE): ORT's QDQ
         # quantizer gives the normalization's output its input's parameters and fails on the shared weight ("shared
         # mode is not supported for weight"); ORT's CPU kernels have no INT8 normalization, so it stays float
@@ -172,21 +199,19 @@ def run_quantizer(method: str, src: Path, prepared: Path, staged: Path, per_chan
                             extra_options={"MatMulConstBOnly": True}, use_external_data_format=big)
         finish_int8(staged, scheme, made_for)
     elif method == "fp16":
-        import onnx
         from onnxruntime.transformers.float16 import convert_float_to_float16
         from onnxruntime.transformers.onnx_model import OnnxModel
 
         from .float16_weights import fast_float16_weights
 
         with fast_float16_weights():  # ORT's conversion, its weights' arithmetic in blocks (the same numbers)
-            model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, disable_shape_infer=big)
+            model = convert_float_to_float16(_loaded(src, big), keep_io_types=True, disable_shape_infer=big)
         OnnxModel(model).topological_sort()  # the Casts for kept fp32 inputs are appended after their consumers
         save_proto(model, staged, big)
     else:
-        import onnx
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-        model = onnx.load(str(src))
+        model = _loaded(src, big)
         untie(model)
         if gemm_as_matmul:
             gemm_to_matmul(model)

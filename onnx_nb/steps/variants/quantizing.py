@@ -14,7 +14,7 @@ from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, Quant
 from ...results.variant import Recipe, Variant
 from ...runtime.memory import FACTORS, gives_memory_back
 from .int8_routes import fused_route, int8_route
-from .ort_quantizer import finish_int8, gemm_to_matmul, run_quantizer
+from .ort_quantizer import finish_int8, gemm_to_matmul, is_big, run_quantizer
 from .variants import make, parent_of
 
 __all__ = ["gemm_to_matmul", "quantize"]
@@ -249,13 +249,19 @@ class _Plan:
         checks = {"validate": asked["validate"], "runtime": self.runtime, "providers": asked["providers"],
                   "sample": asked["sample"], "reference": asked["reference"]}
         # the exclusion rounds ask quant_debug which layer loses the most: no diverging-node search per round
-        made = make(self.model, tag, name, own, write, out=out, overwrite=overwrite, needs=FACTORS.get(method),
+        made = make(self.model, tag, name, own, write, out=out, overwrite=overwrite, needs=self.needs,
                     localize=not self.auto_exclude, **checks)
         if self.auto_exclude:
             made = _auto_exclude(made, dropped, own, asked["validate"], asked["sample"],
                                  lambda: make(self.model, tag, name, own, write, out=made.path, overwrite=True,
                                               localize=False, **checks))
         return made
+
+    @property
+    def needs(self) -> float | None:
+        """The write's measured peak as a multiple of the parent's weights (a file over 2 GB: read by reference)."""
+        by_reference = self.method != "static" and is_big(parent_of(self.model)[0])
+        return FACTORS.get(f"{self.method} by reference" if by_reference else self.method)
 
     def outlier_feed(self, src: Path) -> dict[str, Any] | None:
         """The inputs dynamic INT8 finds outlier channels on (the file's sample), or None where it is not asked."""

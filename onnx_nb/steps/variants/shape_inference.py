@@ -78,9 +78,9 @@ def _save_and_reload(model: Any) -> Any:
 
 
 def _load(model_path: Path) -> Any:
-    import onnx
+    from .by_reference import load
 
-    return annotated(onnx.load(str(model_path)))
+    return annotated(load(model_path))  # a big file's weights left in their source file stay there
 
 
 # quantize.py calls save_and_reload_model_with_shape_infer only on a ModelProto its caller gave: ORT's copies it, and

@@ -62,6 +62,11 @@ class Reference:
         return {n: t.detach().float().numpy() if t.is_floating_point() else t.numpy()
                 for n, t in zip(self.output_names, out)}
 
+    def close(self) -> None:
+        """An ONNX file's session closed (opened again if the reference runs again): its weights go."""
+        if self.graph is not None:
+            self.session = None
+
 
 def onnx_reference(path: Path, sample: dict[str, np.ndarray], axes: dict[str, dict[int, str]]) -> Reference:
     from ....runtime.sessions import session
