@@ -71,8 +71,10 @@ def test_algorithm_is_checked_before_any_work(decoder: onnx_nb.ExportResult, tmp
 
     # a file over one protobuf message (2 GB; here the limit lowered to this file's size): GPTQ refused up front
     monkeypatch.setattr(onnxfile, "EXTERNAL_DATA_BYTES", 1024)
-    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"GPTQ holds the whole model in one protobuf.*'awq'"):
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"GPTQ holds the whole model in one protobuf.*'hqq'"):
         onnx_nb.quantize(decoder, method="int4", algorithm="gptq", out=tmp_path / "big.onnx")
+    with pytest.raises(onnx_nb.InvalidArgumentError, match=r"algorithm='awq' .*AWQ runs the whole model"):
+        onnx_nb.quantize(decoder, method="int4", algorithm="awq", out=tmp_path / "big.onnx")
     assert not list(tmp_path.iterdir())
     with pytest.raises(onnx_nb.InvalidArgumentError, match=r"algorithm='hqq' is for method='int4'"):
         onnx_nb.quantize(decoder, method="dynamic", algorithm="hqq")

@@ -5,12 +5,13 @@ across a tensor at a time. The step holds the graph, the weight in hand and what
 quarter of the fp32 ones, INT4 an eighth, fp16 a half), where ORT's own load, copies and save held the model two
 or three times over (``benchmarks/big_steps.py``: 3.1x the weights for dynamic INT8, 2.3x for INT4, 1.8x for fp16).
 
-A weight left on disk points at its source file by an absolute path (onnx writes relative locations only, so an
-absolute one is a reference of this module's): :func:`reading` makes ``onnx.numpy_helper.to_array`` read such a
-tensor from there (ORT's quantizers read every weight through it), ORT's fp16 conversion reads it before it converts,
-and :func:`load` (ORT's quantizer loading the prepared file) leaves it where it is. :func:`materialize` turns the
-saved file into one self-contained file and data file. The weights' bytes are read, never mapped: a mapped weight's
-pages would count in the process's memory until the kernel drops them."""
+A weight left on disk points at its source data file by that file's absolute path, and the path is registered
+here: only a registered one counts as a reference (onnx refuses absolute locations in a file, and so does this
+module for any it did not write). :func:`reading` makes ``onnx.numpy_helper.to_array`` read such a tensor from there
+(ORT's INT8 quantizers and its HQQ / k-quant paths read weights through it; its round-to-nearest INT4 reads them with
+onnx_ir, which maps the registered file itself), ORT's fp16 conversion reads it before it converts, and :func:`load`
+(ORT's quantizer loading the prepared file) leaves it where it is. :func:`materialize` turns the saved file into one
+self-contained file and data file."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from ...runtime.onnxfile import stored_tensors
 from .swaps import Swap
 
 INLINE_BYTES = 64 * 1024  # smaller external tensors are read into the graph at once: shapes, norms' scales, biases
+_SOURCES: set[str] = set()  # the data files :func:`referenced` pointed weights at, by absolute path
 
 
 def _info(tensor: Any) -> dict[str, str]:
@@ -35,7 +37,7 @@ def is_referenced(tensor: Any) -> bool:
     from onnx import TensorProto
 
     return (tensor.data_location == TensorProto.EXTERNAL and not tensor.HasField("raw_data")
-            and Path(_info(tensor).get("location", "")).is_absolute())
+            and _info(tensor).get("location") in _SOURCES)
 
 
 def _read_bytes(tensor: Any, folder: Path | None = None) -> bytes:
@@ -71,6 +73,7 @@ def referenced(path: Path) -> Any:
         for entry in tensor.external_data:
             if entry.key == "location":
                 entry.value = str((path.parent / entry.value).resolve())
+                _SOURCES.add(entry.value)
     return proto
 
 

@@ -77,17 +77,20 @@ def choose(method: str, algorithm: str, recipe: Recipe) -> list[str]:
     return list(ALGORITHMS)
 
 
-def refuse_big_gptq(path: Path) -> None:
+def refuse_big_data_aware(path: Path, algorithm: str) -> None:
     """GPTQ runs through ONNX Runtime's copy of Intel Neural Compressor, which holds the whole model in one protobuf
-    message (2 GB at most) and runs it on calibration data: a file over that is refused before any work, with what
-    to use instead."""
+    message (2 GB at most); AWQ runs the model on calibration data in a session, which the quantizer's view of a big
+    file (its weights left in their data file: :mod:`.by_reference`) cannot open. A file over 2 GB asking for either
+    is refused before any work, with what to use instead."""
     from .ort_quantizer import is_big
 
-    if is_big(path):
+    if algorithm in ("gptq", "awq") and is_big(path):
         raise InvalidArgumentError(
-            f"algorithm='gptq' on {path.name}: ONNX Runtime's GPTQ holds the whole model in one protobuf message, "
-            "2 GB at most, and this file's weights are larger. Use algorithm='awq' or 'hqq' (layer by layer), or "
-            "for a decoder checkpoint export(folder, precision='int4').")
+            f"algorithm={algorithm!r} on {path.name}: its weights are over 2 GB, and "
+            + ("ONNX Runtime's GPTQ holds the whole model in one protobuf message (2 GB at most)"
+               if algorithm == "gptq" else "AWQ runs the whole model on its calibration data")
+            + ". Use algorithm='hqq', 'k_quant' or 'rtn_asym' (layer by layer, no calibration), or for a decoder "
+            "checkpoint export(folder, precision='int4').")
 
 
 def calibration(model: Any, given: Any) -> list[dict[str, Any]]:

@@ -27,6 +27,13 @@ def is_big(path: Path) -> bool:
     return total_file_size(Path(path), load_proto(path)) > onnxfile.EXTERNAL_DATA_BYTES
 
 
+def has_external_data(path: Path) -> bool:
+    """Whether the file keeps weights in a data file beside it (what :mod:`.by_reference` leaves on disk)."""
+    from ...runtime.onnxfile import files_of
+
+    return len(files_of(Path(path), load_proto(path))) > 1
+
+
 def prepare_for_quantization(src: Path, dst: Path, big: bool | None = None, by_reference: bool = True) -> None:
     """Drop stale shape annotations and run ORT's symbolic shape inference: ORT's quantizer fails on
     fused graphs (contrib ops) without it. A file over 2 GB is written with external data and inferred from the

@@ -14,7 +14,7 @@ from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, Quant
 from ...results.variant import Recipe, Variant
 from ...runtime.memory import FACTORS, gives_memory_back
 from .int8_routes import fused_route, int8_route
-from .ort_quantizer import finish_int8, gemm_to_matmul, is_big, run_quantizer
+from .ort_quantizer import finish_int8, gemm_to_matmul, has_external_data, is_big, run_quantizer
 from .variants import make, parent_of
 
 __all__ = ["gemm_to_matmul", "quantize"]
@@ -145,8 +145,8 @@ class _Plan:
 
         cpu, schemes = int8_schemes.choose(method, scheme, target_cpu, recipe)
         algorithms = int4_algorithms.choose(method, algorithm, recipe)
-        if algorithms == ["gptq"]:
-            int4_algorithms.refuse_big_gptq(parent_of(onnx_model)[0])
+        if len(algorithms) == 1:
+            int4_algorithms.refuse_big_data_aware(parent_of(onnx_model)[0], algorithms[0])
         mixed = int4_mixed.budgets(method, mixed_precision)
         if lm_head_bits not in ("auto", 4, 8):
             raise InvalidArgumentError(f"lm_head_bits={lm_head_bits!r}: choose 'auto', 4 or 8 (an INT4 decoder's "
@@ -260,7 +260,8 @@ class _Plan:
     @property
     def needs(self) -> float | None:
         """The write's measured peak as a multiple of the parent's weights (a file over 2 GB: read by reference)."""
-        by_reference = self.method != "static" and is_big(parent_of(self.model)[0])
+        path = parent_of(self.model)[0]
+        by_reference = self.method != "static" and is_big(path) and has_external_data(path)
         return FACTORS.get(f"{self.method} by reference" if by_reference else self.method)
 
     def outlier_feed(self, src: Path) -> dict[str, Any] | None:
