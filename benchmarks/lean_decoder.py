@@ -350,6 +350,31 @@ def llamacpp_files(args: Any, folder: Path, work: Path, weights: int) -> dict[st
     return {q: out / f"model-{q}.gguf" for q in QUANTS if (out / f"model-{q}.gguf").is_file()}
 
 
+def step_bytes(path: Path, llamacpp_src: Path | None) -> int:
+    """The weight bytes one decode step reads: every weight of the file but an embedding table only gathered from (one
+    row a token; a tied LM head reads it whole and counts). An ONNX file (or a folder's model.onnx) or a GGUF file
+    (read with the gguf package of ``llamacpp_src``)."""
+    if path.suffix == ".gguf":
+        sys.path.insert(0, str(Path(llamacpp_src) / "gguf-py"))
+        from gguf import GGUFReader
+
+        sizes = {t.name: int(t.n_bytes) for t in GGUFReader(str(path)).tensors}
+        return sum(sizes.values()) - (sizes.get("token_embd.weight", 0) if "output.weight" in sizes else 0)
+    import onnx
+
+    model = path / "model.onnx" if path.is_dir() else path
+    graph = onnx.load(str(model), load_external_data=False).graph
+    users: dict[str, set[str]] = {}
+    for node in graph.node:
+        for name in node.input:
+            users.setdefault(name, set()).add(node.op_type)
+    total = 0
+    for t in graph.initializer:
+        size = next((int(e.value) for e in t.external_data if e.key == "length"), len(t.raw_data))
+        total += 0 if users.get(t.name) == {"Gather"} else size
+    return total
+
+
 def decode(args: Any, ours: Path, builder: Path | None, work: Path, mixes: dict[str, Path] | None = None,
            llamacpp: dict[str, Path] | None = None, folder: Path | None = None) -> None:
     """Decode tokens/s of each INT4 file under each loop (and llama.cpp's GGUF files under llama.cpp), with each
@@ -392,9 +417,7 @@ def decode(args: Any, ours: Path, builder: Path | None, work: Path, mixes: dict[
     for quant, path in (llamacpp or {}).items():
         candidates[f"llama.cpp {quant}, llama.cpp"] = Anchor(args.llamacpp, "llamacpp_generate.py", path, prompt,
                                                             args.new_tokens, args.threads)
-    read = {label: sum(p.stat().st_size for p in Path(c.command[2]).parent.glob(Path(c.command[2]).name + "*"))
-            if Path(c.command[2]).is_file() else sum(p.stat().st_size for p in Path(c.command[2]).glob("model.onnx*"))
-            for label, c in candidates.items()}  # the bytes a decode step reads: the file's weights
+    read = {label: step_bytes(Path(c.command[2]), args.llamacpp_src) for label, c in candidates.items()}
     from onnx_nb.steps.benchmark.roofline import bandwidth_gbs
 
     bandwidth = bandwidth_gbs(args.threads)  # what ONNX Runtime reads a second here on a decode step's pattern
@@ -429,8 +452,9 @@ def decode(args: Any, ours: Path, builder: Path | None, work: Path, mixes: dict[
         agree = "" if reference is None else (
             f", {sum(a == b for a, b in zip(tokens[label], reference))}/{len(reference)} tokens PyTorch's "
             f"(first differs at {next((i for i, (a, b) in enumerate(zip(tokens[label], reference)) if a != b), '-')})")
-        print(f"  {label:44s} {rate:7.2f} tokens/s decode ({read[label] * rate / 1e9:5.1f} GB/s of its "
-              f"{read[label] / 1e9:.2f} GB, {read[label] * rate / 1e9 / bandwidth:.0%} of {bandwidth:.1f} GB/s), "
+        print(f"  {label:44s} {rate:7.2f} tokens/s decode ({read[label] * rate / 1e9:5.1f} GB/s of weights "
+              f"{read[label] / 1e9:.2f} GB a step, {read[label] * rate / 1e9 / bandwidth:.0%} of "
+              f"{bandwidth:.1f} GB/s), "
               f"{args.prompt / statistics.median(firsts[label]):7.1f} prefill, peak {gib(peaks[label])}  ({same} as "
               f"onnx-nb's file under generate(){agree})")
     if builder is not None:
