@@ -149,8 +149,7 @@ class _Plan:
         rows: list[Row] = []
         first_failure: tuple[dict[str, np.ndarray], str] | None = None
         divergence: DivergingNode | None = None
-        # the reference's outputs first and its session closed, then the candidate's sessions: a big file and its
-        # parent are never held together (each maps or holds its weights)
+        # the reference's outputs first, its session closed before the candidate's open: never two big files at once
         computed = [_expected(ref, feed) for _, feed, _ in self.cases]
         ref.close()
         if on is not None:
