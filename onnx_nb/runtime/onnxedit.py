@@ -323,6 +323,14 @@ def point_external(t: Any, location: str, offset: int, length: int) -> None:
         entry.key, entry.value = key, value
 
 
+def external_bytes(t: Any, folder: Path) -> bytes:
+    """The bytes of external tensor ``t`` from its data file (its location relative to ``folder``, or absolute)."""
+    info = {e.key: e.value for e in t.external_data}
+    with open(folder / info["location"], "rb") as f:
+        f.seek(int(info.get("offset", 0)))
+        return f.read(int(info["length"])) if "length" in info else f.read()
+
+
 def consolidate_external(proto: Any, folder: Path, name: str) -> int:
     """Move the weights of ``proto``'s external tensors, wherever they live in ``folder`` (an exporter leaves one
     file per tensor), into one page-aligned data file ``name`` there, a tensor at a time (never the whole model in
@@ -338,14 +346,10 @@ def consolidate_external(proto: Any, folder: Path, name: str) -> int:
         for t in stored_tensors(proto.graph):
             if t.data_location != TensorProto.EXTERNAL:
                 continue
-            info = {e.key: e.value for e in t.external_data}
-            source = folder / info["location"]
-            start, length = int(info.get("offset", 0)), info.get("length")
-            with open(source, "rb") as src:
-                src.seek(start)
-                data = src.read(int(length)) if length is not None else src.read()
-            if not Path(info["location"]).is_absolute():
-                moved.add(source)
+            location = next(e.value for e in t.external_data if e.key == "location")
+            data = external_bytes(t, folder)
+            if not Path(location).is_absolute():
+                moved.add(folder / location)
             if not data:  # an empty tensor (torch writes those out too): kept in the graph
                 del t.external_data[:]
                 t.data_location = TensorProto.DEFAULT

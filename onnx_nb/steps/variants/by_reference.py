@@ -20,7 +20,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ...runtime.onnxedit import consolidate_external
+from ...runtime.onnxedit import consolidate_external, external_bytes
 from ...runtime.onnxfile import stored_tensors
 from .swaps import Swap
 
@@ -38,14 +38,6 @@ def is_referenced(tensor: Any) -> bool:
 
     return (tensor.data_location == TensorProto.EXTERNAL and not tensor.HasField("raw_data")
             and _info(tensor).get("location") in _SOURCES)
-
-
-def _read_bytes(tensor: Any, folder: Path | None = None) -> bytes:
-    info = _info(tensor)
-    source = Path(info["location"]) if folder is None else folder / info["location"]
-    with open(source, "rb") as f:
-        f.seek(int(info.get("offset", 0)))
-        return f.read(int(info["length"])) if "length" in info else f.read()
 
 
 def _inline(tensor: Any, data: bytes) -> None:
@@ -68,7 +60,7 @@ def referenced(path: Path) -> Any:
             continue
         info = _info(tensor)
         if int(info.get("length", INLINE_BYTES + 1)) <= INLINE_BYTES:
-            _inline(tensor, _read_bytes(tensor, path.parent))
+            _inline(tensor, external_bytes(tensor, path.parent))
             continue
         for entry in tensor.external_data:
             if entry.key == "location":
@@ -83,7 +75,7 @@ def read(tensor: Any) -> Any:
 
     copy = onnx.TensorProto()
     copy.CopyFrom(tensor)
-    _inline(copy, _read_bytes(tensor))
+    _inline(copy, external_bytes(tensor, Path("/")))
     return _TO_ARRAY.original(copy)
 
 
@@ -130,7 +122,7 @@ def load(path: Path) -> Any:
     folder = Path(path).parent
     for tensor in stored_tensors(proto.graph):
         if tensor.data_location == onnx.TensorProto.EXTERNAL and not is_referenced(tensor):
-            _inline(tensor, _read_bytes(tensor, folder))
+            _inline(tensor, external_bytes(tensor, folder))
     return proto
 
 
