@@ -68,7 +68,9 @@ def jupyterlab(root: Path) -> Iterator[str]:
     for rel, data in (("@jupyterlab/notebook-extension/tracker.jupyterlab-settings",
                        {"autoStartDefaultKernel": True, "windowingMode": "none"}),
                       ("@jupyterlab/apputils-extension/notification.jupyterlab-settings",
-                       {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True})):
+                       {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True}),
+                      # a saved notebook keeps its widgets' state, as nbclient's store_widget_state does
+                      ("@jupyter-widgets/jupyterlab-manager/plugin.jupyterlab-settings", {"saveState": True})):
         (settings / rel).parent.mkdir(parents=True, exist_ok=True)
         (settings / rel).write_text(json.dumps(data))
     log = open(root / ".lab" / "lab.log", "w")  # closed in the finally below
@@ -149,6 +151,23 @@ def run_notebook(page: Any, base_token: str, name: str, timeout_s: float) -> Non
     open_notebook(page, base_token, name)
     run_all(page)
     wait_idle(page, timeout_s)
+
+
+def save(page: Any, path: Path) -> Any:
+    """Save the open notebook (Ctrl+S) and read it back once the file on disk is the saved one (Jupyter Server
+    writes it whole, then renames: a new modification time is a complete file)."""
+    import nbformat
+
+    before = path.stat().st_mtime_ns
+    page.locator(".jp-Notebook").first.click()
+    page.keyboard.press("Control+s")
+    for _ in range(60):
+        page.wait_for_timeout(500)
+        if path.stat().st_mtime_ns != before:
+            saved = nbformat.read(path, as_version=4)
+            if any(c.outputs for c in saved.cells if c.cell_type == "code"):
+                return saved
+    raise AssertionError(f"JupyterLab did not save {path.name}'s outputs")
 
 
 def copy_clean(src: Path, dst_dir: Path) -> Path:

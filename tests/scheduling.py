@@ -42,8 +42,9 @@ SPLIT = {"test_notebooks.py"}
 # (:func:`wait_for`: they may still run on the other worker)
 LAST = {"test_docs.py"}
 # the tests that keep a tutorial's executed copy for the docs site (tests/executed.py): the tutorials' tests, and
-# 07_browser's run in a real JupyterLab page
-TUTORIALS = ("tests/test_notebooks.py::", "tests/test_browser.py::test_browser_backend_in_the_notebooks_own_page")
+# 01_quickstart's and 07_browser's runs in a real JupyterLab page
+TUTORIALS = ("tests/test_notebooks.py::", "tests/test_browser.py::test_quickstart_and_studio_in_jupyterlab",
+             "tests/test_browser.py::test_browser_backend_in_the_notebooks_own_page")
 
 
 def worker() -> str | None:

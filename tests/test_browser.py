@@ -18,10 +18,12 @@ from lab import (
     mount,
     run_all,
     run_notebook,
+    save,
     wait_idle,
     watch_console,
 )
 from notebook_memory import keep_peak
+from notebook_outputs import check_quickstart, remember_widgets
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = Path(__file__).parent / "screenshots"
@@ -62,11 +64,20 @@ def fit_column(page: Any, width: int) -> None:
 
 
 def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
+    """01_quickstart run in JupyterLab: the saved notebook shows what each step should (the checks nbclient's run
+    makes on the lower bounds, notebook_outputs.check_quickstart) and is the documentation's copy; then the page
+    itself, the graph view, and the Studio's "Run all steps" its last cell invites."""
+    import executed
+
     SHOTS.mkdir(exist_ok=True)
     copy_clean(ROOT / "notebooks" / "01_quickstart.ipynb", tmp_path)
     with jupyterlab(tmp_path) as lab, browser() as page:
         problems = watch_console(page)
         run_notebook(page, lab, "01_quickstart.ipynb", 420)
+        saved = save(page, tmp_path / "01_quickstart.ipynb")
+        remember_widgets(saved)
+        check_quickstart([c for c in saved.cells if c.cell_type == "code"], tmp_path)
+        executed.keep(saved, "01_quickstart.ipynb", tmp_path)
         page.locator(".onnxnb-studio").first.wait_for(timeout=60_000)
         page.locator(".onnxnb-graph-node").first.wait_for(timeout=60_000)
         text = page.locator(".jp-Notebook").inner_text()
@@ -332,7 +343,6 @@ def test_browser_backend_in_the_notebooks_own_page(tmp_path: Path) -> None:
     saved notebook is the documentation's copy (tests/executed.py), its kernel's peak kept against Binder's budget.
     (With no page open, the fallback: tests/test_notebooks.py.)"""
     import executed
-    import nbformat
 
     SHOTS.mkdir(exist_ok=True)
     copy_clean(ROOT / "notebooks" / "07_browser.ipynb", tmp_path)
@@ -355,13 +365,4 @@ def test_browser_backend_in_the_notebooks_own_page(tmp_path: Path) -> None:
         # and on the page's WebGPU adapter: its rows name it, or the bundle says the page had none
         assert "WebGPU (adapter" in text or "transformers.js on WebGPU:" in text, text[text.find("int8 = "):][:3000]
         page.screenshot(path=str(SHOTS / "browser_backend.png"), full_page=True)
-        page.locator(".jp-Notebook").first.click()
-        page.keyboard.press("Control+s")
-        for _ in range(60):  # until the file on disk holds every cell's outputs
-            page.wait_for_timeout(500)
-            saved = nbformat.read(tmp_path / "07_browser.ipynb", as_version=4)
-            if all(c.outputs for c in saved.cells if c.cell_type == "code" and c.source.strip()):
-                break
-        else:
-            raise AssertionError("JupyterLab did not save the notebook's outputs")
-        executed.keep(saved, "07_browser.ipynb", tmp_path)
+        executed.keep(save(page, tmp_path / "07_browser.ipynb"), "07_browser.ipynb", tmp_path)

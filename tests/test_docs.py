@@ -2,10 +2,10 @@
 
 Warnings are errors: a broken link between pages (or to a heading), a docstring autodoc cannot read, a tutorial
 that does not render all fail the build. The tutorials come from the executed copies the tests keep
-(build/executed/, tests/executed.py: test_notebooks.py's, and 07_browser's from test_browser.py; this file runs
-last, and on two workers its build waits for the other's tutorials: tests/scheduling.py); a tutorial without a copy
-of its current content is executed by the build itself. Screenshots of a guide, a tutorial and the API page go to
-tests/screenshots/.
+(build/executed/, tests/executed.py: test_notebooks.py's, and 01_quickstart's and 07_browser's from test_browser.py;
+this file runs last, and on two workers its build waits for the other's tutorials: tests/scheduling.py); a tutorial
+without a copy of its current content is executed by the build itself. Screenshots of a guide, a tutorial and the
+API page go to tests/screenshots/.
 """
 
 from __future__ import annotations

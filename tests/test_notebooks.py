@@ -15,14 +15,19 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+import lab
 from notebook_memory import PEAK_EXPR, keep_peak
+from notebook_outputs import (
+    by_source,
+    check_quickstart,
+    outputs,
+    plotly_titles,
+    remember_widgets,
+    text,
+    widget,
+)
 
 NOTEBOOKS = executed.NOTEBOOKS
-WIDGET = "application/vnd.jupyter.widget-view+json"
-PLOTLY = "application/vnd.plotly.v1+json"
-
-
-WIDGET_STATE: dict[str, Any] = {}  # model id -> state, of the notebook executed last (store_widget_state)
 PEAK_MARK = "onnx-nb-test peak memory:"
 # The tutorials start no worker of their own (isolation is opt-in); 07's headless Chromium stands in for the reader's
 # browser, which on Binder is not in the session's memory.
@@ -57,44 +62,8 @@ def execute(name: str, tmp_path: Path) -> list[Any]:
     nb.cells = nb.cells[:shipped]
     keep_peak(Path(name).stem, name, kernel_mb, [])
     executed.keep(nb, name, tmp_path, kernel_tmp)  # the docs' copy
-    WIDGET_STATE.clear()
-    saved = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
-    WIDGET_STATE.update({k: v["state"] for k, v in saved.get("state", {}).items()})
+    remember_widgets(nb)
     return [c for c in nb.cells if c.cell_type == "code"]
-
-
-def widget(cell: Any, key: str, having: str = "") -> dict[str, Any]:
-    """The saved state of the widget the cell shows that has ``key`` (itself, or a child of a box), and whose
-    ``key`` holds ``having`` when given (a cell can also show a progress bar, whose label is a ``value``
-    too): what a reader of the saved notebook, or the page after a reload, gets."""
-    todo = [o["model_id"] for o in outputs(cell, WIDGET)]
-    while todo:
-        state = WIDGET_STATE.get(todo.pop(0), {})
-        if key in state and having in str(state[key]):
-            return state
-        todo += [c.removeprefix("IPY_MODEL_") for c in state.get("children", [])]
-    raise AssertionError(f"no widget with {key!r} holding {having!r} in the cell's output")
-
-
-def outputs(cell: Any, mime: str) -> list[Any]:
-    return [o["data"][mime] for o in cell.outputs if "data" in o and mime in o["data"]]
-
-
-def text(cell: Any) -> str:
-    parts = []
-    for o in cell.outputs:
-        parts.append(o.get("text", ""))
-        data = o.get("data", {})
-        parts += [data.get("text/plain", ""), data.get("text/html", "")]
-    return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
-
-
-def plotly_titles(cells: list[Any]) -> list[str]:
-    return [json.loads(json.dumps(f))["layout"]["title"]["text"] for c in cells for f in outputs(c, PLOTLY)]
-
-
-def by_source(cells: list[Any], start: str) -> Any:
-    return next(c for c in cells if c.source.startswith(start))
 
 
 def test_all_tutorials_are_tested() -> None:
@@ -108,41 +77,13 @@ def test_all_tutorials_are_tested() -> None:
 
 
 @pytest.mark.lower_bounds
-def test_quickstart(tmp_path: Path) -> None:
-    # (the Studio's "Run all steps" that its last cell invites runs after these cells in a real JupyterLab, where
-    # the kernel's peak is kept too: test_browser)
-    cells = execute("01_quickstart.ipynb", tmp_path)
-    exported = by_source(cells, "result = onnx_nb.export")
-    assert "Exported all-MiniLM-L6-v2 to ONNX" in text(exported)
-    # progress is a plain output updated in place, not a widget (a closed widget read "model not found" after a
-    # reload), and it is cleared once the step is done
-    assert not outputs(exported, WIDGET) and "[5/5]" not in text(exported) and "<progress" not in text(exported)
-    parity = by_source(cells, "report = onnx_nb.check_parity")
-    assert outputs(parity, WIDGET) and "Parity PASSED" in text(parity)
-    table = widget(parity, "value", having="<table")  # the sliders' live table, saved with the notebook
-    assert "PASSED" in table["value"]
-    assert "optimized(transformer)+unpad" in text(by_source(cells, "fast = onnx_nb.optimize"))
-    assert "int8-dynamic(per-channel)" in text(by_source(cells, "int8 = onnx_nb.quantize"))
-    assert "PyTorch eager" in text(by_source(cells, "import numpy as np"))
-    titles = plotly_titles(cells)
-    assert any(t.startswith("Parity errors") for t in titles) and "Latency per variant and backend" in titles
-    graph = widget(by_source(cells, "graph = onnx_nb.GraphView"), "graph")
-    shown = re.search(r"GraphView of model.onnx: (\d+) nodes", text(by_source(cells, "graph = onnx_nb.GraphView")))
-    assert shown and int(shown[1]) > 250, "the text view counts the export's nodes (312 on the lock's exporter)"
-    assert "onnx-nb studio: all-MiniLM-L6-v2 (ready" in text(by_source(cells, "studio = onnx_nb.Studio"))
-    assert len(graph["graph"]["nodes"]) > 50 and graph["depth"] >= 1
-    # the steps run above, gathered into one report (nothing run again): each with its result and its time
-    gathered = text(by_source(cells, "full = onnx_nb.Report.of"))
-    assert "Report for all-MiniLM-L6-v2: all steps passed" in gathered
-    for step in ("export", "parity", "optimize", "quantize", "latency"):
-        assert re.search(rf"^{step} +ok +[\d.]+ s|^{step} +ok +—", gathered, re.MULTILINE), (step, gathered)
-    report = tmp_path / "onnx_nb_out" / "quickstart" / "report.html"
-    html = report.read_text()
-    assert "onnx-nb report: all-MiniLM-L6-v2" in html and "Plotly" in html and "<script src=" not in html
-    assert html.count("<details") >= 5 and "int8-dynamic" in html
-    studio = widget(by_source(cells, "studio = onnx_nb.Studio"), "steps")
-    assert [k for k, _ in studio["steps"]] == ["export", "parity", "optimize", "quantize", "latency", "report", "web"]
-    assert studio["methods"][0] == "auto" and studio["model_name"] and studio["sliders"]
+def test_quickstart(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Run by nbclient where no JupyterLab runs it: on the lower bounds, or with no Chromium. On the lock the browser
+    test runs the same cells in JupyterLab, checks them with the same checks (notebook_outputs.check_quickstart) and
+    then the Studio's "Run all steps" that its last cell invites: a second run here cost the suite 72 s."""
+    if lab.available() and "lower_bounds" not in (request.config.option.markexpr or ""):
+        pytest.skip("run in JupyterLab: test_browser.py::test_quickstart_and_studio_in_jupyterlab")
+    check_quickstart(execute("01_quickstart.ipynb", tmp_path), tmp_path)
 
 
 @pytest.mark.lower_bounds
