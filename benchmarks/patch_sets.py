@@ -16,8 +16,6 @@ RESULTS = sweep.ROOT / "benchmarks" / "results"
 SWEEPS = {"causal LM": "causal_lm_sweep.json", "sequence-to-sequence": "seq2seq_sweep.json",
           "speech-to-text": "speech_sweep.json", "vision-language": "vlm_sweep.json",
           "speech LLM": "speech_llm_sweep.json"}
-ENCODER_DECODER = "the encoder-decoder route: TorchScript first, then dynamo with onnx-nb's patches"
-OWN_ROUTES = {"sequence-to-sequence": ENCODER_DECODER, "speech-to-text": ENCODER_DECODER}
 
 
 def _rows() -> list[tuple[str, dict[str, Any]]]:
@@ -36,9 +34,7 @@ NAMES = {"transformers": "transformers'", "onnx-nb": "onnx-nb's", "none": "none 
          "torchscript": "TorchScript's file (no patches)"}
 
 
-def _served_by(sweep_name: str, row: dict[str, Any]) -> str:
-    if sweep_name in OWN_ROUTES:
-        return OWN_ROUTES[sweep_name]
+def _served_by(row: dict[str, Any]) -> str:
     if "patches" not in row:
         return "not exported (its row says why)" if row.get("export") not in (None, "ok") else \
             "not re-run since transformers' set was tried first"
@@ -74,7 +70,8 @@ def section() -> list[str]:
         "For a model with such a patch, onnx-nb's dynamo route first exports with transformers' whole patch set "
         "(its patches, FX graph fixes, ONNX translations and graph repairs, none of onnx-nb's rewrites), and keeps "
         "onnx-nb's own where that file fails the check (a patch counts where the model runs the code it patches: "
-        "a vision-language model's decoder file holds its vision tower but never runs it); every other type is "
+        "a vision-language model's decoder file holds its vision tower but never runs it); an encoder-decoder's "
+        "route tries TorchScript's files before either set; every other type is "
         "exported with onnx-nb's own rewrites (`result.patch_set` says which). "
         f"Of the {len(counted)} sweep rows of those types exported since this was recorded, **{kept} are served by "
         "transformers' patch set** (for a model of several files, at least one of them). The experts' `grouped_mm`, "
@@ -86,5 +83,5 @@ def section() -> list[str]:
     for s, r in sorted(listed, key=lambda x: (x[1]["type"], x[0])):
         names = ", ".join(p.rsplit(".", 2)[-2] + "." + p.rsplit(".", 1)[-1] for p in theirs[r["type"]])
         lines.append(f"| {r['type']} | {html.escape(names)} | {s} | "
-                     f"{html.escape(_served_by(s, r)).replace('|', '/')} |")
+                     f"{html.escape(_served_by(r)).replace('|', '/')} |")
     return lines

@@ -10,7 +10,7 @@ from typing import Any
 from ...progress import Steps
 from ...results.export import ExportCheck, ExportResult, ModelSource
 from ...runtime.files import check_space
-from ...steps.export.machinery.torch_route import make_result, run_exporter, unverified_of
+from ...steps.export.machinery.torch_route import UPSTREAM, make_result, run_exporter, unverified_of
 
 
 def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path, opset: int,
@@ -19,7 +19,9 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     cache, computed once) beside the decoder file at ``target`` (self-attention cache in and out)."""
     from ...steps.export.caches import seq2seq as seq2seq_cache
     from ...steps.export.machinery.attempts import first_that_passes
+    from ...steps.export.machinery.torch_exporters import first_line as exporter_error
     from ...steps.export.machinery.wrap import eval_mode
+    from ...steps.export.patches import upstream
     from ...steps.export.patches.attention import eager_attention
 
     s = adapter.sample(source, sample, True)
@@ -45,9 +47,13 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
         check_space(target.parent, sum(p.numel() * p.element_size() for p in source.model.parameters()) * 2)
         # TorchScript first: the files it writes are known good; dynamo when it cannot write them (Moonshine's
         # rotary: a Concat of unknown rank) or its files fail their check (a trace fixes data-dependent routing:
-        # Switch's and NLLB-MoE's experts); when both fail their check, dynamo's (the last written) are published
-        # with theirs said, as every route's loop does
-        done = first_that_passes(["torchscript", "dynamo"], target, write, check, steps,
+        # Switch's and NLLB-MoE's experts), under transformers' own patch set first where it registers patches
+        # for this model's code (NLLB-MoE's router), as the single-file route does; when every one fails its
+        # check, the last written are published with theirs said, as every route's loop does
+        order = ["torchscript", "dynamo"]
+        if upstream.registered_for(source.model):
+            order.insert(1, UPSTREAM)
+        done = first_that_passes(order, target, write, check, steps, describe=exporter_error,
                                  verb="exporting the encoder and the decoder with", against="PyTorch")
         if not done.name and "torchscript" not in done.errors:  # dynamo could not write them either: TorchScript's
             tried = {k: v for k, v in done.attempts.items() if k != "torchscript"}  # files are published, their
@@ -58,16 +64,17 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
             done.attempts, done.seconds = {**tried, **done.attempts}, done.seconds + seconds
     if not done.name:
         raise done.errors["torchscript"]
-    layout, _, dec_sample = done.written
+    layout, _, dec_sample, patched = done.written
     source.cache_layout = layout
     source.sample = dec_sample
     source.input_axes = {n: a for n, a in seq2seq_cache.axes(layout)[1].items() if n in dec_sample}
     source.as_kwargs = False
-    attempts = done.attempts if "dynamo" in done.attempts or done.name == "dynamo" else {
+    attempts = done.attempts if done.name != "torchscript" or "dynamo" in done.attempts else {
         "dynamo": "not tried: TorchScript's files matched PyTorch; dynamo is the fallback for an encoder-decoder "
                   "with its caches when TorchScript cannot write them or they fail their check"}
-    result = make_result(target, done.files, done.name, attempts, done.seconds, warnings_seen, source,
-                         done.check, s, [], True, unverified_of(branches, {}))
+    result = make_result(target, done.files, "dynamo" if done.name == UPSTREAM else done.name, attempts,
+                         done.seconds, warnings_seen, source, done.check, s, [], True, unverified_of(branches, {}))
+    result.patches = patched
     from ...steps.export.caches.seq2seq import encoder_path
 
     result.parts = {"encoder": encoder_path(target)}  # the decoder is the result's own file
@@ -75,9 +82,10 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
 
 def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, staged_dir: Path,
                          warnings: list[str], branches: list[Any], exporter: str = "torchscript"
-                         ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+                         ) -> tuple[Any, dict[str, Any], dict[str, Any], dict[str, list[str]]]:
     """Export the encoder file and the decoder file into ``staged_dir`` (named after ``target``), and check
-    both in ONNX Runtime at other shapes. Returns the layout, the checks and the decoder's sample."""
+    both in ONNX Runtime at other shapes. Returns the layout, the checks, the decoder's sample and, per patch lent
+    while tracing either file, what it replaced."""
     import torch
 
     from ...steps.export.caches.seq2seq import (
@@ -110,6 +118,7 @@ def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, stag
               decoder_sample(model, layout, grown_sample, past=4, length=min(tokens, 2), seed=1), dec_axes,
               target.name)]
     checks: dict[str, Any] = {}
+    patched: dict[str, list[str]] = {}
     for module, in_names, feed, other, spec, filename in parts:
         flat = FlatModule(module, in_names, False, {})
         tensors = [feed[n] for n in in_names]
@@ -117,11 +126,12 @@ def export_seq2seq_parts(model: Any, sample: Any, target: Path, opset: int, stag
         smp = Sample(list(in_names), tensors, False, {n: spec[n] for n in in_names if n in spec})
         all_axes = {**smp.axes, **{o: spec[o] for o in flat.output_names if o in spec}}
         staged = staged_dir / filename
-        run_exporter(exporter, signature_module(flat), smp, flat, staged, all_axes, opset, False, warnings, [],
-                     branches)
+        for patch, replaced in run_exporter(exporter, signature_module(flat), smp, flat, staged, all_axes, opset,
+                                            False, warnings, [], branches).items():
+            patched.setdefault(patch, []).extend(r for r in replaced if r not in patched.get(patch, []))
         probe = Sample(list(in_names), [other[n] for n in in_names], False, dict(smp.axes))
         with torch.no_grad():
             expected = flat.reference(*probe.tensors)
         checks["encoder" if filename.endswith(SUFFIX) else "decoder"] = check_file(staged, probe, expected,
                                                                                     flat.output_names)
-    return layout, checks, parts[1][2]
+    return layout, checks, parts[1][2], patched
