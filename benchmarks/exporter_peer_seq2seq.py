@@ -74,9 +74,6 @@ def decoder_greedy(model: Any, folder: Path, prompt: list[int], new_tokens: int)
 
 def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     """One type through transformers' exporter (in a child process)."""
-
-    from onnx_nb.errors import first_line
-
     row: dict[str, Any] = {"type": model_type, "class": class_name}
     made = seq2seq_sweep.built(model_type, class_name, folder, row)
     if made is None:
@@ -93,34 +90,53 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     row["peer_graphs"] = sorted(takes)
     row["peer_text_in"] = any("input_ids" in names for names in takes.values())  # a graph that reads the text
     print("ROW " + json.dumps(row), flush=True)  # what is known so far, should the run below hang
-    try:
-        got = [decoder_greedy(model, out, p, sweep.NEW_TOKENS) for p in prompts]
-        same = all(g[:len(w)] == w for g, w in zip(got, want))
-        row["peer_decoder"] = "same" if same else "differs"
-        if not same:
-            row["peer_note"] = f"decoder graphs {got} against PyTorch's {want}"[:300]
-    except NotDriven as exc:
-        row["peer_decoder"] = f"not driven: {exc}"[:300]
-    except Exception as exc:  # noqa: BLE001
-        row["peer_decoder"] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+    judged(row, "peer_decoder", "decoder graphs", lambda: [decoder_greedy(model, out, p, sweep.NEW_TOKENS)
+                                                           for p in prompts], want)
     return row
 
 
+def judged(row: dict[str, Any], key: str, what: str, greedy: Any, want: list[list[int]]) -> None:
+    """``row[key]``: ``"same"`` when ``greedy()``'s tokens, case by case, begin with PyTorch's ``want``,
+    ``"differs"`` (both in ``peer_note``), ``"not driven: ..."`` for a folder the driver does not run, or the
+    error that stopped it."""
+    from onnx_nb.errors import first_line
+
+    try:
+        got = greedy()
+        same = all(g[:len(w)] == w for g, w in zip(got, want))
+        row[key] = "same" if same else "differs"
+        if not same:
+            row["peer_note"] = f"{what} {got} against PyTorch's {want}"[:300]
+    except NotDriven as exc:
+        row[key] = f"not driven: {exc}"[:300]
+    except Exception as exc:  # noqa: BLE001 - a row, not a crash
+        row[key] = f"{type(exc).__name__}: {first_line(exc)}"[:300]
+
+
 def main() -> None:
-    parser = sweep.parser_for(__doc__, 180, variants=False)
-    parser.add_argument("--json", default=str(RESULTS))
+    def summary(base: list[dict[str, Any]]) -> str:
+        return (f"transformers' exporter on {len(base)} sequence-to-sequence types PyTorch runs: "
+                f"{sum(r.get('peer_export') == 'ok' for r in base)} exported, "
+                f"{sum(bool(r.get('peer_text_in')) for r in base)} with a graph that takes the text, "
+                f"{sum(r.get('peer_decoder') == 'same' for r in base)} whose decoder graphs give PyTorch's tokens "
+                "from PyTorch's encoder output")
+
+    peer_main(__doc__, __file__, seq2seq_sweep.registry(), RESULTS, one, summary, 180)
+
+
+def peer_main(doc: str, script: str, types: dict[str, str], results: Path, one: Any, summary: Any,
+              timeout: int) -> None:
+    """A peer sweep from the command line: ``--one TYPE`` runs ``one(type, class, folder)`` and prints its row,
+    else every type of ``types`` in a process of its own into ``results``, then ``summary`` of the rows PyTorch
+    runs."""
+    parser = sweep.parser_for(doc, timeout, variants=False)
+    parser.add_argument("--json", default=str(results))
     args = parser.parse_args()
-    types = seq2seq_sweep.registry()
     if args.one:
         print("ROW " + json.dumps(one(args.one, types[args.one], Path(args.folder))))
         return
-    rows = sweep.run_rows(__file__, types, Path(args.json), args.only, args.again, args.timeout, [])
-    base = [r for r in rows if sweep.counted(r)]
-    print(f"transformers' exporter on {len(base)} sequence-to-sequence types PyTorch runs: "
-          f"{sum(r.get('peer_export') == 'ok' for r in base)} exported, "
-          f"{sum(bool(r.get('peer_text_in')) for r in base)} with a graph that takes the text, "
-          f"{sum(r.get('peer_decoder') == 'same' for r in base)} whose decoder graphs give PyTorch's tokens from "
-          "PyTorch's encoder output")
+    rows = sweep.run_rows(script, types, Path(args.json), args.only, args.again, args.timeout, [])
+    print(summary([r for r in rows if sweep.counted(r)]))
 
 
 def section(ours: list[dict[str, Any]], path: Path = RESULTS) -> list[str]:

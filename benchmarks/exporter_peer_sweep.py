@@ -66,10 +66,10 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     return row
 
 
-def exported(model: Any, prompt: list[int], out: Path, row: dict[str, Any]) -> bool:
-    """``model`` through transformers' exporter's default for generation (from ``prompt``,
-    ``OnnxConfig(dynamic=True)``), saved in ``out``; its status, seconds and size on disk in ``row`` (printed so far,
-    should what follows hang)."""
+def exported(model: Any, prompt: list[int] | dict[str, Any], out: Path, row: dict[str, Any]) -> bool:
+    """``model`` through transformers' exporter's default for generation (from ``prompt``, or the whole inputs
+    ``generate()`` is given, ``OnnxConfig(dynamic=True)``), saved in ``out``; its status, seconds and size on disk in
+    ``row`` (printed so far, should what follows hang)."""
     import torch
 
     from onnx_nb.errors import first_line
@@ -78,9 +78,10 @@ def exported(model: Any, prompt: list[int], out: Path, row: dict[str, Any]) -> b
     try:
         from transformers.exporters import OnnxConfig, OnnxExporter
 
-        ids = torch.tensor([prompt])
-        made = OnnxExporter().export_for_generation(
-            model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, OnnxConfig(dynamic=True))
+        if not isinstance(prompt, dict):
+            ids = torch.tensor([prompt])
+            prompt = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        made = OnnxExporter().export_for_generation(model, dict(prompt), OnnxConfig(dynamic=True))
         if out.exists():
             shutil.rmtree(out)
         made.save_pretrained(out)

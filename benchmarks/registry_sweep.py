@@ -691,13 +691,16 @@ def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += ["", "## Speech LLMs", "", *speech_llm_section(ROOT / "benchmarks" / "results" / "speech_llm_sweep.json")]
     import exporter_peer_seq2seq
     import exporter_peer_sweep  # the other sweeps import this module: imported here, not above
+    import exporter_peer_vlm
     import patch_sets
     import task_sweep
     import timm_sweep
 
     seq2seq = swept(ROOT / "benchmarks" / "results" / "seq2seq_sweep.json")
+    vlms = swept(ROOT / "benchmarks" / "results" / "vlm_sweep.json")
     lines += ["", "## transformers' own exporter on the same configs", "", *exporter_peer_sweep.section(rows), "",
-              *exporter_peer_seq2seq.section(seq2seq[0] if seq2seq else []), "", "### Whose patches", "",
+              *exporter_peer_seq2seq.section(seq2seq[0] if seq2seq else []), "",
+              *exporter_peer_vlm.section(vlms[0] if vlms else []), "", "### Whose patches", "",
               *patch_sets.section()]
 
     import transformers_js_sweep

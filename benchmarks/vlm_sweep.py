@@ -247,23 +247,19 @@ def torch_tokens(model: Any, ids: Any, pixels: dict[str, Any], token: int) -> li
     return out[0, ids.shape[1]:].tolist()
 
 
-def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
-    """Everything about one type (in a child process)."""
+def built(model_type: str, class_name: str, folder: Path, row: dict[str, Any]) -> tuple[Any, int, list[Any]] | None:
+    """The type built tiny (or, failing that, with its depth only shrunk), saved to ``folder`` and loaded back as
+    transformers loads it: the model, its image token and two cases (ids, pixels, PyTorch's greedy tokens); None,
+    the reason in ``row``, when PyTorch cannot build or run it."""
     import torch
     import transformers
 
-    import onnx_nb
     from onnx_nb.kinds.vlm.parts import features_of, image_token_of, pixel_sample
     from onnx_nb.kinds.vlm.prompts import prompt_sample
 
-    if model_type == IMAGE_TO_TEXT:
-        return one_image_to_text(class_name, folder)
-    row: dict[str, Any] = {"type": model_type, "class": class_name}
-    started = time.perf_counter()
-    cases: list[tuple[Any, dict[str, Any], list[int]]] = []
     for size, text, vision in (("tiny", registry_sweep.TINY, VISION),
                                ("depth only", registry_sweep.DEPTH, VISION_DEPTH)):
-        cases = []
+        cases: list[tuple[Any, dict[str, Any], list[int]]] = []
         try:
             config = tiny_config(model_type, text, vision)
             with torch.device("meta"):
@@ -292,9 +288,22 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
         row.update(pytorch="ok", size=size, parameters=sum(p.numel() for p in model.parameters()),
                    image_changes_tokens=cases[0][2] != cases[1][2])
         print("PYTORCH_OK", flush=True)
-        break
-    if row.get("pytorch") != "ok":
+        return model, token, cases
+    return None
+
+
+def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
+    """Everything about one type (in a child process)."""
+    import onnx_nb
+
+    if model_type == IMAGE_TO_TEXT:
+        return one_image_to_text(class_name, folder)
+    row: dict[str, Any] = {"type": model_type, "class": class_name}
+    started = time.perf_counter()
+    made = built(model_type, class_name, folder, row)
+    if made is None:
         return row
+    cases = made[2]
     result = registry_sweep.exported(row, folder, folder.parent / "onnx", started)
     if result is None:
         return row

@@ -8,6 +8,7 @@ scripts/other_tools_folders.py in a side environment: Optimum pins an older tran
 from __future__ import annotations
 
 import ast
+import json
 import shutil
 import subprocess
 import sys
@@ -142,6 +143,11 @@ def test_folders_refused_or_errors_say_why(exported: tuple[torch.nn.Module, Path
     shutil.copytree(folder, bad)
     (bad / "export.json").write_text('{"export_format": "onnx", "components": {"model": {"file": "m.onnx"}}}')
     with pytest.raises(onnx_nb.OnnxNbError, match="prefill and a decode graph"):
+        onnx_nb.generate(bad, [[1, 2, 3]])
+    # a vision-language model's default split (benchmarks/exporter_peer_vlm.py): its language graphs, no tower
+    (bad / "export.json").write_text(json.dumps({"export_format": "onnx", "components": {
+        name: {"file": f"{name}.onnx"} for name in ("language_model", "lm_head", "decode")}}))
+    with pytest.raises(onnx_nb.OnnxNbError, match="no graph that takes the image or the audio"):
         onnx_nb.generate(bad, [[1, 2, 3]])
     # a folder that cannot be opened is the report's error row, not a crash
     no_config = tmp_path / "no-config"

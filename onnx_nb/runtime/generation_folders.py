@@ -136,10 +136,16 @@ class ExporterFolder:
             raise InvalidModelError(f"{folder / 'export.json'} is not transformers' exporter's manifest: {exc}.") \
                 from None
         if manifest.get("export_format", "onnx") != "onnx" or not {"prefill", "decode"} <= set(components):
+            split = "language_model" in components and not any(
+                word in name for name in components for word in ("image", "vision", "audio"))
             raise InvalidArgumentError(
                 f"{folder} holds transformers' exporter's {manifest.get('export_format')!r} export of "
                 f"{', '.join(components)}: onnx-nb runs its ONNX generation export (export_for_generation: a prefill "
-                "and a decode graph).")
+                "and a decode graph)." + (
+                    " This is a multimodal model's split with no graph that takes the image or the audio: "
+                    "transformers' generate() computes their features before the prefill its exporter traces, so no "
+                    "runtime can generate from a picture with these graphs. onnx_nb.export(model) writes the "
+                    "vision (or audio), embed and decoder files, checked against PyTorch." if split else ""))
         if not (folder / "config.json").is_file():
             raise InvalidModelError(f"{folder} has no config.json: transformers' exporter saves the model's config "
                                     "beside its graphs, and the cache is built from it.")
