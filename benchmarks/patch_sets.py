@@ -42,6 +42,8 @@ def _served_by(row: dict[str, Any]) -> str:
     why = row.get("transformers_patches")
     if why:
         return f"{said} (transformers' set: {why})"
+    if row["patches"] == "torchscript":  # an encoder-decoder's route: TorchScript's files come before either set
+        return f"{said} (an encoder-decoder's route tries TorchScript's files before either dynamo set)"
     if "transformers" not in row["patches"]:  # transformers' set not tried: no patched code ran
         return f"{said} (transformers' set not tried: its patches are for code this model does not run)"
     return said

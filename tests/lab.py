@@ -22,12 +22,28 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
 
 def kernel_peak_mb(lab: str, root: Path, notebook: str) -> int:
     """The resident peak (MB) of the kernel running ``notebook`` (its path under ``root``) in the JupyterLab ``lab``
-    serves, asked of the kernel itself through its connection file (``process_peak_bytes``: ``VmHWM`` kept across
-    the resets onnx-nb's own peak figures make, which a reading from outside would miss); nothing is left in the
-    kernel's namespace."""
-    from jupyter_client import BlockingKernelClient
-
+    serves, asked of the kernel itself (``process_peak_bytes``: ``VmHWM`` kept across the resets onnx-nb's own peak
+    figures make, which a reading from outside would miss); nothing is left in the kernel's namespace."""
     from notebook_memory import PEAK_EXPR
+
+    return int(kernel_print(lab, root, notebook, PEAK_EXPR))
+
+
+# every widget the kernel holds, model id -> its state (as nbclient's store_widget_state saves it), as JSON
+WIDGET_STATES = ("__import__('json').dumps({k: w.get_state() for k, w in __import__('ipywidgets.widgets.widget', "
+                 "fromlist=['_']).__dict__['_instances'].items()}, default=str)")
+
+
+def kernel_widgets(lab: str, root: Path, notebook: str) -> dict[str, Any]:
+    """The state of every widget the kernel running ``notebook`` holds, by model id: what the page draws them from
+    (JupyterLab saves none in the notebook by default)."""
+    return dict(json.loads(kernel_print(lab, root, notebook, WIDGET_STATES)))
+
+
+def kernel_print(lab: str, root: Path, notebook: str, expression: str) -> str:
+    """What ``print(expression)`` prints in the kernel running ``notebook`` (its path under ``root``) in the
+    JupyterLab ``lab`` serves, through the kernel's connection file."""
+    from jupyter_client import BlockingKernelClient
 
     base, token = lab.split("|")
     with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=30) as answer:
@@ -39,12 +55,12 @@ def kernel_peak_mb(lab: str, root: Path, notebook: str) -> int:
     printed: list[str] = []
     try:
         client.wait_for_ready(timeout=60)
-        client.execute_interactive(f"print({PEAK_EXPR})", store_history=False, timeout=60,
+        client.execute_interactive(f"print({expression})", store_history=False, timeout=60,
                                    output_hook=lambda m: printed.append(m["content"]["text"])
                                    if m["msg_type"] == "stream" else None)
     finally:
         client.stop_channels()
-    return int("".join(printed))
+    return "".join(printed)
 
 
 def free_port() -> int:
@@ -68,9 +84,7 @@ def jupyterlab(root: Path) -> Iterator[str]:
     for rel, data in (("@jupyterlab/notebook-extension/tracker.jupyterlab-settings",
                        {"autoStartDefaultKernel": True, "windowingMode": "none"}),
                       ("@jupyterlab/apputils-extension/notification.jupyterlab-settings",
-                       {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True}),
-                      # a saved notebook keeps its widgets' state, as nbclient's store_widget_state does
-                      ("@jupyter-widgets/jupyterlab-manager/plugin.jupyterlab-settings", {"saveState": True})):
+                       {"fetchNews": "false", "checkForUpdates": False, "doNotDisturbMode": True})):
         (settings / rel).parent.mkdir(parents=True, exist_ok=True)
         (settings / rel).write_text(json.dumps(data))
     log = open(root / ".lab" / "lab.log", "w")  # closed in the finally below
@@ -153,9 +167,10 @@ def run_notebook(page: Any, base_token: str, name: str, timeout_s: float) -> Non
     wait_idle(page, timeout_s)
 
 
-def save(page: Any, path: Path) -> Any:
-    """Save the open notebook (Ctrl+S) and read it back once the file on disk is the saved one (Jupyter Server
-    writes it whole, then renames: a new modification time is a complete file)."""
+def save(page: Any, path: Path, every_cell: bool = True) -> Any:
+    """Save the open notebook (Ctrl+S) and read it back once the file on disk is the saved one: modified since, no
+    backup copy beside it (Jupyter Server's atomic writing keeps ``.~name`` while it rewrites the file in place), and
+    readable, with every code cell's outputs (``every_cell``; else some: a cell may print nothing)."""
     import nbformat
 
     before = path.stat().st_mtime_ns
@@ -163,10 +178,15 @@ def save(page: Any, path: Path) -> Any:
     page.keyboard.press("Control+s")
     for _ in range(60):
         page.wait_for_timeout(500)
-        if path.stat().st_mtime_ns != before:
+        if path.stat().st_mtime_ns == before or path.with_name(".~" + path.name).exists():
+            continue
+        try:
             saved = nbformat.read(path, as_version=4)
-            if any(c.outputs for c in saved.cells if c.cell_type == "code"):
-                return saved
+        except Exception:  # noqa: BLE001 - caught mid-write: read again
+            continue
+        code = [c for c in saved.cells if c.cell_type == "code" and c.source.strip()]
+        if (all if every_cell else any)(c.outputs for c in code):
+            return saved
     raise AssertionError(f"JupyterLab did not save {path.name}'s outputs")
 
 

@@ -1,7 +1,8 @@
 """What an executed tutorial shows, read from the notebook as saved: each cell's text, figures and widgets (their
-state from the notebook's metadata, as a reader of the saved file or the page after a reload gets it). nbclient's
-runs (tests/test_notebooks.py) and JupyterLab's (tests/test_browser.py) are read alike, and the quickstart's checks
-are here because either may run it: JupyterLab on the lock, nbclient on the lower bounds (no browser there)."""
+state from the notebook's metadata, as a reader of the saved file gets it, or from the kernel that drew them).
+nbclient's runs (tests/test_notebooks.py) and JupyterLab's (tests/test_browser.py) are read alike, and the
+quickstart's checks are here because either may run it: JupyterLab on the lock, nbclient on the lower bounds (no
+browser there)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET_STATE: dict[str, Any] = {}  # model id -> state, of the notebook read last (remember_widgets)
 
 
-def remember_widgets(nb: Any) -> None:
-    """Keep the widget state ``nb`` was saved with (nbclient's store_widget_state, JupyterLab's saveState)."""
+def remember_widgets(nb: Any, kernel: dict[str, Any] | None = None) -> None:
+    """Keep the widget state ``nb`` was saved with (nbclient's store_widget_state), or ``kernel``'s: the state of
+    every widget the kernel that ran it holds, by model id (JupyterLab saves none by default; tests/lab.py)."""
     WIDGET_STATE.clear()
     saved = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
     WIDGET_STATE.update({k: v["state"] for k, v in saved.get("state", {}).items()})
+    WIDGET_STATE.update(kernel or {})
 
 
 def widget(cell: Any, key: str, having: str = "") -> dict[str, Any]:

@@ -15,6 +15,7 @@ from lab import (
     copy_clean,
     jupyterlab,
     kernel_peak_mb,
+    kernel_widgets,
     mount,
     run_all,
     run_notebook,
@@ -74,8 +75,8 @@ def test_quickstart_and_studio_in_jupyterlab(tmp_path: Path) -> None:
     with jupyterlab(tmp_path) as lab, browser() as page:
         problems = watch_console(page)
         run_notebook(page, lab, "01_quickstart.ipynb", 420)
-        saved = save(page, tmp_path / "01_quickstart.ipynb")
-        remember_widgets(saved)
+        saved = save(page, tmp_path / "01_quickstart.ipynb", every_cell=False)
+        remember_widgets(saved, kernel_widgets(lab, tmp_path, "01_quickstart.ipynb"))
         check_quickstart([c for c in saved.cells if c.cell_type == "code"], tmp_path)
         executed.keep(saved, "01_quickstart.ipynb", tmp_path)
         page.locator(".onnxnb-studio").first.wait_for(timeout=60_000)

@@ -610,8 +610,8 @@ def test_seq2seq_registry_types_export(tmp_path: Path) -> None:
     answers with a tuple, whose model reads router_logits off the encoder output it is given, and whose experts
     loop over the experts the batch hit: TorchScript's files fix the sample's experts and fail their check, so the
     export goes on to dynamo, first under transformers' own patch set (it registers one for NLLB-MoE's router), then
-    with onnx-nb's experts table's loop (patches/expert_tables.py) where that set's files fail theirs; the row says
-    whose set served."""
+    with onnx-nb's experts table's loop (patches/expert_tables.py) where that set fails (torch.export stops at the
+    experts' data-dependent routing) or its files fail their check; the row says whose set served and why."""
     plbart = seq2seq_sweep.one("plbart", seq2seq_sweep.registry()["plbart"], tmp_path / "p" / "model", False)
     assert plbart["pytorch"] == "ok" and plbart["export"] == "ok" and plbart["generate"] == "same", plbart
     moe = seq2seq_sweep.one("nllb-moe", seq2seq_sweep.registry()["nllb-moe"], tmp_path / "n" / "model", False)

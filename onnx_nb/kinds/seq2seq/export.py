@@ -48,8 +48,9 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
         # TorchScript first: the files it writes are known good; dynamo when it cannot write them (Moonshine's
         # rotary: a Concat of unknown rank) or its files fail their check (a trace fixes data-dependent routing:
         # Switch's and NLLB-MoE's experts), under transformers' own patch set first where it registers patches
-        # for this model's code (NLLB-MoE's router), as the single-file route does; when every one fails its
-        # check, the last written are published with theirs said, as every route's loop does
+        # for one of this model's classes (NLLB-MoE's router; an encoder-decoder runs every class it holds, so
+        # its classes are not watched as the single-file route's are); when every one fails its check, the last
+        # written are published with theirs said, as every route's loop does
         order = ["torchscript", "dynamo"]
         if upstream.registered_for(source.model):
             order.insert(1, UPSTREAM)
@@ -70,8 +71,9 @@ def export_seq2seq(adapter: Any, source: ModelSource, sample: Any, target: Path,
     source.input_axes = {n: a for n, a in seq2seq_cache.axes(layout)[1].items() if n in dec_sample}
     source.as_kwargs = False
     attempts = done.attempts if done.name != "torchscript" or "dynamo" in done.attempts else {
-        "dynamo": "not tried: TorchScript's files matched PyTorch; dynamo is the fallback for an encoder-decoder "
-                  "with its caches when TorchScript cannot write them or they fail their check"}
+        "dynamo": "not tried: TorchScript's files matched PyTorch; dynamo (under transformers' patch set first, "
+                  "where it registers patches for this model) is the fallback for an encoder-decoder with its caches "
+                  "when TorchScript cannot write them or they fail their check"}
     result = make_result(target, done.files, "dynamo" if done.name == UPSTREAM else done.name, attempts,
                          done.seconds, warnings_seen, source, done.check, s, [], True, unverified_of(branches, {}))
     result.patches = patched
