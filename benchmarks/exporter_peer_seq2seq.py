@@ -41,7 +41,7 @@ def decoder_greedy(model: Any, folder: Path, prompt: list[int], new_tokens: int)
 
     from onnx_nb.runtime.sessions import session
 
-    parts = json.loads((folder / "export.json").read_text())["components"]
+    parts = components(folder)
     if not {"prefill", "decode"} <= set(parts):
         raise NotDriven(f"split into {', '.join(sorted(parts))}: a multimodal decomposition this driver does not run")
     runners = {name: OnnxModelRunner(ExportMetadata.from_dict(parts[name]["metadata"]),
@@ -82,17 +82,28 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     out = folder.parent / "peer"
     if not exporter_peer_sweep.exported(model, prompts[0], out, row):
         return row
-    import onnx
-
-    parts = json.loads((out / "export.json").read_text())["components"]
-    takes = {name: [i.name for i in onnx.load(str(out / p["file"]), load_external_data=False).graph.input]
-             for name, p in parts.items()}
-    row["peer_graphs"] = sorted(takes)
+    takes = graph_inputs(out, row)[1]
     row["peer_text_in"] = any("input_ids" in names for names in takes.values())  # a graph that reads the text
     print("ROW " + json.dumps(row), flush=True)  # what is known so far, should the run below hang
     judged(row, "peer_decoder", "decoder graphs", lambda: [decoder_greedy(model, out, p, sweep.NEW_TOKENS)
                                                            for p in prompts], want)
     return row
+
+
+def components(folder: Path) -> dict[str, Any]:
+    """The graphs transformers' exporter wrote into ``folder``, by name: its ``export.json``'s components."""
+    return dict(json.loads((folder / "export.json").read_text())["components"])
+
+
+def graph_inputs(folder: Path, row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """``folder``'s components and each graph's input names; the graphs' names go into ``row["peer_graphs"]``."""
+    import onnx
+
+    parts = components(folder)
+    takes = {name: [i.name for i in onnx.load(str(folder / p["file"]), load_external_data=False).graph.input]
+             for name, p in parts.items()}
+    row["peer_graphs"] = sorted(takes)
+    return parts, takes
 
 
 def judged(row: dict[str, Any], key: str, what: str, greedy: Any, want: list[list[int]]) -> None:

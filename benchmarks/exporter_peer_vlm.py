@@ -69,7 +69,7 @@ def language_greedy(model: Any, folder: Path, ids: Any, pixels: dict[str, Any], 
 
     from onnx_nb.runtime.sessions import session
 
-    parts = json.loads((folder / "export.json").read_text())["components"]
+    parts = exporter_peer_seq2seq.components(folder)
     graphs = LANGUAGE if set(LANGUAGE) <= set(parts) else WHOLE if set(WHOLE) <= set(parts) else None
     if graphs is None:
         raise exporter_peer_seq2seq.NotDriven(f"split into {', '.join(sorted(parts))}: neither the language_model, "
@@ -114,8 +114,6 @@ def language_greedy(model: Any, folder: Path, ids: Any, pixels: dict[str, Any], 
 
 def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     """One type through transformers' exporter (in a child process)."""
-    import onnx
-
     from onnx_nb.kinds.vlm.prompts import prompt_extras
 
     row: dict[str, Any] = {"type": model_type, "class": class_name}
@@ -129,10 +127,7 @@ def one(model_type: str, class_name: str, folder: Path) -> dict[str, Any]:
     out = folder.parent / "peer"
     if not exporter_peer_sweep.exported(model, inputs, out, row):
         return row
-    parts = json.loads((out / "export.json").read_text())["components"]
-    takes = {name: [i.name for i in onnx.load(str(out / p["file"]), load_external_data=False).graph.input]
-             for name, p in parts.items()}
-    row["peer_graphs"] = sorted(takes)
+    parts, takes = exporter_peer_seq2seq.graph_inputs(out, row)
     row["peer_image_in"] = sorted(name for name, p in parts.items() if set(p["metadata"]["kwargs"]) & set(pixels)
                                   or any(n in pixels for n in takes[name]))  # a graph that reads the image
     row["peer_mask"] = any("attention_mask" in names for names in takes.values())
