@@ -213,6 +213,11 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "", nested: 
             and isinstance(getattr(config, "num_queries", None), int) and blocks >= layers > 1:
         config.num_blocks = layers - 1  # EoMT's last layers that attend with its queries: within the shrunk depth,
         # one plain layer before them (its queries join at layer depth - num_blocks: never, past the depth)
+    if isinstance(getattr(config, "conv_dim", None), int) and isinstance(getattr(config, "hidden_dim", None), int) \
+            and getattr(config, "enforce_input_proj", None) is False:
+        config.conv_dim = config.mask_dim = config.hidden_dim  # OneFormer's pixel decoder feeds its transformer
+        # in the transformer's width (256, 256 and 256 in every checkpoint): shrunk apart, its input projections (a
+        # plain list, not registered modules) are never saved, and the folder loads them on the meta device
     necked_backbone(config)  # first: a neck's reads decide its backbone's depth
     prompted_segmenter(config, sizes)
     headed(config, task)
