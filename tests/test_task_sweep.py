@@ -614,3 +614,41 @@ def test_attention_that_is_causal_only_when_padded_is_exported_as_the_model_runs
     run = [session.run(None, {"input_ids": i.numpy(), "attention_mask": np.ones((1, 11), np.int64)})[0] for i in
            (first, changed)]
     assert np.abs(run[0][0, 0] - run[1][0, 0]).max() > 1e-4
+
+
+def test_a_length_regulator_looping_over_rows_exports_for_any_batch(tmp_path: Path) -> None:
+    """FastSpeech 2 Conformer with HiFi-GAN, as the sweep builds it: its length regulator loops over the batch's rows
+    after a branch on the durations' sum. torch.export failed on the branch and TorchScript's file took only the
+    sample's batch (a Split into its two rows). Over every row at once (patches/durations.py) the regulator gives
+    transformers' own tensor for durations with zero rows and for a batch of zeros, and the dynamo file is verified
+    and gives PyTorch's waveform for a single row and for three."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    import transformers
+    from transformers.models.fastspeech2_conformer import modeling_fastspeech2_conformer as fastspeech
+
+    import onnx_nb
+    from onnx_nb.steps.export.patches.durations import regulator
+
+    embeddings = torch.randn(3, 5, 8)
+    for durations in (torch.tensor([[1, 0, 3, 2, 0], [0, 0, 0, 0, 0], [2, 2, 2, 2, 2]]),
+                      torch.zeros(3, 5, dtype=torch.long)):
+        for speed in (1.0, 1.5):
+            want = fastspeech.length_regulator(embeddings, durations.clone(), speed)
+            torch.testing.assert_close(regulator(None)(embeddings, durations.clone(), speed), want)
+    config = task_sweep.tiny_config("fastspeech2_conformer_with_hifigan", task_sweep.registry_sweep.TINY,
+                                    "text-to-waveform")
+    torch.manual_seed(0)
+    model = transformers.FastSpeech2ConformerWithHifiGan(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "tts.onnx", progress=False)
+    assert result.status == "verified" and result.exporter == "dynamo", repr(result)
+    assert "durations" in result.patches, result.patches
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    for rows, length in ((1, 6), (3, 11)):
+        ids = torch.randint(4, config.model_config.vocab_size, (rows, length))
+        with torch.no_grad():
+            want = model(input_ids=ids, return_dict=True).waveform.numpy()
+        got = session.run(["waveform"], {"input_ids": ids.numpy(),
+                                         "attention_mask": np.ones((rows, length), dtype=np.int64)})[0]
+        np.testing.assert_allclose(got, want, atol=1e-4)

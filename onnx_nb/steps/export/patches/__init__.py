@@ -17,7 +17,8 @@ applies (what in a model it recognises), what it replaces, and why the export ne
   schedule held in a buffer, read as the model's constants: no branch on a lifted input),
   :mod:`.unmasked_attention` (attention that is causal only when padded: the mask eager sdpa code leaves out, in
   the graph), :mod:`.pooled_patches` (patches pooled by their positions for any count of patches: a scatter in
-  place of a one-hot table, the kernel size from the config).
+  place of a one-hot table, the kernel size from the config), :mod:`.durations` (a text-to-speech length regulator
+  over every row at once: no loop over the batch, no branch on the durations).
   They lend through :func:`.lending.lent`, which gives each instance its own attribute back (:mod:`.mask_annealing`
   shadows a buffer with an instance attribute itself: a module refuses a non-tensor set in a buffer's name).
 - :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.

@@ -2,7 +2,7 @@
 :mod:`.windows`, :mod:`.scans`, :mod:`.blocks`, :mod:`.positions`, :mod:`.sliding`, :mod:`.lengths`,
 :mod:`.audio_windows`, :mod:`.series_rows`, :mod:`.keypoints`, :mod:`.stages`, :mod:`.image_patches`,
 :mod:`.mask_annealing`, :mod:`.unmasked_attention`, :mod:`.pooled_patches`, the unlisted span attention of
-:mod:`.vision_towers`, :mod:`.boolean_masks`, :mod:`.decode_loops`) and the exporter's own
+:mod:`.vision_towers`, :mod:`.boolean_masks`, :mod:`.decode_loops`, :mod:`.durations`) and the exporter's own
 (:mod:`.matching`, :mod:`.torchlib`)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from . import (
     blocks,
     boolean_masks,
     decode_loops,
+    durations,
     expert_tables,
     experts,
     image_patches,
@@ -40,7 +41,8 @@ MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, expert_tables.PATCH, windows.
                                     positions.PATCH, sliding.PATCH, lengths.PATCH, audio_windows.PATCH,
                                     series_rows.PATCH, keypoints.PATCH, stages.PATCH, image_patches.PATCH,
                                     mask_annealing.PATCH, unmasked_attention.PATCH, pooled_patches.PATCH,
-                                    vision_towers.UNLISTED, boolean_masks.PATCH, decode_loops.PATCH)
+                                    vision_towers.UNLISTED, boolean_masks.PATCH, decode_loops.PATCH,
+                                    durations.PATCH)
 EXPORTER_PATCHES: tuple[Patch, ...] = (matching.PATCH, torchlib.PATCH)
 
 
