@@ -652,3 +652,40 @@ def test_a_length_regulator_looping_over_rows_exports_for_any_batch(tmp_path: Pa
         got = session.run(["waveform"], {"input_ids": ids.numpy(),
                                          "attention_mask": np.ones((rows, length), dtype=np.int64)})[0]
         np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_a_speech_model_drawing_noise_takes_its_scales_as_inputs(tmp_path: Path) -> None:
+    """VITS, as the sweep builds it: it draws noise in eval mode at scales it holds (its durations' and its prior's),
+    so PyTorch's second run of the same text gave another length of speech and every file failed the check. With its
+    scales and speaking rate as inputs (kinds/hf/noise.py), the file is verified at no noise and gives PyTorch's
+    waveform there at another batch and length; at the config's scales it speaks as PyTorch does, drawing: finite
+    samples, other speech on another draw. The user's model keeps its own scales."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    import transformers
+
+    import onnx_nb
+    from onnx_nb.kinds.hf.noise import ScaledNoise, noise_scales
+
+    config = task_sweep.tiny_config("vits", task_sweep.registry_sweep.TINY, "text-to-waveform")
+    torch.manual_seed(0)
+    model = transformers.VitsModel(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "vits.onnx", progress=False)
+    assert result.status == "verified", repr(result)
+    assert [i.name for i in result.inputs] == ["input_ids", "noise_scale", "noise_scale_duration", "speaking_rate",
+                                               "attention_mask"], result.inputs
+    assert (model.noise_scale, model.noise_scale_duration) == (config.noise_scale, config.noise_scale_duration)
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    ids = torch.randint(3, config.vocab_size, (1, 11))
+    scales = {"noise_scale": 0.0, "noise_scale_duration": 0.0, "speaking_rate": config.speaking_rate}
+    feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones((1, 11), dtype=np.int64),
+             **{k: np.array(v, dtype=np.float32) for k, v in scales.items()}}
+    with torch.no_grad():
+        want = ScaledNoise(model)(ids, torch.ones(1, 11, dtype=torch.long),
+                                  **{k: torch.tensor(v) for k, v in scales.items()})["waveform"].numpy()
+    np.testing.assert_allclose(session.run(["waveform"], feeds)[0], want, atol=1e-4)
+    feeds.update({k: np.array(v, dtype=np.float32) for k, v in noise_scales(config).items()})
+    drawn = [session.run(["waveform"], feeds)[0] for _ in range(3)]
+    assert all(np.isfinite(w).all() and w.shape[0] == 1 for w in drawn)
+    assert any(w.shape != drawn[0].shape or not np.allclose(w, drawn[0]) for w in drawn[1:]), "the same draw thrice"

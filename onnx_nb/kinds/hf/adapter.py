@@ -77,6 +77,7 @@ class HfAdapter(Adapter):
         """Load (a folder or hub id) or wrap (an object) into the record; nothing about a cache decided yet."""
         from ...results.export import ModelSource
         from ...steps.export.machinery.logs import quiet_loading
+        from . import noise
 
         task = args.task
         said: list[str] = []
@@ -96,7 +97,7 @@ class HfAdapter(Adapter):
                 loaded = load_model(str(model), task)
             return ModelSource(kind=loaded.kind, name=source_name(model), location=loaded.location,
                                task=loaded.task, model_type=getattr(loaded.config, "model_type", None),
-                               model=loaded.model, preprocessor=loaded.preprocessor, load_warnings=said,
+                               model=noise.wrap(loaded.model), preprocessor=loaded.preprocessor, load_warnings=said,
                                adapter=cls.key)
         from .sentence import is_sentence_transformer
 
@@ -113,7 +114,7 @@ class HfAdapter(Adapter):
         task = check_task(task) if task else infer_task(config, model)
         pre = load_preprocessor(where, task) if where and Path(where).is_dir() else None
         return ModelSource(kind="hf-object", name=source_name(model), location=where, task=task,
-                           model_type=getattr(config, "model_type", None), model=model, preprocessor=pre,
+                           model_type=getattr(config, "model_type", None), model=noise.wrap(model), preprocessor=pre,
                            adapter=cls.key)
 
     @classmethod

@@ -1,6 +1,7 @@
 """Inputs a Hugging Face model takes beside its main one and its text's, each with the rule that says this model
 takes it and how the sample makes it: a document model's word boxes, an adapter or expert chosen per row, a region
-model's image features, a masked autoencoder's noise. :mod:`.samples` asks here for the names and the values."""
+model's image features, a masked autoencoder's noise, a text-to-speech model's noise scales. :mod:`.samples` asks
+here for the names and the values."""
 
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ AXES: AxisSpec = {
     "visual_feats": {0: "batch", 1: "regions"},
     "visual_pos": {0: "batch", 1: "regions"},
     "noise": {0: "batch"},
+    "noise_scale": {},  # a text-to-speech model's scales and rate (noise.py): scalars
+    "noise_scale_duration": {},
+    "speaking_rate": {},
 }
+SPEECH_SCALES = ("noise_scale", "noise_scale_duration", "speaking_rate")
 
 
 def names(params: dict[str, Any], config: Any, text: bool) -> list[str]:
@@ -42,6 +47,8 @@ def names(params: dict[str, Any], config: Any, text: bool) -> list[str]:
         # given, which no file can repeat, so the file takes it as the model's forward does (one draw per patch;
         # Hiera ranks its mask units, not its patches, and masks only when pretraining: left as it was)
         found.append("noise")
+    if all(n in params for n in SPEECH_SCALES):  # a text-to-speech model's noise scales and rate (noise.py)
+        found += list(SPEECH_SCALES)
     return found
 
 
@@ -70,4 +77,8 @@ def value(name: str, config: Any, values: dict[str, torch.Tensor], seq: int,
         pixels = values["pixel_values"]
         patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
         return torch.rand(batch, (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch), generator=gen)
+    if name in SPEECH_SCALES[:2]:  # no noise: PyTorch repeats itself, and the file is checked run for run
+        return torch.tensor(0.0)
+    if name == "speaking_rate":
+        return torch.tensor(float(getattr(config, "speaking_rate", 1.0)))
     return None

@@ -4,8 +4,8 @@ The check compares the file with PyTorch's float32 outputs. Two things make that
 each is measured only once a check has failed:
 
 - **The model is random in eval mode**: PyTorch's second run on the same inputs differs from its first (SpeechT5's
-  decoder prenet keeps its dropout on; VITS samples noise and durations). The check stays failed, saying that no file
-  can match such a model run for run.
+  decoder prenet keeps its dropout on; VITS drew noise before kinds/hf/noise.py made its scales inputs). The check
+  stays failed, saying that no file can match such a model run for run.
 - **PyTorch's own float32 arithmetic is off by more than the check allows** (activations in the thousands before a
   clamp: a MobileNet drawn at ten times its init scale rounds by up to 1.6e-3). The model run in float64 is
   then the truer reference: a file no further from it than PyTorch's float32 run is, within :data:`ROUNDING_FACTOR`
