@@ -86,9 +86,10 @@ COVERS = {
     "text-to-waveform": "What is checked is the forward as it runs on onnx-nb's sample (token ids): for the generative "
                         "text-to-speech models that is one step's logits over their audio codes (a multi-file "
                         "export such as VibeVoice's, the chain's logits), not audio; the loop that samples the codes "
-                        "and the codec or vocoder that makes them a waveform are not in the file. VITS's forward "
-                        "draws noise (its stochastic duration predictor), so its waveform's length changes from run "
-                        "to run and no file can match PyTorch's.",
+                        "and the codec or vocoder that makes them a waveform are not in the file. VITS draws noise "
+                        "(its stochastic duration predictor, its prior): its file takes the noise scales and the "
+                        "speaking rate as inputs, and is checked at no noise, where PyTorch repeats itself; "
+                        "FastSpeech 2 and VITS give their waveform.",
     "text-to-spectrogram": "What is checked is the forward on token ids and, for SpeechT5, the spectrogram frames so "
                            "far and a speaker embedding: one step of its decoder, not the loop that stops at its "
                            "end-of-speech score nor the vocoder. SpeechT5's decoder prenet drops out at inference "

@@ -8,7 +8,7 @@ export's check said so, and failed). :class:`ScaledNoise` runs the same model wi
 ``noise_scale_duration`` and ``speaking_rate`` as scalar inputs of the file: the sample gives the noise at zero,
 where PyTorch repeats itself and the file is checked against it as any model is, and an application gives the
 config's scales (``noise_scales(config)``) for the speech the model was trained to make, drawn by ONNX Runtime's
-``RandomNormal``. Piper's VITS files take their scales as an input the same way.
+``RandomNormal`` (Piper's VITS files likewise take theirs as an input, one vector of three).
 """
 
 from __future__ import annotations
@@ -45,11 +45,14 @@ class ScaledNoise(torch.nn.Module):
         self.model = model
         self.config = model.config
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, noise_scale: torch.Tensor,
-                noise_scale_duration: torch.Tensor, speaking_rate: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                noise_scale: torch.Tensor | None = None, noise_scale_duration: torch.Tensor | None = None,
+                speaking_rate: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """A scale not given is the model's own (a user's sample of token ids alone: the file then draws at it)."""
         model = self.model
         kept = [getattr(model, n) for n in SCALES]
-        model.noise_scale, model.noise_scale_duration = noise_scale, noise_scale_duration
+        model.noise_scale = kept[0] if noise_scale is None else noise_scale
+        model.noise_scale_duration = kept[1] if noise_scale_duration is None else noise_scale_duration
         try:
             out = model(input_ids=input_ids, attention_mask=attention_mask, speaking_rate=speaking_rate,
                         return_dict=True)
@@ -60,5 +63,9 @@ class ScaledNoise(torch.nn.Module):
 
 def wrap(model: Any) -> Any:
     """``model`` as a :class:`ScaledNoise` where it draws noise at scales it holds (:func:`draws_noise`), else as
-    it is."""
-    return ScaledNoise(model).eval() if draws_noise(model) else model
+    it is; the user's model keeps its training flag (the export runs it in eval mode, and gives the flag back)."""
+    if not draws_noise(model):
+        return model
+    wrapped = ScaledNoise(model)
+    wrapped.training = model.training  # the wrapper's own flag only: never the user's modules
+    return wrapped

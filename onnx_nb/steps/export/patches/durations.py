@@ -13,7 +13,9 @@ tensor with no loop and no branch: frame ``f`` of a row takes the token whose cu
 durations are all zero takes one frame per token in each row, as the original's rule does. Its length (the rows'
 longest total) is a size the trace follows, bounded by the model's relative position tables (``max_len`` entries,
 5,000 frames in FastSpeech 2 Conformer, about 58 seconds at 22,050 Hz): PyTorch extends such a table for a longer
-clip; the file's table stays at its size, so a longer clip is outside what the file gives.
+clip; the file's table stays at its size, and past it the file's slice of the table is the wrong size. One
+difference is kept: on a batch whose durations are all zero, the original also writes its ones into the durations
+it was given in place (the model's ``duration_outputs``); this one leaves them zero (the waveform is the same).
 
 Recognised by what the code defines, not by family: a source module of the model's modules with a module-level
 ``length_regulator`` taking ``(encoded_embeddings, duration_labels, speaking_speed)``.
@@ -69,7 +71,7 @@ def regulator(bound: int | None) -> Callable[..., Any]:
         token = (frames[None, :, None] >= ends[:, None, :]).sum(-1).clamp(max=encoded_embeddings.size(1) - 1)
         width = encoded_embeddings.size(2)
         picked = torch.gather(encoded_embeddings, 1, token[..., None].expand(-1, -1, width))
-        return (picked * (frames[None, :] < totals[:, None])[..., None]).float()
+        return torch.where((frames[None, :] < totals[:, None])[..., None], picked, 0).float()
 
     return length_regulator
 
