@@ -25,8 +25,8 @@ def draws_noise(model: Any) -> bool:
     """Whether ``model`` draws noise at scales held as float attributes, with a speaking rate its forward takes."""
     from ...steps.export.machinery.wrap import forward_parameters
 
-    return isinstance(model, torch.nn.Module) and not isinstance(model, ScaledNoise) and \
-        all(isinstance(getattr(model, n, None), float) for n in SCALES) and RATE in forward_parameters(model)
+    return isinstance(model, torch.nn.Module) and all(isinstance(getattr(model, n, None), float) for n in SCALES) \
+        and RATE in forward_parameters(model)
 
 
 def noise_scales(config: Any) -> dict[str, float]:

@@ -11,6 +11,7 @@ import torch
 
 from ...runtime.shapes import SAMPLE_SIZES
 from ...steps.export.machinery.inputs import AxisSpec
+from . import noise
 
 REGIONS = 6  # a region model's image: this many detected boxes, each with its features
 
@@ -25,7 +26,7 @@ AXES: AxisSpec = {
     "noise_scale_duration": {},
     "speaking_rate": {},
 }
-SPEECH_SCALES = ("noise_scale", "noise_scale_duration", "speaking_rate")
+SPEECH_SCALES = (*noise.SCALES, noise.RATE)
 
 
 def names(params: dict[str, Any], config: Any, text: bool) -> list[str]:
@@ -77,7 +78,7 @@ def value(name: str, config: Any, values: dict[str, torch.Tensor], seq: int,
         pixels = values["pixel_values"]
         patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
         return torch.rand(batch, (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch), generator=gen)
-    if name in SPEECH_SCALES[:2]:  # no noise: PyTorch repeats itself, and the file is checked run for run
+    if name in noise.SCALES:  # no noise: PyTorch repeats itself, and the file is checked run for run
         return torch.tensor(0.0)
     if name == "speaking_rate":
         return torch.tensor(float(getattr(config, "speaking_rate", 1.0)))
