@@ -22,6 +22,8 @@ __all__ = ["gemm_to_matmul", "quantize"]
 METHODS = ("dynamic", "static", "fp16", "int4", "auto")
 AUTO_EXCLUDE_GAP_DB = 3.0
 AUTO_EXCLUDE_SHARE = 10  # at most 1 in 10 quantized layers stays float
+AUTO_EXCLUDE_STALL = 3  # layers kept in float in a row that bring the failing outputs no closer: INT8 does not serve
+AUTO_EXCLUDE_GAIN = 0.9  # closer: the worst output's cosine gap (1 - cosine) down to 90% of the best so far or less
 
 
 @gives_memory_back
@@ -352,7 +354,8 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validat
         excluded[:] = report.suggested[:cap]
         recipe["exclude"] = list(excluded)
         return remake() if excluded else variant  # the file is ours: made a moment ago
-    while not variant and len(excluded) < cap:
+    best, stalled = _gap(variant), 0
+    while not variant and len(excluded) < cap and stalled < AUTO_EXCLUDE_STALL:
         assert report is not None
         worst = next((layer.parent_node for layer in report.layers if layer.parent_node not in excluded), None)
         if worst is None:
@@ -360,17 +363,28 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validat
         excluded.append(worst)
         recipe["exclude"] = list(excluded)
         variant = remake()
+        gap = _gap(variant)
+        best, stalled = (gap, 0) if gap <= best * AUTO_EXCLUDE_GAIN else (best, stalled + 1)
         if not variant:  # the next worst layer, of the file that still fails
             report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
     recipe["exclude"] = list(excluded)
     variant.recipe = Recipe(**recipe)
     if not variant and variant.parity is not None and report is not None:
         worst = ", ".join(f"{layer.parent_node} ({layer.sqnr_db:.1f} dB)" for layer in report.layers[:3])
+        why = (f"the last {AUTO_EXCLUDE_STALL} brought its outputs no closer: its worst output's cosine stayed at "
+               f"{1 - best:.3g} or below" if stalled >= AUTO_EXCLUDE_STALL else f"at most 1 in {AUTO_EXCLUDE_SHARE}")
         variant.parity.notes.append(
-            f"INT8 does not serve this model: {len(excluded)} layer(s) kept in float (at most 1 in "
-            f"{AUTO_EXCLUDE_SHARE}) and its parity still fails. The layers that lose the most alone: {worst} "
+            f"INT8 does not serve this model: {len(excluded)} layer(s) kept in float ({why}) and its parity still "
+            f"fails. The layers that lose the most alone: {worst} "
             "(onnx_nb.quant_debug). Keep the fp32 file, or try another method (fp16 on a GPU, INT4 weights).")
     return variant
+
+
+def _gap(variant: Variant) -> float:
+    """How far the variant's worst output is from the reference: 1 - its lowest cosine (1.0 where none is known:
+    an output that failed to run, or no parity)."""
+    cosines = [r.cosine for r in (variant.parity.rows if variant.parity is not None else []) if r.cosine is not None]
+    return 1.0 - min(cosines) if cosines else 1.0
 
 
 def _int4_settings(onnx_model: Any, accuracy_level: int | str | None, block_size: int,
