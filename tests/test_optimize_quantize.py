@@ -142,6 +142,10 @@ def test_failed_variant_is_reported_and_quant_debug_names_the_layer(tmp_path: Pa
     plain = onnx_nb.quantize(result, exclude=[], out=tmp_path / "plain.onnx")
     assert not plain and plain.parity is not None and not plain.parity, "failure shown, not hidden"
     assert "FAILED" in repr(plain) and "✗" in plain._repr_html_()
+    # its first diverging node, found against the file it was made from (no export of the model again)
+    divergence = plain.parity.divergence
+    assert divergence is not None and "the file it was made from (mlp.onnx)" in divergence.method, divergence
+    assert divergence.module_path == "layers.2", divergence
     report = onnx_nb.quant_debug(None, plain)
     assert report.layers[0].module_path == "layers.2"
     assert report.suggested and report.suggested[0] == report.layers[0].parent_node

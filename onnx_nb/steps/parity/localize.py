@@ -240,7 +240,11 @@ def _fresh_export(ref: Reference, exporter: str, opset: int, folder: Path) -> Pa
 
 
 def first_divergence(path: Path, ref: Reference, feed: dict[str, np.ndarray], precision: str,
-                     atol: float | None, rtol: float | None) -> DivergingNode | None:
+                     atol: float | None, rtol: float | None, parent: Path | None = None) -> DivergingNode | None:
+    """The first node of ``path`` whose output departs from the reference's on ``feed``: tensor by tensor against
+    the reference's ONNX file; for a variant (``parent``: the file it was made from, on disk), against that file
+    first (its tensors bear the variant's names, and no export runs again: a detector's fresh export took minutes);
+    else against a fresh export of the PyTorch model, then module by module (forward hooks)."""
     from ...runtime.onnxfile import load_proto, opset
 
     tol = tolerance_for(precision, "", atol, rtol, None)
@@ -249,6 +253,10 @@ def first_divergence(path: Path, ref: Reference, feed: dict[str, np.ndarray], pr
     proto = load_proto(path)
     exporter = ref.exporter or exporter_of(proto)
     strategies: list[Callable[[], DivergingNode | None]] = []
+    if parent is not None and Path(parent).is_file() and Path(parent).resolve() != Path(path).resolve():
+        strategies.append(lambda: compare_graphs(Path(parent), path, feed, tol,
+                                                 f"tensor by tensor against the file it was made from "
+                                                 f"({Path(parent).name})"))
     from ..export.machinery.torch_route import UPSTREAM
 
     if exporter in ("dynamo", "torchscript", UPSTREAM):
