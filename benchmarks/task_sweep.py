@@ -93,8 +93,9 @@ COVERS = {
     "text-to-spectrogram": "What is checked is the forward on token ids and, for SpeechT5, the spectrogram frames so "
                            "far and a speaker embedding: one step of its decoder, not the loop that stops at its "
                            "end-of-speech score nor the vocoder. SpeechT5's decoder prenet drops out at inference "
-                           "too (a fresh Bernoulli mask each call), so no file can match PyTorch's; FastSpeech 2 "
-                           "expands each token by its predicted duration, a length dynamo cannot follow yet.",
+                           "too (a fresh Bernoulli mask per layer on each call): its file takes the masks' uniform "
+                           "draws as an input, so it is checked run for run at the sample's draws; FastSpeech 2 "
+                           "expands each token by its predicted duration, as tensor operations over every row.",
     "keypoint-matching": "Each matcher runs its keypoint detector at full width on the processor's 480 x 640 pairs "
                          "(only the depth is shrunk where the width shrink breaks its ties): SuperGlue's export "
                          "does not finish in the sweep's time, LightGlue prunes keypoints and stops early by "
@@ -149,6 +150,8 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "", nested: 
         # (CLIP's vision tower, LASR's encoder) too
         if isinstance(getattr(sub, "image_size", None), int) and sub.image_size > IMAGE_SIDE:
             sub.image_size = IMAGE_SIDE  # EfficientNet's default config is B7's, at 600 x 600 ...
+        if isinstance(getattr(sub, "img_size", None), int) and sub.img_size > IMAGE_SIDE:
+            sub.img_size = IMAGE_SIDE  # ... and a timm backbone's fixed size follows (OmDet-Turbo's Swin at 640)
         if isinstance(getattr(sub, "depth_coefficient", None), float):  # ... and 3.1 x as deep as B0
             sub.depth_coefficient = 1.0
         for name in ("num_frames", "frames_per_clip"):  # a video model's clip: 8 frames (V-JEPA 2's 64 frames of
@@ -219,6 +222,11 @@ def tiny_config(model_type: str, sizes: dict[str, int], task: str = "", nested: 
         config.conv_dim = config.mask_dim = config.hidden_dim  # OneFormer's pixel decoder feeds its transformer
         # in the transformer's width (256, 256 and 256 in every checkpoint): shrunk apart, its input projections (a
         # plain list, not registered modules) are never saved, and the folder loads them on the meta device
+    if isinstance(getattr(config, "text_projection_in_dim", None), int) and isinstance(
+            getattr(text, "hidden_size", None), int):
+        # OmDet-Turbo: its text tower's width, the classes' projection and the task prompt's encoder all at CLIP's
+        # 512 in its checkpoints (the prompt's token states go to the task encoder unprojected): shrunk together
+        config.text_projection_in_dim = config.text_projection_out_dim = config.class_embed_dim = text.hidden_size
     necked_backbone(config)  # first: a neck's reads decide its backbone's depth
     prompted_segmenter(config, sizes)
     headed(config, task)

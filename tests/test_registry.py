@@ -460,6 +460,8 @@ def test_selection_among_equal_scores_is_checked_as_onnx_orders_ties(tmp_path: P
         with OnnxTies():
             onnx_order = model(scores, boxes)
     assert not torch.equal(own[0], onnx_order[0])  # PyTorch's own pick differs among the ties
+    with OnnxTies():  # contiguous as topk's own (OmDet-Turbo views its indices: view(-1) refused a narrowed sort)
+        assert torch.topk(scores, 300, dim=1).indices.view(-1).shape == (600,)
     distinct = torch.randn(2, 1029) * 10  # no small score: no ties, the same picks either way
     with torch.no_grad():
         plain = model(distinct, boxes)

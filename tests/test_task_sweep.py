@@ -689,3 +689,78 @@ def test_a_speech_model_drawing_noise_takes_its_scales_as_inputs(tmp_path: Path)
     drawn = [session.run(["waveform"], feeds)[0] for _ in range(3)]
     assert all(np.isfinite(w).all() and w.shape[0] == 1 for w in drawn)
     assert any(w.shape != drawn[0].shape or not np.allclose(w, drawn[0]) for w in drawn[1:]), "the same draw thrice"
+
+
+def test_a_text_to_speech_prenet_dropping_out_takes_its_draws_as_an_input(tmp_path: Path) -> None:
+    """SpeechT5's decoder prenet keeps its dropout on in eval mode (a fresh mask per layer on each call), so no file
+    could match PyTorch's runs and the check failed. With the masks' uniform draws as an input (noise.py), the file
+    is verified; given the draws behind the masks PyTorch's own model drew under a seed, it gives that run's
+    spectrogram at another batch and frame count, and another draw gives another spectrogram."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    import transformers
+
+    import onnx_nb
+    from onnx_nb.kinds.hf.noise import DrawnDropout
+
+    config = task_sweep.tiny_config("speecht5", task_sweep.registry_sweep.TINY, "text-to-spectrogram")
+    torch.manual_seed(0)
+    model = transformers.SpeechT5ForTextToSpeech(config).eval()
+    result = onnx_nb.export(model, out=tmp_path / "speecht5.onnx", progress=False)
+    assert result.status == "verified", repr(result)
+    assert [i.name for i in result.inputs][-1] == "prenet_draws" and "stop_logits" in [o.name for o in result.outputs]
+    batch, frames, p = 1, 6, config.speech_decoder_prenet_dropout
+    ids, speaker = torch.randint(3, config.vocab_size, (batch, 11)), torch.randn(batch, config.speaker_embedding_dim)
+    spectrum = torch.randn(batch, frames, config.num_mel_bins)
+    torch.manual_seed(7)  # the masks PyTorch's prenet draws under this seed, one per layer, in its order
+    masks = [torch.bernoulli(torch.empty(frames, config.speech_decoder_prenet_units), p=p)
+             for _ in range(config.speech_decoder_prenet_layers)]
+    torch.manual_seed(7)
+    with torch.no_grad():
+        want = model(input_ids=ids, decoder_input_values=spectrum, speaker_embeddings=speaker).spectrogram.numpy()
+    draws = np.stack([np.where(m.numpy() == 1, 0.0, 0.999) for m in masks]).astype(np.float32)  # kept below p
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones((batch, 11), dtype=np.int64),
+             "decoder_input_values": spectrum.numpy(), "speaker_embeddings": speaker.numpy(), "prenet_draws": draws}
+    np.testing.assert_allclose(session.run(["spectrogram"], feeds)[0], want, atol=1e-4)
+    feeds["prenet_draws"] = np.random.default_rng(0).random(draws.shape, dtype=np.float32)
+    assert not np.allclose(session.run(["spectrogram"], feeds)[0], want, atol=1e-3), "another draw, the same speech"
+    with torch.no_grad():  # the wrapper without draws draws them, as the model does
+        alone = DrawnDropout(model)(ids, decoder_input_values=spectrum, speaker_embeddings=speaker)
+    assert alone["spectrogram"].shape == want.shape and alone["stop_logits"].shape == (batch, frames * 2)
+
+
+def test_an_open_vocabulary_detectors_cached_text_queries_are_encoded_as_tensor_operations() -> None:
+    """OmDet-Turbo caches its text tower's embeddings by each row's token ids (a Python tuple of a tensor's values)
+    and regroups its classes per image in a Python loop: torch.export failed on the cache, and the sample had no
+    class names or task prompt to give. The sample now gives them as its processor does, and the patch
+    (patches/text_queries.py) computes the same embeddings with no cache and no loop, here with other class counts
+    per image (1 and 3) and prompts of other lengths than the sample's; the model's own method is back after."""
+    import torch
+    import transformers
+
+    from onnx_nb.kinds.hf import samples
+    from onnx_nb.steps.export.patches import text_queries
+
+    config = task_sweep.tiny_config("omdet-turbo", task_sweep.registry_sweep.TINY, "zero-shot-object-detection")
+    torch.manual_seed(0)
+    model = transformers.OmDetTurboForObjectDetection(config).eval()
+    given = samples.build(model).as_dict()
+    assert {k: tuple(v.shape) for k, v in given.items() if k != "pixel_values"} == {
+        "classes_input_ids": (4, 7), "classes_attention_mask": (4, 7), "tasks_input_ids": (2, 7),
+        "tasks_attention_mask": (2, 7), "classes_structure": (2,)}
+    ids = torch.randint(3, config.text_config.vocab_size, (4, 9))
+    tasks = torch.randint(3, config.text_config.vocab_size, (2, 9))
+    tasks_mask = torch.ones(2, 9, dtype=torch.long)
+    tasks_mask[0, 5:] = 0
+    inputs = (ids, torch.ones(4, 9, dtype=torch.long), tasks, tasks_mask, torch.tensor([1, 3]))
+    with torch.no_grad():
+        want = model.get_language_embedding(*inputs)
+        with text_queries.encoded_queries(model) as names:
+            got = model.get_language_embedding(*inputs)
+    assert names == ["OmDetTurboForObjectDetection"], names
+    assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in want] == [(3, 2, 64), (9, 2, 64), (2, 9)]
+    for mine, theirs in zip(got, want):
+        torch.testing.assert_close(mine, theirs)
+    assert "get_language_embedding" not in vars(model), "the model's own method back"

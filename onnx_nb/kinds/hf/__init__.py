@@ -7,4 +7,5 @@ file, causal LMs with their key/value cache (one graph for prefill and decode), 
 - ``loading.py``: a model, its task and preprocessor from an object, a folder or a hub id (never remote code);
   ``tasks.py``: the task a class serves and the Auto class that loads it; ``samples.py``: sample inputs made from the
   model and its preprocessor; ``sentence.py``: a SentenceTransformer as one module, its pooling and normalisation
-  inside; ``noise.py``: a text-to-speech model drawing noise at scales it holds (VITS), its scales as inputs."""
+  inside; ``noise.py``: text-to-speech models drawing random numbers in eval mode (VITS's noise scales, SpeechT5's
+  prenet draws) taking them as inputs."""

@@ -1,6 +1,7 @@
-"""A text-to-speech model that draws noise in eval mode at scales it holds as attributes (VITS, and so MMS-TTS: its
-stochastic duration predictor's noise at ``noise_scale_duration``, its prior's at ``noise_scale``), as a model that
-takes its scales, and its speaking rate, as inputs.
+"""Text-to-speech models that draw random numbers in eval mode, as models that take what they draw from as inputs.
+
+VITS (and so MMS-TTS) draws noise at scales it holds as attributes: its stochastic duration predictor's noise at
+``noise_scale_duration``, its prior's at ``noise_scale``.
 
 Exported as it is, such a model bakes each scale into the graph as a constant beside the draw, and no file can match
 it run for run: PyTorch's second run of the same text gives other durations, so another length of speech (the
@@ -9,6 +10,14 @@ export's check said so, and failed). :class:`ScaledNoise` runs the same model wi
 where PyTorch repeats itself and the file is checked against it as any model is, and an application gives the
 config's scales (``noise_scales(config)``) for the speech the model was trained to make, drawn by ONNX Runtime's
 ``RandomNormal`` (Piper's VITS files likewise take theirs as an input, one vector of three).
+
+SpeechT5's decoder prenet keeps its dropout on at inference ("consistent dropout", after Tacotron 2: one mask per
+layer, the same for every row of the batch), so its text-to-speech forward gives another spectrogram on each run.
+:class:`DrawnDropout` takes the uniform draws its masks come from as the input ``prenet_draws``
+(``[prenet layers, decoder frames, prenet units]``, as a masked autoencoder takes its ``noise``): a unit is kept
+where its draw is below the config's ``speech_decoder_prenet_dropout``, as ``torch.bernoulli`` keeps it, and scaled
+by the model's own factor, so the file is checked against PyTorch at the sample's draws, run for run, and an
+application draws fresh ones (``numpy.random.rand``) for each call, as the model does.
 """
 
 from __future__ import annotations
@@ -61,11 +70,74 @@ class ScaledNoise(torch.nn.Module):
         return {"waveform": out.waveform, "sequence_lengths": out.sequence_lengths, "spectrogram": out.spectrogram}
 
 
+PRENET_DRAWS = "prenet_draws"
+
+
+def drops_out(model: Any) -> bool:
+    """Whether ``model`` is a text-to-speech model whose decoder prenet drops out in eval mode (SpeechT5's)."""
+    config = getattr(model, "config", None)
+    return isinstance(model, torch.nn.Module) and type(model).__name__ == "SpeechT5ForTextToSpeech" and isinstance(
+        getattr(config, "speech_decoder_prenet_dropout", None), float) and any(
+        hasattr(m, "_consistent_dropout") for m in model.modules())
+
+
+def draws_for(config: Any, frames: int, gen: torch.Generator | None = None) -> torch.Tensor:
+    """Uniform draws for ``frames`` decoder frames: ``[prenet layers, frames, prenet units]``."""
+    shape = (int(config.speech_decoder_prenet_layers), frames, int(config.speech_decoder_prenet_units))
+    return torch.rand(*shape, generator=gen)
+
+
+class DrawnDropout(torch.nn.Module):
+    """``forward(input_ids, attention_mask, decoder_input_values, speaker_embeddings, prenet_draws) ->
+    {spectrogram, stop_logits}``: SpeechT5's text-to-speech step with each prenet layer's mask from its draws;
+    ``stop_logits`` are the postnet's end-of-speech scores per frame (its ``generate`` stops where their sigmoid
+    passes its threshold)."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+        self.config = model.config
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                decoder_input_values: torch.Tensor | None = None, speaker_embeddings: torch.Tensor | None = None,
+                prenet_draws: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Draws not given are made here, as the model would draw them (a user's sample without them)."""
+        model, p = self.model, float(self.config.speech_decoder_prenet_dropout)
+        if prenet_draws is None and decoder_input_values is not None:
+            prenet_draws = draws_for(self.config, int(decoder_input_values.shape[1])).to(decoder_input_values.device)
+        draws = prenet_draws
+        prenets = [m for m in model.modules() if hasattr(m, "_consistent_dropout")]
+        layer = iter(range(int(self.config.speech_decoder_prenet_layers)))
+
+        def drawn(inputs_embeds: torch.Tensor, _p: float) -> torch.Tensor:
+            assert draws is not None, "SpeechT5's decoder runs on decoder_input_values"
+            keep = draws[next(layer)] < p  # torch.bernoulli(x, p) gives 1 with probability p: kept
+            return torch.where(keep.unsqueeze(0), inputs_embeds, 0) * (1 / (1 - p))
+
+        for prenet in prenets:
+            prenet._consistent_dropout = drawn
+        try:
+            out = model.speecht5(input_values=input_ids, attention_mask=attention_mask,
+                                 decoder_input_values=decoder_input_values, speaker_embeddings=speaker_embeddings,
+                                 use_cache=False, return_dict=True)
+        finally:
+            for prenet in prenets:
+                del prenet._consistent_dropout
+        _, spectrogram, stop_logits = model.speech_decoder_postnet(out[0])
+        return {"spectrogram": spectrogram, "stop_logits": stop_logits}
+
+
 def wrap(model: Any) -> Any:
-    """``model`` as a :class:`ScaledNoise` where it draws noise at scales it holds (:func:`draws_noise`), else as
-    it is; the user's model keeps its training flag (the export runs it in eval mode, and gives the flag back)."""
-    if not draws_noise(model):
+    """``model`` as a :class:`ScaledNoise` where it draws noise at scales it holds (:func:`draws_noise`), as a
+    :class:`DrawnDropout` where its prenet drops out in eval mode (:func:`drops_out`), else as it is; the user's
+    model keeps its training flag (the export runs it in eval mode, and gives the flag back)."""
+    if draws_noise(model):
+        wrapped: torch.nn.Module = ScaledNoise(model)
+    elif drops_out(model):
+        wrapped = DrawnDropout(model)
+    else:
         return model
-    wrapped = ScaledNoise(model)
     wrapped.training = model.training  # the wrapper's own flag only: never the user's modules
     return wrapped

@@ -16,7 +16,7 @@ from ...runtime.shapes import SAMPLE_SIZES
 from ...steps.export.caches.seq2seq import main_input
 from ...steps.export.machinery.inputs import AxisSpec, Sample, to_tensor
 from ...steps.export.machinery.wrap import forward_parameters
-from . import audio_samples, side_inputs
+from . import audio_samples, noise, side_inputs
 from .images import image_shape, processor_class, vision_config
 
 BATCH, SEQUENCE, DECODER_SEQUENCE, IMAGE_SIDE = (SAMPLE_SIZES[k] for k in (
@@ -124,6 +124,8 @@ def _input_names(model: Any, preprocessor: Any) -> list[str]:
         names.append("decoder_input_values")       # and the voice (SpeechT5's speaker embedding)
         if "speaker_embeddings" in params and isinstance(getattr(config, "speaker_embedding_dim", None), int):
             names.append("speaker_embeddings")
+        if noise.PRENET_DRAWS in params:  # the draws of its prenet's dropout masks (noise.py)
+            names.append(noise.PRENET_DRAWS)
     # a required input no rule above makes (JevForDecision's option marks): named, so build() says to pass it
     names += [n for n, p in params.items() if p.default is p.empty and n not in names and p.kind in (
         p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

@@ -1,7 +1,8 @@
 """Inputs a Hugging Face model takes beside its main one and its text's, each with the rule that says this model
 takes it and how the sample makes it: a document model's word boxes, an adapter or expert chosen per row, a region
-model's image features, a masked autoencoder's noise, a text-to-speech model's noise scales. :mod:`.samples` asks
-here for the names and the values."""
+model's image features, a masked autoencoder's noise, a text-to-speech model's noise scales and its prenet's
+draws, an open-vocabulary detector's class names and task prompt. :mod:`.samples` asks here for the names and the
+values."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from ...steps.export.machinery.inputs import AxisSpec
 from . import noise
 
 REGIONS = 6  # a region model's image: this many detected boxes, each with its features
+QUERY_CLASSES = 2  # an open-vocabulary detector's sample: this many class names per image, and its task prompt
+QUERIES = ("classes_input_ids", "classes_attention_mask", "tasks_input_ids", "tasks_attention_mask",
+           "classes_structure")
 
 AXES: AxisSpec = {
     "bbox": {0: "batch", 1: "sequence"},
@@ -25,6 +29,14 @@ AXES: AxisSpec = {
     "noise_scale": {},  # a text-to-speech model's scales and rate (noise.py): scalars
     "noise_scale_duration": {},
     "speaking_rate": {},
+    noise.PRENET_DRAWS: {1: "decoder_sequence"},  # SpeechT5's prenet masks' draws: one per decoder frame
+    # OmDet-Turbo's text queries as its processor gives them: every image's class names flattened into rows
+    # (classes_structure: how many are each image's), and one task prompt per image
+    "classes_input_ids": {0: "classes", 1: "class_sequence"},
+    "classes_attention_mask": {0: "classes", 1: "class_sequence"},
+    "tasks_input_ids": {0: "batch", 1: "task_sequence"},
+    "tasks_attention_mask": {0: "batch", 1: "task_sequence"},
+    "classes_structure": {0: "batch"},
 }
 SPEECH_SCALES = (*noise.SCALES, noise.RATE)
 
@@ -48,6 +60,8 @@ def names(params: dict[str, Any], config: Any, text: bool) -> list[str]:
         # given, which no file can repeat, so the file takes it as the model's forward does (one draw per patch;
         # Hiera ranks its mask units, not its patches, and masks only when pretraining: left as it was)
         found.append("noise")
+    if all(n in params for n in QUERIES):  # an open-vocabulary detector's class names and task prompt
+        found += list(QUERIES)
     if all(n in params for n in SPEECH_SCALES):  # a text-to-speech model's noise scales and rate (noise.py)
         found += list(SPEECH_SCALES)
     return found
@@ -58,6 +72,23 @@ def _boxes(count: int, page: int, gen: torch.Generator) -> torch.Tensor:
     batch = SAMPLE_SIZES["batch"]
     corners = torch.randint(0, page + 1, (batch, count, 2, 2), generator=gen).sort(dim=2).values
     return corners.reshape(batch, count, 4)  # (x0, y0), then (x1, y1): sorted over the corners
+
+
+def _queries(config: Any, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """:data:`QUERY_CLASSES` class names per image as token rows and one task prompt per image, each as its
+    processor pads them (here to the sample's sequence, within the text tower's positions); the prompts of different
+    lengths (the second row's mask ends early)."""
+    batch, seq = SAMPLE_SIZES["batch"], SAMPLE_SIZES["sequence"]
+    text = getattr(config, "text_config", None) or config
+    seq = min(seq, int(getattr(text, "max_position_embeddings", seq) or seq))
+    vocab = int(getattr(text, "vocab_size", 100) or 100)
+    tasks_mask = torch.ones(batch, seq, dtype=torch.long)
+    tasks_mask[1:, seq - 2:] = 0
+    return {"classes_input_ids": torch.randint(3, vocab, (batch * QUERY_CLASSES, seq), generator=gen),
+            "classes_attention_mask": torch.ones(batch * QUERY_CLASSES, seq, dtype=torch.long),
+            "tasks_input_ids": torch.randint(3, vocab, (batch, seq), generator=gen),
+            "tasks_attention_mask": tasks_mask,
+            "classes_structure": torch.full((batch,), QUERY_CLASSES, dtype=torch.long)}
 
 
 def value(name: str, config: Any, values: dict[str, torch.Tensor], seq: int,
@@ -78,8 +109,12 @@ def value(name: str, config: Any, values: dict[str, torch.Tensor], seq: int,
         pixels = values["pixel_values"]
         patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
         return torch.rand(batch, (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch), generator=gen)
+    if name in QUERIES:
+        return _queries(config, gen)[name]
     if name in noise.SCALES:  # no noise: PyTorch repeats itself, and the file is checked run for run
         return torch.tensor(0.0)
+    if name == noise.PRENET_DRAWS:  # a step's worth of draws, one per decoder frame the sample gives
+        return noise.draws_for(config, int(values["decoder_input_values"].shape[1]), gen)
     if name == "speaking_rate":
         return torch.tensor(float(getattr(config, "speaking_rate", 1.0)))
     return None

@@ -18,7 +18,9 @@ applies (what in a model it recognises), what it replaces, and why the export ne
   :mod:`.unmasked_attention` (attention that is causal only when padded: the mask eager sdpa code leaves out, in
   the graph), :mod:`.pooled_patches` (patches pooled by their positions for any count of patches: a scatter in
   place of a one-hot table, the kernel size from the config), :mod:`.durations` (a text-to-speech length regulator
-  over every row at once: no loop over the batch, no branch on the durations).
+  over every row at once: no loop over the batch, no branch on the durations), :mod:`.text_queries` (an
+  open-vocabulary detector's text queries through its tower at once, regrouped per image by gathers: no cache keyed
+  by token ids, no loop over the images).
   They lend through :func:`.lending.lent`, which gives each instance its own attribute back (:mod:`.mask_annealing`
   shadows a buffer with an instance attribute itself: a module refuses a non-tensor set in a buffer's name).
 - :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.
