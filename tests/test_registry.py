@@ -342,6 +342,27 @@ def test_histc_translation_counts_as_torch_does(tmp_path: Path) -> None:
         assert [g.tolist() for g in got] == [t.tolist() for t in Counts()(values)]
 
 
+def test_isin_translation_finds_each_element_among_the_test_elements(tmp_path: Path) -> None:
+    """aten::isin (Grounding DINO's delimiter tokens among the prompt's ids): the exporter decomposed it into
+    searchsorted, which has no translation, so the export failed in every exporter. Now one comparison of every
+    element with every test element; checked, inverted too, on other ids and other (and no) test elements."""
+    import onnxruntime as ort
+
+    class Delimiters(torch.nn.Module):
+        def forward(self, ids: torch.Tensor, special: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.isin(ids, special), torch.isin(ids, special, invert=True)
+
+    sample = {"ids": torch.randint(0, 10, (2, 7)), "special": torch.tensor([1, 4, 7])}
+    result = onnx_nb.export(Delimiters(), sample, out=tmp_path / "d.onnx", exporter="dynamo", progress=False,
+                            dynamic={"ids": {0: "batch", 1: "sequence"}, "special": {0: "count"}})
+    assert result, repr(result)
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    for special in (torch.tensor([3]), torch.tensor([0, 2, 5, 9, 8]), torch.zeros(0, dtype=torch.long)):
+        ids = torch.randint(0, 10, (3, 11))
+        got = session.run(None, {"ids": ids.numpy(), "special": special.numpy()})
+        assert [g.tolist() for g in got] == [t.tolist() for t in Delimiters()(ids, special)]
+
+
 def test_scatter_reduce_mean_averages_what_lands_on_each_place(tmp_path: Path) -> None:
     """aten::scatter_reduce with reduce="mean" (TAPAS' cell averages): torchlib wrote ONNX's reduction="none", the
     last value scattered to a place winning (0.09 off on the first inputs here; TAPAS' logits 0.15); the export

@@ -16,6 +16,9 @@
   float32 where torch counts in double, one element short for ``arange(1/27, 1.0, 1/27)``).
 - ``aten::scatter_reduce.two`` with ``reduce="mean"`` (TAPAS' cell and column averages): torchlib writes it as a
   scatter where the last value wins; here sums and counts. Every other reduction is torchlib's own.
+- ``aten::isin.Tensor_Tensor`` (Grounding DINO's delimiter tokens found among the prompt's ids): every element
+  against every test element, any equal; the exporter's own decomposition ends in ``searchsorted``, which has no
+  translation.
 - ``aten::rsub.Scalar`` (``1.0 - mask`` of an integer mask, ProphetNet's cross-attention bias): torch's result
   type (an integer tensor less a float is float), where the exporter's own decomposition leaves ``sub(1.0, x)``,
   which its type promotion pass then cannot match to an overload ("Failed to decompose the FX graph").
@@ -221,6 +224,19 @@ def exact_no_ops() -> int:
     return made
 
 
+def _isin(elements: Any, test_elements: Any, assume_unique: bool = False, invert: bool = False) -> Any:
+    """``torch.isin`` of a tensor in a tensor (Grounding DINO's delimiter tokens among the prompt's ids): each element
+    compared with every test element, any equal; the exporter otherwise decomposes it into ``searchsorted``, which
+    has no ONNX translation."""
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    last = op.Constant(value_ints=[-1])
+    equal = op.Equal(op.Unsqueeze(elements, last), op.Reshape(op.CastLike(test_elements, elements), last))
+    found = op.Greater(op.ReduceSum(op.Cast(equal, to=7), last, keepdims=0), op.Constant(value_int=0))
+    return op.Not(found) if invert else found
+
+
 def table() -> dict[Any, Any]:
     """The translations for the operators this torch and transformers have (an operator a version lacks is left
     out: the table never asks for one)."""
@@ -229,7 +245,8 @@ def table() -> dict[Any, Any]:
     found: dict[Any, Any] = {torch.ops.aten.histc.default: _histc,
                              torch.ops.aten.arange.start_step: _arange_start_step,
                              torch.ops.aten.rsub.Scalar: _rsub_scalar,
-                             torch.ops.aten.scatter_reduce.two: _scatter_reduce}
+                             torch.ops.aten.scatter_reduce.two: _scatter_reduce,
+                             torch.ops.aten.isin.Tensor_Tensor: _isin}
     is_all_true = getattr(torch.ops.aten, "_is_all_true", None)
     if is_all_true is not None and hasattr(is_all_true, "default"):
         found[is_all_true.default] = _is_all_true
