@@ -96,6 +96,11 @@ COVERS = {
                            "too (a fresh Bernoulli mask per layer on each call): its file takes the masks' uniform "
                            "draws as an input, so it is checked run for run at the sample's draws; FastSpeech 2 "
                            "expands each token by its predicted duration, as tensor operations over every row.",
+    "zero-shot-object-detection": "What is checked is the forward on an image and its text queries as the "
+                                  "processor gives them (OWL-ViT's and Grounding DINO's prompt of token ids; "
+                                  "OmDet-Turbo's class names, flattened into rows with how many are each image's, "
+                                  "and a task prompt per image): every query's logits and boxes, not the "
+                                  "post-processing that keeps those above a threshold.",
     "keypoint-matching": "Each matcher runs its keypoint detector at full width on the processor's 480 x 640 pairs "
                          "(only the depth is shrunk where the width shrink breaks its ties): SuperGlue's export "
                          "does not finish in the sweep's time, LightGlue prunes keypoints and stops early by "

@@ -183,6 +183,7 @@ def test_auto_exclusion_stops_when_layers_kept_in_float_bring_no_gain(tmp_path: 
     assert not int8 and int8.parity is not None
     assert 3 <= len(int8.recipe["exclude"]) < 10, int8.recipe["exclude"]
     assert any("the last 3 brought its outputs no closer" in n for n in int8.parity.notes), int8.parity.notes
+    assert "3 in a row that bring it no closer" in int8.recipe["exclude_rule"], int8.recipe
 
 
 def test_batched_weights_stay_float_in_dynamic_int8(tmp_path: Path) -> None:

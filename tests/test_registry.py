@@ -345,12 +345,14 @@ def test_histc_translation_counts_as_torch_does(tmp_path: Path) -> None:
 def test_isin_translation_finds_each_element_among_the_test_elements(tmp_path: Path) -> None:
     """aten::isin (Grounding DINO's delimiter tokens among the prompt's ids): the exporter decomposed it into
     searchsorted, which has no translation, so the export failed in every exporter. Now one comparison of every
-    element with every test element; checked, inverted too, on other ids and other (and no) test elements."""
+    element with every test element; checked, inverted too and against float test elements, on other ids and other
+    (and no) test elements."""
     import onnxruntime as ort
 
     class Delimiters(torch.nn.Module):
-        def forward(self, ids: torch.Tensor, special: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            return torch.isin(ids, special), torch.isin(ids, special, invert=True)
+        def forward(self, ids: torch.Tensor, special: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            # and in a common type, as torch compares: 1 is not among 1.5's
+            return torch.isin(ids, special), torch.isin(ids, special, invert=True), torch.isin(ids, special + 0.5)
 
     sample = {"ids": torch.randint(0, 10, (2, 7)), "special": torch.tensor([1, 4, 7])}
     result = onnx_nb.export(Delimiters(), sample, out=tmp_path / "d.onnx", exporter="dynamo", progress=False,
@@ -361,6 +363,29 @@ def test_isin_translation_finds_each_element_among_the_test_elements(tmp_path: P
         ids = torch.randint(0, 10, (3, 11))
         got = session.run(None, {"ids": ids.numpy(), "special": special.numpy()})
         assert [g.tolist() for g in got] == [t.tolist() for t in Delimiters()(ids, special)]
+
+
+def test_running_maximum_and_minimum_translations_give_torchs_values_and_places(tmp_path: Path) -> None:
+    """aten::cummax and aten::cummin (Grounding DINO's previous and next delimiter of each token) had no ONNX
+    translation; now each place against every place before it: torch's values, and its places for ties (the last
+    seen), along either axis, on integer and float inputs the export never saw."""
+    import onnxruntime as ort
+
+    class Running(torch.nn.Module):
+        def forward(self, ids: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            most, least, down = torch.cummax(ids, dim=1), torch.cummin(ids.flip(1), dim=1), torch.cummax(scores, 0)
+            return (*most, *least, *down)
+
+    sample = {"ids": torch.randint(0, 5, (2, 9)), "scores": torch.randn(6, 3)}
+    result = onnx_nb.export(Running(), sample, out=tmp_path / "r.onnx", exporter="dynamo", progress=False,
+                            dynamic={"ids": {0: "batch", 1: "sequence"}, "scores": {0: "rows"}})
+    assert result, repr(result)
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        ids, scores = torch.randint(0, 4, (3, 13)), torch.randn(5, 3)  # few values: ties
+        got = session.run(None, {"ids": ids.numpy(), "scores": scores.numpy()})
+        assert [g.tolist() for g in got] == [t.tolist() for t in Running()(ids, scores)]
 
 
 def test_scatter_reduce_mean_averages_what_lands_on_each_place(tmp_path: Path) -> None:

@@ -709,7 +709,7 @@ def test_a_text_to_speech_prenet_dropping_out_takes_its_draws_as_an_input(tmp_pa
     model = transformers.SpeechT5ForTextToSpeech(config).eval()
     result = onnx_nb.export(model, out=tmp_path / "speecht5.onnx", progress=False)
     assert result.status == "verified", repr(result)
-    assert [i.name for i in result.inputs][-1] == "prenet_draws" and "stop_logits" in [o.name for o in result.outputs]
+    assert [i.name for i in result.inputs][-1] == "prenet_draws" and "stop_scores" in [o.name for o in result.outputs]
     batch, frames, p = 1, 6, config.speech_decoder_prenet_dropout
     ids, speaker = torch.randint(3, config.vocab_size, (batch, 11)), torch.randn(batch, config.speaker_embedding_dim)
     spectrum = torch.randn(batch, frames, config.num_mel_bins)
@@ -728,7 +728,7 @@ def test_a_text_to_speech_prenet_dropping_out_takes_its_draws_as_an_input(tmp_pa
     assert not np.allclose(session.run(["spectrogram"], feeds)[0], want, atol=1e-3), "another draw, the same speech"
     with torch.no_grad():  # the wrapper without draws draws them, as the model does
         alone = DrawnDropout(model)(ids, decoder_input_values=spectrum, speaker_embeddings=speaker)
-    assert alone["spectrogram"].shape == want.shape and alone["stop_logits"].shape == (batch, frames * 2)
+    assert alone["spectrogram"].shape == want.shape and alone["stop_scores"].shape == (batch, frames * 2)
 
 
 def test_an_open_vocabulary_detectors_cached_text_queries_are_encoded_as_tensor_operations() -> None:

@@ -17,7 +17,9 @@ layer, the same for every row of the batch), so its text-to-speech forward gives
 (``[prenet layers, decoder frames, prenet units]``, as a masked autoencoder takes its ``noise``): a unit is kept
 where its draw is below the config's ``speech_decoder_prenet_dropout``, as ``torch.bernoulli`` keeps it, and scaled
 by the model's own factor, so the file is checked against PyTorch at the sample's draws, run for run, and an
-application draws fresh ones (``numpy.random.rand``) for each call, as the model does.
+application draws fresh ones (``numpy.random.rand(...).astype(numpy.float32)``) for each call, as the model does.
+Recognised by what the model holds (a text-to-speech head on ``speecht5`` whose prenet defines
+``_consistent_dropout``); SpeechT5's speech-to-speech model has the same prenet and is left as it is.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from ...steps.export.patches.lending import lent
 
 SCALES = ("noise_scale", "noise_scale_duration")
 RATE = "speaking_rate"
@@ -74,9 +78,12 @@ PRENET_DRAWS = "prenet_draws"
 
 
 def drops_out(model: Any) -> bool:
-    """Whether ``model`` is a text-to-speech model whose decoder prenet drops out in eval mode (SpeechT5's)."""
+    """Whether ``model`` is a text-to-speech model whose decoder prenet drops out in eval mode (SpeechT5's: its
+    text encoder and speech decoder under ``speecht5``, a spectrogram postnet, a prenet with
+    ``_consistent_dropout``)."""
     config = getattr(model, "config", None)
-    return isinstance(model, torch.nn.Module) and type(model).__name__ == "SpeechT5ForTextToSpeech" and isinstance(
+    return isinstance(model, torch.nn.Module) and getattr(model, "main_input_name", None) == "input_ids" and all(
+        hasattr(model, n) for n in ("speecht5", "speech_decoder_postnet")) and isinstance(
         getattr(config, "speech_decoder_prenet_dropout", None), float) and any(
         hasattr(m, "_consistent_dropout") for m in model.modules())
 
@@ -88,10 +95,10 @@ def draws_for(config: Any, frames: int, gen: torch.Generator | None = None) -> t
 
 
 class DrawnDropout(torch.nn.Module):
-    """``forward(input_ids, attention_mask, decoder_input_values, speaker_embeddings, prenet_draws) ->
-    {spectrogram, stop_logits}``: SpeechT5's text-to-speech step with each prenet layer's mask from its draws;
-    ``stop_logits`` are the postnet's end-of-speech scores per frame (its ``generate`` stops where their sigmoid
-    passes its threshold)."""
+    """``forward(input_ids, attention_mask, decoder_input_values, speaker_embeddings, prenet_draws,
+    decoder_attention_mask) -> {spectrogram, stop_scores}``: SpeechT5's text-to-speech step with each prenet layer's
+    mask from its draws; ``stop_scores`` are the postnet's end-of-speech scores per frame, before the sigmoid (its
+    ``generate`` stops where their sigmoid passes its threshold)."""
 
     main_input_name = "input_ids"
 
@@ -102,7 +109,8 @@ class DrawnDropout(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 decoder_input_values: torch.Tensor | None = None, speaker_embeddings: torch.Tensor | None = None,
-                prenet_draws: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                prenet_draws: torch.Tensor | None = None,
+                decoder_attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Draws not given are made here, as the model would draw them (a user's sample without them)."""
         model, p = self.model, float(self.config.speech_decoder_prenet_dropout)
         if prenet_draws is None and decoder_input_values is not None:
@@ -116,17 +124,14 @@ class DrawnDropout(torch.nn.Module):
             keep = draws[next(layer)] < p  # torch.bernoulli(x, p) gives 1 with probability p: kept
             return torch.where(keep.unsqueeze(0), inputs_embeds, 0) * (1 / (1 - p))
 
-        for prenet in prenets:
-            prenet._consistent_dropout = drawn
-        try:
+        with lent([(prenet, "_consistent_dropout", drawn) for prenet in prenets]):
             out = model.speecht5(input_values=input_ids, attention_mask=attention_mask,
-                                 decoder_input_values=decoder_input_values, speaker_embeddings=speaker_embeddings,
+                                 decoder_input_values=decoder_input_values,
+                                 decoder_attention_mask=decoder_attention_mask, speaker_embeddings=speaker_embeddings,
                                  use_cache=False, return_dict=True)
-        finally:
-            for prenet in prenets:
-                del prenet._consistent_dropout
-        _, spectrogram, stop_logits = model.speech_decoder_postnet(out[0])
-        return {"spectrogram": spectrogram, "stop_logits": stop_logits}
+        _, spectrogram, stop_scores = model.speech_decoder_postnet(out[0])
+        # not "logits": the parity's rank rule reads an output so named as classes over its last axis (frames here)
+        return {"spectrogram": spectrogram, "stop_scores": stop_scores}
 
 
 def wrap(model: Any) -> Any:

@@ -15,7 +15,7 @@ from ...steps.export.machinery.inputs import AxisSpec
 from . import noise
 
 REGIONS = 6  # a region model's image: this many detected boxes, each with its features
-QUERY_CLASSES = 2  # an open-vocabulary detector's sample: this many class names per image, and its task prompt
+QUERY_COUNTS = (1, 3)  # an open-vocabulary detector's sample: each image's count of class names, in turn
 QUERIES = ("classes_input_ids", "classes_attention_mask", "tasks_input_ids", "tasks_attention_mask",
            "classes_structure")
 
@@ -75,20 +75,23 @@ def _boxes(count: int, page: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def _queries(config: Any, gen: torch.Generator) -> dict[str, torch.Tensor]:
-    """:data:`QUERY_CLASSES` class names per image as token rows and one task prompt per image, each as its
-    processor pads them (here to the sample's sequence, within the text tower's positions); the prompts of different
-    lengths (the second row's mask ends early)."""
+    """Class names as token rows, each image its own count (1, then 3, ...: :data:`QUERY_COUNTS`), and one task
+    prompt per image, each as its processor pads them (here to the sample's sequence, within the text tower's
+    positions); every prompt shorter than the padding, each by another count of tokens."""
     batch, seq = SAMPLE_SIZES["batch"], SAMPLE_SIZES["sequence"]
     text = getattr(config, "text_config", None) or config
     seq = min(seq, int(getattr(text, "max_position_embeddings", seq) or seq))
     vocab = int(getattr(text, "vocab_size", 100) or 100)
+    counts = torch.tensor([QUERY_COUNTS[i % len(QUERY_COUNTS)] for i in range(batch)])
     tasks_mask = torch.ones(batch, seq, dtype=torch.long)
-    tasks_mask[1:, seq - 2:] = 0
-    return {"classes_input_ids": torch.randint(3, vocab, (batch * QUERY_CLASSES, seq), generator=gen),
-            "classes_attention_mask": torch.ones(batch * QUERY_CLASSES, seq, dtype=torch.long),
+    for row in range(batch):
+        tasks_mask[row, seq - 1 - row % max(seq - 1, 1):] = 0
+    rows = int(counts.sum())
+    return {"classes_input_ids": torch.randint(3, vocab, (rows, seq), generator=gen),
+            "classes_attention_mask": torch.ones(rows, seq, dtype=torch.long),
             "tasks_input_ids": torch.randint(3, vocab, (batch, seq), generator=gen),
             "tasks_attention_mask": tasks_mask,
-            "classes_structure": torch.full((batch,), QUERY_CLASSES, dtype=torch.long)}
+            "classes_structure": counts}
 
 
 def value(name: str, config: Any, values: dict[str, torch.Tensor], seq: int,
@@ -109,8 +112,10 @@ def value(name: str, config: Any, values: dict[str, torch.Tensor], seq: int,
         pixels = values["pixel_values"]
         patch = config.patch_size if isinstance(config.patch_size, int) else config.patch_size[0]
         return torch.rand(batch, (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch), generator=gen)
-    if name in QUERIES:
-        return _queries(config, gen)[name]
+    if name in QUERIES:  # all five at once, the others kept in values (the sample's loop skips them)
+        made = _queries(config, gen)
+        values.update({n: v for n, v in made.items() if n != name})
+        return made[name]
     if name in noise.SCALES:  # no noise: PyTorch repeats itself, and the file is checked run for run
         return torch.tensor(0.0)
     if name == noise.PRENET_DRAWS:  # a step's worth of draws, one per decoder frame the sample gives

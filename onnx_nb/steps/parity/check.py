@@ -187,7 +187,7 @@ class _Plan:
             if first_failure is not None:  # diagnosed even when a node is named already: the one-branch note holds
                 found = _diagnose(self.path, ref, first_failure[0], self.precision, judge["atol"], judge["rtol"],
                                   bool(unverified), localize and divergence is None, steps, notes,
-                                  getattr(self.model, "parent", None))
+                                  getattr(self.model, "parent", None) if hasattr(self.model, "recipe") else None)
                 divergence = divergence or found
         return rows, divergence, unverified
 

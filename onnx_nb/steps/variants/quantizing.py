@@ -23,7 +23,8 @@ METHODS = ("dynamic", "static", "fp16", "int4", "auto")
 AUTO_EXCLUDE_GAP_DB = 3.0
 AUTO_EXCLUDE_SHARE = 10  # at most 1 in 10 quantized layers stays float
 AUTO_EXCLUDE_STALL = 3  # layers kept in float in a row that bring the failing outputs no closer: INT8 does not serve
-AUTO_EXCLUDE_GAIN = 0.9  # closer: the worst output's cosine gap (1 - cosine) down to 90% of the best so far or less
+AUTO_EXCLUDE_GAIN = 0.9  # closer: fewer failing rows, or the worst output's cosine gap (1 - cosine) down to 90% of
+# the best so far or less
 
 
 @gives_memory_back
@@ -342,7 +343,8 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validat
     from .debugging import quant_debug
 
     recipe["exclude_rule"] = (f"auto: the worst layers alone (quant_debug) until parity passes, at most 1 in "
-                              f"{AUTO_EXCLUDE_SHARE}" if validate else
+                              f"{AUTO_EXCLUDE_SHARE}, or {AUTO_EXCLUDE_STALL} in a row that bring it no closer"
+                              if validate else
                               f"auto: layers more than {AUTO_EXCLUDE_GAP_DB:g} dB below the median SQNR, "
                               f"at most 1 in {AUTO_EXCLUDE_SHARE}")
     # layers are measured only on a file that fails (or with no parity to say so): one that passes keeps none
@@ -354,7 +356,7 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validat
         excluded[:] = report.suggested[:cap]
         recipe["exclude"] = list(excluded)
         return remake() if excluded else variant  # the file is ours: made a moment ago
-    best, stalled = _gap(variant), 0
+    best, stalled = _closeness(variant), 0
     while not variant and len(excluded) < cap and stalled < AUTO_EXCLUDE_STALL:
         assert report is not None
         worst = next((layer.parent_node for layer in report.layers if layer.parent_node not in excluded), None)
@@ -363,16 +365,18 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validat
         excluded.append(worst)
         recipe["exclude"] = list(excluded)
         variant = remake()
-        gap = _gap(variant)
-        best, stalled = (gap, 0) if gap <= best * AUTO_EXCLUDE_GAIN else (best, stalled + 1)
+        now = _closeness(variant)
+        closer = now[0] < best[0] or now[1] <= best[1] * AUTO_EXCLUDE_GAIN  # fewer failing rows, or nearer
+        best, stalled = (min(now, best), 0) if closer else (best, stalled + 1)
         if not variant:  # the next worst layer, of the file that still fails
             report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
     recipe["exclude"] = list(excluded)
     variant.recipe = Recipe(**recipe)
     if not variant and variant.parity is not None and report is not None:
         worst = ", ".join(f"{layer.parent_node} ({layer.sqnr_db:.1f} dB)" for layer in report.layers[:3])
-        why = (f"the last {AUTO_EXCLUDE_STALL} brought its outputs no closer: its worst output's cosine stayed at "
-               f"{1 - best:.3g} or below" if stalled >= AUTO_EXCLUDE_STALL else f"at most 1 in {AUTO_EXCLUDE_SHARE}")
+        why = (f"the last {AUTO_EXCLUDE_STALL} brought its outputs no closer: no fewer failing rows, and its worst "
+               f"output's cosine gap down by less than a tenth each time (the best worst cosine {1 - best[1]:.3g})"
+               if stalled >= AUTO_EXCLUDE_STALL else f"at most 1 in {AUTO_EXCLUDE_SHARE}")
         variant.parity.notes.append(
             f"INT8 does not serve this model: {len(excluded)} layer(s) kept in float ({why}) and its parity still "
             f"fails. The layers that lose the most alone: {worst} "
@@ -380,11 +384,12 @@ def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validat
     return variant
 
 
-def _gap(variant: Variant) -> float:
-    """How far the variant's worst output is from the reference: 1 - its lowest cosine (1.0 where none is known:
-    an output that failed to run, or no parity)."""
-    cosines = [r.cosine for r in (variant.parity.rows if variant.parity is not None else []) if r.cosine is not None]
-    return 1.0 - min(cosines) if cosines else 1.0
+def _closeness(variant: Variant) -> tuple[int, float]:
+    """How far the variant is from passing: its failing rows, and its worst output's cosine gap (1 - its lowest
+    cosine; 1.0 where none is known: an output that failed to run, or no parity)."""
+    rows = variant.parity.rows if variant.parity is not None else []
+    cosines = [r.cosine for r in rows if r.cosine is not None]
+    return sum(r.failed for r in rows), 1.0 - min(cosines) if cosines else 1.0
 
 
 def _int4_settings(onnx_model: Any, accuracy_level: int | str | None, block_size: int,

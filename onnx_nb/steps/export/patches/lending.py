@@ -1,8 +1,9 @@
 """Lending an object an attribute of the export's for the length of a block: the trace-friendly forms of
 :mod:`.experts`, :mod:`.expert_tables`, :mod:`.windows`, :mod:`.scans`, :mod:`.blocks`, :mod:`.positions`,
 :mod:`.sliding`, :mod:`.lengths`, :mod:`.audio_windows`, :mod:`.keypoints`, :mod:`.stages`, :mod:`.image_patches`,
-:mod:`.unmasked_attention` and :mod:`.pooled_patches` are set on the instances (or source modules) they replace,
-and what each had of its own comes back after, a hook's ``forward`` included."""
+:mod:`.unmasked_attention`, :mod:`.pooled_patches`, :mod:`.durations` and :mod:`.text_queries` are set on the
+instances (or source modules) they replace, and what each had of its own comes back after, a hook's ``forward``
+included."""
 
 from __future__ import annotations
 

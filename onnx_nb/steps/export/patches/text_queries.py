@@ -38,7 +38,7 @@ def get_language_embedding(self: Any, classes_input_ids: Any, classes_attention_
     import torch
 
     rows = self.language_backbone(classes_input_ids, encode_type="class")  # [class rows, dim]
-    counts = classes_structure.to(torch.long)
+    counts = classes_structure.to(rows.device, torch.long)
     most = counts.max()
     starts = counts.cumsum(0) - counts
     slots = torch.arange(classes_input_ids.size(0), device=rows.device)[:, None]  # at most every row in one image

@@ -19,6 +19,8 @@
 - ``aten::isin.Tensor_Tensor`` (Grounding DINO's delimiter tokens found among the prompt's ids): every element
   against every test element, any equal; the exporter's own decomposition ends in ``searchsorted``, which has no
   translation.
+- ``aten::cummax`` and ``aten::cummin`` (Grounding DINO's previous and next delimiter of each token): the best value
+  so far and where it was last seen, each place against every place at or before it; ONNX has no running maximum.
 - ``aten::rsub.Scalar`` (``1.0 - mask`` of an integer mask, ProphetNet's cross-attention bias): torch's result
   type (an integer tensor less a float is float), where the exporter's own decomposition leaves ``sub(1.0, x)``,
   which its type promotion pass then cannot match to an overload ("Failed to decompose the FX graph").
@@ -228,13 +230,60 @@ def _isin(elements: Any, test_elements: Any, assume_unique: bool = False, invert
     """``torch.isin`` of a tensor in a tensor (Grounding DINO's delimiter tokens among the prompt's ids): each element
     compared with every test element, any equal; the exporter otherwise decomposes it into ``searchsorted``, which
     has no ONNX translation."""
+    from onnxscript import ir
     from onnxscript.onnx_opset import opset18
 
     op: Any = opset18
     last = op.Constant(value_ints=[-1])
-    equal = op.Equal(op.Unsqueeze(elements, last), op.Reshape(op.CastLike(test_elements, elements), last))
+    kinds = {getattr(elements, "dtype", None), getattr(test_elements, "dtype", None)}
+    if len(kinds) > 1:  # torch compares in a common type (1 is not in [1.5]): both in double here
+        double = ir.DataType.DOUBLE
+        elements, test_elements = op.Cast(elements, to=double), op.Cast(test_elements, to=double)
+    equal = op.Equal(op.Unsqueeze(elements, last), op.Reshape(test_elements, last))
     found = op.Greater(op.ReduceSum(op.Cast(equal, to=7), last, keepdims=0), op.Constant(value_int=0))
     return op.Not(found) if invert else found
+
+
+def _running(self: Any, dim: int, largest: bool) -> tuple[Any, Any]:
+    """``torch.cummax`` (``largest``) or ``torch.cummin`` along ``dim``: each place's best value so far and the
+    last place it was seen, as torch gives ties. Every place against every place at or before it (a lower
+    triangle of the axis' length squared: a prompt's tokens, Grounding DINO's delimiters)."""
+    import numpy as np
+    import onnx
+    from onnxscript.onnx_opset import opset18
+
+    op: Any = opset18
+    rank = len(self.shape)
+    dim = dim % rank
+    size = op.Gather(op.Shape(self), op.Constant(value_ints=[dim]), axis=0)  # [1]
+    places = op.Range(op.Constant(value_int=0), op.Squeeze(size, op.Constant(value_ints=[0])),
+                      op.Constant(value_int=1))
+    ones = [1] * rank
+
+    def along(axis: int) -> Any:  # the axis' places as a tensor of rank + 1, varying along ``axis`` alone
+        shape = op.Concat(op.Constant(value_ints=ones[:axis]), size, op.Constant(value_ints=ones[axis:]), axis=0)
+        return op.Reshape(places, shape)
+
+    here, before = along(dim), along(dim + 1)  # place i (the output's), place j (the one read)
+    seen = op.LessOrEqual(before, here)
+    values = op.Unsqueeze(self, op.Constant(value_ints=[dim]))  # value j, beside every i
+    kind = onnx.helper.tensor_dtype_to_np_dtype(int(self.dtype))
+    info = np.finfo(kind) if np.issubdtype(kind, np.floating) else np.iinfo(kind)
+    worst = op.Constant(value=onnx.numpy_helper.from_array(np.array(info.min if largest else info.max, kind)))
+    masked = op.Where(seen, values, worst)
+    axis = op.Constant(value_ints=[dim + 1])
+    best = op.ReduceMax(masked, axis, keepdims=0) if largest else op.ReduceMin(masked, axis, keepdims=0)
+    hit = op.And(seen, op.Equal(values, op.Unsqueeze(best, axis)))
+    where = op.ReduceMax(op.Where(hit, before, op.Constant(value_int=-1)), axis, keepdims=0)
+    return best, where
+
+
+def _cummax(self: Any, dim: int) -> tuple[Any, Any]:
+    return _running(self, dim, True)
+
+
+def _cummin(self: Any, dim: int) -> tuple[Any, Any]:
+    return _running(self, dim, False)
 
 
 def table() -> dict[Any, Any]:
@@ -246,7 +295,8 @@ def table() -> dict[Any, Any]:
                              torch.ops.aten.arange.start_step: _arange_start_step,
                              torch.ops.aten.rsub.Scalar: _rsub_scalar,
                              torch.ops.aten.scatter_reduce.two: _scatter_reduce,
-                             torch.ops.aten.isin.Tensor_Tensor: _isin}
+                             torch.ops.aten.isin.Tensor_Tensor: _isin,
+                             torch.ops.aten.cummax.default: _cummax, torch.ops.aten.cummin.default: _cummin}
     is_all_true = getattr(torch.ops.aten, "_is_all_true", None)
     if is_all_true is not None and hasattr(is_all_true, "default"):
         found[is_all_true.default] = _is_all_true
