@@ -772,3 +772,29 @@ def test_tiny_config_keeps_each_layer_kind_and_its_own_sizes() -> None:
     assert xmod.default_language == next(iter(xmod.languages))
 
 
+
+
+def test_a_shifted_window_layer_crops_its_padding_at_any_image_size(tmp_path: Path) -> None:
+    """A Swin layer crops the padding it added to fill its windows behind a Python branch on the padding: a sample
+    whose feature map fills its windows exactly (56 x 56 here: a 14 x 14 map, windows of 7) traced no crop, and the
+    file failed at any size that needs padding (Grounding DINO's Swin at 320 x 320: "cannot reshape 84 x 84 into
+    6,400"). The crop is traced always now (patches/window_crops.py): the file gives PyTorch's feature maps at 64 x
+    64 and 72 x 72."""
+    import onnxruntime as ort
+    import transformers
+
+    config = transformers.SwinConfig(image_size=56, embed_dim=24, depths=[1, 1], num_heads=[2, 2], window_size=7,
+                                     out_features=["stage1", "stage2"])
+    torch.manual_seed(0)
+    model = transformers.SwinBackbone(config).eval()
+    result = onnx_nb.export(model, {"pixel_values": torch.randn(2, 3, 56, 56)}, out=tmp_path / "swin.onnx",
+                            dynamic={"pixel_values": {0: "batch", 2: "height", 3: "width"}}, exporter="dynamo",
+                            progress=False)
+    assert result, repr(result)
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    for side in (64, 72):
+        pixels = torch.randn(1, 3, side, side)
+        with torch.no_grad():
+            want = model(pixels).feature_maps
+        for got, expected in zip(session.run(None, {"pixel_values": pixels.numpy()}), want):
+            assert np.allclose(got, expected.numpy(), atol=1e-4), side

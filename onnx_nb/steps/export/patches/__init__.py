@@ -20,7 +20,8 @@ applies (what in a model it recognises), what it replaces, and why the export ne
   place of a one-hot table, the kernel size from the config), :mod:`.durations` (a text-to-speech length regulator
   over every row at once: no loop over the batch, no branch on the durations), :mod:`.text_queries` (an
   open-vocabulary detector's text queries through its tower at once, regrouped per image by gathers: no cache keyed
-  by token ids, no loop over the images).
+  by token ids, no loop over the images), :mod:`.window_crops` (a shifted-window layer's crop of its padding traced
+  whatever the sample's size).
   They lend through :func:`.lending.lent`, which gives each instance its own attribute back (:mod:`.mask_annealing`
   shadows a buffer with an instance attribute itself: a module refuses a non-tensor set in a buffer's name).
 - :mod:`.attention`: transformers' eager attention for a trace that needs the decomposed layout.

@@ -2,8 +2,8 @@
 :mod:`.windows`, :mod:`.scans`, :mod:`.blocks`, :mod:`.positions`, :mod:`.sliding`, :mod:`.lengths`,
 :mod:`.audio_windows`, :mod:`.series_rows`, :mod:`.keypoints`, :mod:`.stages`, :mod:`.image_patches`,
 :mod:`.mask_annealing`, :mod:`.unmasked_attention`, :mod:`.pooled_patches`, the unlisted span attention of
-:mod:`.vision_towers`, :mod:`.boolean_masks`, :mod:`.decode_loops`, :mod:`.durations`, :mod:`.text_queries`) and
-the exporter's own (:mod:`.matching`, :mod:`.torchlib`)."""
+:mod:`.vision_towers`, :mod:`.boolean_masks`, :mod:`.decode_loops`, :mod:`.durations`, :mod:`.text_queries`,
+:mod:`.window_crops`) and the exporter's own (:mod:`.matching`, :mod:`.torchlib`)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from . import (
     torchlib,
     unmasked_attention,
     vision_towers,
+    window_crops,
     windows,
 )
 from .contract import Patch
@@ -43,7 +44,7 @@ MODEL_PATCHES: tuple[Patch, ...] = (experts.PATCH, expert_tables.PATCH, windows.
                                     series_rows.PATCH, keypoints.PATCH, stages.PATCH, image_patches.PATCH,
                                     mask_annealing.PATCH, unmasked_attention.PATCH, pooled_patches.PATCH,
                                     vision_towers.UNLISTED, boolean_masks.PATCH, decode_loops.PATCH,
-                                    durations.PATCH, text_queries.PATCH)
+                                    durations.PATCH, text_queries.PATCH, window_crops.PATCH)
 EXPORTER_PATCHES: tuple[Patch, ...] = (matching.PATCH, torchlib.PATCH)
 
 
