@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "bad-input.md"
 
 
-class Cumulative(torch.nn.Module):
-    """cummax has no ONNX translation in either exporter."""
+class Buckets(torch.nn.Module):
+    """searchsorted has no ONNX translation in either exporter (cummax, the case before, has onnx-nb's own now)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cummax(x, dim=-1).values
+        return torch.searchsorted(torch.tensor([-1.0, 0.0, 1.0]), x)
 
 
 class World:
@@ -100,8 +100,8 @@ CASES: list[Case] = [
      lambda w: onnx_nb.export(str(w.root / "empty_dir"), progress=False)),
     ("export-hub-offline", "export()", onnx_nb.HubUnavailableError, r"Pass a local folder instead",
      lambda w: onnx_nb.export("some-org/some-model", out=w.root / "hub.onnx", progress=False)),
-    ("export-unsupported-op", "export()", onnx_nb.UnsupportedOperatorError, r"aten::cummax",
-     lambda w: onnx_nb.export(Cumulative(), torch.randn(2, 4), out=w.root / "u.onnx", progress=False)),
+    ("export-unsupported-op", "export()", onnx_nb.UnsupportedOperatorError, r"aten::searchsorted",
+     lambda w: onnx_nb.export(Buckets(), torch.randn(2, 4), out=w.root / "u.onnx", progress=False)),
     ("export-unknown-exporter", "export()", onnx_nb.InvalidArgumentError, r"exporter='onnxscript'",
      lambda w: onnx_nb.export(w.model, torch.randn(2, 4), exporter="onnxscript")),
     ("export-bad-opset", "export()", onnx_nb.InvalidArgumentError, r"opset",

@@ -38,7 +38,7 @@ _DELIBERATE_NOTE = ("Exported with torch's TorchScript exporter, which torch has
 
 
 def unsupported_operator(message: str) -> str | None:
-    """``aten::cummax`` from an exporter's error text, when it names a missing operator."""
+    """``aten::searchsorted`` from an exporter's error text, when it names a missing operator."""
     if not re.search(r"not supported|No ONNX function|No decompositions|unsupported", message,
                      re.IGNORECASE):
         return None
