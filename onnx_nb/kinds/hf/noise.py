@@ -47,9 +47,8 @@ def noise_scales(config: Any) -> dict[str, float]:
     return {n: float(getattr(config, n)) for n in (*SCALES, RATE)}
 
 
-class ScaledNoise(torch.nn.Module):
-    """``forward(input_ids, attention_mask, noise_scale, noise_scale_duration, speaking_rate) -> {waveform,
-    sequence_lengths, spectrogram}``: the model's own forward with its scales set from the inputs for the call."""
+class OnTokens(torch.nn.Module):
+    """A text-to-speech model wrapped for its export: it runs on token ids, its config the model's."""
 
     main_input_name = "input_ids"
 
@@ -57,6 +56,11 @@ class ScaledNoise(torch.nn.Module):
         super().__init__()
         self.model = model
         self.config = model.config
+
+
+class ScaledNoise(OnTokens):
+    """``forward(input_ids, attention_mask, noise_scale, noise_scale_duration, speaking_rate) -> {waveform,
+    sequence_lengths, spectrogram}``: the model's own forward with its scales set from the inputs for the call."""
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 noise_scale: torch.Tensor | None = None, noise_scale_duration: torch.Tensor | None = None,
@@ -94,18 +98,11 @@ def draws_for(config: Any, frames: int, gen: torch.Generator | None = None) -> t
     return torch.rand(*shape, generator=gen)
 
 
-class DrawnDropout(torch.nn.Module):
+class DrawnDropout(OnTokens):
     """``forward(input_ids, attention_mask, decoder_input_values, speaker_embeddings, prenet_draws,
     decoder_attention_mask) -> {spectrogram, stop_scores}``: SpeechT5's text-to-speech step with each prenet layer's
     mask from its draws; ``stop_scores`` are the postnet's end-of-speech scores per frame, before the sigmoid (its
     ``generate`` stops where their sigmoid passes its threshold)."""
-
-    main_input_name = "input_ids"
-
-    def __init__(self, model: Any) -> None:
-        super().__init__()
-        self.model = model
-        self.config = model.config
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 decoder_input_values: torch.Tensor | None = None, speaker_embeddings: torch.Tensor | None = None,
