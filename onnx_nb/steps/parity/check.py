@@ -186,8 +186,7 @@ class _Plan:
             sess = None
             if first_failure is not None:  # diagnosed even when a node is named already: the one-branch note holds
                 found = _diagnose(self.path, ref, first_failure[0], self.precision, judge["atol"], judge["rtol"],
-                                  bool(unverified), localize and divergence is None, steps, notes,
-                                  getattr(self.model, "parent", None) if hasattr(self.model, "recipe") else None)
+                                  bool(unverified), localize and divergence is None, steps, notes, self.model)
                 divergence = divergence or found
         return rows, divergence, unverified
 
@@ -250,11 +249,9 @@ def _providers_checked(atol: Any, rtol: Any, providers: Any, remote: bool = Fals
 
 
 def _diagnose(path: Path, ref: Reference, feed: dict[str, np.ndarray], precision: str, atol: float | None,
-              rtol: float | None, unverified: bool, localize: bool, steps: Any, notes: list[str],
-              parent: Any = None) -> Any:
-    """The first diverging node of a failure, when one can be blamed: not when the export traced one branch
-    (every node computes what the sample's path computes); a search that fails is a note, never an error.
-    ``parent``: the file a variant under test was made from (searched against first)."""
+              rtol: float | None, unverified: bool, localize: bool, steps: Any, notes: list[str], tested: Any) -> Any:
+    """The first diverging node of a failure, where one can be blamed (not in a one-branch trace); a failed search
+    is a note, never an error."""
     if unverified:
         notes.append("The export traced one branch, so every node computes what the sample's path computes and "
                      "no node is to blame: no diverging node is searched for. Fix the branch in the model's code.")
@@ -263,10 +260,9 @@ def _diagnose(path: Path, ref: Reference, feed: dict[str, np.ndarray], precision
         return None
     steps.step("finding the first diverging node")
     from .localize import first_divergence
-
+    parent = tested.parent if hasattr(tested, "recipe") else None  # a variant: against its parent file first
     try:
-        return first_divergence(path, ref, feed, precision, atol, rtol,
-                                Path(parent) if isinstance(parent, (str, Path)) else None)
+        return first_divergence(path, ref, feed, precision, atol, rtol, parent)
     except Exception as exc:  # noqa: BLE001 - localisation is a diagnosis; the report stands
         notes.append(f"Could not localise the failure: {type(exc).__name__}: {str(exc)[:200]}")
         return None

@@ -13,6 +13,7 @@ from typing import Any
 from ...errors import CalibrationError, InvalidArgumentError, OnnxNbError, QuantizationError, first_line
 from ...results.variant import Recipe, Variant
 from ...runtime.memory import FACTORS, gives_memory_back
+from .exclusion import auto_exclude
 from .int8_routes import fused_route, int8_route
 from .ort_quantizer import finish_int8, gemm_to_matmul, has_external_data, is_big, run_quantizer
 from .variants import make, parent_of
@@ -20,11 +21,6 @@ from .variants import make, parent_of
 __all__ = ["gemm_to_matmul", "quantize"]
 
 METHODS = ("dynamic", "static", "fp16", "int4", "auto")
-AUTO_EXCLUDE_GAP_DB = 3.0
-AUTO_EXCLUDE_SHARE = 10  # at most 1 in 10 quantized layers stays float
-AUTO_EXCLUDE_STALL = 3  # layers kept in float in a row that bring the failing outputs no closer: INT8 does not serve
-AUTO_EXCLUDE_GAIN = 0.9  # closer: fewer failing rows, or the worst output's cosine gap (1 - cosine) down to 90% of
-# the best so far or less
 
 
 @gives_memory_back
@@ -255,7 +251,7 @@ class _Plan:
         made = make(self.model, tag, name, own, write, out=out, overwrite=overwrite, needs=self.needs,
                     localize=not self.auto_exclude, **checks)
         if self.auto_exclude:
-            made = _auto_exclude(made, dropped, own, asked["validate"], asked["sample"],
+            made = auto_exclude(made, dropped, own, asked["validate"], asked["sample"],
                                  lambda: make(self.model, tag, name, own, write, out=made.path, overwrite=True,
                                               localize=False, **checks))
         return made
@@ -334,62 +330,6 @@ class _Plan:
                 self.accuracy_level, "scheme": recipe.get("int8_scheme", asked["scheme"]),
                 "algorithm": recipe.get("int4_algorithm", asked["algorithm"]) if int4 else asked["algorithm"],
                 "lm_head_bits": recipe.get("lm_head_bits", asked["lm_head_bits"]) if int4 else asked["lm_head_bits"]}
-
-
-def _auto_exclude(variant: Variant, excluded: list[str], recipe: Recipe, validate: bool, sample: Any,
-                  remake: Any) -> Variant:
-    """Keep in float, one at a time, the layer that loses the most accuracy on its own, until the variant
-    passes its parity policy (or, without validation, every layer far below the median), at most 1 in 10."""
-    from .debugging import quant_debug
-
-    recipe["exclude_rule"] = (f"auto: the worst layers alone (quant_debug) until parity passes, at most 1 in "
-                              f"{AUTO_EXCLUDE_SHARE}, or {AUTO_EXCLUDE_STALL} in a row that bring it no closer"
-                              if validate else
-                              f"auto: layers more than {AUTO_EXCLUDE_GAP_DB:g} dB below the median SQNR, "
-                              f"at most 1 in {AUTO_EXCLUDE_SHARE}")
-    # layers are measured only on a file that fails (or with no parity to say so): one that passes keeps none
-    report = None if validate and variant else \
-        quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
-    cap = max(1, len(report.layers) // AUTO_EXCLUDE_SHARE) if report is not None else 0
-    if not validate:
-        assert report is not None
-        excluded[:] = report.suggested[:cap]
-        recipe["exclude"] = list(excluded)
-        return remake() if excluded else variant  # the file is ours: made a moment ago
-    best, stalled = _closeness(variant), 0
-    while not variant and len(excluded) < cap and stalled < AUTO_EXCLUDE_STALL:
-        assert report is not None
-        worst = next((layer.parent_node for layer in report.layers if layer.parent_node not in excluded), None)
-        if worst is None:
-            break
-        excluded.append(worst)
-        recipe["exclude"] = list(excluded)
-        variant = remake()
-        now = _closeness(variant)
-        closer = now[0] < best[0] or now[1] <= best[1] * AUTO_EXCLUDE_GAIN  # fewer failing rows, or nearer
-        best, stalled = (min(now, best), 0) if closer else (best, stalled + 1)
-        if not variant:  # the next worst layer, of the file that still fails
-            report = quant_debug(None, variant, sample, gap_db=AUTO_EXCLUDE_GAP_DB, max_suggestions=10_000)
-    recipe["exclude"] = list(excluded)
-    variant.recipe = Recipe(**recipe)
-    if not variant and variant.parity is not None and report is not None:
-        worst = ", ".join(f"{layer.parent_node} ({layer.sqnr_db:.1f} dB)" for layer in report.layers[:3])
-        why = (f"the last {AUTO_EXCLUDE_STALL} brought its outputs no closer: no fewer failing rows, and its worst "
-               f"output's cosine gap down by less than a tenth each time (the best worst cosine {1 - best[1]:.3g})"
-               if stalled >= AUTO_EXCLUDE_STALL else f"at most 1 in {AUTO_EXCLUDE_SHARE}")
-        variant.parity.notes.append(
-            f"INT8 does not serve this model: {len(excluded)} layer(s) kept in float ({why}) and its parity still "
-            f"fails. The layers that lose the most alone: {worst} "
-            "(onnx_nb.quant_debug). Keep the fp32 file, or try another method (fp16 on a GPU, INT4 weights).")
-    return variant
-
-
-def _closeness(variant: Variant) -> tuple[int, float]:
-    """How far the variant is from passing: its failing rows, and its worst output's cosine gap (1 - its lowest
-    cosine; 1.0 where none is known: an output that failed to run, or no parity)."""
-    rows = variant.parity.rows if variant.parity is not None else []
-    cosines = [r.cosine for r in rows if r.cosine is not None]
-    return sum(r.failed for r in rows), 1.0 - min(cosines) if cosines else 1.0
 
 
 def _int4_settings(onnx_model: Any, accuracy_level: int | str | None, block_size: int,
