@@ -88,8 +88,12 @@ def drops_out(model: Any) -> bool:
     config = getattr(model, "config", None)
     return isinstance(model, torch.nn.Module) and getattr(model, "main_input_name", None) == "input_ids" and all(
         hasattr(model, n) for n in ("speecht5", "speech_decoder_postnet")) and isinstance(
-        getattr(config, "speech_decoder_prenet_dropout", None), float) and any(
-        hasattr(m, "_consistent_dropout") for m in model.modules())
+        getattr(config, "speech_decoder_prenet_dropout", None), float) and bool(_prenets(model))
+
+
+def _prenets(model: Any) -> list[Any]:
+    """The modules of ``model`` that drop out in eval mode (SpeechT5's speech decoder prenet)."""
+    return [m for m in model.modules() if hasattr(m, "_consistent_dropout")]
 
 
 def draws_for(config: Any, frames: int, gen: torch.Generator | None = None) -> torch.Tensor:
@@ -112,8 +116,7 @@ class DrawnDropout(OnTokens):
         model, p = self.model, float(self.config.speech_decoder_prenet_dropout)
         if prenet_draws is None and decoder_input_values is not None:
             prenet_draws = draws_for(self.config, int(decoder_input_values.shape[1])).to(decoder_input_values.device)
-        draws = prenet_draws
-        prenets = [m for m in model.modules() if hasattr(m, "_consistent_dropout")]
+        draws = prenet_draws  # bound once for the closure below (mypy keeps no narrowing into it)
         layer = iter(range(int(self.config.speech_decoder_prenet_layers)))
 
         def drawn(inputs_embeds: torch.Tensor, _p: float) -> torch.Tensor:
@@ -121,7 +124,7 @@ class DrawnDropout(OnTokens):
             keep = draws[next(layer)] < p  # torch.bernoulli(x, p) gives 1 with probability p: kept
             return torch.where(keep.unsqueeze(0), inputs_embeds, 0) * (1 / (1 - p))
 
-        with lent([(prenet, "_consistent_dropout", drawn) for prenet in prenets]):
+        with lent([(prenet, "_consistent_dropout", drawn) for prenet in _prenets(model)]):
             out = model.speecht5(input_values=input_ids, attention_mask=attention_mask,
                                  decoder_input_values=decoder_input_values,
                                  decoder_attention_mask=decoder_attention_mask, speaker_embeddings=speaker_embeddings,

@@ -253,10 +253,9 @@ def first_divergence(path: Path, ref: Reference, feed: dict[str, np.ndarray], pr
     proto = load_proto(path)
     exporter = ref.exporter or exporter_of(proto)
     strategies: list[Callable[[], DivergingNode | None]] = []
-    if parent is not None and Path(parent).is_file() and Path(parent).resolve() != Path(path).resolve():
-        strategies.append(lambda: compare_graphs(Path(parent), path, feed, tol,
-                                                 f"tensor by tensor against the file it was made from "
-                                                 f"({Path(parent).name})"))
+    if parent is not None and parent.is_file() and parent.resolve() != Path(path).resolve():
+        strategies.append(lambda: compare_graphs(parent, path, feed, tol,
+                                                 f"tensor by tensor against the file it was made from ({parent.name})"))
     from ..export.machinery.torch_route import UPSTREAM
 
     if exporter in ("dynamo", "torchscript", UPSTREAM):

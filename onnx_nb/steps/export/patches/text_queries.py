@@ -44,8 +44,8 @@ def get_language_embedding(self: Any, classes_input_ids: Any, classes_attention_
     slots = torch.arange(classes_input_ids.size(0), device=rows.device)[:, None]  # at most every row in one image
     picked = starts[None, :] + slots  # [slot, image]: the row of image b's slot-th class
     real = (slots < counts[None, :]) & (picked < rows.size(0))  # past the rows given: zeros, as the slice pads
-    index = torch.where(real, picked, 0).clamp(max=rows.size(0) - 1)
-    grouped = torch.where(real[..., None], rows[index], 0)  # [slot, image, dim], zeros past an image's classes
+    # [slot, image, dim]: zeros past an image's classes (every index a real row: real ones only, else row 0)
+    grouped = torch.where(real[..., None], rows[torch.where(real, picked, 0)], 0)
     length = int(most.item())
     torch._check(length >= 0)
     torch._check(length <= classes_input_ids.size(0))
